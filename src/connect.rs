@@ -1,0 +1,85 @@
+//! Choosing a backend from a URL, so programs, examples and the CLI can be pointed at any store
+//! by configuration (`SYNCGUARD_URL`).
+
+use crate::backend::LockBackend;
+use crate::error::{LockError, Result};
+use crate::memory::MemoryBackend;
+
+/// The URL schemes [`connect`] knows, for messages.
+const SCHEMES: &str = "memory:, redis://, rediss://, redis+unix://, postgres://, postgresql://, firestore://";
+
+/// Opens the backend a URL names:
+///
+/// | URL | backend |
+/// |---|---|
+/// | `memory:` | a new, empty [`MemoryBackend`] (each call its own) |
+/// | `redis://…`, `rediss://…`, `redis+unix://…` | Redis (feature `redis`) |
+/// | `postgres://…`, `postgresql://…` | PostgreSQL (feature `postgres`) |
+/// | `firestore://PROJECT[/DATABASE]` | Firestore (feature `firestore`) |
+///
+/// A malformed URL, an unknown scheme, or a backend this build lacks is `InvalidArgument`.
+/// Messages name the scheme only, never the rest of the URL (it may hold a password).
+///
+/// ```
+/// let backend = syncguard::connect("memory:")?;
+/// assert_eq!(backend.capabilities().backend, "memory");
+/// assert!(syncguard::connect("mysql://localhost").is_err());
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once(':') else {
+        return Err(LockError::invalid_argument(format!(
+            "not a backend URL (no scheme); expected one of {SCHEMES}"
+        )));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "memory" if rest.is_empty() || rest == "//" => Ok(Box::new(MemoryBackend::new())),
+        "memory" => Err(LockError::invalid_argument(
+            "memory: URLs take no host, path or options",
+        )),
+        "redis" | "rediss" | "redis+unix" => unavailable("redis", cfg!(feature = "redis")),
+        "postgres" | "postgresql" => unavailable("postgres", cfg!(feature = "postgres")),
+        "firestore" => unavailable("firestore", cfg!(feature = "firestore")),
+        other => Err(LockError::invalid_argument(format!(
+            "unsupported URL scheme {:?}; expected one of {SCHEMES}",
+            truncate(other)
+        ))),
+    }
+}
+
+fn unavailable(backend: &str, compiled: bool) -> Result<Box<dyn LockBackend>> {
+    Err(LockError::invalid_argument(if compiled {
+        format!("the {backend} backend is not implemented in this version of syncguard")
+    } else {
+        format!("this build of syncguard lacks the `{backend}` feature")
+    }))
+}
+
+/// A scheme echoed in a message is cut short: it is user input.
+fn truncate(scheme: &str) -> String {
+    scheme.chars().take(32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    #[test]
+    fn memory_urls() {
+        for url in ["memory:", "memory://", "MEMORY:", " memory: "] {
+            assert_eq!(connect(url).unwrap().capabilities().backend, "memory", "{url}");
+        }
+        assert!(connect("memory:foo").is_err());
+    }
+
+    #[test]
+    fn bad_urls_never_echo_secrets() {
+        for url in ["", "localhost", "mysql://user:hunter2@db", "redis//user:hunter2@h"] {
+            let err = connect(url).err().unwrap();
+            assert_eq!(err.code(), ErrorCode::InvalidArgument, "{url}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+}

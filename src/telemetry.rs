@@ -1,0 +1,363 @@
+//! Opt-in observability: a decorator that reports every backend operation as a [`LockEvent`].
+
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backend::{
+    AcquireOutcome, Capabilities, FailureReason, LockBackend, LockInfo, LockInfoDebug, Lookup,
+    MutationOutcome,
+};
+use crate::error::{ErrorCode, Result};
+use crate::key::hash_key;
+
+/// Key fragments that keep a key redacted even with [`TelemetryOptions::include_raw`]: such
+/// keys tend to embed credentials.
+const SENSITIVE_KEY_WORDS: [&str; 6] = ["token", "secret", "password", "passwd", "apikey", "credential"];
+
+/// Where telemetry events go, and whether they may carry raw identifiers.
+#[derive(Clone)]
+pub struct TelemetryOptions {
+    /// Receives every event, on the thread that ran the operation, after it completed. Keep it
+    /// cheap. A panic in it is caught and never affects the lock operation.
+    pub on_event: Arc<dyn Fn(&LockEvent) + Send + Sync>,
+    /// Include raw keys and lock ids in events (default `false`: hashes only). Keys that look
+    /// like they embed credentials (`token`, `secret`, `password`, …) stay redacted regardless.
+    pub include_raw: bool,
+}
+
+impl TelemetryOptions {
+    /// Events to `on_event`, hashes only.
+    pub fn new(on_event: impl Fn(&LockEvent) + Send + Sync + 'static) -> Self {
+        TelemetryOptions {
+            on_event: Arc::new(on_event),
+            include_raw: false,
+        }
+    }
+
+    /// Whether events carry raw keys and lock ids.
+    #[must_use]
+    pub fn include_raw(mut self, include_raw: bool) -> Self {
+        self.include_raw = include_raw;
+        self
+    }
+}
+
+impl fmt::Debug for TelemetryOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryOptions")
+            .field("include_raw", &self.include_raw)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which backend operation an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum LockOp {
+    /// `acquire`
+    Acquire,
+    /// `release`
+    Release,
+    /// `extend`
+    Extend,
+    /// `is_locked`
+    IsLocked,
+    /// `lookup` (and `lookup_raw`)
+    Lookup,
+}
+
+/// Whether the operation did what was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventResult {
+    /// Acquired, released, extended, found; `is_locked` always succeeds unless it errs.
+    Ok,
+    /// Contention, absent lock, nothing found, or an error.
+    Fail,
+}
+
+/// One backend operation, as reported to [`TelemetryOptions::on_event`].
+/// Serialises to the camelCase shape of the TypeScript SyncGuard's events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct LockEvent {
+    /// The operation.
+    #[serde(rename = "type")]
+    pub op: LockOp,
+    /// Whether it did what was asked.
+    pub result: EventResult,
+    /// Why not, when the backend could tell cheaply: `locked`, `expired` or `not-found`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<FailureReason>,
+    /// The error code, when the operation failed with an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorCode>,
+    /// `hash_key(key)`, when the operation named a key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_hash: Option<String>,
+    /// `hash_key(lock_id)`, when a lock id was given or obtained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_id_hash: Option<String>,
+    /// The raw key, only with `include_raw` (and never for credential-like keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The raw lock id, only with `include_raw`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_id: Option<String>,
+}
+
+/// A backend that reports its operations; see [`with_telemetry`].
+pub struct Telemetry<B> {
+    inner: B,
+    options: TelemetryOptions,
+}
+
+/// Wraps `backend` so that every operation is reported to `options.on_event`. Hashes are
+/// computed only here, so an undecorated backend pays nothing for telemetry.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use syncguard::{with_telemetry, LockBackend, MemoryBackend, TelemetryOptions};
+///
+/// let events = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&events);
+/// let backend = with_telemetry(
+///     MemoryBackend::new(),
+///     TelemetryOptions::new(move |e| sink.lock().unwrap().push(serde_json::to_string(e).unwrap())),
+/// );
+/// let _ = backend.acquire("job", Duration::from_secs(5))?;
+/// assert!(events.lock().unwrap()[0].starts_with(r#"{"type":"acquire","result":"ok""#));
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+pub fn with_telemetry<B: LockBackend>(backend: B, options: TelemetryOptions) -> Telemetry<B> {
+    Telemetry {
+        inner: backend,
+        options,
+    }
+}
+
+impl<B> Telemetry<B> {
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    fn emit(&self, op: LockOp, result: EventResult, reason: Option<FailureReason>, ids: Ids<'_>) {
+        let include_raw = self.options.include_raw;
+        let event = LockEvent {
+            op,
+            result,
+            reason,
+            error: ids.error,
+            key_hash: ids.key.map(hash_key),
+            lock_id_hash: ids.lock_id.map(hash_key),
+            key: ids
+                .key
+                .filter(|key| include_raw && !looks_sensitive(key))
+                .map(str::to_owned),
+            lock_id: ids.lock_id.filter(|_| include_raw).map(str::to_owned),
+        };
+        if catch_unwind(AssertUnwindSafe(|| (self.options.on_event)(&event))).is_err() {
+            log::error!("syncguard: a telemetry on_event callback panicked; event dropped");
+        }
+    }
+
+    fn emit_result<T>(
+        &self,
+        op: LockOp,
+        outcome: &Result<T>,
+        ids: Ids<'_>,
+        judge: impl FnOnce(&T) -> (EventResult, Option<FailureReason>),
+    ) {
+        match outcome {
+            Ok(value) => {
+                let (result, reason) = judge(value);
+                self.emit(op, result, reason, ids);
+            }
+            Err(error) => self.emit(op, EventResult::Fail, None, Ids { error: Some(error.code()), ..ids }),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Ids<'a> {
+    key: Option<&'a str>,
+    lock_id: Option<&'a str>,
+    error: Option<ErrorCode>,
+}
+
+fn looks_sensitive(key: &str) -> bool {
+    let lower = key.to_lowercase();
+    SENSITIVE_KEY_WORDS.iter().any(|word| lower.contains(word))
+}
+
+fn mutation_result<T>(outcome: &MutationOutcome<T>) -> (EventResult, Option<FailureReason>) {
+    match outcome {
+        MutationOutcome::Applied(_) => (EventResult::Ok, None),
+        MutationOutcome::NotApplied(reason) => (EventResult::Fail, *reason),
+    }
+}
+
+fn found<T>(info: &Option<T>) -> (EventResult, Option<FailureReason>) {
+    if info.is_some() {
+        (EventResult::Ok, None)
+    } else {
+        (EventResult::Fail, None)
+    }
+}
+
+fn lookup_ids<'a>(by: Lookup<'a>) -> Ids<'a> {
+    match by {
+        Lookup::Key(key) => Ids { key: Some(key), ..Ids::default() },
+        Lookup::LockId(lock_id) => Ids { lock_id: Some(lock_id), ..Ids::default() },
+    }
+}
+
+impl<B: LockBackend> LockBackend for Telemetry<B> {
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
+        let outcome = self.inner.acquire(key, ttl);
+        let lock_id = match &outcome {
+            Ok(AcquireOutcome::Acquired(lease)) => Some(lease.lock_id.as_str()),
+            _ => None,
+        };
+        let ids = Ids { key: Some(key), lock_id, error: None };
+        self.emit_result(LockOp::Acquire, &outcome, ids, |outcome| match outcome {
+            AcquireOutcome::Acquired(_) => (EventResult::Ok, None),
+            AcquireOutcome::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
+        });
+        outcome
+    }
+
+    fn release(&self, lock_id: &str) -> Result<bool> {
+        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    }
+
+    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    }
+
+    fn is_locked(&self, key: &str) -> Result<bool> {
+        let outcome = self.inner.is_locked(key);
+        let ids = Ids { key: Some(key), ..Ids::default() };
+        self.emit_result(LockOp::IsLocked, &outcome, ids, |_| (EventResult::Ok, None));
+        outcome
+    }
+
+    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
+        let outcome = self.inner.lookup(by);
+        self.emit_result(LockOp::Lookup, &outcome, lookup_ids(by), found);
+        outcome
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
+        let outcome = self.inner.release_outcome(lock_id);
+        let ids = Ids { lock_id: Some(lock_id), ..Ids::default() };
+        self.emit_result(LockOp::Release, &outcome, ids, mutation_result);
+        outcome
+    }
+
+    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
+        let outcome = self.inner.extend_outcome(lock_id, ttl);
+        let ids = Ids { lock_id: Some(lock_id), ..Ids::default() };
+        self.emit_result(LockOp::Extend, &outcome, ids, mutation_result);
+        outcome
+    }
+
+    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+        let outcome = self.inner.lookup_raw(by);
+        self.emit_result(LockOp::Lookup, &outcome, lookup_ids(by), found);
+        outcome
+    }
+}
+
+impl<B: fmt::Debug> fmt::Debug for Telemetry<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("inner", &self.inner)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+    use std::sync::Mutex;
+
+    fn recorded(include_raw: bool) -> (Telemetry<MemoryBackend>, Arc<Mutex<Vec<LockEvent>>>) {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        let options = TelemetryOptions::new(move |e| sink.lock().unwrap().push(e.clone()))
+            .include_raw(include_raw);
+        (with_telemetry(MemoryBackend::new(), options), events)
+    }
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn reports_reasons_and_hashes_only_by_default() {
+        let (backend, events) = recorded(false);
+        let lease = backend.acquire("job", TTL).unwrap().lease().unwrap();
+        assert_eq!(backend.acquire("job", TTL).unwrap(), AcquireOutcome::Locked);
+        assert!(backend.release(&lease.lock_id).unwrap());
+        assert!(!backend.release(&lease.lock_id).unwrap());
+        let events = events.lock().unwrap();
+        let summary: Vec<_> = events.iter().map(|e| (e.op, e.result, e.reason)).collect();
+        assert_eq!(
+            summary,
+            [
+                (LockOp::Acquire, EventResult::Ok, None),
+                (LockOp::Acquire, EventResult::Fail, Some(FailureReason::Locked)),
+                (LockOp::Release, EventResult::Ok, None),
+                (LockOp::Release, EventResult::Fail, Some(FailureReason::NotFound)),
+            ]
+        );
+        assert_eq!(events[0].key_hash.as_deref(), Some(hash_key("job").as_str()));
+        assert_eq!(events[0].lock_id_hash, Some(hash_key(&lease.lock_id)));
+        assert!(events.iter().all(|e| e.key.is_none() && e.lock_id.is_none()));
+    }
+
+    #[test]
+    fn raw_ids_on_request_but_never_for_credential_keys() {
+        let (backend, events) = recorded(true);
+        let _ = backend.acquire("job", TTL).unwrap();
+        let _ = backend.acquire("api-TOKEN:abc", TTL).unwrap();
+        let events = events.lock().unwrap();
+        assert_eq!(events[0].key.as_deref(), Some("job"));
+        assert!(events[0].lock_id.is_some());
+        assert_eq!(events[1].key, None);
+        assert!(events[1].key_hash.is_some());
+    }
+
+    #[test]
+    fn errors_are_reported_with_their_code() {
+        let (backend, events) = recorded(false);
+        assert!(backend.release("bad").is_err());
+        let events = events.lock().unwrap();
+        assert_eq!(events[0].error, Some(ErrorCode::InvalidArgument));
+        assert_eq!(events[0].result, EventResult::Fail);
+    }
+
+    #[test]
+    fn a_panicking_callback_does_not_break_the_operation() {
+        let backend = with_telemetry(
+            MemoryBackend::new(),
+            TelemetryOptions::new(|_| panic!("callback bug")),
+        );
+        let lease = backend.acquire("job", TTL).unwrap().lease().unwrap();
+        assert!(backend.is_locked("job").unwrap());
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+}

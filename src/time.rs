@@ -1,0 +1,147 @@
+//! Time: the liveness rule every backend applies, TTL validation, and the clocks of the
+//! client-time backends.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{LockError, Result};
+
+/// Grace every backend grants a lock past its stored expiry before treating it as gone,
+/// absorbing small clock differences between time authorities. Not configurable: Rust and
+/// TypeScript services sharing a lock must agree on it.
+pub const TIME_TOLERANCE_MS: i64 = 1000;
+
+/// Largest accepted TTL: 2^52 ms (about 142 000 years) keeps `now + ttl` an exact integer in
+/// the IEEE doubles that Lua and JavaScript read expiry times into.
+pub const MAX_TTL_MS: i64 = 1 << 52;
+
+/// The one liveness predicate: a lock stored with `expires_at_ms` is live at `now_ms` when
+/// `expires_at_ms > now_ms - tolerance_ms`. Backends call it with [`TIME_TOLERANCE_MS`] and
+/// their own time authority (Redis `TIME`, the PostgreSQL server clock, or the client clock).
+///
+/// ```
+/// use syncguard::{is_live, TIME_TOLERANCE_MS};
+/// assert!(is_live(10_000, 10_500, TIME_TOLERANCE_MS)); // expired 500 ms ago: still inside the grace
+/// assert!(!is_live(10_000, 11_000, TIME_TOLERANCE_MS));
+/// ```
+pub fn is_live(expires_at_ms: i64, now_ms: i64, tolerance_ms: i64) -> bool {
+    expires_at_ms > now_ms.saturating_sub(tolerance_ms)
+}
+
+/// Converts a TTL to whole milliseconds, rejecting (`InvalidArgument`) anything under 1 ms,
+/// with a sub-millisecond part, or above [`MAX_TTL_MS`]. Backends call it before any I/O.
+pub fn ttl_to_ms(ttl: Duration) -> Result<i64> {
+    if ttl.subsec_nanos() % 1_000_000 != 0 {
+        return Err(LockError::invalid_argument(format!(
+            "ttl must be a whole number of milliseconds, got {ttl:?}"
+        )));
+    }
+    match i64::try_from(ttl.as_millis()) {
+        Ok(ms) if (1..=MAX_TTL_MS).contains(&ms) => Ok(ms),
+        Ok(0) => Err(LockError::invalid_argument("ttl must be at least 1 ms")),
+        _ => Err(LockError::invalid_argument(format!(
+            "ttl must be at most {MAX_TTL_MS} ms"
+        ))),
+    }
+}
+
+/// A source of "now" in Unix milliseconds, for backends whose time authority is the client.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
+            // A clock set before 1970 is broken; counting back from the epoch keeps order.
+            Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// A clock that moves only when told to: deterministic expiry in tests.
+/// Clones share the same time.
+///
+/// ```
+/// use std::time::Duration;
+/// use syncguard::{Clock, ManualClock};
+/// let clock = ManualClock::new(1_000);
+/// clock.advance(Duration::from_millis(250));
+/// assert_eq!(clock.now_ms(), 1_250);
+/// ```
+#[derive(Clone, Default)]
+pub struct ManualClock {
+    now_ms: Arc<AtomicI64>,
+}
+
+impl ManualClock {
+    /// A clock reading `now_ms`.
+    pub fn new(now_ms: i64) -> Self {
+        ManualClock {
+            now_ms: Arc::new(AtomicI64::new(now_ms)),
+        }
+    }
+
+    /// Sets the time.
+    pub fn set(&self, now_ms: i64) {
+        self.now_ms.store(now_ms, Ordering::SeqCst);
+    }
+
+    /// Moves the time forward by `by` (whole milliseconds).
+    pub fn advance(&self, by: Duration) {
+        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.now_ms.fetch_add(by, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now_ms", &self.now_ms())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_boundary() {
+        assert!(is_live(1001, 2000, 1000));
+        assert!(!is_live(1000, 2000, 1000));
+        assert!(is_live(5000, 0, 1000));
+        assert!(!is_live(i64::MIN, i64::MIN, 1000));
+    }
+
+    #[test]
+    fn ttl_validation() {
+        assert_eq!(ttl_to_ms(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(ttl_to_ms(Duration::from_secs(30)).unwrap(), 30_000);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            Duration::from_micros(1500),
+            Duration::from_nanos(1_000_001),
+            Duration::from_millis(MAX_TTL_MS as u64 + 1),
+            Duration::MAX,
+        ] {
+            let err = ttl_to_ms(bad).unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument, "{bad:?}");
+        }
+    }
+}
