@@ -71,11 +71,13 @@ pub trait LockBackend: Send + Sync {
     }
 
     /// [`lookup`](LockBackend::lookup) with the raw key and lock id, for debugging.
-    /// All bundled backends support it; the default answers `Internal`.
+    /// All bundled backends implement it; wrappers should forward it. The default answers
+    /// `Internal`.
     fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
         let _ = by;
         Err(LockError::internal(format!(
-            "the {} backend does not support raw lookups",
+            "raw lookups are not implemented by this LockBackend (over the {} backend); \
+             a wrapper must forward lookup_raw",
             self.capabilities().backend
         )))
     }
@@ -258,7 +260,11 @@ pub struct Capabilities {
 
 impl Capabilities {
     /// Capabilities of a backend named `backend`.
-    pub fn new(backend: &'static str, supports_fencing: bool, time_authority: TimeAuthority) -> Self {
+    pub fn new(
+        backend: &'static str,
+        supports_fencing: bool,
+        time_authority: TimeAuthority,
+    ) -> Self {
         Capabilities {
             backend,
             supports_fencing,

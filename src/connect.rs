@@ -6,7 +6,8 @@ use crate::error::{LockError, Result};
 use crate::memory::MemoryBackend;
 
 /// The URL schemes [`connect`] knows, for messages.
-const SCHEMES: &str = "memory:, redis://, rediss://, redis+unix://, postgres://, postgresql://, firestore://";
+const SCHEMES: &str =
+    "memory:, redis://, rediss://, redis+unix://, postgres://, postgresql://, firestore://";
 
 /// Opens the backend a URL names:
 ///
@@ -69,14 +70,23 @@ mod tests {
     #[test]
     fn memory_urls() {
         for url in ["memory:", "memory://", "MEMORY:", " memory: "] {
-            assert_eq!(connect(url).unwrap().capabilities().backend, "memory", "{url}");
+            assert_eq!(
+                connect(url).unwrap().capabilities().backend,
+                "memory",
+                "{url}"
+            );
         }
         assert!(connect("memory:foo").is_err());
     }
 
     #[test]
     fn bad_urls_never_echo_secrets() {
-        for url in ["", "localhost", "mysql://user:hunter2@db", "redis//user:hunter2@h"] {
+        for url in [
+            "",
+            "localhost",
+            "mysql://user:hunter2@db",
+            "redis//user:hunter2@h",
+        ] {
             let err = connect(url).err().unwrap();
             assert_eq!(err.code(), ErrorCode::InvalidArgument, "{url}");
             assert!(!err.to_string().contains("hunter2"), "{err}");

@@ -83,7 +83,9 @@ pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD, Fence};
-pub use crate::key::{MAX_KEY_LENGTH_BYTES, hash_key, make_storage_key, normalize_and_validate_key};
+pub use crate::key::{
+    MAX_KEY_LENGTH_BYTES, hash_key, make_storage_key, normalize_and_validate_key,
+};
 pub use crate::lock_id::{LOCK_ID_LENGTH, generate_lock_id, validate_lock_id};
 pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
 pub use crate::memory::MemoryBackend;
@@ -93,3 +95,8 @@ pub use crate::telemetry::{
 pub use crate::time::{
     Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms,
 };
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

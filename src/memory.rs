@@ -116,7 +116,10 @@ impl State {
     /// Removes the lock held under `lock_id` if it is live; says why not otherwise.
     /// Expired entries found on the way are removed (never a live one).
     fn take_owned(&mut self, lock_id: &str, now_ms: i64) -> std::result::Result<(), FailureReason> {
-        let key = self.keys_by_id.get(lock_id).ok_or(FailureReason::NotFound)?;
+        let key = self
+            .keys_by_id
+            .get(lock_id)
+            .ok_or(FailureReason::NotFound)?;
         let Some(entry) = self.locks.get(key).filter(|e| e.lock_id == lock_id) else {
             // A stale index entry: the lock was replaced. Leave the new holder alone.
             self.keys_by_id.remove(lock_id);
@@ -126,7 +129,11 @@ impl State {
         let key = key.clone();
         self.locks.remove(&key);
         self.keys_by_id.remove(lock_id);
-        if live { Ok(()) } else { Err(FailureReason::Expired) }
+        if live {
+            Ok(())
+        } else {
+            Err(FailureReason::Expired)
+        }
     }
 
     fn sweep_expired(&mut self, now_ms: i64) {
@@ -287,7 +294,9 @@ mod tests {
         clock.set(11_100);
         assert!(!backend.is_locked("k").unwrap());
         assert_eq!(
-            backend.extend_outcome(&lease.lock_id, Duration::from_secs(1)).unwrap(),
+            backend
+                .extend_outcome(&lease.lock_id, Duration::from_secs(1))
+                .unwrap(),
             MutationOutcome::NotApplied(Some(FailureReason::Expired))
         );
         assert_eq!(
@@ -319,7 +328,9 @@ mod tests {
         let clock = ManualClock::new(0);
         let backend = MemoryBackend::with_clock(clock.clone());
         for i in 0..MIN_SWEEP_AT {
-            let _ = backend.acquire(&format!("old{i}"), Duration::from_millis(1)).unwrap();
+            let _ = backend
+                .acquire(&format!("old{i}"), Duration::from_millis(1))
+                .unwrap();
         }
         clock.advance(Duration::from_secs(2));
         let live = acquired(backend.acquire("fresh", Duration::from_secs(60)).unwrap());

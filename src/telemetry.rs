@@ -16,7 +16,14 @@ use crate::key::hash_key;
 
 /// Key fragments that keep a key redacted even with [`TelemetryOptions::include_raw`]: such
 /// keys tend to embed credentials.
-const SENSITIVE_KEY_WORDS: [&str; 6] = ["token", "secret", "password", "passwd", "apikey", "credential"];
+const SENSITIVE_KEY_WORDS: [&str; 6] = [
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "credential",
+];
 
 /// Where telemetry events go, and whether they may carry raw identifiers.
 #[derive(Clone)]
@@ -181,7 +188,15 @@ impl<B> Telemetry<B> {
                 let (result, reason) = judge(value);
                 self.emit(op, result, reason, ids);
             }
-            Err(error) => self.emit(op, EventResult::Fail, None, Ids { error: Some(error.code()), ..ids }),
+            Err(error) => self.emit(
+                op,
+                EventResult::Fail,
+                None,
+                Ids {
+                    error: Some(error.code()),
+                    ..ids
+                },
+            ),
         }
     }
 }
@@ -215,8 +230,14 @@ fn found<T>(info: &Option<T>) -> (EventResult, Option<FailureReason>) {
 
 fn lookup_ids<'a>(by: Lookup<'a>) -> Ids<'a> {
     match by {
-        Lookup::Key(key) => Ids { key: Some(key), ..Ids::default() },
-        Lookup::LockId(lock_id) => Ids { lock_id: Some(lock_id), ..Ids::default() },
+        Lookup::Key(key) => Ids {
+            key: Some(key),
+            ..Ids::default()
+        },
+        Lookup::LockId(lock_id) => Ids {
+            lock_id: Some(lock_id),
+            ..Ids::default()
+        },
     }
 }
 
@@ -227,7 +248,11 @@ impl<B: LockBackend> LockBackend for Telemetry<B> {
             Ok(AcquireOutcome::Acquired(lease)) => Some(lease.lock_id.as_str()),
             _ => None,
         };
-        let ids = Ids { key: Some(key), lock_id, error: None };
+        let ids = Ids {
+            key: Some(key),
+            lock_id,
+            error: None,
+        };
         self.emit_result(LockOp::Acquire, &outcome, ids, |outcome| match outcome {
             AcquireOutcome::Acquired(_) => (EventResult::Ok, None),
             AcquireOutcome::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
@@ -245,7 +270,10 @@ impl<B: LockBackend> LockBackend for Telemetry<B> {
 
     fn is_locked(&self, key: &str) -> Result<bool> {
         let outcome = self.inner.is_locked(key);
-        let ids = Ids { key: Some(key), ..Ids::default() };
+        let ids = Ids {
+            key: Some(key),
+            ..Ids::default()
+        };
         self.emit_result(LockOp::IsLocked, &outcome, ids, |_| (EventResult::Ok, None));
         outcome
     }
@@ -262,14 +290,20 @@ impl<B: LockBackend> LockBackend for Telemetry<B> {
 
     fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
         let outcome = self.inner.release_outcome(lock_id);
-        let ids = Ids { lock_id: Some(lock_id), ..Ids::default() };
+        let ids = Ids {
+            lock_id: Some(lock_id),
+            ..Ids::default()
+        };
         self.emit_result(LockOp::Release, &outcome, ids, mutation_result);
         outcome
     }
 
     fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
         let outcome = self.inner.extend_outcome(lock_id, ttl);
-        let ids = Ids { lock_id: Some(lock_id), ..Ids::default() };
+        let ids = Ids {
+            lock_id: Some(lock_id),
+            ..Ids::default()
+        };
         self.emit_result(LockOp::Extend, &outcome, ids, mutation_result);
         outcome
     }
@@ -319,14 +353,29 @@ mod tests {
             summary,
             [
                 (LockOp::Acquire, EventResult::Ok, None),
-                (LockOp::Acquire, EventResult::Fail, Some(FailureReason::Locked)),
+                (
+                    LockOp::Acquire,
+                    EventResult::Fail,
+                    Some(FailureReason::Locked)
+                ),
                 (LockOp::Release, EventResult::Ok, None),
-                (LockOp::Release, EventResult::Fail, Some(FailureReason::NotFound)),
+                (
+                    LockOp::Release,
+                    EventResult::Fail,
+                    Some(FailureReason::NotFound)
+                ),
             ]
         );
-        assert_eq!(events[0].key_hash.as_deref(), Some(hash_key("job").as_str()));
+        assert_eq!(
+            events[0].key_hash.as_deref(),
+            Some(hash_key("job").as_str())
+        );
         assert_eq!(events[0].lock_id_hash, Some(hash_key(&lease.lock_id)));
-        assert!(events.iter().all(|e| e.key.is_none() && e.lock_id.is_none()));
+        assert!(
+            events
+                .iter()
+                .all(|e| e.key.is_none() && e.lock_id.is_none())
+        );
     }
 
     #[test]

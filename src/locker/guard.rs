@@ -144,7 +144,13 @@ impl HeldLease {
     /// Records a successful renewal sent at `sent`. Call with the phase lock held.
     /// A renewal that comes back after the lease already ran out locally does not revive it:
     /// the program may have been told it was lost.
-    pub(crate) fn renewed(&self, phase: &mut Phase, sent: Instant, ttl: Duration, expires_at_ms: i64) {
+    pub(crate) fn renewed(
+        &self,
+        phase: &mut Phase,
+        sent: Instant,
+        ttl: Duration,
+        expires_at_ms: i64,
+    ) {
         if self.is_lost() {
             self.mark_lost(phase, false);
             return;
@@ -207,10 +213,8 @@ impl HeldLease {
             ns(since_base).saturating_add(ns(interval)),
             Ordering::Release,
         );
-        self.deadline_ns.store(
-            ns(since_base).saturating_add(ns(ttl)),
-            Ordering::Release,
-        );
+        self.deadline_ns
+            .store(ns(since_base).saturating_add(ns(ttl)), Ordering::Release);
     }
 
     fn at(&self, ns: u64) -> Instant {
@@ -308,7 +312,8 @@ impl LockGuard {
         let mut phase = self.lease.phase();
         if *phase != Phase::Held || self.lease.lost_if_overdue(&mut phase) {
             drop(phase);
-            self.lease.report_lost("the lease ran out before it was extended");
+            self.lease
+                .report_lost("the lease ran out before it was extended");
             return Ok(false);
         }
         let sent = Instant::now();
@@ -320,7 +325,8 @@ impl LockGuard {
             Ok(None) => {
                 self.lease.mark_lost(&mut phase, true);
                 drop(phase);
-                self.lease.report_lost("the lock was gone when extending it");
+                self.lease
+                    .report_lost("the lock was gone when extending it");
                 Ok(false)
             }
             Err(e) => Err(e),
@@ -347,7 +353,8 @@ impl LockGuard {
             }
         }
         let result = self.ops.release(&self.lease.lock_id);
-        self.lease.set_phase(&mut self.lease.phase(), Phase::Released);
+        self.lease
+            .set_phase(&mut self.lease.phase(), Phase::Released);
         result.map_err(|e| {
             let with_context = e.key().is_none();
             if with_context {

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use crate::error::{LockError, Result};
 use crate::locker::guard::{HeldLease, LeaseOps, Phase};
 
-/// Name of the scheduler thread (one per `Locker` and its clones).
-pub(crate) const THREAD_NAME: &str = "syncguard-heartbeat";
+/// Name of the scheduler thread (one per `Locker` and its clones). At most 15 bytes: Linux
+/// truncates longer thread names.
+pub(crate) const THREAD_NAME: &str = "syncguard-hb";
 
 /// Shortest and longest pause before retrying a renewal that failed.
 const MIN_RETRY_GAP: Duration = Duration::from_millis(10);
@@ -156,7 +157,10 @@ impl Scheduler {
                         .unwrap_or_else(PoisonError::into_inner)
                         .0
                 }
-                None => self.wakeup.wait(queue).unwrap_or_else(PoisonError::into_inner),
+                None => self
+                    .wakeup
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner),
             };
         }
     }

@@ -378,11 +378,16 @@ impl<B: LockBackend + 'static> Locker<B> {
             let ops: Weak<dyn LeaseOps> = ops;
             self.shared.scheduler.ensure_running(ops)?;
         }
-        let aborted = || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(&key);
+        let aborted =
+            || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(&key);
         let start = Instant::now();
         let mut attempts: u32 = 0;
         let (lease, sent) = loop {
-            if options.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            if options
+                .cancel
+                .as_ref()
+                .is_some_and(CancelToken::is_cancelled)
+            {
                 return Err(aborted());
             }
             attempts = attempts.saturating_add(1);
@@ -427,7 +432,9 @@ impl<B: LockBackend + 'static> Locker<B> {
             options.on_lock_lost.clone(),
         ));
         if held.interval().is_some() {
-            self.shared.scheduler.schedule(Arc::clone(&held), held.next_due());
+            self.shared
+                .scheduler
+                .schedule(Arc::clone(&held), held.next_due());
         }
         let ops: Arc<dyn LeaseOps> = self.shared.clone();
         LockGuard::new(held, ops, options.on_release_error.clone())
@@ -441,7 +448,10 @@ mod tests {
     #[test]
     fn heartbeat_intervals() {
         let ttl = Duration::from_millis(300);
-        assert_eq!(Heartbeat::Auto.interval_for(ttl), Some(Duration::from_millis(100)));
+        assert_eq!(
+            Heartbeat::Auto.interval_for(ttl),
+            Some(Duration::from_millis(100))
+        );
         assert_eq!(
             Heartbeat::Every(Duration::from_millis(50)).interval_for(ttl),
             Some(Duration::from_millis(50))
@@ -455,7 +465,11 @@ mod tests {
 
     #[test]
     fn heartbeat_interval_must_be_inside_the_ttl() {
-        for every in [Duration::ZERO, Duration::from_secs(30), Duration::from_secs(31)] {
+        for every in [
+            Duration::ZERO,
+            Duration::from_secs(30),
+            Duration::from_secs(31),
+        ] {
             let options = LockOptions::default().heartbeat(Heartbeat::Every(every));
             let err = options.validated_heartbeat().unwrap_err();
             assert_eq!(err.code(), ErrorCode::InvalidArgument);

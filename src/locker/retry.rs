@@ -47,7 +47,11 @@ pub(crate) fn retry_delay_ms(
 
 /// Clamps a delay so that `elapsed + delay <= timeout`. `None` when nothing is left: the
 /// caller gives up with `AcquisitionTimeout`.
-pub(crate) fn clamp_to_timeout(delay_ms: f64, elapsed: Duration, timeout: Duration) -> Option<Duration> {
+pub(crate) fn clamp_to_timeout(
+    delay_ms: f64,
+    elapsed: Duration,
+    timeout: Duration,
+) -> Option<Duration> {
     let remaining = timeout.saturating_sub(elapsed);
     let delay = Duration::try_from_secs_f64(delay_ms.max(0.0) / 1000.0).unwrap_or(Duration::MAX);
     let delay = delay.min(remaining);
@@ -96,7 +100,10 @@ mod tests {
             let base = 100.0 * f64::from(1u32 << (attempt - 1));
             let expected = base / 2.0 + replay.random::<f64>() * (base / 2.0);
             assert_eq!(delay, expected);
-            assert!(delay >= base / 2.0 && delay < base, "attempt {attempt}: {delay}");
+            assert!(
+                delay >= base / 2.0 && delay < base,
+                "attempt {attempt}: {delay}"
+            );
         }
     }
 
@@ -112,7 +119,10 @@ mod tests {
             Some(Duration::from_millis(150))
         );
         assert_eq!(clamp_to_timeout(300.0, timeout, timeout), None);
-        assert_eq!(clamp_to_timeout(300.0, Duration::from_secs(9), timeout), None);
+        assert_eq!(
+            clamp_to_timeout(300.0, Duration::from_secs(9), timeout),
+            None
+        );
         assert_eq!(clamp_to_timeout(0.0, Duration::ZERO, timeout), None);
     }
 

@@ -1,0 +1,661 @@
+//! Throughput, latency and memory of syncguard operations against one backend.
+//!
+//! ```text
+//! cargo run --release --example bench                                   # in-process memory backend
+//! cargo run --release --example bench -- --url redis://127.0.0.1/ --threads 4
+//! cargo run --release --example bench -- --scenario cycle,extend --seconds 10
+//! ```
+//!
+//! The backend comes from `--url`, else `$SYNCGUARD_URL`, else `memory:` (see
+//! [`syncguard::connect`]). Each scenario prints one JSON line on stdout:
+//!
+//! ```text
+//! {"backend":"memory","scenario":"cycle","threads":1,"ops":…,"ops_per_s":…,"p50_us":…,"p99_us":…}
+//! {"backend":"memory","scenario":"hold","guards":10000,"bytes_per_guard":…,"heartbeat_threads":1}
+//! ```
+//!
+//! Timed scenarios (each runs `--seconds` on `--threads` threads; latency is per operation, in
+//! microseconds to one decimal):
+//!
+//! - `cycle`: `LockBackend::acquire` then `release`, each thread on its own key.
+//! - `guard`: `Locker::lock` then releasing the guard, each thread on its own key.
+//! - `contended`: every thread locks the same key through `Locker::lock_with` (retry delay
+//!   1 ms, timeout 60 s, unlimited retries); one operation is one acquisition + release, waits
+//!   included.
+//! - `extend`: each thread holds one lease and extends it over and over.
+//! - `lookup`: each thread holds one lease and looks it up by key over and over.
+//!
+//! And `hold`: 10 000 guards held at once through one `Locker` with the heartbeat on (TTL
+//! 30 s), reporting the heap bytes they cost (counted by this program's global allocator: the
+//! guards, the heartbeat's bookkeeping and, for `memory:`, the backend's own records) and how
+//! many heartbeat threads run (Linux only; `null` elsewhere).
+//!
+//! Keys are `syncguard-bench:<random run id>:<scenario>:<n>`, so concurrent runs against a
+//! shared server do not collide; everything taken is released before the scenario ends.
+//! Backends never delete fence counters, so each run leaves one counter per key it used
+//! (about 10 000 for `hold`) on a real server.
+//!
+//! Exit status: 0 on success, 2 for bad usage, 3 when a lock operation fails
+//! (`error: <Code>: <message>` on stderr).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::fmt;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use syncguard::{
+    AcquireOutcome, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker, Lookup,
+};
+
+const USAGE: &str = "\
+bench: throughput, latency and memory of syncguard operations
+
+USAGE:
+    cargo run --release --example bench -- [OPTIONS]
+
+OPTIONS:
+    --url URL           backend to measure (default: $SYNCGUARD_URL, else memory:)
+    --threads N         client threads in each timed scenario (default: 1)
+    --seconds S         length of each timed scenario, in seconds (default: 3)
+    --scenario NAMES    comma-separated scenarios to run (default: all), from:
+                        cycle, guard, contended, extend, lookup, hold
+    -h, --help          print this help
+
+Prints one JSON line per scenario on stdout. Exit status: 0 success, 2 bad usage,
+3 a lock operation failed.";
+
+/// Lease length for everything the benchmark takes.
+const TTL: Duration = Duration::from_secs(30);
+
+/// How many guards the `hold` scenario keeps at once.
+const HOLD_GUARDS: usize = 10_000;
+
+/// The heartbeat thread's name as `/proc/*/task/*/comm` shows it: `syncguard-hb`, or for
+/// versions that named it `syncguard-heartbeat`, the first 15 bytes Linux kept of that.
+#[cfg(target_os = "linux")]
+const HEARTBEAT_COMMS: [&str; 2] = ["syncguard-hb", "syncguard-heart"];
+
+// ---------------------------------------------------------------------------------------------
+// Counting allocator
+// ---------------------------------------------------------------------------------------------
+
+/// The system allocator, counting live heap bytes while [`COUNTING`] is on.
+///
+/// Counting is switched on only around the `hold` measurement, so the timed scenarios run
+/// without the shared atomic. The difference between two readings taken inside one counting
+/// window is exactly the change in live bytes over that window.
+struct CountingAllocator;
+
+/// Net bytes allocated while counting was on.
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+/// Whether allocations are being counted.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Adds `delta` bytes to [`LIVE_BYTES`] when counting is on.
+fn record(delta: isize) {
+    if COUNTING.load(Ordering::Relaxed) {
+        LIVE_BYTES.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+/// A block size as a signed byte count (layout sizes never exceed `isize::MAX`).
+fn signed(size: usize) -> isize {
+    isize::try_from(size).unwrap_or(isize::MAX)
+}
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds the `GlobalAlloc`
+// contract; the wrapper only updates a counter.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees for `layout` are passed on as they are.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            record(signed(layout.size()));
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as in `alloc`.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            record(signed(layout.size()));
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, that is from `System`, with `layout`.
+        unsafe { System.dealloc(ptr, layout) };
+        record(-signed(layout.size()));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from `System` with `layout`; the caller vouches for `new_size`.
+        let new_ptr = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new_ptr.is_null() {
+            record(signed(new_size) - signed(layout.size()));
+        }
+        new_ptr
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------------------------
+
+/// One benchmark scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Cycle,
+    Guard,
+    Contended,
+    Extend,
+    Lookup,
+    Hold,
+}
+
+impl Scenario {
+    /// All scenarios, in the order they run by default.
+    const ALL: [Scenario; 6] = [
+        Scenario::Cycle,
+        Scenario::Guard,
+        Scenario::Contended,
+        Scenario::Extend,
+        Scenario::Lookup,
+        Scenario::Hold,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Cycle => "cycle",
+            Scenario::Guard => "guard",
+            Scenario::Contended => "contended",
+            Scenario::Extend => "extend",
+            Scenario::Lookup => "lookup",
+            Scenario::Hold => "hold",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// The parsed command line.
+#[derive(Debug)]
+struct Args {
+    url: String,
+    threads: usize,
+    duration: Duration,
+    scenarios: Vec<Scenario>,
+}
+
+/// What the command line asked for.
+enum Command {
+    Run(Args),
+    Help,
+}
+
+/// Parses the command line (without the program name). `Err` holds the message for a usage
+/// error.
+fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String> {
+    let mut url = None;
+    let mut threads = 1;
+    let mut duration = Duration::from_secs(3);
+    let mut scenarios = Scenario::ALL.to_vec();
+    while let Some(arg) = argv.next() {
+        if arg == "-h" || arg == "--help" {
+            return Ok(Command::Help);
+        }
+        if !arg.starts_with('-') {
+            // Not echoed: a misplaced URL may carry a password.
+            return Err("unexpected argument; options start with --".to_owned());
+        }
+        // Both `--flag value` and `--flag=value`.
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
+            None => (arg, None),
+        };
+        if !matches!(
+            flag.as_str(),
+            "--url" | "--threads" | "--seconds" | "--scenario"
+        ) {
+            return Err(format!("unknown option {flag}"));
+        }
+        let value = match inline.or_else(|| argv.next()) {
+            Some(value) => value,
+            None => return Err(format!("{flag} needs a value")),
+        };
+        match flag.as_str() {
+            "--url" => url = Some(value),
+            "--threads" => {
+                threads = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n >= 1)
+                    .ok_or_else(|| format!("--threads wants a whole number >= 1, not {value:?}"))?;
+            }
+            "--seconds" => {
+                duration = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| format!("--seconds wants a number above 0, not {value:?}"))?;
+            }
+            _ => {
+                scenarios = value
+                    .split(',')
+                    .map(|name| {
+                        Scenario::from_name(name.trim())
+                            .ok_or_else(|| format!("unknown scenario {name:?}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+        }
+    }
+    let url = url
+        .or_else(|| std::env::var("SYNCGUARD_URL").ok())
+        .filter(|url| !url.trim().is_empty())
+        .unwrap_or_else(|| "memory:".to_owned());
+    Ok(Command::Run(Args {
+        url,
+        threads,
+        duration,
+        scenarios,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// Why a run stopped.
+#[derive(Debug)]
+enum BenchError {
+    /// A lock operation failed.
+    Lock(LockError),
+    /// The backend answered something the scenario rules out (a lock held by nobody else
+    /// reported busy, a held lease reported gone, …).
+    Unexpected(String),
+}
+
+impl From<LockError> for BenchError {
+    fn from(error: LockError) -> Self {
+        BenchError::Lock(error)
+    }
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // `Code: message`.
+            BenchError::Lock(error) => write!(f, "{error}"),
+            BenchError::Unexpected(message) => f.write_str(message),
+        }
+    }
+}
+
+fn unexpected(message: impl Into<String>) -> BenchError {
+    BenchError::Unexpected(message.into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports
+// ---------------------------------------------------------------------------------------------
+
+/// The JSON line of a timed scenario. Field order is the output order.
+#[derive(Serialize)]
+struct TimedReport {
+    backend: &'static str,
+    scenario: &'static str,
+    threads: usize,
+    ops: usize,
+    ops_per_s: f64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+}
+
+/// The JSON line of the `hold` scenario.
+#[derive(Serialize)]
+struct HoldReport {
+    backend: &'static str,
+    scenario: &'static str,
+    guards: usize,
+    bytes_per_guard: i64,
+    heartbeat_threads: Option<usize>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timed scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// The locker every scenario goes through; `locker.backend()` gives the raw backend.
+type BenchLocker = Locker<Box<dyn LockBackend>>;
+
+/// What the scenario threads share.
+struct Ctx {
+    locker: BenchLocker,
+    /// Random per run, so that runs against a shared server never share a key.
+    run_id: String,
+    duration: Duration,
+}
+
+impl Ctx {
+    fn backend(&self) -> &dyn LockBackend {
+        self.locker.backend().as_ref()
+    }
+
+    /// The `n`th key of `scenario` in this run.
+    fn key(&self, scenario: Scenario, n: usize) -> String {
+        format!("syncguard-bench:{}:{}:{n}", self.run_id, scenario.name())
+    }
+}
+
+/// One thread's latencies (ns per operation, which keeps in-process backends readable) and how
+/// long its timed loop ran.
+struct Samples {
+    nanos: Vec<u64>,
+    elapsed: Duration,
+}
+
+/// Runs `op` back to back for `duration`, timing each call.
+fn timed_loop(
+    duration: Duration,
+    mut op: impl FnMut() -> Result<(), BenchError>,
+) -> Result<Samples, BenchError> {
+    let mut nanos = Vec::with_capacity(1 << 16);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut before = start;
+    while before < deadline {
+        op()?;
+        let after = Instant::now();
+        let took = after.duration_since(before).as_nanos();
+        nanos.push(u64::try_from(took).unwrap_or(u64::MAX));
+        before = after;
+    }
+    Ok(Samples {
+        nanos,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Acquires `key`, which nobody else uses, with the raw backend.
+fn acquire_own(backend: &dyn LockBackend, key: &str) -> Result<Lease, BenchError> {
+    match backend.acquire(key, TTL)? {
+        AcquireOutcome::Acquired(lease) => Ok(lease),
+        AcquireOutcome::Locked => Err(unexpected(format!(
+            "{key} was reported locked, but only this thread uses it"
+        ))),
+    }
+}
+
+/// Releases a lease this thread holds, expecting it to be there.
+fn release_own(backend: &dyn LockBackend, lease: &Lease) -> Result<(), BenchError> {
+    if backend.release(&lease.lock_id)? {
+        Ok(())
+    } else {
+        Err(unexpected("a held lock was already gone when released"))
+    }
+}
+
+/// Releases a guard, expecting it to still hold its lock. The same path as dropping it, but
+/// a failure is reported instead of logged.
+fn release_guard(guard: syncguard::LockGuard) -> Result<(), BenchError> {
+    if guard.release()? {
+        Ok(())
+    } else {
+        Err(unexpected("a guard's lock was already gone when released"))
+    }
+}
+
+/// Runs `op` for the configured time on one held lease of this thread, then releases it.
+/// Threads take their lease before `start` and begin timing together.
+fn with_held_lease(
+    ctx: &Ctx,
+    scenario: Scenario,
+    thread: usize,
+    start: &Barrier,
+    mut op: impl FnMut(&dyn LockBackend, &str, &Lease) -> Result<(), BenchError>,
+) -> Result<Samples, BenchError> {
+    let backend = ctx.backend();
+    let key = ctx.key(scenario, thread);
+    let lease = acquire_own(backend, &key);
+    start.wait();
+    let lease = lease?;
+    let result = timed_loop(ctx.duration, || op(backend, &key, &lease));
+    let released = release_own(backend, &lease);
+    let samples = result?;
+    released?;
+    Ok(samples)
+}
+
+/// The body of one thread of a timed scenario. Every path calls `start.wait()` exactly once.
+fn scenario_thread(
+    ctx: &Ctx,
+    scenario: Scenario,
+    thread: usize,
+    start: &Barrier,
+) -> Result<Samples, BenchError> {
+    let backend = ctx.backend();
+    match scenario {
+        Scenario::Cycle => {
+            let key = ctx.key(scenario, thread);
+            start.wait();
+            timed_loop(ctx.duration, || {
+                let lease = acquire_own(backend, &key)?;
+                release_own(backend, &lease)
+            })
+        }
+        Scenario::Guard => {
+            let key = ctx.key(scenario, thread);
+            start.wait();
+            timed_loop(ctx.duration, || release_guard(ctx.locker.lock(&key)?))
+        }
+        Scenario::Contended => {
+            let key = ctx.key(scenario, 0);
+            let options = LockOptions::default()
+                .retry_delay(Duration::from_millis(1))
+                .timeout(Duration::from_secs(60))
+                .max_retries(u32::MAX);
+            start.wait();
+            timed_loop(ctx.duration, || {
+                release_guard(ctx.locker.lock_with(&key, &options)?)
+            })
+        }
+        Scenario::Extend => {
+            with_held_lease(
+                ctx,
+                scenario,
+                thread,
+                start,
+                |backend, _, lease| match backend.extend(&lease.lock_id, TTL)? {
+                    Some(_) => Ok(()),
+                    None => Err(unexpected("a held lease was gone when extended")),
+                },
+            )
+        }
+        Scenario::Lookup => {
+            with_held_lease(
+                ctx,
+                scenario,
+                thread,
+                start,
+                |backend, key, _| match backend.lookup(Lookup::Key(key))? {
+                    Some(_) => Ok(()),
+                    None => Err(unexpected("a held lock was not found by key")),
+                },
+            )
+        }
+        Scenario::Hold => {
+            start.wait();
+            Err(unexpected("hold is not a timed scenario"))
+        }
+    }
+}
+
+/// Runs a timed scenario on `threads` threads and summarises it.
+fn run_timed(ctx: &Ctx, scenario: Scenario, threads: usize) -> Result<TimedReport, BenchError> {
+    let start = Barrier::new(threads);
+    let results: Vec<Result<Samples, BenchError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let start = &start;
+                scope.spawn(move || scenario_thread(ctx, scenario, thread, start))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err(unexpected("a benchmark thread panicked")))
+            })
+            .collect()
+    });
+    let mut nanos = Vec::new();
+    let mut elapsed = Duration::ZERO;
+    for result in results {
+        let samples = result?;
+        nanos.extend_from_slice(&samples.nanos);
+        elapsed = elapsed.max(samples.elapsed);
+    }
+    nanos.sort_unstable();
+    let ops = nanos.len();
+    let ops_per_s = if elapsed.is_zero() {
+        0.0
+    } else {
+        (ops as f64 / elapsed.as_secs_f64() * 10.0).round() / 10.0
+    };
+    Ok(TimedReport {
+        backend: ctx.backend().capabilities().backend,
+        scenario: scenario.name(),
+        threads,
+        ops,
+        ops_per_s,
+        p50_us: percentile_us(&nanos, 0.50),
+        p99_us: percentile_us(&nanos, 0.99),
+    })
+}
+
+/// The nearest-rank percentile `p` (in `0..=1`) of sorted nanosecond samples, in µs to one
+/// decimal; `None` when empty.
+fn percentile_us(sorted: &[u64], p: f64) -> Option<f64> {
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    let nanos = sorted.get(rank.saturating_sub(1)).copied()?;
+    Some((nanos as f64 / 100.0).round() / 10.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hold scenario
+// ---------------------------------------------------------------------------------------------
+
+/// Takes [`HOLD_GUARDS`] guards with the heartbeat on, measures what they cost, releases them.
+fn run_hold(ctx: &Ctx) -> Result<HoldReport, BenchError> {
+    let options = LockOptions::default().ttl(TTL).heartbeat(Heartbeat::Auto);
+    // Built before measuring: the caller's key strings are not the guards' cost.
+    let keys: Vec<String> = (0..HOLD_GUARDS)
+        .map(|n| ctx.key(Scenario::Hold, n))
+        .collect();
+
+    COUNTING.store(true, Ordering::SeqCst);
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    // The vector is measured too: holding a guard takes room for the guard itself.
+    let mut guards = Vec::with_capacity(HOLD_GUARDS);
+    let acquired = keys.iter().try_for_each(|key| {
+        guards.push(ctx.locker.lock_with(key, &options)?);
+        Ok::<_, LockError>(())
+    });
+    let after = LIVE_BYTES.load(Ordering::SeqCst);
+    COUNTING.store(false, Ordering::SeqCst);
+    acquired?;
+
+    let heartbeat_threads = heartbeat_threads();
+    let per_guard = (after - before) as f64 / HOLD_GUARDS as f64;
+    for guard in guards {
+        release_guard(guard)?;
+    }
+    Ok(HoldReport {
+        backend: ctx.backend().capabilities().backend,
+        scenario: Scenario::Hold.name(),
+        guards: HOLD_GUARDS,
+        bytes_per_guard: per_guard.round() as i64,
+        heartbeat_threads,
+    })
+}
+
+/// How many threads of this process are syncguard heartbeat threads.
+#[cfg(target_os = "linux")]
+fn heartbeat_threads() -> Option<usize> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let count = tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| HEARTBEAT_COMMS.contains(&comm.trim_end()))
+        })
+        .count();
+    Some(count)
+}
+
+/// Thread names are not portably readable: unknown.
+#[cfg(not(target_os = "linux"))]
+fn heartbeat_threads() -> Option<usize> {
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// main
+// ---------------------------------------------------------------------------------------------
+
+/// Connects and runs the chosen scenarios, printing a line after each.
+fn run(args: &Args) -> Result<(), BenchError> {
+    let ctx = Ctx {
+        locker: Locker::new(syncguard::connect(&args.url)?),
+        run_id: syncguard::generate_lock_id(),
+        duration: args.duration,
+    };
+    for &scenario in &args.scenarios {
+        let line = match scenario {
+            Scenario::Hold => serde_json::to_string(&run_hold(&ctx)?),
+            timed => serde_json::to_string(&run_timed(&ctx, timed, args.threads)?),
+        }
+        .map_err(|e| unexpected(format!("could not encode the report: {e}")))?;
+        // Written line by line, so a reader sees each scenario as soon as it ends.
+        writeln!(std::io::stdout(), "{line}")
+            .map_err(|e| unexpected(format!("could not write to stdout: {e}")))?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(Command::Run(args)) => args,
+        Ok(Command::Help) => {
+            // A closed pipe (`bench --help | head`) is not worth a panic.
+            let _ = writeln!(std::io::stdout(), "{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n(try --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(3)
+        }
+    }
+}
