@@ -320,7 +320,13 @@ impl LockGuard {
         match self.ops.extend(&self.lease.lock_id, ttl) {
             Ok(Some(expires_at_ms)) => {
                 self.lease.renewed(&mut phase, sent, ttl, expires_at_ms);
-                Ok(*phase == Phase::Held)
+                if *phase == Phase::Held {
+                    return Ok(true);
+                }
+                drop(phase);
+                self.lease
+                    .report_lost("the extension came back after the lease had run out");
+                Ok(false)
             }
             Ok(None) => {
                 self.lease.mark_lost(&mut phase, true);

@@ -184,16 +184,6 @@ impl LockOptions {
         self
     }
 
-    /// The TTL in effect.
-    pub fn get_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// The acquisition timeout in effect.
-    pub fn get_timeout(&self) -> Duration {
-        self.timeout
-    }
-
     fn validated_heartbeat(&self) -> Result<Option<Duration>> {
         if let Heartbeat::Every(every) = self.heartbeat {
             if every.is_zero() || every >= self.ttl {
