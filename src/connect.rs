@@ -39,7 +39,12 @@ pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
         "memory" => Err(LockError::invalid_argument(
             "memory: URLs take no host, path or options",
         )),
-        "redis" | "rediss" | "redis+unix" => unavailable("redis", cfg!(feature = "redis")),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+unix" => {
+            Ok(Box::new(crate::redis::RedisBackend::connect(url)?))
+        }
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" | "redis+unix" => unavailable("redis", false),
         "postgres" | "postgresql" => unavailable("postgres", cfg!(feature = "postgres")),
         "firestore" => unavailable("firestore", cfg!(feature = "firestore")),
         other => Err(LockError::invalid_argument(format!(

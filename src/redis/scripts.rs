@@ -1,0 +1,94 @@
+//! The Lua scripts (one per operation, each one round trip) and their replies.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use crate::error::{LockError, Result};
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!(concat!("scripts/", $file))
+        ))
+    };
+}
+
+/// Every script, hashed once; `Script::invoke` sends EVALSHA and loads the script on NOSCRIPT
+/// (after a server restart, say).
+pub(crate) struct Scripts {
+    pub acquire: Script,
+    pub release: Script,
+    pub extend: Script,
+    pub is_locked: Script,
+    pub lookup_key: Script,
+    pub lookup_id: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: script!("acquire.lua"),
+    release: script!("release.lua"),
+    extend: script!("extend.lua"),
+    is_locked: script!("is_locked.lua"),
+    lookup_key: script!("lookup_key.lua"),
+    lookup_id: script!("lookup_id.lua"),
+});
+
+/// The status that opens every reply (see `prelude.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Ok,
+    /// Acquire: held by another. Reads: no live lock.
+    Absent,
+    NotFound,
+    Expired,
+    FenceOverflow,
+    /// The key holds a value that is not a SyncGuard lock record.
+    Foreign,
+}
+
+/// A parsed script reply: the status and the values after it.
+pub(crate) struct Reply {
+    pub status: Status,
+    values: std::vec::IntoIter<Value>,
+}
+
+impl Reply {
+    pub fn parse(value: Value) -> Result<Reply> {
+        let Value::Array(values) = value else {
+            return Err(unexpected("a script replied with a non-array"));
+        };
+        let mut values = values.into_iter();
+        let status = match values.next() {
+            Some(Value::Int(1)) => Status::Ok,
+            Some(Value::Int(0)) => Status::Absent,
+            Some(Value::Int(-1)) => Status::NotFound,
+            Some(Value::Int(-2)) => Status::Expired,
+            Some(Value::Int(-3)) => Status::FenceOverflow,
+            Some(Value::Int(-9)) => Status::Foreign,
+            _ => return Err(unexpected("a script replied with an unknown status")),
+        };
+        Ok(Reply { status, values })
+    }
+
+    pub fn int(&mut self) -> Result<i64> {
+        match self.values.next() {
+            Some(Value::Int(n)) => Ok(n),
+            _ => Err(unexpected("a script reply lacks an expected integer")),
+        }
+    }
+
+    pub fn string(&mut self) -> Result<String> {
+        match self.values.next() {
+            Some(Value::BulkString(bytes)) => String::from_utf8(bytes)
+                .map_err(|_| unexpected("a script reply holds a string that is not UTF-8")),
+            Some(Value::SimpleString(s)) => Ok(s),
+            _ => Err(unexpected("a script reply lacks an expected string")),
+        }
+    }
+}
+
+fn unexpected(what: &str) -> LockError {
+    LockError::internal(format!("unexpected reply from Redis: {what}"))
+}

@@ -1,0 +1,31 @@
+-- KEYS: lock key, index key of the new lock id, fence counter key
+-- ARGV: lock id, ttl ms, tolerance ms, user key (NFC), largest fence allowed
+-- Reply: {OK, fence, expiresAtMs} | {ABSENT} (held by another) | {FENCE_OVERFLOW} | {FOREIGN}
+local lock_key, index_key, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local lock_id, ttl, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+
+local raw = redis.call('GET', lock_key)
+if raw then
+  local held = decode_lock(raw)
+  if not held then return {FOREIGN} end
+  if held.expiresAtMs > now - tolerance then
+    if held.lockId == lock_id then
+      -- This very acquisition, retried after its reply was lost: the same lease again.
+      return {OK, held.fence, held.expiresAtMs}
+    end
+    return {ABSENT}
+  end
+end
+
+-- The counter only ever grows, has no TTL and is never deleted.
+local counter = redis.call('INCR', fence_key)
+if counter > tonumber(ARGV[5]) then return {FENCE_OVERFLOW} end
+local fence = string.format('%015d', counter)
+local expires_at = now + ttl
+local record = cjson.encode({
+  lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = ARGV[4], fence = fence
+})
+redis.call('SET', lock_key, record, 'PX', ttl)
+redis.call('SET', index_key, lock_key, 'PX', ttl)
+return {OK, fence, expires_at}

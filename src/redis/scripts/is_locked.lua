@@ -1,0 +1,14 @@
+-- KEYS: lock key
+-- ARGV: tolerance ms, cleanup ('1' or '0'), index key prefix, cleanup guard ms
+-- Reply: {OK} (live) | {ABSENT} | {FOREIGN}
+local raw = redis.call('GET', KEYS[1])
+if not raw then return {ABSENT} end
+local lock = decode_lock(raw)
+if not lock then return {FOREIGN} end
+local now = now_ms()
+if lock.expiresAtMs > now - tonumber(ARGV[1]) then return {OK} end
+-- Opt-in cleanup, only well past expiry so that it can never race a renewal.
+if ARGV[2] == '1' and now - lock.expiresAtMs > tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[1], ARGV[3] .. lock.lockId)
+end
+return {ABSENT}

@@ -1,0 +1,7 @@
+-- KEYS: index key of the lock id
+-- ARGV: lock id, tolerance ms
+-- Reply: {OK} | {NOT_FOUND} | {EXPIRED} | {FOREIGN}
+local lock_key, lock_or_code = resolve_owned(KEYS[1], ARGV[1], tonumber(ARGV[2]))
+if not lock_key then return {lock_or_code} end
+redis.call('DEL', lock_key, KEYS[1])
+return {OK}

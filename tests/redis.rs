@@ -1,0 +1,575 @@
+//! The Redis backend against a real `redis-server` started by the tests: the contract suites,
+//! the storage format shared with the TypeScript SyncGuard, server time, and faults.
+
+#![cfg(feature = "redis")]
+
+#[macro_use]
+mod contract;
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use redis::Commands as _;
+use serde_json::Value as Json;
+use support::{RedisServer, shared_redis};
+use syncguard::redis::RedisBackend;
+use syncguard::{
+    AcquireOutcome, ErrorCode, Lease, LockBackend, LockOptions, Locker, Lookup, generate_lock_id,
+    make_storage_key,
+};
+
+fn backend() -> RedisBackend {
+    RedisBackend::connect(&shared_redis().url()).expect("connect to the test Redis")
+}
+
+backend_contract!(backend);
+guard_contract!(backend);
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn unique(name: &str) -> String {
+    format!("redis-test:{name}:{}", generate_lock_id())
+}
+
+fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
+    match outcome {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// Redis' clock, in Unix ms.
+fn server_now_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Runs `call` on another thread and fails the test if it has not returned after a minute:
+/// a hang shows up as a failure, not as a stuck test run.
+fn within_a_minute<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the call hung instead of failing within its timeouts")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage format (shared with the TypeScript SyncGuard)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn stores_the_three_keys_of_the_syncguard_layout() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let key = unique("layout");
+    let lease = lease(backend.acquire(&key, TTL));
+
+    let lock_key = format!("syncguard:{key}");
+    let index_key = format!("syncguard:id:{}", lease.lock_id);
+    let fence_key = format!("syncguard:fence:syncguard:{key}");
+    assert_eq!(backend.lock_key(&key).unwrap(), lock_key);
+    assert_eq!(backend.index_key(&lease.lock_id).unwrap(), index_key);
+    assert_eq!(backend.fence_key(&key).unwrap(), fence_key);
+
+    let record: String = conn.get(&lock_key).unwrap();
+    let record: serde_json::Map<String, Json> = serde_json::from_str(&record).unwrap();
+    let fields: BTreeSet<&str> = record.keys().map(String::as_str).collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from(["acquiredAtMs", "expiresAtMs", "fence", "key", "lockId"])
+    );
+    assert_eq!(record["lockId"], Json::from(lease.lock_id.clone()));
+    assert_eq!(record["key"], Json::from(key.clone()));
+    assert_eq!(record["fence"], Json::from(lease.fence.as_str()));
+    assert_eq!(record["expiresAtMs"].as_i64(), Some(lease.expires_at_ms));
+    assert_eq!(
+        record["acquiredAtMs"].as_i64(),
+        Some(lease.expires_at_ms - TTL.as_millis() as i64)
+    );
+
+    let index: String = conn.get(&index_key).unwrap();
+    assert_eq!(index, lock_key, "the index holds the full lock key");
+
+    // Both keys expire at the same instant: the lease's expiry.
+    let lock_expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&lock_key)
+        .query(&mut conn)
+        .unwrap();
+    let index_expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&index_key)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(lock_expiry, index_expiry);
+    // PX counts from Redis' cached millisecond clock, the record from TIME floored to ms.
+    assert!((lock_expiry - lease.expires_at_ms).abs() <= 1);
+
+    // The fence counter: a plain integer without TTL.
+    let counter: i64 = conn.get(&fence_key).unwrap();
+    assert_eq!(counter, 1);
+    let fence_ttl: i64 = conn.pttl(&fence_key).unwrap();
+    assert_eq!(fence_ttl, -1, "fence counters never expire");
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+#[test]
+fn fence_counters_survive_release_and_expiry() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let key = unique("fence-lifetime");
+    let fence_key = backend.fence_key(&key).unwrap();
+
+    let first = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&first.lock_id).unwrap());
+    let after_release: i64 = conn.get(&fence_key).unwrap();
+    assert_eq!(after_release, 1);
+
+    let short = lease(backend.acquire(&key, Duration::from_millis(50)));
+    assert_eq!(short.fence.value(), 2);
+    contract::wait_until_unlocked(&backend, &key);
+    let lock_exists: bool = conn.exists(backend.lock_key(&key).unwrap()).unwrap();
+    assert!(!lock_exists, "the lock expired with its PX");
+    let after_expiry: i64 = conn.get(&fence_key).unwrap();
+    assert_eq!(after_expiry, 2);
+    assert_eq!(conn.pttl::<_, i64>(&fence_key).unwrap(), -1);
+
+    let third = lease(backend.acquire(&key, TTL));
+    assert_eq!(third.fence.value(), 3);
+    assert!(backend.release(&third.lock_id).unwrap());
+}
+
+#[test]
+fn long_prefixes_force_hash_truncation_of_all_three_keys() {
+    let prefix = format!("{}-{}", "p".repeat(900), &generate_lock_id()[..8]);
+    let backend = RedisBackend::builder()
+        .url(shared_redis().url())
+        .key_prefix(&prefix)
+        .build()
+        .unwrap();
+    let mut conn = shared_redis().connection();
+    let key = unique("truncated").repeat(3);
+    let lease = lease(backend.acquire(&key, TTL));
+
+    let lock_key = make_storage_key(&prefix, &key, 1000, 26).unwrap();
+    let index_key = make_storage_key(&prefix, &format!("id:{}", lease.lock_id), 1000, 26).unwrap();
+    let fence_key = make_storage_key(&prefix, &format!("fence:{lock_key}"), 1000, 26).unwrap();
+    assert_eq!(
+        lock_key.len(),
+        prefix.len() + 1 + 22,
+        "the lock key is hashed"
+    );
+    assert_eq!(
+        fence_key.len(),
+        prefix.len() + 1 + 22,
+        "the fence key is hashed"
+    );
+    assert!(
+        index_key.ends_with(&lease.lock_id),
+        "index keys stay readable"
+    );
+    for redis_key in [&lock_key, &index_key, &fence_key] {
+        assert!(
+            conn.exists::<_, bool>(redis_key).unwrap(),
+            "{redis_key:.40}…"
+        );
+        assert!(redis_key.len() + 26 <= 1000);
+    }
+    let record: String = conn.get(&lock_key).unwrap();
+    assert!(record.contains(&key), "the record keeps the full user key");
+    let raw = syncguard::get_by_id_raw(&backend, &lease.lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw.key, key);
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+/// What the TypeScript SyncGuard writes, field order and all, is a lock this backend honours.
+#[test]
+fn reads_and_releases_locks_written_by_the_typescript_library() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let key = unique("from-node");
+    let lock_id = generate_lock_id();
+    let now = server_now_ms(&mut conn);
+    let record = format!(
+        r#"{{"fence":"000000000000007","key":"{key}","acquiredAtMs":{now},"lockId":"{lock_id}","expiresAtMs":{}}}"#,
+        now + 30_000
+    );
+    let lock_key = format!("syncguard:{key}");
+    let _: () = conn.set_ex(&lock_key, &record, 30).unwrap();
+    let _: () = conn
+        .set_ex(format!("syncguard:id:{lock_id}"), &lock_key, 30)
+        .unwrap();
+    let _: () = conn.set(format!("syncguard:fence:{lock_key}"), 7).unwrap();
+
+    assert!(backend.is_locked(&key).unwrap());
+    assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
+    let info = syncguard::get_by_id_raw(&backend, &lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.key, key);
+    assert_eq!(info.info.fence.as_str(), "000000000000007");
+    assert_eq!(info.info.expires_at_ms, now + 30_000);
+    assert!(backend.extend(&lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&lock_id).unwrap());
+    let next = lease(backend.acquire(&key, TTL));
+    assert_eq!(
+        next.fence.as_str(),
+        "000000000000008",
+        "continues the shared counter"
+    );
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+#[test]
+fn url_prefix_option_and_connect() {
+    let prefix = format!("app{}", &generate_lock_id()[..6]);
+    let url = format!("{}?prefix={prefix}", shared_redis().url());
+    let backend = syncguard::connect(&url).unwrap();
+    assert_eq!(backend.capabilities().backend, "redis");
+    assert_eq!(
+        backend.capabilities().time_authority,
+        syncguard::TimeAuthority::Server
+    );
+    let key = unique("prefixed");
+    let lease = lease(backend.acquire(&key, TTL));
+    let mut conn = shared_redis().connection();
+    assert!(conn.exists::<_, bool>(format!("{prefix}:{key}")).unwrap());
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time: Redis TIME decides
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn expiry_is_computed_from_redis_time() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let key = unique("server-time");
+    let before = server_now_ms(&mut conn);
+    let lease = lease(backend.acquire(&key, TTL));
+    let after = server_now_ms(&mut conn);
+    let ttl = TTL.as_millis() as i64;
+    assert!(
+        (before + ttl..=after + ttl).contains(&lease.expires_at_ms),
+        "expiry {} not within Redis TIME [{before}, {after}] + ttl",
+        lease.expires_at_ms
+    );
+    let before = server_now_ms(&mut conn);
+    let extended = backend.extend(&lease.lock_id, TTL).unwrap().unwrap();
+    let after = server_now_ms(&mut conn);
+    assert!((before + ttl..=after + ttl).contains(&extended));
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+/// The 1000 ms tolerance is applied against Redis TIME inside the scripts: a record that
+/// expired 500 ms ago (by the server's clock) is still live, one 1500 ms ago is not.
+#[test]
+fn tolerance_is_applied_against_redis_time() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let now = server_now_ms(&mut conn);
+    for (age_ms, live) in [(500, true), (1500, false)] {
+        let key = unique("tolerance");
+        let lock_id = generate_lock_id();
+        let record = format!(
+            r#"{{"lockId":"{lock_id}","expiresAtMs":{},"acquiredAtMs":{},"key":"{key}","fence":"000000000000001"}}"#,
+            now - age_ms,
+            now - 60_000
+        );
+        let lock_key = backend.lock_key(&key).unwrap();
+        let _: () = conn.set_ex(&lock_key, &record, 60).unwrap();
+        let _: () = conn
+            .set_ex(backend.index_key(&lock_id).unwrap(), &lock_key, 60)
+            .unwrap();
+        assert_eq!(
+            backend.is_locked(&key).unwrap(),
+            live,
+            "expired {age_ms} ms ago"
+        );
+        assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap().is_some(), live);
+        assert_eq!(backend.extend(&lock_id, TTL).unwrap().is_some(), live);
+        let _: () = conn.del(&lock_key).unwrap();
+    }
+}
+
+#[test]
+fn cleanup_in_is_locked_is_opt_in_and_guarded() {
+    let mut conn = shared_redis().connection();
+    let plain = backend();
+    let cleaning = RedisBackend::builder()
+        .url(shared_redis().url())
+        .cleanup_in_is_locked(true)
+        .build()
+        .unwrap();
+    let now = server_now_ms(&mut conn);
+    // A record left behind past its expiry (e.g. written with a longer PX by another client).
+    let plant = |conn: &mut redis::Connection, age_ms: i64| {
+        let key = unique("stale");
+        let lock_id = generate_lock_id();
+        let lock_key = plain.lock_key(&key).unwrap();
+        let index_key = plain.index_key(&lock_id).unwrap();
+        let record = format!(
+            r#"{{"lockId":"{lock_id}","expiresAtMs":{},"acquiredAtMs":{},"key":"{key}","fence":"000000000000001"}}"#,
+            now - age_ms,
+            now - 60_000
+        );
+        let _: () = conn.set_ex(&lock_key, &record, 60).unwrap();
+        let _: () = conn.set_ex(&index_key, &lock_key, 60).unwrap();
+        (key, lock_key, index_key)
+    };
+    let (key, lock_key, _) = plant(&mut conn, 5_000);
+    assert!(!plain.is_locked(&key).unwrap());
+    assert!(
+        conn.exists::<_, bool>(&lock_key).unwrap(),
+        "read-only by default"
+    );
+
+    assert!(!cleaning.is_locked(&key).unwrap());
+    assert!(
+        !conn.exists::<_, bool>(&lock_key).unwrap(),
+        "cleaned up when enabled"
+    );
+
+    let (key, lock_key, index_key) = plant(&mut conn, 1_500);
+    assert!(!cleaning.is_locked(&key).unwrap());
+    assert!(
+        conn.exists::<_, bool>(&lock_key).unwrap(),
+        "within the 2000 ms guard nothing is deleted"
+    );
+    let _: () = conn.del(&[&lock_key, &index_key]).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile contents
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn values_that_are_not_syncguard_locks_give_typed_errors() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+
+    let key = unique("not-json");
+    let lock_key = backend.lock_key(&key).unwrap();
+    let _: () = conn.set(&lock_key, "hello, not a lock").unwrap();
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert_eq!(
+        backend.is_locked(&key).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert_eq!(
+        backend.lookup(Lookup::Key(&key)).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    let kept: String = conn.get(&lock_key).unwrap();
+    assert_eq!(
+        kept, "hello, not a lock",
+        "foreign data is never overwritten"
+    );
+
+    let key = unique("wrong-type");
+    let lock_key = backend.lock_key(&key).unwrap();
+    let _: () = conn.hset(&lock_key, "field", "value").unwrap();
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+
+    let key = unique("json-but-not-ours");
+    let lock_key = backend.lock_key(&key).unwrap();
+    let _: () = conn.set(&lock_key, r#"{"expiresAtMs":"soon"}"#).unwrap();
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+
+    let key = unique("bad-counter");
+    let _: () = conn
+        .set(backend.fence_key(&key).unwrap(), "not a number")
+        .unwrap();
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert!(!backend.is_locked(&key).unwrap(), "nothing was written");
+
+    let _: () = conn
+        .del(&[
+            backend.lock_key(&unique("x")).unwrap(),
+            backend.fence_key(&key).unwrap(),
+        ])
+        .unwrap();
+}
+
+/// A user key that names another key's fence counter can neither overwrite nor delete it.
+#[test]
+fn keys_colliding_with_fence_counters_cannot_touch_them() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let victim = unique("victim");
+    let first = lease(backend.acquire(&victim, TTL));
+    assert!(backend.release(&first.lock_id).unwrap());
+    let fence_key = backend.fence_key(&victim).unwrap();
+    let attacker = fence_key.strip_prefix("syncguard:").unwrap().to_owned();
+    assert_eq!(backend.lock_key(&attacker).unwrap(), fence_key);
+
+    assert_eq!(
+        backend.acquire(&attacker, TTL).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    let counter: i64 = conn.get(&fence_key).unwrap();
+    assert_eq!(counter, 1);
+    let next = lease(backend.acquire(&victim, TTL));
+    assert_eq!(next.fence.value(), 2, "the counter carried on");
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+#[test]
+fn fence_overflow_is_refused_without_taking_the_lock() {
+    let backend = backend();
+    let mut conn = shared_redis().connection();
+    let key = unique("overflow");
+    let _: () = conn
+        .set(backend.fence_key(&key).unwrap(), syncguard::FENCE_MAX)
+        .unwrap();
+    let err = backend.acquire(&key, TTL).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Internal);
+    assert!(!backend.is_locked(&key).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults, each on a server of its own
+// ---------------------------------------------------------------------------------------------
+
+fn impatient(url: &str) -> RedisBackend {
+    RedisBackend::builder()
+        .url(url)
+        .connect_timeout(Duration::from_millis(500))
+        .read_timeout(Duration::from_millis(500))
+        .write_timeout(Duration::from_millis(500))
+        .pool_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn stopped_server_gives_service_unavailable_and_no_hang() {
+    let mut server = RedisServer::start();
+    let backend = Arc::new(impatient(&server.url()));
+    let key = unique("down");
+    let _ = lease(backend.acquire(&key, TTL));
+    server.stop();
+    for _ in 0..2 {
+        let backend = Arc::clone(&backend);
+        let key = key.clone();
+        let err = within_a_minute(move || backend.acquire(&key, TTL)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    }
+    let err = within_a_minute({
+        let url = server.url();
+        move || RedisBackend::connect(&url)
+    })
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+}
+
+#[test]
+fn restarted_server_is_used_again_on_the_next_call() {
+    let mut server = RedisServer::start();
+    let backend = impatient(&server.url());
+    let key = unique("restart");
+    let held = lease(backend.acquire(&key, TTL));
+    server.restart();
+    // The pooled connection is dead and the scripts are gone: the very next call must
+    // reconnect and reload them by itself. The restarted server lost the lock.
+    assert!(!backend.is_locked(&key).unwrap());
+    assert!(!backend.release(&held.lock_id).unwrap());
+    let again = lease(backend.acquire(&key, TTL));
+    assert_eq!(
+        again.fence.value(),
+        1,
+        "no persistence: the counter restarted"
+    );
+}
+
+#[test]
+fn wrong_or_missing_password_is_auth_failed() {
+    let server = RedisServer::start_with_password("correct-horse");
+    let good = RedisBackend::connect(&server.url()).unwrap();
+    assert!(!good.is_locked(&unique("auth")).unwrap());
+    let url = format!("redis://:battery-staple@127.0.0.1:{}/", server.port);
+    let err = RedisBackend::connect(&url).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
+    assert!(!format!("{err} {err:?}").contains("battery-staple"));
+    let err = RedisBackend::connect(&format!("redis://127.0.0.1:{}/", server.port)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
+    assert!(!format!("{good:?}").contains("correct-horse"));
+}
+
+#[test]
+fn an_application_pool_works_and_pool_exhaustion_is_rate_limited() {
+    let client = redis::Client::open(shared_redis().url()).unwrap();
+    let pool = r2d2::Pool::builder()
+        .max_size(1)
+        .test_on_check_out(false)
+        .connection_timeout(Duration::from_millis(300))
+        .build(client)
+        .unwrap();
+    let hog = pool.get().unwrap();
+    let backend = RedisBackend::builder().pool(pool.clone()).build().unwrap();
+    let err = backend.is_locked(&unique("busy")).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RateLimited, "{err}");
+    drop(hog);
+    let key = unique("app-pool");
+    let lease = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many threads through one Locker
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn many_threads_one_key_one_holder_at_a_time() {
+    let locker = Locker::with_defaults(
+        backend(),
+        LockOptions::default()
+            .retry_delay(Duration::from_millis(2))
+            .timeout(Duration::from_secs(60))
+            .max_retries(u32::MAX),
+    );
+    let key = unique("crowd");
+    let holders = AtomicUsize::new(0);
+    let fences = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for _ in 0..25 {
+                    locker
+                        .with_lock(&key, |guard| {
+                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            fences.lock().unwrap().push(guard.fence().clone());
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let fences = fences.into_inner().unwrap();
+    assert_eq!(fences.len(), 200);
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "fences strictly increase in holding order"
+    );
+}
