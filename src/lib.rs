@@ -96,7 +96,8 @@ pub use crate::time::{
     Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms,
 };
 
-/// The README's examples, compiled and run as doctests so they stay true.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doctests so they stay true. The README
+/// describes the default build, so they need the default features.
+#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "firestore"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
