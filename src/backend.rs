@@ -119,6 +119,14 @@ macro_rules! forward_lock_backend {
 
 forward_lock_backend!(Box, Arc);
 
+/// Names the backend, so `Box<dyn LockBackend>` (from [`connect`](crate::connect)) can be
+/// debug-printed and unwrapped.
+impl fmt::Debug for dyn LockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockBackend({})", self.capabilities().backend)
+    }
+}
+
 /// The answer to [`LockBackend::acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "an acquired lease stays held until released or expired"]

@@ -45,7 +45,10 @@ pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
         }
         #[cfg(not(feature = "redis"))]
         "redis" | "rediss" | "redis+unix" => unavailable("redis", false),
-        "postgres" | "postgresql" => unavailable("postgres", cfg!(feature = "postgres")),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Box::new(crate::postgres::PostgresBackend::connect(url)?)),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => unavailable("postgres", false),
         "firestore" => unavailable("firestore", cfg!(feature = "firestore")),
         other => Err(LockError::invalid_argument(format!(
             "unsupported URL scheme {:?}; expected one of {SCHEMES}",

@@ -64,6 +64,8 @@ mod key;
 mod lock_id;
 mod locker;
 mod memory;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod net;
 mod telemetry;
 mod time;
 
@@ -98,6 +100,11 @@ pub use crate::time::{
 
 /// The README's examples, compiled and run as doctests so they stay true. The README
 /// describes the default build, so they need the default features.
-#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "firestore"))]
+#[cfg(all(
+    doctest,
+    feature = "redis",
+    feature = "postgres",
+    feature = "firestore"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use r2d2::{ManageConnection, PooledConnection};
 use redis::{Client, Connection, ConnectionLike, RedisError, RedisResult};
 
-use super::errors::{Redactor, classify, is_dropped_connection, map_error};
+use super::errors::{classify, is_dropped_connection, map_error};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::net::{Redactor, split_url, with_one_reconnect};
 
 /// A Redis URL taken apart: what the client gets, what may be shown, and our own options.
 pub(crate) struct ParsedUrl {
@@ -22,73 +23,24 @@ pub(crate) struct ParsedUrl {
     pub tls: bool,
 }
 
-const SCHEMES: &str = "redis://, rediss://, redis+unix:// or unix://";
-/// Query parameters that carry a password in `redis+unix://` URLs.
-const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
-
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
-    let mut parsed = url::Url::parse(url.trim()).map_err(|e| {
-        // url's messages describe the problem, never the input.
-        LockError::invalid_argument(format!("malformed Redis URL: {e}"))
-    })?;
-    let scheme = parsed.scheme().to_owned();
-    if !matches!(scheme.as_str(), "redis" | "rediss" | "redis+unix" | "unix") {
+    let split = split_url(url, "Redis", &["prefix"])?;
+    let scheme = split.url.scheme();
+    if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
         return Err(LockError::invalid_argument(format!(
-            "not a Redis URL (scheme {scheme:?}); expected {SCHEMES}"
+            "not a Redis URL (scheme {scheme:?}); expected redis://, rediss://, redis+unix:// or unix://"
         )));
     }
-    let mut prefix = None;
-    let mut secrets = Vec::new();
-    let mut kept = Vec::new();
-    for (name, value) in parsed.query_pairs() {
-        match name.as_ref() {
-            "prefix" => prefix = Some(value.into_owned()),
-            _ => {
-                if SECRET_PARAMS.contains(&name.as_ref()) {
-                    secrets.push(value.clone().into_owned());
-                }
-                kept.push((name.into_owned(), value.into_owned()));
-            }
-        }
-    }
-    if let Some(password) = parsed.password() {
-        secrets.push(password.to_owned());
-        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
-            secrets.push(decoded.into_owned());
-        }
-    }
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.query_pairs_mut().clear().extend_pairs(&kept);
-    }
-    let client_url = parsed.to_string();
-
-    let mut shown = parsed.clone();
-    if shown.password().is_some() {
-        // Setting a password only fails for URLs that cannot have one, which this has.
-        let _ = shown.set_password(Some("***"));
-    }
-    if shown.query().is_some() {
-        let masked: Vec<(String, String)> = shown
-            .query_pairs()
-            .map(|(name, value)| {
-                let value = if SECRET_PARAMS.contains(&name.as_ref()) {
-                    "***".to_owned()
-                } else {
-                    value.into_owned()
-                };
-                (name.into_owned(), value)
-            })
-            .collect();
-        shown.query_pairs_mut().clear().extend_pairs(&masked);
-    }
     Ok(ParsedUrl {
-        client_url,
-        display: shown.to_string(),
-        prefix,
-        secrets,
         tls: scheme == "rediss",
+        client_url: split.url.to_string(),
+        display: split.display,
+        prefix: split
+            .options
+            .into_iter()
+            .map(|(_, value)| value)
+            .next_back(),
+        secrets: split.secrets,
     })
 }
 
@@ -206,26 +158,18 @@ impl Pool {
         }
     }
 
-    /// Runs `call` on a pooled connection. A connection found dead (the server restarted or
-    /// closed it) is discarded and the call tried once more on a fresh one; every script is
-    /// safe to repeat (acquire recognises its own lock id).
+    /// Runs `call` on a pooled connection, with one reconnect if the connection was dead.
     pub fn run<T>(
         &self,
         redactor: &Redactor,
         mut call: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let mut retried = false;
-        loop {
-            let mut checkout = self.checkout(redactor)?;
-            match call(checkout.connection()) {
-                Ok(value) => return Ok(value),
-                Err(error) if !retried && is_dropped_connection(&error) => {
-                    retried = true;
-                    drop(checkout);
-                }
-                Err(error) => return Err(map_error(error, redactor)),
-            }
-        }
+        with_one_reconnect(
+            || self.checkout(redactor),
+            |checkout| call(checkout.connection()),
+            is_dropped_connection,
+            |error| map_error(error, redactor),
+        )
     }
 
     fn checkout(&self, redactor: &Redactor) -> Result<Checkout> {

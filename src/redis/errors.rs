@@ -3,27 +3,7 @@
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::error::{ErrorCode, LockError};
-
-/// Removes known secrets (the password from the URL) from text that came from the client
-/// library, before it reaches an error message.
-#[derive(Clone, Default)]
-pub(crate) struct Redactor {
-    secrets: Vec<String>,
-}
-
-impl Redactor {
-    pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
-        Redactor {
-            secrets: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
-        }
-    }
-
-    pub fn clean(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_owned(), |text, secret| {
-            text.replace(secret.as_str(), "***")
-        })
-    }
-}
+use crate::net::Redactor;
 
 /// The code for a client or server error.
 pub(crate) fn classify(error: &RedisError) -> ErrorCode {
@@ -73,21 +53,9 @@ pub(crate) fn map_error(error: RedisError, redactor: &Redactor) -> LockError {
         ErrorCode::InvalidArgument => "Redis rejected the request",
         _ => "Redis request failed",
     };
-    let detail = redactor.clean(&error.to_string());
-    LockError::new(code, format!("{what}: {detail}")).with_source(RedactedError(detail))
+    let source = redactor.source(&error);
+    LockError::new(code, format!("{what}: {source}")).with_source(source)
 }
-
-/// The client library's error, as redacted text (the original may hold connection details).
-#[derive(Debug)]
-struct RedactedError(String);
-
-impl std::fmt::Display for RedactedError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RedactedError {}
 
 /// Whether a failed call may be retried once on a fresh connection: the pooled connection was
 /// dead (the server restarted or dropped it), not slow. Timeouts never qualify.
@@ -98,16 +66,6 @@ pub(crate) fn is_dropped_connection(error: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redactor_scrubs_every_occurrence() {
-        let r = Redactor::new(["hunter2".to_owned(), String::new()]);
-        assert_eq!(
-            r.clean("auth hunter2 failed: hunter2"),
-            "auth *** failed: ***"
-        );
-        assert_eq!(r.clean("nothing"), "nothing");
-    }
 
     #[test]
     fn server_errors_map_by_code() {

@@ -47,7 +47,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use self::connection::{Connector, LastFailure, Pool, Timeouts, ensure_tls_provider, parse_url};
-use self::errors::{Redactor, map_error};
+use self::errors::map_error;
 use self::scripts::{Reply, SCRIPTS, Status};
 use crate::backend::{
     AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
@@ -57,6 +57,7 @@ use crate::error::{LockError, Result};
 use crate::fence::{FENCE_MAX, Fence};
 use crate::key::{make_storage_key, normalize_and_validate_key};
 use crate::lock_id::{LOCK_ID_LENGTH, generate_lock_id, validate_lock_id};
+use crate::net::Redactor;
 use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
 
 /// Redis' storage-key limit in bytes.

@@ -941,23 +941,38 @@ pub fn keys_with_special_characters<B: LockBackend>(backend: &B) {
     }
 }
 
-/// Seed 003 keys are opaque strings: a key containing NUL works like any other.
+/// Seed 003 keys are opaque strings: a key containing NUL works like any other — or, where the
+/// store cannot hold NUL at all (PostgreSQL text), every operation refuses it with
+/// `InvalidArgument` before any I/O, consistently, and nothing is locked.
 pub fn keys_with_nul_work<B: LockBackend>(backend: &B) {
     let id = generate_lock_id();
     let key = format!("nul\0byte:{id}");
     let plain = format!("nulbyte:{id}");
-    let lease = acquired(backend, &key, LONG_TTL);
-    assert!(backend.is_locked(&key).unwrap());
-    assert!(
-        !backend.is_locked(&plain).unwrap(),
-        "NUL is part of the key"
-    );
-    let info = backend.lookup(Lookup::Key(&key)).unwrap().expect("held");
-    assert_info_describes(&info, &key, &lease, lease.expires_at_ms);
-    let raw = get_by_key_raw(backend, &key).unwrap().expect("held");
-    assert_eq!(raw.key, key);
-    assert!(backend.release(&lease.lock_id).unwrap());
-    assert!(!backend.is_locked(&key).unwrap());
+    match backend.acquire(&key, LONG_TTL) {
+        Err(refused) => {
+            assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{refused:?}");
+            assert_invalid(backend.is_locked(&key), "is_locked of a NUL key");
+            assert_invalid(backend.lookup(Lookup::Key(&key)), "lookup of a NUL key");
+            assert!(!backend.is_locked(&plain).unwrap());
+        }
+        Ok(outcome) => {
+            let lease = match outcome {
+                AcquireOutcome::Acquired(lease) => lease,
+                AcquireOutcome::Locked => panic!("a fresh NUL key was reported locked"),
+            };
+            assert!(backend.is_locked(&key).unwrap());
+            assert!(
+                !backend.is_locked(&plain).unwrap(),
+                "NUL is part of the key"
+            );
+            let info = backend.lookup(Lookup::Key(&key)).unwrap().expect("held");
+            assert_info_describes(&info, &key, &lease, lease.expires_at_ms);
+            let raw = get_by_key_raw(backend, &key).unwrap().expect("held");
+            assert_eq!(raw.key, key);
+            assert!(backend.release(&lease.lock_id).unwrap());
+            assert!(!backend.is_locked(&key).unwrap());
+        }
+    }
 }
 
 /// Seed 003 "Lock ID Validation": malformed ids are InvalidArgument for every op.

@@ -13,7 +13,6 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A port nobody listens on right now.
@@ -59,15 +58,28 @@ pub struct Service {
 }
 
 impl Service {
-    /// Starts `program args` with its output in `log`.
+    /// Starts `program args` with its output in `log`; stopping sends SIGTERM.
     pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Service {
-        // $1 is the log, the rest the command. `read` returns when our end of the pipe closes.
-        let script = r#"log="$1"; shift; "$@" >>"$log" 2>&1 & pid=$!; read _ignored; kill -TERM "$pid" 2>/dev/null; wait "$pid""#;
+        Self::spawn_with_stop_signal(name, program, args, log, "TERM")
+    }
+
+    /// Starts `program args` with its output in `log`; stopping sends `signal` (e.g. `INT`).
+    pub fn spawn_with_stop_signal(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        signal: &str,
+    ) -> Service {
+        // $1 the log, $2 the stop signal, the rest the command. `read` returns when our end of
+        // the pipe closes: on stop(), on drop, or when the test process exits.
+        let script = r#"log="$1"; sig="$2"; shift 2; "$@" >>"$log" 2>&1 & pid=$!; read _ignored; kill -"$sig" "$pid" 2>/dev/null; wait "$pid""#;
         let mut watchdog = Command::new("sh")
             .arg("-c")
             .arg(script)
             .arg("watchdog")
             .arg(log)
+            .arg(signal)
             .arg(program)
             .args(args)
             .stdin(Stdio::piped())
@@ -120,121 +132,14 @@ impl Drop for Service {
     }
 }
 
-/// A `redis-server` of its own: no persistence, loopback only, optional password.
-pub struct RedisServer {
-    pub port: u16,
-    password: Option<String>,
-    dir: PathBuf,
-    service: Option<Service>,
-}
+#[cfg(feature = "postgres")]
+mod postgres_server;
+#[cfg(feature = "redis")]
+mod redis_server;
 
-impl RedisServer {
-    /// Starts a server on a free port.
-    pub fn start() -> RedisServer {
-        Self::start_with(None)
-    }
-
-    /// Starts a server that requires `password`.
-    pub fn start_with_password(password: &str) -> RedisServer {
-        Self::start_with(Some(password.to_owned()))
-    }
-
-    fn start_with(password: Option<String>) -> RedisServer {
-        let mut server = RedisServer {
-            port: free_port(),
-            password,
-            dir: scratch_dir("redis"),
-            service: None,
-        };
-        server.launch();
-        server
-    }
-
-    fn launch(&mut self) {
-        let program = require_program("redis-server", "redis-server");
-        let mut args: Vec<String> = [
-            "--port",
-            &self.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--dir",
-            &self.dir.to_string_lossy(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        if let Some(password) = &self.password {
-            args.extend(["--requirepass".to_owned(), password.clone()]);
-        }
-        let service = Service::spawn(
-            &format!("redis-server on port {}", self.port),
-            &program,
-            &args,
-            &self.dir.join("redis.log"),
-        );
-        service.await_ready(Duration::from_secs(15), || self.ping());
-        self.service = Some(service);
-    }
-
-    fn ping(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.admin_url()) else {
-            return false;
-        };
-        client
-            .get_connection_with_timeout(Duration::from_millis(200))
-            .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
-            .is_ok()
-    }
-
-    /// The URL syncguard connects with (with the password, if any).
-    pub fn url(&self) -> String {
-        self.admin_url()
-    }
-
-    fn admin_url(&self) -> String {
-        match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
-        }
-    }
-
-    /// A plain connection for looking at (or tampering with) what syncguard stored.
-    pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.admin_url())
-            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
-            .expect("connect to the test Redis")
-    }
-
-    /// Stops the server (its data is gone: no persistence).
-    pub fn stop(&mut self) {
-        if let Some(mut service) = self.service.take() {
-            service.stop();
-        }
-    }
-
-    /// Starts it again on the same port, empty.
-    pub fn restart(&mut self) {
-        self.stop();
-        self.launch();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// One server shared by every test of a binary that needs no server of its own. It lives until
-/// the test process exits, which stops it.
-pub fn shared_redis() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(RedisServer::start)
-}
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use postgres_server::*;
+#[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use redis_server::*;

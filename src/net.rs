@@ -1,0 +1,202 @@
+//! What every network backend shares: keeping secrets out of messages, and the rule for
+//! repeating a call whose pooled connection turned out to be dead.
+
+use std::fmt;
+
+use crate::error::{LockError, Result};
+
+/// Removes known secrets (passwords from URLs and configs) from text that came from a client
+/// library, before it reaches an error message.
+#[derive(Clone, Default)]
+pub(crate) struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
+        Redactor {
+            secrets: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
+        }
+    }
+
+    pub fn clean(&self, text: &str) -> String {
+        self.secrets.iter().fold(text.to_owned(), |text, secret| {
+            text.replace(secret.as_str(), "***")
+        })
+    }
+
+    /// A client library's error as a redacted `source` for a `LockError`: the original may
+    /// carry connection details.
+    pub fn source(&self, error: &dyn std::error::Error) -> RedactedError {
+        RedactedError(self.clean(&error.to_string()))
+    }
+}
+
+/// A client library's error, as redacted text.
+#[derive(Debug)]
+pub(crate) struct RedactedError(pub String);
+
+impl fmt::Display for RedactedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RedactedError {}
+
+/// A backend URL with syncguard's own query options taken out.
+pub(crate) struct SplitUrl {
+    /// The URL for the client library: without syncguard's options.
+    pub url: url::Url,
+    /// syncguard's options, as given.
+    pub options: Vec<(String, String)>,
+    /// The URL with passwords replaced by `***`, for `Debug`.
+    pub display: String,
+    /// Passwords found in the URL (raw and percent-decoded), for a [`Redactor`].
+    pub secrets: Vec<String>,
+}
+
+/// Query parameters that carry a password in some URL dialects.
+const SECRET_PARAMS: [&str; 3] = ["pass", "password", "sslpassword"];
+
+/// Parses `raw`, moves the query parameters named in `own` out of it, and collects what must
+/// never be shown. Messages never repeat the input.
+pub(crate) fn split_url(raw: &str, what: &str, own: &[&str]) -> Result<SplitUrl> {
+    let mut url = url::Url::parse(raw.trim())
+        .map_err(|e| LockError::invalid_argument(format!("malformed {what} URL: {e}")))?;
+    let mut options = Vec::new();
+    let mut kept = Vec::new();
+    let mut secrets = Vec::new();
+    for (name, value) in url.query_pairs() {
+        if own.contains(&name.as_ref()) {
+            options.push((name.into_owned(), value.into_owned()));
+        } else {
+            if SECRET_PARAMS.contains(&name.as_ref()) {
+                secrets.push(value.clone().into_owned());
+            }
+            kept.push((name.into_owned(), value.into_owned()));
+        }
+    }
+    if let Some(password) = url.password() {
+        secrets.push(password.to_owned());
+        if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
+            secrets.push(decoded.into_owned());
+        }
+    }
+    if kept.is_empty() {
+        url.set_query(None);
+    } else {
+        url.query_pairs_mut().clear().extend_pairs(&kept);
+    }
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        // Only URLs that cannot have a password refuse one, and this one has a password.
+        let _ = shown.set_password(Some("***"));
+    }
+    if shown.query().is_some() {
+        let masked: Vec<(String, String)> = kept
+            .iter()
+            .map(|(name, value)| {
+                let value = if SECRET_PARAMS.contains(&name.as_str()) {
+                    "***"
+                } else {
+                    value
+                };
+                (name.clone(), value.to_owned())
+            })
+            .collect();
+        shown.query_pairs_mut().clear().extend_pairs(&masked);
+    }
+    Ok(SplitUrl {
+        url,
+        options,
+        display: shown.to_string(),
+        secrets,
+    })
+}
+
+/// Runs `call` on a connection from `checkout`. When the connection turns out to have been dead
+/// already (`dead` says so: a restarted server, a dropped socket) it is let go and the call is
+/// made once more on a fresh one. Every operation of every backend is safe to repeat: acquire
+/// recognises its own lock id, release and extend are idempotent, the rest only read.
+pub(crate) fn with_one_reconnect<C, T, E>(
+    mut checkout: impl FnMut() -> Result<C>,
+    mut call: impl FnMut(&mut C) -> std::result::Result<T, E>,
+    dead: impl Fn(&E) -> bool,
+    map: impl Fn(E) -> LockError,
+) -> Result<T> {
+    let mut retried = false;
+    loop {
+        let mut connection = checkout()?;
+        match call(&mut connection) {
+            Ok(value) => return Ok(value),
+            Err(error) if !retried && dead(&error) => {
+                retried = true;
+                drop(connection);
+            }
+            Err(error) => return Err(map(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redactor_scrubs_every_occurrence() {
+        let r = Redactor::new(["hunter2".to_owned(), String::new()]);
+        assert_eq!(
+            r.clean("auth hunter2 failed: hunter2"),
+            "auth *** failed: ***"
+        );
+        assert_eq!(r.clean("nothing"), "nothing");
+    }
+
+    #[test]
+    fn urls_lose_our_options_and_hide_passwords() {
+        let split = split_url(
+            "redis://app:s%40cret@127.0.0.1:6380/2?prefix=jobs&protocol=resp3&pass=x9",
+            "Redis",
+            &["prefix"],
+        )
+        .unwrap();
+        assert_eq!(
+            split.url.as_str(),
+            "redis://app:s%40cret@127.0.0.1:6380/2?protocol=resp3&pass=x9"
+        );
+        assert_eq!(
+            split.display,
+            "redis://app:***@127.0.0.1:6380/2?protocol=resp3&pass=***"
+        );
+        assert_eq!(split.options, [("prefix".to_owned(), "jobs".to_owned())]);
+        for secret in ["s%40cret", "s@cret", "x9"] {
+            assert!(split.secrets.contains(&secret.to_owned()), "{secret}");
+        }
+    }
+
+    #[test]
+    fn malformed_urls_are_not_echoed() {
+        for url in ["", "no scheme", "redis://x:hunter2@h:notaport/"] {
+            let err = split_url(url, "Redis", &[]).err().unwrap();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn one_reconnect_then_the_error() {
+        let mut checkouts = 0;
+        let result: Result<()> = with_one_reconnect(
+            || {
+                checkouts += 1;
+                Ok(())
+            },
+            |_| Err("dead"),
+            |_| true,
+            LockError::internal,
+        );
+        assert_eq!(result.unwrap_err().message(), "dead");
+        assert_eq!(checkouts, 2);
+    }
+}

@@ -1,0 +1,450 @@
+//! Connections: URL handling, TLS, and running a statement on a pooled client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::tls::{MakeTlsConnect, TlsConnect};
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Config, NoTls, Row, Socket, Statement};
+use r2d2::ManageConnection;
+use r2d2_postgres::PostgresConnectionManager;
+
+use super::errors::{is_dead_connection, map_error};
+use super::statements::Sql;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::net::{Redactor, split_url, with_one_reconnect};
+
+/// Where clients come from: a pool of any TLS flavour, behind one small interface.
+pub(crate) trait Connections: Send + Sync {
+    /// Runs one statement, with one reconnect if the pooled connection was dead.
+    fn query(
+        &self,
+        sql: &Sql,
+        params: &[&(dyn ToSql + Sync)],
+        redactor: &Redactor,
+    ) -> Result<Vec<Row>>;
+    /// Runs DDL (several statements, one implicit transaction).
+    fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()>;
+    fn state(&self) -> r2d2::State;
+    fn max_size(&self) -> u32;
+}
+
+/// r2d2_postgres's manager, with connections that keep their prepared statements: after the
+/// first use on a connection, a statement is one Bind/Execute round trip with a cached plan.
+pub(crate) struct CachingManager<T>(PostgresConnectionManager<T>);
+
+/// A client and the statements prepared on it (by [`Sql::slot`]).
+pub(crate) struct CachedClient {
+    client: Client,
+    prepared: Vec<Option<Statement>>,
+}
+
+impl CachedClient {
+    fn query(
+        &mut self,
+        sql: &Sql,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Vec<Row>, postgres::Error> {
+        if self.prepared.len() <= sql.slot {
+            self.prepared.resize(sql.slot + 1, None);
+        }
+        let statement = match &self.prepared[sql.slot] {
+            Some(statement) => statement.clone(),
+            None => {
+                let statement = self.client.prepare_typed(&sql.text, sql.types)?;
+                self.prepared[sql.slot] = Some(statement.clone());
+                statement
+            }
+        };
+        self.client.query(&statement, params)
+    }
+}
+
+impl<T> ManageConnection for CachingManager<T>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    type Connection = CachedClient;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<CachedClient, postgres::Error> {
+        Ok(CachedClient {
+            client: self.0.connect()?,
+            prepared: Vec::new(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut CachedClient) -> std::result::Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut CachedClient) -> bool {
+        self.0.has_broken(&mut conn.client)
+    }
+}
+
+impl<T> Connections for r2d2::Pool<CachingManager<T>>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    fn query(
+        &self,
+        sql: &Sql,
+        params: &[&(dyn ToSql + Sync)],
+        redactor: &Redactor,
+    ) -> Result<Vec<Row>> {
+        with_one_reconnect(
+            || {
+                self.get()
+                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
+            },
+            |conn| conn.query(sql, params),
+            is_dead_connection,
+            |error| map_error(error, redactor),
+        )
+    }
+
+    fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
+        with_one_reconnect(
+            || {
+                self.get()
+                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
+            },
+            |conn| conn.client.batch_execute(sql),
+            is_dead_connection,
+            |error| map_error(error, redactor),
+        )
+    }
+
+    fn state(&self) -> r2d2::State {
+        r2d2::Pool::state(self)
+    }
+
+    fn max_size(&self) -> u32 {
+        r2d2::Pool::max_size(self)
+    }
+}
+
+/// The application's pool: its connections have nowhere to keep prepared statements, so each
+/// statement travels with its parameter types (`query_typed`: one round trip, planned anew).
+impl<T> Connections for r2d2::Pool<PostgresConnectionManager<T>>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    fn query(
+        &self,
+        sql: &Sql,
+        params: &[&(dyn ToSql + Sync)],
+        redactor: &Redactor,
+    ) -> Result<Vec<Row>> {
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+            .iter()
+            .copied()
+            .zip(sql.types.iter().cloned())
+            .collect();
+        with_one_reconnect(
+            || {
+                self.get()
+                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
+            },
+            |client| client.query_typed(&sql.text, &typed),
+            is_dead_connection,
+            |error| map_error(error, redactor),
+        )
+    }
+
+    fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
+        with_one_reconnect(
+            || {
+                self.get()
+                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
+            },
+            |client| client.batch_execute(sql),
+            is_dead_connection,
+            |error| map_error(error, redactor),
+        )
+    }
+
+    fn state(&self) -> r2d2::State {
+        r2d2::Pool::state(self)
+    }
+
+    fn max_size(&self) -> u32 {
+        r2d2::Pool::max_size(self)
+    }
+}
+
+/// The error for a checkout that timed out. r2d2 keeps only the text of the last connect
+/// failure: with one, its kind decides (`AuthFailed`, `ServiceUnavailable`); without one every
+/// connection was busy for the whole timeout, which is `RateLimited`.
+fn checkout_error(timeout: Duration, error: &r2d2::Error, redactor: &Redactor) -> LockError {
+    let text = redactor.clean(&error.to_string());
+    let Some((_, cause)) = text.split_once(": ") else {
+        return LockError::new(
+            ErrorCode::RateLimited,
+            format!("no pooled PostgreSQL connection became free within {timeout:?}"),
+        );
+    };
+    let code = if [
+        "28P01",
+        "28000",
+        "password authentication failed",
+        "authentication",
+    ]
+    .iter()
+    .any(|needle| cause.contains(needle))
+    {
+        ErrorCode::AuthFailed
+    } else if cause.contains("timeout") || cause.contains("timed out") {
+        ErrorCode::NetworkTimeout
+    } else {
+        ErrorCode::ServiceUnavailable
+    };
+    LockError::new(code, format!("could not connect to PostgreSQL: {cause}"))
+}
+
+/// A PostgreSQL URL taken apart.
+pub(crate) struct ParsedUrl {
+    pub config: Config,
+    pub tls: bool,
+    pub display: String,
+    pub secrets: Vec<String>,
+    pub lock_table: Option<String>,
+    pub fence_table: Option<String>,
+}
+
+/// Parses `postgres://` / `postgresql://` URLs. syncguard's own options (`table`,
+/// `fence_table`) and `sslmode` are taken out: `sslmode=require`, `verify-ca` or `verify-full`
+/// mean TLS with full certificate verification; anything else, or none, means no TLS.
+pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
+    let split = split_url(url, "PostgreSQL", &["table", "fence_table", "sslmode"])?;
+    let scheme = split.url.scheme();
+    if !matches!(scheme, "postgres" | "postgresql") {
+        return Err(LockError::invalid_argument(format!(
+            "not a PostgreSQL URL (scheme {scheme:?}); expected postgres:// or postgresql://"
+        )));
+    }
+    let redactor = Redactor::new(split.secrets.clone());
+    let config: Config = split.url.as_str().parse().map_err(|e: postgres::Error| {
+        LockError::invalid_argument(format!(
+            "malformed PostgreSQL URL: {}",
+            redactor.clean(&e.to_string())
+        ))
+    })?;
+    let option = |name: &str| {
+        split
+            .options
+            .iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    let tls = match option("sslmode").as_deref() {
+        None | Some("disable" | "allow" | "prefer") => false,
+        Some("require" | "verify-ca" | "verify-full") => true,
+        Some(_) => {
+            return Err(LockError::invalid_argument(
+                "unknown sslmode: expected disable, allow, prefer, require, verify-ca or verify-full",
+            ));
+        }
+    };
+    Ok(ParsedUrl {
+        config,
+        tls,
+        display: split.display,
+        secrets: split.secrets,
+        lock_table: option("table"),
+        fence_table: option("fence_table"),
+    })
+}
+
+/// rustls with the system's root certificates and the *ring* provider (chosen explicitly, so
+/// the application's process-wide rustls setup is not touched).
+pub(crate) fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        // A certificate the store cannot parse is skipped, as every TLS client does.
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(LockError::new(
+            ErrorCode::ServiceUnavailable,
+            "no system root certificates found for PostgreSQL TLS",
+        ));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| LockError::internal(format!("TLS setup failed: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// Settings syncguard applies to connections it opens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub connect: Duration,
+    pub statement: Duration,
+    pub checkout: Duration,
+}
+
+/// Builds syncguard's own pool after checking, with one direct connection, that the server
+/// answers and accepts the credentials (so those errors surface precisely, and at once).
+pub(crate) fn own_pool(
+    mut config: Config,
+    tls: bool,
+    timeouts: Timeouts,
+    pool_size: u32,
+    redactor: &Redactor,
+) -> Result<Box<dyn Connections>> {
+    config.connect_timeout(timeouts.connect);
+    // Unacknowledged data for longer than the statement may run means the peer is gone.
+    config.tcp_user_timeout(timeouts.statement + timeouts.connect);
+    let statement_ms = timeouts.statement.as_millis().max(1);
+    let options = match config.get_options() {
+        Some(existing) => format!("{existing} -c statement_timeout={statement_ms}"),
+        None => format!("-c statement_timeout={statement_ms}"),
+    };
+    config.options(&options);
+    if config.get_application_name().is_none() {
+        config.application_name("syncguard");
+    }
+    if tls {
+        config.ssl_mode(postgres::config::SslMode::Require);
+        let connector = rustls_connector()?;
+        probe(&config, connector.clone(), redactor)?;
+        Ok(Box::new(pool(config, connector, timeouts, pool_size)))
+    } else {
+        config.ssl_mode(postgres::config::SslMode::Disable);
+        probe(&config, NoTls, redactor)?;
+        Ok(Box::new(pool(config, NoTls, timeouts, pool_size)))
+    }
+}
+
+fn probe<T>(config: &Config, tls: T, redactor: &Redactor) -> Result<()>
+where
+    T: MakeTlsConnect<Socket> + 'static + Send,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    let client = config.connect(tls).map_err(|e| map_error(e, redactor))?;
+    drop(client);
+    Ok(())
+}
+
+fn pool<T>(
+    config: Config,
+    tls: T,
+    timeouts: Timeouts,
+    pool_size: u32,
+) -> r2d2::Pool<CachingManager<T>>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    r2d2::Pool::builder()
+        .max_size(pool_size)
+        .min_idle(Some(0))
+        .test_on_check_out(false)
+        .connection_timeout(timeouts.checkout)
+        .error_handler(Box::new(r2d2::NopErrorHandler))
+        .build_unchecked(CachingManager(PostgresConnectionManager::new(config, tls)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_our_options_apart() {
+        let parsed = parse_url(
+            "postgres://app:pw@db.internal:5433/locks?table=a_locks&fence_table=a_fences&sslmode=require&application_name=job",
+        )
+        .unwrap();
+        assert!(parsed.tls);
+        assert_eq!(parsed.lock_table.as_deref(), Some("a_locks"));
+        assert_eq!(parsed.fence_table.as_deref(), Some("a_fences"));
+        assert_eq!(parsed.config.get_dbname(), Some("locks"));
+        assert_eq!(parsed.config.get_application_name(), Some("job"));
+        assert!(!parsed.display.contains("pw"), "{}", parsed.display);
+        assert!(!parse_url("postgresql://localhost/db").unwrap().tls);
+        assert!(parse_url("postgres://localhost/db?sslmode=bogus").is_err());
+        assert!(parse_url("mysql://localhost/db").is_err());
+    }
+
+    #[test]
+    fn checkout_errors_are_classified_from_text() {
+        let redactor = Redactor::default();
+        let classify = |text: &str| {
+            let e = checkout_error(Duration::from_secs(1), &fake_r2d2_error(text), &redactor);
+            e.code()
+        };
+        assert_eq!(classify(""), ErrorCode::RateLimited);
+        assert_eq!(
+            classify("error connecting to server: Connection refused (os error 111)"),
+            ErrorCode::ServiceUnavailable
+        );
+        assert_eq!(
+            classify("db error: FATAL: password authentication failed for user \"x\""),
+            ErrorCode::AuthFailed
+        );
+    }
+
+    /// r2d2 errors can only be made by a pool: one whose connections always fail with `text`.
+    fn fake_r2d2_error(text: &str) -> r2d2::Error {
+        struct Failing(String);
+        #[derive(Debug)]
+        struct Failure(String);
+        impl std::fmt::Display for Failure {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl std::error::Error for Failure {}
+        impl r2d2::ManageConnection for Failing {
+            type Connection = ();
+            type Error = Failure;
+            fn connect(&self) -> std::result::Result<(), Failure> {
+                if self.0.is_empty() {
+                    Ok(())
+                } else {
+                    Err(Failure(self.0.clone()))
+                }
+            }
+            fn is_valid(&self, _: &mut ()) -> std::result::Result<(), Failure> {
+                Ok(())
+            }
+            fn has_broken(&self, _: &mut ()) -> bool {
+                false
+            }
+        }
+        let pool = r2d2::Pool::builder()
+            .max_size(1)
+            .min_idle(Some(0))
+            .connection_timeout(Duration::from_millis(50))
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(Failing(text.to_owned()));
+        let _held = if text.is_empty() {
+            pool.get().ok()
+        } else {
+            None
+        };
+        pool.get()
+            .expect_err("the pool cannot hand out a connection")
+    }
+}

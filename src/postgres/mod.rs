@@ -1,0 +1,560 @@
+//! The PostgreSQL backend: one SQL statement per operation over a pooled blocking client, with
+//! the server's clock as time authority, in the tables the TypeScript SyncGuard uses.
+//!
+//! ```no_run
+//! use syncguard::{Locker, postgres::PostgresBackend};
+//!
+//! let backend = PostgresBackend::connect("postgres://app:secret@localhost/app")?;
+//! backend.setup_schema()?; // once; idempotent (or apply schema.sql in a migration)
+//! let locker = Locker::new(backend);
+//! let guard = locker.lock("nightly-report")?;
+//! println!("fence {}", guard.fence());
+//! # Ok::<(), syncguard::LockError>(())
+//! ```
+//!
+//! # Storage
+//!
+//! Two tables (see [`SCHEMA_SQL`]): `syncguard_locks(key, lock_id, expires_at_ms,
+//! acquired_at_ms, fence, user_key)` with a unique index on `lock_id` and an index on
+//! `expires_at_ms`, and `syncguard_fence_counters(fence_key, fence, key_debug)`, whose rows are
+//! never deleted. `key` is [`make_storage_key`]`("", key, 1700, 0)`, `fence_key` the same of
+//! `"fence:" + key`.
+//!
+//! # Atomicity and mixed fleets
+//!
+//! Each operation is a single statement (one round trip, one implicit transaction); acquire
+//! takes `pg_advisory_xact_lock(hashtext(key))` exactly like the TypeScript SyncGuard, so Rust
+//! and Node services on the same tables never both hold a key. The reasoning for each
+//! statement is written next to it in the source (`statements.rs`).
+//!
+//! # Errors
+//!
+//! By SQLSTATE: class 08, 53, 57P01–03 → `ServiceUnavailable`; 28000/28P01/42501 → `AuthFailed`;
+//! classes 22 and 23 → `InvalidArgument`; 57014 (`statement_timeout`) and client timeouts →
+//! `NetworkTimeout`; 42P01 (missing table) → `InvalidArgument` whose message says to run
+//! [`setup_schema`]; no pooled connection free within the pool timeout → `RateLimited` (when
+//! connecting is what fails: that error's code); anything else → `Internal`. PostgreSQL text
+//! cannot hold NUL characters, so keys containing one are refused with `InvalidArgument`.
+
+mod connection;
+mod errors;
+mod schema;
+mod statements;
+
+use std::fmt;
+use std::time::Duration;
+
+use postgres::Row;
+use postgres::tls::{MakeTlsConnect, TlsConnect};
+use postgres::types::ToSql;
+use r2d2_postgres::PostgresConnectionManager;
+
+pub use self::schema::{SCHEMA_SQL, TableNames, schema_sql, setup_schema};
+
+use self::connection::{Connections, Timeouts, own_pool, parse_url};
+use self::statements::{Sql, Statements};
+use crate::backend::{
+    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
+    Lookup, MutationOutcome, TimeAuthority,
+};
+use crate::error::{LockError, Result};
+use crate::fence::{FENCE_MAX, Fence};
+use crate::key::{make_storage_key, normalize_and_validate_key};
+use crate::lock_id::{generate_lock_id, validate_lock_id};
+use crate::net::Redactor;
+use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
+
+/// PostgreSQL's storage-key limit in bytes (keys longer than this are hashed).
+pub const STORAGE_KEY_LIMIT: usize = 1700;
+/// How long past expiry a lock must be before the opt-in cleanup in `is_locked` deletes it.
+pub const CLEANUP_GUARD_MS: i64 = 2000;
+
+/// Distributed locks in PostgreSQL. See the [module docs](self).
+pub struct PostgresBackend {
+    connections: Box<dyn Connections>,
+    tables: TableNames,
+    statements: Statements,
+    cleanup_in_is_locked: bool,
+    redactor: Redactor,
+    display: String,
+}
+
+/// Options for a [`PostgresBackend`]. Defaults: tables `syncguard_locks` and
+/// `syncguard_fence_counters`, 8 pooled connections, connect timeout 2 s, statement timeout
+/// 5 s, pool checkout timeout 3 s, no cleanup in `is_locked`.
+#[must_use = "call build() to get a backend"]
+pub struct PostgresBuilder {
+    url: Option<String>,
+    pool: Option<Box<dyn Connections>>,
+    lock_table: Option<String>,
+    fence_table: Option<String>,
+    cleanup_in_is_locked: bool,
+    pool_size: u32,
+    timeouts: Timeouts,
+}
+
+impl Default for PostgresBuilder {
+    fn default() -> Self {
+        PostgresBuilder {
+            url: None,
+            pool: None,
+            lock_table: None,
+            fence_table: None,
+            cleanup_in_is_locked: false,
+            pool_size: 8,
+            timeouts: Timeouts {
+                connect: Duration::from_secs(2),
+                statement: Duration::from_secs(5),
+                checkout: Duration::from_secs(3),
+            },
+        }
+    }
+}
+
+impl PostgresBuilder {
+    /// The server: `postgres://[user[:password]@]host[:port]/database[?…]` (or `postgresql://`).
+    /// syncguard reads `table=` and `fence_table=`; `sslmode=require` (or `verify-ca`,
+    /// `verify-full`) turns on TLS, verified against the system's root certificates; other
+    /// parameters go to the client (`application_name`, `options`, …).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// Use the application's r2d2 pool instead of a URL (any TLS connector). Its own timeouts
+    /// apply; turn its `test_on_check_out` off, or every operation pays an extra round trip.
+    pub fn pool<T>(mut self, pool: r2d2::Pool<PostgresConnectionManager<T>>) -> Self
+    where
+        T: MakeTlsConnect<postgres::Socket> + Clone + Send + Sync + 'static,
+        T::TlsConnect: Send,
+        T::Stream: Send,
+        <T::TlsConnect as TlsConnect<postgres::Socket>>::Future: Send,
+    {
+        self.pool = Some(Box::new(pool));
+        self
+    }
+
+    /// The lock table (default `syncguard_locks`; a lowercase SQL identifier).
+    pub fn table_name(mut self, name: impl Into<String>) -> Self {
+        self.lock_table = Some(name.into());
+        self
+    }
+
+    /// The fence counter table (default `syncguard_fence_counters`; must differ from the lock
+    /// table).
+    pub fn fence_table_name(mut self, name: impl Into<String>) -> Self {
+        self.fence_table = Some(name.into());
+        self
+    }
+
+    /// Let `is_locked` delete the key's lock row when it is more than [`CLEANUP_GUARD_MS`]
+    /// past expiry (default off: `is_locked` is then read-only). Never touches fence counters.
+    pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+        self.cleanup_in_is_locked = enabled;
+        self
+    }
+
+    /// Most connections kept open (default 8). Ignored with [`pool`](PostgresBuilder::pool).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Timeout for opening a connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// Server-side `statement_timeout` for syncguard's connections (default 5 s); also bounds,
+    /// with the connect timeout, how long unacknowledged data may wait (`tcp_user_timeout`).
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.statement = timeout;
+        self
+    }
+
+    /// How long an operation waits for a pooled connection (default 3 s).
+    pub fn pool_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.checkout = timeout;
+        self
+    }
+
+    /// Validates the options and, for a URL, opens one connection to check the server and the
+    /// credentials. Does not create tables: see [`PostgresBackend::setup_schema`].
+    pub fn build(self) -> Result<PostgresBackend> {
+        for (name, value) in [
+            ("connect_timeout", self.timeouts.connect),
+            ("statement_timeout", self.timeouts.statement),
+            ("pool_timeout", self.timeouts.checkout),
+        ] {
+            if value.is_zero() {
+                return Err(LockError::invalid_argument(format!(
+                    "{name} must be above zero"
+                )));
+            }
+        }
+        if self.pool_size == 0 {
+            return Err(LockError::invalid_argument("pool_size must be at least 1"));
+        }
+        let parsed = match (&self.url, &self.pool) {
+            (Some(_), Some(_)) => {
+                return Err(LockError::invalid_argument(
+                    "give the PostgreSQL backend a URL or a pool, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(LockError::invalid_argument(
+                    "the PostgreSQL backend needs a URL or a pool",
+                ));
+            }
+            (Some(url), None) => Some(parse_url(url)?),
+            (None, Some(_)) => None,
+        };
+        // Builder options win over URL options, which win over the defaults. Checked before
+        // anything connects.
+        let defaults = TableNames::default();
+        let from_url = |pick: fn(&connection::ParsedUrl) -> &Option<String>| {
+            parsed.as_ref().and_then(|p| pick(p).clone())
+        };
+        let tables = TableNames::new(
+            &self
+                .lock_table
+                .or_else(|| from_url(|p| &p.lock_table))
+                .unwrap_or_else(|| defaults.lock_table().to_owned()),
+            &self
+                .fence_table
+                .or_else(|| from_url(|p| &p.fence_table))
+                .unwrap_or_else(|| defaults.fence_table().to_owned()),
+        )?;
+        let (connections, redactor, display) = match (parsed, self.pool) {
+            (Some(parsed), _) => {
+                let mut secrets = parsed.secrets;
+                if let Some(password) = parsed.config.get_password() {
+                    secrets.push(String::from_utf8_lossy(password).into_owned());
+                }
+                let redactor = Redactor::new(secrets);
+                let connections = own_pool(
+                    parsed.config,
+                    parsed.tls,
+                    self.timeouts,
+                    self.pool_size,
+                    &redactor,
+                )?;
+                (connections, redactor, parsed.display)
+            }
+            (None, Some(pool)) => (pool, Redactor::default(), "<application pool>".to_owned()),
+            (None, None) => {
+                return Err(LockError::invalid_argument(
+                    "the PostgreSQL backend needs a URL or a pool",
+                ));
+            }
+        };
+        Ok(PostgresBackend {
+            connections,
+            statements: Statements::new(&tables),
+            tables,
+            cleanup_in_is_locked: self.cleanup_in_is_locked,
+            redactor,
+            display,
+        })
+    }
+}
+
+impl PostgresBackend {
+    /// Connects to the server at `url` with the default options (see [`PostgresBuilder::url`]).
+    pub fn connect(url: &str) -> Result<PostgresBackend> {
+        Self::builder().url(url).build()
+    }
+
+    /// Options beyond the URL.
+    pub fn builder() -> PostgresBuilder {
+        PostgresBuilder::default()
+    }
+
+    /// The tables this backend uses.
+    pub fn tables(&self) -> &TableNames {
+        &self.tables
+    }
+
+    /// Creates this backend's tables and indexes if missing ([`setup_schema`] with its table
+    /// names). Idempotent; safe to call from every process at start-up.
+    pub fn setup_schema(&self) -> Result<()> {
+        let ddl = format!(
+            "SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'));\n{}",
+            schema_sql(&self.tables)
+        );
+        self.connections.batch(&ddl, &self.redactor)
+    }
+
+    /// The storage key (`key` column) of a user key.
+    pub fn storage_key(&self, key: &str) -> Result<String> {
+        let key = pg_key(key)?;
+        make_storage_key("", &key, STORAGE_KEY_LIMIT, 0)
+    }
+
+    /// The `fence_key` of a user key's counter row.
+    pub fn fence_key(&self, key: &str) -> Result<String> {
+        let storage_key = self.storage_key(key)?;
+        make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
+    }
+
+    fn query(&self, sql: &Sql, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        self.connections.query(sql, params, &self.redactor)
+    }
+
+    fn lookup_row(&self, row: &Row) -> Result<LockInfoDebug> {
+        let malformed =
+            || LockError::internal("a lock row holds NULLs or values of unexpected types");
+        let lock_id: String = row.try_get("lock_id").map_err(|_| malformed())?;
+        let expires_at_ms: i64 = row.try_get("expires_at_ms").map_err(|_| malformed())?;
+        let acquired_at_ms: i64 = row.try_get("acquired_at_ms").map_err(|_| malformed())?;
+        let fence: String = row.try_get("fence").map_err(|_| malformed())?;
+        let user_key: String = row.try_get("user_key").map_err(|_| malformed())?;
+        let fence = fence
+            .parse::<Fence>()
+            .map_err(|_| LockError::internal("a lock row holds a malformed fence"))?;
+        Ok(LockInfoDebug::new(
+            user_key,
+            lock_id,
+            expires_at_ms,
+            acquired_at_ms,
+            fence,
+        ))
+    }
+}
+
+/// Normalises and validates a key, refusing what PostgreSQL text cannot store.
+fn pg_key(key: &str) -> Result<String> {
+    let key = normalize_and_validate_key(key)?;
+    if key.contains('\0') {
+        return Err(LockError::invalid_argument(
+            "PostgreSQL text cannot hold NUL characters; this key cannot be locked here",
+        ));
+    }
+    Ok(key)
+}
+
+fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Result<T> {
+    row.try_get(name)
+        .map_err(|_| LockError::internal(format!("unexpected result column {name}")))
+}
+
+impl LockBackend for PostgresBackend {
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
+        let ttl_ms = ttl_to_ms(ttl)?;
+        let user_key = pg_key(key)?;
+        let storage_key = make_storage_key("", &user_key, STORAGE_KEY_LIMIT, 0)?;
+        let fence_key =
+            make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)?;
+        let lock_id = generate_lock_id();
+        let fence_max = FENCE_MAX as i64;
+        let rows = self.query(
+            &self.statements.acquire,
+            &[
+                &storage_key,
+                &lock_id,
+                &ttl_ms,
+                &user_key,
+                &fence_key,
+                &fence_max,
+                &TIME_TOLERANCE_MS,
+            ],
+        )?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("acquire returned no row"))?;
+        let fence: Option<String> = column(row, "fence")?;
+        let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
+        let counter: Option<i64> = column(row, "counter")?;
+        match (fence, expires_at_ms) {
+            (Some(fence), Some(expires_at_ms)) => {
+                let fence: Fence = fence.parse()?;
+                // Re-issuing through from_counter applies the warning threshold.
+                let fence = Fence::from_counter(fence.value()).map_err(|e| e.with_key(user_key))?;
+                Ok(AcquireOutcome::Acquired(Lease {
+                    lock_id,
+                    fence,
+                    expires_at_ms,
+                }))
+            }
+            _ if counter.is_some_and(|n| n > fence_max) => Err(LockError::internal(format!(
+                "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
+            ))
+            .with_key(user_key)),
+            _ => Ok(AcquireOutcome::Locked),
+        }
+    }
+
+    fn release(&self, lock_id: &str) -> Result<bool> {
+        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    }
+
+    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    }
+
+    fn is_locked(&self, key: &str) -> Result<bool> {
+        let storage_key = self.storage_key(key)?;
+        let rows = if self.cleanup_in_is_locked {
+            self.query(
+                &self.statements.is_locked_with_cleanup,
+                &[&storage_key, &TIME_TOLERANCE_MS, &CLEANUP_GUARD_MS],
+            )?
+        } else {
+            self.query(
+                &self.statements.is_locked,
+                &[&storage_key, &TIME_TOLERANCE_MS],
+            )?
+        };
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("is_locked returned no row"))?;
+        column(row, "locked")
+    }
+
+    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
+        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("postgres", true, TimeAuthority::Server)
+    }
+
+    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
+        validate_lock_id(lock_id)?;
+        let rows = self.query(&self.statements.release, &[&lock_id, &TIME_TOLERANCE_MS])?;
+        Ok(match rows.first() {
+            None => MutationOutcome::NotApplied(Some(FailureReason::NotFound)),
+            Some(row) if column::<bool>(row, "live")? => MutationOutcome::Applied(()),
+            Some(_) => MutationOutcome::NotApplied(Some(FailureReason::Expired)),
+        })
+    }
+
+    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
+        validate_lock_id(lock_id)?;
+        let ttl_ms = ttl_to_ms(ttl)?;
+        let rows = self.query(
+            &self.statements.extend,
+            &[&lock_id, &ttl_ms, &TIME_TOLERANCE_MS],
+        )?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("extend returned no row"))?;
+        Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
+            Some(expires_at_ms) => MutationOutcome::Applied(expires_at_ms),
+            None if column::<bool>(row, "present")? => {
+                MutationOutcome::NotApplied(Some(FailureReason::Expired))
+            }
+            None => MutationOutcome::NotApplied(Some(FailureReason::NotFound)),
+        })
+    }
+
+    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+        let rows = match by {
+            Lookup::Key(key) => {
+                let storage_key = self.storage_key(key)?;
+                self.query(
+                    &self.statements.lookup_by_key,
+                    &[&storage_key, &TIME_TOLERANCE_MS],
+                )?
+            }
+            Lookup::LockId(lock_id) => {
+                validate_lock_id(lock_id)?;
+                self.query(
+                    &self.statements.lookup_by_id,
+                    &[&lock_id, &TIME_TOLERANCE_MS],
+                )?
+            }
+        };
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let info = self.lookup_row(row)?;
+        // Defence in depth: the row must be the one asked for.
+        if let Lookup::LockId(lock_id) = by {
+            if info.lock_id != lock_id {
+                return Ok(None);
+            }
+        }
+        Ok(Some(info))
+    }
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.connections.state();
+        f.debug_struct("PostgresBackend")
+            .field("url", &self.display)
+            .field("tables", &self.tables)
+            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
+            .field("pool_size", &self.connections.max_size())
+            .field("connections", &state.connections)
+            .field("idle_connections", &state.idle_connections)
+            .finish()
+    }
+}
+
+impl fmt::Debug for PostgresBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = self
+            .url
+            .as_deref()
+            .map(|url| parse_url(url).map_or_else(|_| "<malformed>".to_owned(), |p| p.display));
+        f.debug_struct("PostgresBuilder")
+            .field("url", &url)
+            .field("pool", &self.pool.as_ref().map(|_| "<application pool>"))
+            .field("lock_table", &self.lock_table)
+            .field("fence_table", &self.fence_table)
+            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
+            .field("pool_size", &self.pool_size)
+            .field("timeouts", &self.timeouts)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn construction_is_validated_before_connecting() {
+        let unreachable = "postgres://u:hunter2@127.0.0.1:1/db";
+        for builder in [
+            PostgresBackend::builder(),
+            PostgresBackend::builder().url(unreachable).pool_size(0),
+            PostgresBackend::builder()
+                .url(unreachable)
+                .table_name("x; DROP TABLE y"),
+            PostgresBackend::builder()
+                .url(unreachable)
+                .table_name("same")
+                .fence_table_name("same"),
+            PostgresBackend::builder()
+                .url(format!("{unreachable}?table=Robert%27)%3B"))
+                .statement_timeout(Duration::from_secs(1)),
+        ] {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+            assert!(!err.to_string().contains("hunter2"));
+        }
+    }
+
+    #[test]
+    fn nul_keys_are_refused_before_io() {
+        assert_eq!(
+            pg_key("a\0b").unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(pg_key("ab").unwrap(), "ab");
+    }
+
+    #[test]
+    fn builder_debug_hides_the_password() {
+        let shown = format!(
+            "{:?}",
+            PostgresBackend::builder().url("postgres://u:hunter2@h/db")
+        );
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}

@@ -1,0 +1,809 @@
+//! The PostgreSQL backend against a real PostgreSQL cluster started by the tests: the contract
+//! suites, the tables shared with the TypeScript SyncGuard, server time, races (including
+//! against the TypeScript library's own transaction), and faults.
+
+#![cfg(feature = "postgres")]
+
+#[macro_use]
+mod contract;
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+use support::{PG_PASSWORD, PgServer, shared_postgres};
+use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
+use syncguard::{
+    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker, Lookup,
+    generate_lock_id, make_storage_key,
+};
+
+/// A backend on the shared cluster, whose default tables exist.
+fn backend() -> PostgresBackend {
+    static SCHEMA: OnceLock<()> = OnceLock::new();
+    let backend = PostgresBackend::connect(&shared_postgres().url()).expect("connect");
+    SCHEMA.get_or_init(|| backend.setup_schema().expect("setup_schema"));
+    backend
+}
+
+backend_contract!(backend);
+guard_contract!(backend);
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn unique(name: &str) -> String {
+    format!("pg-test:{name}:{}", generate_lock_id())
+}
+
+fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
+    match outcome {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn server_now_ms(client: &mut postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn within_a_minute<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the call hung instead of failing within its timeouts")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema and storage format
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn setup_schema_creates_the_seed_tables_and_indexes_idempotently() {
+    let backend = backend();
+    backend.setup_schema().unwrap();
+    backend.setup_schema().unwrap();
+    let mut client = shared_postgres().client();
+    let columns: BTreeMap<String, (String, String)> = client
+        .query(
+            "SELECT table_name || '.' || column_name, data_type, is_nullable \
+             FROM information_schema.columns \
+             WHERE table_name IN ('syncguard_locks', 'syncguard_fence_counters')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), (row.get(1), row.get(2))))
+        .collect();
+    let expected = [
+        ("syncguard_locks.key", "text", "NO"),
+        ("syncguard_locks.lock_id", "text", "NO"),
+        ("syncguard_locks.expires_at_ms", "bigint", "NO"),
+        ("syncguard_locks.acquired_at_ms", "bigint", "NO"),
+        ("syncguard_locks.fence", "text", "NO"),
+        ("syncguard_locks.user_key", "text", "NO"),
+        ("syncguard_fence_counters.fence_key", "text", "NO"),
+        ("syncguard_fence_counters.fence", "bigint", "NO"),
+        ("syncguard_fence_counters.key_debug", "text", "YES"),
+    ];
+    assert_eq!(columns.len(), expected.len(), "{columns:?}");
+    for (column, data_type, nullable) in expected {
+        assert_eq!(
+            columns.get(column),
+            Some(&(data_type.to_owned(), nullable.to_owned())),
+            "{column}"
+        );
+    }
+    let indexes: Vec<String> = client
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'syncguard_locks' ORDER BY indexname",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(
+        indexes
+            .iter()
+            .any(|d| d.contains("UNIQUE INDEX idx_syncguard_locks_lock_id")
+                && d.contains("(lock_id)")),
+        "{indexes:?}"
+    );
+    assert!(
+        indexes
+            .iter()
+            .any(|d| d.contains("INDEX idx_syncguard_locks_expires")
+                && d.contains("(expires_at_ms)")),
+        "{indexes:?}"
+    );
+    assert!(
+        indexes
+            .iter()
+            .any(|d| d.contains("UNIQUE INDEX syncguard_locks_pkey") && d.contains("(key)")),
+        "{indexes:?}"
+    );
+}
+
+#[test]
+fn rows_are_written_as_the_seed_specifies() {
+    let backend = backend();
+    let mut client = shared_postgres().client();
+    let key = unique("row");
+    let lease = lease(backend.acquire(&key, TTL));
+    let row = client
+        .query_one(
+            "SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key \
+             FROM syncguard_locks WHERE lock_id = $1",
+            &[&lease.lock_id],
+        )
+        .unwrap();
+    assert_eq!(
+        row.get::<_, String>("key"),
+        backend.storage_key(&key).unwrap()
+    );
+    assert_eq!(
+        row.get::<_, String>("key"),
+        key,
+        "short keys are stored as they are"
+    );
+    assert_eq!(row.get::<_, i64>("expires_at_ms"), lease.expires_at_ms);
+    assert_eq!(
+        row.get::<_, i64>("acquired_at_ms"),
+        lease.expires_at_ms - TTL.as_millis() as i64
+    );
+    assert_eq!(row.get::<_, String>("fence"), "000000000000001");
+    assert_eq!(row.get::<_, String>("user_key"), key);
+    let counter = client
+        .query_one(
+            "SELECT fence, key_debug FROM syncguard_fence_counters WHERE fence_key = $1",
+            &[&format!("fence:{key}")],
+        )
+        .unwrap();
+    assert_eq!(counter.get::<_, i64>(0), 1);
+    assert_eq!(
+        counter.get::<_, Option<String>>(1).as_deref(),
+        Some(key.as_str())
+    );
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+#[test]
+fn fence_counter_rows_survive_release_and_expiry() {
+    let backend = backend();
+    let mut client = shared_postgres().client();
+    let key = unique("fence-lifetime");
+    let fence_key = backend.fence_key(&key).unwrap();
+    let counter = |client: &mut postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT fence FROM syncguard_fence_counters WHERE fence_key = $1",
+                &[&fence_key],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let first = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&first.lock_id).unwrap());
+    assert_eq!(counter(&mut client), 1);
+    let short = lease(backend.acquire(&key, Duration::from_millis(50)));
+    contract::wait_until_unlocked(&backend, &key);
+    assert!(!backend.release(&short.lock_id).unwrap(), "expired");
+    assert_eq!(counter(&mut client), 2);
+    assert_eq!(lease(backend.acquire(&key, TTL)).fence.value(), 3);
+}
+
+#[test]
+fn storage_keys_follow_the_shared_vectors() {
+    let vectors: serde_json::Value =
+        serde_json::from_str(include_str!("data/storage_keys.json")).unwrap();
+    let backend = backend();
+    let mut checked = 0;
+    for vector in vectors["derived_keys"].as_array().unwrap() {
+        let key = vector["key"].as_str().unwrap();
+        assert_eq!(
+            backend.storage_key(key).unwrap(),
+            vector["postgres"]["key"].as_str().unwrap()
+        );
+        assert_eq!(
+            backend.fence_key(key).unwrap(),
+            vector["postgres"]["fence_key"].as_str().unwrap()
+        );
+        checked += 1;
+    }
+    assert!(checked > 0);
+    // User keys stop at 512 bytes, so a 1700-byte storage key only arises for derived keys;
+    // the algorithm is the one the vectors pin down.
+    let long = "k".repeat(1701);
+    assert_eq!(make_storage_key("", &long, 1700, 0).unwrap().len(), 22);
+}
+
+#[test]
+fn custom_table_names_from_the_builder_and_the_url() {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let (locks, fences) = (format!("t_locks_{suffix}"), format!("t_fences_{suffix}"));
+    let by_builder = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .table_name(&locks)
+        .fence_table_name(&fences)
+        .build()
+        .unwrap();
+    let key = unique("custom");
+    let err = by_builder.acquire(&key, TTL).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    assert!(err.message().contains("setup_schema"), "{err}");
+    by_builder.setup_schema().unwrap();
+    let held = lease(by_builder.acquire(&key, TTL));
+
+    let by_url = syncguard::connect(&format!(
+        "{}?table={locks}&fence_table={fences}",
+        shared_postgres().url()
+    ))
+    .unwrap();
+    assert!(
+        by_url.is_locked(&key).unwrap(),
+        "both see the same custom tables"
+    );
+    assert!(
+        !backend().is_locked(&key).unwrap(),
+        "the default tables are others"
+    );
+    let mut client = shared_postgres().client();
+    let rows: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {locks} WHERE lock_id = $1"),
+            &[&held.lock_id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+    assert!(by_url.release(&held.lock_id).unwrap());
+
+    let mut direct = shared_postgres().client();
+    setup_schema(&mut direct, &TableNames::new(&locks, &fences).unwrap()).unwrap();
+}
+
+#[test]
+fn table_name_injection_is_rejected_at_construction() {
+    let url = shared_postgres().url();
+    for bad in ["x; DROP TABLE syncguard_locks; --", "Locks", "a.b", "\"q\""] {
+        let err = PostgresBackend::builder()
+            .url(&url)
+            .table_name(bad)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad}");
+    }
+    let err = syncguard::connect(&format!("{url}?fence_table=x%3BDROP%20TABLE%20y")).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    let err = PostgresBackend::builder()
+        .url(&url)
+        .table_name("same_table")
+        .fence_table_name("same_table")
+        .build()
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+}
+
+/// A lock the TypeScript SyncGuard wrote is honoured, and its counter carried on.
+#[test]
+fn reads_and_releases_rows_written_by_the_typescript_library() {
+    let backend = backend();
+    let mut client = shared_postgres().client();
+    let key = unique("from-node");
+    let lock_id = generate_lock_id();
+    let now = server_now_ms(&mut client);
+    client
+        .execute(
+            "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+             VALUES ($1, $2, $3, $4, '000000000000007', $1)",
+            &[&key, &lock_id, &(now + 30_000), &now],
+        )
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, 7, $2)",
+            &[&format!("fence:{key}"), &key],
+        )
+        .unwrap();
+    assert!(backend.is_locked(&key).unwrap());
+    assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
+    let info = syncguard::get_by_id_raw(&backend, &lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.key, key);
+    assert_eq!(info.info.fence.as_str(), "000000000000007");
+    assert!(backend.extend(&lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&lock_id).unwrap());
+    assert_eq!(
+        lease(backend.acquire(&key, TTL)).fence.as_str(),
+        "000000000000008"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server time
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn expiry_is_computed_from_the_server_clock() {
+    let backend = backend();
+    let mut client = shared_postgres().client();
+    let key = unique("server-time");
+    let ttl = TTL.as_millis() as i64;
+    let before = server_now_ms(&mut client);
+    let lease = lease(backend.acquire(&key, TTL));
+    let after = server_now_ms(&mut client);
+    assert!((before + ttl..=after + ttl).contains(&lease.expires_at_ms));
+    let before = server_now_ms(&mut client);
+    let extended = backend.extend(&lease.lock_id, TTL).unwrap().unwrap();
+    let after = server_now_ms(&mut client);
+    assert!((before + ttl..=after + ttl).contains(&extended));
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+#[test]
+fn tolerance_is_applied_against_the_server_clock() {
+    let backend = backend();
+    let mut client = shared_postgres().client();
+    for (age_ms, live) in [(500, true), (1500, false)] {
+        let key = unique("tolerance");
+        let lock_id = generate_lock_id();
+        let now = server_now_ms(&mut client);
+        client
+            .execute(
+                "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+                 VALUES ($1, $2, $3, $4, '000000000000001', $1)",
+                &[&key, &lock_id, &(now - age_ms), &(now - 60_000)],
+            )
+            .unwrap();
+        assert_eq!(
+            backend.is_locked(&key).unwrap(),
+            live,
+            "expired {age_ms} ms ago"
+        );
+        assert_eq!(
+            backend.lookup(Lookup::LockId(&lock_id)).unwrap().is_some(),
+            live
+        );
+        assert_eq!(backend.extend(&lock_id, TTL).unwrap().is_some(), live);
+        client
+            .execute(
+                "DELETE FROM syncguard_locks WHERE lock_id = $1",
+                &[&lock_id],
+            )
+            .unwrap();
+    }
+}
+
+#[test]
+fn cleanup_in_is_locked_is_opt_in_and_guarded() {
+    backend();
+    let cleaning = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .cleanup_in_is_locked(true)
+        .build()
+        .unwrap();
+    let plain = backend();
+    let mut client = shared_postgres().client();
+    let plant = |client: &mut postgres::Client, age_ms: i64| {
+        let key = unique("stale");
+        let now = server_now_ms(client);
+        client
+            .execute(
+                "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+                 VALUES ($1, $2, $3, $4, '000000000000001', $1)",
+                &[&key, &generate_lock_id(), &(now - age_ms), &(now - 60_000)],
+            )
+            .unwrap();
+        key
+    };
+    let present = |client: &mut postgres::Client, key: &str| -> bool {
+        client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM syncguard_locks WHERE key = $1)",
+                &[&key],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let key = plant(&mut client, 5_000);
+    assert!(!plain.is_locked(&key).unwrap());
+    assert!(present(&mut client, &key), "read-only by default");
+    assert!(!cleaning.is_locked(&key).unwrap());
+    assert!(!present(&mut client, &key), "cleaned up when enabled");
+    let key = plant(&mut client, 1_500);
+    assert!(!cleaning.is_locked(&key).unwrap());
+    assert!(
+        present(&mut client, &key),
+        "within the 2000 ms guard nothing is deleted"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile rows
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn rows_edited_by_hand_give_typed_errors() {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let (locks, fences) = (format!("h_locks_{suffix}"), format!("h_fences_{suffix}"));
+    let backend = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .table_name(&locks)
+        .fence_table_name(&fences)
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    let mut client = shared_postgres().client();
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {locks} ALTER COLUMN fence DROP NOT NULL"
+        ))
+        .unwrap();
+    let now = server_now_ms(&mut client);
+    let (null_fence, bad_fence) = (unique("null-fence"), unique("bad-fence"));
+    for (key, fence) in [(&null_fence, None), (&bad_fence, Some("not-a-fence"))] {
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+                     VALUES ($1, $2, $3, $4, $5, $1)"
+                ),
+                &[key, &generate_lock_id(), &(now + 60_000), &now, &fence],
+            )
+            .unwrap();
+        let err = backend.lookup(Lookup::Key(key)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Internal, "{err}");
+        assert!(
+            backend.is_locked(key).unwrap(),
+            "still a live lock: never taken over"
+        );
+        assert_eq!(backend.acquire(key, TTL).unwrap(), AcquireOutcome::Locked);
+    }
+    // A lock id edited into something malformed cannot be addressed, and breaks nothing.
+    let key = unique("bad-id");
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+                 VALUES ($1, 'not a lock id', $2, $3, '000000000000001', $1)"
+            ),
+            &[&key, &(now + 60_000), &now],
+        )
+        .unwrap();
+    assert_eq!(
+        backend.release("not a lock id").unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+    let info = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();
+    assert_eq!(info.lock_id, "not a lock id");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Races
+// ---------------------------------------------------------------------------------------------
+
+/// Many threads over two pools race for one fresh key per round (no counter row yet), then
+/// for one key over and over: one winner per round, no duplicate fence 1, fences increasing.
+#[test]
+fn racing_acquires_over_two_pools() {
+    let pools = [Arc::new(backend()), Arc::new(backend())];
+    let threads = 8;
+    let rounds = 15;
+    let barrier = Barrier::new(threads);
+    let winners = Mutex::new(Vec::new());
+    // Problems are recorded, not panicked on: a panic would strand the others at the barrier.
+    let problems = Mutex::new(Vec::new());
+    let fresh_keys: Vec<String> = (0..rounds).map(|r| unique(&format!("fresh-{r}"))).collect();
+    let hot_key = unique("hot");
+    thread::scope(|scope| {
+        for t in 0..threads {
+            let backend = Arc::clone(&pools[t % 2]);
+            let (barrier, winners, problems, fresh_keys, hot_key) =
+                (&barrier, &winners, &problems, &fresh_keys, &hot_key);
+            scope.spawn(move || {
+                let record = |e: syncguard::LockError| problems.lock().unwrap().push(e.to_string());
+                for (round, key) in fresh_keys.iter().enumerate() {
+                    barrier.wait();
+                    match backend.acquire(key, TTL) {
+                        Ok(AcquireOutcome::Acquired(lease)) => {
+                            winners.lock().unwrap().push(("fresh", round, lease.fence))
+                        }
+                        Ok(AcquireOutcome::Locked) => {}
+                        Err(e) => record(e),
+                    }
+                    barrier.wait();
+                    let hot = match backend.acquire(hot_key, TTL) {
+                        Ok(outcome) => outcome.lease(),
+                        Err(e) => {
+                            record(e);
+                            None
+                        }
+                    };
+                    if let Some(lease) = &hot {
+                        winners
+                            .lock()
+                            .unwrap()
+                            .push(("hot", round, lease.fence.clone()));
+                    }
+                    // Everyone has tried before the winner lets go.
+                    barrier.wait();
+                    if let Some(lease) = hot {
+                        if let Err(e) = backend.release(&lease.lock_id) {
+                            record(e);
+                        }
+                    }
+                    barrier.wait();
+                }
+            });
+        }
+    });
+    assert_eq!(problems.into_inner().unwrap(), Vec::<String>::new());
+    let winners = winners.into_inner().unwrap();
+    for round in 0..rounds {
+        let fresh: Vec<&Fence> = winners
+            .iter()
+            .filter(|(kind, r, _)| *kind == "fresh" && *r == round)
+            .map(|(_, _, fence)| fence)
+            .collect();
+        assert_eq!(fresh.len(), 1, "round {round}: one winner for a fresh key");
+        assert_eq!(
+            fresh[0].value(),
+            1,
+            "round {round}: a fresh key starts at fence 1"
+        );
+    }
+    let hot: Vec<u64> = winners
+        .iter()
+        .filter(|(kind, _, _)| *kind == "hot")
+        .map(|(_, _, fence)| fence.value())
+        .collect();
+    assert_eq!(hot.len(), rounds, "one winner per round on the hot key");
+    assert!(hot.windows(2).all(|pair| pair[0] < pair[1]), "{hot:?}");
+}
+
+/// The TypeScript SyncGuard's acquire, statement by statement (BEGIN, advisory lock, read,
+/// counter insert + increment, unconditional upsert, COMMIT), replayed with a raw client.
+fn typescript_acquire(
+    client: &mut postgres::Client,
+    key: &str,
+    ttl_ms: i64,
+) -> Result<Option<String>, postgres::Error> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key])?;
+    let now: i64 = tx
+        .query_one(
+            "SELECT floor(extract(epoch FROM now()) * 1000)::bigint",
+            &[],
+        )?
+        .get(0);
+    let existing = tx.query_opt(
+        "SELECT expires_at_ms FROM syncguard_locks WHERE key = $1",
+        &[&key],
+    )?;
+    if existing.is_some_and(|row| row.get::<_, i64>(0) > now - 1000) {
+        return Ok(None);
+    }
+    let fence_key = format!("fence:{key}");
+    tx.execute(
+        "INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, 0, $2) \
+         ON CONFLICT (fence_key) DO NOTHING",
+        &[&fence_key, &key],
+    )?;
+    let fence: i64 = tx
+        .query_one(
+            "UPDATE syncguard_fence_counters SET fence = fence + 1 WHERE fence_key = $1 RETURNING fence",
+            &[&fence_key],
+        )?
+        .get(0);
+    let lock_id = generate_lock_id();
+    tx.execute(
+        "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+         VALUES ($1, $2, $3, $4, $5, $1) ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, \
+         expires_at_ms = EXCLUDED.expires_at_ms, acquired_at_ms = EXCLUDED.acquired_at_ms, \
+         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key",
+        &[&key, &lock_id, &(now + ttl_ms), &now, &format!("{fence:015}")],
+    )?;
+    tx.commit()?;
+    Ok(Some(lock_id))
+}
+
+/// A mixed fleet: Rust acquirers and TypeScript-style acquirers race on the same keys. Each
+/// round has exactly one holder, and the fences both sides issue keep growing.
+#[test]
+fn mixed_fleet_with_the_typescript_library_never_double_grants() {
+    let backend = Arc::new(backend());
+    let rounds = 20;
+    let keys: Vec<String> = (0..rounds).map(|r| unique(&format!("mixed-{r}"))).collect();
+    let barrier = Barrier::new(4);
+    let wins = AtomicUsize::new(0);
+    let holders = Mutex::new(BTreeMap::new());
+    // Threads record problems instead of panicking: a panic would leave the others waiting at
+    // the barrier forever.
+    let problems = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for side in 0..4 {
+            let (backend, keys, barrier, wins, holders, problems) =
+                (&backend, &keys, &barrier, &wins, &holders, &problems);
+            scope.spawn(move || {
+                let mut client = shared_postgres().client();
+                for key in keys {
+                    barrier.wait();
+                    let won = if side % 2 == 0 {
+                        backend
+                            .acquire(key, TTL)
+                            .map(|outcome| outcome.lease().map(|l| l.lock_id))
+                            .map_err(|e| e.to_string())
+                    } else {
+                        typescript_acquire(&mut client, key, 30_000).map_err(|e| e.to_string())
+                    };
+                    match won {
+                        Ok(Some(lock_id)) => {
+                            wins.fetch_add(1, Ordering::SeqCst);
+                            if holders
+                                .lock()
+                                .unwrap()
+                                .insert(key.clone(), lock_id)
+                                .is_some()
+                            {
+                                problems
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("two holders of {key}"));
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(error) => problems.lock().unwrap().push(error),
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(problems.into_inner().unwrap(), Vec::<String>::new());
+    assert_eq!(
+        wins.load(Ordering::SeqCst),
+        rounds,
+        "exactly one winner per key"
+    );
+    // Whoever won, the row is the winner's, and the next acquisition gets a higher fence. (A
+    // losing Rust acquire may have consumed a number: fences grow, they need not be contiguous.)
+    for (key, lock_id) in holders.into_inner().unwrap() {
+        let held = syncguard::get_by_id(backend.as_ref(), &lock_id)
+            .unwrap()
+            .expect("held");
+        assert!(backend.release(&lock_id).unwrap());
+        let next = lease(backend.acquire(&key, TTL));
+        assert!(
+            next.fence > held.fence,
+            "{key}: {:?} after {:?}",
+            next.fence,
+            held.fence
+        );
+    }
+}
+
+#[test]
+fn many_threads_one_key_through_one_locker() {
+    let locker = Locker::with_defaults(
+        backend(),
+        LockOptions::default()
+            .retry_delay(Duration::from_millis(2))
+            .timeout(Duration::from_secs(60))
+            .max_retries(u32::MAX),
+    );
+    let key = unique("crowd");
+    let holders = AtomicUsize::new(0);
+    let fences = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for _ in 0..15 {
+                    locker
+                        .with_lock(&key, |guard| {
+                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            fences.lock().unwrap().push(guard.fence().clone());
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let fences = fences.into_inner().unwrap();
+    assert_eq!(fences.len(), 120);
+    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults, each on a cluster of its own
+// ---------------------------------------------------------------------------------------------
+
+fn impatient(url: &str) -> PostgresBackend {
+    PostgresBackend::builder()
+        .url(url)
+        .connect_timeout(Duration::from_millis(500))
+        .statement_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn faults_stopped_restarted_wrong_password() {
+    let mut server = PgServer::start();
+    let backend = Arc::new(impatient(&server.url()));
+    backend.setup_schema().unwrap();
+    let key = unique("fault");
+    let held = lease(backend.acquire(&key, TTL));
+
+    // Stopped: typed errors, bounded waits.
+    server.stop();
+    for _ in 0..2 {
+        let (backend, key) = (Arc::clone(&backend), key.clone());
+        let err = within_a_minute(move || backend.is_locked(&key)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    }
+    let err = within_a_minute({
+        let url = server.url();
+        move || PostgresBackend::connect(&url)
+    })
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+
+    // Restarted: PostgreSQL keeps its data, so the lock is still held, and the next call works.
+    server.restart();
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(syncguard::owns(backend.as_ref(), &held.lock_id).unwrap());
+    assert!(backend.release(&held.lock_id).unwrap());
+
+    // Wrong password.
+    let wrong = server.url().replace(PG_PASSWORD, "not-the-password");
+    let err = PostgresBackend::connect(&wrong).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
+    assert!(!format!("{err} {err:?}").contains("not-the-password"));
+    assert!(!format!("{backend:?}").contains(PG_PASSWORD));
+}
+
+#[test]
+fn tls_required_against_a_plain_server_is_a_typed_error() {
+    let url = format!("{}?sslmode=require", shared_postgres().url());
+    let err = PostgresBackend::connect(&url).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    assert!(!err.to_string().contains(PG_PASSWORD));
+}
+
+#[test]
+fn an_application_pool_works_and_exhaustion_is_rate_limited() {
+    let config: postgres::Config = shared_postgres().url().parse().unwrap();
+    let manager = r2d2_postgres::PostgresConnectionManager::new(config, postgres::NoTls);
+    let pool = r2d2::Pool::builder()
+        .max_size(1)
+        .test_on_check_out(false)
+        .connection_timeout(Duration::from_millis(300))
+        .build(manager)
+        .unwrap();
+    let backend = PostgresBackend::builder()
+        .pool(pool.clone())
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    let hog = pool.get().unwrap();
+    let err = backend.is_locked(&unique("busy")).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RateLimited, "{err}");
+    drop(hog);
+    let key = unique("app-pool");
+    let lease = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&lease.lock_id).unwrap());
+}

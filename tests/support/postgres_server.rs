@@ -1,0 +1,200 @@
+//! PostgreSQL clusters for the tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::{Service, free_port, scratch_dir};
+
+/// Whether this process runs as root (then servers that refuse root run as `postgres`).
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Runs `program args` to completion (as the `postgres` user when we are root), failing the
+/// test with its output if it fails.
+fn run_as_postgres_user(program: &Path, args: &[String]) {
+    let output = if running_as_root() {
+        Command::new("setpriv")
+            .args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
+            .arg(program)
+            .args(args)
+            .output()
+    } else {
+        Command::new(program).args(args).output()
+    }
+    .unwrap_or_else(|e| panic!("could not run {}: {e}", program.display()));
+    assert!(
+        output.status.success(),
+        "{} failed:\n{}{}",
+        program.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The directory holding `initdb` and `postgres`: on PATH, or Debian's newest
+/// `/usr/lib/postgresql/<version>/bin`.
+fn postgres_bin_dir() -> PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
+    });
+    let debian = || {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|entry| Some(entry.ok()?.path().join("bin")))
+            .filter(|bin| bin.join("initdb").is_file())
+            .collect();
+        versions.sort();
+        versions.pop()
+    };
+    on_path.or_else(debian).unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL's `initdb` and `postgres` are not installed, so these tests cannot run. \
+             `bash .ci/run` installs what the tests need; or install the Debian package `postgresql`."
+        )
+    })
+}
+
+/// The role and password of the test servers.
+pub const PG_USER: &str = "syncguard";
+pub const PG_PASSWORD: &str = "syncguard-test-password";
+
+/// A PostgreSQL cluster of its own: `initdb` into a scratch directory, password
+/// authentication over TCP on a free port, durability off (it is thrown away).
+pub struct PgServer {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+    service: Option<Service>,
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        let bin = postgres_bin_dir();
+        let dir = scratch_dir("postgres");
+        let password_file = dir.join("password");
+        std::fs::write(&password_file, PG_PASSWORD).expect("write the password file");
+        if running_as_root() {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown the cluster directory");
+            assert!(status.success(), "chown the cluster directory");
+        }
+        run_as_postgres_user(
+            &bin.join("initdb"),
+            &[
+                "-D".to_owned(),
+                dir.join("data").to_string_lossy().into_owned(),
+                "-U".to_owned(),
+                PG_USER.to_owned(),
+                format!("--pwfile={}", password_file.display()),
+                "--auth-local=trust".to_owned(),
+                "--auth-host=scram-sha-256".to_owned(),
+                "--encoding=UTF8".to_owned(),
+                "--locale=C".to_owned(),
+                "--no-sync".to_owned(),
+            ],
+        );
+        let mut server = PgServer {
+            port: free_port(),
+            dir,
+            bin,
+            service: None,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let mut args: Vec<String> = Vec::new();
+        let program = if running_as_root() {
+            args.extend(
+                ["--reuid=postgres", "--regid=postgres", "--init-groups"].map(String::from),
+            );
+            args.push(self.bin.join("postgres").to_string_lossy().into_owned());
+            PathBuf::from("setpriv")
+        } else {
+            self.bin.join("postgres")
+        };
+        args.extend([
+            "-D".to_owned(),
+            self.dir.join("data").to_string_lossy().into_owned(),
+            "-p".to_owned(),
+            self.port.to_string(),
+            "-k".to_owned(),
+            self.dir.to_string_lossy().into_owned(),
+        ]);
+        for setting in [
+            "listen_addresses=127.0.0.1",
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=300",
+        ] {
+            args.extend(["-c".to_owned(), setting.to_owned()]);
+        }
+        // SIGINT is PostgreSQL's fast shutdown: it does not wait for clients to leave.
+        let service = Service::spawn_with_stop_signal(
+            &format!("postgres on port {}", self.port),
+            &program,
+            &args,
+            &self.dir.join("postgres.log"),
+            "INT",
+        );
+        service.await_ready(Duration::from_secs(30), || self.try_client().is_ok());
+        self.service = Some(service);
+    }
+
+    /// `postgres://syncguard:…@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
+    fn try_client(&self) -> Result<postgres::Client, postgres::Error> {
+        let mut config: postgres::Config = self.url().parse()?;
+        config.connect_timeout(Duration::from_millis(500));
+        config.connect(postgres::NoTls)
+    }
+
+    /// A plain client for looking at (or tampering with) what syncguard stored.
+    pub fn client(&self) -> postgres::Client {
+        self.try_client().expect("connect to the test PostgreSQL")
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut service) = self.service.take() {
+            service.stop();
+        }
+    }
+
+    /// Stops and starts the same cluster again (its data survives).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One cluster shared by every test of a binary that needs no cluster of its own.
+pub fn shared_postgres() -> &'static PgServer {
+    static SERVER: OnceLock<PgServer> = OnceLock::new();
+    SERVER.get_or_init(PgServer::start)
+}

@@ -1,0 +1,126 @@
+//! `redis-server` instances for the tests.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::{Service, free_port, require_program, scratch_dir};
+
+/// A `redis-server` of its own: no persistence, loopback only, optional password.
+pub struct RedisServer {
+    pub port: u16,
+    password: Option<String>,
+    dir: PathBuf,
+    service: Option<Service>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port.
+    pub fn start() -> RedisServer {
+        Self::start_with(None)
+    }
+
+    /// Starts a server that requires `password`.
+    pub fn start_with_password(password: &str) -> RedisServer {
+        Self::start_with(Some(password.to_owned()))
+    }
+
+    fn start_with(password: Option<String>) -> RedisServer {
+        let mut server = RedisServer {
+            port: free_port(),
+            password,
+            dir: scratch_dir("redis"),
+            service: None,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let program = require_program("redis-server", "redis-server");
+        let mut args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            &self.dir.to_string_lossy(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(password) = &self.password {
+            args.extend(["--requirepass".to_owned(), password.clone()]);
+        }
+        let service = Service::spawn(
+            &format!("redis-server on port {}", self.port),
+            &program,
+            &args,
+            &self.dir.join("redis.log"),
+        );
+        service.await_ready(Duration::from_secs(15), || self.ping());
+        self.service = Some(service);
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.admin_url()) else {
+            return false;
+        };
+        client
+            .get_connection_with_timeout(Duration::from_millis(200))
+            .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
+            .is_ok()
+    }
+
+    /// The URL syncguard connects with (with the password, if any).
+    pub fn url(&self) -> String {
+        self.admin_url()
+    }
+
+    fn admin_url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// A plain connection for looking at (or tampering with) what syncguard stored.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.admin_url())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+            .expect("connect to the test Redis")
+    }
+
+    /// Stops the server (its data is gone: no persistence).
+    pub fn stop(&mut self) {
+        if let Some(mut service) = self.service.take() {
+            service.stop();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One server shared by every test of a binary that needs no server of its own. It lives until
+/// the test process exits, which stops it.
+pub fn shared_redis() -> &'static RedisServer {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
