@@ -44,12 +44,15 @@ pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
             Ok(Box::new(crate::redis::RedisBackend::connect(url)?))
         }
         #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+unix" => unavailable("redis", false),
+        "redis" | "rediss" | "redis+unix" => unavailable("redis"),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Box::new(crate::postgres::PostgresBackend::connect(url)?)),
         #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => unavailable("postgres", false),
-        "firestore" => unavailable("firestore", cfg!(feature = "firestore")),
+        "postgres" | "postgresql" => unavailable("postgres"),
+        #[cfg(feature = "firestore")]
+        "firestore" => Ok(Box::new(crate::firestore::FirestoreBackend::connect(url)?)),
+        #[cfg(not(feature = "firestore"))]
+        "firestore" => unavailable("firestore"),
         other => Err(LockError::invalid_argument(format!(
             "unsupported URL scheme {:?}; expected one of {SCHEMES}",
             truncate(other)
@@ -57,12 +60,15 @@ pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
     }
 }
 
-fn unavailable(backend: &str, compiled: bool) -> Result<Box<dyn LockBackend>> {
-    Err(LockError::invalid_argument(if compiled {
-        format!("the {backend} backend is not implemented in this version of syncguard")
-    } else {
-        format!("this build of syncguard lacks the `{backend}` feature")
-    }))
+/// The answer for a backend this build was compiled without.
+#[cfg_attr(
+    all(feature = "redis", feature = "postgres", feature = "firestore"),
+    allow(dead_code)
+)]
+fn unavailable(backend: &str) -> Result<Box<dyn LockBackend>> {
+    Err(LockError::invalid_argument(format!(
+        "this build of syncguard lacks the `{backend}` feature"
+    )))
 }
 
 /// A scheme echoed in a message is cut short: it is user input.

@@ -79,6 +79,15 @@ pub fn make_storage_key(prefix: &str, key: &str, limit: usize, reserve: usize) -
     Ok(hashed)
 }
 
+/// The hashed form a storage key takes when the prefixed key is too long (step 4 of
+/// [`make_storage_key`]); Firestore also uses it for document ids it would reject.
+#[cfg(feature = "firestore")]
+pub(crate) fn hashed_storage_key(prefix: &str, key: &str) -> String {
+    let key = nfc(key);
+    let prefix = prefix.strip_suffix(':').unwrap_or(prefix);
+    join(prefix, &truncated_hash(&join(prefix, &key)))
+}
+
 /// The sanitised identifier used in [`LockInfo`](crate::LockInfo), telemetry and logs:
 /// the first 24 lowercase hex characters of SHA-256 over the NFC-normalised UTF-8 value.
 ///

@@ -64,7 +64,7 @@ mod key;
 mod lock_id;
 mod locker;
 mod memory;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
 mod telemetry;
 mod time;

@@ -1,17 +1,20 @@
 //! What every network backend shares: keeping secrets out of messages, and the rule for
 //! repeating a call whose pooled connection turned out to be dead.
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 use std::fmt;
 
 use crate::error::{LockError, Result};
 
 /// Removes known secrets (passwords from URLs and configs) from text that came from a client
 /// library, before it reaches an error message.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 #[derive(Clone, Default)]
 pub(crate) struct Redactor {
     secrets: Vec<String>,
 }
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 impl Redactor {
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
         Redactor {
@@ -33,18 +36,22 @@ impl Redactor {
 }
 
 /// A client library's error, as redacted text.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 #[derive(Debug)]
 pub(crate) struct RedactedError(pub String);
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 impl fmt::Display for RedactedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 impl std::error::Error for RedactedError {}
 
 /// A backend URL with syncguard's own query options taken out.
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) struct SplitUrl {
     /// The URL for the client library: without syncguard's options.
     pub url: url::Url,
@@ -119,6 +126,7 @@ pub(crate) fn split_url(raw: &str, what: &str, own: &[&str]) -> Result<SplitUrl>
 /// already (`dead` says so: a restarted server, a dropped socket) it is let go and the call is
 /// made once more on a fresh one. Every operation of every backend is safe to repeat: acquire
 /// recognises its own lock id, release and extend are idempotent, the rest only read.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) fn with_one_reconnect<C, T, E>(
     mut checkout: impl FnMut() -> Result<C>,
     mut call: impl FnMut(&mut C) -> std::result::Result<T, E>,
@@ -143,6 +151,7 @@ pub(crate) fn with_one_reconnect<C, T, E>(
 mod tests {
     use super::*;
 
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn redactor_scrubs_every_occurrence() {
         let r = Redactor::new(["hunter2".to_owned(), String::new()]);
@@ -184,6 +193,7 @@ mod tests {
         }
     }
 
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
     fn one_reconnect_then_the_error() {
         let mut checkouts = 0;

@@ -132,11 +132,18 @@ impl Drop for Service {
     }
 }
 
+#[cfg(feature = "firestore")]
+mod firestore_server;
+#[cfg(feature = "firestore")]
+pub mod http;
 #[cfg(feature = "postgres")]
 mod postgres_server;
 #[cfg(feature = "redis")]
 mod redis_server;
 
+#[cfg(feature = "firestore")]
+#[allow(unused_imports)]
+pub use firestore_server::*;
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use postgres_server::*;

@@ -1,0 +1,841 @@
+//! The Firestore backend: Firestore's v1 REST API over a blocking `ureq` agent (no gRPC, no
+//! async runtime), atomic compare-and-set commits of at most two HTTP requests per operation,
+//! client time with the 1000 ms tolerance and clock-skew monitoring, and the documents the
+//! TypeScript SyncGuard uses.
+//!
+//! ```no_run
+//! use syncguard::{Locker, firestore::FirestoreBackend};
+//!
+//! // With FIRESTORE_EMULATOR_HOST set this talks to the emulator; otherwise to Google, with
+//! // credentials found the usual way (GOOGLE_APPLICATION_CREDENTIALS, then the metadata server).
+//! let locker = Locker::new(FirestoreBackend::connect("firestore://my-project")?);
+//! let guard = locker.lock("nightly-report")?;
+//! println!("fence {}", guard.fence());
+//! # Ok::<(), syncguard::LockError>(())
+//! ```
+//!
+//! # Documents
+//!
+//! In collection `locks`, document `msk("", key)` (see [`make_storage_key`], limit 1500 bytes):
+//! `lockId` (string), `expiresAtMs` and `acquiredAtMs` (integer), `key` (string), `fence`
+//! (string, 15 digits). In `fence_counters`, document `msk("", "fence:" + lock doc id)`:
+//! `fence` (string, 15 digits) and `keyDebug` (string); never deleted. A document id Firestore
+//! would reject (containing `/`, `.` or `..`, or of the form `__…__`) is replaced by its hashed
+//! form, step 4 of [`make_storage_key`].
+//!
+//! # Requests and atomicity
+//!
+//! Every mutation is a compare-and-set: a read, then one `commit` whose writes carry
+//! `currentDocument` preconditions (the `updateTime` that was read, or "does not exist"). A
+//! commit's writes are atomic, and the preconditions make it apply only to exactly the state
+//! that was checked — the same guarantee as a read-write transaction, without holding document
+//! locks: Firestore's server-side transactions lock what they read, and under contention the
+//! waiting readers starve the holder's release (observed on the emulator: releases aborted
+//! five times in a row with seven contenders).
+//!
+//! acquire: `batchGet` of the lock and counter documents, then `commit` of both (one request
+//! when the lock is visibly held; a lost race is reported as held). release and extend:
+//! `runQuery` for `lockId == id` (without a limit: two matches would be an inconsistency,
+//! reported and left alone), then `commit` (a lost race is retried). is_locked and lookup: one
+//! read. A commit that meets a TypeScript client's transaction (`ABORTED`) is retried a few
+//! times with jitter, then `ServiceUnavailable`.
+//!
+//! # Time
+//!
+//! The client clock decides expiry, as in the TypeScript SyncGuard; keep clocks synchronised.
+//! Every answer's server time feeds [`FirestoreBackend::clock_skew`]; skew of 200 ms or more is
+//! logged, and [`FirestoreBuilder::max_clock_skew`] makes operations fail above a bound.
+//!
+//! # Errors
+//!
+//! By the answer's `status`: UNAVAILABLE, INTERNAL, ABORTED → `ServiceUnavailable`;
+//! DEADLINE_EXCEEDED and client timeouts → `NetworkTimeout`; PERMISSION_DENIED,
+//! UNAUTHENTICATED and token-exchange failures → `AuthFailed`; INVALID_ARGUMENT,
+//! FAILED_PRECONDITION → `InvalidArgument` (a missing `lockId` index is named);
+//! RESOURCE_EXHAUSTED → `RateLimited`; anything else → `Internal`.
+
+mod auth;
+mod rest;
+mod skew;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+pub use self::auth::{Credentials, TokenProvider};
+pub use self::skew::ClockSkew;
+
+use self::rest::{
+    RestClient, fields, get_integer, get_string, integer_value, is_aborted, string_value,
+};
+use crate::backend::{
+    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
+    Lookup, MutationOutcome, TimeAuthority,
+};
+use crate::error::{ErrorCode, LockError, Result};
+use crate::fence::Fence;
+use crate::key::{hashed_storage_key, make_storage_key, normalize_and_validate_key};
+use crate::lock_id::{generate_lock_id, validate_lock_id};
+use crate::net::split_url;
+use crate::time::{Clock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms};
+
+/// Firestore's document-id limit in bytes.
+pub const STORAGE_KEY_LIMIT: usize = 1500;
+/// Skew the client clock is assumed to stay within (the specification's ±2 s).
+pub const ASSUMED_SKEW_MS: i64 = 2000;
+/// How long past expiry (beyond [`ASSUMED_SKEW_MS`]) the opt-in cleanup in `is_locked` waits.
+pub const CLEANUP_GUARD_MS: i64 = 1000;
+/// Attempts of an operation whose commit keeps conflicting before giving up.
+const CAS_ATTEMPTS: u32 = 6;
+
+/// Counters of what the backend sent, for monitoring and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FirestoreStats {
+    /// HTTP requests to Firestore (token requests not included).
+    pub requests: u64,
+    /// Commits retried after Firestore answered ABORTED (they met a transaction).
+    pub aborted_retries: u64,
+}
+
+/// Distributed locks in Firestore. See the [module docs](self).
+pub struct FirestoreBackend {
+    rest: RestClient,
+    project: String,
+    database: String,
+    collection: String,
+    fence_collection: String,
+    cleanup_in_is_locked: bool,
+    max_clock_skew: Option<Duration>,
+    clock: Arc<dyn Clock>,
+    aborted_retries: AtomicU64,
+}
+
+/// Options for a [`FirestoreBackend`]. Defaults: database `(default)`, collections `locks` and
+/// `fence_counters`, credentials found the usual way (or `owner` for the emulator), a 5 s
+/// timeout per request, no clock-skew bound, no cleanup in `is_locked`.
+#[must_use = "call build() to get a backend"]
+pub struct FirestoreBuilder {
+    project: Option<String>,
+    database: String,
+    collection: String,
+    fence_collection: String,
+    cleanup_in_is_locked: bool,
+    credentials: Option<Credentials>,
+    emulator_host: Option<String>,
+    timeout: Duration,
+    max_clock_skew: Option<Duration>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for FirestoreBuilder {
+    fn default() -> Self {
+        FirestoreBuilder {
+            project: None,
+            database: "(default)".to_owned(),
+            collection: "locks".to_owned(),
+            fence_collection: "fence_counters".to_owned(),
+            cleanup_in_is_locked: false,
+            credentials: None,
+            emulator_host: std::env::var("FIRESTORE_EMULATOR_HOST")
+                .ok()
+                .filter(|host| !host.trim().is_empty()),
+            timeout: Duration::from_secs(5),
+            max_clock_skew: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl FirestoreBuilder {
+    /// The Google Cloud project (required).
+    pub fn project(mut self, project: impl Into<String>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+
+    /// The database (default `(default)`).
+    pub fn database(mut self, database: impl Into<String>) -> Self {
+        self.database = database.into();
+        self
+    }
+
+    /// The lock collection (default `locks`).
+    pub fn collection(mut self, collection: impl Into<String>) -> Self {
+        self.collection = collection.into();
+        self
+    }
+
+    /// The fence counter collection (default `fence_counters`; must differ from the lock
+    /// collection).
+    pub fn fence_collection(mut self, collection: impl Into<String>) -> Self {
+        self.fence_collection = collection.into();
+        self
+    }
+
+    /// Let `is_locked` delete a lock document found more than [`ASSUMED_SKEW_MS`] +
+    /// [`CLEANUP_GUARD_MS`] past expiry, only if it is unchanged since it was read (default
+    /// off: `is_locked` is then read-only). Never touches fence counters.
+    pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+        self.cleanup_in_is_locked = enabled;
+        self
+    }
+
+    /// How to authenticate (default: [`Credentials::Default`], or the token `owner` for the
+    /// emulator).
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// Talk to the emulator at `host:port` over plain HTTP (default: `FIRESTORE_EMULATOR_HOST`
+    /// when set).
+    pub fn emulator_host(mut self, host: impl Into<String>) -> Self {
+        self.emulator_host = Some(host.into());
+        self
+    }
+
+    /// Talk to Google's production endpoint even if `FIRESTORE_EMULATOR_HOST` is set.
+    pub fn production(mut self) -> Self {
+        self.emulator_host = None;
+        self
+    }
+
+    /// Timeout of each HTTP request, connecting included (default 5 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Fail operations (`ServiceUnavailable`) while the measured clock skew is certainly
+    /// above `bound` (the specification suggests 500 ms). Default: no bound, only warnings.
+    pub fn max_clock_skew(mut self, bound: Duration) -> Self {
+        self.max_clock_skew = Some(bound);
+        self
+    }
+
+    /// The client clock that decides expiry (default: the system clock). For tests.
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Validates the options (`InvalidArgument`) and prepares the client. Connects lazily: the
+    /// first operation reports an unreachable endpoint or rejected credentials.
+    pub fn build(self) -> Result<FirestoreBackend> {
+        let project = self
+            .project
+            .ok_or_else(|| LockError::invalid_argument("the Firestore backend needs a project"))?;
+        validate_resource_id("project", &project)?;
+        validate_resource_id("database", &self.database)?;
+        validate_collection_id(&self.collection)?;
+        validate_collection_id(&self.fence_collection)?;
+        if self.collection == self.fence_collection {
+            return Err(LockError::invalid_argument(
+                "the lock collection and the fence collection must differ: cleaning up locks \
+                 must never touch fence counters",
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(LockError::invalid_argument("timeout must be above zero"));
+        }
+        let credentials = match (self.credentials, &self.emulator_host) {
+            (Some(credentials), _) => credentials,
+            (None, Some(_)) => Credentials::Token("owner".to_owned()),
+            (None, None) => Credentials::Default,
+        };
+        let tokens = TokenProvider::new(&credentials, self.timeout)?;
+        let rest = RestClient::new(
+            &project,
+            &self.database,
+            self.emulator_host.as_deref(),
+            tokens,
+            self.timeout,
+        );
+        Ok(FirestoreBackend {
+            rest,
+            project,
+            database: self.database,
+            collection: self.collection,
+            fence_collection: self.fence_collection,
+            cleanup_in_is_locked: self.cleanup_in_is_locked,
+            max_clock_skew: self.max_clock_skew,
+            clock: self.clock,
+            aborted_retries: AtomicU64::new(0),
+        })
+    }
+}
+
+fn validate_resource_id(what: &str, id: &str) -> Result<()> {
+    if id.is_empty() || id.contains('/') || id.chars().any(char::is_control) {
+        return Err(LockError::invalid_argument(format!(
+            "invalid Firestore {what} id: it must be non-empty, without `/` or control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_collection_id(id: &str) -> Result<()> {
+    if is_rejected_id(id)
+        || id.is_empty()
+        || id.len() > STORAGE_KEY_LIMIT
+        || id.chars().any(char::is_control)
+    {
+        return Err(LockError::invalid_argument(
+            "invalid Firestore collection id: non-empty, at most 1500 bytes, no `/`, not `.` or \
+             `..`, not of the form `__…__`",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether Firestore refuses `id` as a document (or collection) id.
+fn is_rejected_id(id: &str) -> bool {
+    id.contains('/')
+        || id == "."
+        || id == ".."
+        || (id.len() >= 4 && id.starts_with("__") && id.ends_with("__"))
+}
+
+/// The document id for `key` (already a storage-key input): [`make_storage_key`], or its
+/// hashed form where Firestore would reject the id.
+fn document_id(key: &str) -> Result<String> {
+    let id = make_storage_key("", key, STORAGE_KEY_LIMIT, 0)?;
+    Ok(if is_rejected_id(&id) {
+        hashed_storage_key("", key)
+    } else {
+        id
+    })
+}
+
+/// The outcome of one read-and-commit attempt.
+enum Attempt<T> {
+    Done(T),
+    /// The commit's precondition failed: the document changed after the read.
+    Conflict,
+}
+
+/// The precondition that a document is still as read: same `updateTime`, or still absent.
+fn unchanged_since(document: Option<&Value>) -> Value {
+    match document.and_then(|doc| doc.get("updateTime")) {
+        Some(update_time) => json!({ "updateTime": update_time }),
+        None => json!({ "exists": false }),
+    }
+}
+
+/// A lock document, as read.
+struct LockDoc {
+    lock_id: String,
+    expires_at_ms: i64,
+    acquired_at_ms: i64,
+    key: String,
+    fence: String,
+    name: String,
+    update_time: String,
+}
+
+impl LockDoc {
+    /// `None` when the document is not a SyncGuard lock (fields missing or of other types).
+    fn parse(document: &Value) -> Option<LockDoc> {
+        let fields = fields(document)?;
+        Some(LockDoc {
+            lock_id: get_string(fields, "lockId")?.to_owned(),
+            expires_at_ms: get_integer(fields, "expiresAtMs")?,
+            acquired_at_ms: get_integer(fields, "acquiredAtMs")?,
+            key: get_string(fields, "key")?.to_owned(),
+            fence: get_string(fields, "fence")?.to_owned(),
+            name: document.get("name")?.as_str()?.to_owned(),
+            update_time: document.get("updateTime")?.as_str()?.to_owned(),
+        })
+    }
+
+    fn info(&self) -> Result<LockInfoDebug> {
+        let fence = self.fence.parse::<Fence>().map_err(|_| {
+            LockError::internal("a Firestore lock document holds a malformed fence")
+        })?;
+        Ok(LockInfoDebug::new(
+            self.key.clone(),
+            self.lock_id.clone(),
+            self.expires_at_ms,
+            self.acquired_at_ms,
+            fence,
+        ))
+    }
+}
+
+fn not_a_lock(what: &str) -> LockError {
+    LockError::internal(format!(
+        "a Firestore {what} document does not have the SyncGuard fields and types"
+    ))
+}
+
+/// The documents of a read's answer.
+struct Read {
+    /// `batchGet`: the documents found. `runQuery`: the matches.
+    documents: Vec<Value>,
+}
+
+fn parse_read(answer: Value, found_key: &str) -> Read {
+    let mut documents = Vec::new();
+    if let Value::Array(items) = answer {
+        for mut item in items {
+            if let Some(document) = item.get_mut(found_key).map(Value::take) {
+                if document.is_object() {
+                    documents.push(document);
+                }
+            }
+        }
+    }
+    Read { documents }
+}
+
+impl FirestoreBackend {
+    /// Connects to the database a `firestore://PROJECT[/DATABASE]` URL names, with the
+    /// options `?collection=`, `?fence_collection=` and `?credentials=PATH` (a service-account
+    /// key file). The emulator is used when `FIRESTORE_EMULATOR_HOST` is set.
+    pub fn connect(url: &str) -> Result<FirestoreBackend> {
+        let split = split_url(
+            url,
+            "Firestore",
+            &["collection", "fence_collection", "credentials"],
+        )?;
+        if split.url.scheme() != "firestore" {
+            return Err(LockError::invalid_argument(
+                "not a Firestore URL; expected firestore://PROJECT[/DATABASE]",
+            ));
+        }
+        let project = split.url.host_str().unwrap_or("").to_owned();
+        let mut builder = Self::builder().project(project);
+        let path = split.url.path().trim_matches('/');
+        if !path.is_empty() {
+            builder = builder.database(path);
+        }
+        for (name, value) in split.options {
+            builder = match name.as_str() {
+                "collection" => builder.collection(value),
+                "fence_collection" => builder.fence_collection(value),
+                _ => builder.credentials(Credentials::ServiceAccountFile(value.into())),
+            };
+        }
+        builder.build()
+    }
+
+    /// Options beyond the URL.
+    pub fn builder() -> FirestoreBuilder {
+        FirestoreBuilder::default()
+    }
+
+    /// The latest estimate of this machine's clock offset from Firestore's (`None` before the
+    /// first answer).
+    pub fn clock_skew(&self) -> Option<ClockSkew> {
+        self.rest.skew.latest()
+    }
+
+    /// What the backend has sent so far.
+    pub fn stats(&self) -> FirestoreStats {
+        FirestoreStats {
+            requests: self.rest.requests(),
+            aborted_retries: self.aborted_retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The lock document id of a user key.
+    pub fn lock_document_id(&self, key: &str) -> Result<String> {
+        document_id(&normalize_and_validate_key(key)?)
+    }
+
+    /// The fence counter document id of a user key.
+    pub fn fence_document_id(&self, key: &str) -> Result<String> {
+        document_id(&format!("fence:{}", self.lock_document_id(key)?))
+    }
+
+    /// Now, by the client clock, unless the clock is known to be too far off.
+    fn now_ms(&self) -> Result<i64> {
+        self.check_skew()?;
+        Ok(self.clock.now_ms())
+    }
+
+    /// Fails while the measured clock skew is certainly beyond `max_clock_skew`. Every
+    /// operation checks before it starts (and again when it reads the clock).
+    fn check_skew(&self) -> Result<()> {
+        if let (Some(bound), Some(skew)) = (self.max_clock_skew, self.rest.skew.latest()) {
+            if skew.at_least() > bound {
+                return Err(LockError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!(
+                        "this machine's clock is off Firestore's by {} ms (±{} ms), beyond \
+                         max_clock_skew {bound:?}: synchronise it (NTP)",
+                        skew.offset_ms, skew.uncertainty_ms
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs an operation made of a read and a compare-and-set commit, again (after a short
+    /// jittered pause) when the commit met a transaction (ABORTED) or lost a race
+    /// ([`Attempt::Conflict`]).
+    fn with_retries<T>(&self, mut attempt: impl FnMut() -> Result<Attempt<T>>) -> Result<T> {
+        let mut tries = 1;
+        loop {
+            match attempt() {
+                Ok(Attempt::Done(value)) => return Ok(value),
+                Ok(Attempt::Conflict) => {}
+                Err(error) if is_aborted(&error) => {
+                    self.aborted_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => return Err(error),
+            }
+            if tries >= CAS_ATTEMPTS {
+                return Err(LockError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!(
+                        "Firestore kept changing under this operation ({CAS_ATTEMPTS} attempts)"
+                    ),
+                ));
+            }
+            let base = 10u64 << tries;
+            std::thread::sleep(Duration::from_millis(
+                base / 2 + rand::random_range(0..=base / 2),
+            ));
+            tries += 1;
+        }
+    }
+
+    fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> Result<Attempt<AcquireOutcome>> {
+        let lock_doc_id = document_id(user_key)?;
+        let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
+        let fence_name = self.rest.document_name(
+            &self.fence_collection,
+            &document_id(&format!("fence:{lock_doc_id}"))?,
+        );
+        let answer = self.rest.post(
+            ":batchGet",
+            &json!({ "documents": [lock_name, fence_name] }),
+        )?;
+        let read = parse_read(answer, "found");
+        let document = |name: &str| {
+            read.documents
+                .iter()
+                .find(|doc| doc.get("name").and_then(Value::as_str) == Some(name))
+        };
+        let now = self.now_ms()?;
+        let lock_doc = document(&lock_name);
+        if let Some(doc) = lock_doc {
+            let held = LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock").with_key(user_key))?;
+            if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
+                return Ok(Attempt::Done(AcquireOutcome::Locked));
+            }
+        }
+        let counter_doc = document(&fence_name);
+        let counter = match counter_doc {
+            None => 0,
+            Some(doc) => fields(doc)
+                .and_then(|f| get_string(f, "fence"))
+                .and_then(|text| text.parse::<Fence>().ok())
+                .map(|fence| fence.value())
+                .ok_or_else(|| not_a_lock("fence counter").with_key(user_key))?,
+        };
+        let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
+        let lock_id = generate_lock_id();
+        let expires_at_ms = now.saturating_add(ttl_ms);
+        let writes = vec![
+            json!({
+                "update": { "name": lock_name, "fields": {
+                    "lockId": string_value(&lock_id),
+                    "expiresAtMs": integer_value(expires_at_ms),
+                    "acquiredAtMs": integer_value(now),
+                    "key": string_value(user_key),
+                    "fence": string_value(fence.as_str()),
+                }},
+                "currentDocument": unchanged_since(lock_doc),
+            }),
+            json!({
+                "update": { "name": fence_name, "fields": {
+                    "fence": string_value(fence.as_str()),
+                    "keyDebug": string_value(user_key),
+                }},
+                "currentDocument": unchanged_since(counter_doc),
+            }),
+        ];
+        if !self.rest.commit(writes)? {
+            // Someone changed the lock or the counter since the read: another acquirer won.
+            return Ok(Attempt::Done(AcquireOutcome::Locked));
+        }
+        Ok(Attempt::Done(AcquireOutcome::Acquired(Lease {
+            lock_id,
+            fence,
+            expires_at_ms,
+        })))
+    }
+
+    /// The query for a lock id (no limit: a second match must be seen, not hidden).
+    fn lock_id_query(&self, lock_id: &str) -> Value {
+        json!({
+            "from": [{ "collectionId": self.collection }],
+            "where": { "fieldFilter": {
+                "field": { "fieldPath": "lockId" },
+                "op": "EQUAL",
+                "value": string_value(lock_id),
+            }},
+        })
+    }
+
+    /// The one document holding `lock_id`, checked; `Ok(None)` when none; two or more are an
+    /// inconsistency, reported and treated as absent (nothing is touched).
+    fn single_match(&self, documents: &[Value], lock_id: &str) -> Result<Option<LockDoc>> {
+        match documents {
+            [] => Ok(None),
+            [document] => {
+                let lock = LockDoc::parse(document).ok_or_else(|| not_a_lock("lock"))?;
+                // Defence in depth: the query said so, the document must too.
+                Ok((lock.lock_id == lock_id).then_some(lock))
+            }
+            _ => {
+                log::warn!(
+                    "syncguard: {} Firestore lock documents carry the same lock id (hash {}); \
+                     leaving them alone",
+                    documents.len(),
+                    crate::key::hash_key(lock_id)
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Release (`ttl_ms == None`) or extend: the lock found by its id, changed only if it is
+    /// still exactly as read.
+    fn mutate_once(
+        &self,
+        lock_id: &str,
+        ttl_ms: Option<i64>,
+    ) -> Result<Attempt<MutationOutcome<i64>>> {
+        let answer = self.rest.post(
+            ":runQuery",
+            &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
+        )?;
+        let read = parse_read(answer, "document");
+        let Some(lock) = self
+            .single_match(&read.documents, lock_id)
+            .map_err(|e| e.with_lock_id(lock_id))?
+        else {
+            return Ok(Attempt::Done(MutationOutcome::NotApplied(Some(
+                FailureReason::NotFound,
+            ))));
+        };
+        let now = self.now_ms()?;
+        let unchanged = json!({ "updateTime": lock.update_time });
+        let delete = json!({ "delete": lock.name, "currentDocument": unchanged });
+        let (write, outcome) = if !is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS) {
+            // Expired: remove it (it is this lock id's), never revive it.
+            (
+                delete,
+                MutationOutcome::NotApplied(Some(FailureReason::Expired)),
+            )
+        } else if let Some(ttl_ms) = ttl_ms {
+            let expires_at_ms = now.saturating_add(ttl_ms);
+            let update = json!({
+                "update": { "name": lock.name, "fields": { "expiresAtMs": integer_value(expires_at_ms) } },
+                "updateMask": { "fieldPaths": ["expiresAtMs"] },
+                "currentDocument": unchanged,
+            });
+            (update, MutationOutcome::Applied(expires_at_ms))
+        } else {
+            (delete, MutationOutcome::Applied(lock.expires_at_ms))
+        };
+        Ok(if self.rest.commit(vec![write])? {
+            Attempt::Done(outcome)
+        } else {
+            Attempt::Conflict
+        })
+    }
+
+    /// The lock document for `key`, read without a transaction.
+    fn read_lock(&self, key: &str) -> Result<Option<LockDoc>> {
+        let name = self
+            .rest
+            .document_name(&self.collection, &self.lock_document_id(key)?);
+        let answer = self
+            .rest
+            .post(":batchGet", &json!({ "documents": [name] }))?;
+        let read = parse_read(answer, "found");
+        match read.documents.first() {
+            None => Ok(None),
+            Some(doc) => LockDoc::parse(doc)
+                .map(Some)
+                .ok_or_else(|| not_a_lock("lock")),
+        }
+    }
+}
+
+impl LockBackend for FirestoreBackend {
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
+        let ttl_ms = ttl_to_ms(ttl)?;
+        let key = normalize_and_validate_key(key)?;
+        self.check_skew()?;
+        self.with_retries(|| self.acquire_once(&key, ttl_ms))
+    }
+
+    fn release(&self, lock_id: &str) -> Result<bool> {
+        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    }
+
+    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    }
+
+    fn is_locked(&self, key: &str) -> Result<bool> {
+        self.check_skew()?;
+        let Some(lock) = self.read_lock(key)? else {
+            return Ok(false);
+        };
+        let now = self.now_ms()?;
+        let live = is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS);
+        if !live
+            && self.cleanup_in_is_locked
+            && now - lock.expires_at_ms > ASSUMED_SKEW_MS + CLEANUP_GUARD_MS
+        {
+            // Only if nobody changed it since it was read; best effort, outcome ignored.
+            let delete = json!({
+                "delete": lock.name,
+                "currentDocument": { "updateTime": lock.update_time },
+            });
+            if let Err(error) = self.rest.commit(vec![delete]) {
+                log::debug!("syncguard: Firestore cleanup skipped: {error}");
+            }
+        }
+        Ok(live)
+    }
+
+    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
+        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("firestore", true, TimeAuthority::Client)
+    }
+
+    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
+        validate_lock_id(lock_id)?;
+        self.check_skew()?;
+        Ok(
+            match self.with_retries(|| self.mutate_once(lock_id, None))? {
+                MutationOutcome::Applied(_) => MutationOutcome::Applied(()),
+                MutationOutcome::NotApplied(reason) => MutationOutcome::NotApplied(reason),
+            },
+        )
+    }
+
+    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
+        validate_lock_id(lock_id)?;
+        let ttl_ms = ttl_to_ms(ttl)?;
+        self.check_skew()?;
+        self.with_retries(|| self.mutate_once(lock_id, Some(ttl_ms)))
+    }
+
+    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+        self.check_skew()?;
+        let lock = match by {
+            Lookup::Key(key) => self.read_lock(key)?,
+            Lookup::LockId(lock_id) => {
+                validate_lock_id(lock_id)?;
+                let answer = self.rest.post(
+                    ":runQuery",
+                    &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
+                )?;
+                let read = parse_read(answer, "document");
+                self.single_match(&read.documents, lock_id)?
+            }
+        };
+        let Some(lock) = lock else {
+            return Ok(None);
+        };
+        if !is_live(lock.expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
+            return Ok(None);
+        }
+        lock.info().map(Some)
+    }
+}
+
+impl fmt::Debug for FirestoreBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FirestoreBackend")
+            .field("project", &self.project)
+            .field("database", &self.database)
+            .field("collection", &self.collection)
+            .field("fence_collection", &self.fence_collection)
+            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
+            .field("max_clock_skew", &self.max_clock_skew)
+            .field("clock_skew", &self.clock_skew())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for FirestoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FirestoreBuilder")
+            .field("project", &self.project)
+            .field("database", &self.database)
+            .field("collection", &self.collection)
+            .field("fence_collection", &self.fence_collection)
+            .field("credentials", &self.credentials)
+            .field("emulator_host", &self.emulator_host)
+            .field("timeout", &self.timeout)
+            .field("max_clock_skew", &self.max_clock_skew)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejected_document_ids_are_hashed() {
+        for key in ["a/b/c", ".", "..", "__reserved__"] {
+            let id = document_id(key).unwrap();
+            assert_eq!(id.len(), 22, "{key} → {id}");
+            assert!(!is_rejected_id(&id));
+            assert_eq!(id, hashed_storage_key("", key));
+        }
+        for key in ["plain", "__x", "x__", "_._", "a.b", "..."] {
+            assert_eq!(document_id(key).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn collections_are_validated() {
+        let build = |collection: &str, fence: &str| {
+            FirestoreBackend::builder()
+                .project("p")
+                .emulator_host("127.0.0.1:1")
+                .collection(collection)
+                .fence_collection(fence)
+                .build()
+        };
+        assert!(build("locks", "fence_counters").is_ok());
+        for (collection, fence) in [
+            ("same", "same"),
+            ("a/b", "f"),
+            ("__x__", "f"),
+            ("", "f"),
+            ("l", ".."),
+        ] {
+            let err = build(collection, fence).unwrap_err();
+            assert_eq!(
+                err.code(),
+                ErrorCode::InvalidArgument,
+                "{collection} {fence}"
+            );
+        }
+        assert!(
+            FirestoreBackend::builder().build().is_err(),
+            "a project is required"
+        );
+    }
+}

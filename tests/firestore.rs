@@ -1,0 +1,573 @@
+//! The Firestore backend against Google's Firestore emulator started by the tests: the contract
+//! suites, the documents shared with the TypeScript SyncGuard, request counts, conflicts, and —
+//! against a local stub server — error mapping and clock skew.
+
+#![cfg(feature = "firestore")]
+
+#[macro_use]
+mod contract;
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::http::{StubResponse, StubServer};
+use support::{FIRESTORE_PROJECT, shared_firestore};
+use syncguard::Clock as _;
+use syncguard::firestore::{Credentials, FirestoreBackend};
+use syncguard::{
+    AcquireOutcome, ErrorCode, Lease, LockBackend, LockOptions, Locker, Lookup, generate_lock_id,
+};
+
+fn backend() -> FirestoreBackend {
+    FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+        .build()
+        .expect("a Firestore backend for the emulator")
+}
+
+backend_contract!(backend);
+guard_contract!(backend);
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn unique(name: &str) -> String {
+    format!("fs-test:{name}:{}", generate_lock_id())
+}
+
+fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
+    match outcome {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(10)))
+            .http_status_as_error(false)
+            .build(),
+    )
+}
+
+/// A document as the emulator holds it (`None` when missing), read with a plain request.
+fn raw_document(collection: &str, id: &str) -> Option<Value> {
+    let name =
+        format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}");
+    let answer: Value = agent()
+        .post(format!("{}:batchGet", shared_firestore().documents_url()))
+        .header("Authorization", "Bearer owner")
+        .send_json(json!({ "documents": [name] }))
+        .unwrap()
+        .into_body()
+        .read_json()
+        .unwrap();
+    answer
+        .as_array()?
+        .iter()
+        .find_map(|item| item.get("found").cloned())
+}
+
+/// Writes a document directly, bypassing syncguard.
+fn write_document(collection: &str, id: &str, fields: Value) {
+    let name =
+        format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}");
+    let response = agent()
+        .post(format!("{}:commit", shared_firestore().documents_url()))
+        .header("Authorization", "Bearer owner")
+        .send_json(json!({ "writes": [{ "update": { "name": name, "fields": fields } }] }))
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Documents
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn stores_the_documents_the_typescript_library_uses() {
+    let backend = backend();
+    let key = unique("doc");
+    let lease = lease(backend.acquire(&key, TTL));
+    let lock = raw_document("locks", &backend.lock_document_id(&key).unwrap()).expect("lock doc");
+    let fields = lock["fields"].as_object().unwrap();
+    let names: std::collections::BTreeSet<&str> = fields.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["acquiredAtMs", "expiresAtMs", "fence", "key", "lockId"].into()
+    );
+    assert_eq!(fields["lockId"], json!({ "stringValue": lease.lock_id }));
+    assert_eq!(fields["key"], json!({ "stringValue": key }));
+    assert_eq!(fields["fence"], json!({ "stringValue": "000000000000001" }));
+    assert_eq!(
+        fields["expiresAtMs"],
+        json!({ "integerValue": lease.expires_at_ms.to_string() })
+    );
+    assert!(fields["acquiredAtMs"]["integerValue"].is_string());
+
+    let fence_id = backend.fence_document_id(&key).unwrap();
+    assert_eq!(fence_id, format!("fence:{key}"));
+    let counter = raw_document("fence_counters", &fence_id).expect("fence doc");
+    assert_eq!(
+        counter["fields"],
+        json!({ "fence": { "stringValue": "000000000000001" }, "keyDebug": { "stringValue": key } })
+    );
+
+    assert!(backend.release(&lease.lock_id).unwrap());
+    assert!(raw_document("locks", &backend.lock_document_id(&key).unwrap()).is_none());
+    let counter = raw_document("fence_counters", &fence_id).expect("the counter survives release");
+    assert_eq!(
+        counter["fields"]["fence"],
+        json!({ "stringValue": "000000000000001" })
+    );
+    assert_eq!(lease_fence(&backend, &key), 2);
+}
+
+fn lease_fence(backend: &FirestoreBackend, key: &str) -> u64 {
+    let lease = lease(backend.acquire(key, TTL));
+    assert!(backend.release(&lease.lock_id).unwrap());
+    lease.fence.value()
+}
+
+#[test]
+fn ids_firestore_rejects_are_hashed() {
+    let backend = backend();
+    for key in [
+        format!("a/b/{}", generate_lock_id()),
+        format!("__{}__", generate_lock_id()),
+    ] {
+        let id = backend.lock_document_id(&key).unwrap();
+        assert_eq!(id.len(), 22, "{key} → {id}");
+        let lease = lease(backend.acquire(&key, TTL));
+        let doc = raw_document("locks", &id).expect("stored under the hashed id");
+        assert_eq!(
+            doc["fields"]["key"],
+            json!({ "stringValue": key }),
+            "the key is kept whole"
+        );
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+    for dots in [".", ".."] {
+        assert_eq!(backend.lock_document_id(dots).unwrap().len(), 22);
+    }
+}
+
+#[test]
+fn reads_locks_written_by_the_typescript_library() {
+    let backend = backend();
+    let key = unique("from-node");
+    let lock_id = generate_lock_id();
+    let now = syncguard::SystemClock.now_ms();
+    write_document(
+        "locks",
+        &key,
+        json!({
+            "fence": { "stringValue": "000000000000007" },
+            "key": { "stringValue": key },
+            "lockId": { "stringValue": lock_id },
+            "expiresAtMs": { "integerValue": (now + 30_000).to_string() },
+            "acquiredAtMs": { "integerValue": now.to_string() },
+        }),
+    );
+    write_document(
+        "fence_counters",
+        &format!("fence:{key}"),
+        json!({ "fence": { "stringValue": "000000000000007" }, "keyDebug": { "stringValue": key } }),
+    );
+    assert!(backend.is_locked(&key).unwrap());
+    assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
+    let info = syncguard::get_by_id_raw(&backend, &lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.key, key);
+    assert!(backend.extend(&lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&lock_id).unwrap());
+    assert_eq!(
+        lease_fence(&backend, &key),
+        8,
+        "continues the shared counter"
+    );
+}
+
+#[test]
+fn documents_with_wrong_field_types_give_typed_errors() {
+    let backend = backend();
+    let key = unique("wrong-types");
+    write_document(
+        "locks",
+        &key,
+        json!({
+            "lockId": { "integerValue": "5" },
+            "expiresAtMs": { "stringValue": "soon" },
+        }),
+    );
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert_eq!(
+        backend.is_locked(&key).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert_eq!(
+        backend.lookup(Lookup::Key(&key)).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert!(
+        raw_document("locks", &key).is_some(),
+        "foreign data is left alone"
+    );
+
+    let key = unique("bad-counter");
+    write_document(
+        "fence_counters",
+        &format!("fence:{key}"),
+        json!({ "fence": { "integerValue": "3" } }),
+    );
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap_err().code(),
+        ErrorCode::Internal
+    );
+    assert!(!backend.is_locked(&key).unwrap(), "nothing was written");
+}
+
+#[test]
+fn custom_collections() {
+    let suffix = generate_lock_id();
+    let backend = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+        .collection(format!("app_locks_{suffix}"))
+        .fence_collection(format!("app_fences_{suffix}"))
+        .build()
+        .unwrap();
+    let key = unique("custom");
+    let lease = lease(backend.acquire(&key, TTL));
+    assert!(raw_document(&format!("app_locks_{suffix}"), &key).is_some());
+    assert!(raw_document(&format!("app_fences_{suffix}"), &format!("fence:{key}")).is_some());
+    assert!(!self::backend().is_locked(&key).unwrap());
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests, conflicts, threads
+// ---------------------------------------------------------------------------------------------
+
+/// Every operation is at most two HTTP requests, counted.
+#[test]
+fn at_most_two_requests_per_operation() {
+    let backend = backend();
+    let key = unique("count");
+    let counted = |what: &str, op: &mut dyn FnMut()| {
+        let before = backend.stats().requests;
+        op();
+        let sent = backend.stats().requests - before;
+        assert!((1..=2).contains(&sent), "{what} sent {sent} requests");
+        sent
+    };
+    let mut held = None;
+    assert_eq!(
+        counted("acquire", &mut || held =
+            backend.acquire(&key, TTL).unwrap().lease()),
+        2
+    );
+    let held = held.unwrap();
+    // A lock visibly held costs one read.
+    assert_eq!(
+        counted("contended acquire", &mut || assert_eq!(
+            backend.acquire(&key, TTL).unwrap(),
+            AcquireOutcome::Locked
+        )),
+        1
+    );
+    assert_eq!(
+        counted("is_locked", &mut || assert!(
+            backend.is_locked(&key).unwrap()
+        )),
+        1
+    );
+    assert_eq!(
+        counted("lookup by key", &mut || assert!(
+            backend.lookup(Lookup::Key(&key)).unwrap().is_some()
+        )),
+        1
+    );
+    assert_eq!(
+        counted("lookup by id", &mut || assert!(
+            backend
+                .lookup(Lookup::LockId(&held.lock_id))
+                .unwrap()
+                .is_some()
+        )),
+        1
+    );
+    assert_eq!(
+        counted("extend", &mut || assert!(
+            backend.extend(&held.lock_id, TTL).unwrap().is_some()
+        )),
+        2
+    );
+    assert_eq!(
+        counted("release", &mut || assert!(
+            backend.release(&held.lock_id).unwrap()
+        )),
+        2
+    );
+    assert_eq!(
+        counted("release again", &mut || assert!(
+            !backend.release(&held.lock_id).unwrap()
+        )),
+        1
+    );
+}
+
+/// A transaction held open by someone else makes ours conflict (ABORTED): it is retried, and
+/// succeeds once the other side goes away.
+#[test]
+fn aborted_transactions_are_retried() {
+    let backend = Arc::new(backend());
+    let key = unique("conflict");
+    let lock_name = format!(
+        "projects/{FIRESTORE_PROJECT}/databases/(default)/documents/locks/{}",
+        backend.lock_document_id(&key).unwrap()
+    );
+    let blocker: Value = agent()
+        .post(format!("{}:batchGet", shared_firestore().documents_url()))
+        .header("Authorization", "Bearer owner")
+        .send_json(json!({ "documents": [lock_name], "newTransaction": { "readWrite": {} } }))
+        .unwrap()
+        .into_body()
+        .read_json()
+        .unwrap();
+    let blocker = blocker[0]["transaction"].as_str().unwrap().to_owned();
+    let contender = thread::spawn({
+        let (backend, key) = (Arc::clone(&backend), key.clone());
+        move || backend.acquire(&key, TTL)
+    });
+    contract::wait_until(
+        "the contender to be aborted and retrying",
+        Duration::from_secs(60),
+        || backend.stats().aborted_retries >= 1,
+    );
+    let rollback = agent()
+        .post(format!("{}:rollback", shared_firestore().documents_url()))
+        .header("Authorization", "Bearer owner")
+        .send_json(json!({ "transaction": blocker }))
+        .unwrap();
+    assert_eq!(rollback.status().as_u16(), 200);
+    let lease = lease(contender.join().unwrap());
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+#[test]
+fn many_threads_one_key_through_one_locker() {
+    let backend = backend();
+    let locker = Locker::with_defaults(
+        backend,
+        LockOptions::default()
+            .retry_delay(Duration::from_millis(5))
+            .timeout(Duration::from_secs(120))
+            .max_retries(u32::MAX),
+    );
+    let key = unique("crowd");
+    let holders = AtomicUsize::new(0);
+    let fences = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| {
+                for _ in 0..6 {
+                    locker
+                        .with_lock(&key, |guard| {
+                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            fences.lock().unwrap().push(guard.fence().clone());
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let fences = fences.into_inner().unwrap();
+    assert_eq!(fences.len(), 36);
+    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]));
+}
+
+/// The emulator checks that a bearer token is a JWT (it accepts `owner` too): a self-signed
+/// token, as a service account would sign for itself, is accepted.
+#[test]
+fn a_self_signed_jwt_is_accepted_by_the_emulator() {
+    let key: Value = serde_json::from_str(include_str!("data/test-service-account.json")).unwrap();
+    let now = syncguard::SystemClock.now_ms() / 1000;
+    let claims = json!({
+        "iss": key["client_email"], "sub": key["client_email"],
+        "aud": "https://firestore.googleapis.com/", "iat": now, "exp": now + 3600,
+    });
+    let signing_key =
+        jsonwebtoken::EncodingKey::from_rsa_pem(key["private_key"].as_str().unwrap().as_bytes())
+            .unwrap();
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+        &claims,
+        &signing_key,
+    )
+    .unwrap();
+    let backend = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+        .credentials(Credentials::Token(token))
+        .build()
+        .unwrap();
+    assert!(!backend.is_locked(&unique("token")).unwrap());
+    let rejected = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+        .credentials(Credentials::Token("not-a-jwt".to_owned()))
+        .build()
+        .unwrap();
+    let err = rejected.is_locked("k").unwrap_err();
+    assert!(!err.to_string().contains("not-a-jwt"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against a stub server: error mapping and clock skew
+// ---------------------------------------------------------------------------------------------
+
+fn stub_backend(stub: &StubServer) -> FirestoreBackend {
+    FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(stub.host())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn firestore_error_statuses_map_to_codes() {
+    let cases = [
+        (503, "UNAVAILABLE", ErrorCode::ServiceUnavailable),
+        (500, "INTERNAL", ErrorCode::ServiceUnavailable),
+        (504, "DEADLINE_EXCEEDED", ErrorCode::NetworkTimeout),
+        (403, "PERMISSION_DENIED", ErrorCode::AuthFailed),
+        (401, "UNAUTHENTICATED", ErrorCode::AuthFailed),
+        (400, "INVALID_ARGUMENT", ErrorCode::InvalidArgument),
+        (400, "FAILED_PRECONDITION", ErrorCode::InvalidArgument),
+        (429, "RESOURCE_EXHAUSTED", ErrorCode::RateLimited),
+        (404, "NOT_FOUND", ErrorCode::Internal),
+        (409, "ABORTED", ErrorCode::ServiceUnavailable),
+    ];
+    for (http, status, code) in cases {
+        let stub = StubServer::start(move |_| {
+            StubResponse::json(
+                http,
+                json!({ "error": { "code": http, "message": format!("stub {status}"), "status": status } }),
+            )
+        });
+        let backend = stub_backend(&stub);
+        let err = backend.is_locked("k").unwrap_err();
+        assert_eq!(err.code(), code, "{status}: {err}");
+        let err = backend.acquire("k", TTL).unwrap_err();
+        assert_eq!(err.code(), code, "{status}: {err}");
+        if status == "ABORTED" {
+            assert!(
+                backend.stats().aborted_retries >= 1,
+                "ABORTED is retried before giving up"
+            );
+        }
+    }
+    let unreachable = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(format!("127.0.0.1:{}", support::free_port()))
+        .build()
+        .unwrap();
+    assert_eq!(
+        unreachable.is_locked("k").unwrap_err().code(),
+        ErrorCode::ServiceUnavailable
+    );
+}
+
+#[test]
+fn clock_skew_is_measured_warned_about_and_bounded() {
+    // A server whose clock runs ten seconds ahead of ours.
+    let stub = StubServer::start(|request| {
+        let ahead = syncguard::SystemClock.now_ms() + 10_000;
+        let read_time = format_rfc3339(ahead);
+        if request.path.ends_with(":batchGet") {
+            StubResponse::json(
+                200,
+                json!([{ "missing": "projects/p/databases/(default)/documents/locks/k", "readTime": read_time }]),
+            )
+        } else {
+            StubResponse::json(200, json!({}))
+        }
+    });
+    let plain = stub_backend(&stub);
+    assert_eq!(plain.clock_skew(), None);
+    assert!(!plain.is_locked("k").unwrap());
+    let skew = plain.clock_skew().expect("measured");
+    assert!((9_000..=11_000).contains(&skew.offset_ms), "{skew:?}");
+
+    let bounded = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(stub.host())
+        .max_clock_skew(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    // The first answer measures the skew; from then on every operation refuses.
+    let _ = bounded.is_locked("k");
+    let err = bounded.is_locked("k").unwrap_err();
+    assert_eq!(
+        bounded.acquire("k", TTL).unwrap_err().code(),
+        ErrorCode::ServiceUnavailable
+    );
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
+    assert!(err.message().contains("max_clock_skew"), "{err}");
+}
+
+/// Unix ms → `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil-from-days).
+fn format_rfc3339(ms: i64) -> String {
+    let (days, rest) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3_600_000,
+        rest / 60_000 % 60,
+        rest / 1000 % 60,
+        rest % 1000
+    )
+}
+
+#[test]
+fn connect_parses_firestore_urls() {
+    let backend = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+        .build()
+        .unwrap();
+    let shown = format!("{backend:?}");
+    assert!(
+        shown.contains("syncguard-test") && shown.contains("(default)"),
+        "{shown}"
+    );
+    for bad in [
+        "firestore:///db",
+        "firestore://p?collection=a%2Fb",
+        "firestore://p?collection=same&fence_collection=same",
+        "http://p",
+    ] {
+        let err = FirestoreBackend::connect(bad).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad}");
+    }
+}

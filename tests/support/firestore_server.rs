@@ -1,0 +1,103 @@
+//! Google's Firestore emulator for the tests.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::{Service, free_port, require_program, scratch_dir};
+
+/// Where the Google Cloud SDK puts the emulator (override with `SYNCGUARD_FIRESTORE_EMULATOR_JAR`).
+const EMULATOR_JAR: &str =
+    "/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar";
+
+/// The project every test uses.
+pub const FIRESTORE_PROJECT: &str = "syncguard-test";
+
+/// A Firestore emulator of its own on a free port.
+pub struct FirestoreEmulator {
+    pub port: u16,
+    dir: PathBuf,
+    service: Option<Service>,
+}
+
+impl FirestoreEmulator {
+    pub fn start() -> FirestoreEmulator {
+        let java = require_program("java", "openjdk-17-jre-headless");
+        let jar = std::env::var_os("SYNCGUARD_FIRESTORE_EMULATOR_JAR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(EMULATOR_JAR));
+        assert!(
+            jar.is_file(),
+            "the Firestore emulator is not installed at {} (it ships with the Google Cloud SDK's \
+             cloud-firestore-emulator component); set SYNCGUARD_FIRESTORE_EMULATOR_JAR to its jar",
+            jar.display()
+        );
+        let port = free_port();
+        let dir = scratch_dir("firestore");
+        // The SDK's launcher script does not exec Java, so stopping it would orphan the JVM:
+        // run the JVM directly.
+        let args: Vec<String> = vec![
+            "-Duser.language=en".to_owned(),
+            "-Xmx512m".to_owned(),
+            "-cp".to_owned(),
+            jar.to_string_lossy().into_owned(),
+            "com.google.cloud.datastore.emulator.firestore.CloudFirestore".to_owned(),
+            "start".to_owned(),
+            "--host=127.0.0.1".to_owned(),
+            format!("--port={port}"),
+        ];
+        let service = Service::spawn(
+            &format!("the Firestore emulator on port {port}"),
+            &java,
+            &args,
+            &dir.join("emulator.log"),
+        );
+        let url = format!("http://127.0.0.1:{port}/");
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .timeout_global(Some(Duration::from_millis(500)))
+                .build(),
+        );
+        service.await_ready(Duration::from_secs(60), || {
+            agent
+                .get(&url)
+                .call()
+                .ok()
+                .and_then(|response| response.into_body().read_to_string().ok())
+                .is_some_and(|body| body.trim() == "Ok")
+        });
+        FirestoreEmulator {
+            port,
+            dir,
+            service: Some(service),
+        }
+    }
+
+    /// `127.0.0.1:<port>`, what `FIRESTORE_EMULATOR_HOST` would hold.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Documents endpoint of the test project, for looking at what syncguard stored.
+    pub fn documents_url(&self) -> String {
+        format!(
+            "http://127.0.0.1:{}/v1/projects/{FIRESTORE_PROJECT}/databases/(default)/documents",
+            self.port
+        )
+    }
+}
+
+impl Drop for FirestoreEmulator {
+    fn drop(&mut self) {
+        if let Some(mut service) = self.service.take() {
+            service.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One emulator shared by every test of a binary.
+pub fn shared_firestore() -> &'static FirestoreEmulator {
+    static EMULATOR: OnceLock<FirestoreEmulator> = OnceLock::new();
+    EMULATOR.get_or_init(FirestoreEmulator::start)
+}
