@@ -8,8 +8,7 @@
 mod contract;
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -18,9 +17,7 @@ use support::http::{StubResponse, StubServer};
 use support::{FIRESTORE_PROJECT, shared_firestore};
 use syncguard::Clock as _;
 use syncguard::firestore::{Credentials, FirestoreBackend};
-use syncguard::{
-    AcquireOutcome, ErrorCode, Lease, LockBackend, LockOptions, Locker, Lookup, generate_lock_id,
-};
+use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id};
 
 fn backend() -> FirestoreBackend {
     FirestoreBackend::builder()
@@ -362,39 +359,6 @@ fn aborted_transactions_are_retried() {
     assert_eq!(rollback.status().as_u16(), 200);
     let lease = lease(contender.join().unwrap());
     assert!(backend.release(&lease.lock_id).unwrap());
-}
-
-#[test]
-fn many_threads_one_key_through_one_locker() {
-    let backend = backend();
-    let locker = Locker::with_defaults(
-        backend,
-        LockOptions::default()
-            .retry_delay(Duration::from_millis(5))
-            .timeout(Duration::from_secs(120))
-            .max_retries(u32::MAX),
-    );
-    let key = unique("crowd");
-    let holders = AtomicUsize::new(0);
-    let fences = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for _ in 0..6 {
-            scope.spawn(|| {
-                for _ in 0..6 {
-                    locker
-                        .with_lock(&key, |guard| {
-                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                            fences.lock().unwrap().push(guard.fence().clone());
-                            holders.fetch_sub(1, Ordering::SeqCst);
-                        })
-                        .unwrap();
-                }
-            });
-        }
-    });
-    let fences = fences.into_inner().unwrap();
-    assert_eq!(fences.len(), 36);
-    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]));
 }
 
 /// The emulator checks that a bearer token is a JWT (it accepts `owner` too): a self-signed

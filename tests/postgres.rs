@@ -10,7 +10,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
@@ -18,8 +17,8 @@ use std::time::Duration;
 use support::{PG_PASSWORD, PgServer, shared_postgres};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
 use syncguard::{
-    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker, Lookup,
-    generate_lock_id, make_storage_key,
+    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, Lookup, generate_lock_id,
+    make_storage_key,
 };
 
 /// A backend on the shared cluster, whose default tables exist.
@@ -54,15 +53,6 @@ fn server_now_ms(client: &mut postgres::Client) -> i64 {
         )
         .unwrap()
         .get(0)
-}
-
-fn within_a_minute<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(call());
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the call hung instead of failing within its timeouts")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -694,38 +684,6 @@ fn mixed_fleet_with_the_typescript_library_never_double_grants() {
     }
 }
 
-#[test]
-fn many_threads_one_key_through_one_locker() {
-    let locker = Locker::with_defaults(
-        backend(),
-        LockOptions::default()
-            .retry_delay(Duration::from_millis(2))
-            .timeout(Duration::from_secs(60))
-            .max_retries(u32::MAX),
-    );
-    let key = unique("crowd");
-    let holders = AtomicUsize::new(0);
-    let fences = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for _ in 0..8 {
-            scope.spawn(|| {
-                for _ in 0..15 {
-                    locker
-                        .with_lock(&key, |guard| {
-                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                            fences.lock().unwrap().push(guard.fence().clone());
-                            holders.fetch_sub(1, Ordering::SeqCst);
-                        })
-                        .unwrap();
-                }
-            });
-        }
-    });
-    let fences = fences.into_inner().unwrap();
-    assert_eq!(fences.len(), 120);
-    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Faults, each on a cluster of its own
 // ---------------------------------------------------------------------------------------------
@@ -752,10 +710,10 @@ fn faults_stopped_restarted_wrong_password() {
     server.stop();
     for _ in 0..2 {
         let (backend, key) = (Arc::clone(&backend), key.clone());
-        let err = within_a_minute(move || backend.is_locked(&key)).unwrap_err();
+        let err = support::within_a_minute(move || backend.is_locked(&key)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
     }
-    let err = within_a_minute({
+    let err = support::within_a_minute({
         let url = server.url();
         move || PostgresBackend::connect(&url)
     })

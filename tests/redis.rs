@@ -8,10 +8,7 @@ mod contract;
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Commands as _;
@@ -19,8 +16,7 @@ use serde_json::Value as Json;
 use support::{RedisServer, shared_redis};
 use syncguard::redis::RedisBackend;
 use syncguard::{
-    AcquireOutcome, ErrorCode, Lease, LockBackend, LockOptions, Locker, Lookup, generate_lock_id,
-    make_storage_key,
+    AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id, make_storage_key,
 };
 
 fn backend() -> RedisBackend {
@@ -47,17 +43,6 @@ fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
 fn server_now_ms(conn: &mut redis::Connection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
     secs * 1000 + micros / 1000
-}
-
-/// Runs `call` on another thread and fails the test if it has not returned after a minute:
-/// a hang shows up as a failure, not as a stuck test run.
-fn within_a_minute<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(call());
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the call hung instead of failing within its timeouts")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -472,10 +457,10 @@ fn stopped_server_gives_service_unavailable_and_no_hang() {
     for _ in 0..2 {
         let backend = Arc::clone(&backend);
         let key = key.clone();
-        let err = within_a_minute(move || backend.acquire(&key, TTL)).unwrap_err();
+        let err = support::within_a_minute(move || backend.acquire(&key, TTL)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
     }
-    let err = within_a_minute({
+    let err = support::within_a_minute({
         let url = server.url();
         move || RedisBackend::connect(&url)
     })
@@ -538,38 +523,3 @@ fn an_application_pool_works_and_pool_exhaustion_is_rate_limited() {
 // ---------------------------------------------------------------------------------------------
 // Many threads through one Locker
 // ---------------------------------------------------------------------------------------------
-
-#[test]
-fn many_threads_one_key_one_holder_at_a_time() {
-    let locker = Locker::with_defaults(
-        backend(),
-        LockOptions::default()
-            .retry_delay(Duration::from_millis(2))
-            .timeout(Duration::from_secs(60))
-            .max_retries(u32::MAX),
-    );
-    let key = unique("crowd");
-    let holders = AtomicUsize::new(0);
-    let fences = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for _ in 0..8 {
-            scope.spawn(|| {
-                for _ in 0..25 {
-                    locker
-                        .with_lock(&key, |guard| {
-                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                            fences.lock().unwrap().push(guard.fence().clone());
-                            holders.fetch_sub(1, Ordering::SeqCst);
-                        })
-                        .unwrap();
-                }
-            });
-        }
-    });
-    let fences = fences.into_inner().unwrap();
-    assert_eq!(fences.len(), 200);
-    assert!(
-        fences.windows(2).all(|pair| pair[0] < pair[1]),
-        "fences strictly increase in holding order"
-    );
-}

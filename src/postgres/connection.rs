@@ -29,6 +29,26 @@ pub(crate) trait Connections: Send + Sync {
     fn max_size(&self) -> u32;
 }
 
+/// Runs `call` on a connection of `pool`, with one reconnect if it was dead.
+fn on_pool<M, T>(
+    pool: &r2d2::Pool<M>,
+    redactor: &Redactor,
+    call: impl FnMut(&mut r2d2::PooledConnection<M>) -> std::result::Result<T, postgres::Error>,
+) -> Result<T>
+where
+    M: ManageConnection<Error = postgres::Error>,
+{
+    with_one_reconnect(
+        || {
+            pool.get()
+                .map_err(|e| checkout_error(pool.connection_timeout(), &e, redactor))
+        },
+        call,
+        is_dead_connection,
+        |error| map_error(error, redactor),
+    )
+}
+
 /// r2d2_postgres's manager, with connections that keep their prepared statements: after the
 /// first use on a connection, a statement is one Bind/Execute round trip with a cached plan.
 pub(crate) struct CachingManager<T>(PostgresConnectionManager<T>);
@@ -99,27 +119,11 @@ where
         params: &[&(dyn ToSql + Sync)],
         redactor: &Redactor,
     ) -> Result<Vec<Row>> {
-        with_one_reconnect(
-            || {
-                self.get()
-                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
-            },
-            |conn| conn.query(sql, params),
-            is_dead_connection,
-            |error| map_error(error, redactor),
-        )
+        on_pool(self, redactor, |conn| conn.query(sql, params))
     }
 
     fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
-        with_one_reconnect(
-            || {
-                self.get()
-                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
-            },
-            |conn| conn.client.batch_execute(sql),
-            is_dead_connection,
-            |error| map_error(error, redactor),
-        )
+        on_pool(self, redactor, |conn| conn.client.batch_execute(sql))
     }
 
     fn state(&self) -> r2d2::State {
@@ -151,27 +155,13 @@ where
             .copied()
             .zip(sql.types.iter().cloned())
             .collect();
-        with_one_reconnect(
-            || {
-                self.get()
-                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
-            },
-            |client| client.query_typed(&sql.text, &typed),
-            is_dead_connection,
-            |error| map_error(error, redactor),
-        )
+        on_pool(self, redactor, |client| {
+            client.query_typed(&sql.text, &typed)
+        })
     }
 
     fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
-        with_one_reconnect(
-            || {
-                self.get()
-                    .map_err(|e| checkout_error(self.connection_timeout(), &e, redactor))
-            },
-            |client| client.batch_execute(sql),
-            is_dead_connection,
-            |error| map_error(error, redactor),
-        )
+        on_pool(self, redactor, |client| client.batch_execute(sql))
     }
 
     fn state(&self) -> r2d2::State {

@@ -61,7 +61,7 @@ use crate::error::{LockError, Result};
 use crate::fence::{FENCE_MAX, Fence};
 use crate::key::{make_storage_key, normalize_and_validate_key};
 use crate::lock_id::{generate_lock_id, validate_lock_id};
-use crate::net::Redactor;
+use crate::net::{Redactor, Source, pool_source};
 use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
 
 /// PostgreSQL's storage-key limit in bytes (keys longer than this are hashed).
@@ -182,33 +182,20 @@ impl PostgresBuilder {
     /// Validates the options and, for a URL, opens one connection to check the server and the
     /// credentials. Does not create tables: see [`PostgresBackend::setup_schema`].
     pub fn build(self) -> Result<PostgresBackend> {
-        for (name, value) in [
-            ("connect_timeout", self.timeouts.connect),
-            ("statement_timeout", self.timeouts.statement),
-            ("pool_timeout", self.timeouts.checkout),
-        ] {
-            if value.is_zero() {
-                return Err(LockError::invalid_argument(format!(
-                    "{name} must be above zero"
-                )));
-            }
-        }
-        if self.pool_size == 0 {
-            return Err(LockError::invalid_argument("pool_size must be at least 1"));
-        }
-        let parsed = match (&self.url, &self.pool) {
-            (Some(_), Some(_)) => {
-                return Err(LockError::invalid_argument(
-                    "give the PostgreSQL backend a URL or a pool, not both",
-                ));
-            }
-            (None, None) => {
-                return Err(LockError::invalid_argument(
-                    "the PostgreSQL backend needs a URL or a pool",
-                ));
-            }
-            (Some(url), None) => Some(parse_url(url)?),
-            (None, Some(_)) => None,
+        let source = pool_source(
+            "PostgreSQL",
+            self.url,
+            self.pool,
+            &[
+                ("connect_timeout", self.timeouts.connect),
+                ("statement_timeout", self.timeouts.statement),
+                ("pool_timeout", self.timeouts.checkout),
+            ],
+            self.pool_size,
+        )?;
+        let (parsed, pool) = match source {
+            Source::Url(url) => (Some(parse_url(&url)?), None),
+            Source::Pool(pool) => (None, Some(pool)),
         };
         // Builder options win over URL options, which win over the defaults. Checked before
         // anything connects.
@@ -226,7 +213,7 @@ impl PostgresBuilder {
                 .or_else(|| from_url(|p| &p.fence_table))
                 .unwrap_or_else(|| defaults.fence_table().to_owned()),
         )?;
-        let (connections, redactor, display) = match (parsed, self.pool) {
+        let (connections, redactor, display) = match (parsed, pool) {
             (Some(parsed), _) => {
                 let mut secrets = parsed.secrets;
                 if let Some(password) = parsed.config.get_password() {
@@ -242,12 +229,11 @@ impl PostgresBuilder {
                 )?;
                 (connections, redactor, parsed.display)
             }
-            (None, Some(pool)) => (pool, Redactor::default(), "<application pool>".to_owned()),
-            (None, None) => {
-                return Err(LockError::invalid_argument(
-                    "the PostgreSQL backend needs a URL or a pool",
-                ));
-            }
+            (None, pool) => (
+                pool.ok_or_else(|| LockError::internal("no connection source"))?,
+                Redactor::default(),
+                "<application pool>".to_owned(),
+            ),
         };
         Ok(PostgresBackend {
             connections,

@@ -57,7 +57,7 @@ use crate::error::{LockError, Result};
 use crate::fence::{FENCE_MAX, Fence};
 use crate::key::{make_storage_key, normalize_and_validate_key};
 use crate::lock_id::{LOCK_ID_LENGTH, generate_lock_id, validate_lock_id};
-use crate::net::Redactor;
+use crate::net::{Redactor, Source, pool_source};
 use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
 
 /// Redis' storage-key limit in bytes.
@@ -187,39 +187,26 @@ impl RedisBuilder {
     /// Validates the options and, for a URL, opens one connection to check the server and the
     /// credentials (`ServiceUnavailable`, `AuthFailed`, `NetworkTimeout` otherwise).
     pub fn build(self) -> Result<RedisBackend> {
-        for (name, value) in [
-            ("connect_timeout", self.timeouts.connect),
-            ("read_timeout", self.timeouts.read),
-            ("write_timeout", self.timeouts.write),
-            ("pool_timeout", self.timeouts.checkout),
-        ] {
-            if value.is_zero() {
-                return Err(LockError::invalid_argument(format!(
-                    "{name} must be above zero"
-                )));
-            }
-        }
-        if self.pool_size == 0 {
-            return Err(LockError::invalid_argument("pool_size must be at least 1"));
-        }
-        let (pool, url_prefix, redactor, display_url) = match (self.url, self.pool) {
-            (Some(_), Some(_)) => {
-                return Err(LockError::invalid_argument(
-                    "give the Redis backend a URL or a pool, not both",
-                ));
-            }
-            (None, None) => {
-                return Err(LockError::invalid_argument(
-                    "the Redis backend needs a URL or a pool",
-                ));
-            }
-            (None, Some(pool)) => (
+        let source = pool_source(
+            "Redis",
+            self.url,
+            self.pool,
+            &[
+                ("connect_timeout", self.timeouts.connect),
+                ("read_timeout", self.timeouts.read),
+                ("write_timeout", self.timeouts.write),
+                ("pool_timeout", self.timeouts.checkout),
+            ],
+            self.pool_size,
+        )?;
+        let (pool, url_prefix, redactor, display_url) = match source {
+            Source::Pool(pool) => (
                 Pool::External(pool, self.timeouts),
                 None,
                 Redactor::default(),
                 "<application pool>".to_owned(),
             ),
-            (Some(url), None) => {
+            Source::Url(url) => {
                 let parsed = parse_url(&url)?;
                 let redactor = Redactor::new(parsed.secrets);
                 if parsed.tls {

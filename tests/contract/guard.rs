@@ -591,6 +591,43 @@ pub fn guard_is_send<B: LockBackend + 'static>(backend: B) {
     assert!(!locker.backend().is_locked(&key).unwrap());
 }
 
+/// Many threads through one `Locker` on one key: never two holders, and fences strictly
+/// increase in holding order.
+pub fn many_threads_one_key_through_one_locker<B: LockBackend + 'static>(backend: B) {
+    let locker = Locker::with_defaults(
+        backend,
+        LockOptions::default()
+            .retry_delay(Duration::from_millis(2))
+            .timeout(Duration::from_secs(120))
+            .max_retries(u32::MAX),
+    );
+    let key = unique_key("crowd");
+    let holders = std::sync::atomic::AtomicUsize::new(0);
+    let fences = Mutex::new(Vec::new());
+    let (threads, rounds) = (6, 8);
+    thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                for _ in 0..rounds {
+                    locker
+                        .with_lock(&key, |guard| {
+                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            fences.lock().unwrap().push(guard.fence().clone());
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let fences = fences.into_inner().unwrap();
+    assert_eq!(fences.len(), threads * rounds);
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "fences strictly increase in holding order"
+    );
+}
+
 /// Guard debug output shows no lock id.
 pub fn guard_debug_hides_the_lock_id<B: LockBackend + 'static>(backend: B) {
     let locker = Locker::new(backend);
@@ -625,6 +662,7 @@ macro_rules! guard_contract {
             with_lock_always_releases,
             release_errors_go_to_the_callback,
             guard_is_send,
+            many_threads_one_key_through_one_locker,
             guard_debug_hides_the_lock_id,
         );
     };

@@ -49,6 +49,17 @@ pub fn require_program(program: &str, package: &str) -> PathBuf {
     })
 }
 
+/// Runs `call` on another thread and fails the test if it has not returned after a minute:
+/// a hang shows up as a failure, not as a stuck test run.
+pub fn within_a_minute<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the call hung instead of failing within its timeouts")
+}
+
 /// A server process under a watchdog.
 pub struct Service {
     name: String,
