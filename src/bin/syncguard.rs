@@ -16,8 +16,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use syncguard::{
-    ErrorCode, Heartbeat, LockBackend, LockError, LockOptions, Locker, get_by_id, get_by_id_raw,
-    get_by_key, get_by_key_raw,
+    Backoff, CancelToken, ErrorCode, Heartbeat, Jitter, LockBackend, LockError, LockOptions,
+    Locker, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw,
 };
 
 const EXAMPLES: &str = "\
@@ -49,7 +49,7 @@ enum Command {
     )]
     Acquire {
         /// The lock's key.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         key: String,
         /// Lease length: 500ms, 30s, 5m, 1h, or milliseconds.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -62,7 +62,7 @@ enum Command {
     #[command(after_help = "Example:\n  syncguard release --lock-id \"$id\"   → {\"ok\":true}")]
     Release {
         /// The lock id `acquire` printed.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         lock_id: String,
     },
     /// Set a held lock to expire --ttl from now.
@@ -71,7 +71,7 @@ enum Command {
     )]
     Extend {
         /// The lock id `acquire` printed.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         lock_id: String,
         /// New lease length, from now.
         #[arg(long, value_parser = parse_duration)]
@@ -81,10 +81,15 @@ enum Command {
     #[command(after_help = "Example:\n  syncguard status --key deploy --raw")]
     Status {
         /// The key to look at.
-        #[arg(long, required_unless_present = "lock_id", conflicts_with = "lock_id")]
+        #[arg(
+            long,
+            allow_hyphen_values = true,
+            required_unless_present = "lock_id",
+            conflicts_with = "lock_id"
+        )]
         key: Option<String>,
         /// The lock id to look for.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         lock_id: Option<String>,
         /// Include the raw key and lock id (otherwise only their hashes).
         #[arg(long)]
@@ -99,7 +104,7 @@ enum Command {
     )]
     Run {
         /// The lock's key.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         key: String,
         /// Lease length, renewed every third of it while the command runs.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -159,11 +164,19 @@ fn main() -> ExitCode {
                     },
                 );
             }
+            // clap's message spans lines (the names of missing arguments follow on the next
+            // ones); keep everything before the usage block, on one line.
             let text = error.to_string();
-            let first = text.lines().next().unwrap_or("invalid usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|line| !line.starts_with("Usage:"))
+                .filter(|line| !line.is_empty() && !line.starts_with("tip:"))
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
             return fail(&LockError::invalid_argument(format!(
-                "{first} (see --help)"
+                "{message} (see --help)"
             )));
         }
     };
@@ -235,7 +248,9 @@ fn acquire(
     // No heartbeat: this process ends now, and the lease must outlive it until --ttl.
     let locker = Locker::with_defaults(
         backend,
-        LockOptions::default().ttl(ttl).heartbeat(Heartbeat::Off),
+        waiting(LockOptions::default())
+            .ttl(ttl)
+            .heartbeat(Heartbeat::Off),
     );
     let Some(guard) = locker.try_lock_for(key, wait)? else {
         return Ok(Outcome::Printed(
@@ -252,6 +267,15 @@ fn acquire(
     // Dropping the guard would release the lock; the caller releases it with `release`.
     std::mem::forget(guard);
     Ok(Outcome::Printed(printed, 0))
+}
+
+/// Long `--wait`s poll at a steady pace: exponential backoff would leave minutes between
+/// attempts, taking the lock long after it was freed.
+fn waiting(options: LockOptions) -> LockOptions {
+    options
+        .backoff(Backoff::Fixed)
+        .jitter(Jitter::Equal)
+        .retry_delay(Duration::from_millis(250))
 }
 
 fn status(
@@ -280,13 +304,18 @@ fn status(
 
 #[cfg(feature = "postgres")]
 fn setup(url: &str) -> syncguard::Result<Outcome> {
-    let scheme = url.split(':').next().unwrap_or("");
-    if !matches!(scheme, "postgres" | "postgresql") {
+    let scheme = url
+        .trim()
+        .split(':')
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !matches!(scheme.as_str(), "postgres" | "postgresql") {
         return Err(LockError::invalid_argument(
             "setup creates the PostgreSQL tables; the other backends need no setup",
         ));
     }
-    syncguard::postgres::PostgresBackend::connect(url)?.setup_schema()?;
+    syncguard::postgres::PostgresBackend::connect(url.trim())?.setup_schema()?;
     Ok(Outcome::Printed(json!({ "ok": true }), 0))
 }
 
@@ -313,23 +342,77 @@ fn run(
     grace: Duration,
     command: &[String],
 ) -> syncguard::Result<Outcome> {
-    let (events, inbox) = mpsc::channel::<Event>();
-    let lost_events = Mutex::new(events.clone());
-    let options = LockOptions::default().ttl(ttl).on_lock_lost(move |error| {
-        if let Ok(sender) = lost_events.lock() {
-            let _ = sender.send(Event::Lost(error.message().to_owned()));
-        }
-    });
-    let locker = Locker::with_defaults(backend, options);
-    let Some(guard) = locker.try_lock_for(key, wait)? else {
-        eprintln!(
-            "syncguard: the lock on {key:?} stayed held for {wait:?}; not running the command"
-        );
-        return Ok(Outcome::Exit(EXIT_NOT_ACQUIRED));
-    };
     let Some((program, args)) = command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
     };
+    let (events, inbox) = mpsc::channel::<Event>();
+
+    // Signals are caught from the start: one arriving while we wait for the lock ends the wait
+    // (nothing runs, nothing is left locked); later ones go to the command.
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+            .map_err(|e| LockError::internal(format!("could not install signal handlers: {e}")))?;
+    let signal_handle = signals.handle();
+    let cancel = CancelToken::new();
+    let forwarder = thread::spawn({
+        let (events, cancel) = (events.clone(), cancel.clone());
+        move || {
+            for signal in signals.forever() {
+                cancel.cancel();
+                if events.send(Event::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let stop_forwarding = move || {
+        signal_handle.close();
+        let _ = forwarder.join();
+    };
+
+    let lost_events = Mutex::new(events.clone());
+    let options = waiting(LockOptions::default())
+        .ttl(ttl)
+        .cancel(cancel)
+        .on_lock_lost(move |error| {
+            if let Ok(sender) = lost_events.lock() {
+                let _ = sender.send(Event::Lost(error.message().to_owned()));
+            }
+        });
+    let locker = Locker::with_defaults(backend, options);
+    let acquired = locker.try_lock_for(key, wait);
+    let early_signal = inbox.try_iter().find_map(|event| match event {
+        Event::Signal(signal) => Some(signal),
+        _ => None,
+    });
+    let guard = match (acquired, early_signal) {
+        (Ok(Some(guard)), None) => guard,
+        (Ok(Some(guard)), Some(signal)) => {
+            release(guard);
+            stop_forwarding();
+            return Ok(Outcome::Exit(signal_exit(signal)));
+        }
+        (Err(error), Some(signal)) if error.code() == ErrorCode::Aborted => {
+            stop_forwarding();
+            return Ok(Outcome::Exit(signal_exit(signal)));
+        }
+        (Err(error), _) => {
+            stop_forwarding();
+            return Err(error);
+        }
+        (Ok(None), _) => {
+            stop_forwarding();
+            if wait.is_zero() {
+                eprintln!("syncguard: the lock on {key:?} is held; not running the command");
+            } else {
+                eprintln!(
+                    "syncguard: the lock on {key:?} stayed held for {wait:?}; not running the command"
+                );
+            }
+            return Ok(Outcome::Exit(EXIT_NOT_ACQUIRED));
+        }
+    };
+
     let child = Process::new(program)
         .args(args)
         .env("SYNCGUARD_FENCE", guard.fence().as_str())
@@ -340,6 +423,7 @@ fn run(
         Ok(child) => child,
         Err(error) => {
             release(guard);
+            stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
             return Ok(Outcome::Exit(
@@ -356,23 +440,8 @@ fn run(
             "the command's process id is out of range",
         ));
     };
-
-    // Forward SIGINT/SIGTERM/SIGHUP to the command, so stopping `syncguard run` stops the job.
-    let mut signals =
-        signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
-            .map_err(|e| LockError::internal(format!("could not install signal handlers: {e}")))?;
-    let signal_handle = signals.handle();
-    let signal_events = events.clone();
-    let forwarder = thread::spawn(move || {
-        for signal in signals.forever() {
-            if signal_events.send(Event::Signal(signal)).is_err() {
-                break;
-            }
-        }
-    });
-    let waiter_events = events;
     thread::spawn(move || {
-        let _ = waiter_events.send(Event::Exited(child.wait()));
+        let _ = events.send(Event::Exited(child.wait()));
     });
 
     let send_signal = |signal: i32| {
@@ -406,8 +475,7 @@ fn run(
             Err(_) => break Err(std::io::Error::other("lost track of the command")),
         }
     };
-    signal_handle.close();
-    let _ = forwarder.join();
+    stop_forwarding();
     if lost {
         drop(guard); // the lease is gone; dropping only tries a release if it might not be
         return Ok(Outcome::Exit(EXIT_LOST));
@@ -416,6 +484,11 @@ fn run(
     let status =
         status.map_err(|e| LockError::internal(format!("waiting for the command failed: {e}")))?;
     Ok(Outcome::Exit(exit_code(status)))
+}
+
+/// The exit code of a process ended by `signal`, as shells report it.
+fn signal_exit(signal: i32) -> u8 {
+    u8::try_from(128 + signal).unwrap_or(255)
 }
 
 /// Waits up to `limit` for the command to exit, still forwarding signals meanwhile.
@@ -447,7 +520,7 @@ fn release(guard: syncguard::LockGuard) {
 fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        (None, Some(signal)) => signal_exit(signal),
         (None, None) => 1,
     }
 }

@@ -1,0 +1,1377 @@
+//! The `syncguard` command against real Redis and PostgreSQL servers started by the tests (and
+//! `memory:`): every command's JSON and exit code, `run`'s handling of its command (environment,
+//! exit codes, signals, lost leases, contention), and the errors and their exit codes.
+//!
+//! The binary is spawned directly (never through a shell), with `SYNCGUARD_URL` removed from
+//! its environment unless a test sets it. Its output goes to files, so a command it leaves
+//! behind can never block a test on a pipe. Waits poll a condition under a deadline; nothing
+//! asserts timings.
+
+#![cfg(all(feature = "cli", feature = "redis", feature = "postgres"))]
+
+mod support;
+
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands as _;
+use serde_json::{Value as Json, json};
+use support::{PG_PASSWORD, RedisServer, free_port, scratch_dir, shared_postgres, shared_redis};
+use syncguard::postgres::PostgresBackend;
+use syncguard::{generate_lock_id, hash_key};
+
+const BIN: &str = env!("CARGO_BIN_EXE_syncguard");
+
+/// How long anything may take before the test calls it a hang.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Passwords the tests put in URLs; no output of the binary may ever contain them.
+const SECRETS: [&str; 2] = [PG_PASSWORD, "hunter2"];
+
+/// A `sh -c` script that waits (at most 30 s, so nothing outlives the test run for long) until
+/// the file `$1` exists.
+const WAIT_FOR_GO_FILE: &str =
+    r#"i=0; while [ ! -e "$1" ] && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
+
+fn unique(name: &str) -> String {
+    format!("cli-test:{name}:{}", generate_lock_id())
+}
+
+fn redis_url() -> String {
+    shared_redis().url()
+}
+
+/// The shared cluster's URL, once its default tables exist.
+fn pg_url() -> String {
+    static SCHEMA: OnceLock<()> = OnceLock::new();
+    let url = shared_postgres().url();
+    SCHEMA.get_or_init(|| {
+        PostgresBackend::connect(&url)
+            .and_then(|backend| backend.setup_schema())
+            .expect("create the default tables")
+    });
+    url
+}
+
+/// A directory under `CARGO_TARGET_TMPDIR`, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        Scratch(scratch_dir(&format!("cli-{name}")))
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+
+    /// `path(file)` as an argument for a child.
+    fn arg(&self, file: &str) -> String {
+        self.path(file).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Polls `ready` every few milliseconds until it holds, or fails the test.
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// A pid a command wrote to `path` (`echo $$ > path`), once it is complete.
+fn written_pid(path: &Path) -> Option<u32> {
+    let text = read(path);
+    text.ends_with('\n')
+        .then(|| text.trim().parse().ok())
+        .flatten()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Whether syncguard's lock record for `key` is in the shared Redis.
+fn redis_lock_exists(key: &str) -> bool {
+    let exists: bool = shared_redis()
+        .connection()
+        .exists(format!("syncguard:{key}"))
+        .expect("EXISTS");
+    exists
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the binary
+// ---------------------------------------------------------------------------------------------
+
+/// The binary with `args`, no stdin, and no `SYNCGUARD_URL` from the test's environment.
+fn syncguard(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env_remove("SYNCGUARD_URL")
+        .stdin(Stdio::null());
+    command
+}
+
+/// `syncguard --url URL args…` run to completion.
+fn sg(url: &str, args: &[&str]) -> Finished {
+    Running::start(syncguard(&with_url(url, args))).finish()
+}
+
+fn with_url<'a>(url: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["--url", url];
+    all.extend_from_slice(args);
+    all
+}
+
+/// A started binary whose stdout and stderr go to files.
+struct Running {
+    child: Child,
+    what: String,
+    files: Scratch,
+}
+
+impl Running {
+    fn start(mut command: Command) -> Running {
+        let what = format!("{command:?}");
+        let files = Scratch::new("io");
+        let stdout = File::create(files.path("stdout")).expect("create the stdout file");
+        let stderr = File::create(files.path("stderr")).expect("create the stderr file");
+        let child = command
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {what}: {e}"));
+        Running { child, what, files }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    fn stderr_so_far(&self) -> String {
+        read(&self.files.path("stderr"))
+    }
+
+    /// Waits for the exit (failing the test if it does not come within the deadline).
+    fn finish(mut self) -> Finished {
+        let deadline = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} did not exit within {DEADLINE:?}; stderr:\n{}",
+                    self.what,
+                    self.stderr_so_far()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        Finished::new(
+            self.what.clone(),
+            status,
+            read(&self.files.path("stdout")),
+            self.stderr_so_far(),
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a finished run of the binary printed, and how it exited.
+struct Finished {
+    what: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn new(what: String, status: ExitStatus, stdout: String, stderr: String) -> Finished {
+        for secret in SECRETS {
+            assert!(
+                !stdout.contains(secret) && !stderr.contains(secret),
+                "{what} printed a password:\nstdout: {stdout}\nstderr: {stderr}"
+            );
+        }
+        Finished {
+            what,
+            status,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "{}\nexit: {:?}\nstdout: {}\nstderr: {}",
+            self.what, self.status, self.stdout, self.stderr
+        )
+    }
+
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    fn expect_code(&self, code: i32) -> &Finished {
+        assert_eq!(self.code(), Some(code), "{}", self.context());
+        self
+    }
+
+    /// Stdout as JSON, which must be exactly one line.
+    fn json(&self) -> Json {
+        let line = self.stdout.strip_suffix('\n').unwrap_or(&self.stdout);
+        assert!(
+            !line.is_empty() && !line.contains('\n'),
+            "expected one line of JSON on stdout: {}",
+            self.context()
+        );
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.context()))
+    }
+
+    /// Exit `code` and stdout exactly `expected` (as JSON).
+    fn expect_json(&self, code: i32, expected: &Json) {
+        self.expect_code(code);
+        assert_eq!(&self.json(), expected, "{}", self.context());
+    }
+
+    /// Exit `exit`, nothing on stdout, and exactly one line `error: <code>: <message>` on
+    /// stderr.
+    fn expect_error(&self, exit: i32, code: &str) {
+        self.expect_code(exit);
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected exactly one line on stderr: {}",
+            self.context()
+        );
+        let prefix = format!("error: {code}: ");
+        assert!(
+            lines[0].starts_with(&prefix) && lines[0].len() > prefix.len(),
+            "expected `{prefix}<message>`: {}",
+            self.context()
+        );
+        assert!(
+            self.stdout.is_empty(),
+            "expected nothing on stdout: {}",
+            self.context()
+        );
+    }
+}
+
+/// The fields of a JSON object, sorted.
+fn fields(value: &Json) -> Vec<&str> {
+    let mut names: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("expected an object, got {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+fn str_field<'a>(value: &'a Json, name: &str) -> &'a str {
+    value[name]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name} is not a string in {value}"))
+}
+
+fn int_field(value: &Json, name: &str) -> i64 {
+    value[name]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{name} is not an integer in {value}"))
+}
+
+fn assert_fence(fence: &str) {
+    assert!(
+        fence.len() == 15 && fence.bytes().all(|b| b.is_ascii_digit()) && fence != "0".repeat(15),
+        "not a fence: {fence:?}"
+    );
+}
+
+fn assert_lock_id(lock_id: &str) {
+    assert!(
+        lock_id.len() == 22
+            && lock_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        "not a lock id: {lock_id:?}"
+    );
+}
+
+/// `acquire --key key args…`, which must succeed; its JSON, checked for shape.
+fn acquire(url: &str, key: &str, args: &[&str]) -> Json {
+    let mut all = vec!["acquire", "--key", key];
+    all.extend_from_slice(args);
+    let out = sg(url, &all);
+    out.expect_code(0);
+    let acquired = out.json();
+    assert_eq!(
+        fields(&acquired),
+        ["expiresAtMs", "fence", "lockId", "ok"],
+        "{}",
+        out.context()
+    );
+    assert_eq!(acquired["ok"], json!(true));
+    assert_lock_id(str_field(&acquired, "lockId"));
+    assert_fence(str_field(&acquired, "fence"));
+    assert!(int_field(&acquired, "expiresAtMs") > 0);
+    acquired
+}
+
+fn release(url: &str, lock_id: &str) {
+    sg(url, &["release", "--lock-id", lock_id]).expect_json(0, &json!({"ok": true}));
+}
+
+fn expect_unlocked(url: &str, key: &str) {
+    sg(url, &["status", "--key", key]).expect_json(1, &Json::Null);
+}
+
+// ---------------------------------------------------------------------------------------------
+// acquire, status, extend, release
+// ---------------------------------------------------------------------------------------------
+
+fn lifecycle(url: &str) {
+    let key = unique("lifecycle");
+    let acquired = acquire(url, &key, &["--ttl", "30s"]);
+    let lock_id = str_field(&acquired, "lockId");
+    let fence = str_field(&acquired, "fence");
+    let expires_at_ms = int_field(&acquired, "expiresAtMs");
+
+    // The lease outlives the acquire command: a later process sees it.
+    let by_key = sg(url, &["status", "--key", &key]);
+    by_key.expect_code(0);
+    let info = by_key.json();
+    assert_eq!(
+        fields(&info),
+        [
+            "acquiredAtMs",
+            "expiresAtMs",
+            "fence",
+            "keyHash",
+            "lockIdHash"
+        ],
+        "{}",
+        by_key.context()
+    );
+    assert_eq!(str_field(&info, "keyHash"), hash_key(&key));
+    assert_eq!(str_field(&info, "lockIdHash"), hash_key(lock_id));
+    assert_eq!(str_field(&info, "fence"), fence);
+    assert_eq!(int_field(&info, "expiresAtMs"), expires_at_ms);
+    assert_eq!(expires_at_ms - int_field(&info, "acquiredAtMs"), 30_000);
+
+    let by_id = sg(url, &["status", "--lock-id", lock_id]);
+    by_id.expect_code(0);
+    assert_eq!(by_id.json(), info, "{}", by_id.context());
+
+    let mut raw = info.clone();
+    raw["key"] = json!(key);
+    raw["lockId"] = json!(lock_id);
+    sg(url, &["status", "--raw", "--key", &key]).expect_json(0, &raw);
+    sg(url, &["status", "--lock-id", lock_id, "--raw"]).expect_json(0, &raw);
+
+    let extended = sg(url, &["extend", "--lock-id", lock_id, "--ttl", "60s"]);
+    extended.expect_code(0);
+    let extended = extended.json();
+    assert_eq!(fields(&extended), ["expiresAtMs", "ok"]);
+    assert_eq!(extended["ok"], json!(true));
+    let new_expiry = int_field(&extended, "expiresAtMs");
+    assert!(
+        new_expiry > expires_at_ms,
+        "extending a 30 s lease to 60 s moves its expiry later: {expires_at_ms} → {new_expiry}"
+    );
+    let after_extend = sg(url, &["status", "--key", &key]);
+    after_extend.expect_code(0);
+    assert_eq!(int_field(&after_extend.json(), "expiresAtMs"), new_expiry);
+
+    release(url, lock_id);
+    sg(url, &["release", "--lock-id", lock_id]).expect_json(1, &json!({"ok": false}));
+    sg(url, &["extend", "--lock-id", lock_id, "--ttl", "30s"])
+        .expect_json(1, &json!({"ok": false}));
+    expect_unlocked(url, &key);
+    sg(url, &["status", "--lock-id", lock_id]).expect_json(1, &Json::Null);
+    sg(url, &["status", "--raw", "--lock-id", lock_id]).expect_json(1, &Json::Null);
+
+    // The next acquisition of the key gets a larger fence.
+    let again = acquire(url, &key, &[]);
+    assert!(str_field(&again, "fence") > fence);
+    release(url, str_field(&again, "lockId"));
+}
+
+#[test]
+fn acquire_status_extend_release_on_redis() {
+    lifecycle(&redis_url());
+}
+
+#[test]
+fn acquire_status_extend_release_on_postgres() {
+    lifecycle(&pg_url());
+}
+
+fn contention(url: &str) {
+    let key = unique("contention");
+    let first = acquire(url, &key, &["--ttl", "30s"]);
+    let locked = json!({"ok": false, "reason": "locked"});
+    sg(url, &["acquire", "--key", &key]).expect_json(1, &locked);
+    sg(url, &["acquire", "--key", &key, "--wait", "200ms"]).expect_json(1, &locked);
+
+    // A waiter gets the lock once another process releases it.
+    let mut waiter = Running::start(syncguard(&with_url(
+        url,
+        &["acquire", "--key", &key, "--wait", "30s"],
+    )));
+    let status = sg(url, &["status", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(
+        str_field(&status.json(), "lockIdHash"),
+        hash_key(str_field(&first, "lockId")),
+        "the first holder still holds the lock"
+    );
+    assert!(
+        waiter.is_running(),
+        "acquire --wait 30s ended while the lock was held: {}",
+        waiter.stderr_so_far()
+    );
+    release(url, str_field(&first, "lockId"));
+    let waited = waiter.finish();
+    waited.expect_code(0);
+    let second = waited.json();
+    assert_eq!(second["ok"], json!(true), "{}", waited.context());
+    assert!(str_field(&second, "fence") > str_field(&first, "fence"));
+    let status = sg(url, &["status", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(
+        str_field(&status.json(), "lockIdHash"),
+        hash_key(str_field(&second, "lockId"))
+    );
+    release(url, str_field(&second, "lockId"));
+}
+
+#[test]
+fn acquire_when_held_reports_locked_and_wait_waits_on_redis() {
+    contention(&redis_url());
+}
+
+#[test]
+fn acquire_when_held_reports_locked_and_wait_waits_on_postgres() {
+    contention(&pg_url());
+}
+
+#[test]
+fn an_acquired_lease_runs_out_at_its_ttl() {
+    let url = redis_url();
+    let key = unique("runs-out");
+    let first = acquire(&url, &key, &["--ttl", "300ms"]);
+    wait_for("the lease to run out", || {
+        sg(&url, &["status", "--key", &key]).code() == Some(1)
+    });
+    let second = acquire(&url, &key, &[]);
+    assert!(str_field(&second, "fence") > str_field(&first, "fence"));
+    sg(&url, &["release", "--lock-id", str_field(&first, "lockId")])
+        .expect_json(1, &json!({"ok": false}));
+    release(&url, str_field(&second, "lockId"));
+}
+
+#[test]
+fn unknown_lock_ids_are_not_held() {
+    let url = redis_url();
+    let lock_id = generate_lock_id();
+    sg(&url, &["release", "--lock-id", &lock_id]).expect_json(1, &json!({"ok": false}));
+    sg(&url, &["extend", "--lock-id", &lock_id, "--ttl", "5s"])
+        .expect_json(1, &json!({"ok": false}));
+    sg(&url, &["status", "--lock-id", &lock_id]).expect_json(1, &Json::Null);
+    expect_unlocked(&url, &unique("never-locked"));
+}
+
+/// Lock ids are base64url, so one in 64 starts with `-`; keys may too. An option that takes a
+/// value takes the next argument whatever it starts with (as getopt does), so
+/// `release --lock-id "$id"` works for every id.
+#[test]
+fn values_may_start_with_a_dash() {
+    let url = redis_url();
+    let lock_id = format!("-{}", &generate_lock_id()[1..]);
+    sg(&url, &["release", "--lock-id", &lock_id]).expect_json(1, &json!({"ok": false}));
+    sg(&url, &["extend", "--lock-id", &lock_id, "--ttl", "5s"])
+        .expect_json(1, &json!({"ok": false}));
+    sg(&url, &["status", "--lock-id", &lock_id]).expect_json(1, &Json::Null);
+
+    let key = format!("-{}", unique("dash"));
+    let acquired = acquire(&url, &key, &[]);
+    let status = sg(&url, &["status", "--raw", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(str_field(&status.json(), "key"), key);
+    release(&url, str_field(&acquired, "lockId"));
+}
+
+#[test]
+fn durations_in_every_unit() {
+    let url = redis_url();
+    for (ttl, ms) in [
+        ("500ms", 500),
+        ("1500", 1_500),
+        ("30s", 30_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+    ] {
+        let key = unique("duration");
+        let acquired = acquire(&url, &key, &["--ttl", ttl]);
+        // Redis' clock stamps both ends of the lease from one reading.
+        let status = sg(&url, &["status", "--key", &key]);
+        status.expect_code(0);
+        let info = status.json();
+        assert_eq!(
+            int_field(&info, "expiresAtMs") - int_field(&info, "acquiredAtMs"),
+            ms,
+            "--ttl {ttl}"
+        );
+        let _ = sg(
+            &url,
+            &["release", "--lock-id", str_field(&acquired, "lockId")],
+        );
+    }
+}
+
+#[test]
+fn the_url_comes_from_the_flag_anywhere_or_the_environment() {
+    let url = redis_url();
+
+    // --url after the subcommand.
+    let key = unique("url-after");
+    let out = Running::start(syncguard(&["acquire", "--key", &key, "--url", &url])).finish();
+    out.expect_code(0);
+    release(&url, str_field(&out.json(), "lockId"));
+
+    // SYNCGUARD_URL alone.
+    let key = unique("url-env");
+    let mut command = syncguard(&["acquire", "--key", &key]);
+    command.env("SYNCGUARD_URL", &url);
+    let out = Running::start(command).finish();
+    out.expect_code(0);
+    let lock_id = str_field(&out.json(), "lockId").to_owned();
+    let mut command = syncguard(&["release", "--lock-id", &lock_id]);
+    command.env("SYNCGUARD_URL", &url);
+    Running::start(command)
+        .finish()
+        .expect_json(0, &json!({"ok": true}));
+
+    // The flag wins over the environment (as flags do over environment variables).
+    let key = unique("url-both");
+    let mut command = syncguard(&["--url", &url, "acquire", "--key", &key]);
+    command.env("SYNCGUARD_URL", "mysql://user:hunter2@elsewhere/db");
+    let out = Running::start(command).finish();
+    out.expect_code(0);
+    release(&url, str_field(&out.json(), "lockId"));
+}
+
+#[test]
+fn memory_urls_work_within_one_process() {
+    let out = sg("memory:", &["acquire", "--key", "job"]);
+    out.expect_code(0);
+    let acquired = out.json();
+    assert_eq!(acquired["ok"], json!(true));
+    assert_eq!(str_field(&acquired, "fence"), "000000000000001");
+    // Each process has its own memory: nothing is held in the next one.
+    sg("memory:", &["status", "--key", "job"]).expect_json(1, &Json::Null);
+}
+
+// ---------------------------------------------------------------------------------------------
+// setup
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn setup_creates_the_tables_idempotently() {
+    let base = pg_url();
+    // Tables of their own, so that this really creates them.
+    let suffix = &hash_key(&generate_lock_id())[..12];
+    let url = format!("{base}?table=cli_locks_{suffix}&fence_table=cli_fences_{suffix}");
+    sg(&url, &["setup"]).expect_json(0, &json!({"ok": true}));
+    let mut client = shared_postgres().client();
+    for table in [
+        format!("cli_locks_{suffix}"),
+        format!("cli_fences_{suffix}"),
+    ] {
+        let found: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .expect("look the table up")
+            .get(0);
+        assert!(found, "setup created {table}");
+    }
+    sg(&url, &["setup"]).expect_json(0, &json!({"ok": true}));
+
+    let key = unique("setup");
+    let acquired = acquire(&url, &key, &[]);
+    let rows: i64 = client
+        .query_one(&format!("SELECT count(*) FROM cli_locks_{suffix}"), &[])
+        .expect("count the locks")
+        .get(0);
+    assert_eq!(rows, 1, "the lock went into the new table");
+    release(&url, str_field(&acquired, "lockId"));
+}
+
+#[test]
+fn setup_is_only_for_postgres() {
+    for url in [redis_url(), "memory:".to_owned()] {
+        sg(&url, &["setup"]).expect_error(2, "InvalidArgument");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// run
+// ---------------------------------------------------------------------------------------------
+
+/// A `sh -c` script: writes the three variables to `$1`, runs `$2 --url $3 status --raw --key
+/// $SYNCGUARD_KEY` into `$4` (what another process sees while the command runs), then prints
+/// `from-cmd`.
+const REPORT_ENV: &str = r#"printf '%s\n%s\n%s\n' "$SYNCGUARD_FENCE" "$SYNCGUARD_LOCK_ID" "$SYNCGUARD_KEY" > "$1"
+"$2" --url "$3" status --raw --key "$SYNCGUARD_KEY" > "$4"
+echo from-cmd"#;
+
+fn run_when_free(url: &str) {
+    let scratch = Scratch::new("run-free");
+    let key = unique("run-free");
+    let (env_file, status_file) = (scratch.arg("env"), scratch.arg("status"));
+    let out = sg(
+        url,
+        &[
+            "run",
+            "--key",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            REPORT_ENV,
+            "sh",
+            &env_file,
+            BIN,
+            url,
+            &status_file,
+        ],
+    );
+    out.expect_code(0);
+    assert_eq!(
+        out.stdout,
+        "from-cmd\n",
+        "stdout is the command's: {}",
+        out.context()
+    );
+
+    let env = read(Path::new(&env_file));
+    let lines: Vec<&str> = env.lines().collect();
+    let [fence, lock_id, env_key] = lines[..] else {
+        panic!("the command saw: {env:?}");
+    };
+    assert_fence(fence);
+    assert_lock_id(lock_id);
+    assert_eq!(env_key, key);
+
+    // While it ran, the lock was held under exactly that id and fence.
+    let seen: Json = serde_json::from_str(read(Path::new(&status_file)).trim())
+        .expect("the status the command printed");
+    assert_eq!(str_field(&seen, "lockId"), lock_id, "{seen}");
+    assert_eq!(str_field(&seen, "key"), key);
+    assert_eq!(str_field(&seen, "fence"), fence);
+
+    // Released when the command exited.
+    sg(url, &["status", "--lock-id", lock_id]).expect_json(1, &Json::Null);
+    expect_unlocked(url, &key);
+}
+
+#[test]
+fn run_when_free_on_redis() {
+    run_when_free(&redis_url());
+}
+
+#[test]
+fn run_when_free_on_postgres() {
+    run_when_free(&pg_url());
+}
+
+fn run_when_held(url: &str) {
+    let scratch = Scratch::new("run-held");
+    let key = unique("run-held");
+    let holder = acquire(url, &key, &[]);
+    let marker = scratch.arg("ran");
+    for wait in [None, Some("0s"), Some("200ms")] {
+        let mut args = vec!["run", "--key", &key];
+        if let Some(wait) = wait {
+            args.extend(["--wait", wait]);
+        }
+        args.extend(["--", "touch", &marker]);
+        sg(url, &args).expect_code(75);
+        assert!(
+            !Path::new(&marker).exists(),
+            "the command ran without the lock (--wait {wait:?})"
+        );
+    }
+    // The holder's lock is untouched.
+    let status = sg(url, &["status", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(
+        str_field(&status.json(), "lockIdHash"),
+        hash_key(str_field(&holder, "lockId"))
+    );
+    release(url, str_field(&holder, "lockId"));
+}
+
+#[test]
+fn run_when_held_exits_75_without_running_on_redis() {
+    run_when_held(&redis_url());
+}
+
+#[test]
+fn run_when_held_exits_75_without_running_on_postgres() {
+    run_when_held(&pg_url());
+}
+
+#[test]
+fn run_passes_the_exit_code_through_and_releases() {
+    let url = redis_url();
+    let key = unique("run-exit");
+    sg(&url, &["run", "--key", &key, "--", "sh", "-c", "exit 7"]).expect_code(7);
+    expect_unlocked(&url, &key);
+    sg(&url, &["run", "--key", &key, "--", "false"]).expect_code(1);
+    expect_unlocked(&url, &key);
+}
+
+#[test]
+fn run_reports_death_by_signal_as_128_plus_n() {
+    let url = redis_url();
+    let key = unique("run-signal");
+    sg(
+        &url,
+        &["run", "--key", &key, "--", "sh", "-c", "kill -TERM $$"],
+    )
+    .expect_code(143);
+    expect_unlocked(&url, &key);
+    sg(
+        &url,
+        &["run", "--key", &key, "--", "sh", "-c", "kill -KILL $$"],
+    )
+    .expect_code(137);
+    expect_unlocked(&url, &key);
+}
+
+#[test]
+fn run_on_memory() {
+    let scratch = Scratch::new("run-memory");
+    let env_file = scratch.arg("env");
+    let out = sg(
+        "memory:",
+        &[
+            "run",
+            "--key",
+            "nightly",
+            "--ttl",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            r#"printf '%s\n%s\n%s\n' "$SYNCGUARD_FENCE" "$SYNCGUARD_LOCK_ID" "$SYNCGUARD_KEY" > "$1"; echo from-cmd"#,
+            "sh",
+            &env_file,
+        ],
+    );
+    out.expect_code(0);
+    assert_eq!(out.stdout, "from-cmd\n", "{}", out.context());
+    let env = read(Path::new(&env_file));
+    let lines: Vec<&str> = env.lines().collect();
+    assert_eq!(lines.len(), 3, "{env:?}");
+    assert_eq!(lines[0], "000000000000001");
+    assert_lock_id(lines[1]);
+    assert_eq!(lines[2], "nightly");
+}
+
+/// Starts `run --key key extra… -- sh -c 'echo $$ > pid_file; script' pid_file script_args…`
+/// (so `$1`… in `script` are `script_args`) and waits until the command runs, which it does
+/// only once the lock is held; returns the process and the command's pid.
+fn start_run(
+    url: &str,
+    key: &str,
+    extra: &[&str],
+    pid_file: &Path,
+    script: &str,
+    script_args: &[&str],
+) -> (Running, u32) {
+    let script = format!("echo $$ > \"$0\"; {script}");
+    let pid_path = pid_file.to_string_lossy().into_owned();
+    let mut args = vec!["--url", url, "run", "--key", key];
+    args.extend_from_slice(extra);
+    args.extend(["--", "sh", "-c", &script, &pid_path]);
+    args.extend_from_slice(script_args);
+    let mut running = Running::start(syncguard(&args));
+    wait_for("the command to start under the lock", || {
+        assert!(
+            running.is_running(),
+            "syncguard run ended early: {}",
+            running.stderr_so_far()
+        );
+        written_pid(pid_file).is_some()
+    });
+    let pid = written_pid(pid_file).expect("the pid");
+    (running, pid)
+}
+
+/// [`start_run`] on the shared Redis, checking that the lock record is there.
+fn start_run_on_redis(
+    key: &str,
+    extra: &[&str],
+    pid_file: &Path,
+    script: &str,
+    script_args: &[&str],
+) -> (Running, u32) {
+    let started = start_run(&redis_url(), key, extra, pid_file, script, script_args);
+    assert!(redis_lock_exists(key), "the command runs under the lock");
+    started
+}
+
+#[test]
+fn run_terminates_the_command_when_the_lease_is_lost() {
+    let scratch = Scratch::new("run-lost");
+    let key = unique("run-lost");
+    let pid_file = scratch.path("pid");
+    let (running, pid) =
+        start_run_on_redis(&key, &["--ttl", "1s"], &pid_file, "exec sleep 30", &[]);
+
+    let deleted: i64 = shared_redis()
+        .connection()
+        .del(format!("syncguard:{key}"))
+        .expect("DEL");
+    assert_eq!(deleted, 1);
+
+    let out = running.finish();
+    out.expect_code(76);
+    assert!(
+        out.stderr.to_lowercase().contains("lost"),
+        "stderr says the lock was lost: {}",
+        out.context()
+    );
+    wait_for("the command to be gone", || !pid_alive(pid));
+    expect_unlocked(&redis_url(), &key);
+}
+
+#[test]
+fn run_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
+    let scratch = Scratch::new("run-grace");
+    let key = unique("run-grace");
+    let pid_file = scratch.path("pid");
+    let (never, got_term) = (scratch.arg("never"), scratch.arg("got-term"));
+    // Notes SIGTERM in a file and carries on; would run for up to 30 s.
+    let stubborn = format!(r#"trap 'echo TERM > "$2"' TERM; {WAIT_FOR_GO_FILE}"#);
+    let (running, pid) = start_run_on_redis(
+        &key,
+        &["--ttl", "1s", "--grace", "2s"],
+        &pid_file,
+        &stubborn,
+        &[&never, &got_term],
+    );
+    let _: i64 = shared_redis()
+        .connection()
+        .del(format!("syncguard:{key}"))
+        .expect("DEL");
+    let out = running.finish();
+    out.expect_code(76);
+    wait_for("the command to be gone", || !pid_alive(pid));
+    assert_eq!(
+        read(Path::new(&got_term)),
+        "TERM\n",
+        "SIGTERM came first: {}",
+        out.context()
+    );
+}
+
+#[test]
+fn run_with_on_lost_warn_lets_the_command_finish() {
+    let scratch = Scratch::new("run-warn");
+    let key = unique("run-warn");
+    let (go, done) = (scratch.arg("go"), scratch.arg("done"));
+    let script = format!(r#"{WAIT_FOR_GO_FILE}; [ -e "$1" ] && echo survived > "$2"; exit 3"#);
+    let (mut running, pid) = start_run_on_redis(
+        &key,
+        &["--ttl", "1s", "--on-lost=warn"],
+        &scratch.path("pid"),
+        &script,
+        &[&go, &done],
+    );
+    let _: i64 = shared_redis()
+        .connection()
+        .del(format!("syncguard:{key}"))
+        .expect("DEL");
+    wait_for("the warning about the lost lease", || {
+        running.stderr_so_far().to_lowercase().contains("lost")
+    });
+    assert!(
+        running.is_running() && pid_alive(pid),
+        "the command keeps running after the warning"
+    );
+    File::create(&go).expect("create the go file");
+    let out = running.finish();
+    out.expect_code(3);
+    assert_eq!(read(Path::new(&done)), "survived\n");
+}
+
+#[test]
+fn run_forwards_sigterm_to_the_command() {
+    let scratch = Scratch::new("run-sigterm");
+    let key = unique("run-sigterm");
+    let (running, pid) = start_run_on_redis(&key, &[], &scratch.path("pid"), "exec sleep 30", &[]);
+    let sent = Command::new("kill")
+        .args(["-TERM", &running.pid()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    let out = running.finish();
+    out.expect_code(143);
+    wait_for("the command to be gone", || !pid_alive(pid));
+    expect_unlocked(&redis_url(), &key);
+}
+
+#[test]
+fn two_runs_on_one_key() {
+    let url = redis_url();
+    let scratch = Scratch::new("run-race");
+    let key = unique("run-race");
+    let (fence_1, go, end_1) = (
+        scratch.arg("fence-1"),
+        scratch.arg("go"),
+        scratch.arg("end-1"),
+    );
+    let first_script =
+        format!(r#"echo "$SYNCGUARD_FENCE" > "$2"; {WAIT_FOR_GO_FILE}; echo end > "$3""#);
+    let (first, _) = start_run_on_redis(
+        &key,
+        &[],
+        &scratch.path("pid-1"),
+        &first_script,
+        &[&go, &fence_1, &end_1],
+    );
+    wait_for("the first command's fence", || {
+        read(Path::new(&fence_1)).ends_with('\n')
+    });
+
+    // --wait 0s: one attempt, then 75 without running.
+    let marker = scratch.arg("second-ran");
+    sg(
+        &url,
+        &["run", "--key", &key, "--wait", "0s", "--", "touch", &marker],
+    )
+    .expect_code(75);
+    assert!(!Path::new(&marker).exists());
+
+    // A long --wait: runs once the first has finished, with a larger fence.
+    let third_file = scratch.arg("third");
+    let third_script = r#"if [ -e "$2" ]; then after=after; else after=during; fi
+echo "$SYNCGUARD_FENCE $after" > "$1""#;
+    let mut third = Running::start(syncguard(&[
+        "--url",
+        &url,
+        "run",
+        "--key",
+        &key,
+        "--wait",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        third_script,
+        "sh",
+        &third_file,
+        &end_1,
+    ]));
+    // The first still holds the lock.
+    sg(&url, &["status", "--key", &key]).expect_code(0);
+    assert!(
+        third.is_running() && !Path::new(&third_file).exists(),
+        "the waiting run neither ran nor gave up while the first held the lock: {}",
+        third.stderr_so_far()
+    );
+    File::create(&go).expect("create the go file");
+    first.finish().expect_code(0);
+    third.finish().expect_code(0);
+
+    let first_fence = read(Path::new(&fence_1)).trim().to_owned();
+    let third_seen = read(Path::new(&third_file));
+    let (third_fence, when) = third_seen
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("the third command wrote {third_seen:?}"));
+    assert_eq!(
+        when, "after",
+        "the waiting run ran after the first finished"
+    );
+    assert_fence(&first_fence);
+    assert_fence(third_fence);
+    assert!(
+        third_fence > first_fence.as_str(),
+        "{third_fence} > {first_fence}"
+    );
+    expect_unlocked(&url, &key);
+}
+
+#[test]
+fn run_terminates_the_command_when_the_lease_is_lost_on_postgres() {
+    let url = pg_url();
+    let scratch = Scratch::new("run-lost-pg");
+    let key = unique("run-lost-pg");
+    let lock_id_file = scratch.arg("lock-id");
+    let (running, pid) = start_run(
+        &url,
+        &key,
+        &["--ttl", "1s"],
+        &scratch.path("pid"),
+        r#"echo "$SYNCGUARD_LOCK_ID" > "$1"; exec sleep 30"#,
+        &[&lock_id_file],
+    );
+    wait_for("the lock id", || {
+        read(Path::new(&lock_id_file)).ends_with('\n')
+    });
+    let lock_id = read(Path::new(&lock_id_file)).trim().to_owned();
+    let deleted = shared_postgres()
+        .client()
+        .execute(
+            "DELETE FROM syncguard_locks WHERE lock_id = $1",
+            &[&lock_id],
+        )
+        .expect("delete the lock row");
+    assert_eq!(deleted, 1);
+
+    let out = running.finish();
+    out.expect_code(76);
+    assert!(
+        out.stderr.to_lowercase().contains("lost"),
+        "{}",
+        out.context()
+    );
+    wait_for("the command to be gone", || !pid_alive(pid));
+}
+
+#[test]
+fn run_loses_the_lease_when_the_server_goes_away() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let scratch = Scratch::new("run-server-gone");
+    let key = unique("run-server-gone");
+    let (running, pid) = start_run(
+        &url,
+        &key,
+        &["--ttl", "1s"],
+        &scratch.path("pid"),
+        "exec sleep 30",
+        &[],
+    );
+    // Renewals now fail until the lease has run out: then the lease counts as lost.
+    redis.stop();
+    let out = running.finish();
+    out.expect_code(76);
+    assert!(
+        out.stderr.to_lowercase().contains("lost"),
+        "{}",
+        out.context()
+    );
+    wait_for("the command to be gone", || !pid_alive(pid));
+}
+
+#[test]
+fn sigterm_while_waiting_for_the_lock_ends_run_without_the_command() {
+    let url = redis_url();
+    let scratch = Scratch::new("run-sigterm-waiting");
+    let key = unique("run-sigterm-waiting");
+    let holder = acquire(&url, &key, &[]);
+    let marker = scratch.arg("ran");
+    let mut waiting = Running::start(syncguard(&[
+        "--url", &url, "run", "--key", &key, "--wait", "60s", "--", "touch", &marker,
+    ]));
+    assert!(waiting.is_running(), "{}", waiting.stderr_so_far());
+    let sent = Command::new("kill")
+        .args(["-TERM", &waiting.pid()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    let out = waiting.finish();
+    assert!(
+        out.code() == Some(143) || out.status.signal() == Some(15),
+        "ended by (or as if by) SIGTERM: {}",
+        out.context()
+    );
+    assert!(!Path::new(&marker).exists(), "the command ran");
+    // The holder's lock is untouched.
+    let status = sg(&url, &["status", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(
+        str_field(&status.json(), "lockIdHash"),
+        hash_key(str_field(&holder, "lockId"))
+    );
+    release(&url, str_field(&holder, "lockId"));
+}
+
+#[test]
+fn run_passes_stdin_through() {
+    let scratch = Scratch::new("run-stdin");
+    let input = scratch.path("input");
+    std::fs::write(&input, "line one\nline two\n").expect("write the input");
+    let mut command = syncguard(&["--url", "memory:", "run", "--key", "stdin", "--", "cat"]);
+    command.stdin(File::open(&input).expect("open the input"));
+    let out = Running::start(command).finish();
+    out.expect_code(0);
+    assert_eq!(out.stdout, "line one\nline two\n", "{}", out.context());
+}
+
+/// Like the shells (and `env`, `nice`, `timeout`): 127 when the command is not found, 126 when
+/// it cannot be executed, with an error line; the lock is released.
+#[test]
+fn run_reports_a_command_that_cannot_start_as_the_shells_do() {
+    let url = redis_url();
+    let scratch = Scratch::new("run-cannot-start");
+    let not_executable = scratch.path("data.txt");
+    std::fs::write(&not_executable, "not a program\n").expect("write the file");
+    let not_executable = not_executable.to_string_lossy().into_owned();
+    for (program, code) in [
+        ("/nonexistent/syncguard-test-program", 127),
+        (not_executable.as_str(), 126),
+    ] {
+        let key = unique("run-cannot-start");
+        let out = sg(&url, &["run", "--key", &key, "--", program]);
+        out.expect_code(code);
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("error: "),
+            "one error line: {}",
+            out.context()
+        );
+        expect_unlocked(&url, &key);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn invalid_arguments_exit_2_and_acquire_nothing() {
+    let url = redis_url();
+    let scratch = Scratch::new("invalid");
+    let key = unique("invalid");
+    let long_key = "k".repeat(600);
+    let marker = scratch.arg("ran");
+    let cases = [
+        // URLs
+        vec![
+            "--url",
+            "mysql://user:hunter2@db/app",
+            "acquire",
+            "--key",
+            &key,
+        ],
+        vec![
+            "--url",
+            "redis://:hunter2@127.0.0.1:notaport/",
+            "acquire",
+            "--key",
+            &key,
+        ],
+        vec![
+            "--url",
+            "postgres://app:hunter2@[::1/db",
+            "acquire",
+            "--key",
+            &key,
+        ],
+        vec!["--url", "", "acquire", "--key", &key],
+        vec!["acquire", "--key", &key], // no URL at all
+        // durations
+        vec!["--url", &url, "acquire", "--key", &key, "--ttl", "abc"],
+        vec!["--url", &url, "acquire", "--key", &key, "--ttl", "0"],
+        vec![
+            "--url",
+            &url,
+            "acquire",
+            "--key",
+            &key,
+            "--wait",
+            "5 parsecs",
+        ],
+        vec![
+            "--url", &url, "run", "--key", &key, "--ttl", "abc", "--", "touch", &marker,
+        ],
+        // keys and lock ids
+        vec!["--url", &url, "acquire", "--ttl", "30s"],
+        vec!["--url", &url, "acquire", "--key", &long_key],
+        vec!["--url", &url, "run", "--", "touch", &marker],
+        vec!["--url", &url, "status"],
+        vec!["--url", &url, "release", "--lock-id", "short"],
+        vec![
+            "--url",
+            &url,
+            "extend",
+            "--lock-id",
+            "short",
+            "--ttl",
+            "30s",
+        ],
+        vec!["--url", &url, "status", "--lock-id", "short"],
+    ];
+    for args in &cases {
+        Running::start(syncguard(args))
+            .finish()
+            .expect_error(2, "InvalidArgument");
+    }
+
+    // A bad URL in the environment is just as invalid.
+    let mut command = syncguard(&["acquire", "--key", &key]);
+    command.env("SYNCGUARD_URL", "mysql://user:hunter2@db/app");
+    Running::start(command)
+        .finish()
+        .expect_error(2, "InvalidArgument");
+
+    expect_unlocked(&url, &key);
+    assert!(!Path::new(&marker).exists(), "run ran its command");
+}
+
+/// A missing argument is named in the error line: the user must not need `--help` to learn
+/// what to add.
+#[test]
+fn missing_arguments_are_named() {
+    let url = redis_url();
+    let lock_id = generate_lock_id();
+    for (args, missing) in [
+        (vec!["--url", &url, "acquire", "--ttl", "30s"], "--key"),
+        (vec!["--url", &url, "run", "--", "true"], "--key"),
+        (vec!["--url", &url, "status", "--raw"], "--key"),
+        (vec!["--url", &url, "release"], "--lock-id"),
+        (
+            vec!["--url", &url, "extend", "--lock-id", &lock_id],
+            "--ttl",
+        ),
+    ] {
+        let out = Running::start(syncguard(&args)).finish();
+        out.expect_error(2, "InvalidArgument");
+        assert!(
+            out.stderr.contains(missing),
+            "the error names {missing}: {}",
+            out.context()
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let url = redis_url();
+    let key = unique("usage");
+    for args in [
+        vec![],
+        vec!["frobnicate"],
+        vec!["--url", &url, "acquire", "--key", &key, "--frobnicate"],
+        vec!["--url", &url, "run", "--key", &key],
+        vec!["--url", &url, "release"],
+    ] {
+        let out = Running::start(syncguard(&args)).finish();
+        out.expect_code(2);
+        assert!(!out.stderr.is_empty(), "{}", out.context());
+    }
+    expect_unlocked(&url, &key);
+}
+
+#[test]
+fn help_for_every_command() {
+    for command in ["", "acquire", "release", "extend", "status", "run", "setup"] {
+        let mut args: Vec<&str> = command.split_whitespace().collect();
+        args.push("--help");
+        let out = Running::start(syncguard(&args)).finish();
+        out.expect_code(0);
+        assert!(out.stdout.contains("Usage:"), "{}", out.context());
+        let lower = out.stdout.to_lowercase();
+        let example = lower
+            .find("example")
+            .unwrap_or_else(|| panic!("no example in the help: {}", out.context()));
+        // e.g. `syncguard --url redis://… acquire --key nightly`
+        let shown = lower[example..]
+            .lines()
+            .any(|line| line.contains("syncguard") && line.contains(command));
+        assert!(shown, "the example shows the command: {}", out.context());
+    }
+}
+
+#[test]
+fn backend_down_exits_3() {
+    let redis = format!("redis://:hunter2-down@127.0.0.1:{}/", free_port());
+    let postgres = format!(
+        "postgres://syncguard:hunter2-down@127.0.0.1:{}/postgres",
+        free_port()
+    );
+    let scratch = Scratch::new("down");
+    let marker = scratch.arg("ran");
+    let key = unique("down");
+    let lock_id = generate_lock_id();
+    // Started all at once: connecting may take up to the connect timeout.
+    let mut running = Vec::new();
+    for url in [&redis, &postgres] {
+        for args in [
+            vec!["acquire", "--key", &key],
+            vec!["status", "--key", &key],
+            vec!["status", "--lock-id", &lock_id],
+            vec!["release", "--lock-id", &lock_id],
+            vec!["extend", "--lock-id", &lock_id, "--ttl", "5s"],
+            vec!["run", "--key", &key, "--", "touch", &marker],
+        ] {
+            running.push(Running::start(syncguard(&with_url(url, &args))));
+        }
+    }
+    for run in running {
+        run.finish().expect_error(3, "ServiceUnavailable");
+    }
+    assert!(!Path::new(&marker).exists(), "run ran its command");
+}
+
+#[test]
+fn rejected_credentials_exit_3() {
+    let redis = RedisServer::start_with_password("the-right-one");
+    let wrong_redis = format!("redis://:hunter2-wrong@127.0.0.1:{}/", redis.port);
+    let wrong_pg = format!(
+        "postgres://syncguard:hunter2-wrong@127.0.0.1:{}/postgres",
+        shared_postgres().port
+    );
+    let key = unique("auth");
+    for url in [&wrong_redis, &wrong_pg] {
+        sg(url, &["acquire", "--key", &key]).expect_error(3, "AuthFailed");
+    }
+}
