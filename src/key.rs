@@ -60,18 +60,20 @@ pub fn make_storage_key(prefix: &str, key: &str, limit: usize, reserve: usize) -
     }
     let prefix = prefix.strip_suffix(':').unwrap_or(prefix);
     let separator = usize::from(!prefix.is_empty());
-    if prefix.len() + separator + reserve > limit {
+    // Checked: `reserve` and `limit` are caller input, and an overflow must not pass as "fits".
+    let fits = |len: usize| len.checked_add(reserve).is_some_and(|total| total <= limit);
+    if !fits(prefix.len() + separator) {
         return Err(LockError::invalid_argument(format!(
             "prefix of {} bytes leaves no room for keys within the backend's {limit}-byte limit",
             prefix.len()
         )));
     }
     let prefixed = join(prefix, &key);
-    if prefixed.len() + reserve <= limit {
+    if fits(prefixed.len()) {
         return Ok(prefixed);
     }
     let hashed = join(prefix, &truncated_hash(&prefixed));
-    if hashed.len() + reserve > limit {
+    if !fits(hashed.len()) {
         return Err(LockError::invalid_argument(format!(
             "key exceeds the backend's {limit}-byte limit even after hash truncation"
         )));

@@ -1,0 +1,321 @@
+//! Clock skew: what a client whose clock runs 2 s ahead or behind can and cannot do.
+//!
+//! Client-time backends (memory, Firestore) store `expiresAtMs = client now + ttl` and judge
+//! liveness by the reading client's clock: a lock stored with expiry `E` looks live to a client
+//! while its clock reads less than `E + 1000` (the fixed `TIME_TOLERANCE_MS`). So for a client
+//! whose clock is `s` ms ahead, the lock ends at true time `E + 1000 - s`:
+//! - `s <= 1000`: never before `E`, the holder's own lease end — the tolerance absorbs skew up
+//!   to 1 s (at exactly 1 s, takeover becomes possible at the instant `E`);
+//! - `s = 2000`: at `E - 1000`, a full second before the holder's lease ends — with a short TTL
+//!   (here 1500 ms) only 500 ms after the lock was taken. The holder's later release or extend
+//!   then finds its lock replaced and does nothing; the taker's fence is higher, so a store that
+//!   checks fences rejects the stale holder's writes.
+//!
+//! A holder whose clock is 2 s *behind* stores an expiry 2 s early: to honest clients its lock
+//! (TTL 1000 ms) is dead on arrival, while the holder itself still sees it alive for up to 2 s
+//! longer. Every window is shown with exact `ManualClock` readings relative to the stored
+//! `expiresAtMs`, without sleeping. Keep clients' clocks NTP-synchronised well under 1 s;
+//! Firestore's `max_clock_skew` can refuse to operate beyond a bound (it measures the system
+//! clock against Firestore's, so an injected test clock is invisible to it, as shown below).
+//!
+//! Redis and PostgreSQL take no client clock at all — their builders have no clock option and
+//! every expiry is computed and judged by the server's clock (`TIME`, `clock_timestamp()`) — so
+//! client skew cannot change their outcomes: the last tests show expiries are server-derived.
+
+#![cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
+
+mod support;
+
+use std::time::Duration;
+
+use syncguard::firestore::FirestoreBackend;
+use syncguard::postgres::PostgresBackend;
+use syncguard::redis::RedisBackend;
+use syncguard::{
+    AcquireOutcome, Clock as _, Heartbeat, Lease, LockBackend, LockOptions, Locker, Lookup,
+    ManualClock, MemoryBackend, SystemClock, TIME_TOLERANCE_MS, TimeAuthority, generate_lock_id,
+};
+
+const SKEW_MS: i64 = 2000;
+
+fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
+    match outcome {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn locked(outcome: syncguard::Result<AcquireOutcome>) {
+    assert!(matches!(outcome, Ok(AcquireOutcome::Locked)), "{outcome:?}");
+}
+
+fn unique(name: &str) -> String {
+    format!("skew:{name}:{}", generate_lock_id())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory: one backend, its ManualClock moved to model a skewed writer and reader.
+// ---------------------------------------------------------------------------------------------
+
+/// The first clock reading at which a lock stored with expiry `e` is no longer live, whoever
+/// reads it: `e + TIME_TOLERANCE_MS`. A reader `s` ms ahead reaches it at true time `e + 1000 - s`.
+fn first_dead_reading(e: i64) -> i64 {
+    e + TIME_TOLERANCE_MS
+}
+
+#[test]
+fn memory_reader_two_seconds_ahead_takes_over_a_second_early() {
+    let t0 = 1_700_000_000_000;
+    let clock = ManualClock::new(t0);
+    let backend = MemoryBackend::with_clock(clock.clone());
+    // An honest holder takes a 1500 ms lease at true time t0.
+    let holder = lease(backend.acquire("job", Duration::from_millis(1500)));
+    let e = holder.expires_at_ms;
+    assert_eq!(e, t0 + 1500);
+
+    // A reader whose clock is 2 s ahead, at true time t, reads t + 2000.
+    // True time e - 1001: its clock reads e + 999 — still live by the tolerance.
+    clock.set(e - 1001 + SKEW_MS);
+    assert!(backend.is_locked("job").unwrap());
+    locked(backend.acquire("job", Duration::from_millis(1500)));
+    // True time e - 1000 (500 ms after the holder acquired): its clock reads e + 1000 → taken.
+    clock.set(e - 1000 + SKEW_MS);
+    assert_eq!(clock.now_ms(), first_dead_reading(e));
+    assert!(!backend.is_locked("job").unwrap());
+    let taker = lease(backend.acquire("job", Duration::from_millis(1500)));
+    assert!(
+        taker.fence > holder.fence,
+        "the early taker's fence is higher"
+    );
+
+    // Back to true time e - 1000 for the honest holder: its lease has a second to go, but its
+    // lock is gone — release and extend touch nothing, and report it.
+    clock.set(e - 1000);
+    assert!(!backend.release(&holder.lock_id).unwrap());
+    assert_eq!(
+        backend
+            .extend(&holder.lock_id, Duration::from_secs(5))
+            .unwrap(),
+        None
+    );
+    let info = backend.lookup(Lookup::Key("job")).unwrap().expect("taker");
+    assert_eq!(info.fence, taker.fence);
+    // The taker's expiry is stored from its fast clock: 2 s later than an honest one would be.
+    assert_eq!(taker.expires_at_ms, (e - 1000) + SKEW_MS + 1500);
+}
+
+#[test]
+fn memory_tolerance_absorbs_skew_up_to_one_second() {
+    for skew in [0, 1, 500, 999, 1000] {
+        let t0 = 1_700_000_000_000;
+        let clock = ManualClock::new(t0);
+        let backend = MemoryBackend::with_clock(clock.clone());
+        let holder = lease(backend.acquire("job", Duration::from_millis(1500)));
+        let e = holder.expires_at_ms;
+        // At every true time before the holder's lease ends (t < e), a reader `skew` ahead
+        // still sees the lock: its clock reads at most e - 1 + skew < e + 1000.
+        clock.set(e - 1 + skew);
+        assert!(backend.is_locked("job").unwrap(), "skew {skew}");
+        locked(backend.acquire("job", Duration::from_millis(1500)));
+        // It may take over from true time e + 1000 - skew on, never before e.
+        clock.set(first_dead_reading(e));
+        let true_takeover = first_dead_reading(e) - skew;
+        assert!(
+            true_takeover >= e,
+            "skew {skew}: takeover before the lease ended"
+        );
+        lease(backend.acquire("job", Duration::from_millis(1500)));
+    }
+}
+
+#[test]
+fn memory_holder_two_seconds_behind_outlives_itself_only_in_its_own_eyes() {
+    let t = 1_700_000_000_000; // true time
+    let clock = ManualClock::new(t - SKEW_MS); // the holder's clock, 2 s behind
+    let backend = MemoryBackend::with_clock(clock.clone());
+    let holder = lease(backend.acquire("job", Duration::from_millis(1000)));
+    let e = holder.expires_at_ms;
+    assert_eq!(e, t - 1000, "stored 1 s in the (true) past");
+    // To the holder itself, the lock looks alive until its clock reads e + 1000 = true t + 2000.
+    clock.set(e + 999);
+    assert!(backend.is_locked("job").unwrap());
+    // To an honest reader at true time t (the moment of acquisition), it is already gone.
+    clock.set(t);
+    assert!(!backend.is_locked("job").unwrap());
+    let honest = lease(backend.acquire("job", Duration::from_millis(1000)));
+    assert!(honest.fence > holder.fence);
+    // The holder, back on its slow clock, finds its lease gone.
+    clock.set(t - SKEW_MS);
+    assert!(!backend.release(&holder.lock_id).unwrap());
+    assert!(
+        backend.is_locked("job").unwrap(),
+        "the honest lock is untouched"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Firestore: two backends on one emulator, one on the system clock, one skewed.
+// ---------------------------------------------------------------------------------------------
+
+fn firestore(clock: Option<ManualClock>) -> FirestoreBackend {
+    let builder = FirestoreBackend::builder()
+        .project(support::FIRESTORE_PROJECT)
+        .emulator_host(support::shared_firestore().host());
+    match clock {
+        Some(clock) => builder.clock(clock),
+        None => builder,
+    }
+    .build()
+    .expect("a Firestore backend for the emulator")
+}
+
+#[test]
+fn firestore_client_two_seconds_ahead_takes_over_a_second_early() {
+    let honest = firestore(None);
+    let clock = ManualClock::new(SystemClock.now_ms() + SKEW_MS);
+    let ahead = firestore(Some(clock.clone()));
+    assert_eq!(ahead.capabilities().time_authority, TimeAuthority::Client);
+    let key = unique("ahead");
+
+    let holder = lease(honest.acquire(&key, Duration::from_millis(1500)));
+    let e = holder.expires_at_ms;
+    // The 2 s-ahead client's clock at true time e - 1001 and e - 1000 (both after the
+    // acquisition at e - 1500): locked, then free.
+    clock.set(e - 1001 + SKEW_MS);
+    assert!(ahead.is_locked(&key).unwrap());
+    locked(ahead.acquire(&key, Duration::from_millis(1500)));
+    clock.set(e - 1000 + SKEW_MS);
+    assert!(!ahead.is_locked(&key).unwrap());
+    let taker = lease(ahead.acquire(&key, Duration::from_millis(1500)));
+    assert!(taker.fence > holder.fence);
+    assert_eq!(taker.expires_at_ms, e - 1000 + SKEW_MS + 1500);
+
+    // The honest holder's lock id no longer matches anything: release and extend do nothing,
+    // and the honest client sees the taker's lock.
+    assert!(!honest.release(&holder.lock_id).unwrap());
+    assert_eq!(
+        honest
+            .extend(&holder.lock_id, Duration::from_secs(5))
+            .unwrap(),
+        None
+    );
+    let info = honest.lookup(Lookup::Key(&key)).unwrap().expect("taker");
+    assert_eq!(info.fence, taker.fence);
+    assert_eq!(info.expires_at_ms, taker.expires_at_ms);
+    assert!(ahead.release(&taker.lock_id).unwrap());
+
+    // With 999 ms of skew the same reader waits until after the lease ends (true time e + 1).
+    let key = unique("ahead-999");
+    let holder = lease(honest.acquire(&key, Duration::from_millis(1500)));
+    let e = holder.expires_at_ms;
+    clock.set(e + 999); // true time e: the lease's last instant
+    locked(ahead.acquire(&key, Duration::from_millis(1500)));
+    clock.set(e + 1000); // true time e + 1
+    let late = lease(ahead.acquire(&key, Duration::from_millis(1500)));
+    assert!(ahead.release(&late.lock_id).unwrap());
+
+    // The skew monitor compares the *system* clock with Firestore's: the injected clock's 2 s
+    // go unnoticed (a test seam, not a production clock).
+    let measured = ahead.clock_skew().expect("measured on every answer");
+    assert!(measured.offset_ms.abs() < 1000, "{measured:?}");
+}
+
+#[test]
+fn firestore_client_two_seconds_behind_holds_a_lock_only_it_believes_in() {
+    let honest = firestore(None);
+    let clock = ManualClock::new(SystemClock.now_ms() - SKEW_MS);
+    let behind = firestore(Some(clock.clone()));
+    let key = unique("behind");
+
+    // Acquired with a 1000 ms TTL on a clock 2 s slow: expiry stored 1 s in the true past.
+    let holder = lease(behind.acquire(&key, Duration::from_millis(1000)));
+    let e = holder.expires_at_ms;
+    // The holder sees its lock alive until its clock reads e + 1000 (true time e + 3000).
+    assert!(behind.is_locked(&key).unwrap());
+    clock.set(e + 999);
+    assert!(behind.is_locked(&key).unwrap());
+    assert!(
+        behind
+            .lookup(Lookup::LockId(&holder.lock_id))
+            .unwrap()
+            .is_some()
+    );
+    // Honest clients, whose clocks read at least e + 1000 by now (the true acquisition time),
+    // see nothing and take it.
+    assert!(!honest.is_locked(&key).unwrap());
+    let taker = lease(honest.acquire(&key, Duration::from_millis(1000)));
+    assert!(taker.fence > holder.fence);
+    // The slow holder's release and extend then do nothing to the honest lock.
+    assert!(!behind.release(&holder.lock_id).unwrap());
+    assert_eq!(
+        behind
+            .extend(&holder.lock_id, Duration::from_secs(5))
+            .unwrap(),
+        None
+    );
+    let info = honest.lookup(Lookup::LockId(&taker.lock_id)).unwrap();
+    assert_eq!(info.map(|i| i.expires_at_ms), Some(taker.expires_at_ms));
+    assert!(honest.release(&taker.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis and PostgreSQL: the server clock decides; there is no client clock to skew.
+// ---------------------------------------------------------------------------------------------
+
+fn short_lease() -> LockOptions {
+    LockOptions::default()
+        .ttl(Duration::from_millis(2000))
+        .heartbeat(Heartbeat::Off)
+}
+
+/// Acquires through a `Locker` with a 2000 ms TTL and checks that the expiry is the server's
+/// clock plus the TTL, bracketed by two readings of that clock.
+fn expiry_is_server_derived<B: LockBackend + 'static>(backend: B, server_now_ms: impl Fn() -> i64) {
+    assert_eq!(backend.capabilities().time_authority, TimeAuthority::Server);
+    let locker = Locker::with_defaults(backend, short_lease());
+    let key = unique("server");
+    let before = server_now_ms();
+    let guard = locker.lock(&key).unwrap();
+    let after = server_now_ms();
+    assert!(
+        (before + 2000..=after + 2000).contains(&guard.expires_at_ms()),
+        "{before} ≤ {} - 2000 ≤ {after}",
+        guard.expires_at_ms()
+    );
+    assert!(locker.backend().is_locked(&key).unwrap());
+    let info = locker
+        .backend()
+        .lookup(Lookup::LockId(guard.lock_id()))
+        .unwrap()
+        .expect("held");
+    assert_eq!(info.expires_at_ms, guard.expires_at_ms());
+    assert_eq!(info.acquired_at_ms + 2000, info.expires_at_ms);
+    assert!((before..=after).contains(&info.acquired_at_ms));
+    assert!(guard.release().unwrap());
+}
+
+#[test]
+fn redis_expiry_comes_from_the_server_clock() {
+    let backend = RedisBackend::connect(&support::shared_redis().url()).unwrap();
+    expiry_is_server_derived(backend, || {
+        let mut conn = support::shared_redis().connection();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        secs * 1000 + micros / 1000
+    });
+}
+
+#[test]
+fn postgres_expiry_comes_from_the_server_clock() {
+    let backend = PostgresBackend::connect(&support::shared_postgres().url()).unwrap();
+    backend.setup_schema().unwrap();
+    expiry_is_server_derived(backend, || {
+        support::shared_postgres()
+            .client()
+            .query_one(
+                "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    });
+}
