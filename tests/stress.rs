@@ -87,7 +87,17 @@ fn stress_worker_process() {
         .collect();
     let threads: usize = std::env::var(ENV_THREADS).unwrap().parse().unwrap();
     let sections: usize = std::env::var(ENV_SECTIONS).unwrap().parse().unwrap();
-    let backend = syncguard::connect(&url).expect("the worker connects");
+    // Connecting can meet an injected fault too: keep trying, as a real job would.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let backend = loop {
+        match syncguard::connect(&url) {
+            Ok(backend) => break backend,
+            Err(error) if Instant::now() < deadline && error.code().is_transient() => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(error) => panic!("the worker could not connect: {error}"),
+        }
+    };
     let locker = Locker::with_defaults(
         backend,
         LockOptions::default()
@@ -301,12 +311,27 @@ fn assert_clean(backend: &str, audit: &Audit, faults: u64) {
     assert!(audit.accepted > 0);
 }
 
+/// Runs the workers through a fault proxy that cuts every live connection each time the
+/// parent checks on them (every 200 ms); returns the audit and the number of cuts.
+fn run_with_faults(server_port: u16, url_through: impl Fn(u16) -> String) -> (Audit, u64) {
+    let upstream = format!("127.0.0.1:{server_port}")
+        .parse()
+        .expect("an address");
+    let proxy = support::proxy::FaultProxy::start(upstream);
+    let plan = plan();
+    let mut cuts = 0;
+    let audit = run_workers(&url_through(proxy.port()), &plan, || {
+        proxy.cut_all();
+        cuts += 1;
+    });
+    (audit, cuts)
+}
+
 #[test]
 fn stress_redis_with_fence_audit() {
     let server = support::RedisServer::start();
-    let plan = plan();
-    let audit = run_workers(&server.url(), &plan, || {});
-    assert_clean("redis", &audit, 0);
+    let (audit, faults) = run_with_faults(server.port, |port| format!("redis://127.0.0.1:{port}/"));
+    assert_clean("redis", &audit, faults);
 }
 
 #[test]
@@ -315,7 +340,9 @@ fn stress_postgres_with_fence_audit() {
     syncguard::postgres::PostgresBackend::connect(&server.url())
         .and_then(|backend| backend.setup_schema())
         .expect("schema");
-    let plan = plan();
-    let audit = run_workers(&server.url(), &plan, || {});
-    assert_clean("postgres", &audit, 0);
+    let direct = server.url();
+    let (audit, faults) = run_with_faults(server.port, |port| {
+        direct.replace(&format!(":{}/", server.port), &format!(":{port}/"))
+    });
+    assert_clean("postgres", &audit, faults);
 }

@@ -94,11 +94,38 @@ impl Connector {
     }
 }
 
+/// A connection of syncguard's own pool. After a timeout it is `poisoned`: the reply it
+/// waits for may never come (the request was lost), and redis-rs would skip the next reply in
+/// its place, so the connection must not be used again.
+pub(crate) struct OwnConnection {
+    connection: Connection,
+    poisoned: bool,
+}
+
 impl ManageConnection for Connector {
-    type Connection = Connection;
+    type Connection = OwnConnection;
     type Error = RedisError;
 
-    fn connect(&self) -> RedisResult<Connection> {
+    fn connect(&self) -> RedisResult<OwnConnection> {
+        self.open().map(|connection| OwnConnection {
+            connection,
+            poisoned: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut OwnConnection) -> RedisResult<()> {
+        redis::cmd("PING")
+            .query::<String>(&mut conn.connection)
+            .map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut OwnConnection) -> bool {
+        conn.poisoned || !conn.connection.is_open()
+    }
+}
+
+impl Connector {
+    fn open(&self) -> RedisResult<Connection> {
         let connected = self
             .client
             .get_connection_with_timeout(self.timeouts.connect)
@@ -110,14 +137,6 @@ impl ManageConnection for Connector {
         self.last_failure
             .set(connected.as_ref().err().map(classify));
         connected
-    }
-
-    fn is_valid(&self, conn: &mut Connection) -> RedisResult<()> {
-        redis::cmd("PING").query::<String>(conn).map(drop)
-    }
-
-    fn has_broken(&self, conn: &mut Connection) -> bool {
-        !conn.is_open()
     }
 }
 
@@ -137,8 +156,16 @@ enum Checkout {
 impl Checkout {
     fn connection(&mut self) -> &mut Connection {
         match self {
-            Checkout::Own(conn) => conn,
+            Checkout::Own(conn) => &mut conn.connection,
             Checkout::External(conn) => conn,
+        }
+    }
+
+    /// Keeps a connection that timed out from going back into the pool (own pool only: an
+    /// application's `redis::Client` pool cannot be told; see `RedisBuilder::pool`).
+    fn poison(&mut self) {
+        if let Checkout::Own(conn) = self {
+            conn.poisoned = true;
         }
     }
 }
@@ -166,7 +193,13 @@ impl Pool {
     ) -> Result<T> {
         with_one_reconnect(
             || self.checkout(redactor),
-            |checkout| call(checkout.connection()),
+            |checkout| {
+                let result = call(checkout.connection());
+                if result.as_ref().is_err_and(RedisError::is_timeout) {
+                    checkout.poison();
+                }
+                result
+            },
             is_dropped_connection,
             |error| map_error(error, redactor),
         )

@@ -132,6 +132,9 @@ impl RedisBuilder {
     /// Use the application's r2d2 pool of `redis::Client` connections instead of a URL. Read
     /// and write timeouts are applied to each connection as it is checked out. Turn
     /// `test_on_check_out` off in that pool, or every operation pays an extra round trip.
+    /// Unlike syncguard's own pool, such a pool keeps a connection whose read timed out; if
+    /// that request was lost on the way, the connection stays out of step until the pool
+    /// drops it, so prefer [`url`](RedisBuilder::url) where timeouts are expected.
     pub fn pool(mut self, pool: r2d2::Pool<redis::Client>) -> Self {
         self.pool = Some(pool);
         self

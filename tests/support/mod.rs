@@ -149,6 +149,7 @@ mod firestore_server;
 pub mod http;
 #[cfg(feature = "postgres")]
 mod postgres_server;
+pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_server;
 

@@ -1,0 +1,662 @@
+//! Chaos: every backend through a fault-injecting TCP proxy ([`support::proxy::FaultProxy`])
+//! that cuts connections, black-holes traffic, adds latency, and in front of servers that
+//! restart. What must hold: calls end (within their configured timeouts, checked by
+//! `within_a_minute` with timeouts far below a minute) with a result or a typed transient
+//! error, never a panic; a guard whose lease cannot be renewed is reported lost no later than
+//! the lease ends; no renewal follows a release; a small pool under load answers
+//! `RateLimited` instead of deadlocking.
+//!
+//! No assertion depends on how long anything took: waiting is polling a condition with a
+//! generous deadline.
+
+#![cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
+
+#[allow(unused_macros)]
+mod contract;
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+use contract::guard::{Call, Recorder, await_condition};
+use support::proxy::{FaultProxy, Mode};
+use support::{
+    FIRESTORE_PROJECT, PG_PASSWORD, PG_USER, PgServer, RedisServer, shared_firestore,
+    shared_postgres, shared_redis, within_a_minute,
+};
+use syncguard::firestore::FirestoreBackend;
+use syncguard::postgres::PostgresBackend;
+use syncguard::redis::RedisBackend;
+use syncguard::{
+    AcquireOutcome, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
+    generate_lock_id,
+};
+
+/// How long a test waits for something that should happen within a few seconds.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn unique(name: &str) -> String {
+    format!("chaos:{name}:{}", generate_lock_id())
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backends with short timeouts, through a proxy
+// ---------------------------------------------------------------------------------------------
+
+fn redis_url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}/")
+}
+
+fn redis_via(proxy: &FaultProxy, pool_size: u32, pool_timeout: Duration) -> RedisBackend {
+    RedisBackend::builder()
+        .url(redis_url(proxy.port()))
+        .pool_size(pool_size)
+        .connect_timeout(Duration::from_millis(500))
+        .read_timeout(Duration::from_millis(500))
+        .write_timeout(Duration::from_millis(500))
+        .pool_timeout(pool_timeout)
+        .build()
+        .expect("a Redis backend through the proxy")
+}
+
+fn redis_direct(port: u16) -> RedisBackend {
+    RedisBackend::connect(&redis_url(port)).expect("a direct Redis backend")
+}
+
+fn pg_url(port: u16) -> String {
+    format!("postgres://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{port}/postgres")
+}
+
+fn pg_via(proxy: &FaultProxy, pool_size: u32, pool_timeout: Duration) -> PostgresBackend {
+    PostgresBackend::builder()
+        .url(pg_url(proxy.port()))
+        .pool_size(pool_size)
+        .connect_timeout(Duration::from_millis(500))
+        .statement_timeout(Duration::from_millis(500))
+        .pool_timeout(pool_timeout)
+        .build()
+        .expect("a PostgreSQL backend through the proxy")
+}
+
+/// A direct backend on the shared cluster, whose default tables exist.
+fn pg_shared_direct() -> PostgresBackend {
+    static SCHEMA: OnceLock<()> = OnceLock::new();
+    let backend = PostgresBackend::connect(&shared_postgres().url()).expect("connect");
+    SCHEMA.get_or_init(|| backend.setup_schema().expect("setup_schema"));
+    backend
+}
+
+fn firestore_via(proxy: &FaultProxy) -> FirestoreBackend {
+    FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(format!("127.0.0.1:{}", proxy.port()))
+        .timeout(Duration::from_millis(1500))
+        .build()
+        .expect("a Firestore backend through the proxy")
+}
+
+fn firestore_direct() -> FirestoreBackend {
+    FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+        .build()
+        .expect("a direct Firestore backend")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared checks
+// ---------------------------------------------------------------------------------------------
+
+/// A call under faults may succeed, or fail with a transient network error; nothing else.
+fn assert_transient<T: std::fmt::Debug>(what: &str, result: &Result<T, LockError>) {
+    if let Err(err) = result {
+        assert!(
+            matches!(
+                err.code(),
+                ErrorCode::ServiceUnavailable | ErrorCode::NetworkTimeout
+            ),
+            "{what}: expected success, ServiceUnavailable or NetworkTimeout, got {:?}: {err}",
+            err.code()
+        );
+    }
+}
+
+/// Runs `call` on another thread: it must return (not hang) and not panic.
+fn bounded<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    within_a_minute(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+            .map_err(|_| "the call panicked")
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// Every connection is cut before and while acquire, extend and release run: each call ends in
+/// a result or a typed transient error, and once traffic passes again the next call works.
+fn cuts_around_every_call<B: LockBackend + 'static>(proxy: FaultProxy, backend: B) {
+    let proxy = Arc::new(proxy);
+    let backend = Arc::new(backend);
+    let ttl = Duration::from_secs(2);
+
+    // 1. Cut the idle pooled connections before each kind of call.
+    for round in 0..3 {
+        let key = unique(&format!("cut-{round}"));
+        let warm = {
+            let b = Arc::clone(&backend);
+            let k = key.clone();
+            bounded(move || b.is_locked(&k))
+        };
+        assert!(!warm.expect("a call before any fault"), "fresh key");
+        proxy.cut_all();
+        let acquired = {
+            let b = Arc::clone(&backend);
+            let k = key.clone();
+            bounded(move || b.acquire(&k, ttl))
+        };
+        assert_transient("acquire after a cut", &acquired);
+        let Ok(AcquireOutcome::Acquired(lease)) = acquired else {
+            continue;
+        };
+        proxy.cut_all();
+        let id = lease.lock_id.clone();
+        let extended = {
+            let b = Arc::clone(&backend);
+            bounded(move || b.extend(&id, ttl))
+        };
+        assert_transient("extend after a cut", &extended);
+        proxy.cut_all();
+        let id = lease.lock_id.clone();
+        let released = {
+            let b = Arc::clone(&backend);
+            bounded(move || b.release(&id))
+        };
+        assert_transient("release after a cut", &released);
+    }
+
+    // 2. Refused: with no way through, calls fail with a typed error and do not hang.
+    proxy.set_mode(Mode::Refuse);
+    proxy.cut_all();
+    let key = unique("refused");
+    let refused = {
+        let b = Arc::clone(&backend);
+        let k = key.clone();
+        bounded(move || b.acquire(&k, ttl))
+    };
+    assert_transient("acquire while refused", &refused);
+    assert!(refused.is_err(), "nothing can get through: {refused:?}");
+
+    // 3. Cuts every few milliseconds while calls are in flight (latency makes them land
+    //    mid-call).
+    proxy.set_mode(Mode::Pass);
+    proxy.set_latency(Duration::from_millis(15));
+    let stop = Arc::new(AtomicBool::new(false));
+    let cutter = {
+        let (proxy, stop) = (Arc::clone(&proxy), Arc::clone(&stop));
+        thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                proxy.cut_all();
+                thread::sleep(Duration::from_millis(25));
+            }
+        })
+    };
+    let b = Arc::clone(&backend);
+    let outcomes = bounded(move || {
+        let mut seen = Vec::new();
+        for i in 0..15 {
+            let key = unique(&format!("storm-{i}"));
+            let acquired = b.acquire(&key, ttl);
+            assert_transient("acquire during cuts", &acquired);
+            seen.push(acquired.is_ok());
+            if let Ok(AcquireOutcome::Acquired(lease)) = acquired {
+                let extended = b.extend(&lease.lock_id, ttl);
+                assert_transient("extend during cuts", &extended);
+                let released = b.release(&lease.lock_id);
+                assert_transient("release during cuts", &released);
+            }
+        }
+        seen
+    });
+    stop.store(true, Ordering::SeqCst);
+    cutter.join().unwrap();
+    assert!(proxy.faults() > 0, "the proxy injected faults");
+    assert_eq!(outcomes.len(), 15);
+
+    // 4. Traffic passes again: the very next call works, on a fresh or a pooled connection.
+    proxy.set_latency(Duration::ZERO);
+    let key = unique("recovered");
+    let b = Arc::clone(&backend);
+    let lease = bounded(move || match b.acquire(&key, ttl) {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("the first call after the faults ended should work: {other:?}"),
+    });
+    let b = Arc::clone(&backend);
+    let released = bounded(move || b.release(&lease.lock_id));
+    assert!(released.expect("release after recovery"));
+}
+
+/// The proxy black-holes all traffic while a guard is held: the guard must report the loss
+/// (`is_lost`, `check` → `LockLost`, the `on_lock_lost` callback) no later than the lease ends.
+///
+/// Why ordering and not timestamps: the lease's end is decided by the server (Redis,
+/// PostgreSQL) or by a client clock (Firestore), and comparing the moment of the callback with
+/// `expires_at_ms` would be a timing assertion that a loaded machine could break. Instead a
+/// second, unproxied backend probes the key until it finds it free, which can only happen once
+/// the lease has ended on the store; at that moment the guard must already say it is lost.
+/// `is_lost`/`check` turn true at the local deadline (send time of the last successful renewal
+/// plus the TTL), which is never later than the store's expiry, so this must always hold. The
+/// callback runs on the heartbeat thread, which may still be waiting for the renewal in flight
+/// (bounded by the backend's timeouts): it must fire, but may lag by one such timeout, so it is
+/// only awaited, not ordered.
+fn black_hole_while_held<B, D>(proxy: FaultProxy, backend: B, direct: D)
+where
+    B: LockBackend + 'static,
+    D: LockBackend + 'static,
+{
+    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
+    let lost_tx = std::sync::Mutex::new(lost_tx);
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(2))
+        .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
+        .on_lock_lost(move |e| {
+            let _ = lost_tx.lock().unwrap().send(e.code());
+        });
+    let locker = Locker::with_defaults(backend, options);
+    let key = unique("black-hole");
+    let guard = {
+        let (locker, key) = (locker.clone(), key.clone());
+        bounded(move || locker.lock(&key).expect("lock before the outage"))
+    };
+    let first_expiry = guard.expires_at_ms();
+    await_condition("the heartbeat to renew once", PATIENCE, || {
+        guard.expires_at_ms() > first_expiry
+    });
+    guard.check().expect("held before the outage");
+
+    proxy.set_mode(Mode::BlackHole);
+    let guard = Arc::new(guard);
+    let probe_key = key.clone();
+    let probed = Arc::clone(&guard);
+    let lost_when_free = bounded(move || {
+        loop {
+            match direct.is_locked(&probe_key) {
+                Ok(false) => return probed.is_lost(),
+                Ok(true) => {}
+                Err(e) => panic!("the unproxied probe failed: {e}"),
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    });
+    assert!(
+        lost_when_free,
+        "the store let the lease go before the guard reported it lost"
+    );
+    let err = guard.check().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::LockLost, "{err}");
+    let code = lost_rx
+        .recv_timeout(PATIENCE)
+        .expect("on_lock_lost must be called");
+    assert_eq!(code, ErrorCode::LockLost);
+    assert!(proxy.faults() > 0, "the proxy black-holed traffic");
+
+    // Dropping the lost guard must not hang either, even with the traffic still black-holed.
+    let guard = Arc::into_inner(guard).expect("the probe let go of the guard");
+    bounded(move || drop::<LockGuard>(guard));
+    drop(locker);
+}
+
+/// After a black hole ends, the backend works again: pooled connections that went through it
+/// may be dead (those opened during it are closed by the proxy when it ends), and each may cost
+/// one failed call with a typed error, but no more than that.
+fn recovers_after_black_hole<B: LockBackend + 'static>(proxy: FaultProxy, backend: B) {
+    let locker = Locker::with_defaults(
+        backend,
+        LockOptions::default()
+            .ttl(Duration::from_secs(2))
+            .heartbeat(Heartbeat::Every(Duration::from_millis(300))),
+    );
+    let key = unique("after-black-hole");
+    let guard = {
+        let (locker, key) = (locker.clone(), key.clone());
+        bounded(move || locker.lock(&key).expect("lock before the outage"))
+    };
+    proxy.set_mode(Mode::BlackHole);
+    await_condition("the lease to run out", PATIENCE, || guard.is_lost());
+    bounded(move || drop::<LockGuard>(guard));
+    // Traffic passes again. Pooled connections that went through the black hole may be dead
+    // (those opened during it are closed by the proxy when it ends): each may cost one
+    // failed call, with a typed error, before the locker works again.
+    proxy.set_mode(Mode::Pass);
+    let again = bounded(move || {
+        for _ in 0..10 {
+            let attempt = locker.try_lock(&key).map(|g| g.is_some());
+            assert_transient("try_lock after the black hole", &attempt);
+            if let Ok(free) = attempt {
+                return free;
+            }
+        }
+        panic!("the locker still fails ten calls after the black hole ended");
+    });
+    assert!(again, "the lost lock can be taken again");
+}
+
+/// With latency on every round trip, releases race the heartbeat: the call log must never show
+/// a renewal of a lease after its release began (contract::guard::no_renewal_after_release,
+/// through a slow network).
+fn no_extend_after_release_with_latency<B: LockBackend + 'static>(proxy: FaultProxy, backend: B) {
+    proxy.set_latency(Duration::from_millis(10));
+    let recorder = Recorder::new(backend);
+    let locker = Locker::with_defaults(
+        Arc::clone(&recorder),
+        LockOptions::default()
+            .ttl(Duration::from_secs(5))
+            .heartbeat(Heartbeat::Every(Duration::from_millis(1))),
+    );
+    bounded(move || {
+        for round in 0..3 {
+            let guards: Vec<LockGuard> = (0..8)
+                .map(|i| {
+                    locker
+                        .lock(&unique(&format!("race-{round}-{i}")))
+                        .expect("lock with latency")
+                })
+                .collect();
+            let first = Call::Extend(guards[0].lock_id().to_owned());
+            await_condition("the heartbeat to be renewing", PATIENCE, || {
+                recorder.count(&first) >= 1
+            });
+            for guard in guards {
+                assert!(guard.release().expect("release with latency"));
+            }
+        }
+        let calls = recorder.calls();
+        for (at, call) in calls.iter().enumerate() {
+            if let Call::Release(lock_id) = call {
+                let late = calls[at..]
+                    .iter()
+                    .any(|c| *c == Call::Extend(lock_id.clone()));
+                assert!(!late, "a renewal was sent after release began");
+            }
+        }
+    });
+    drop(proxy);
+}
+
+/// A pool of 2 connections, 8 threads looping acquire/release, 50 ms of latency per round
+/// trip: every call either works or answers `RateLimited` (no connection freed within the pool
+/// timeout), and nothing deadlocks.
+fn pool_exhaustion<B: LockBackend + 'static>(proxy: FaultProxy, backend: B) {
+    proxy.set_latency(Duration::from_millis(50));
+    let backend = Arc::new(backend);
+    let ok = Arc::new(AtomicUsize::new(0));
+    let limited = Arc::new(AtomicUsize::new(0));
+    let (b, ok2, limited2) = (Arc::clone(&backend), Arc::clone(&ok), Arc::clone(&limited));
+    bounded(move || {
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (b, ok, limited) = (Arc::clone(&b), Arc::clone(&ok2), Arc::clone(&limited2));
+                thread::spawn(move || {
+                    let count = |what: &str, result: Result<(), LockError>| match result {
+                        Ok(()) => {
+                            ok.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) if e.code() == ErrorCode::RateLimited => {
+                            limited.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => panic!("{what}: expected success or RateLimited, got {e}"),
+                    };
+                    for i in 0..6 {
+                        let key = unique(&format!("pool-{t}-{i}"));
+                        match b.acquire(&key, Duration::from_secs(5)) {
+                            Ok(AcquireOutcome::Acquired(lease)) => {
+                                count("acquire", Ok(()));
+                                count("release", b.release(&lease.lock_id).map(|_| ()));
+                            }
+                            Ok(AcquireOutcome::Locked) => panic!("a fresh key was locked"),
+                            Err(e) => count("acquire", Err(e)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("a worker panicked");
+        }
+    });
+    let (ok, limited) = (ok.load(Ordering::SeqCst), limited.load(Ordering::SeqCst));
+    assert!(
+        ok > 0,
+        "some calls got a connection ({limited} rate-limited)"
+    );
+    eprintln!("pool exhaustion: {ok} calls served, {limited} rate-limited");
+    proxy.set_latency(Duration::ZERO);
+    let key = unique("pool-after");
+    let b = Arc::clone(&backend);
+    let outcome = bounded(move || b.acquire(&key, Duration::from_secs(1)));
+    assert!(
+        matches!(outcome, Ok(AcquireOutcome::Acquired(_))),
+        "{outcome:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis
+// ---------------------------------------------------------------------------------------------
+
+fn redis_proxy() -> FaultProxy {
+    FaultProxy::start(local(shared_redis().port))
+}
+
+#[test]
+fn redis_cuts_around_every_call() {
+    let proxy = redis_proxy();
+    let backend = redis_via(&proxy, 4, Duration::from_secs(1));
+    cuts_around_every_call(proxy, backend);
+}
+
+#[test]
+fn redis_black_hole_while_held_reports_the_loss() {
+    let proxy = redis_proxy();
+    let backend = redis_via(&proxy, 4, Duration::from_secs(1));
+    black_hole_while_held(proxy, backend, redis_direct(shared_redis().port));
+}
+
+#[test]
+fn redis_recovers_after_black_hole() {
+    let proxy = redis_proxy();
+    let backend = redis_via(&proxy, 4, Duration::from_secs(1));
+    recovers_after_black_hole(proxy, backend);
+}
+
+#[test]
+fn redis_no_extend_after_release_with_latency() {
+    let proxy = redis_proxy();
+    let backend = redis_via(&proxy, 8, Duration::from_secs(1));
+    no_extend_after_release_with_latency(proxy, backend);
+}
+
+#[test]
+fn redis_pool_exhaustion_is_rate_limited() {
+    let proxy = redis_proxy();
+    let backend = RedisBackend::builder()
+        .url(redis_url(proxy.port()))
+        .pool_size(2)
+        .connect_timeout(Duration::from_secs(2))
+        .read_timeout(Duration::from_secs(2))
+        .write_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    pool_exhaustion(proxy, backend);
+}
+
+/// Redis runs without persistence: a restart forgets every lock, and the guard's next renewal
+/// finds its lock gone.
+#[test]
+fn redis_restart_loses_held_locks() {
+    let mut server = RedisServer::start();
+    let proxy = FaultProxy::start(local(server.port));
+    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
+    let lost_tx = std::sync::Mutex::new(lost_tx);
+    let locker = Locker::with_defaults(
+        redis_via(&proxy, 4, Duration::from_secs(1)),
+        LockOptions::default()
+            .ttl(Duration::from_secs(10))
+            .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
+            .on_lock_lost(move |e| {
+                let _ = lost_tx.lock().unwrap().send(e.code());
+            }),
+    );
+    let key = unique("redis-restart");
+    let guard = locker.lock(&key).unwrap();
+    server.restart();
+    let code = lost_rx
+        .recv_timeout(PATIENCE)
+        .expect("the guard reports its lock lost after the restart");
+    assert_eq!(code, ErrorCode::LockLost);
+    assert!(guard.is_lost());
+    assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
+    assert!(!bounded(move || guard.release()).expect("release of a lost lock is no error"));
+    let again = bounded(move || locker.try_lock(&key).map(|g| g.is_some()));
+    assert!(again.unwrap(), "the key is free on the restarted server");
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+// ---------------------------------------------------------------------------------------------
+
+fn pg_proxy() -> FaultProxy {
+    pg_shared_direct();
+    FaultProxy::start(local(shared_postgres().port))
+}
+
+#[test]
+fn postgres_cuts_around_every_call() {
+    let proxy = pg_proxy();
+    let backend = pg_via(&proxy, 4, Duration::from_secs(1));
+    cuts_around_every_call(proxy, backend);
+}
+
+/// PostgreSQL's client has no read timeout. A black hole that accepts and acknowledges the
+/// bytes (this proxy, a hung server or middlebox) leaves nothing unacknowledged, so
+/// `tcp_user_timeout` never fires, and the query never reaches the server, so its
+/// `statement_timeout` never fires either.
+#[test]
+#[ignore = "bug: PostgreSQL calls through a connection that accepts but never answers block \
+            forever (no client-side read timeout; tcp_user_timeout only covers unacknowledged \
+            data): the heartbeat thread stays stuck in extend, on_lock_lost never runs, and \
+            dropping the guard blocks on the renewal's phase lock"]
+fn postgres_black_hole_while_held_reports_the_loss() {
+    let proxy = pg_proxy();
+    let backend = pg_via(&proxy, 4, Duration::from_secs(1));
+    black_hole_while_held(proxy, backend, pg_shared_direct());
+}
+
+#[test]
+fn postgres_no_extend_after_release_with_latency() {
+    let proxy = pg_proxy();
+    let backend = pg_via(&proxy, 8, Duration::from_secs(1));
+    no_extend_after_release_with_latency(proxy, backend);
+}
+
+#[test]
+fn postgres_pool_exhaustion_is_rate_limited() {
+    let proxy = pg_proxy();
+    let backend = PostgresBackend::builder()
+        .url(pg_url(proxy.port()))
+        .pool_size(2)
+        .connect_timeout(Duration::from_secs(2))
+        .statement_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    pool_exhaustion(proxy, backend);
+}
+
+/// PostgreSQL keeps its data across a restart: the guard keeps its lease, and the heartbeat
+/// renews it again over fresh connections.
+#[test]
+fn postgres_restart_keeps_held_locks() {
+    let mut server = PgServer::start();
+    PostgresBackend::connect(&server.url())
+        .unwrap()
+        .setup_schema()
+        .unwrap();
+    let proxy = FaultProxy::start(local(server.port));
+    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
+    let lost_tx = std::sync::Mutex::new(lost_tx);
+    // A TTL far above any restart time, so only a bug can lose the lease.
+    let locker = Locker::with_defaults(
+        pg_via(&proxy, 4, Duration::from_secs(1)),
+        LockOptions::default()
+            .ttl(Duration::from_secs(30))
+            .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
+            .on_lock_lost(move |e| {
+                let _ = lost_tx.lock().unwrap().send(e.code());
+            }),
+    );
+    let key = unique("pg-restart");
+    let guard = locker.lock(&key).unwrap();
+    let first = guard.expires_at_ms();
+    await_condition("a renewal before the restart", PATIENCE, || {
+        guard.expires_at_ms() > first
+    });
+    server.restart();
+    let after_restart = guard.expires_at_ms();
+    await_condition("a renewal after the restart", PATIENCE, || {
+        guard.expires_at_ms() > after_restart
+    });
+    guard.check().expect("the lease survived the restart");
+    assert!(lost_rx.try_recv().is_err(), "no loss was reported");
+    assert!(bounded(move || guard.release()).expect("release after the restart"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Firestore (emulator)
+// ---------------------------------------------------------------------------------------------
+
+fn firestore_proxy() -> FaultProxy {
+    // The emulator's first requests are slow while its JVM warms up: not a fault under test.
+    let direct = firestore_direct();
+    for _ in 0..5 {
+        let key = unique("warm-up");
+        if let Ok(AcquireOutcome::Acquired(lease)) = direct.acquire(&key, Duration::from_secs(5)) {
+            let _ = direct.release(&lease.lock_id);
+        }
+    }
+    FaultProxy::start(local(shared_firestore().port))
+}
+
+#[test]
+fn firestore_cuts_around_every_call() {
+    let proxy = firestore_proxy();
+    let backend = firestore_via(&proxy);
+    cuts_around_every_call(proxy, backend);
+}
+
+#[test]
+fn firestore_black_hole_while_held_reports_the_loss() {
+    let proxy = firestore_proxy();
+    let backend = firestore_via(&proxy);
+    black_hole_while_held(proxy, backend, firestore_direct());
+}
+
+#[test]
+fn firestore_recovers_after_black_hole() {
+    let proxy = firestore_proxy();
+    let backend = firestore_via(&proxy);
+    recovers_after_black_hole(proxy, backend);
+}
+
+#[test]
+fn firestore_no_extend_after_release_with_latency() {
+    let proxy = firestore_proxy();
+    let backend = firestore_via(&proxy);
+    no_extend_after_release_with_latency(proxy, backend);
+}
