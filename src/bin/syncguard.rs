@@ -48,15 +48,8 @@ enum Command {
         {\"ok\":false,\"reason\":\"locked\"} if held)"
     )]
     Acquire {
-        /// The lock's key.
-        #[arg(long, allow_hyphen_values = true)]
-        key: String,
-        /// Lease length: 500ms, 30s, 5m, 1h, or milliseconds.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
-        ttl: Duration,
-        /// How long to wait while someone else holds it.
-        #[arg(long, default_value = "0s", value_parser = parse_duration)]
-        wait: Duration,
+        #[command(flatten)]
+        lock: LockArgs,
     },
     /// Release a lock taken with `acquire`.
     #[command(after_help = "Example:\n  syncguard release --lock-id \"$id\"   → {\"ok\":true}")]
@@ -103,15 +96,8 @@ enum Command {
         within --wait (the command does not run); 76 if the lock was lost while it ran."
     )]
     Run {
-        /// The lock's key.
-        #[arg(long, allow_hyphen_values = true)]
-        key: String,
-        /// Lease length, renewed every third of it while the command runs.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
-        ttl: Duration,
-        /// How long to wait while someone else holds it.
-        #[arg(long, default_value = "0s", value_parser = parse_duration)]
-        wait: Duration,
+        #[command(flatten)]
+        lock: LockArgs,
         /// What to do if the lock is lost while the command runs.
         #[arg(long, value_enum, default_value = "kill")]
         on_lost: OnLost,
@@ -125,6 +111,20 @@ enum Command {
     /// Create the PostgreSQL tables (idempotent).
     #[command(after_help = "Example:\n  syncguard --url postgres://app@db/app setup")]
     Setup,
+}
+
+/// The lock a command takes: `acquire` and `run` share these.
+#[derive(clap::Args)]
+struct LockArgs {
+    /// The lock's key.
+    #[arg(long, allow_hyphen_values = true)]
+    key: String,
+    /// Lease length: 500ms, 30s, 5m, 1h, or milliseconds (`run` renews it every third).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long to wait while someone else holds it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    wait: Duration,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -210,7 +210,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         })?;
     let backend = || syncguard::connect(&url);
     match cli.command {
-        Command::Acquire { key, ttl, wait } => acquire(backend()?, &key, ttl, wait),
+        Command::Acquire { lock } => acquire(backend()?, &lock.key, lock.ttl, lock.wait),
         Command::Release { lock_id } => {
             let released = backend()?.release(&lock_id)?;
             Ok(Outcome::Printed(
@@ -228,13 +228,19 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             status(backend()?.as_ref(), key.as_deref(), lock_id.as_deref(), raw)
         }
         Command::Run {
-            key,
-            ttl,
-            wait,
+            lock,
             on_lost,
             grace,
             command,
-        } => run(backend()?, &key, ttl, wait, on_lost, grace, &command),
+        } => run(
+            backend()?,
+            &lock.key,
+            lock.ttl,
+            lock.wait,
+            on_lost,
+            grace,
+            &command,
+        ),
         Command::Setup => setup(&url),
     }
 }
