@@ -326,6 +326,11 @@ fn unchanged_since(document: Option<&Value>) -> Value {
     }
 }
 
+/// The fence counter document id that belongs to a lock document id.
+fn fence_document_id_of(lock_doc_id: &str) -> Result<String> {
+    document_id(&format!("fence:{lock_doc_id}"))
+}
+
 /// A lock document, as read.
 struct LockDoc {
     lock_id: String,
@@ -449,7 +454,7 @@ impl FirestoreBackend {
 
     /// The fence counter document id of a user key.
     pub fn fence_document_id(&self, key: &str) -> Result<String> {
-        document_id(&format!("fence:{}", self.lock_document_id(key)?))
+        fence_document_id_of(&self.lock_document_id(key)?)
     }
 
     /// Now, by the client clock, unless the clock is known to be too far off.
@@ -509,10 +514,9 @@ impl FirestoreBackend {
     fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> Result<Attempt<AcquireOutcome>> {
         let lock_doc_id = document_id(user_key)?;
         let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
-        let fence_name = self.rest.document_name(
-            &self.fence_collection,
-            &document_id(&format!("fence:{lock_doc_id}"))?,
-        );
+        let fence_name = self
+            .rest
+            .document_name(&self.fence_collection, &fence_document_id_of(&lock_doc_id)?);
         let answer = self.rest.post(
             ":batchGet",
             &json!({ "documents": [lock_name, fence_name] }),

@@ -193,28 +193,25 @@ impl PostgresBuilder {
             ],
             self.pool_size,
         )?;
-        let (parsed, pool) = match source {
-            Source::Url(url) => (Some(parse_url(&url)?), None),
-            Source::Pool(pool) => (None, Some(pool)),
-        };
         // Builder options win over URL options, which win over the defaults. Checked before
         // anything connects.
-        let defaults = TableNames::default();
-        let from_url = |pick: fn(&connection::ParsedUrl) -> &Option<String>| {
-            parsed.as_ref().and_then(|p| pick(p).clone())
+        let tables = |url_lock: Option<String>, url_fence: Option<String>| {
+            let defaults = TableNames::default();
+            TableNames::new(
+                &self
+                    .lock_table
+                    .or(url_lock)
+                    .unwrap_or_else(|| defaults.lock_table().to_owned()),
+                &self
+                    .fence_table
+                    .or(url_fence)
+                    .unwrap_or_else(|| defaults.fence_table().to_owned()),
+            )
         };
-        let tables = TableNames::new(
-            &self
-                .lock_table
-                .or_else(|| from_url(|p| &p.lock_table))
-                .unwrap_or_else(|| defaults.lock_table().to_owned()),
-            &self
-                .fence_table
-                .or_else(|| from_url(|p| &p.fence_table))
-                .unwrap_or_else(|| defaults.fence_table().to_owned()),
-        )?;
-        let (connections, redactor, display) = match (parsed, pool) {
-            (Some(parsed), _) => {
+        let (tables, connections, redactor, display) = match source {
+            Source::Url(url) => {
+                let parsed = parse_url(&url)?;
+                let tables = tables(parsed.lock_table, parsed.fence_table)?;
                 let mut secrets = parsed.secrets;
                 if let Some(password) = parsed.config.get_password() {
                     secrets.push(String::from_utf8_lossy(password).into_owned());
@@ -227,10 +224,11 @@ impl PostgresBuilder {
                     self.pool_size,
                     &redactor,
                 )?;
-                (connections, redactor, parsed.display)
+                (tables, connections, redactor, parsed.display)
             }
-            (None, pool) => (
-                pool.ok_or_else(|| LockError::internal("no connection source"))?,
+            Source::Pool(pool) => (
+                tables(None, None)?,
+                pool,
                 Redactor::default(),
                 "<application pool>".to_owned(),
             ),
@@ -265,11 +263,8 @@ impl PostgresBackend {
     /// Creates this backend's tables and indexes if missing ([`setup_schema`] with its table
     /// names). Idempotent; safe to call from every process at start-up.
     pub fn setup_schema(&self) -> Result<()> {
-        let ddl = format!(
-            "SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'));\n{}",
-            schema_sql(&self.tables)
-        );
-        self.connections.batch(&ddl, &self.redactor)
+        self.connections
+            .batch(&schema::setup_sql(&self.tables), &self.redactor)
     }
 
     /// The storage key (`key` column) of a user key.
@@ -280,8 +275,7 @@ impl PostgresBackend {
 
     /// The `fence_key` of a user key's counter row.
     pub fn fence_key(&self, key: &str) -> Result<String> {
-        let storage_key = self.storage_key(key)?;
-        make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
+        fence_key_of(&self.storage_key(key)?)
     }
 
     fn query(&self, sql: &Sql, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
@@ -309,6 +303,11 @@ impl PostgresBackend {
     }
 }
 
+/// The `fence_key` of the counter row that belongs to a storage key.
+fn fence_key_of(storage_key: &str) -> Result<String> {
+    make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
+}
+
 /// Normalises and validates a key, refusing what PostgreSQL text cannot store.
 fn pg_key(key: &str) -> Result<String> {
     let key = normalize_and_validate_key(key)?;
@@ -330,8 +329,7 @@ impl LockBackend for PostgresBackend {
         let ttl_ms = ttl_to_ms(ttl)?;
         let user_key = pg_key(key)?;
         let storage_key = make_storage_key("", &user_key, STORAGE_KEY_LIMIT, 0)?;
-        let fence_key =
-            make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)?;
+        let fence_key = fence_key_of(&storage_key)?;
         let lock_id = generate_lock_id();
         let fence_max = FENCE_MAX as i64;
         let rows = self.query(

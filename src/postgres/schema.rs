@@ -108,14 +108,18 @@ pub fn schema_sql(tables: &TableNames) -> String {
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Result<()> {
-    let ddl = format!(
+    client
+        .batch_execute(&setup_sql(tables))
+        .map_err(|e| map_error(e, &Redactor::default()))
+}
+
+/// What [`setup_schema`] runs: the DDL behind an advisory lock, so concurrent callers take
+/// turns. A multi-statement simple query runs as one implicit transaction.
+pub(crate) fn setup_sql(tables: &TableNames) -> String {
+    format!(
         "SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'));\n{}",
         schema_sql(tables)
-    );
-    // A multi-statement simple query runs as one implicit transaction.
-    client
-        .batch_execute(&ddl)
-        .map_err(|e| map_error(e, &Redactor::default()))
+    )
 }
 
 #[cfg(test)]

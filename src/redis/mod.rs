@@ -333,7 +333,11 @@ impl RedisBackend {
 
     /// The Redis key of the fence counter of `key`.
     pub fn fence_key(&self, key: &str) -> Result<String> {
-        let lock_key = self.lock_key(key)?;
+        self.fence_key_of(&self.lock_key(key)?)
+    }
+
+    /// The fence counter key that belongs to a lock key.
+    fn fence_key_of(&self, lock_key: &str) -> Result<String> {
         self.storage_key(&format!("fence:{lock_key}"))
     }
 
@@ -402,7 +406,7 @@ impl LockBackend for RedisBackend {
         let ttl_ms = ttl_to_ms(ttl)?;
         let key = normalize_and_validate_key(key)?;
         let lock_key = self.storage_key(&key)?;
-        let fence_key = self.storage_key(&format!("fence:{lock_key}"))?;
+        let fence_key = self.fence_key_of(&lock_key)?;
         let lock_id = generate_lock_id();
         let index_key = format!("{}{lock_id}", self.index_prefix);
         let mut reply = self.run(|conn| {
