@@ -377,13 +377,9 @@ fn not_a_lock(what: &str) -> LockError {
     ))
 }
 
-/// The documents of a read's answer.
-struct Read {
-    /// `batchGet`: the documents found. `runQuery`: the matches.
-    documents: Vec<Value>,
-}
-
-fn parse_read(answer: Value, found_key: &str) -> Read {
+/// The documents of a read's answer: `batchGet`'s found documents (`found_key` = `found`),
+/// `runQuery`'s matches (`document`).
+fn parse_read(answer: Value, found_key: &str) -> Vec<Value> {
     let mut documents = Vec::new();
     if let Value::Array(items) = answer {
         for mut item in items {
@@ -394,7 +390,7 @@ fn parse_read(answer: Value, found_key: &str) -> Read {
             }
         }
     }
-    Read { documents }
+    documents
 }
 
 impl FirestoreBackend {
@@ -521,9 +517,9 @@ impl FirestoreBackend {
             ":batchGet",
             &json!({ "documents": [lock_name, fence_name] }),
         )?;
-        let read = parse_read(answer, "found");
+        let documents = parse_read(answer, "found");
         let document = |name: &str| {
-            read.documents
+            documents
                 .iter()
                 .find(|doc| doc.get("name").and_then(Value::as_str) == Some(name))
         };
@@ -622,9 +618,9 @@ impl FirestoreBackend {
             ":runQuery",
             &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
         )?;
-        let read = parse_read(answer, "document");
+        let documents = parse_read(answer, "document");
         let Some(lock) = self
-            .single_match(&read.documents, lock_id)
+            .single_match(&documents, lock_id)
             .map_err(|e| e.with_lock_id(lock_id))?
         else {
             return Ok(Attempt::Done(MutationOutcome::NotApplied(Some(
@@ -666,8 +662,8 @@ impl FirestoreBackend {
         let answer = self
             .rest
             .post(":batchGet", &json!({ "documents": [name] }))?;
-        let read = parse_read(answer, "found");
-        match read.documents.first() {
+        let documents = parse_read(answer, "found");
+        match documents.first() {
             None => Ok(None),
             Some(doc) => LockDoc::parse(doc)
                 .map(Some)
@@ -751,8 +747,8 @@ impl LockBackend for FirestoreBackend {
                     ":runQuery",
                     &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
                 )?;
-                let read = parse_read(answer, "document");
-                self.single_match(&read.documents, lock_id)?
+                let documents = parse_read(answer, "document");
+                self.single_match(&documents, lock_id)?
             }
         };
         let Some(lock) = lock else {
