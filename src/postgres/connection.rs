@@ -1,13 +1,22 @@
 //! Connections: URL handling, TLS, and running a statement on a pooled client.
+//!
+//! syncguard's own connections are tokio-postgres clients, each driven by a private
+//! single-threaded runtime, exactly as the blocking `postgres` client drives them, plus one
+//! thing that client cannot do: a deadline on every call. A server that accepts bytes and
+//! never answers (a hung host, a stalled proxy) ends the call with `NetworkTimeout`, where the
+//! blocking client would wait forever.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::tls::{MakeTlsConnect, TlsConnect};
 use postgres::types::{ToSql, Type};
-use postgres::{Client, Config, NoTls, Row, Socket, Statement};
+use postgres::{NoTls, Row, Socket, Statement};
 use r2d2::ManageConnection;
 use r2d2_postgres::PostgresConnectionManager;
+use tokio::runtime::Runtime;
+use tokio_postgres::Config;
 
 use super::errors::{is_dead_connection, map_error};
 use super::statements::Sql;
@@ -29,84 +38,195 @@ pub(crate) trait Connections: Send + Sync {
     fn max_size(&self) -> u32;
 }
 
+/// Why a call on a connection failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    /// No answer within the deadline. The connection is in an unknown state (a reply may still
+    /// arrive) and is never used again.
+    #[error("timed out after {0:?} waiting for PostgreSQL to answer")]
+    TimedOut(Duration),
+    #[error("could not start a connection's I/O runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl CallError {
+    /// Whether the call may be made once more on a fresh connection (see
+    /// [`is_dead_connection`]). Timeouts never qualify.
+    fn is_dead_connection(&self) -> bool {
+        matches!(self, CallError::Postgres(error) if is_dead_connection(error))
+    }
+
+    pub(crate) fn into_lock_error(self, redactor: &Redactor) -> LockError {
+        match self {
+            CallError::Postgres(error) => map_error(error, redactor),
+            CallError::TimedOut(_) => LockError::new(
+                ErrorCode::NetworkTimeout,
+                format!("PostgreSQL did not answer in time: {self}"),
+            ),
+            CallError::Runtime(_) => {
+                LockError::new(ErrorCode::ServiceUnavailable, self.to_string()).with_source(self)
+            }
+        }
+    }
+}
+
 /// Runs `call` on a connection of `pool`, with one reconnect if it was dead.
-fn on_pool<M, T>(
+fn on_pool<M: ManageConnection, T>(
     pool: &r2d2::Pool<M>,
     redactor: &Redactor,
-    call: impl FnMut(&mut r2d2::PooledConnection<M>) -> std::result::Result<T, postgres::Error>,
-) -> Result<T>
-where
-    M: ManageConnection<Error = postgres::Error>,
-{
+    call: impl FnMut(&mut r2d2::PooledConnection<M>) -> std::result::Result<T, CallError>,
+) -> Result<T> {
     with_one_reconnect(
         || {
             pool.get()
                 .map_err(|e| checkout_error(pool.connection_timeout(), &e, redactor))
         },
         call,
-        is_dead_connection,
-        |error| map_error(error, redactor),
+        CallError::is_dead_connection,
+        |error| error.into_lock_error(redactor),
     )
 }
 
-/// r2d2_postgres's manager, with connections that keep their prepared statements: after the
-/// first use on a connection, a statement is one Bind/Execute round trip with a cached plan.
-pub(crate) struct CachingManager<T>(PostgresConnectionManager<T>);
-
-/// A client and the statements prepared on it (by [`Sql::slot`]).
-pub(crate) struct CachedClient {
-    client: Client,
+/// One of syncguard's own connections: a client, the runtime that drives it, and the
+/// statements prepared on it (by [`Sql::slot`]): after the first use on a connection, a
+/// statement is one Bind/Execute round trip with a cached plan.
+pub(crate) struct OwnClient {
+    // Declared before the runtime so it is dropped first: dropping the runtime then drops the
+    // connection task, which closes the socket.
+    client: tokio_postgres::Client,
+    runtime: Runtime,
     prepared: Vec<Option<Statement>>,
+    /// How long any one call may wait for its answer.
+    answer_within: Duration,
+    /// A call timed out: what the server will still send is unknown, so the pool drops it.
+    broken: bool,
 }
 
-impl CachedClient {
+impl OwnClient {
+    fn connect<T>(
+        config: &Config,
+        tls: T,
+        answer_within: Duration,
+    ) -> std::result::Result<Self, CallError>
+    where
+        T: MakeTlsConnect<Socket> + Send + 'static,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(CallError::Runtime)?;
+        // The whole handshake (TCP, TLS, authentication) has one deadline; the TCP connect
+        // alone also has `connect_timeout`.
+        let (client, connection) = match runtime
+            .block_on(async { tokio::time::timeout(answer_within, config.connect(tls)).await })
+        {
+            Ok(connected) => connected?,
+            Err(_) => return Err(CallError::TimedOut(answer_within)),
+        };
+        // A current-thread runtime runs this task only while a call is inside `block_on`,
+        // which is exactly when its replies are awaited.
+        runtime.spawn(async move {
+            if let Err(error) = connection.await {
+                log::debug!("syncguard: PostgreSQL connection ended: {error}");
+            }
+        });
+        Ok(OwnClient {
+            client,
+            runtime,
+            prepared: Vec::new(),
+            answer_within,
+            broken: false,
+        })
+    }
+
+    /// Runs `work` to completion or until the deadline, whichever comes first.
+    fn within<T>(
+        runtime: &Runtime,
+        answer_within: Duration,
+        broken: &mut bool,
+        work: impl Future<Output = std::result::Result<T, postgres::Error>>,
+    ) -> std::result::Result<T, CallError> {
+        // The timer must be made inside the runtime it belongs to.
+        match runtime.block_on(async { tokio::time::timeout(answer_within, work).await }) {
+            Ok(result) => Ok(result?),
+            Err(_) => {
+                *broken = true;
+                Err(CallError::TimedOut(answer_within))
+            }
+        }
+    }
+
     fn query(
         &mut self,
         sql: &Sql,
         params: &[&(dyn ToSql + Sync)],
-    ) -> std::result::Result<Vec<Row>, postgres::Error> {
+    ) -> std::result::Result<Vec<Row>, CallError> {
+        let cached = self.prepared.get(sql.slot).cloned().flatten();
+        let client = &self.client;
+        let (statement, rows) =
+            Self::within(&self.runtime, self.answer_within, &mut self.broken, async {
+                let statement = match cached {
+                    Some(statement) => statement,
+                    None => client.prepare_typed(&sql.text, sql.types).await?,
+                };
+                let rows = client.query(&statement, params).await?;
+                Ok((statement, rows))
+            })?;
         if self.prepared.len() <= sql.slot {
             self.prepared.resize(sql.slot + 1, None);
         }
-        let statement = match &self.prepared[sql.slot] {
-            Some(statement) => statement.clone(),
-            None => {
-                let statement = self.client.prepare_typed(&sql.text, sql.types)?;
-                self.prepared[sql.slot] = Some(statement.clone());
-                statement
-            }
-        };
-        self.client.query(&statement, params)
+        self.prepared[sql.slot] = Some(statement);
+        Ok(rows)
+    }
+
+    fn batch(&mut self, sql: &str) -> std::result::Result<(), CallError> {
+        let client = &self.client;
+        Self::within(
+            &self.runtime,
+            self.answer_within,
+            &mut self.broken,
+            client.batch_execute(sql),
+        )
     }
 }
 
-impl<T> ManageConnection for CachingManager<T>
+/// Opens [`OwnClient`]s for syncguard's own pool.
+pub(crate) struct OwnManager<T> {
+    config: Config,
+    tls: T,
+    answer_within: Duration,
+}
+
+impl<T> ManageConnection for OwnManager<T>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send,
     T::Stream: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    type Connection = CachedClient;
-    type Error = postgres::Error;
+    type Connection = OwnClient;
+    type Error = CallError;
 
-    fn connect(&self) -> std::result::Result<CachedClient, postgres::Error> {
-        Ok(CachedClient {
-            client: self.0.connect()?,
-            prepared: Vec::new(),
-        })
+    fn connect(&self) -> std::result::Result<OwnClient, CallError> {
+        OwnClient::connect(&self.config, self.tls.clone(), self.answer_within)
     }
 
-    fn is_valid(&self, conn: &mut CachedClient) -> std::result::Result<(), postgres::Error> {
-        self.0.is_valid(&mut conn.client)
+    fn is_valid(&self, conn: &mut OwnClient) -> std::result::Result<(), CallError> {
+        conn.batch("")
     }
 
-    fn has_broken(&self, conn: &mut CachedClient) -> bool {
-        self.0.has_broken(&mut conn.client)
+    fn has_broken(&self, conn: &mut OwnClient) -> bool {
+        conn.broken || conn.client.is_closed()
     }
 }
 
-impl<T> Connections for r2d2::Pool<CachingManager<T>>
+impl<T> Connections for r2d2::Pool<OwnManager<T>>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send,
@@ -123,7 +243,7 @@ where
     }
 
     fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
-        on_pool(self, redactor, |conn| conn.client.batch_execute(sql))
+        on_pool(self, redactor, |conn| conn.batch(sql))
     }
 
     fn state(&self) -> r2d2::State {
@@ -137,6 +257,7 @@ where
 
 /// The application's pool: its connections have nowhere to keep prepared statements, so each
 /// statement travels with its parameter types (`query_typed`: one round trip, planned anew).
+/// Its clients are the blocking `postgres` ones, whose calls have no deadline of their own.
 impl<T> Connections for r2d2::Pool<PostgresConnectionManager<T>>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
@@ -156,12 +277,12 @@ where
             .zip(sql.types.iter().cloned())
             .collect();
         on_pool(self, redactor, |client| {
-            client.query_typed(&sql.text, &typed)
+            Ok(client.query_typed(&sql.text, &typed)?)
         })
     }
 
     fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
-        on_pool(self, redactor, |client| client.batch_execute(sql))
+        on_pool(self, redactor, |client| Ok(client.batch_execute(sql)?))
     }
 
     fn state(&self) -> r2d2::State {
@@ -290,6 +411,15 @@ pub(crate) struct Timeouts {
     pub checkout: Duration,
 }
 
+impl Timeouts {
+    /// How long a call waits for its answer: the server's `statement_timeout`, then the connect
+    /// timeout again as an allowance for the round trip, so that a statement the server
+    /// cancels comes back as its own error and keeps the connection usable.
+    pub(crate) fn answer_within(&self) -> Duration {
+        self.statement.saturating_add(self.connect)
+    }
+}
+
 /// Builds syncguard's own pool after checking, with one direct connection, that the server
 /// answers and accepts the credentials (so those errors surface precisely, and at once).
 pub(crate) fn own_pool(
@@ -300,8 +430,8 @@ pub(crate) fn own_pool(
     redactor: &Redactor,
 ) -> Result<Box<dyn Connections>> {
     config.connect_timeout(timeouts.connect);
-    // Unacknowledged data for longer than the statement may run means the peer is gone.
-    config.tcp_user_timeout(timeouts.statement + timeouts.connect);
+    // Unacknowledged data for longer than a call may wait means the peer is gone.
+    config.tcp_user_timeout(timeouts.answer_within());
     let statement_ms = timeouts.statement.as_millis().max(1);
     let options = match config.get_options() {
         Some(existing) => format!("{existing} -c statement_timeout={statement_ms}"),
@@ -312,27 +442,20 @@ pub(crate) fn own_pool(
         config.application_name("syncguard");
     }
     if tls {
-        config.ssl_mode(postgres::config::SslMode::Require);
-        let connector = rustls_connector()?;
-        probe(&config, connector.clone(), redactor)?;
-        Ok(Box::new(pool(config, connector, timeouts, pool_size)))
+        config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        Ok(Box::new(pool(
+            config,
+            rustls_connector()?,
+            timeouts,
+            pool_size,
+            redactor,
+        )?))
     } else {
-        config.ssl_mode(postgres::config::SslMode::Disable);
-        probe(&config, NoTls, redactor)?;
-        Ok(Box::new(pool(config, NoTls, timeouts, pool_size)))
+        config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        Ok(Box::new(pool(
+            config, NoTls, timeouts, pool_size, redactor,
+        )?))
     }
-}
-
-fn probe<T>(config: &Config, tls: T, redactor: &Redactor) -> Result<()>
-where
-    T: MakeTlsConnect<Socket> + 'static + Send,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
-    let client = config.connect(tls).map_err(|e| map_error(e, redactor))?;
-    drop(client);
-    Ok(())
 }
 
 fn pool<T>(
@@ -340,20 +463,30 @@ fn pool<T>(
     tls: T,
     timeouts: Timeouts,
     pool_size: u32,
-) -> r2d2::Pool<CachingManager<T>>
+    redactor: &Redactor,
+) -> Result<r2d2::Pool<OwnManager<T>>>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send,
     T::Stream: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    r2d2::Pool::builder()
+    let manager = OwnManager {
+        config,
+        tls,
+        answer_within: timeouts.answer_within(),
+    };
+    // The probe: its connection is dropped, the pool opens its own when first needed.
+    manager
+        .connect()
+        .map_err(|error| error.into_lock_error(redactor))?;
+    Ok(r2d2::Pool::builder()
         .max_size(pool_size)
         .min_idle(Some(0))
         .test_on_check_out(false)
         .connection_timeout(timeouts.checkout)
         .error_handler(Box::new(r2d2::NopErrorHandler))
-        .build_unchecked(CachingManager(PostgresConnectionManager::new(config, tls)))
+        .build_unchecked(manager))
 }
 
 #[cfg(test)]

@@ -123,6 +123,11 @@ impl PostgresBuilder {
 
     /// Use the application's r2d2 pool instead of a URL (any TLS connector). Its own timeouts
     /// apply; turn its `test_on_check_out` off, or every operation pays an extra round trip.
+    ///
+    /// The blocking `postgres` client behind such a pool has no deadline on its calls: a server
+    /// that accepts a connection and never answers blocks them (and a heartbeat renewal with
+    /// them) until TCP gives up. Set `tcp_user_timeout` and keepalives on its `Config`, or give a
+    /// [`url`](PostgresBuilder::url): syncguard's own connections time out every call.
     pub fn pool<T>(mut self, pool: r2d2::Pool<PostgresConnectionManager<T>>) -> Self
     where
         T: MakeTlsConnect<postgres::Socket> + Clone + Send + Sync + 'static,
@@ -166,8 +171,10 @@ impl PostgresBuilder {
         self
     }
 
-    /// Server-side `statement_timeout` for syncguard's connections (default 5 s); also bounds,
-    /// with the connect timeout, how long unacknowledged data may wait (`tcp_user_timeout`).
+    /// Server-side `statement_timeout` for syncguard's connections (default 5 s). With the
+    /// connect timeout added as an allowance for the round trip, it is also the client-side
+    /// deadline of every call (default 7 s): a server that does not answer by then fails the
+    /// call with `NetworkTimeout` and its connection is discarded.
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.statement = timeout;
         self
