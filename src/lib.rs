@@ -22,7 +22,10 @@
 //! runtime would be a dependency with nothing to do: a lock is taken once per job, the call
 //! waits for the network anyway, and the work under the lock is usually blocking I/O. So every
 //! call here blocks the calling thread, with a timeout on every network call; nothing needs a
-//! runtime, and it works the same from `main`, a worker pool or a test.
+//! runtime, and it works the same from `main`, a worker pool or a test. From inside an async
+//! program, call it through `spawn_blocking` (or a thread of your own): the PostgreSQL backend
+//! drives each connection with a private single-threaded runtime, as the `postgres` crate does,
+//! and such a runtime cannot run on an async runtime's worker thread.
 //!
 //! # The pieces
 //!

@@ -554,6 +554,24 @@ fn postgres_black_hole_while_held_reports_the_loss() {
     black_hole_while_held(proxy, backend, pg_shared_direct());
 }
 
+/// The handshake has a deadline too: connecting to a server that accepts and never answers
+/// fails with `NetworkTimeout` instead of waiting for the startup reply forever.
+#[test]
+fn postgres_connecting_into_a_black_hole_times_out() {
+    let proxy = pg_proxy();
+    proxy.set_mode(Mode::BlackHole);
+    let url = pg_url(proxy.port());
+    let err = bounded(move || {
+        PostgresBackend::builder()
+            .url(url)
+            .connect_timeout(Duration::from_millis(300))
+            .statement_timeout(Duration::from_millis(300))
+            .build()
+            .expect_err("nothing answers the startup message")
+    });
+    assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
+}
+
 #[test]
 fn postgres_recovers_after_black_hole() {
     let proxy = pg_proxy();
