@@ -104,22 +104,44 @@ pub(crate) struct SplitUrl {
 /// Query parameters that carry a password in some URL dialects.
 const SECRET_PARAMS: [&str; 3] = ["pass", "password", "sslpassword"];
 
-/// Parses `raw`, moves the query parameters named in `own` out of it, and collects what must
-/// never be shown. Messages never repeat the input.
-pub(crate) fn split_url(raw: &str, what: &str, own: &[&str]) -> Result<SplitUrl> {
+/// The query parameters a backend URL may carry.
+pub(crate) struct UrlParams<'a> {
+    /// Read by syncguard itself and taken out of the URL. Each may appear once, with a value.
+    pub ours: &'a [&'a str],
+    /// Passed on to the client library in the URL (e.g. `application_name`, `protocol`).
+    pub client: &'a [&'a str],
+}
+
+/// Parses `raw`, moves syncguard's own query parameters out of it, and collects what must
+/// never be shown. Before any I/O, refuses a parameter neither syncguard nor the client reads
+/// (a typo such as `?prefx=` would otherwise be ignored), one of ours given twice or empty.
+/// Messages name the parameter and never repeat a value.
+pub(crate) fn split_url(raw: &str, what: &str, params: &UrlParams<'_>) -> Result<SplitUrl> {
     let mut url = url::Url::parse(raw.trim())
         .map_err(|e| LockError::invalid_argument(format!("malformed {what} URL: {e}")))?;
-    let mut options = Vec::new();
+    let mut options: Vec<(String, String)> = Vec::new();
     let mut kept = Vec::new();
     let mut secrets = Vec::new();
     for (name, value) in url.query_pairs() {
-        if own.contains(&name.as_ref()) {
-            options.push((name.into_owned(), value.into_owned()));
-        } else {
-            if SECRET_PARAMS.contains(&name.as_ref()) {
-                secrets.push(value.clone().into_owned());
+        if SECRET_PARAMS.contains(&name.as_ref()) {
+            secrets.push(value.clone().into_owned());
+        }
+        if params.ours.contains(&name.as_ref()) {
+            if value.trim().is_empty() {
+                return Err(LockError::invalid_argument(format!(
+                    "the {what} URL parameter `{name}` is empty: give it a value or leave it out"
+                )));
             }
+            if options.iter().any(|(seen, _)| seen.as_str() == name) {
+                return Err(LockError::invalid_argument(format!(
+                    "the {what} URL parameter `{name}` is given twice"
+                )));
+            }
+            options.push((name.into_owned(), value.into_owned()));
+        } else if params.client.contains(&name.as_ref()) {
             kept.push((name.into_owned(), value.into_owned()));
+        } else {
+            return Err(unknown_param(what, &name, params));
         }
     }
     if let Some(password) = url.password() {
@@ -158,6 +180,46 @@ pub(crate) fn split_url(raw: &str, what: &str, own: &[&str]) -> Result<SplitUrl>
         display: shown.to_string(),
         secrets,
     })
+}
+
+/// The error for a URL parameter nobody reads: names it (cut short: it is user input), the
+/// nearest known name when one is close, and the names that are known.
+fn unknown_param(what: &str, name: &str, params: &UrlParams<'_>) -> LockError {
+    let shown: String = name.chars().take(40).collect();
+    let known = params.ours.iter().chain(params.client);
+    let nearest = known
+        .clone()
+        .map(|candidate| (edit_distance(name, candidate), *candidate))
+        .filter(|(distance, _)| *distance <= 2)
+        .min();
+    let hint = match nearest {
+        Some((_, candidate)) => format!(" (did you mean `{candidate}`?)"),
+        None => String::new(),
+    };
+    let known: Vec<&str> = known.copied().collect();
+    let known = if known.is_empty() {
+        "none".to_owned()
+    } else {
+        known.join(", ")
+    };
+    LockError::invalid_argument(format!(
+        "unknown {what} URL parameter `{shown}`{hint}; known parameters: {known}"
+    ))
+}
+
+/// Levenshtein distance, for "did you mean" hints on short names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 /// Runs `call` on a connection from `checkout`. When the connection turns out to have been dead
@@ -205,7 +267,10 @@ mod tests {
         let split = split_url(
             "redis://app:s%40cret@127.0.0.1:6380/2?prefix=jobs&protocol=resp3&pass=x9",
             "Redis",
-            &["prefix"],
+            &UrlParams {
+                ours: &["prefix"],
+                client: &["protocol", "pass"],
+            },
         )
         .unwrap();
         assert_eq!(
@@ -225,10 +290,51 @@ mod tests {
     #[test]
     fn malformed_urls_are_not_echoed() {
         for url in ["", "no scheme", "redis://x:hunter2@h:notaport/"] {
-            let err = split_url(url, "Redis", &[]).err().unwrap();
+            let err = split_url(url, "Redis", &NONE).err().unwrap();
             assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
             assert!(!err.to_string().contains("hunter2"), "{err}");
         }
+    }
+
+    const NONE: UrlParams<'static> = UrlParams {
+        ours: &[],
+        client: &[],
+    };
+
+    #[test]
+    fn unknown_empty_and_repeated_parameters_are_refused_by_name() {
+        let params = UrlParams {
+            ours: &["table", "fence_table"],
+            client: &["application_name"],
+        };
+        let refused = |url: &str| split_url(url, "PostgreSQL", &params).err().unwrap();
+        let err = refused("postgres://h/db?tabel=x");
+        assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+        assert_eq!(
+            err.message(),
+            "unknown PostgreSQL URL parameter `tabel` (did you mean `table`?); known \
+             parameters: table, fence_table, application_name"
+        );
+        let err = refused("postgres://h/db?colour=secret-value");
+        assert!(!err.message().contains("did you mean"), "{err}");
+        assert!(!err.message().contains("secret-value"), "{err}");
+        assert_eq!(
+            refused("postgres://h/db?table=").message(),
+            "the PostgreSQL URL parameter `table` is empty: give it a value or leave it out"
+        );
+        assert_eq!(
+            refused("postgres://h/db?table=a&table=b").message(),
+            "the PostgreSQL URL parameter `table` is given twice"
+        );
+        assert!(split_url("postgres://h/db?application_name=", "PostgreSQL", &params).is_ok());
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("prefx", "prefix"), 1);
+        assert_eq!(edit_distance("tabel", "table"), 2);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
     }
 
     #[cfg(any(feature = "redis", feature = "postgres"))]

@@ -79,7 +79,7 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::{hashed_storage_key, make_storage_key, normalize_and_validate_key};
 use crate::lock_id::{generate_lock_id, validate_lock_id};
-use crate::net::split_url;
+use crate::net::{UrlParams, split_url};
 use crate::time::{Clock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms};
 
 /// Firestore's document-id limit in bytes.
@@ -401,7 +401,10 @@ impl FirestoreBackend {
         let split = split_url(
             url,
             "Firestore",
-            &["collection", "fence_collection", "credentials"],
+            &UrlParams {
+                ours: &["collection", "fence_collection", "credentials"],
+                client: &[],
+            },
         )?;
         if split.url.scheme() != "firestore" {
             return Err(LockError::invalid_argument(

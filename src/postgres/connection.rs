@@ -21,7 +21,7 @@ use tokio_postgres::Config;
 use super::errors::{is_dead_connection, map_error};
 use super::statements::Sql;
 use crate::error::{ErrorCode, LockError, Result};
-use crate::net::{Redactor, split_url, with_one_reconnect};
+use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
 
 /// Where clients come from: a pool of any TLS flavour, behind one small interface.
 pub(crate) trait Connections: Send + Sync {
@@ -337,7 +337,33 @@ pub(crate) struct ParsedUrl {
 /// `fence_table`) and `sslmode` are taken out: `sslmode=require`, `verify-ca` or `verify-full`
 /// mean TLS with full certificate verification; anything else, or none, means no TLS.
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
-    let split = split_url(url, "PostgreSQL", &["table", "fence_table", "sslmode"])?;
+    let split = split_url(
+        url,
+        "PostgreSQL",
+        &UrlParams {
+            ours: &["table", "fence_table", "sslmode"],
+            // What tokio-postgres reads from a URL's query.
+            client: &[
+                "user",
+                "password",
+                "dbname",
+                "options",
+                "application_name",
+                "host",
+                "hostaddr",
+                "port",
+                "connect_timeout",
+                "tcp_user_timeout",
+                "keepalives",
+                "keepalives_idle",
+                "keepalives_interval",
+                "keepalives_retries",
+                "target_session_attrs",
+                "channel_binding",
+                "load_balance_hosts",
+            ],
+        },
+    )?;
     let scheme = split.url.scheme();
     if !matches!(scheme, "postgres" | "postgresql") {
         return Err(LockError::invalid_argument(format!(

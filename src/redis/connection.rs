@@ -8,7 +8,7 @@ use redis::{Client, Connection, ConnectionLike, RedisError, RedisResult};
 
 use super::errors::{classify, is_dropped_connection, map_error};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::net::{Redactor, split_url, with_one_reconnect};
+use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
 
 /// A Redis URL taken apart: what the client gets, what may be shown, and our own options.
 pub(crate) struct ParsedUrl {
@@ -24,7 +24,16 @@ pub(crate) struct ParsedUrl {
 }
 
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
-    let split = split_url(url, "Redis", &["prefix"])?;
+    let split = split_url(
+        url,
+        "Redis",
+        &UrlParams {
+            ours: &["prefix"],
+            // What the `redis` crate reads from a URL's query (`db`, `user` and `pass` only
+            // for `redis+unix://`).
+            client: &["protocol", "db", "user", "pass"],
+        },
+    )?;
     let scheme = split.url.scheme();
     if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
         return Err(LockError::invalid_argument(format!(
