@@ -231,7 +231,9 @@ fn custom_table_names_from_the_builder_and_the_url() {
         .unwrap();
     let key = unique("custom");
     let err = by_builder.acquire(&key, TTL).unwrap_err();
-    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    // Not the caller's argument and not transient: the deployment needs its tables.
+    assert_eq!(err.code(), ErrorCode::Internal);
+    assert!(err.message().contains("run `syncguard setup`"), "{err}");
     assert!(err.message().contains("setup_schema"), "{err}");
     by_builder.setup_schema().unwrap();
     let held = lease(by_builder.acquire(&key, TTL));
@@ -764,4 +766,288 @@ fn an_application_pool_works_and_exhaustion_is_rate_limited() {
     let key = unique("app-pool");
     let lease = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Called from inside async runtimes: blocks the calling thread, never panics
+// ---------------------------------------------------------------------------------------------
+
+/// Everything a lock user does, including building and dropping the backend, a guard's `Drop`
+/// and `with_lock`.
+fn lock_user_session(backend: PostgresBackend) {
+    let key = unique("async");
+    let held = lease(backend.acquire(&key, TTL));
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(
+        backend
+            .lookup(Lookup::LockId(&held.lock_id))
+            .unwrap()
+            .is_some()
+    );
+    assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&held.lock_id).unwrap());
+    let locker = syncguard::Locker::new(backend);
+    let guard = locker.lock(&key).unwrap();
+    assert!(guard.extend(TTL).unwrap());
+    drop(guard);
+    assert_eq!(locker.with_lock(&key, |g| g.key().to_owned()).unwrap(), key);
+    drop(locker);
+}
+
+fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn no_panic_inside_block_on() {
+    backend(); // the schema, outside
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async { lock_user_session(backend()) });
+}
+
+#[test]
+fn no_panic_on_a_tokio_main_style_worker() {
+    backend();
+    // As `#[tokio::main]` does: a multi-thread runtime, the program's work in a task on it.
+    let runtime = multi_thread_runtime();
+    runtime
+        .block_on(async { tokio::spawn(async { lock_user_session(backend()) }).await })
+        .unwrap();
+}
+
+#[test]
+fn no_panic_from_spawn_blocking() {
+    backend();
+    let runtime = multi_thread_runtime();
+    runtime
+        .block_on(async { tokio::task::spawn_blocking(|| lock_user_session(backend())).await })
+        .unwrap();
+}
+
+#[test]
+fn no_panic_with_an_application_pool_inside_a_runtime() {
+    backend();
+    // The application built its pool outside (the blocking client cannot connect inside a
+    // runtime) and gave it away: the backend holds its last handle, so dropping the backend
+    // inside the runtime closes the blocking clients there too.
+    let config: postgres::Config = shared_postgres().url().parse().unwrap();
+    let pool = r2d2::Pool::builder()
+        .max_size(2)
+        .build(r2d2_postgres::PostgresConnectionManager::new(
+            config,
+            postgres::NoTls,
+        ))
+        .unwrap();
+    let backend = PostgresBackend::builder().pool(pool).build().unwrap();
+    multi_thread_runtime()
+        .block_on(async move { tokio::spawn(async move { lock_user_session(backend) }).await })
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors that say what and where: each bad input and the message it gets
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_inputs_and_their_messages() {
+    let server = shared_postgres();
+    backend(); // the default tables exist, so only the custom ones below are missing
+    let refused_port = support::free_port();
+    let cases: Vec<(&str, String, ErrorCode, Vec<String>)> = vec![
+        (
+            "unknown parameter",
+            format!("{}?tabel=x", server.url()),
+            ErrorCode::InvalidArgument,
+            vec!["unknown PostgreSQL URL parameter `tabel` (did you mean `table`?)".into()],
+        ),
+        (
+            "empty parameter",
+            format!("{}?table=", server.url()),
+            ErrorCode::InvalidArgument,
+            vec!["the PostgreSQL URL parameter `table` is empty".into()],
+        ),
+        (
+            "bad sslmode",
+            format!("{}?sslmode=sometimes", server.url()),
+            ErrorCode::InvalidArgument,
+            vec!["unknown sslmode".into()],
+        ),
+        (
+            "not a table name",
+            format!("{}?table=Locks", server.url()),
+            ErrorCode::InvalidArgument,
+            vec!["invalid lock table name".into()],
+        ),
+        (
+            "connection refused",
+            format!("postgres://syncguard:{PG_PASSWORD}@127.0.0.1:{refused_port}/postgres"),
+            ErrorCode::ServiceUnavailable,
+            vec![format!(
+                "PostgreSQL at 127.0.0.1:{refused_port}/postgres: connection refused"
+            )],
+        ),
+        (
+            "name not resolved",
+            format!("postgres://syncguard:{PG_PASSWORD}@nonexistent.invalid:5432/postgres"),
+            ErrorCode::ServiceUnavailable,
+            vec!["PostgreSQL at nonexistent.invalid:5432/postgres: host name not resolved".into()],
+        ),
+        (
+            "TLS against a plain server",
+            format!("{}?sslmode=require", server.url()),
+            ErrorCode::ServiceUnavailable,
+            vec![format!(
+                "PostgreSQL at 127.0.0.1:{}/postgres: TLS handshake failed: server does not \
+                 support TLS",
+                server.port
+            )],
+        ),
+        (
+            "wrong password",
+            format!(
+                "postgres://syncguard:not-the-password@127.0.0.1:{}/postgres",
+                server.port
+            ),
+            ErrorCode::AuthFailed,
+            vec![format!(
+                "PostgreSQL at 127.0.0.1:{}/postgres: password authentication failed for user \
+                 \"syncguard\" (SQLSTATE 28P01)",
+                server.port
+            )],
+        ),
+        (
+            "no password",
+            format!("postgres://syncguard@127.0.0.1:{}/postgres", server.port),
+            ErrorCode::AuthFailed,
+            vec!["the server asks for a password and the URL gives none".into()],
+        ),
+        (
+            "missing database",
+            format!(
+                "postgres://syncguard:{PG_PASSWORD}@127.0.0.1:{}/no_such_db",
+                server.port
+            ),
+            ErrorCode::Internal,
+            vec![format!(
+                "PostgreSQL at 127.0.0.1:{}/no_such_db: database \"no_such_db\" does not exist \
+                 (SQLSTATE 3D000): check the database name in the URL",
+                server.port
+            )],
+        ),
+    ];
+    for (name, url, code, expected) in &cases {
+        let err = PostgresBackend::connect(url).expect_err(name);
+        assert_eq!(err.code(), *code, "{name}: {err}");
+        for text in expected {
+            assert!(err.message().contains(text.as_str()), "{name}: {err}");
+        }
+        for secret in [PG_PASSWORD, "not-the-password"] {
+            assert!(!err.to_string().contains(secret), "{name}: {err}");
+            assert!(!format!("{err:?}").contains(secret), "{name}: {err:?}");
+        }
+    }
+
+    // Missing tables: found by the first operation, not by connecting.
+    let missing = PostgresBackend::connect(&format!(
+        "{}?table=absent_locks&fence_table=absent_fences",
+        server.url()
+    ))
+    .unwrap();
+    let err = missing.acquire(&unique("missing"), TTL).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Internal, "{err}");
+    assert!(
+        err.message().starts_with(&format!(
+            "PostgreSQL at 127.0.0.1:{}/postgres: the syncguard tables are missing or outdated: \
+             run `syncguard setup`",
+            server.port
+        )),
+        "{err}"
+    );
+    assert!(!err.code().is_transient());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server functions: the statements with plans cached per server connection
+// ---------------------------------------------------------------------------------------------
+
+/// A backend on fresh tables of its own, set up with their server functions.
+fn backend_on_fresh_tables() -> (PostgresBackend, String) {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let locks = format!("f_locks_{suffix}");
+    let backend = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .table_name(&locks)
+        .fence_table_name(format!("f_fences_{suffix}"))
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    (backend, locks)
+}
+
+#[test]
+fn operations_go_through_the_server_functions() {
+    let (backend, locks) = backend_on_fresh_tables();
+    let key = unique("function");
+    let held = lease(backend.acquire(&key, TTL));
+    // Replace one function with an impostor: what the backend answers must come from it.
+    let mut client = shared_postgres().client();
+    client
+        .batch_execute(&format!(
+            "CREATE OR REPLACE FUNCTION {locks}_by_key_v1(text, bigint) RETURNS TABLE (key text, \
+             lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
+             text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', 4102444800000::bigint, \
+             0::bigint, '000000000000042', 'impostor' $$"
+        ))
+        .unwrap();
+    let seen = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();
+    assert_eq!(seen.key, "impostor");
+    assert_eq!(seen.info.fence.value(), 42);
+    assert!(backend.release(&held.lock_id).unwrap());
+}
+
+#[test]
+fn without_the_server_functions_the_statements_go_inline() {
+    let (backend, locks) = backend_on_fresh_tables();
+    let mut client = shared_postgres().client();
+    let dropped: Vec<String> = client
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
+            &[&format!("{locks}\\_%\\_v1")],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(dropped.len(), 7, "{dropped:?}");
+    client
+        .batch_execute(&format!("DROP FUNCTION {}", dropped.join(", ")))
+        .unwrap();
+    // As a database set up by the TypeScript SyncGuard or an older syncguard: everything works.
+    let key = unique("inline");
+    let held = lease(backend.acquire(&key, TTL));
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(backend.lookup(Lookup::Key(&key)).unwrap().is_some());
+    assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&held.lock_id).unwrap());
+    assert!(matches!(
+        backend.acquire(&key, TTL).unwrap(),
+        AcquireOutcome::Acquired(_)
+    ));
+    // setup_schema brings them back.
+    backend.setup_schema().unwrap();
+    let count: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_proc WHERE proname LIKE $1",
+            &[&format!("{locks}\\_%\\_v1")],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 7);
 }

@@ -1,54 +1,114 @@
-//! Connections: URL handling, TLS, and running a statement on a pooled client.
+//! Connections: URL handling, TLS, and running one statement on a pooled connection.
 //!
-//! syncguard's own connections are tokio-postgres clients, each driven by a private
-//! single-threaded runtime, exactly as the blocking `postgres` client drives them, plus one
-//! thing that client cannot do: a deadline on every call. A server that accepts bytes and
-//! never answers (a hung host, a stalled proxy) ends the call with `NetworkTimeout`, where the
-//! blocking client would wait forever.
+//! Two kinds of pool stand behind one small interface, [`Connections`]:
+//!
+//! * syncguard's own ([`own_pool`]): tokio-postgres clients driven by the backend's
+//!   [I/O thread](super::io), with a deadline on every call. At the deadline the server is sent
+//!   a cancel request (what its own `statement_timeout` would do) and the connection is dropped.
+//! * the application's r2d2 pool of blocking `postgres` clients ([`PostgresBuilder::pool`]).
+//!   Those have no deadline of their own; called from a thread inside an async runtime, the work
+//!   moves to a short-lived thread, because the blocking client would panic there.
+//!
+//! Either way, every statement travels with its parameter types as an *unnamed* statement:
+//! Parse, Bind, Execute and Sync in one round trip, nothing left behind on the server. Named
+//! prepared statements cached per client connection are unsafe behind a pooler in transaction
+//! mode (PgBouncer, Supavisor, RDS Proxy): the next transaction may run on another server
+//! connection, where the name is missing or names another client's statement. For the same
+//! reason no startup parameter beyond user, database and `application_name` is sent.
+//!
+//! [`PostgresBuilder::pool`]: super::PostgresBuilder::pool
 
-use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use postgres::tls::{MakeTlsConnect, TlsConnect};
 use postgres::types::{ToSql, Type};
-use postgres::{NoTls, Row, Socket, Statement};
+use postgres::{NoTls, Row, Socket};
 use r2d2::ManageConnection;
 use r2d2_postgres::PostgresConnectionManager;
-use tokio::runtime::Runtime;
 use tokio_postgres::Config;
 
-use super::errors::{is_dead_connection, map_error};
+use super::errors::{Site, chain, is_dead_connection, map_error};
+use super::io::{Io, IoThread, Undone};
 use super::statements::Sql;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
 
-/// Where clients come from: a pool of any TLS flavour, behind one small interface.
+/// A statement parameter, owned: the statement runs on the I/O thread, not on the caller's
+/// stack.
+#[derive(Debug, Clone)]
+pub(crate) enum Param {
+    Text(String),
+    Int8(i64),
+}
+
+impl Param {
+    fn as_sql(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Param::Text(text) => text,
+            Param::Int8(number) => number,
+        }
+    }
+}
+
+impl From<&str> for Param {
+    fn from(text: &str) -> Param {
+        Param::Text(text.to_owned())
+    }
+}
+
+impl From<i64> for Param {
+    fn from(number: i64) -> Param {
+        Param::Int8(number)
+    }
+}
+
+/// The statement's parameters with the types it declares.
+fn typed<'a>(sql: &Sql, params: &'a [Param]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params
+        .iter()
+        .map(Param::as_sql)
+        .zip(sql.types.iter().cloned())
+        .collect()
+}
+
+/// Where clients come from: a pool of either kind, behind one small interface.
 pub(crate) trait Connections: Send + Sync {
     /// Runs one statement, with one reconnect if the pooled connection was dead.
-    fn query(
-        &self,
-        sql: &Sql,
-        params: &[&(dyn ToSql + Sync)],
-        redactor: &Redactor,
-    ) -> Result<Vec<Row>>;
+    fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>>;
     /// Runs DDL (several statements, one implicit transaction).
-    fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()>;
-    fn state(&self) -> r2d2::State;
+    fn batch(&self, sql: &str) -> Result<()>;
+    /// `None` while being dropped.
+    fn state(&self) -> Option<r2d2::State>;
     fn max_size(&self) -> u32;
 }
 
-/// Why a call on a connection failed.
+/// Why a call on one of syncguard's own connections failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CallError {
     #[error(transparent)]
-    Postgres(#[from] postgres::Error),
-    /// No answer within the deadline. The connection is in an unknown state (a reply may still
-    /// arrive) and is never used again.
-    #[error("timed out after {0:?} waiting for PostgreSQL to answer")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The handshake (TCP, TLS, authentication) did not finish within its deadline.
+    #[error("could not connect: no answer within {0:?}")]
+    HandshakeTimedOut(Duration),
+    /// A statement had no answer within the deadline. The connection is in an unknown state (a
+    /// reply may still arrive) and is never used again.
+    #[error(
+        "no answer within {0:?} (statement_timeout): the server was asked to cancel the \
+         statement and the connection was dropped"
+    )]
     TimedOut(Duration),
-    #[error("could not start a connection's I/O runtime: {0}")]
-    Runtime(#[source] std::io::Error),
+    #[error("the backend's I/O thread has stopped")]
+    Stopped,
+}
+
+impl From<Undone> for CallError {
+    fn from(undone: Undone) -> CallError {
+        match undone {
+            Undone::TimedOut(after) => CallError::TimedOut(after),
+            Undone::Stopped => CallError::Stopped,
+        }
+    }
 }
 
 impl CallError {
@@ -58,149 +118,122 @@ impl CallError {
         matches!(self, CallError::Postgres(error) if is_dead_connection(error))
     }
 
-    pub(crate) fn into_lock_error(self, redactor: &Redactor) -> LockError {
-        match self {
-            CallError::Postgres(error) => map_error(error, redactor),
-            CallError::TimedOut(_) => LockError::new(
-                ErrorCode::NetworkTimeout,
-                format!("PostgreSQL did not answer in time: {self}"),
-            ),
-            CallError::Runtime(_) => {
-                LockError::new(ErrorCode::ServiceUnavailable, self.to_string()).with_source(self)
-            }
-        }
+    fn to_lock_error(&self, site: &Site) -> LockError {
+        let code = match self {
+            CallError::Postgres(error) => return map_error(error, site),
+            CallError::HandshakeTimedOut(_) | CallError::TimedOut(_) => ErrorCode::NetworkTimeout,
+            CallError::Stopped => ErrorCode::ServiceUnavailable,
+        };
+        LockError::new(code, site.message(self))
     }
 }
 
-/// Runs `call` on a connection of `pool`, with one reconnect if it was dead.
-fn on_pool<M: ManageConnection, T>(
-    pool: &r2d2::Pool<M>,
-    redactor: &Redactor,
-    call: impl FnMut(&mut r2d2::PooledConnection<M>) -> std::result::Result<T, CallError>,
-) -> Result<T> {
-    with_one_reconnect(
-        || {
-            pool.get()
-                .map_err(|e| checkout_error(pool.connection_timeout(), &e, redactor))
-        },
-        call,
-        CallError::is_dead_connection,
-        |error| error.into_lock_error(redactor),
-    )
+/// Settings syncguard applies to connections it opens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    /// Opening a TCP connection.
+    pub connect: Duration,
+    /// Each statement, measured by the client.
+    pub statement: Duration,
+    /// Waiting for a pooled connection.
+    pub checkout: Duration,
 }
 
-/// One of syncguard's own connections: a client, the runtime that drives it, and the
-/// statements prepared on it (by [`Sql::slot`]): after the first use on a connection, a
-/// statement is one Bind/Execute round trip with a cached plan.
-pub(crate) struct OwnClient {
-    // Declared before the runtime so it is dropped first: dropping the runtime then drops the
-    // connection task, which closes the socket.
-    client: tokio_postgres::Client,
-    runtime: Runtime,
-    prepared: Vec<Option<Statement>>,
-    /// How long any one call may wait for its answer.
-    answer_within: Duration,
+impl Timeouts {
+    /// The whole handshake: TCP, TLS and authentication.
+    fn handshake(&self) -> Duration {
+        self.connect.saturating_add(self.statement)
+    }
+}
+
+/// One of syncguard's own connections.
+pub(crate) struct OwnClient<T> {
+    client: Arc<tokio_postgres::Client>,
+    io: Io,
+    tls: T,
+    timeouts: Timeouts,
     /// A call timed out: what the server will still send is unknown, so the pool drops it.
     broken: bool,
 }
 
-impl OwnClient {
-    fn connect<T>(
-        config: &Config,
-        tls: T,
-        answer_within: Duration,
-    ) -> std::result::Result<Self, CallError>
-    where
-        T: MakeTlsConnect<Socket> + Send + 'static,
-        T::Stream: Send + 'static,
-        T::TlsConnect: Send,
-        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-    {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(CallError::Runtime)?;
-        // The whole handshake (TCP, TLS, authentication) has one deadline; the TCP connect
-        // alone also has `connect_timeout`.
-        let (client, connection) = match runtime
-            .block_on(async { tokio::time::timeout(answer_within, config.connect(tls)).await })
-        {
-            Ok(connected) => connected?,
-            Err(_) => return Err(CallError::TimedOut(answer_within)),
-        };
-        // A current-thread runtime runs this task only while a call is inside `block_on`,
-        // which is exactly when its replies are awaited.
-        runtime.spawn(async move {
-            if let Err(error) = connection.await {
-                log::debug!("syncguard: PostgreSQL connection ended: {error}");
-            }
+impl<T> OwnClient<T>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::Stream: Send,
+    T::TlsConnect: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    fn connect(io: &Io, config: &Config, tls: &T, timeouts: Timeouts) -> Result<Self, CallError> {
+        let (config, make_tls) = (config.clone(), tls.clone());
+        let handshake = timeouts.handshake();
+        let connected = io.run(handshake, async move {
+            let (client, connection) = config.connect(make_tls).await?;
+            // The connection task ends when the client is dropped (or the socket closes).
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    log::debug!("syncguard: PostgreSQL connection ended: {error}");
+                }
+            });
+            Ok::<_, tokio_postgres::Error>(client)
         });
+        let client = match connected {
+            Ok(client) => client?,
+            Err(Undone::TimedOut(_)) => return Err(CallError::HandshakeTimedOut(handshake)),
+            Err(Undone::Stopped) => return Err(CallError::Stopped),
+        };
         Ok(OwnClient {
-            client,
-            runtime,
-            prepared: Vec::new(),
-            answer_within,
+            client: Arc::new(client),
+            io: io.clone(),
+            tls: tls.clone(),
+            timeouts,
             broken: false,
         })
     }
 
-    /// Runs `work` to completion or until the deadline, whichever comes first.
-    fn within<T>(
-        runtime: &Runtime,
-        answer_within: Duration,
-        broken: &mut bool,
-        work: impl Future<Output = std::result::Result<T, postgres::Error>>,
-    ) -> std::result::Result<T, CallError> {
-        // The timer must be made inside the runtime it belongs to.
-        match runtime.block_on(async { tokio::time::timeout(answer_within, work).await }) {
+    /// Runs `work` on the I/O thread within the statement deadline. At the deadline the server
+    /// is asked to cancel what it is running, and the connection is marked broken.
+    fn within<R: Send + 'static>(
+        &mut self,
+        work: impl std::future::Future<Output = std::result::Result<R, tokio_postgres::Error>>
+        + Send
+        + 'static,
+    ) -> Result<R, CallError> {
+        match self.io.run(self.timeouts.statement, work) {
             Ok(result) => Ok(result?),
-            Err(_) => {
-                *broken = true;
-                Err(CallError::TimedOut(answer_within))
+            Err(undone) => {
+                self.broken = true;
+                if let Undone::TimedOut(_) = undone {
+                    let token = self.client.cancel_token();
+                    let (tls, limit) = (self.tls.clone(), self.timeouts.connect);
+                    self.io.spawn_detached(async move {
+                        let _ = tokio::time::timeout(limit, token.cancel_query(tls)).await;
+                    });
+                }
+                Err(undone.into())
             }
         }
     }
 
-    fn query(
-        &mut self,
-        sql: &Sql,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> std::result::Result<Vec<Row>, CallError> {
-        let cached = self.prepared.get(sql.slot).cloned().flatten();
-        let client = &self.client;
-        let (statement, rows) =
-            Self::within(&self.runtime, self.answer_within, &mut self.broken, async {
-                let statement = match cached {
-                    Some(statement) => statement,
-                    None => client.prepare_typed(&sql.text, sql.types).await?,
-                };
-                let rows = client.query(&statement, params).await?;
-                Ok((statement, rows))
-            })?;
-        if self.prepared.len() <= sql.slot {
-            self.prepared.resize(sql.slot + 1, None);
-        }
-        self.prepared[sql.slot] = Some(statement);
-        Ok(rows)
+    fn query(&mut self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>, CallError> {
+        let (client, sql) = (Arc::clone(&self.client), sql.clone());
+        self.within(async move { client.query_typed(&sql.text, &typed(&sql, &params)).await })
     }
 
-    fn batch(&mut self, sql: &str) -> std::result::Result<(), CallError> {
-        let client = &self.client;
-        Self::within(
-            &self.runtime,
-            self.answer_within,
-            &mut self.broken,
-            client.batch_execute(sql),
-        )
+    fn batch(&mut self, sql: &str) -> Result<(), CallError> {
+        let (client, sql) = (Arc::clone(&self.client), sql.to_owned());
+        self.within(async move { client.batch_execute(&sql).await })
     }
 }
 
-/// Opens [`OwnClient`]s for syncguard's own pool.
+/// Opens [`OwnClient`]s for syncguard's own pool, and remembers why the last attempt failed:
+/// r2d2 reports a checkout that timed out with that error's text only.
 pub(crate) struct OwnManager<T> {
     config: Config,
     tls: T,
-    answer_within: Duration,
+    io: Io,
+    timeouts: Timeouts,
+    site: Site,
+    last_failure: Arc<Mutex<Option<(ErrorCode, String)>>>,
 }
 
 impl<T> ManageConnection for OwnManager<T>
@@ -210,100 +243,208 @@ where
     T::Stream: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    type Connection = OwnClient;
+    type Connection = OwnClient<T>;
     type Error = CallError;
 
-    fn connect(&self) -> std::result::Result<OwnClient, CallError> {
-        OwnClient::connect(&self.config, self.tls.clone(), self.answer_within)
+    fn connect(&self) -> Result<OwnClient<T>, CallError> {
+        let connected = OwnClient::connect(&self.io, &self.config, &self.tls, self.timeouts);
+        let failure = connected.as_ref().err().map(|error| {
+            let error = error.to_lock_error(&self.site);
+            (error.code(), error.message().to_owned())
+        });
+        *self
+            .last_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = failure;
+        connected
     }
 
-    fn is_valid(&self, conn: &mut OwnClient) -> std::result::Result<(), CallError> {
+    fn is_valid(&self, conn: &mut OwnClient<T>) -> Result<(), CallError> {
         conn.batch("")
     }
 
-    fn has_broken(&self, conn: &mut OwnClient) -> bool {
+    fn has_broken(&self, conn: &mut OwnClient<T>) -> bool {
         conn.broken || conn.client.is_closed()
     }
 }
 
-impl<T> Connections for r2d2::Pool<OwnManager<T>>
+/// syncguard's own pool, and the I/O thread that drives its connections (dropped after them).
+struct OwnPool<T: ManageConnection> {
+    pool: r2d2::Pool<T>,
+    site: Site,
+    last_failure: Arc<Mutex<Option<(ErrorCode, String)>>>,
+    _io: IoThread,
+}
+
+impl<T> Connections for OwnPool<OwnManager<T>>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send,
     T::Stream: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    fn query(
-        &self,
-        sql: &Sql,
-        params: &[&(dyn ToSql + Sync)],
-        redactor: &Redactor,
-    ) -> Result<Vec<Row>> {
-        on_pool(self, redactor, |conn| conn.query(sql, params))
+    fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
+        self.on_pool(|conn| conn.query(sql, params.clone()))
     }
 
-    fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
-        on_pool(self, redactor, |conn| conn.batch(sql))
+    fn batch(&self, sql: &str) -> Result<()> {
+        self.on_pool(|conn| conn.batch(sql))
     }
 
-    fn state(&self) -> r2d2::State {
-        r2d2::Pool::state(self)
+    fn state(&self) -> Option<r2d2::State> {
+        Some(self.pool.state())
     }
 
     fn max_size(&self) -> u32 {
-        r2d2::Pool::max_size(self)
+        self.pool.max_size()
     }
 }
 
-/// The application's pool: its connections have nowhere to keep prepared statements, so each
-/// statement travels with its parameter types (`query_typed`: one round trip, planned anew).
-/// Its clients are the blocking `postgres` ones, whose calls have no deadline of their own.
-impl<T> Connections for r2d2::Pool<PostgresConnectionManager<T>>
+impl<T> OwnPool<OwnManager<T>>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send,
     T::Stream: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
-    fn query(
+    /// Runs `call` on a pooled connection, with one reconnect if it was dead.
+    fn on_pool<R>(
         &self,
-        sql: &Sql,
-        params: &[&(dyn ToSql + Sync)],
-        redactor: &Redactor,
-    ) -> Result<Vec<Row>> {
-        let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
-            .iter()
-            .copied()
-            .zip(sql.types.iter().cloned())
-            .collect();
-        on_pool(self, redactor, |client| {
-            Ok(client.query_typed(&sql.text, &typed)?)
+        call: impl FnMut(&mut r2d2::PooledConnection<OwnManager<T>>) -> Result<R, CallError>,
+    ) -> Result<R> {
+        with_one_reconnect(
+            || {
+                self.pool.get().map_err(|_| {
+                    let failure = self
+                        .last_failure
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    match failure {
+                        // Connecting is what failed: say why.
+                        Some((code, message)) => LockError::new(code, message),
+                        None => all_busy(&self.site, self.pool.connection_timeout()),
+                    }
+                })
+            },
+            call,
+            CallError::is_dead_connection,
+            |error| error.to_lock_error(&self.site),
+        )
+    }
+}
+
+/// The error for a checkout that found every connection busy for the whole pool timeout.
+fn all_busy(site: &Site, timeout: Duration) -> LockError {
+    LockError::new(
+        ErrorCode::RateLimited,
+        site.message(format!(
+            "no pooled connection became free within {timeout:?}"
+        )),
+    )
+}
+
+/// The application's pool of blocking clients.
+///
+/// The blocking client runs a runtime of its own inside each call and inside its `Drop`, which
+/// panics on a thread that is inside another runtime; there, both move to a short-lived thread.
+pub(crate) struct AppPool<M: ManageConnection> {
+    // `None` only while being dropped.
+    pool: Option<r2d2::Pool<M>>,
+}
+
+impl<T> AppPool<PostgresConnectionManager<T>>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    pub(crate) fn new(pool: r2d2::Pool<PostgresConnectionManager<T>>) -> Self {
+        AppPool { pool: Some(pool) }
+    }
+
+    /// Runs `call` on a pooled client, with one reconnect if it was dead.
+    fn on_pool<R: Send>(
+        &self,
+        call: impl FnMut(
+            &mut r2d2::PooledConnection<PostgresConnectionManager<T>>,
+        ) -> Result<R, postgres::Error>
+        + Send,
+    ) -> Result<R> {
+        let Some(pool) = &self.pool else {
+            return Err(LockError::internal("the application's pool is gone"));
+        };
+        let site = Site::unknown();
+        off_any_runtime(|| {
+            with_one_reconnect(
+                || {
+                    pool.get()
+                        .map_err(|e| checkout_error(pool.connection_timeout(), &e))
+                },
+                call,
+                is_dead_connection,
+                |error| map_error(&error, &site),
+            )
+        })
+        .unwrap_or_else(|| {
+            Err(LockError::internal(
+                "the PostgreSQL client panicked while running a statement",
+            ))
         })
     }
+}
 
-    fn batch(&self, sql: &str, redactor: &Redactor) -> Result<()> {
-        on_pool(self, redactor, |client| Ok(client.batch_execute(sql)?))
+impl<T> Connections for AppPool<PostgresConnectionManager<T>>
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::TlsConnect: Send,
+    T::Stream: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
+        let params = typed(sql, &params);
+        self.on_pool(|client| client.query_typed(&sql.text, &params))
     }
 
-    fn state(&self) -> r2d2::State {
-        r2d2::Pool::state(self)
+    fn batch(&self, sql: &str) -> Result<()> {
+        self.on_pool(|client| client.batch_execute(sql))
+    }
+
+    fn state(&self) -> Option<r2d2::State> {
+        self.pool.as_ref().map(r2d2::Pool::state)
     }
 
     fn max_size(&self) -> u32 {
-        r2d2::Pool::max_size(self)
+        self.pool.as_ref().map_or(0, r2d2::Pool::max_size)
     }
 }
 
-/// The error for a checkout that timed out. r2d2 keeps only the text of the last connect
-/// failure: with one, its kind decides (`AuthFailed`, `ServiceUnavailable`); without one every
-/// connection was busy for the whole timeout, which is `RateLimited`.
-fn checkout_error(timeout: Duration, error: &r2d2::Error, redactor: &Redactor) -> LockError {
-    let text = redactor.clean(&error.to_string());
+impl<M: ManageConnection> Drop for AppPool<M> {
+    fn drop(&mut self) {
+        // If ours is the pool's last handle, its clients close now.
+        let pool = self.pool.take();
+        let _ = off_any_runtime(move || drop(pool));
+    }
+}
+
+/// Runs `work` here, or — on a thread inside an async runtime, where the blocking client would
+/// panic — on a short-lived thread of its own, waiting for it. `None` if `work` panicked.
+fn off_any_runtime<R: Send>(work: impl FnOnce() -> R + Send) -> Option<R> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Some(work());
+    }
+    std::thread::scope(|scope| scope.spawn(work).join()).ok()
+}
+
+/// The error for a checkout from the application's pool that timed out. r2d2 keeps only the
+/// text of the last connect failure: with one, its kind decides (`AuthFailed`,
+/// `ServiceUnavailable`); without one every connection was busy for the whole timeout, which is
+/// `RateLimited`.
+fn checkout_error(timeout: Duration, error: &r2d2::Error) -> LockError {
+    let text = error.to_string();
     let Some((_, cause)) = text.split_once(": ") else {
-        return LockError::new(
-            ErrorCode::RateLimited,
-            format!("no pooled PostgreSQL connection became free within {timeout:?}"),
-        );
+        return all_busy(&Site::unknown(), timeout);
     };
     let code = if [
         "28P01",
@@ -320,7 +461,10 @@ fn checkout_error(timeout: Duration, error: &r2d2::Error, redactor: &Redactor) -
     } else {
         ErrorCode::ServiceUnavailable
     };
-    LockError::new(code, format!("could not connect to PostgreSQL: {cause}"))
+    LockError::new(
+        code,
+        Site::unknown().message(format!("could not connect: {cause}")),
+    )
 }
 
 /// A PostgreSQL URL taken apart.
@@ -371,12 +515,16 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
         )));
     }
     let redactor = Redactor::new(split.secrets.clone());
-    let config: Config = split.url.as_str().parse().map_err(|e: postgres::Error| {
-        LockError::invalid_argument(format!(
-            "malformed PostgreSQL URL: {}",
-            redactor.clean(&e.to_string())
-        ))
-    })?;
+    let config: Config = split
+        .url
+        .as_str()
+        .parse()
+        .map_err(|e: tokio_postgres::Error| {
+            LockError::invalid_argument(format!(
+                "malformed PostgreSQL URL: {}",
+                redactor.clean(&chain(&e))
+            ))
+        })?;
     let option = |name: &str| {
         split
             .options
@@ -429,44 +577,25 @@ pub(crate) fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConn
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
-/// Settings syncguard applies to connections it opens.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub connect: Duration,
-    pub statement: Duration,
-    pub checkout: Duration,
-}
-
-impl Timeouts {
-    /// How long a call waits for its answer: the server's `statement_timeout`, then the connect
-    /// timeout again as an allowance for the round trip, so that a statement the server
-    /// cancels comes back as its own error and keeps the connection usable.
-    pub(crate) fn answer_within(&self) -> Duration {
-        self.statement.saturating_add(self.connect)
-    }
-}
-
 /// Builds syncguard's own pool after checking, with one direct connection, that the server
 /// answers and accepts the credentials (so those errors surface precisely, and at once).
+///
+/// No `options` startup parameter (poolers refuse it) and so no server-side `statement_timeout`:
+/// the deadline of each statement is kept by the client.
 pub(crate) fn own_pool(
     mut config: Config,
     tls: bool,
     timeouts: Timeouts,
     pool_size: u32,
-    redactor: &Redactor,
+    redactor: Redactor,
 ) -> Result<Box<dyn Connections>> {
     config.connect_timeout(timeouts.connect);
     // Unacknowledged data for longer than a call may wait means the peer is gone.
-    config.tcp_user_timeout(timeouts.answer_within());
-    let statement_ms = timeouts.statement.as_millis().max(1);
-    let options = match config.get_options() {
-        Some(existing) => format!("{existing} -c statement_timeout={statement_ms}"),
-        None => format!("-c statement_timeout={statement_ms}"),
-    };
-    config.options(&options);
+    config.tcp_user_timeout(timeouts.statement);
     if config.get_application_name().is_none() {
         config.application_name("syncguard");
     }
+    let site = Site::of(&config, redactor);
     if tls {
         config.ssl_mode(tokio_postgres::config::SslMode::Require);
         Ok(Box::new(pool(
@@ -474,13 +603,11 @@ pub(crate) fn own_pool(
             rustls_connector()?,
             timeouts,
             pool_size,
-            redactor,
+            site,
         )?))
     } else {
         config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-        Ok(Box::new(pool(
-            config, NoTls, timeouts, pool_size, redactor,
-        )?))
+        Ok(Box::new(pool(config, NoTls, timeouts, pool_size, site)?))
     }
 }
 
@@ -489,30 +616,46 @@ fn pool<T>(
     tls: T,
     timeouts: Timeouts,
     pool_size: u32,
-    redactor: &Redactor,
-) -> Result<r2d2::Pool<OwnManager<T>>>
+    site: Site,
+) -> Result<OwnPool<OwnManager<T>>>
 where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::TlsConnect: Send,
     T::Stream: Send,
     <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
 {
+    let io = IoThread::start().map_err(|e| {
+        LockError::new(
+            ErrorCode::ServiceUnavailable,
+            format!("could not start the PostgreSQL I/O thread: {e}"),
+        )
+    })?;
+    let last_failure = Arc::new(Mutex::new(None));
     let manager = OwnManager {
         config,
         tls,
-        answer_within: timeouts.answer_within(),
+        io: io.io().clone(),
+        timeouts,
+        site: site.clone(),
+        last_failure: Arc::clone(&last_failure),
     };
     // The probe: its connection is dropped, the pool opens its own when first needed.
     manager
         .connect()
-        .map_err(|error| error.into_lock_error(redactor))?;
-    Ok(r2d2::Pool::builder()
+        .map_err(|error| error.to_lock_error(&site))?;
+    let pool = r2d2::Pool::builder()
         .max_size(pool_size)
         .min_idle(Some(0))
         .test_on_check_out(false)
         .connection_timeout(timeouts.checkout)
         .error_handler(Box::new(r2d2::NopErrorHandler))
-        .build_unchecked(manager))
+        .build_unchecked(manager);
+    Ok(OwnPool {
+        pool,
+        site,
+        last_failure,
+        _io: io,
+    })
 }
 
 #[cfg(test)]
@@ -538,9 +681,8 @@ mod tests {
 
     #[test]
     fn checkout_errors_are_classified_from_text() {
-        let redactor = Redactor::default();
         let classify = |text: &str| {
-            let e = checkout_error(Duration::from_secs(1), &fake_r2d2_error(text), &redactor);
+            let e = checkout_error(Duration::from_secs(1), &fake_r2d2_error(text));
             e.code()
         };
         assert_eq!(classify(""), ErrorCode::RateLimited);

@@ -1,27 +1,108 @@
-//! PostgreSQL errors → [`LockError`], by SQLSTATE (the SyncGuard mapping table).
+//! PostgreSQL errors → [`LockError`]: the code by SQLSTATE (the SyncGuard mapping table), and a
+//! message that says what went wrong and where — the cause (refused, name not resolved, TLS,
+//! authentication, a pooler setting, missing tables) and the server's `host:port/database` —
+//! never a password.
 
 use std::io;
 
 use postgres::error::SqlState;
+use tokio_postgres::Config;
+use tokio_postgres::config::Host;
 
 use crate::error::{ErrorCode, LockError};
 use crate::net::Redactor;
 
+/// Where a backend's calls go, for messages: the server's address and the secrets that must
+/// not appear.
+#[derive(Clone, Default)]
+pub(crate) struct Site {
+    /// `host:port/database`; `None` for an application's pool, whose address is not known.
+    location: Option<String>,
+    redactor: Redactor,
+}
+
+impl Site {
+    /// The site a connection configuration points at.
+    pub(crate) fn of(config: &Config, redactor: Redactor) -> Site {
+        let ports = config.get_ports();
+        let port_of = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| match host {
+                Host::Tcp(name) => format!("{name}:{}", port_of(i)),
+                #[cfg(unix)]
+                Host::Unix(dir) => format!("{}/.s.PGSQL.{}", dir.display(), port_of(i)),
+            })
+            .collect();
+        let hosts = if hosts.is_empty() {
+            format!("localhost:{}", port_of(0))
+        } else {
+            hosts.join(",")
+        };
+        // Without a database name the server uses the user's name.
+        let database = config.get_dbname().or(config.get_user()).unwrap_or("");
+        Site {
+            location: Some(redactor.clean(&format!("{hosts}/{database}"))),
+            redactor,
+        }
+    }
+
+    /// A site whose address is not known (the application's pool).
+    pub(crate) fn unknown() -> Site {
+        Site::default()
+    }
+
+    pub(crate) fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// `"PostgreSQL at host:port/db: {what}"`.
+    pub(crate) fn message(&self, what: impl std::fmt::Display) -> String {
+        match &self.location {
+            Some(location) => format!("PostgreSQL at {location}: {what}"),
+            None => format!("PostgreSQL: {what}"),
+        }
+    }
+}
+
+/// What to tell an operator whose tables are missing.
+const RUN_SETUP: &str = "the syncguard tables are missing or outdated: run `syncguard setup` (or \
+     syncguard::postgres::setup_schema, or apply schema.sql) with the table names this backend \
+     uses";
+
+/// What to tell an operator whose pooler loses prepared statements.
+const POOLER_STATEMENTS: &str = "prepared statements do not survive a connection pooler in \
+     transaction mode (PgBouncer pool_mode = transaction, Supavisor, RDS Proxy): syncguard's own \
+     connections prepare none, so a client sharing this pool or pooler does; give that client \
+     pool_mode = session, or use PgBouncer 1.21+ with max_prepared_statements";
+
+/// What to tell an operator whose pooler refuses a startup parameter.
+const POOLER_STARTUP: &str = "the connection pooler refuses a startup parameter: remove it from \
+     the URL (syncguard itself sends none beyond user, database and application_name), or list \
+     it in PgBouncer's ignore_startup_parameters";
+
 /// The code for a client or server error.
-pub(crate) fn classify(error: &postgres::Error) -> ErrorCode {
-    if let Some(state) = error.code() {
-        return classify_state(state);
+pub(crate) fn classify(error: &tokio_postgres::Error) -> ErrorCode {
+    if let Some(db) = error.as_db_error() {
+        if is_pooler_startup_refusal(db) {
+            return ErrorCode::Internal;
+        }
+        return classify_state(db.code());
     }
     if error.is_closed() {
         return ErrorCode::ServiceUnavailable;
     }
-    match io_kind(error) {
+    match io_error(error).map(io::Error::kind) {
         Some(io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => ErrorCode::NetworkTimeout,
         Some(_) => ErrorCode::ServiceUnavailable,
-        // Connect timeouts and TLS failures carry no io::Error, only text.
+        // Connect timeouts, TLS and authentication failures carry no io::Error, only text.
         None => {
-            let text = error.to_string().to_ascii_lowercase();
-            if text.contains("timeout") || text.contains("timed out") {
+            let text = chain(error).to_ascii_lowercase();
+            if text.contains("password missing") || text.starts_with("authentication error") {
+                ErrorCode::AuthFailed
+            } else if text.contains("timeout") || text.contains("timed out") {
                 ErrorCode::NetworkTimeout
             } else if text.starts_with("error connecting") || text.contains("tls") {
                 ErrorCode::ServiceUnavailable
@@ -39,41 +120,134 @@ fn classify_state(state: &SqlState) -> ErrorCode {
         "57014" => ErrorCode::NetworkTimeout,
         // invalid_authorization_specification, invalid_password, insufficient_privilege.
         "28000" | "28P01" | "42501" => ErrorCode::AuthFailed,
-        // undefined_table / undefined_column / undefined_function: the schema is missing or old.
-        "42P01" | "42703" | "42883" => ErrorCode::InvalidArgument,
+        // The deployment is wrong, not the call, and retrying will not help: tables missing or
+        // outdated (undefined table / column / function), statements lost to a pooler
+        // (invalid_sql_statement_name, duplicate_prepared_statement). The message says what to
+        // change.
+        "42P01" | "42703" | "42883" | "26000" | "42P05" => ErrorCode::Internal,
         // serialization_failure, deadlock_detected: transient conflicts.
         "40001" | "40P01" => ErrorCode::ServiceUnavailable,
-        // admin_shutdown, crash_shutdown, cannot_connect_now.
-        "57P01" | "57P02" | "57P03" => ErrorCode::ServiceUnavailable,
         _ => match &code[..2] {
-            // connection_exception, insufficient_resources (too many connections, disk full),
-            // operator_intervention, system_error.
+            // connection_exception (PgBouncer reports its own transient failures as 08P01),
+            // insufficient_resources (too many connections, disk full), operator_intervention
+            // (shutdowns), system_error.
             "08" | "53" | "57" | "58" => ErrorCode::ServiceUnavailable,
             // data_exception, integrity_constraint_violation.
             "22" | "23" => ErrorCode::InvalidArgument,
+            // Everything else, a missing database (3D000) among them.
             _ => ErrorCode::Internal,
         },
     }
 }
 
-fn io_kind(error: &postgres::Error) -> Option<io::ErrorKind> {
+/// PgBouncer's answer to a startup parameter it does not know (`options`, say): SQLSTATE 08P01,
+/// which it also uses for transient failures, so the text decides.
+fn is_pooler_startup_refusal(db: &tokio_postgres::error::DbError) -> bool {
+    db.code() == &SqlState::PROTOCOL_VIOLATION && db.message().contains("startup parameter")
+}
+
+fn io_error(error: &tokio_postgres::Error) -> Option<&io::Error> {
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         if let Some(io) = cause.downcast_ref::<io::Error>() {
-            return Some(io.kind());
+            return Some(io);
         }
         source = cause.source();
     }
     None
 }
 
+/// The error and its causes on one line: `error connecting to server: Connection refused …`.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.ends_with(&next) {
+            text = format!("{text}: {next}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// What went wrong, in the operator's terms.
+fn cause(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let state = db.code().code();
+        let server_said = format!("{} (SQLSTATE {state})", db.message());
+        return match state {
+            "42P01" | "42703" | "42883" => format!("{RUN_SETUP} ({server_said})"),
+            "26000" | "42P05" => format!("{POOLER_STATEMENTS} ({server_said})"),
+            _ if is_pooler_startup_refusal(db) => format!("{POOLER_STARTUP} ({server_said})"),
+            "57014" => format!("the server cancelled the statement ({server_said})"),
+            "3D000" => format!("{server_said}: check the database name in the URL"),
+            _ => server_said,
+        };
+    }
+    let text = chain(error);
+    if let Some(io) = io_error(error) {
+        if io.kind() == io::ErrorKind::ConnectionRefused {
+            return format!("connection refused ({io})");
+        }
+        if io.to_string().contains("lookup address") {
+            return format!("host name not resolved ({io})");
+        }
+    }
+    if text.starts_with("error performing TLS handshake") {
+        return text.replacen("error performing TLS handshake", "TLS handshake failed", 1);
+    }
+    if text.contains("password missing") {
+        return "the server asks for a password and the URL gives none".to_owned();
+    }
+    text
+}
+
+/// The `LockError` for a failed PostgreSQL call, secrets removed. Its source is a
+/// [`ServerError`].
+pub(crate) fn map_error(error: &tokio_postgres::Error, site: &Site) -> LockError {
+    let code = classify(error);
+    let message = site.redactor().clean(&site.message(cause(error)));
+    let source = ServerError {
+        text: site.redactor().clean(&chain(error)),
+        state: error.code().cloned(),
+    };
+    LockError::new(code, message).with_source(source)
+}
+
+/// What the PostgreSQL client reported, redacted: the `source` of the `LockError`s this backend
+/// returns, so that the backend can tell a SQLSTATE from the error it returned.
+#[derive(Debug)]
+pub(crate) struct ServerError {
+    text: String,
+    state: Option<SqlState>,
+}
+
+impl ServerError {
+    /// The SQLSTATE behind `error`, if the server sent one.
+    pub(crate) fn state_of(error: &LockError) -> Option<&SqlState> {
+        std::error::Error::source(error)?
+            .downcast_ref::<ServerError>()?
+            .state
+            .as_ref()
+    }
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
 /// Whether a failed call may be made once more on a fresh connection: the pooled connection was
 /// already closed (a restarted server). Timeouts never qualify.
-pub(crate) fn is_dead_connection(error: &postgres::Error) -> bool {
+pub(crate) fn is_dead_connection(error: &tokio_postgres::Error) -> bool {
     error.code().is_none()
         && (error.is_closed()
             || matches!(
-                io_kind(error),
+                io_error(error).map(io::Error::kind),
                 Some(
                     io::ErrorKind::BrokenPipe
                         | io::ErrorKind::ConnectionReset
@@ -82,37 +256,6 @@ pub(crate) fn is_dead_connection(error: &postgres::Error) -> bool {
                         | io::ErrorKind::NotConnected
                 )
             ))
-}
-
-/// The `LockError` for a failed PostgreSQL call, secrets removed.
-pub(crate) fn map_error(error: postgres::Error, redactor: &Redactor) -> LockError {
-    let code = classify(&error);
-    let state = error.code().map(SqlState::code);
-    let what = match (code, state) {
-        (_, Some("42P01" | "42703" | "42883")) => {
-            "the syncguard tables are missing or outdated: run syncguard::postgres::setup_schema \
-             (or apply schema.sql) with the table names this backend uses"
-        }
-        (ErrorCode::NetworkTimeout, Some(_)) => {
-            "PostgreSQL cancelled the statement (statement_timeout)"
-        }
-        (ErrorCode::NetworkTimeout, None) => "PostgreSQL did not answer in time",
-        (ErrorCode::AuthFailed, _) => "PostgreSQL rejected the credentials or permissions",
-        (ErrorCode::ServiceUnavailable, _) => "PostgreSQL is unavailable",
-        (ErrorCode::InvalidArgument, _) => "PostgreSQL rejected the request",
-        _ => "PostgreSQL request failed",
-    };
-    let source = redactor.source(&error);
-    let detail = match error.as_db_error() {
-        // The server's own message is short and specific; the client's Display adds noise.
-        Some(db) => redactor.clean(db.message()),
-        None => source.0.clone(),
-    };
-    let message = match state {
-        Some(state) => format!("{what}: {detail} (SQLSTATE {state})"),
-        None => format!("{what}: {detail}"),
-    };
-    LockError::new(code, message).with_source(source)
 }
 
 #[cfg(test)]
@@ -127,6 +270,7 @@ mod tests {
                 ErrorCode::ServiceUnavailable,
             ),
             (SqlState::CONNECTION_FAILURE, ErrorCode::ServiceUnavailable),
+            (SqlState::PROTOCOL_VIOLATION, ErrorCode::ServiceUnavailable),
             (SqlState::INVALID_PASSWORD, ErrorCode::AuthFailed),
             (
                 SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
@@ -148,11 +292,34 @@ mod tests {
                 SqlState::T_R_SERIALIZATION_FAILURE,
                 ErrorCode::ServiceUnavailable,
             ),
-            (SqlState::UNDEFINED_TABLE, ErrorCode::InvalidArgument),
+            (SqlState::UNDEFINED_TABLE, ErrorCode::Internal),
+            (SqlState::UNDEFINED_COLUMN, ErrorCode::Internal),
+            (SqlState::INVALID_SQL_STATEMENT_NAME, ErrorCode::Internal),
+            (SqlState::DUPLICATE_PSTATEMENT, ErrorCode::Internal),
+            (SqlState::INVALID_CATALOG_NAME, ErrorCode::Internal),
             (SqlState::SYNTAX_ERROR, ErrorCode::Internal),
         ];
         for (state, code) in cases {
             assert_eq!(classify_state(&state), code, "{}", state.code());
+            assert!(!code.is_transient() || !matches!(state.code(), "26000" | "42P05"));
         }
+    }
+
+    #[test]
+    fn sites_name_host_port_and_database_never_the_password() {
+        let config: Config = "postgres://app:hunter2@db.internal:5433/locks"
+            .parse()
+            .unwrap();
+        let site = Site::of(&config, Redactor::new(["hunter2".to_owned()]));
+        assert_eq!(
+            site.message("connection refused"),
+            "PostgreSQL at db.internal:5433/locks: connection refused"
+        );
+        let config: Config = "postgres://app@h1,h2:6000/".parse().unwrap();
+        assert_eq!(
+            Site::of(&config, Redactor::default()).message("x"),
+            "PostgreSQL at h1:5432,h2:6000/app: x"
+        );
+        assert_eq!(Site::unknown().message("x"), "PostgreSQL: x");
     }
 }

@@ -1,4 +1,4 @@
-//! The PostgreSQL backend: one SQL statement per operation over a pooled blocking client, with
+//! The PostgreSQL backend: one SQL statement per operation over pooled connections, with
 //! the server's clock as time authority, in the tables the TypeScript SyncGuard uses.
 //!
 //! ```no_run
@@ -27,32 +27,95 @@
 //! and Node services on the same tables never both hold a key. The reasoning for each
 //! statement is written next to it in the source (`statements.rs`).
 //!
+//! # Connection poolers (PgBouncer, Supavisor, RDS Proxy)
+//!
+//! Works behind a pooler in transaction mode with its default settings: every statement is
+//! sent as an *unnamed* statement with its parameter types (Parse, Bind, Execute, Sync in one
+//! round trip), so nothing prepared outlives the transaction that used it, and no startup
+//! parameter beyond user, database and `application_name` is sent. Each operation is one
+//! statement, hence one transaction, so the pooler may give every call a different server
+//! connection. The advisory lock acquire takes is transaction-scoped, which poolers allow.
+//!
+//! # Deadlines and `statement_timeout`
+//!
+//! Every call of syncguard's own connections has a client-side deadline
+//! ([`PostgresBuilder::statement_timeout`], default 5 s; the handshake gets the connect timeout
+//! on top). At the deadline the call fails with `NetworkTimeout`, the server is sent a cancel
+//! request — what its own `statement_timeout` would do — and the connection is dropped.
+//! syncguard sets no server-side `statement_timeout` (that takes a startup parameter poolers
+//! refuse, or a session setting that would leak to other clients of the pooler); the role's or
+//! database's own setting applies (`ALTER ROLE app SET statement_timeout = '5s'`), and a
+//! statement it cancels fails with `NetworkTimeout` too.
+//!
+//! Connections run on the backend's own I/O thread, so calls may come from any thread,
+//! including one inside an async runtime (`block_on`, a `#[tokio::main]` task): they block that
+//! thread until the answer or the deadline, and never panic. In async code prefer
+//! `spawn_blocking`, as for any blocking call.
+//!
+//! # Failover
+//!
+//! A fence is a counter row updated in the acquiring transaction. With asynchronous
+//! replication a failover can lose the last committed transactions, and with them the last
+//! fence increments: the promoted server can hand out a fence number again. For fences that
+//! survive a failover, commit synchronously to at least one standby that the failover will
+//! promote: `synchronous_standby_names` set (e.g. `'ANY 1 (standby_a, standby_b)'`) and
+//! `synchronous_commit = on` (or `remote_apply`) for the role syncguard uses. Managed services
+//! with synchronous replicas (RDS Multi-AZ DB instances, Cloud SQL HA, Azure zone-redundant
+//! HA) do this. A single server needs `fsync = on` and `synchronous_commit = on` (the
+//! defaults) for fences to survive its own crash.
+//!
 //! # Errors
 //!
-//! By SQLSTATE: class 08, 53, 57P01–03 → `ServiceUnavailable`; 28000/28P01/42501 → `AuthFailed`;
-//! classes 22 and 23 → `InvalidArgument`; 57014 (`statement_timeout`) and client timeouts →
-//! `NetworkTimeout`; 42P01 (missing table) → `InvalidArgument` whose message says to run
-//! [`setup_schema`]; no pooled connection free within the pool timeout → `RateLimited` (when
-//! connecting is what fails: that error's code); anything else → `Internal`. PostgreSQL text
-//! cannot hold NUL characters, so keys containing one are refused with `InvalidArgument`.
+//! By SQLSTATE: class 08 (PgBouncer's transient failures among them), 53, 57P01–03, 40001,
+//! 40P01 → `ServiceUnavailable`; 28000/28P01/42501 and a missing password →
+//! `AuthFailed`; classes 22 and 23 → `InvalidArgument`; 57014 (a cancelled statement) and
+//! client deadlines → `NetworkTimeout`; no pooled connection free within the pool timeout →
+//! `RateLimited` (when connecting is what fails: that error's code). Errors of the deployment,
+//! which retrying will not mend, are `Internal` with a message that says what to change: tables
+//! missing or outdated (42P01, 42703, 42883: run `syncguard setup` or [`setup_schema`]), a
+//! missing database (3D000), prepared statements lost to a transaction-mode pooler (26000,
+//! 42P05: a client sharing the pooler prepares statements), a startup parameter the pooler
+//! refuses (08P01 "unsupported startup parameter": PgBouncer's `ignore_startup_parameters`).
+//! Anything else → `Internal`.
+//!
+//! Messages name the server (`PostgreSQL at host:port/database: …`, never the password) and
+//! keep the cause:
+//!
+//! | input | code | message |
+//! |---|---|---|
+//! | `?tabel=x` | `InvalidArgument` | unknown PostgreSQL URL parameter `tabel` (did you mean `table`?); known parameters: … |
+//! | `?table=` | `InvalidArgument` | the PostgreSQL URL parameter `table` is empty: give it a value or leave it out |
+//! | nothing listens on the port | `ServiceUnavailable` | PostgreSQL at 127.0.0.1:5999/app: connection refused (…) |
+//! | `nonexistent.invalid` | `ServiceUnavailable` | PostgreSQL at nonexistent.invalid:5432/app: host name not resolved (…) |
+//! | `sslmode=require`, plain server | `ServiceUnavailable` | PostgreSQL at …: TLS handshake failed: server does not support TLS |
+//! | wrong password | `AuthFailed` | PostgreSQL at …: password authentication failed for user "app" (SQLSTATE 28P01) |
+//! | no password | `AuthFailed` | PostgreSQL at …: the server asks for a password and the URL gives none |
+//! | missing database | `Internal` | PostgreSQL at …/nope: database "nope" does not exist (SQLSTATE 3D000): check the database name in the URL |
+//! | missing tables | `Internal` | PostgreSQL at …: the syncguard tables are missing or outdated: run `syncguard setup` (…) |
+//!
+//! PostgreSQL text cannot hold NUL characters, so keys containing one are refused with
+//! `InvalidArgument`.
 
 mod connection;
 mod errors;
+mod io;
 mod schema;
 mod statements;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use postgres::Row;
+use postgres::error::SqlState;
 use postgres::tls::{MakeTlsConnect, TlsConnect};
-use postgres::types::ToSql;
 use r2d2_postgres::PostgresConnectionManager;
 
 pub use self::schema::{SCHEMA_SQL, TableNames, schema_sql, setup_schema};
 
-use self::connection::{Connections, Timeouts, own_pool, parse_url};
-use self::statements::{Sql, Statements};
+use self::connection::{AppPool, Connections, Param, Timeouts, own_pool, parse_url};
+use self::errors::ServerError;
+use self::statements::{Op, Statements};
 use crate::backend::{
     AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
     Lookup, MutationOutcome, TimeAuthority,
@@ -75,7 +138,8 @@ pub struct PostgresBackend {
     tables: TableNames,
     statements: Statements,
     cleanup_in_is_locked: bool,
-    redactor: Redactor,
+    /// The server functions are missing: statements go inline.
+    inline: AtomicBool,
     display: String,
 }
 
@@ -114,8 +178,10 @@ impl Default for PostgresBuilder {
 impl PostgresBuilder {
     /// The server: `postgres://[user[:password]@]host[:port]/database[?…]` (or `postgresql://`).
     /// syncguard reads `table=` and `fence_table=`; `sslmode=require` (or `verify-ca`,
-    /// `verify-full`) turns on TLS, verified against the system's root certificates; other
-    /// parameters go to the client (`application_name`, `options`, …).
+    /// `verify-full`) turns on TLS, verified against the system's root certificates; the
+    /// client's libpq-style parameters pass through (`application_name`, `connect_timeout`,
+    /// `keepalives`, `target_session_attrs`, …; `options` only without a pooler, which refuses
+    /// it). Any other parameter is refused with `InvalidArgument`, by name, before connecting.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -123,11 +189,15 @@ impl PostgresBuilder {
 
     /// Use the application's r2d2 pool instead of a URL (any TLS connector). Its own timeouts
     /// apply; turn its `test_on_check_out` off, or every operation pays an extra round trip.
+    /// Statements are unnamed, so the pool may point at a transaction-mode pooler.
     ///
-    /// The blocking `postgres` client behind such a pool has no deadline on its calls: a server
-    /// that accepts a connection and never answers blocks them (and a heartbeat renewal with
-    /// them) until TCP gives up. Set `tcp_user_timeout` and keepalives on its `Config`, or give a
-    /// [`url`](PostgresBuilder::url): syncguard's own connections time out every call.
+    /// The blocking `postgres` client behind such a pool has **no deadline** on its calls: a
+    /// server that accepts a connection and never answers blocks them (and a heartbeat renewal
+    /// with them) until TCP gives up. Set `tcp_user_timeout` and keepalives on its `Config`, or
+    /// give a [`url`](PostgresBuilder::url): syncguard's own connections time out every call.
+    /// Called from a thread inside an async runtime, where that client would panic, each call
+    /// runs on a short-lived thread of its own (as does closing the pool's clients, when the
+    /// backend holds the pool's last handle).
     pub fn pool<T>(mut self, pool: r2d2::Pool<PostgresConnectionManager<T>>) -> Self
     where
         T: MakeTlsConnect<postgres::Socket> + Clone + Send + Sync + 'static,
@@ -135,7 +205,7 @@ impl PostgresBuilder {
         T::Stream: Send,
         <T::TlsConnect as TlsConnect<postgres::Socket>>::Future: Send,
     {
-        self.pool = Some(Box::new(pool));
+        self.pool = Some(Box::new(AppPool::new(pool)));
         self
     }
 
@@ -171,10 +241,11 @@ impl PostgresBuilder {
         self
     }
 
-    /// Server-side `statement_timeout` for syncguard's connections (default 5 s). With the
-    /// connect timeout added as an allowance for the round trip, it is also the client-side
-    /// deadline of every call (default 7 s): a server that does not answer by then fails the
-    /// call with `NetworkTimeout` and its connection is discarded.
+    /// How long each statement may take, measured by syncguard (default 5 s): a server that has
+    /// not answered by then fails the call with `NetworkTimeout`, is sent a cancel request, and
+    /// the connection is dropped. No server-side `statement_timeout` is set (see the [module
+    /// docs](self#deadlines-and-statement_timeout)). Opening a connection may take the connect
+    /// timeout plus this.
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.statement = timeout;
         self
@@ -215,7 +286,7 @@ impl PostgresBuilder {
                     .unwrap_or_else(|| defaults.fence_table().to_owned()),
             )
         };
-        let (tables, connections, redactor, display) = match source {
+        let (tables, connections, display) = match source {
             Source::Url(url) => {
                 let parsed = parse_url(&url)?;
                 let tables = tables(parsed.lock_table, parsed.fence_table)?;
@@ -229,23 +300,18 @@ impl PostgresBuilder {
                     parsed.tls,
                     self.timeouts,
                     self.pool_size,
-                    &redactor,
+                    redactor,
                 )?;
-                (tables, connections, redactor, parsed.display)
+                (tables, connections, parsed.display)
             }
-            Source::Pool(pool) => (
-                tables(None, None)?,
-                pool,
-                Redactor::default(),
-                "<application pool>".to_owned(),
-            ),
+            Source::Pool(pool) => (tables(None, None)?, pool, "<application pool>".to_owned()),
         };
         Ok(PostgresBackend {
             connections,
             statements: Statements::new(&tables),
             tables,
             cleanup_in_is_locked: self.cleanup_in_is_locked,
-            redactor,
+            inline: AtomicBool::new(false),
             display,
         })
     }
@@ -270,8 +336,7 @@ impl PostgresBackend {
     /// Creates this backend's tables and indexes if missing ([`setup_schema`] with its table
     /// names). Idempotent; safe to call from every process at start-up.
     pub fn setup_schema(&self) -> Result<()> {
-        self.connections
-            .batch(&schema::setup_sql(&self.tables), &self.redactor)
+        self.connections.batch(&schema::setup_sql(&self.tables))
     }
 
     /// The storage key (`key` column) of a user key.
@@ -285,8 +350,29 @@ impl PostgresBackend {
         fence_key_of(&self.storage_key(key)?)
     }
 
-    fn query(&self, sql: &Sql, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        self.connections.query(sql, params, &self.redactor)
+    /// Runs `op`: through its server function, or inline once the functions are found missing.
+    fn query(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
+        if !self.inline.load(Ordering::Relaxed) {
+            match self.connections.query(&op.call, params.clone()) {
+                // The call failed before anything ran: the same statement inline is safe.
+                Err(error)
+                    if ServerError::state_of(&error) == Some(&SqlState::UNDEFINED_FUNCTION)
+                        && error.message().contains(&op.function) =>
+                {
+                    if !self.inline.swap(true, Ordering::Relaxed) {
+                        log::warn!(
+                            "syncguard: {}: the server functions are missing (tables set up by \
+                             an older syncguard or by the TypeScript SyncGuard); statements are \
+                             sent inline and planned on every call. Run `syncguard setup` or \
+                             setup_schema once for faster calls",
+                            self.display
+                        );
+                    }
+                }
+                result => return result,
+            }
+        }
+        self.connections.query(&op.inline, params)
     }
 
     fn lookup_row(&self, row: &Row) -> Result<LockInfoDebug> {
@@ -341,14 +427,14 @@ impl LockBackend for PostgresBackend {
         let fence_max = FENCE_MAX as i64;
         let rows = self.query(
             &self.statements.acquire,
-            &[
-                &storage_key,
-                &lock_id,
-                &ttl_ms,
-                &user_key,
-                &fence_key,
-                &fence_max,
-                &TIME_TOLERANCE_MS,
+            vec![
+                storage_key.as_str().into(),
+                lock_id.as_str().into(),
+                ttl_ms.into(),
+                user_key.as_str().into(),
+                fence_key.as_str().into(),
+                fence_max.into(),
+                TIME_TOLERANCE_MS.into(),
             ],
         )?;
         let row = rows
@@ -389,12 +475,16 @@ impl LockBackend for PostgresBackend {
         let rows = if self.cleanup_in_is_locked {
             self.query(
                 &self.statements.is_locked_with_cleanup,
-                &[&storage_key, &TIME_TOLERANCE_MS, &CLEANUP_GUARD_MS],
+                vec![
+                    storage_key.as_str().into(),
+                    TIME_TOLERANCE_MS.into(),
+                    CLEANUP_GUARD_MS.into(),
+                ],
             )?
         } else {
             self.query(
                 &self.statements.is_locked,
-                &[&storage_key, &TIME_TOLERANCE_MS],
+                vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
             )?
         };
         let row = rows
@@ -413,7 +503,10 @@ impl LockBackend for PostgresBackend {
 
     fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
         validate_lock_id(lock_id)?;
-        let rows = self.query(&self.statements.release, &[&lock_id, &TIME_TOLERANCE_MS])?;
+        let rows = self.query(
+            &self.statements.release,
+            vec![lock_id.into(), TIME_TOLERANCE_MS.into()],
+        )?;
         Ok(match rows.first() {
             None => MutationOutcome::NotApplied(Some(FailureReason::NotFound)),
             Some(row) if column::<bool>(row, "live")? => MutationOutcome::Applied(()),
@@ -426,7 +519,7 @@ impl LockBackend for PostgresBackend {
         let ttl_ms = ttl_to_ms(ttl)?;
         let rows = self.query(
             &self.statements.extend,
-            &[&lock_id, &ttl_ms, &TIME_TOLERANCE_MS],
+            vec![lock_id.into(), ttl_ms.into(), TIME_TOLERANCE_MS.into()],
         )?;
         let row = rows
             .first()
@@ -446,14 +539,14 @@ impl LockBackend for PostgresBackend {
                 let storage_key = self.storage_key(key)?;
                 self.query(
                     &self.statements.lookup_by_key,
-                    &[&storage_key, &TIME_TOLERANCE_MS],
+                    vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
                 )?
             }
             Lookup::LockId(lock_id) => {
                 validate_lock_id(lock_id)?;
                 self.query(
                     &self.statements.lookup_by_id,
-                    &[&lock_id, &TIME_TOLERANCE_MS],
+                    vec![lock_id.into(), TIME_TOLERANCE_MS.into()],
                 )?
             }
         };
@@ -479,8 +572,11 @@ impl fmt::Debug for PostgresBackend {
             .field("tables", &self.tables)
             .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
             .field("pool_size", &self.connections.max_size())
-            .field("connections", &state.connections)
-            .field("idle_connections", &state.idle_connections)
+            .field("connections", &state.as_ref().map(|s| s.connections))
+            .field(
+                "idle_connections",
+                &state.as_ref().map(|s| s.idle_connections),
+            )
             .finish()
     }
 }

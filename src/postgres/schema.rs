@@ -2,9 +2,9 @@
 
 use postgres::GenericClient;
 
-use super::errors::map_error;
+use super::errors::{Site, map_error};
+use super::statements::Statements;
 use crate::error::{LockError, Result};
-use crate::net::Redactor;
 
 /// The DDL for the default table names, as shipped in `src/postgres/schema.sql`.
 pub const SCHEMA_SQL: &str = include_str!("schema.sql");
@@ -82,7 +82,8 @@ fn validate_identifier(what: &str, name: &str, max_len: usize) -> Result<()> {
 }
 
 /// The DDL for `tables`: [`SCHEMA_SQL`] with the names replaced. Idempotent
-/// (`CREATE … IF NOT EXISTS`); for applying by hand or in a migration tool.
+/// (`CREATE … IF NOT EXISTS`, `CREATE OR REPLACE FUNCTION`); for applying by hand or in a
+/// migration tool.
 ///
 /// ```
 /// use syncguard::postgres::{TableNames, schema_sql};
@@ -91,11 +92,25 @@ fn validate_identifier(what: &str, name: &str, max_len: usize) -> Result<()> {
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 pub fn schema_sql(tables: &TableNames) -> String {
+    let tables_part = SCHEMA_SQL
+        .split_once(FUNCTIONS_HEADING)
+        .map_or(SCHEMA_SQL, |(tables_part, _)| tables_part);
     // The names are validated identifiers, so plain substitution cannot inject anything.
-    SCHEMA_SQL
+    let tables_part = tables_part
         .replace(DEFAULT_FENCE_TABLE, &tables.fence_table)
-        .replace(DEFAULT_LOCK_TABLE, &tables.lock_table)
+        .replace(DEFAULT_LOCK_TABLE, &tables.lock_table);
+    format!(
+        "{tables_part}{FUNCTIONS_HEADING}{}",
+        Statements::new(tables).functions_ddl()
+    )
 }
+
+/// Where `schema.sql` turns from the tables (as the TypeScript SyncGuard has them) to the server
+/// functions, which are generated from the statements.
+const FUNCTIONS_HEADING: &str = "-- Server functions (syncguard for Rust; the TypeScript \
+SyncGuard does not use them). Each runs one\n-- statement of the backend with a plan cached per \
+server connection: without them the\n-- statements are sent inline, planned on every call. \
+Generated from the source; the\n-- version suffix changes with the statement.\n";
 
 /// Creates both tables and their indexes if they do not exist yet, in one transaction that
 /// concurrent callers take turns at. Safe to call at every start-up.
@@ -110,7 +125,7 @@ pub fn schema_sql(tables: &TableNames) -> String {
 pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Result<()> {
     client
         .batch_execute(&setup_sql(tables))
-        .map_err(|e| map_error(e, &Redactor::default()))
+        .map_err(|e| map_error(&e, &Site::unknown()))
 }
 
 /// What [`setup_schema`] runs: the DDL behind an advisory lock, so concurrent callers take
@@ -152,6 +167,24 @@ mod tests {
         assert!(TableNames::new(&"l".repeat(52), "f").is_err());
         assert!(TableNames::new("l", &"f".repeat(63)).is_ok());
         assert!(TableNames::new("l", &"f".repeat(64)).is_err());
+    }
+
+    /// `schema.sql` is what `setup_schema` runs for the default names, server functions
+    /// included: `SYNCGUARD_BLESS=1 cargo test --features postgres --lib schema` rewrites it
+    /// after a statement changes.
+    #[test]
+    fn schema_sql_is_what_setup_runs() {
+        let expected = schema_sql(&TableNames::default());
+        if std::env::var_os("SYNCGUARD_BLESS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/postgres/schema.sql");
+            std::fs::write(path, &expected).unwrap();
+        }
+        assert!(
+            SCHEMA_SQL == expected,
+            "src/postgres/schema.sql is out of date: run SYNCGUARD_BLESS=1 cargo test --features \
+             postgres --lib schema"
+        );
+        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v1("));
     }
 
     #[test]

@@ -28,3 +28,102 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
   fence BIGINT NOT NULL DEFAULT 0, -- the last fence issued
   key_debug TEXT                   -- the user key, for people reading the table
 );
+
+-- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each runs one
+-- statement of the backend with a plan cached per server connection: without them the
+-- statements are sent inline, planned on every call. Generated from the source; the
+-- version suffix changes with the statement.
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v1(text, text, bigint, text, text, bigint, bigint) RETURNS TABLE (fence text, expires_at_ms bigint, counter bigint)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),
+clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms FROM serialized),
+free AS (SELECT now_ms FROM clock WHERE NOT EXISTS (
+SELECT 1 FROM "syncguard_locks" l WHERE l.key = $1
+AND l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)),
+counter AS (
+INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug)
+SELECT $5, 1, $4 FROM free
+ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
+RETURNING f.fence),
+taken AS (
+INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
+SELECT $1, $2, free.now_ms + $3, free.now_ms,
+lpad(counter.fence::text, 15, '0'), $4
+FROM free, counter WHERE counter.fence <= $6
+ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,
+expires_at_ms = EXCLUDED.expires_at_ms,
+acquired_at_ms = EXCLUDED.acquired_at_ms,
+fence = EXCLUDED.fence, user_key = EXCLUDED.user_key
+WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7
+OR l.lock_id = EXCLUDED.lock_id
+RETURNING l.fence, l.expires_at_ms)
+SELECT (SELECT fence FROM taken) AS fence,
+(SELECT expires_at_ms FROM taken) AS expires_at_ms,
+(SELECT fence FROM counter) AS counter;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v1(text, bigint) RETURNS TABLE (live boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+gone AS (DELETE FROM "syncguard_locks" WHERE lock_id = $1 RETURNING expires_at_ms)
+SELECT gone.expires_at_ms > clock.now_ms - $2 AS live FROM gone, clock;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v1(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+renewed AS (
+UPDATE "syncguard_locks" AS l SET expires_at_ms = c.now_ms + $2 FROM clock c
+WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3
+RETURNING l.expires_at_ms)
+SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,
+EXISTS (SELECT 1 FROM "syncguard_locks" WHERE lock_id = $1) AS present;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v1(text, bigint) RETURNS TABLE (locked boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT EXISTS (SELECT 1 FROM "syncguard_locks"
+WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2) AS locked;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v1(text, bigint, bigint) RETURNS TABLE (locked boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+swept AS (DELETE FROM "syncguard_locks" l USING clock c
+WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3)
+SELECT EXISTS (SELECT 1 FROM "syncguard_locks" l, clock c
+WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v1(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v1(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" WHERE lock_id = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2;
+END
+$syncguard$;

@@ -23,18 +23,95 @@
 //!   re-checked under the row lock, so a row renewed meanwhile is kept.
 //!
 //! Time is the server's `clock_timestamp()` in whole milliseconds, read once per statement.
+//!
+//! # Server functions
+//!
+//! Each statement is also installed by `setup_schema` as a PL/pgSQL function that runs exactly
+//! that statement (`RETURN QUERY <statement>`), named after the lock table and the operation
+//! (`syncguard_locks_acquire_v1`, …). Calling it is the same single statement, one transaction,
+//! with the same reasoning — but planned in microseconds: PL/pgSQL keeps the inner statement's
+//! plan for the life of the server connection, which survives behind a transaction-mode pooler
+//! where a client's prepared statements cannot. Sent inline, the acquire statement spends more
+//! time being parsed and planned than running. Without the functions (tables created by an older
+//! syncguard or by the TypeScript SyncGuard) the statements are sent inline. The `_v1` suffix
+//! changes whenever a statement does, so an old function is never called for a new statement.
+
+use std::sync::Arc;
 
 use postgres::types::Type;
 
 use super::schema::TableNames;
 
-/// One statement: its text, its parameter types (sent along, or used to prepare it once per
-/// connection), and its slot in a connection's cache of prepared statements.
+/// One statement: its text and its parameter types, sent together as an unnamed statement
+/// (one round trip; nothing is left prepared on the server, which poolers require).
+#[derive(Clone)]
 pub(crate) struct Sql {
-    pub slot: usize,
-    pub text: String,
+    pub text: Arc<str>,
     pub types: &'static [Type],
 }
+
+/// One operation: its statement, and the server function that runs it.
+pub(crate) struct Op {
+    /// The statement itself.
+    pub inline: Sql,
+    /// `SELECT * FROM <function>($1, …)`.
+    pub call: Sql,
+    /// The function's name (a validated identifier).
+    pub function: String,
+    /// The function's result columns, as in `RETURNS TABLE (…)`.
+    returns: &'static str,
+}
+
+impl Op {
+    fn new(
+        tables: &TableNames,
+        name: &str,
+        types: &'static [Type],
+        returns: &'static str,
+        text: String,
+    ) -> Op {
+        // A lock table name has at most 51 bytes, so this stays within PostgreSQL's 63.
+        let function = format!("{}_{name}_{FUNCTION_VERSION}", tables.lock_table());
+        let args: Vec<String> = (1..=types.len()).map(|n| format!("${n}")).collect();
+        Op {
+            call: Sql {
+                text: format!("SELECT * FROM {function}({})", args.join(", ")).into(),
+                types,
+            },
+            inline: Sql {
+                text: text.into(),
+                types,
+            },
+            function,
+            returns,
+        }
+    }
+
+    /// `CREATE OR REPLACE FUNCTION …` for this operation.
+    fn function_ddl(&self) -> String {
+        let params: Vec<&str> = self
+            .inline
+            .types
+            .iter()
+            .map(|t| if *t == Type::INT8 { "bigint" } else { "text" })
+            .collect();
+        // `use_column`: the result columns share names with table columns; the statement
+        // means the table's.
+        format!(
+            "CREATE OR REPLACE FUNCTION {}({}) RETURNS TABLE ({})\n\
+             LANGUAGE plpgsql AS $syncguard$\n\
+             #variable_conflict use_column\n\
+             BEGIN\n  RETURN QUERY {};\nEND\n$syncguard$;\n",
+            self.function,
+            params.join(", "),
+            self.returns,
+            self.inline.text
+        )
+    }
+}
+
+/// Part of every function's name; bump it whenever a statement or its parameters change.
+const FUNCTION_VERSION: &str = "v1";
 
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
@@ -43,20 +120,20 @@ pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms → one row: `fence` (text, null unless acquired), `expires_at_ms`,
     /// `counter` (the fence number drawn, null if the lock was seen held).
-    pub acquire: Sql,
+    pub acquire: Op,
     /// `$1` lock id, `$2` tolerance ms → no row (not found) or one row: `live` (bool).
-    pub release: Sql,
+    pub release: Op,
     /// `$1` lock id, `$2` ttl ms, `$3` tolerance ms → one row: `expires_at_ms` (null unless
     /// extended), `present` (bool).
-    pub extend: Sql,
+    pub extend: Op,
     /// `$1` key, `$2` tolerance ms → one row: `locked` (bool).
-    pub is_locked: Sql,
+    pub is_locked: Op,
     /// `$1` key, `$2` tolerance ms, `$3` cleanup guard ms → one row: `locked` (bool).
-    pub is_locked_with_cleanup: Sql,
+    pub is_locked_with_cleanup: Op,
     /// `$1` key, `$2` tolerance ms → the live row, if any.
-    pub lookup_by_key: Sql,
+    pub lookup_by_key: Op,
     /// `$1` lock id, `$2` tolerance ms → the live row, if any.
-    pub lookup_by_id: Sql,
+    pub lookup_by_id: Op,
 }
 
 impl Statements {
@@ -64,11 +141,13 @@ impl Statements {
         let locks = format!("\"{}\"", tables.lock_table());
         let fences = format!("\"{}\"", tables.fence_table());
         let row = "key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key";
-        let sql = |slot: usize, types: &'static [Type], text: String| Sql { slot, text, types };
+        let op = |name, types, returns, text| Op::new(tables, name, types, returns, text);
+        let row_columns = "key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,\n\
+                           fence text, user_key text";
         use Type as T;
         Statements {
-            acquire: sql(
-                0,
+            acquire: op(
+                "acquire",
                 &[
                     T::TEXT,
                     T::TEXT,
@@ -78,89 +157,118 @@ impl Statements {
                     T::INT8,
                     T::INT8,
                 ],
+                "fence text, expires_at_ms bigint, counter bigint",
                 format!(
-                    "WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))), \
-                 clock AS (SELECT {NOW_MS} AS now_ms FROM serialized), \
-                 free AS (SELECT now_ms FROM clock WHERE NOT EXISTS ( \
-                     SELECT 1 FROM {locks} l WHERE l.key = $1 \
-                     AND l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)), \
-                 counter AS ( \
-                     INSERT INTO {fences} AS f (fence_key, fence, key_debug) \
-                     SELECT $5, 1, $4 FROM free \
-                     ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1 \
-                     RETURNING f.fence), \
-                 taken AS ( \
-                     INSERT INTO {locks} AS l ({row}) \
-                     SELECT $1, $2, free.now_ms + $3, free.now_ms, \
-                            lpad(counter.fence::text, 15, '0'), $4 \
-                     FROM free, counter WHERE counter.fence <= $6 \
-                     ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id, \
-                         expires_at_ms = EXCLUDED.expires_at_ms, \
-                         acquired_at_ms = EXCLUDED.acquired_at_ms, \
-                         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key \
-                     WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7 \
-                        OR l.lock_id = EXCLUDED.lock_id \
-                     RETURNING l.fence, l.expires_at_ms) \
-                 SELECT (SELECT fence FROM taken) AS fence, \
-                        (SELECT expires_at_ms FROM taken) AS expires_at_ms, \
+                    "WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),\n\
+                 clock AS (SELECT {NOW_MS} AS now_ms FROM serialized),\n\
+                 free AS (SELECT now_ms FROM clock WHERE NOT EXISTS (\n\
+                     SELECT 1 FROM {locks} l WHERE l.key = $1\n\
+                     AND l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)),\n\
+                 counter AS (\n\
+                     INSERT INTO {fences} AS f (fence_key, fence, key_debug)\n\
+                     SELECT $5, 1, $4 FROM free\n\
+                     ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1\n\
+                     RETURNING f.fence),\n\
+                 taken AS (\n\
+                     INSERT INTO {locks} AS l ({row})\n\
+                     SELECT $1, $2, free.now_ms + $3, free.now_ms,\n\
+                            lpad(counter.fence::text, 15, '0'), $4\n\
+                     FROM free, counter WHERE counter.fence <= $6\n\
+                     ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,\n\
+                         expires_at_ms = EXCLUDED.expires_at_ms,\n\
+                         acquired_at_ms = EXCLUDED.acquired_at_ms,\n\
+                         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key\n\
+                     WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7\n\
+                        OR l.lock_id = EXCLUDED.lock_id\n\
+                     RETURNING l.fence, l.expires_at_ms)\n\
+                 SELECT (SELECT fence FROM taken) AS fence,\n\
+                        (SELECT expires_at_ms FROM taken) AS expires_at_ms,\n\
                         (SELECT fence FROM counter) AS counter"
                 ),
             ),
-            release: sql(
-                1,
+            release: op(
+                "release",
                 &[T::TEXT, T::INT8],
+                "live boolean",
                 format!(
-                    "WITH clock AS (SELECT {NOW_MS} AS now_ms), \
-                 gone AS (DELETE FROM {locks} WHERE lock_id = $1 RETURNING expires_at_ms) \
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+                 gone AS (DELETE FROM {locks} WHERE lock_id = $1 RETURNING expires_at_ms)\n\
                  SELECT gone.expires_at_ms > clock.now_ms - $2 AS live FROM gone, clock"
                 ),
             ),
-            extend: sql(
-                2,
+            extend: op(
+                "extend",
                 &[T::TEXT, T::INT8, T::INT8],
+                "expires_at_ms bigint, present boolean",
                 format!(
-                    "WITH clock AS (SELECT {NOW_MS} AS now_ms), \
-                 renewed AS ( \
-                     UPDATE {locks} AS l SET expires_at_ms = c.now_ms + $2 FROM clock c \
-                     WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3 \
-                     RETURNING l.expires_at_ms) \
-                 SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms, \
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+                 renewed AS (\n\
+                     UPDATE {locks} AS l SET expires_at_ms = c.now_ms + $2 FROM clock c\n\
+                     WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3\n\
+                     RETURNING l.expires_at_ms)\n\
+                 SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,\n\
                         EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1) AS present"
                 ),
             ),
-            is_locked: sql(
-                3,
+            is_locked: op(
+                "locked",
                 &[T::TEXT, T::INT8],
+                "locked boolean",
                 format!(
-                    "SELECT EXISTS (SELECT 1 FROM {locks} \
+                    "SELECT EXISTS (SELECT 1 FROM {locks}\n\
                  WHERE key = $1 AND expires_at_ms > {NOW_MS} - $2) AS locked"
                 ),
             ),
-            is_locked_with_cleanup: sql(
-                4,
+            is_locked_with_cleanup: op(
+                "sweep",
                 &[T::TEXT, T::INT8, T::INT8],
+                "locked boolean",
                 format!(
-                    "WITH clock AS (SELECT {NOW_MS} AS now_ms), \
-                 swept AS (DELETE FROM {locks} l USING clock c \
-                     WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3) \
-                 SELECT EXISTS (SELECT 1 FROM {locks} l, clock c \
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+                 swept AS (DELETE FROM {locks} l USING clock c\n\
+                     WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3)\n\
+                 SELECT EXISTS (SELECT 1 FROM {locks} l, clock c\n\
                      WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked"
                 ),
             ),
-            lookup_by_key: sql(
-                5,
+            lookup_by_key: op(
+                "by_key",
                 &[T::TEXT, T::INT8],
+                row_columns,
                 format!(
                     "SELECT {row} FROM {locks} WHERE key = $1 AND expires_at_ms > {NOW_MS} - $2"
                 ),
             ),
-            lookup_by_id: sql(
-                6,
+            lookup_by_id: op(
+                "by_id",
                 &[T::TEXT, T::INT8],
+                row_columns,
                 format!(
                     "SELECT {row} FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {NOW_MS} - $2"
                 ),
             ),
         }
+    }
+
+    /// Every operation, for installing their functions.
+    fn all(&self) -> [&Op; 7] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.extend,
+            &self.is_locked,
+            &self.is_locked_with_cleanup,
+            &self.lookup_by_key,
+            &self.lookup_by_id,
+        ]
+    }
+
+    /// The DDL of every operation's server function.
+    pub fn functions_ddl(&self) -> String {
+        self.all()
+            .iter()
+            .map(|op| op.function_ddl())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }

@@ -148,6 +148,8 @@ mod firestore_server;
 #[cfg(feature = "firestore")]
 pub mod http;
 #[cfg(feature = "postgres")]
+mod pgbouncer_server;
+#[cfg(feature = "postgres")]
 mod postgres_server;
 pub mod proxy;
 #[cfg(feature = "redis")]
@@ -156,6 +158,9 @@ mod redis_server;
 #[cfg(feature = "firestore")]
 #[allow(unused_imports)]
 pub use firestore_server::*;
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use pgbouncer_server::*;
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use postgres_server::*;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{Service, free_port, scratch_dir};
 
 /// Whether this process runs as root (then servers that refuse root run as `postgres`).
-fn running_as_root() -> bool {
+pub(super) fn running_as_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
