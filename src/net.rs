@@ -117,6 +117,11 @@ pub(crate) struct UrlParams<'a> {
 /// (a typo such as `?prefx=` would otherwise be ignored), one of ours given twice or empty.
 /// Messages name the parameter and never repeat a value.
 pub(crate) fn split_url(raw: &str, what: &str, params: &UrlParams<'_>) -> Result<SplitUrl> {
+    if raw.trim().is_empty() {
+        return Err(LockError::invalid_argument(format!(
+            "the {what} URL is empty"
+        )));
+    }
     let mut url = url::Url::parse(raw.trim())
         .map_err(|e| LockError::invalid_argument(format!("malformed {what} URL: {e}")))?;
     let mut options: Vec<(String, String)> = Vec::new();

@@ -459,6 +459,14 @@ fn stopped_server_gives_service_unavailable_and_no_hang() {
         let key = key.clone();
         let err = support::within_a_minute(move || backend.acquire(&key, TTL)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+        // The pool's reconnect failed: its cause, not r2d2's "timed out waiting".
+        assert_eq!(
+            err.message(),
+            format!(
+                "cannot connect to Redis at 127.0.0.1:{}: connection refused",
+                server.port
+            )
+        );
     }
     let err = support::within_a_minute({
         let url = server.url();
@@ -487,18 +495,133 @@ fn restarted_server_is_used_again_on_the_next_call() {
     );
 }
 
+/// A listener that never accepts: the kernel completes the TCP handshake, nobody answers.
+fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A plain-text peer that answers whatever it is sent with a Redis error line, then waits for
+/// the client to hang up: what a TLS client meets on a port that does not speak TLS.
+fn plain_text_peer() -> (std::thread::JoinHandle<()>, u16) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let peer = std::thread::spawn(move || {
+        if let Ok((mut socket, _)) = listener.accept() {
+            let _ = socket.write_all(b"-ERR not TLS\r\n");
+            let _ = std::io::copy(&mut socket, &mut std::io::sink());
+            let _ = socket.read(&mut [0; 1]);
+        }
+    });
+    (peer, port)
+}
+
+/// Connecting, against real servers and sockets the test starts: each failure's code and
+/// message. Every message names host:port and the cause; none shows the password.
 #[test]
-fn wrong_or_missing_password_is_auth_failed() {
-    let server = RedisServer::start_with_password("correct-horse");
-    let good = RedisBackend::connect(&server.url()).unwrap();
+fn connect_failures_name_the_server_and_the_cause() {
+    const PASSWORD: &str = "correct-horse";
+    const WRONG: &str = "battery-staple";
+    let locked = RedisServer::start_with_password(PASSWORD);
+    let plain = shared_redis();
+    let good = RedisBackend::connect(&locked.url()).unwrap();
     assert!(!good.is_locked(&unique("auth")).unwrap());
-    let url = format!("redis://:battery-staple@127.0.0.1:{}/", server.port);
-    let err = RedisBackend::connect(&url).unwrap_err();
-    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
-    assert!(!format!("{err} {err:?}").contains("battery-staple"));
-    let err = RedisBackend::connect(&format!("redis://127.0.0.1:{}/", server.port)).unwrap_err();
-    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
-    assert!(!format!("{good:?}").contains("correct-horse"));
+    assert!(!format!("{good:?}").contains(PASSWORD));
+
+    let refused = support::free_port();
+    let (_silent, silent) = silent_listener();
+    let (peer, peer_port) = plain_text_peer();
+    let (p, l) = (plain.port, locked.port);
+    let timeouts = "connect_timeout 300ms, read_timeout 300ms";
+    // (URL, code, the whole message or, where the OS words it, its start)
+    let rows: Vec<(String, ErrorCode, String)> = vec![
+        (
+            format!("redis://:{WRONG}@127.0.0.1:{refused}/"),
+            ErrorCode::ServiceUnavailable,
+            format!("cannot connect to Redis at 127.0.0.1:{refused}: connection refused"),
+        ),
+        (
+            format!("redis://:{WRONG}@nonexistent.invalid:{refused}/"),
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "cannot connect to Redis at nonexistent.invalid:{refused}: host name not \
+                 resolved ("
+            ),
+        ),
+        (
+            format!("redis://:{WRONG}@127.0.0.1:{l}/"),
+            ErrorCode::AuthFailed,
+            format!(
+                "cannot connect to Redis at 127.0.0.1:{l}: authentication failed: the server \
+                 refused the user name or password (Password authentication failed - \
+                 AuthenticationFailed)"
+            ),
+        ),
+        (
+            format!("redis://:{WRONG}@127.0.0.1:{l}/3"),
+            ErrorCode::AuthFailed,
+            format!("cannot connect to Redis at 127.0.0.1:{l} (db 3): authentication failed: "),
+        ),
+        (
+            format!("redis://127.0.0.1:{l}/"),
+            ErrorCode::AuthFailed,
+            format!(
+                "cannot connect to Redis at 127.0.0.1:{l}: authentication required (\"NOAUTH\": \
+                 Authentication required.): the server has a password; give it in the URL \
+                 (redis://:PASSWORD@host:port/)"
+            ),
+        ),
+        (
+            format!("rediss://:{WRONG}@127.0.0.1:{p}/"),
+            ErrorCode::NetworkTimeout,
+            format!(
+                "cannot connect to Redis at 127.0.0.1:{p}: no answer in time ({timeouts}); a \
+                 TLS client (rediss://) waits like this for a server that does not speak TLS on \
+                 this port"
+            ),
+        ),
+        (
+            format!("rediss://:{WRONG}@127.0.0.1:{peer_port}/"),
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "cannot connect to Redis at 127.0.0.1:{peer_port}: TLS failure: received \
+                 corrupt message of type InvalidContentType; does the server speak TLS on this \
+                 port?"
+            ),
+        ),
+        (
+            format!("redis://:{WRONG}@127.0.0.1:{silent}/"),
+            ErrorCode::NetworkTimeout,
+            format!(
+                "cannot connect to Redis at 127.0.0.1:{silent}: no answer in time ({timeouts})"
+            ),
+        ),
+    ];
+    for (url, code, message) in rows {
+        let err = support::within_a_minute({
+            let url = url.clone();
+            move || {
+                RedisBackend::builder()
+                    .url(url)
+                    .connect_timeout(Duration::from_millis(300))
+                    .read_timeout(Duration::from_millis(300))
+                    .build()
+            }
+        })
+        .unwrap_err();
+        assert_eq!(err.code(), code, "{url}: {err}");
+        assert!(
+            err.message().starts_with(&message),
+            "{url}:\n{err}\n{message}"
+        );
+        if !message.ends_with(['(', ' ']) {
+            assert_eq!(err.message(), message, "{url}");
+        }
+        assert!(!format!("{err} {err:?}").contains(WRONG), "{err:?}");
+    }
+    peer.join().unwrap();
 }
 
 #[test]
@@ -514,6 +637,11 @@ fn an_application_pool_works_and_pool_exhaustion_is_rate_limited() {
     let backend = RedisBackend::builder().pool(pool.clone()).build().unwrap();
     let err = backend.is_locked(&unique("busy")).unwrap_err();
     assert_eq!(err.code(), ErrorCode::RateLimited, "{err}");
+    assert_eq!(
+        err.message(),
+        "no pooled Redis connection became free within 300ms (pool_size 1; Redis through the \
+         application's pool)"
+    );
     drop(hog);
     let key = unique("app-pool");
     let lease = lease(backend.acquire(&key, TTL));

@@ -6,9 +6,9 @@ use std::time::Duration;
 use r2d2::{ManageConnection, PooledConnection};
 use redis::{Client, Connection, ConnectionLike, RedisError, RedisResult};
 
-use super::errors::{classify, is_dropped_connection, map_error};
+use super::errors::{Phase, Server, is_dropped_connection, map_error};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
+use crate::net::{UrlParams, split_url, with_one_reconnect};
 
 /// A Redis URL taken apart: what the client gets, what may be shown, and our own options.
 pub(crate) struct ParsedUrl {
@@ -16,6 +16,8 @@ pub(crate) struct ParsedUrl {
     pub client_url: String,
     /// The URL with any password replaced by `***`.
     pub display: String,
+    /// Where the server is, for messages: `at HOST:PORT`, with ` (db N)` when N is not 0.
+    pub location: String,
     /// `?prefix=`.
     pub prefix: Option<String>,
     /// Passwords found in the URL, to scrub from error messages.
@@ -23,27 +25,108 @@ pub(crate) struct ParsedUrl {
     pub tls: bool,
 }
 
+/// The port the `redis` crate uses when a URL names none.
+const DEFAULT_PORT: u16 = 6379;
+
+/// The schemes a Redis URL may have.
+const SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+
+/// What the `redis` crate reads from the query of a TCP URL (`redis://`, `rediss://`).
+const TCP_PARAMS: &[&str] = &["protocol"];
+/// What it reads from the query of a socket URL (`redis+unix://`, `unix://`).
+const UNIX_PARAMS: &[&str] = &["protocol", "db", "user", "pass"];
+
+/// Takes a Redis URL apart and checks, before any I/O, everything the `redis` crate would
+/// otherwise ignore or only refuse when connecting: parameters it does not read for this kind
+/// of URL, a fragment, a database that is not a number, an unknown protocol.
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
+    let unix = match url::Url::parse(url.trim()) {
+        Ok(parsed) if !SCHEMES.contains(&parsed.scheme()) => {
+            return Err(LockError::invalid_argument(format!(
+                "not a Redis URL (scheme {:?}); expected redis://, rediss://, redis+unix:// or \
+                 unix://",
+                parsed.scheme().chars().take(32).collect::<String>()
+            )));
+        }
+        Ok(parsed) => {
+            let unix = matches!(parsed.scheme(), "redis+unix" | "unix");
+            if !unix {
+                refuse_socket_params(&parsed)?;
+            }
+            unix
+        }
+        // split_url says what is wrong.
+        Err(_) => false,
+    };
     let split = split_url(
         url,
         "Redis",
         &UrlParams {
             ours: &["prefix"],
-            // What the `redis` crate reads from a URL's query (`db`, `user` and `pass` only
-            // for `redis+unix://`).
-            client: &["protocol", "db", "user", "pass"],
+            client: if unix { UNIX_PARAMS } else { TCP_PARAMS },
         },
     )?;
-    let scheme = split.url.scheme();
-    if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
-        return Err(LockError::invalid_argument(format!(
-            "not a Redis URL (scheme {scheme:?}); expected redis://, rediss://, redis+unix:// or unix://"
-        )));
+    let parsed = &split.url;
+    if parsed.fragment().is_some() {
+        return Err(LockError::invalid_argument(
+            "a Redis URL takes no fragment (`#…`); `#insecure` (TLS without certificate checks) \
+             is not supported",
+        ));
     }
+    // The `redis` crate reads the last of a repeated parameter; one value leaves no doubt.
+    let names: Vec<String> = parsed
+        .query_pairs()
+        .map(|(name, _)| name.into_owned())
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(LockError::invalid_argument(format!(
+                "the Redis URL parameter `{name}` is given twice"
+            )));
+        }
+    }
+    let query = |name: &str| {
+        parsed
+            .query_pairs()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+    };
+    if let Some(protocol) = query("protocol") {
+        if !matches!(protocol.as_str(), "2" | "3" | "resp2" | "resp3") {
+            return Err(LockError::invalid_argument(
+                "the Redis URL parameter `protocol` must be resp2 or resp3 (or 2 or 3)",
+            ));
+        }
+    }
+    let location = if unix {
+        let db = match query("db") {
+            Some(db) => database_number(&db, "the Redis URL parameter `db`", "?db=2")?,
+            None => 0,
+        };
+        let path = parsed.to_file_path().map_err(|()| {
+            LockError::invalid_argument("the Redis socket URL names no socket path")
+        })?;
+        with_db(format!("at unix socket {}", path.display()), db)
+    } else {
+        let host = match parsed.host() {
+            Some(url::Host::Domain(name)) if !name.is_empty() => name.to_owned(),
+            Some(url::Host::Domain(_)) | None => {
+                return Err(LockError::invalid_argument("the Redis URL names no host"));
+            }
+            Some(host) => host.to_string(),
+        };
+        let db = match parsed.path().trim_matches('/') {
+            "" => 0,
+            path => database_number(path, "the path of a Redis URL", "redis://host:port/2")?,
+        };
+        let port = parsed.port().unwrap_or(DEFAULT_PORT);
+        with_db(format!("at {host}:{port}"), db)
+    };
     Ok(ParsedUrl {
-        tls: scheme == "rediss",
+        tls: split.url.scheme() == "rediss",
         client_url: split.url.to_string(),
         display: split.display,
+        location,
         prefix: split
             .options
             .into_iter()
@@ -51,6 +134,41 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
             .next_back(),
         secrets: split.secrets,
     })
+}
+
+/// `db`, `user` and `pass` in the query of a TCP URL: the `redis` crate reads them only for
+/// sockets and would silently use database 0 and no password.
+fn refuse_socket_params(url: &url::Url) -> Result<()> {
+    for (name, _) in url.query_pairs() {
+        let how = match name.as_ref() {
+            "db" => "give the database as the path: redis://host:port/2",
+            "user" | "pass" => "give them before the host: redis://user:password@host:port/",
+            _ => continue,
+        };
+        return Err(LockError::invalid_argument(format!(
+            "the Redis URL parameter `{name}` is read only for unix sockets (redis+unix://); \
+             for redis:// and rediss:// {how}"
+        )));
+    }
+    Ok(())
+}
+
+/// A database number (what `SELECT` takes), or an error naming `what` without its value.
+fn database_number(text: &str, what: &str, example: &str) -> Result<u32> {
+    text.parse::<u32>().map_err(|_| {
+        LockError::invalid_argument(format!(
+            "{what} must be a database number (0, 1, …): {example}"
+        ))
+    })
+}
+
+/// `location`, followed by ` (db N)` when N is not the default 0.
+fn with_db(location: String, db: u32) -> String {
+    if db == 0 {
+        location
+    } else {
+        format!("{location} (db {db})")
+    }
 }
 
 /// Makes rustls usable for `rediss://` without requiring the application to pick a crypto
@@ -74,32 +192,56 @@ pub(crate) struct Timeouts {
 /// read and write timeouts, and remember why the last connect failed (r2d2 reports only text).
 pub(crate) struct Connector {
     client: Client,
+    server: Arc<Server>,
     timeouts: Timeouts,
     last_failure: LastFailure,
 }
 
-/// Why the last connection attempt failed (`None` once one succeeds), shared between the
-/// connector, which r2d2 owns, and the checkout that has to explain a pool timeout.
+/// Why the last connection attempt failed, as the code and message of its [`LockError`]
+/// (`None` once one succeeds), shared between the connector, which r2d2 owns, and the checkout
+/// that has to explain a pool timeout.
 #[derive(Clone, Default)]
-pub(crate) struct LastFailure(Arc<Mutex<Option<ErrorCode>>>);
+pub(crate) struct LastFailure(Arc<Mutex<Option<(ErrorCode, String)>>>);
 
 impl LastFailure {
-    fn set(&self, failure: Option<ErrorCode>) {
+    fn set(&self, failure: Option<(ErrorCode, String)>) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = failure;
     }
 
-    fn get(&self) -> Option<ErrorCode> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    fn get(&self) -> Option<(ErrorCode, String)> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
 impl Connector {
-    pub fn new(client: Client, timeouts: Timeouts, last_failure: LastFailure) -> Self {
+    pub fn new(
+        client: Client,
+        server: Arc<Server>,
+        timeouts: Timeouts,
+        last_failure: LastFailure,
+    ) -> Self {
         Connector {
             client,
+            server,
             timeouts,
             last_failure,
         }
+    }
+
+    /// Opens one connection and checks it with a `PING` (a server with a password accepts the
+    /// connection and refuses the first command), for `build()`: a wrong address or password
+    /// fails there, with its cause, instead of as a pool timeout on first use.
+    pub fn probe(&self) -> Result<()> {
+        let mut connection = self
+            .open()
+            .map_err(|e| map_error(e, &self.server, Phase::Connect))?;
+        redis::cmd("PING")
+            .query::<String>(&mut connection)
+            .map(drop)
+            .map_err(|e| map_error(e, &self.server, Phase::Connect))
     }
 }
 
@@ -143,8 +285,10 @@ impl Connector {
                 conn.set_write_timeout(Some(self.timeouts.write))?;
                 Ok(conn)
             });
-        self.last_failure
-            .set(connected.as_ref().err().map(classify));
+        self.last_failure.set(connected.as_ref().err().map(|error| {
+            let error = map_error(error.clone(), &self.server, Phase::Connect);
+            (error.code(), error.message().to_owned())
+        }));
         connected
     }
 }
@@ -197,11 +341,11 @@ impl Pool {
     /// Runs `call` on a pooled connection, with one reconnect if the connection was dead.
     pub fn run<T>(
         &self,
-        redactor: &Redactor,
+        server: &Server,
         mut call: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
         with_one_reconnect(
-            || self.checkout(redactor),
+            || self.checkout(server),
             |checkout| {
                 let result = call(checkout.connection());
                 if result.as_ref().is_err_and(RedisError::is_timeout) {
@@ -210,44 +354,52 @@ impl Pool {
                 result
             },
             is_dropped_connection,
-            |error| map_error(error, redactor),
+            |error| map_error(error, server, Phase::Call),
         )
     }
 
-    fn checkout(&self, redactor: &Redactor) -> Result<Checkout> {
+    fn checkout(&self, server: &Server) -> Result<Checkout> {
         match self {
-            Pool::Own(pool, last_failure) => pool.get().map(Checkout::Own).map_err(|e| {
-                checkout_error(pool.connection_timeout(), last_failure.get(), &e, redactor)
-            }),
+            Pool::Own(pool, last_failure) => pool
+                .get()
+                .map(Checkout::Own)
+                .map_err(|_| checkout_error(pool, last_failure.get(), server)),
             Pool::External(pool, timeouts) => {
                 let conn = pool.get().map_err(|e| {
-                    let cause = external_failure(&e.to_string());
-                    checkout_error(pool.connection_timeout(), cause, &e, redactor)
+                    let failure = external_failure(&e.to_string()).map(|code| {
+                        let detail = server.clean(&e.to_string());
+                        let at = server.location();
+                        (code, format!("cannot connect to Redis {at}: {detail}"))
+                    });
+                    checkout_error(pool, failure, server)
                 })?;
                 conn.set_read_timeout(Some(timeouts.read))
                     .and_then(|()| conn.set_write_timeout(Some(timeouts.write)))
-                    .map_err(|e| map_error(e, redactor))?;
+                    .map_err(|e| map_error(e, server, Phase::Call))?;
                 Ok(Checkout::External(conn))
             }
         }
     }
 }
 
-/// The error for a checkout that timed out: the last connect failure's code when connecting
-/// failed (`ServiceUnavailable`, `AuthFailed`, …); `RateLimited` when every connection was
-/// busy for the whole checkout timeout.
-fn checkout_error(
-    timeout: Duration,
-    connect_failure: Option<ErrorCode>,
-    error: &r2d2::Error,
-    redactor: &Redactor,
+/// The error for a checkout that timed out: the last connect failure when connecting failed
+/// (`ServiceUnavailable`, `AuthFailed`, …, with its message); `RateLimited` when every
+/// connection was busy for the whole checkout timeout.
+fn checkout_error<M: ManageConnection>(
+    pool: &r2d2::Pool<M>,
+    connect_failure: Option<(ErrorCode, String)>,
+    server: &Server,
 ) -> LockError {
-    let detail = redactor.clean(&error.to_string());
     match connect_failure {
-        Some(code) => LockError::new(code, format!("could not connect to Redis: {detail}")),
+        Some((code, message)) => LockError::new(code, message),
         None => LockError::new(
             ErrorCode::RateLimited,
-            format!("no pooled Redis connection became free within {timeout:?}"),
+            format!(
+                "no pooled Redis connection became free within {:?} (pool_size {}; Redis {})",
+                pool.connection_timeout(),
+                pool.max_size(),
+                server.location()
+            ),
         ),
     }
 }
@@ -289,6 +441,22 @@ mod tests {
         assert!(!p.display.contains("topsecret"), "{}", p.display);
         assert_eq!(p.secrets, ["topsecret"]);
         assert!(parse_url("rediss://h/").unwrap().tls);
+    }
+
+    #[test]
+    fn locations_name_host_port_and_database() {
+        let location = |url: &str| parse_url(url).unwrap().location;
+        assert_eq!(
+            location("redis://:pw@cache.internal/"),
+            "at cache.internal:6379"
+        );
+        assert_eq!(location("rediss://h:6380/0"), "at h:6380");
+        assert_eq!(location("redis://h:6380/2?prefix=x"), "at h:6380 (db 2)");
+        assert_eq!(location("redis://[::1]:7000/"), "at [::1]:7000");
+        assert_eq!(
+            location("redis+unix:///run/redis.sock?db=3&pass=pw"),
+            "at unix socket /run/redis.sock (db 3)"
+        );
     }
 
     #[test]

@@ -36,6 +36,11 @@
 //! something that is not a SyncGuard lock record, or a fence counter past
 //! [`FENCE_MAX`] → `Internal`. A pooled connection found dead (a restarted
 //! server) is replaced and the call repeated once, which every script is safe against.
+//!
+//! Messages name the server (`host:port`, and the database when it is not 0) and the cause:
+//! connection refused, host name not resolved, the TLS reason, authentication failed or
+//! required, which timeout ran out. They never contain the password:
+//! `ServiceUnavailable: cannot connect to Redis at 10.0.0.5:6379: connection refused`.
 
 mod connection;
 mod errors;
@@ -46,8 +51,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use std::sync::Arc;
+
 use self::connection::{Connector, LastFailure, Pool, Timeouts, ensure_tls_provider, parse_url};
-use self::errors::map_error;
+use self::errors::Server;
 use self::scripts::{Reply, SCRIPTS, Status};
 use crate::backend::{
     AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
@@ -57,7 +64,7 @@ use crate::error::{LockError, Result};
 use crate::fence::{FENCE_MAX, Fence};
 use crate::key::{make_storage_key, normalize_and_validate_key};
 use crate::lock_id::{LOCK_ID_LENGTH, generate_lock_id, validate_lock_id};
-use crate::net::{Redactor, Source, pool_source};
+use crate::net::{Source, pool_source};
 use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
 
 /// Redis' storage-key limit in bytes.
@@ -84,7 +91,8 @@ pub struct RedisBackend {
     /// [`RedisBuilder::key_prefix`]).
     index_prefix: String,
     cleanup_in_is_locked: bool,
-    redactor: Redactor,
+    /// Where the server is and what messages must not show.
+    server: Arc<Server>,
     display_url: String,
 }
 
@@ -123,7 +131,10 @@ impl Default for RedisBuilder {
 impl RedisBuilder {
     /// The server: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, verified
     /// against the system's root certificates) or `redis+unix:///path/to/socket[?db=N]`.
-    /// `?prefix=NAME` sets the key prefix.
+    /// `?prefix=NAME` sets the key prefix; `?protocol=` is passed on; `?db=`, `?user=` and
+    /// `?pass=` are read for sockets only. [`build`](RedisBuilder::build) refuses any other
+    /// parameter, an empty or repeated `prefix`, a fragment (`#insecure`) and a path that is not
+    /// a database number, naming what is wrong.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -141,9 +152,9 @@ impl RedisBuilder {
     }
 
     /// The namespace of every key (default `syncguard`; one trailing `:` is dropped). Must
-    /// leave room for keys: at most 948 bytes, so that index keys are never hashed. It may
-    /// not end in an `id` or `fence` segment, which would overlap those namespaces of a
-    /// shorter prefix.
+    /// not be empty, and must leave room for keys: at most 948 bytes, so that index keys are
+    /// never hashed. It may not end in an `id` or `fence` segment, which would overlap those
+    /// namespaces of a shorter prefix.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
         self
@@ -187,8 +198,10 @@ impl RedisBuilder {
         self
     }
 
-    /// Validates the options and, for a URL, opens one connection to check the server and the
-    /// credentials (`ServiceUnavailable`, `AuthFailed`, `NetworkTimeout` otherwise).
+    /// Validates the options (`InvalidArgument`, before any I/O) and, for a URL, opens one
+    /// connection to check the server and the credentials (`ServiceUnavailable`, `AuthFailed`,
+    /// `NetworkTimeout` otherwise, with a message naming the server's `host:port` and the
+    /// cause).
     pub fn build(self) -> Result<RedisBackend> {
         let source = pool_source(
             "Redis",
@@ -202,31 +215,46 @@ impl RedisBuilder {
             ],
             self.pool_size,
         )?;
-        let (pool, url_prefix, redactor, display_url) = match source {
+        let key_prefix = match &self.key_prefix {
+            Some(prefix) => Some(validate_prefix(prefix, "key_prefix")?),
+            None => None,
+        };
+        let (pool, url_prefix, server, display_url) = match source {
             Source::Pool(pool) => (
                 Pool::External(pool, self.timeouts),
                 None,
-                Redactor::default(),
+                Arc::new(Server::application_pool(self.timeouts)),
                 "<application pool>".to_owned(),
             ),
             Source::Url(url) => {
                 let parsed = parse_url(&url)?;
-                let redactor = Redactor::new(parsed.secrets);
+                let url_prefix = match &parsed.prefix {
+                    Some(prefix) => Some(validate_prefix(prefix, "URL parameter `prefix`")?),
+                    None => None,
+                };
+                let server = Arc::new(Server::from_url(
+                    parsed.location,
+                    parsed.secrets,
+                    self.timeouts,
+                    parsed.tls,
+                ));
                 if parsed.tls {
                     ensure_tls_provider();
                 }
-                let client = redis::Client::open(parsed.client_url.as_str())
-                    .map_err(|e| map_error(e, &redactor))?;
+                let client = redis::Client::open(parsed.client_url.as_str()).map_err(|e| {
+                    LockError::invalid_argument(format!(
+                        "invalid Redis URL: {}",
+                        server.clean(&e.to_string())
+                    ))
+                })?;
                 let last_failure = LastFailure::default();
-                let connector = Connector::new(client, self.timeouts, last_failure.clone());
-                // One connection up front: a wrong address or password fails here, with the
-                // client's own error, instead of as a pool timeout on first use.
-                let mut probe = r2d2::ManageConnection::connect(&connector)
-                    .map_err(|e| map_error(e, &redactor))?;
-                // A server with a password accepts the connection and refuses the first command.
-                r2d2::ManageConnection::is_valid(&connector, &mut probe)
-                    .map_err(|e| map_error(e, &redactor))?;
-                drop(probe);
+                let connector = Connector::new(
+                    client,
+                    Arc::clone(&server),
+                    self.timeouts,
+                    last_failure.clone(),
+                );
+                connector.probe()?;
                 let pool = r2d2::Pool::builder()
                     .max_size(self.pool_size)
                     .min_idle(Some(0))
@@ -236,58 +264,58 @@ impl RedisBuilder {
                     .build_unchecked(connector);
                 (
                     Pool::Own(pool, last_failure),
-                    parsed.prefix,
-                    redactor,
+                    url_prefix,
+                    server,
                     parsed.display,
                 )
             }
         };
-        let prefix = self
-            .key_prefix
+        let prefix = key_prefix
             .or(url_prefix)
             .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
-        let prefix = validate_prefix(&prefix)?;
         // validate_prefix guarantees `prefix:id:<lock id>` fits unhashed.
-        let index_prefix = if prefix.is_empty() {
-            "id:".to_owned()
-        } else {
-            format!("{prefix}:id:")
-        };
+        let index_prefix = format!("{prefix}:id:");
         Ok(RedisBackend {
             pool,
             prefix,
             index_prefix,
             cleanup_in_is_locked: self.cleanup_in_is_locked,
-            redactor,
+            server,
             display_url,
         })
     }
 }
 
-/// Checks a key prefix and returns it without its trailing `:`.
-fn validate_prefix(prefix: &str) -> Result<String> {
+/// Checks a key prefix (given as `option`, for messages) and returns it without its trailing
+/// `:`. Never empty: keys without a namespace would mix with everything else in the database.
+fn validate_prefix(prefix: &str, option: &str) -> Result<String> {
     let prefix = prefix.strip_suffix(':').unwrap_or(prefix);
-    let separator = usize::from(!prefix.is_empty());
+    if prefix.trim().is_empty() {
+        return Err(LockError::invalid_argument(format!(
+            "the Redis {option} is empty: leave it out for the default `{DEFAULT_PREFIX}`, or \
+             give a namespace such as `myapp`"
+        )));
+    }
     // Index keys (`prefix:id:` + 22 characters) must fit unhashed: scripts rebuild them.
-    let longest_index = prefix.len() + separator + "id:".len() + LOCK_ID_LENGTH;
+    let longest_index = prefix.len() + 1 + "id:".len() + LOCK_ID_LENGTH;
     if longest_index + STORAGE_KEY_RESERVE > STORAGE_KEY_LIMIT {
         return Err(LockError::invalid_argument(format!(
-            "Redis key prefix of {} bytes is too long: at most {} bytes",
+            "the Redis {option} of {} bytes is too long: at most {} bytes",
             prefix.len(),
-            STORAGE_KEY_LIMIT - STORAGE_KEY_RESERVE - separator - "id:".len() - LOCK_ID_LENGTH
+            STORAGE_KEY_LIMIT - STORAGE_KEY_RESERVE - 1 - "id:".len() - LOCK_ID_LENGTH
         )));
     }
     let last_segment = prefix.rsplit(':').next().unwrap_or(prefix);
     if RESERVED_SEGMENTS.contains(&last_segment) {
         return Err(LockError::invalid_argument(format!(
-            "Redis key prefix may not end in an `id` or `fence` segment (got {prefix:?}): \
+            "the Redis {option} may not end in an `id` or `fence` segment (got {prefix:?}): \
              its locks would overlap another prefix's index or fence keys"
         )));
     }
     if prefix.chars().any(char::is_control) {
-        return Err(LockError::invalid_argument(
-            "Redis key prefix may not contain control characters",
-        ));
+        return Err(LockError::invalid_argument(format!(
+            "the Redis {option} may not contain control characters"
+        )));
     }
     Ok(prefix.to_owned())
 }
@@ -349,7 +377,7 @@ impl RedisBackend {
         &self,
         call: impl FnMut(&mut redis::Connection) -> redis::RedisResult<redis::Value>,
     ) -> Result<Reply> {
-        Reply::parse(self.pool.run(&self.redactor, call)?)
+        Reply::parse(self.pool.run(&self.server, call)?)
     }
 
     fn foreign(&self, key: Option<&str>) -> LockError {
@@ -594,21 +622,24 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        assert_eq!(validate_prefix("syncguard").unwrap(), "syncguard");
-        assert_eq!(validate_prefix("app:").unwrap(), "app");
-        assert_eq!(validate_prefix("").unwrap(), "");
-        assert!(validate_prefix(&"p".repeat(948)).is_ok());
-        assert!(validate_prefix(&"p".repeat(949)).is_err());
+        let check = |prefix: &str| validate_prefix(prefix, "key_prefix");
+        assert_eq!(check("syncguard").unwrap(), "syncguard");
+        assert_eq!(check("app:").unwrap(), "app");
+        assert!(check(&"p".repeat(948)).is_ok());
+        assert!(check(&"p".repeat(949)).is_err());
         for overlapping in ["id", "fence", "app:id", "app:fence", "app:fence:"] {
-            assert!(validate_prefix(overlapping).is_err(), "{overlapping}");
+            assert!(check(overlapping).is_err(), "{overlapping}");
         }
-        assert!(validate_prefix("app:fences").is_ok());
-        assert!(validate_prefix("a\nb").is_err());
+        assert!(check("app:fences").is_ok());
+        assert!(check("a\nb").is_err());
+        for empty in ["", ":", " "] {
+            assert!(check(empty).is_err(), "{empty:?}");
+        }
     }
 
     #[test]
     fn index_keys_are_what_make_storage_key_gives() {
-        for prefix in ["syncguard", "", &"p".repeat(948)] {
+        for prefix in ["syncguard", "p", &"p".repeat(948)] {
             let id = generate_lock_id();
             let expected = make_storage_key(
                 prefix,
@@ -617,30 +648,122 @@ mod tests {
                 STORAGE_KEY_RESERVE,
             )
             .unwrap();
-            let index_prefix = if prefix.is_empty() {
-                "id:".to_owned()
-            } else {
-                format!("{prefix}:id:")
-            };
-            assert_eq!(format!("{index_prefix}{id}"), expected);
+            assert_eq!(format!("{prefix}:id:{id}"), expected);
         }
     }
 
+    /// Each bad URL or option, the message it gets, all `InvalidArgument` and before any I/O
+    /// (nothing listens on port 1: a row that connected would fail otherwise).
     #[test]
-    fn building_needs_exactly_one_source() {
-        assert_eq!(
-            RedisBackend::builder().build().unwrap_err().code(),
-            ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            RedisBackend::builder()
-                .url("redis://127.0.0.1/")
-                .pool_size(0)
-                .build()
-                .unwrap_err()
-                .code(),
-            ErrorCode::InvalidArgument
-        );
+    fn bad_urls_and_options_are_refused_by_name_before_io() {
+        let url = |url: &str| RedisBackend::builder().url(url);
+        let at = |builder: RedisBuilder| builder.url("redis://:hunter2@127.0.0.1:1/");
+        let rows: Vec<(RedisBuilder, &str)> = vec![
+            (
+                url("redis://:hunter2@127.0.0.1:1/?prefx=myapp"),
+                "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
+                 prefix, protocol",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?prefix="),
+                "the Redis URL parameter `prefix` is empty: give it a value or leave it out",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?prefix=a&prefix=b"),
+                "the Redis URL parameter `prefix` is given twice",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?prefix=:"),
+                "the Redis URL parameter `prefix` is empty: leave it out for the default \
+                 `syncguard`, or give a namespace such as `myapp`",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?prefix=app:fence"),
+                "the Redis URL parameter `prefix` may not end in an `id` or `fence` segment (got \
+                 \"app:fence\"): its locks would overlap another prefix's index or fence keys",
+            ),
+            (
+                url("http://:hunter2@127.0.0.1:1/"),
+                "not a Redis URL (scheme \"http\"); expected redis://, rediss://, redis+unix:// \
+                 or unix://",
+            ),
+            (url("  "), "the Redis URL is empty"),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?db=2"),
+                "the Redis URL parameter `db` is read only for unix sockets (redis+unix://); for \
+                 redis:// and rediss:// give the database as the path: redis://host:port/2",
+            ),
+            (
+                url("redis://127.0.0.1:1/?pass=hunter2"),
+                "the Redis URL parameter `pass` is read only for unix sockets (redis+unix://); \
+                 for redis:// and rediss:// give them before the host: \
+                 redis://user:password@host:port/",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/two"),
+                "the path of a Redis URL must be a database number (0, 1, …): \
+                 redis://host:port/2",
+            ),
+            (
+                url("rediss://:hunter2@127.0.0.1:1/#insecure"),
+                "a Redis URL takes no fragment (`#…`); `#insecure` (TLS without certificate \
+                 checks) is not supported",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?protocol="),
+                "the Redis URL parameter `protocol` must be resp2 or resp3 (or 2 or 3)",
+            ),
+            (
+                url("redis+unix:///run/redis.sock?pass=hunter2&db=x"),
+                "the Redis URL parameter `db` must be a database number (0, 1, …): ?db=2",
+            ),
+            (
+                url("redis+unix:///run/redis.sock?pass=hunter2&db=1&db=2"),
+                "the Redis URL parameter `db` is given twice",
+            ),
+            (
+                url("redis+unix:///run/redis.sock?pass=hunter2&prefx=a"),
+                "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
+                 prefix, protocol, db, user, pass",
+            ),
+            (url("redis:///"), "the Redis URL names no host"),
+            (
+                at(RedisBackend::builder().key_prefix("")),
+                "the Redis key_prefix is empty: leave it out for the default `syncguard`, or give \
+                 a namespace such as `myapp`",
+            ),
+            (
+                at(RedisBackend::builder().key_prefix(":")),
+                "the Redis key_prefix is empty: leave it out for the default `syncguard`, or give \
+                 a namespace such as `myapp`",
+            ),
+            (
+                RedisBackend::builder(),
+                "the Redis backend needs a URL or a pool",
+            ),
+            (
+                at(RedisBackend::builder().pool_size(0)),
+                "pool_size must be at least 1",
+            ),
+            (
+                at(RedisBackend::builder().connect_timeout(Duration::ZERO)),
+                "connect_timeout must be above zero",
+            ),
+            (
+                at(RedisBackend::builder().pool_timeout(Duration::ZERO)),
+                "pool_timeout must be above zero",
+            ),
+        ];
+        for (builder, message) in rows {
+            let shown = format!("{builder:?}");
+            let err = builder.build().expect_err(message);
+            assert_eq!(
+                (err.code(), err.message()),
+                (ErrorCode::InvalidArgument, message),
+                "{shown}"
+            );
+            assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+        }
     }
 
     #[test]
