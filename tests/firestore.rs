@@ -454,6 +454,96 @@ fn firestore_error_statuses_map_to_codes() {
     );
 }
 
+/// Failures reaching the endpoint or answered by it, against sockets and stubs the test starts:
+/// each one's code and message. Every message names the endpoint, the project and the
+/// database, and keeps the cause; none shows the token.
+#[test]
+fn transport_failures_name_the_endpoint_and_the_cause() {
+    const TOKEN: &str = "ya29.secret-token";
+    let refused = support::free_port();
+    // Accepted by the kernel, never answered.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = listener.local_addr().unwrap().port();
+    let unavailable = StubServer::start(|_| {
+        StubResponse::json(
+            503,
+            json!({ "error": { "code": 503, "message": "the stub is down", "status": "UNAVAILABLE" } }),
+        )
+    });
+    let denied = StubServer::start(|_| {
+        StubResponse::json(
+            403,
+            json!({ "error": { "code": 403, "message": "Missing or insufficient permissions.", "status": "PERMISSION_DENIED" } }),
+        )
+    });
+    let place = |host: &str| {
+        format!("Firestore at {host} (project {FIRESTORE_PROJECT}, database (default))")
+    };
+    // (emulator host, code, the whole message or, where the OS words it, its start)
+    let rows = [
+        (
+            format!("127.0.0.1:{refused}"),
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "cannot reach {}: connection refused",
+                place(&format!("127.0.0.1:{refused}"))
+            ),
+        ),
+        (
+            "nonexistent.invalid:8080".to_owned(),
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "cannot reach {}: host name not resolved",
+                place("nonexistent.invalid:8080")
+            ),
+        ),
+        (
+            format!("127.0.0.1:{silent}"),
+            ErrorCode::NetworkTimeout,
+            format!(
+                "{} did not answer in time: no answer within the timeout (300ms)",
+                place(&format!("127.0.0.1:{silent}"))
+            ),
+        ),
+        (
+            unavailable.host(),
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "{} answered HTTP 503 UNAVAILABLE: the stub is down",
+                place(&unavailable.host())
+            ),
+        ),
+        (
+            denied.host(),
+            ErrorCode::AuthFailed,
+            format!(
+                "{} answered HTTP 403 PERMISSION_DENIED: Missing or insufficient permissions.",
+                place(&denied.host())
+            ),
+        ),
+    ];
+    for (host, code, message) in rows {
+        let backend = FirestoreBackend::builder()
+            .project(FIRESTORE_PROJECT)
+            .emulator_host(&host)
+            .credentials(Credentials::Token(TOKEN.to_owned()))
+            .timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let err = support::within_a_minute(move || backend.is_locked("k")).unwrap_err();
+        assert_eq!(err.code(), code, "{host}: {err}");
+        assert!(
+            err.message().starts_with(&message),
+            "{host}:\n{err}\n{message}"
+        );
+        if !host.starts_with("nonexistent") {
+            assert_eq!(err.message(), message, "{host}");
+        }
+        assert!(!format!("{err} {err:?}").contains(TOKEN), "{err:?}");
+    }
+    drop(listener);
+}
+
 #[test]
 fn clock_skew_is_measured_warned_about_and_bounded() {
     // A server whose clock runs ten seconds ahead of ours.

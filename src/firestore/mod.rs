@@ -52,7 +52,12 @@
 //! DEADLINE_EXCEEDED and client timeouts → `NetworkTimeout`; PERMISSION_DENIED,
 //! UNAUTHENTICATED and token-exchange failures → `AuthFailed`; INVALID_ARGUMENT,
 //! FAILED_PRECONDITION → `InvalidArgument` (a missing `lockId` index is named);
-//! RESOURCE_EXHAUSTED → `RateLimited`; anything else → `Internal`.
+//! RESOURCE_EXHAUSTED → `RateLimited`; anything else → `Internal`. Refused connections,
+//! unresolved host names and TLS failures → `ServiceUnavailable`.
+//!
+//! Messages name the endpoint (`firestore.googleapis.com`, or the emulator's `host:port`), the
+//! project and the database, and keep the cause: `Firestore at 127.0.0.1:8080 (project p,
+//! database (default)) answered HTTP 503 UNAVAILABLE: …`. They never contain a token.
 
 mod auth;
 mod rest;
@@ -223,16 +228,17 @@ impl FirestoreBuilder {
         self
     }
 
-    /// Validates the options (`InvalidArgument`) and prepares the client. Connects lazily: the
-    /// first operation reports an unreachable endpoint or rejected credentials.
+    /// Validates the options (`InvalidArgument`, naming the option) and prepares the client.
+    /// Connects lazily: the first operation reports an unreachable endpoint or rejected
+    /// credentials, with a message naming the endpoint, the project and the database.
     pub fn build(self) -> Result<FirestoreBackend> {
         let project = self
             .project
             .ok_or_else(|| LockError::invalid_argument("the Firestore backend needs a project"))?;
         validate_resource_id("project", &project)?;
         validate_resource_id("database", &self.database)?;
-        validate_collection_id(&self.collection)?;
-        validate_collection_id(&self.fence_collection)?;
+        validate_collection_id("collection", &self.collection)?;
+        validate_collection_id("fence_collection", &self.fence_collection)?;
         if self.collection == self.fence_collection {
             return Err(LockError::invalid_argument(
                 "the lock collection and the fence collection must differ: cleaning up locks \
@@ -241,6 +247,22 @@ impl FirestoreBuilder {
         }
         if self.timeout.is_zero() {
             return Err(LockError::invalid_argument("timeout must be above zero"));
+        }
+        if let Some(host) = &self.emulator_host {
+            validate_emulator_host(host)?;
+        }
+        match &self.credentials {
+            Some(Credentials::ServiceAccountFile(path)) if path.as_os_str().is_empty() => {
+                return Err(LockError::invalid_argument(
+                    "the Firestore credentials file path is empty",
+                ));
+            }
+            Some(Credentials::ServiceAccountJson(json)) if json.trim().is_empty() => {
+                return Err(LockError::invalid_argument(
+                    "the Firestore credentials (service-account key JSON) are empty",
+                ));
+            }
+            _ => {}
         }
         let credentials = match (self.credentials, &self.emulator_host) {
             (Some(credentials), _) => credentials,
@@ -269,24 +291,49 @@ impl FirestoreBuilder {
     }
 }
 
-fn validate_resource_id(what: &str, id: &str) -> Result<()> {
-    if id.is_empty() || id.contains('/') || id.chars().any(char::is_control) {
+/// A project or database id: non-empty, no `/` (it goes into resource names), no control
+/// characters. Messages name the option, not the value.
+fn validate_resource_id(option: &str, id: &str) -> Result<()> {
+    if id.trim().is_empty() {
         return Err(LockError::invalid_argument(format!(
-            "invalid Firestore {what} id: it must be non-empty, without `/` or control characters"
+            "the Firestore {option} is empty"
+        )));
+    }
+    if id.contains('/') || id.chars().any(char::is_control) {
+        return Err(LockError::invalid_argument(format!(
+            "the Firestore {option} id may not contain `/` or control characters"
         )));
     }
     Ok(())
 }
 
-fn validate_collection_id(id: &str) -> Result<()> {
-    if is_rejected_id(id)
-        || id.is_empty()
-        || id.len() > STORAGE_KEY_LIMIT
-        || id.chars().any(char::is_control)
-    {
+/// A collection id (`option` names it for messages).
+fn validate_collection_id(option: &str, id: &str) -> Result<()> {
+    if id.trim().is_empty() {
+        return Err(LockError::invalid_argument(format!(
+            "the Firestore {option} is empty"
+        )));
+    }
+    if is_rejected_id(id) || id.len() > STORAGE_KEY_LIMIT || id.chars().any(char::is_control) {
+        return Err(LockError::invalid_argument(format!(
+            "the Firestore {option} is not a valid collection id: at most 1500 bytes, no `/`, \
+             not `.` or `..`, not of the form `__…__`"
+        )));
+    }
+    Ok(())
+}
+
+/// The emulator's `host:port`: what `http://` is put in front of.
+fn validate_emulator_host(host: &str) -> Result<()> {
+    if host.trim().is_empty() {
         return Err(LockError::invalid_argument(
-            "invalid Firestore collection id: non-empty, at most 1500 bytes, no `/`, not `.` or \
-             `..`, not of the form `__…__`",
+            "the Firestore emulator_host is empty: give host:port (e.g. 127.0.0.1:8080)",
+        ));
+    }
+    if host.contains('/') || host.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(LockError::invalid_argument(
+            "the Firestore emulator_host must be host:port, without a scheme or path \
+             (e.g. 127.0.0.1:8080)",
         ));
     }
     Ok(())
@@ -411,7 +458,14 @@ impl FirestoreBackend {
                 "not a Firestore URL; expected firestore://PROJECT[/DATABASE]",
             ));
         }
-        let project = split.url.host_str().unwrap_or("").to_owned();
+        let project = match split.url.host_str() {
+            Some(project) if !project.is_empty() => project.to_owned(),
+            _ => {
+                return Err(LockError::invalid_argument(
+                    "the Firestore URL names no project; expected firestore://PROJECT[/DATABASE]",
+                ));
+            }
+        };
         let mut builder = Self::builder().project(project);
         let path = split.url.path().trim_matches('/');
         if !path.is_empty() {
@@ -808,6 +862,117 @@ mod tests {
         }
         for key in ["plain", "__x", "x__", "_._", "a.b", "..."] {
             assert_eq!(document_id(key).unwrap(), key);
+        }
+    }
+
+    /// Each bad URL or option, the message it gets, all `InvalidArgument` and before any I/O.
+    #[test]
+    fn bad_urls_and_options_are_refused_by_name() {
+        let base = || {
+            FirestoreBackend::builder()
+                .project("p")
+                .emulator_host("127.0.0.1:1")
+        };
+        let urls = [
+            (
+                "firestore://p?prefx=myapp",
+                "unknown Firestore URL parameter `prefx`; known parameters: collection, \
+                 fence_collection, credentials",
+            ),
+            (
+                "firestore://p?colection=jobs",
+                "unknown Firestore URL parameter `colection` (did you mean `collection`?); known \
+                 parameters: collection, fence_collection, credentials",
+            ),
+            (
+                "firestore://p?collection=",
+                "the Firestore URL parameter `collection` is empty: give it a value or leave it out",
+            ),
+            (
+                "firestore://p?credentials=",
+                "the Firestore URL parameter `credentials` is empty: give it a value or leave it \
+                 out",
+            ),
+            (
+                "firestore://p?collection=a&collection=b",
+                "the Firestore URL parameter `collection` is given twice",
+            ),
+            (
+                "firestore:///db",
+                "the Firestore URL names no project; expected firestore://PROJECT[/DATABASE]",
+            ),
+            (
+                "http://p",
+                "not a Firestore URL; expected firestore://PROJECT[/DATABASE]",
+            ),
+            ("", "the Firestore URL is empty"),
+            (
+                "firestore://p?collection=a%2Fb",
+                "the Firestore collection is not a valid collection id: at most 1500 bytes, no \
+                 `/`, not `.` or `..`, not of the form `__…__`",
+            ),
+        ];
+        for (url, message) in urls {
+            let err = FirestoreBackend::connect(url).expect_err(url);
+            assert_eq!(
+                (err.code(), err.message()),
+                (ErrorCode::InvalidArgument, message),
+                "{url}"
+            );
+        }
+        let builders = [
+            (base().project(""), "the Firestore project is empty"),
+            (base().project(" "), "the Firestore project is empty"),
+            (base().database(""), "the Firestore database is empty"),
+            (
+                base().database("a/b"),
+                "the Firestore database id may not contain `/` or control characters",
+            ),
+            (base().collection(""), "the Firestore collection is empty"),
+            (
+                base().fence_collection(""),
+                "the Firestore fence_collection is empty",
+            ),
+            (
+                base().fence_collection("__x__"),
+                "the Firestore fence_collection is not a valid collection id: at most 1500 bytes, \
+                 no `/`, not `.` or `..`, not of the form `__…__`",
+            ),
+            (
+                base().emulator_host(""),
+                "the Firestore emulator_host is empty: give host:port (e.g. 127.0.0.1:8080)",
+            ),
+            (
+                base().emulator_host("http://127.0.0.1:8080"),
+                "the Firestore emulator_host must be host:port, without a scheme or path (e.g. \
+                 127.0.0.1:8080)",
+            ),
+            (
+                base().credentials(Credentials::ServiceAccountFile("".into())),
+                "the Firestore credentials file path is empty",
+            ),
+            (
+                base().credentials(Credentials::ServiceAccountJson(" ".into())),
+                "the Firestore credentials (service-account key JSON) are empty",
+            ),
+            (
+                base().credentials(Credentials::Token(String::new())),
+                "the bearer token is empty",
+            ),
+            (base().timeout(Duration::ZERO), "timeout must be above zero"),
+            (
+                FirestoreBackend::builder(),
+                "the Firestore backend needs a project",
+            ),
+        ];
+        for (builder, message) in builders {
+            let shown = format!("{builder:?}");
+            let err = builder.build().expect_err(message);
+            assert_eq!(
+                (err.code(), err.message()),
+                (ErrorCode::InvalidArgument, message),
+                "{shown}"
+            );
         }
     }
 

@@ -10,8 +10,8 @@ use super::auth::TokenProvider;
 use super::skew::SkewEstimator;
 use crate::error::{ErrorCode, LockError, Result};
 
-/// The production endpoint.
-const PRODUCTION_HOST: &str = "https://firestore.googleapis.com";
+/// The production endpoint's host.
+const PRODUCTION_HOST: &str = "firestore.googleapis.com";
 
 /// One database's documents endpoint, and the means to call it.
 pub(crate) struct RestClient {
@@ -20,6 +20,9 @@ pub(crate) struct RestClient {
     documents_url: String,
     /// `projects/{project}/databases/{database}/documents`: the prefix of document names.
     documents_name: String,
+    /// `Firestore at HOST (project P, database D)`, for messages.
+    place: String,
+    timeout: Duration,
     tokens: TokenProvider,
     pub skew: SkewEstimator,
     requests: AtomicU64,
@@ -40,13 +43,16 @@ impl RestClient {
             .build();
         let base = match emulator_host {
             Some(host) => format!("http://{host}"),
-            None => PRODUCTION_HOST.to_owned(),
+            None => format!("https://{PRODUCTION_HOST}"),
         };
+        let host = emulator_host.unwrap_or(PRODUCTION_HOST);
         let documents_name = format!("projects/{project}/databases/{database}/documents");
         RestClient {
             agent: ureq::Agent::new_with_config(config),
             documents_url: format!("{base}/v1/{documents_name}"),
             documents_name,
+            place: format!("Firestore at {host} (project {project}, database {database})"),
+            timeout,
             tokens,
             skew: SkewEstimator::default(),
             requests: AtomicU64::new(0),
@@ -74,16 +80,16 @@ impl RestClient {
             .post(&url)
             .header("Authorization", &authorization)
             .send_json(body)
-            .map_err(transport_error)?;
+            .map_err(|e| transport_error(&self.place, self.timeout, e))?;
         let received = Instant::now();
         let status = response.status().as_u16();
         let text = response
             .into_body()
             .read_to_string()
-            .map_err(transport_error)?;
+            .map_err(|e| transport_error(&self.place, self.timeout, e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !(200..300).contains(&status) {
-            return Err(api_error(status, &value));
+            return Err(api_error(&self.place, status, &value));
         }
         if let Some(server_ms) = server_time_ms(&value) {
             self.skew.observe(server_ms, sent, received);
@@ -102,30 +108,88 @@ impl RestClient {
     }
 }
 
-/// The transport failed: no answer to map.
-fn transport_error(error: ureq::Error) -> LockError {
-    let code = match &error {
-        ureq::Error::Timeout(_) => ErrorCode::NetworkTimeout,
-        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-            ErrorCode::NetworkTimeout
+/// The transport failed: no answer to map. The message names `place` (endpoint, project,
+/// database) and the cause: refused, name not resolved, TLS, timeout.
+fn transport_error(place: &str, timeout: Duration, error: ureq::Error) -> LockError {
+    use std::io::ErrorKind as Io;
+    let (code, cause) = match &error {
+        ureq::Error::Timeout(_) => (
+            ErrorCode::NetworkTimeout,
+            format!("no answer within the timeout ({timeout:?})"),
+        ),
+        ureq::Error::Io(io) if matches!(io.kind(), Io::TimedOut | Io::WouldBlock) => (
+            ErrorCode::NetworkTimeout,
+            format!("no answer within the timeout ({timeout:?})"),
+        ),
+        ureq::Error::Io(io) if io.kind() == Io::ConnectionRefused => (
+            ErrorCode::ServiceUnavailable,
+            "connection refused".to_owned(),
+        ),
+        ureq::Error::HostNotFound => (
+            ErrorCode::ServiceUnavailable,
+            "host name not resolved".to_owned(),
+        ),
+        ureq::Error::Io(io) => {
+            let text = io.to_string();
+            let cause = match text.split_once("failed to lookup address information: ") {
+                Some((_, why)) => format!("host name not resolved ({why})"),
+                None if matches!(
+                    io.kind(),
+                    Io::ConnectionReset
+                        | Io::ConnectionAborted
+                        | Io::BrokenPipe
+                        | Io::UnexpectedEof
+                ) =>
+                {
+                    format!("connection lost ({text})")
+                }
+                None => text,
+            };
+            (ErrorCode::ServiceUnavailable, cause)
         }
-        ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
-            ErrorCode::ServiceUnavailable
-        }
-        _ => ErrorCode::Internal,
+        ureq::Error::ConnectionFailed => (
+            ErrorCode::ServiceUnavailable,
+            "connection failed".to_owned(),
+        ),
+        ureq::Error::Rustls(tls) => (ErrorCode::ServiceUnavailable, format!("TLS failure: {tls}")),
+        ureq::Error::Tls(reason) => (
+            ErrorCode::ServiceUnavailable,
+            format!("TLS failure: {reason}"),
+        ),
+        other => (ErrorCode::Internal, other.to_string()),
     };
-    let what = match code {
-        ErrorCode::NetworkTimeout => "Firestore did not answer in time",
-        ErrorCode::ServiceUnavailable => "Firestore is unreachable",
-        _ => "Firestore request failed",
+    let message = match code {
+        ErrorCode::NetworkTimeout => format!("{place} did not answer in time: {cause}"),
+        ErrorCode::ServiceUnavailable => format!("cannot reach {place}: {cause}"),
+        _ => format!("request to {place} failed: {cause}"),
     };
     // ureq's errors name the URL at most, which holds no secret (the token is a header).
-    LockError::new(code, format!("{what}: {error}")).with_source(error)
+    LockError::new(code, message).with_source(error)
 }
 
-/// An error answer, classified by the body's `status` (HTTP codes are ambiguous: 400 is both
-/// INVALID_ARGUMENT and FAILED_PRECONDITION).
-pub(crate) fn api_error(http_status: u16, body: &Value) -> LockError {
+/// The `status` of an error answer (`ABORTED`, `FAILED_PRECONDITION`, …), kept as the
+/// error's source so that conflicts are told apart without reading the message.
+#[derive(Debug)]
+struct ApiStatus(String);
+
+impl std::fmt::Display for ApiStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Firestore status {}", self.0)
+    }
+}
+
+impl std::error::Error for ApiStatus {}
+
+/// The `status` of the answer a [`LockError`] was made from, if it was.
+fn api_status(error: &LockError) -> Option<&str> {
+    std::error::Error::source(error)?
+        .downcast_ref::<ApiStatus>()
+        .map(|status| status.0.as_str())
+}
+
+/// An error answer from `place`, classified by the body's `status` (HTTP codes are ambiguous:
+/// 400 is both INVALID_ARGUMENT and FAILED_PRECONDITION).
+pub(crate) fn api_error(place: &str, http_status: u16, body: &Value) -> LockError {
     let error = &body["error"];
     let status = error["status"].as_str().unwrap_or("");
     let message = error["message"].as_str().unwrap_or("no error message");
@@ -149,31 +213,34 @@ pub(crate) fn api_error(http_status: u16, body: &Value) -> LockError {
     } else {
         ""
     };
-    let status = if status.is_empty() {
+    let shown = if status.is_empty() {
         "no status"
     } else {
         status
     };
+    let message: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(500)
+        .collect();
     LockError::new(
         code,
-        format!("Firestore answered {http_status} {status}: {message}{hint}"),
+        format!("{place} answered HTTP {http_status} {shown}: {message}{hint}"),
     )
+    .with_source(ApiStatus(status.to_owned()))
 }
 
 /// Whether an error is Firestore's ABORTED (a conflict with a transaction, worth retrying).
 pub(crate) fn is_aborted(error: &LockError) -> bool {
-    error.code() == ErrorCode::ServiceUnavailable && error.message().contains(" ABORTED: ")
+    api_status(error) == Some("ABORTED")
 }
 
 /// Whether a commit failed only because a `currentDocument` precondition did not hold.
 fn is_precondition_failure(error: &LockError) -> bool {
-    [
-        " FAILED_PRECONDITION: ",
-        " ALREADY_EXISTS: ",
-        " NOT_FOUND: ",
-    ]
-    .iter()
-    .any(|status| error.message().contains(status))
+    matches!(
+        api_status(error),
+        Some("FAILED_PRECONDITION" | "ALREADY_EXISTS" | "NOT_FOUND")
+    )
 }
 
 /// The server time an answer carries (`commitTime`, or a `readTime`), in Unix ms.
@@ -257,6 +324,8 @@ pub(crate) fn get_integer(fields: &Map<String, Value>, name: &str) -> Option<i64
 mod tests {
     use super::*;
 
+    const PLACE: &str = "Firestore at 127.0.0.1:8080 (project p, database (default))";
+
     #[test]
     fn timestamps() {
         assert_eq!(parse_timestamp_ms("1970-01-01T00:00:00Z"), Some(0));
@@ -284,6 +353,7 @@ mod tests {
     fn statuses_map_by_the_table() {
         let error = |http: u16, status: &str| {
             api_error(
+                PLACE,
                 http,
                 &json!({"error": {"code": http, "message": "m", "status": status}}),
             )
@@ -310,10 +380,95 @@ mod tests {
         assert!(!is_precondition_failure(&error(409, "ABORTED")));
         assert!(!is_aborted(&error(503, "UNAVAILABLE")));
         let index = api_error(
+            PLACE,
             400,
             &json!({"error": {"message": "The query requires an index.", "status": "FAILED_PRECONDITION"}}),
         );
         assert!(index.message().contains("lockId"), "{index}");
+    }
+
+    /// Each transport failure: its code and message (place and cause).
+    #[test]
+    fn transport_failures_name_the_place_and_the_cause() {
+        let io = |kind, text: &str| ureq::Error::Io(std::io::Error::new(kind, text.to_owned()));
+        let second = Duration::from_secs(1);
+        let rows = [
+            (
+                io(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "Connection refused (os error 111)",
+                ),
+                ErrorCode::ServiceUnavailable,
+                format!("cannot reach {PLACE}: connection refused"),
+            ),
+            (
+                io(
+                    std::io::ErrorKind::Other,
+                    "failed to lookup address information: Name or service not known",
+                ),
+                ErrorCode::ServiceUnavailable,
+                format!("cannot reach {PLACE}: host name not resolved (Name or service not known)"),
+            ),
+            (
+                ureq::Error::HostNotFound,
+                ErrorCode::ServiceUnavailable,
+                format!("cannot reach {PLACE}: host name not resolved"),
+            ),
+            (
+                ureq::Error::Tls("no root certificates"),
+                ErrorCode::ServiceUnavailable,
+                format!("cannot reach {PLACE}: TLS failure: no root certificates"),
+            ),
+            (
+                ureq::Error::Timeout(ureq::Timeout::Global),
+                ErrorCode::NetworkTimeout,
+                format!("{PLACE} did not answer in time: no answer within the timeout (1s)"),
+            ),
+            (
+                io(std::io::ErrorKind::TimedOut, "timed out"),
+                ErrorCode::NetworkTimeout,
+                format!("{PLACE} did not answer in time: no answer within the timeout (1s)"),
+            ),
+            (
+                io(
+                    std::io::ErrorKind::ConnectionReset,
+                    "Connection reset by peer",
+                ),
+                ErrorCode::ServiceUnavailable,
+                format!("cannot reach {PLACE}: connection lost (Connection reset by peer)"),
+            ),
+        ];
+        for (error, code, message) in rows {
+            let err = transport_error(PLACE, second, error);
+            assert_eq!((err.code(), err.message()), (code, message.as_str()));
+        }
+    }
+
+    #[test]
+    fn error_answers_name_the_place_and_the_status() {
+        let err = api_error(
+            PLACE,
+            503,
+            &json!({"error": {"code": 503, "message": "down\nfor now", "status": "UNAVAILABLE"}}),
+        );
+        assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
+        assert_eq!(
+            err.message(),
+            format!("{PLACE} answered HTTP 503 UNAVAILABLE: down for now")
+        );
+        let err = api_error(PLACE, 502, &Value::Null);
+        assert_eq!(
+            err.message(),
+            format!("{PLACE} answered HTTP 502 no status: no error message")
+        );
+        // The status is read from the answer, not from the message: a project named after a
+        // status changes nothing.
+        let odd = "Firestore at h (project x ABORTED: y, database d)";
+        assert!(!is_aborted(&api_error(
+            odd,
+            503,
+            &json!({"error": {"status": "UNAVAILABLE"}})
+        )));
     }
 
     #[test]
