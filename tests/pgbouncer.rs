@@ -628,3 +628,67 @@ fn read_only_calls_from_other_processes_change_nothing() {
 fn a_held_lock_survives_other_processes_releases_of_other_ids() {
     parent_lock_survives_workers(Mode::ReleasesOfOtherIds);
 }
+
+#[test]
+fn a_startup_parameter_the_pooler_refuses_is_a_configuration_error() {
+    let url = format!(
+        "{}?options=-c%20statement_timeout%3D1000",
+        shared_pgbouncer().url()
+    );
+    let err = PostgresBackend::connect(&url).unwrap_err();
+    assert_eq!(err.code(), syncguard::ErrorCode::Internal, "{err}");
+    assert!(!err.code().is_transient());
+    for text in [
+        "unsupported startup parameter",
+        "ignore_startup_parameters",
+        "08P01",
+    ] {
+        assert!(err.message().contains(text), "{err}");
+    }
+    assert!(!err.to_string().contains(support::PG_PASSWORD), "{err}");
+}
+
+#[test]
+fn setup_and_the_inline_statements_work_through_the_pooler() {
+    // Tables of their own, made through the pooler; then without the server functions (as the
+    // TypeScript SyncGuard sets them up), so every statement goes inline.
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let locks = format!("b_locks_{suffix}");
+    let backend = PostgresBackend::builder()
+        .url(shared_pgbouncer().url())
+        .table_name(&locks)
+        .fence_table_name(format!("b_fences_{suffix}"))
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    let mut client = shared_postgres().client();
+    let functions: Vec<String> = client
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
+            &[&format!("{locks}\\_%\\_v1")],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(functions.len(), 7, "{functions:?}");
+    client
+        .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
+        .unwrap();
+    for round in 0..20 {
+        let key = unique(&format!("inline-{round}"));
+        let lease = match backend.acquire(&key, TTL).unwrap() {
+            AcquireOutcome::Acquired(lease) => lease,
+            AcquireOutcome::Locked => panic!("a fresh key was locked"),
+        };
+        assert!(backend.is_locked(&key).unwrap());
+        assert!(
+            backend
+                .lookup(Lookup::LockId(&lease.lock_id))
+                .unwrap()
+                .is_some()
+        );
+        assert!(backend.extend(&lease.lock_id, TTL).unwrap().is_some());
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+}
