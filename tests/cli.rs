@@ -650,6 +650,22 @@ fn setup_creates_the_tables_idempotently() {
 }
 
 #[test]
+fn missing_tables_are_a_backend_error_that_says_to_run_setup() {
+    let suffix = &hash_key(&generate_lock_id())[..12];
+    let url = format!(
+        "{}?table=cli_absent_{suffix}&fence_table=cli_absent_f_{suffix}",
+        pg_url()
+    );
+    let out = sg(&url, &["acquire", "--key", &unique("absent")]);
+    out.expect_error(3, "Internal");
+    assert!(
+        out.stderr.contains("run `syncguard setup`"),
+        "{}",
+        out.context()
+    );
+}
+
+#[test]
 fn setup_is_only_for_postgres() {
     for url in [redis_url(), "memory:".to_owned()] {
         sg(&url, &["setup"]).expect_error(2, "InvalidArgument");

@@ -1051,3 +1051,50 @@ fn without_the_server_functions_the_statements_go_inline() {
         .get(0);
     assert_eq!(count, 7);
 }
+
+#[test]
+fn a_statement_past_its_deadline_is_cancelled_on_the_server() {
+    let backend = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .statement_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    let key = unique("deadline");
+    let held = lease(backend.acquire(&key, TTL));
+    // Another session holds the row: the extend waits on its row lock past the deadline.
+    let mut blocker = shared_postgres().client();
+    let mut transaction = blocker.transaction().unwrap();
+    transaction
+        .query(
+            "SELECT 1 FROM syncguard_locks WHERE lock_id = $1 FOR UPDATE",
+            &[&held.lock_id],
+        )
+        .unwrap();
+    let err = backend.extend(&held.lock_id, TTL).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
+    assert!(err.message().contains("cancel"), "{err}");
+    // The server stops waiting too (a cancel request), while the row lock is still held: no
+    // session of syncguard is left waiting for it.
+    let mut observer = shared_postgres().client();
+    let mut waiting = || -> i64 {
+        observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'syncguard' \
+                 AND wait_event_type = 'Lock' AND query LIKE '%extend%'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while waiting() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timed-out statement still waits on the server"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    transaction.rollback().unwrap();
+    assert!(backend.release(&held.lock_id).unwrap());
+}
