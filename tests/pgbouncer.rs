@@ -662,19 +662,7 @@ fn setup_and_the_inline_statements_work_through_the_pooler() {
         .unwrap();
     backend.setup_schema().unwrap();
     let mut client = shared_postgres().client();
-    let functions: Vec<String> = client
-        .query(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
-            &[&format!("{locks}\\_%\\_v1")],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(functions.len(), 7, "{functions:?}");
-    client
-        .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
-        .unwrap();
+    support::drop_server_functions(&mut client, &locks);
     for round in 0..20 {
         let key = unique(&format!("inline-{round}"));
         let lease = match backend.acquire(&key, TTL).unwrap() {

@@ -1016,19 +1016,7 @@ fn operations_go_through_the_server_functions() {
 fn without_the_server_functions_the_statements_go_inline() {
     let (backend, locks) = backend_on_fresh_tables();
     let mut client = shared_postgres().client();
-    let dropped: Vec<String> = client
-        .query(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
-            &[&format!("{locks}\\_%\\_v1")],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(dropped.len(), 7, "{dropped:?}");
-    client
-        .batch_execute(&format!("DROP FUNCTION {}", dropped.join(", ")))
-        .unwrap();
+    support::drop_server_functions(&mut client, &locks);
     // As a database set up by the TypeScript SyncGuard or an older syncguard: everything works.
     let key = unique("inline");
     let held = lease(backend.acquire(&key, TTL));

@@ -72,6 +72,29 @@ fn typed<'a>(sql: &Sql, params: &'a [Param]) -> Vec<(&'a (dyn ToSql + Sync), Typ
         .collect()
 }
 
+/// A TLS connector (or `NoTls`) whose connections can be driven on the I/O thread or, for the
+/// application's pool, by the blocking client: what [`PostgresBuilder::pool`] asks of its
+/// connector, in one name.
+///
+/// [`PostgresBuilder::pool`]: super::PostgresBuilder::pool
+pub(crate) trait Tls:
+    MakeTlsConnect<Socket, Stream: Send, TlsConnect: Send + TlsConnect<Socket, Future: Send>>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> Tls for T where
+    T: MakeTlsConnect<Socket, Stream: Send, TlsConnect: Send + TlsConnect<Socket, Future: Send>>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Where clients come from: a pool of either kind, behind one small interface.
 pub(crate) trait Connections: Send + Sync {
     /// Runs one statement, with one reconnect if the pooled connection was dead.
@@ -156,13 +179,7 @@ pub(crate) struct OwnClient<T> {
     broken: bool,
 }
 
-impl<T> OwnClient<T>
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::Stream: Send,
-    T::TlsConnect: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
+impl<T: Tls> OwnClient<T> {
     fn connect(io: &Io, config: &Config, tls: &T, timeouts: Timeouts) -> Result<Self, CallError> {
         let (config, make_tls) = (config.clone(), tls.clone());
         let handshake = timeouts.handshake();
@@ -236,13 +253,7 @@ pub(crate) struct OwnManager<T> {
     last_failure: Arc<Mutex<Option<(ErrorCode, String)>>>,
 }
 
-impl<T> ManageConnection for OwnManager<T>
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
+impl<T: Tls> ManageConnection for OwnManager<T> {
     type Connection = OwnClient<T>;
     type Error = CallError;
 
@@ -276,13 +287,7 @@ struct OwnPool<T: ManageConnection> {
     _io: IoThread,
 }
 
-impl<T> Connections for OwnPool<OwnManager<T>>
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
+impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
     fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
         self.on_pool(|conn| conn.query(sql, params.clone()))
     }
@@ -300,13 +305,7 @@ where
     }
 }
 
-impl<T> OwnPool<OwnManager<T>>
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
+impl<T: Tls> OwnPool<OwnManager<T>> {
     /// Runs `call` on a pooled connection, with one reconnect if it was dead.
     fn on_pool<R>(
         &self,
@@ -353,13 +352,7 @@ pub(crate) struct AppPool<M: ManageConnection> {
     pool: Option<r2d2::Pool<M>>,
 }
 
-impl<T> AppPool<PostgresConnectionManager<T>>
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
+impl<T: Tls> AppPool<PostgresConnectionManager<T>> {
     pub(crate) fn new(pool: r2d2::Pool<PostgresConnectionManager<T>>) -> Self {
         AppPool { pool: Some(pool) }
     }
@@ -395,13 +388,7 @@ where
     }
 }
 
-impl<T> Connections for AppPool<PostgresConnectionManager<T>>
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
+impl<T: Tls> Connections for AppPool<PostgresConnectionManager<T>> {
     fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
         let params = typed(sql, &params);
         self.on_pool(|client| client.query_typed(&sql.text, &params))
@@ -619,10 +606,7 @@ fn pool<T>(
     site: Site,
 ) -> Result<OwnPool<OwnManager<T>>>
 where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::TlsConnect: Send,
-    T::Stream: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    T: Tls,
 {
     let io = IoThread::start().map_err(|e| {
         LockError::new(

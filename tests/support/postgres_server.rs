@@ -193,6 +193,24 @@ impl Drop for PgServer {
     }
 }
 
+/// Drops the server functions of `lock_table` (as on tables the TypeScript SyncGuard set up),
+/// checking that all seven were there.
+pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
+    let functions: Vec<String> = client
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
+            &[&format!("{lock_table}\\_%\\_v1")],
+        )
+        .expect("list the server functions")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(functions.len(), 7, "{functions:?}");
+    client
+        .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
+        .expect("drop the server functions");
+}
+
 /// One cluster shared by every test of a binary that needs no cluster of its own.
 pub fn shared_postgres() -> &'static PgServer {
     static SERVER: OnceLock<PgServer> = OnceLock::new();
