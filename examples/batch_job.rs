@@ -129,7 +129,7 @@ fn main() -> Result<(), LockError> {
     let store = FencedStore::default();
 
     // A fresh tag per run, so runs against a shared server never meet.
-    let run = &syncguard::generate_lock_id()[..8];
+    let run = &syncguard::driver::generate_lock_id()[..8];
     let items: Vec<String> = (1..=ITEMS).map(|n| format!("{run}-{n}")).collect();
 
     // 1. Rounds of WORKERS threads over the same items.

@@ -622,7 +622,7 @@ fn heartbeat_threads() -> Option<usize> {
 fn run(args: &Args) -> Result<(), BenchError> {
     let ctx = Ctx {
         locker: Locker::new(syncguard::connect(&args.url)?),
-        run_id: syncguard::generate_lock_id(),
+        run_id: syncguard::driver::generate_lock_id(),
         duration: args.duration,
     };
     for &scenario in &args.scenarios {

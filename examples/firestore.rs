@@ -29,7 +29,10 @@ fn run() -> syncguard::Result<()> {
     // Nothing is sent yet: the first operation reports a wrong endpoint or credentials.
     let backend = FirestoreBackend::connect(&url)?;
     let locker = Locker::new(backend);
-    let key = format!("example:report:{}", &syncguard::generate_lock_id()[..6]);
+    let key = format!(
+        "example:report:{}",
+        &syncguard::driver::generate_lock_id()[..6]
+    );
 
     // 1. A lock is a document in `locks`, its fence counter one in `fence_counters` (never
     //    deleted). Every change is an atomic compare-and-set commit: at most two requests.
@@ -46,7 +49,7 @@ fn run() -> syncguard::Result<()> {
     );
 
     // 3. The next holder gets a larger fence.
-    let first = guard.fence().clone();
+    let first = *guard.fence();
     drop(guard);
     let second = locker.lock(&key)?;
     println!("3. next holder's fence {} > {first}", second.fence());

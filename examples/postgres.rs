@@ -30,7 +30,10 @@ fn run() -> syncguard::Result<()> {
     backend.setup_schema()?;
     println!("connected: {backend:?}");
     let locker = Locker::new(backend);
-    let key = format!("example:report:{}", &syncguard::generate_lock_id()[..6]);
+    let key = format!(
+        "example:report:{}",
+        &syncguard::driver::generate_lock_id()[..6]
+    );
 
     // 1. One statement per operation; the lock is a row, the fence a counter row that is
     //    never deleted. PostgreSQL's clock decides expiry.
@@ -47,7 +50,7 @@ fn run() -> syncguard::Result<()> {
     );
 
     // 3. The next holder gets a larger fence: pass it with your writes.
-    let first_fence = guard.fence().clone();
+    let first_fence = *guard.fence();
     drop(guard);
     let second = other.lock(&key)?;
     println!(

@@ -30,14 +30,14 @@ fn main() -> Result<(), LockError> {
     let locker = Locker::new(backend);
 
     // A fresh key per run, so runs against a shared server never meet.
-    let run = &syncguard::generate_lock_id()[..8];
+    let run = &syncguard::driver::generate_lock_id()[..8];
     let key = format!("quickstart:{run}:report");
 
     // 1. Take the lock. `lock` waits (with backoff, up to 5 s) while someone else holds it.
     //    The fence is the token to hand to whatever the lock protects.
     let guard = locker.lock(&key)?;
     println!("\n1. locked {:?}, fence {}", guard.key(), guard.fence());
-    let mut fences = vec![guard.fence().clone()];
+    let mut fences = vec![*guard.fence()];
 
     // 2. While we hold it, nobody else gets it: `try_lock` answers `None` instead of waiting.
     let other = locker.clone();
@@ -70,7 +70,7 @@ fn main() -> Result<(), LockError> {
     // 5. `with_lock`: acquire, run the closure, always release, even if it panics.
     let fence = locker.with_lock(&key, |guard| {
         println!("5. inside with_lock, fence {}", guard.fence());
-        guard.fence().clone()
+        *guard.fence()
     })?;
     fences.push(fence);
 
@@ -96,7 +96,7 @@ fn main() -> Result<(), LockError> {
         Ok(()) => println!("   without heartbeat: check() = Ok(()) (unexpected)"),
     }
     assert!(unkept.is_lost());
-    fences.push(kept.fence().clone());
+    fences.push(*kept.fence());
     kept.release()?;
     drop(unkept); // already lost: nothing left to release
 
@@ -104,8 +104,8 @@ fn main() -> Result<(), LockError> {
     //    rejects writes carrying a fence lower than the highest it has seen is safe from a
     //    holder that stalled past its lease.
     let guard = locker.lock(&key)?;
-    fences.push(guard.fence().clone());
-    let shown: Vec<&str> = fences.iter().map(|f| f.as_str()).collect();
+    fences.push(*guard.fence());
+    let shown: Vec<String> = fences.iter().map(|f| f.to_string()).collect();
     println!("7. fences of the four acquisitions: {}", shown.join(" < "));
     assert!(fences.windows(2).all(|pair| pair[0] < pair[1]));
     drop(guard); // released here

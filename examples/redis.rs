@@ -28,7 +28,10 @@ fn run() -> syncguard::Result<()> {
     let backend = RedisBackend::connect(&url)?;
     println!("connected: {backend:?}");
     let locker = Locker::new(backend);
-    let key = format!("example:report:{}", &syncguard::generate_lock_id()[..6]);
+    let key = format!(
+        "example:report:{}",
+        &syncguard::driver::generate_lock_id()[..6]
+    );
 
     // 1. A lock is three Redis keys, written by one Lua script with Redis TIME as the clock.
     let guard = locker.lock(&key)?;
@@ -50,7 +53,7 @@ fn run() -> syncguard::Result<()> {
 
     // 3. The fence is what makes a lock safe to rely on: pass it with every write, and have the
     //    store refuse writes with a fence lower than the last one it accepted.
-    let first_fence = guard.fence().clone();
+    let first_fence = *guard.fence();
     drop(guard); // released
     let second = other.lock(&key)?;
     println!(

@@ -1,129 +1,112 @@
-//! The seam between the generic machinery (retries, guards, heartbeat, telemetry) and each
-//! store: [`LockBackend`], the values it exchanges, and the lookup helpers built on it.
+//! What a lock user calls on any backend: [`LockBackend`], the values it answers with, and the
+//! lookup helpers — written once, over every [`Driver`].
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::{LockError, Result};
+use crate::driver::{Acquisition, Driver, Find, LeaseRef, LockRecord};
+use crate::error::Result;
 use crate::fence::Fence;
-use crate::key::hash_key;
+use crate::hash::hash_key;
+use crate::key::Key;
+use crate::lock_id::LockId;
+use crate::time::Ttl;
 
-/// Single-attempt lock operations against one store. No method retries; the
-/// [`Locker`](crate::Locker) adds retries, guards and the heartbeat on top.
+/// Single-attempt lock operations against one store, with plain arguments: what a lock user
+/// calls on a backend. No method retries; the [`Locker`](crate::Locker) adds retries, guards and
+/// the heartbeat on top.
 ///
-/// Every implementation follows the SyncGuard contract:
-/// - keys are checked with [`normalize_and_validate_key`](crate::normalize_and_validate_key),
-///   lock ids with [`validate_lock_id`](crate::validate_lock_id) and TTLs with
-///   [`ttl_to_ms`](crate::ttl_to_ms) **before any I/O** (`InvalidArgument`);
-/// - liveness is [`is_live`](crate::is_live) with [`TIME_TOLERANCE_MS`](crate::TIME_TOLERANCE_MS)
-///   against the backend's time authority;
-/// - `acquire`, `release` and `extend` are atomic; release and extend resolve the lock id,
-///   check liveness and ownership, and mutate in one step, and never resurrect an expired lock;
-/// - fences grow with every acquisition of a key and their counters are never deleted;
-/// - `is_locked` and `lookup` are read-only.
+/// Every backend has these methods, through its [`Driver`]: arguments are validated here,
+/// before the store is asked anything (`InvalidArgument`: empty or over-long keys, malformed
+/// lock ids, TTLs that are not a positive whole number of milliseconds), and the driver's
+/// answers are turned into the forms below. `release` and `extend` are idempotent and safe to
+/// call without owning the lock: they answer `false` / `None` when the lock is absent.
 ///
-/// `release` and `extend` are idempotent and safe to call without owning the lock: they answer
-/// `false` / `None` when the lock is absent.
-pub trait LockBackend: Send + Sync {
+/// ```
+/// use std::time::Duration;
+/// use syncguard::{AcquireOutcome, LockBackend, MemoryBackend};
+///
+/// let backend = MemoryBackend::new();
+/// let AcquireOutcome::Acquired(lease) = backend.acquire("job", Duration::from_secs(10))? else {
+///     unreachable!("nobody holds it yet");
+/// };
+/// assert!(backend.is_locked("job")?);
+/// assert_eq!(backend.extend(&lease.lock_id, Duration::from_secs(10))?.is_some(), true);
+/// assert!(backend.release(&lease.lock_id)?);
+/// assert!(!backend.release(&lease.lock_id)?); // already gone
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+pub trait LockBackend: Driver {
     /// Takes the lock on `key` for `ttl` if nobody holds it.
     /// Contention is [`AcquireOutcome::Locked`], not an error.
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome>;
+    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
+        let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
+        Ok(match self.try_acquire(&key, ttl)? {
+            Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
+            Acquisition::Locked => AcquireOutcome::Locked,
+        })
+    }
 
     /// Removes the lock held under `lock_id`. `true` when this call removed it; `false` when it
     /// was absent (expired, released, or never existed).
-    fn release(&self, lock_id: &str) -> Result<bool>;
+    fn release(&self, lock_id: &str) -> Result<bool> {
+        let lock_id = LockId::new(lock_id)?;
+        Ok(self.release_lease(LeaseRef::new(&lock_id))?.is_applied())
+    }
 
     /// Sets the expiry of the live lock held under `lock_id` to *now + ttl* (replacing, not
     /// adding to, the remaining time). `Some(new expires_at_ms)` on success, `None` when the
     /// lock is absent or expired.
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>>;
+    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+        let (lock_id, ttl) = (LockId::new(lock_id)?, Ttl::new(ttl)?);
+        Ok(self
+            .extend_lease(LeaseRef::new(&lock_id), ttl)?
+            .applied()
+            .map(|extension| extension.expires_at_ms))
+    }
 
     /// Whether a live lock exists on `key`.
-    fn is_locked(&self, key: &str) -> Result<bool>;
+    fn is_locked(&self, key: &str) -> Result<bool> {
+        self.key_is_locked(&Key::new(key)?)
+    }
 
     /// The live lock on a key, or held under a lock id; `None` for expired and missing alike.
     /// Sanitised: hashes only.
-    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>>;
-
-    /// What this backend is and guarantees.
-    fn capabilities(&self) -> Capabilities;
-
-    /// [`release`](LockBackend::release), also saying why nothing was released when the
-    /// backend could tell without extra I/O. Used by telemetry; the default knows no reasons.
-    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-        Ok(if self.release(lock_id)? {
-            MutationOutcome::Applied(())
-        } else {
-            MutationOutcome::NotApplied(None)
-        })
-    }
-
-    /// [`extend`](LockBackend::extend), also saying why nothing was extended when the backend
-    /// could tell without extra I/O. Used by telemetry; the default knows no reasons.
-    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-        Ok(match self.extend(lock_id, ttl)? {
-            Some(expires_at_ms) => MutationOutcome::Applied(expires_at_ms),
-            None => MutationOutcome::NotApplied(None),
-        })
+    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
+        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
     }
 
     /// [`lookup`](LockBackend::lookup) with the raw key and lock id, for debugging.
-    /// All bundled backends implement it; wrappers should forward it. The default answers
-    /// `Internal`.
     fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
-        let _ = by;
-        Err(LockError::internal(format!(
-            "raw lookups are not implemented by this LockBackend (over the {} backend); \
-             a wrapper must forward lookup_raw",
-            self.capabilities().backend
-        )))
+        let record = match by {
+            Lookup::Key(key) => self.find(Find::Key(&Key::new(key)?))?,
+            Lookup::LockId(lock_id) => {
+                let lock_id = LockId::new(lock_id)?;
+                // Defence in depth: "do I still hold this lock?" must never be answered with
+                // another holder's record (a stale index entry, a hand-edited one).
+                self.find(Find::LockId(&lock_id))?
+                    .filter(|record| record.lock_id == lock_id.as_str())
+            }
+        };
+        Ok(record.map(LockInfoDebug::from))
+    }
+
+    /// What this backend is and guarantees.
+    fn capabilities(&self) -> Capabilities {
+        self.describe()
     }
 }
 
-macro_rules! forward_lock_backend {
-    ($($wrapper:ident),*) => {$(
-        impl<B: LockBackend + ?Sized> LockBackend for $wrapper<B> {
-            fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
-                (**self).acquire(key, ttl)
-            }
-            fn release(&self, lock_id: &str) -> Result<bool> {
-                (**self).release(lock_id)
-            }
-            fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-                (**self).extend(lock_id, ttl)
-            }
-            fn is_locked(&self, key: &str) -> Result<bool> {
-                (**self).is_locked(key)
-            }
-            fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
-                (**self).lookup(by)
-            }
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
-            fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-                (**self).release_outcome(lock_id)
-            }
-            fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-                (**self).extend_outcome(lock_id, ttl)
-            }
-            fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
-                (**self).lookup_raw(by)
-            }
-        }
-    )*};
-}
-
-forward_lock_backend!(Box, Arc);
+/// Every driver is a backend; the methods above are its only implementation.
+impl<D: Driver + ?Sized> LockBackend for D {}
 
 /// Names the backend, so `Box<dyn LockBackend>` (from [`connect`](crate::connect)) can be
 /// debug-printed and unwrapped.
 impl fmt::Debug for dyn LockBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LockBackend({})", self.capabilities().backend)
+        write!(f, "LockBackend({})", self.describe().backend)
     }
 }
 
@@ -234,6 +217,18 @@ impl LockInfoDebug {
     }
 }
 
+impl From<LockRecord> for LockInfoDebug {
+    fn from(record: LockRecord) -> Self {
+        LockInfoDebug::new(
+            record.key,
+            record.lock_id,
+            record.expires_at_ms,
+            record.acquired_at_ms,
+            record.fence,
+        )
+    }
+}
+
 impl fmt::Debug for LockInfoDebug {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockInfoDebug")
@@ -277,49 +272,6 @@ impl Capabilities {
             backend,
             supports_fencing,
             time_authority,
-        }
-    }
-}
-
-/// Why an operation did not take effect, where the backend could tell without extra I/O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum FailureReason {
-    /// Acquire: someone else holds the lock.
-    Locked,
-    /// Release/extend: the lock existed but had expired.
-    Expired,
-    /// Release/extend: no lock under that lock id.
-    NotFound,
-}
-
-impl FailureReason {
-    /// `"locked"`, `"expired"` or `"not-found"`, the specification's strings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureReason::Locked => "locked",
-            FailureReason::Expired => "expired",
-            FailureReason::NotFound => "not-found",
-        }
-    }
-}
-
-/// The answer of [`LockBackend::release_outcome`] and [`LockBackend::extend_outcome`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MutationOutcome<T> {
-    /// The mutation took effect (for extend: the new `expires_at_ms`).
-    Applied(T),
-    /// The lock was absent, with the reason when known.
-    NotApplied(Option<FailureReason>),
-}
-
-impl<T> MutationOutcome<T> {
-    /// The value when applied.
-    pub fn applied(self) -> Option<T> {
-        match self {
-            MutationOutcome::Applied(value) => Some(value),
-            MutationOutcome::NotApplied(_) => None,
         }
     }
 }

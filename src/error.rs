@@ -173,7 +173,7 @@ impl fmt::Debug for LockError {
             d.field("key", key);
         }
         if let Some(lock_id) = &self.lock_id {
-            d.field("lock_id_hash", &crate::key::hash_key(lock_id));
+            d.field("lock_id_hash", &crate::hash::hash_key(lock_id));
         }
         if let Some(source) = &self.source {
             d.field("source", source);

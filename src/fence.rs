@@ -25,20 +25,20 @@ pub const FENCE_MAX: u64 = 900_000_000_000_000;
 /// overwrite the work of the next holder.
 ///
 /// Fences of the same key compare (`Ord`) in acquisition order; string order and numeric
-/// order agree because the width is fixed. Serialises as the string, as the TypeScript
-/// SyncGuard does.
+/// order agree because the width is fixed. A number inside, so `Copy`; displays and
+/// serialises as the string, as the TypeScript SyncGuard does.
 ///
 /// ```
 /// use syncguard::Fence;
 /// let a: Fence = "000000000000009".parse()?;
 /// let b = Fence::from_counter(10)?;
 /// assert!(a < b);
-/// assert_eq!(b.as_str(), "000000000000010");
+/// assert_eq!(b.to_string(), "000000000000010");
 /// assert_eq!(b.value(), 10);
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Fence(String);
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(u64);
 
 impl Fence {
     /// The fence for a counter value, enforcing the overflow rules: above
@@ -59,18 +59,12 @@ impl Fence {
                  plan a key namespace rotation before it reaches {FENCE_MAX}"
             );
         }
-        Ok(Fence(format!("{counter:0width$}", width = FENCE_DIGITS)))
-    }
-
-    /// The 15-digit string.
-    pub fn as_str(&self) -> &str {
-        &self.0
+        Ok(Fence(counter))
     }
 
     /// The counter value.
-    pub fn value(&self) -> u64 {
-        // Construction guarantees 15 ASCII digits, which always fit in a u64.
-        self.0.bytes().fold(0, |n, d| n * 10 + u64::from(d - b'0'))
+    pub fn value(self) -> u64 {
+        self.0
     }
 }
 
@@ -84,35 +78,30 @@ impl FromStr for Fence {
                 "malformed fence: expected {FENCE_DIGITS} decimal digits"
             )));
         }
-        let fence = Fence(s.to_owned());
-        if fence.value() == 0 {
+        // Fifteen ASCII digits always fit in a u64.
+        let value = s.bytes().fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+        if value == 0 {
             return Err(LockError::internal("malformed fence: 0 is never issued"));
         }
-        Ok(fence)
+        Ok(Fence(value))
     }
 }
 
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "{:0width$}", self.0, width = FENCE_DIGITS)
     }
 }
 
 impl fmt::Debug for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fence({})", self.0)
-    }
-}
-
-impl AsRef<str> for Fence {
-    fn as_ref(&self) -> &str {
-        &self.0
+        write!(f, "Fence({self})")
     }
 }
 
 impl Serialize for Fence {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.collect_str(self)
     }
 }
 
@@ -130,13 +119,13 @@ mod tests {
     #[test]
     fn format_and_order() {
         let one = Fence::from_counter(1).unwrap();
-        assert_eq!(one.as_str(), "000000000000001");
+        assert_eq!(one.to_string(), "000000000000001");
         let mut fences: Vec<Fence> = [10, 9, 100, 1, 99]
             .iter()
             .map(|&n| Fence::from_counter(n).unwrap())
             .collect();
         fences.sort();
-        let values: Vec<u64> = fences.iter().map(Fence::value).collect();
+        let values: Vec<u64> = fences.iter().map(|f| f.value()).collect();
         assert_eq!(values, [1, 9, 10, 99, 100]);
     }
 
@@ -144,7 +133,7 @@ mod tests {
     fn limits() {
         assert!(Fence::from_counter(0).is_err());
         assert_eq!(
-            Fence::from_counter(FENCE_MAX).unwrap().as_str(),
+            Fence::from_counter(FENCE_MAX).unwrap().to_string(),
             "900000000000000"
         );
         let err = Fence::from_counter(FENCE_MAX + 1).unwrap_err();

@@ -1,37 +1,74 @@
-//! Keys: normalisation and validation of user keys, the storage-key algorithm every backend
-//! shares, and the hash used wherever an identifier must not appear in clear.
+//! Keys: the validated [`Key`] every operation takes, and the storage-key algorithm every
+//! backend shares.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use sha2::{Digest, Sha256};
-use unicode_normalization::UnicodeNormalization;
+use std::fmt;
 
 use crate::error::{LockError, Result};
+use crate::hash::{nfc, truncated_hash};
 
 /// The longest user key accepted, in UTF-8 bytes after NFC normalisation.
 pub const MAX_KEY_LENGTH_BYTES: usize = 512;
 
-/// Normalises `key` to Unicode NFC and checks it is 1 to [`MAX_KEY_LENGTH_BYTES`] UTF-8 bytes.
-///
-/// Every backend calls this before any I/O, so `"e\u{301}"` and `"é"` name the same lock.
+/// A lock key, validated: Unicode NFC, 1 to [`MAX_KEY_LENGTH_BYTES`] UTF-8 bytes. Built once where
+/// a key enters the crate (a [`LockBackend`](crate::LockBackend) call, [`Locker::lock`](crate::Locker::lock)),
+/// so `"e\u{301}"` and `"é"` name the same lock and no backend sees an unchecked key.
 ///
 /// ```
-/// assert_eq!(syncguard::normalize_and_validate_key("e\u{301}te\u{301}")?, "été");
-/// assert!(syncguard::normalize_and_validate_key("").is_err());
+/// use syncguard::driver::Key;
+/// assert_eq!(Key::new("e\u{301}te\u{301}")?.as_str(), "été");
+/// assert!(Key::new("").is_err());
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Key(String);
+
+impl Key {
+    /// Normalises `key` to NFC and checks its length (`InvalidArgument` otherwise).
+    pub fn new(key: &str) -> Result<Key> {
+        let normalized = nfc(key);
+        if normalized.is_empty() {
+            return Err(LockError::invalid_argument("key must not be empty"));
+        }
+        if normalized.len() > MAX_KEY_LENGTH_BYTES {
+            return Err(LockError::invalid_argument(format!(
+                "key is {} bytes after NFC normalisation; the limit is {MAX_KEY_LENGTH_BYTES}",
+                normalized.len()
+            )));
+        }
+        Ok(Key(normalized))
+    }
+
+    /// The normalised key.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The normalised key, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?})", self.0)
+    }
+}
+
+/// [`Key::new`] as a string: the NFC form of `key`, or `InvalidArgument`.
+///
+/// ```
+/// assert_eq!(syncguard::driver::normalize_and_validate_key("e\u{301}te\u{301}")?, "été");
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 pub fn normalize_and_validate_key(key: &str) -> Result<String> {
-    let normalized = nfc(key);
-    if normalized.is_empty() {
-        return Err(LockError::invalid_argument("key must not be empty"));
-    }
-    if normalized.len() > MAX_KEY_LENGTH_BYTES {
-        return Err(LockError::invalid_argument(format!(
-            "key is {} bytes after NFC normalisation; the limit is {MAX_KEY_LENGTH_BYTES}",
-            normalized.len()
-        )));
-    }
-    Ok(normalized)
+    Key::new(key).map(Key::into_string)
 }
 
 /// The storage key for `key` under `prefix` in a store whose keys may be at most `limit` bytes,
@@ -48,7 +85,7 @@ pub fn normalize_and_validate_key(key: &str) -> Result<String> {
 /// `fence:<storage key>` go through the same function.
 ///
 /// ```
-/// use syncguard::make_storage_key;
+/// use syncguard::driver::make_storage_key;
 /// assert_eq!(make_storage_key("syncguard", "resource:123", 1000, 26)?, "syncguard:resource:123");
 /// assert_eq!(make_storage_key("", "a".repeat(1701).as_str(), 1700, 0)?.len(), 22);
 /// # Ok::<(), syncguard::LockError>(())
@@ -90,42 +127,12 @@ pub(crate) fn hashed_storage_key(prefix: &str, key: &str) -> String {
     join(prefix, &truncated_hash(&join(prefix, &key)))
 }
 
-/// The sanitised identifier used in [`LockInfo`](crate::LockInfo), telemetry and logs:
-/// the first 24 lowercase hex characters of SHA-256 over the NFC-normalised UTF-8 value.
-///
-/// ```
-/// assert_eq!(syncguard::hash_key("resource:123"), "f52f328d6111ae89dbcfcb99");
-/// ```
-pub fn hash_key(value: &str) -> String {
-    let digest = Sha256::digest(nfc(value).as_bytes());
-    let mut hex = String::with_capacity(24);
-    for byte in &digest[..12] {
-        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
-        hex.push(char::from_digit(u32::from(byte & 0x0f), 16).unwrap_or('0'));
-    }
-    hex
-}
-
-fn nfc(value: &str) -> String {
-    // Most keys are ASCII, which is already NFC: skip the normaliser's allocation-heavy path.
-    if value.is_ascii() {
-        value.to_owned()
-    } else {
-        value.nfc().collect()
-    }
-}
-
 fn join(prefix: &str, key: &str) -> String {
     if prefix.is_empty() {
         key.to_owned()
     } else {
         format!("{prefix}:{key}")
     }
-}
-
-fn truncated_hash(prefixed: &str) -> String {
-    let digest = Sha256::digest(prefixed.as_bytes());
-    URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
 #[cfg(test)]
@@ -135,11 +142,11 @@ mod tests {
 
     #[test]
     fn key_limits_are_bytes_after_nfc() {
-        assert!(normalize_and_validate_key(&"x".repeat(512)).is_ok());
-        let err = normalize_and_validate_key(&"x".repeat(513)).unwrap_err();
+        assert!(Key::new(&"x".repeat(512)).is_ok());
+        let err = Key::new(&"x".repeat(513)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidArgument);
         // 256 decomposed "é" are 768 bytes, but 512 after NFC.
-        assert!(normalize_and_validate_key(&"e\u{301}".repeat(256)).is_ok());
-        assert!(normalize_and_validate_key(&"é".repeat(257)).is_err());
+        assert!(Key::new(&"e\u{301}".repeat(256)).is_ok());
+        assert!(Key::new(&"é".repeat(257)).is_err());
     }
 }

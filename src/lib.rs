@@ -22,17 +22,18 @@
 //! runtime would be a dependency with nothing to do: a lock is taken once per job, the call
 //! waits for the network anyway, and the work under the lock is usually blocking I/O. So every
 //! call here blocks the calling thread, with a timeout on every network call; nothing needs a
-//! runtime, and it works the same from `main`, a worker pool or a test. From inside an async
-//! program, call it through `spawn_blocking` (or a thread of your own): the PostgreSQL backend
-//! drives each connection with a private single-threaded runtime, as the `postgres` crate does,
-//! and such a runtime cannot run on an async runtime's worker thread.
+//! runtime, and it works the same from `main`, a worker pool or a test. Called from a thread
+//! inside an async runtime, a call blocks that thread and never panics (the PostgreSQL backend
+//! drives its connections from an I/O thread of its own); in async code prefer
+//! `spawn_blocking`, as for any blocking call.
 //!
 //! # The pieces
 //!
 //! - [`LockBackend`]: single-attempt operations against one store — [`MemoryBackend`] (in
 //!   process; the embedded default and a test double), Redis, PostgreSQL, Firestore
 //!   ([`connect`] picks one from a URL). Storage formats are those of the TypeScript SyncGuard,
-//!   so Rust and Node services can share locks.
+//!   so Rust and Node services can share locks. A backend implements the small
+//!   [`driver::Driver`] trait; everything a lock user calls is written once on top of it.
 //! - [`Locker`]: retries with exponential backoff and jitter, hands out [`LockGuard`]s, and runs
 //!   one heartbeat thread that renews every held lease (at a third of its TTL by default).
 //! - [`LockGuard`]: the held lock. [`LockGuard::fence`] is the fencing token; [`LockGuard::check`]
@@ -55,14 +56,18 @@
 //! # Features
 //!
 //! `redis`, `postgres`, `firestore` (default): the backends. `cli`: the `syncguard` command.
+//! `testing`: the contract suite ([`testing`]) for the tests of a backend written elsewhere.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod backend;
 mod cancel;
 mod connect;
+pub mod driver;
 mod error;
 mod fence;
+mod hash;
 mod key;
 mod lock_id;
 mod locker;
@@ -78,28 +83,23 @@ pub mod firestore;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::backend::{
-    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
-    Lookup, MutationOutcome, TimeAuthority, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw,
-    owns,
+    AcquireOutcome, Capabilities, Lease, LockBackend, LockInfo, LockInfoDebug, Lookup,
+    TimeAuthority, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, owns,
 };
 pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;
 pub use crate::error::{ErrorCode, LockError, Result};
-pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD, Fence};
-pub use crate::key::{
-    MAX_KEY_LENGTH_BYTES, hash_key, make_storage_key, normalize_and_validate_key,
-};
-pub use crate::lock_id::{LOCK_ID_LENGTH, generate_lock_id, validate_lock_id};
+pub use crate::fence::Fence;
 pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
 pub use crate::memory::MemoryBackend;
 pub use crate::telemetry::{
-    EventResult, LockEvent, LockOp, Telemetry, TelemetryOptions, with_telemetry,
+    EventResult, FailureReason, LockEvent, LockOp, Telemetry, TelemetryOptions, with_telemetry,
 };
-pub use crate::time::{
-    Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms,
-};
+pub use crate::time::{Clock, ManualClock, SystemClock};
 
 /// The README's examples, compiled and run as doctests so they stay true. The README
 /// describes the default build, so they need the default features.

@@ -1,10 +1,56 @@
 //! Lock ids: the unguessable handle a holder uses to release or extend its lock.
 
+use std::fmt;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::TryRng as _;
 
 use crate::error::{LockError, Result};
+use crate::hash::hash_key;
+
+/// A lock id, validated (`^[A-Za-z0-9_-]{22}$`): the bearer handle of one acquisition. Whoever
+/// has it can release the lock, so `Debug` shows only its [`hash_key`].
+///
+/// ```
+/// use syncguard::driver::LockId;
+/// let id = LockId::generate();
+/// assert_eq!(LockId::new(id.as_str())?, id);
+/// assert!(LockId::new("not a lock id").is_err());
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockId(String);
+
+impl LockId {
+    /// Checks the shape of `lock_id` (`InvalidArgument` otherwise; the message never repeats
+    /// the input).
+    pub fn new(lock_id: &str) -> Result<LockId> {
+        validate_lock_id(lock_id)?;
+        Ok(LockId(lock_id.to_owned()))
+    }
+
+    /// A fresh lock id (see [`generate_lock_id`]).
+    pub fn generate() -> LockId {
+        LockId(generate_lock_id())
+    }
+
+    /// The 22 characters.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The 22 characters, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Debug for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockId(hash {})", hash_key(&self.0))
+    }
+}
 
 /// Length of every lock id: 16 random bytes in base64url without padding.
 pub const LOCK_ID_LENGTH: usize = 22;
@@ -17,9 +63,9 @@ pub const LOCK_ID_LENGTH: usize = 22;
 /// timestamps or counters.
 ///
 /// ```
-/// let id = syncguard::generate_lock_id();
+/// let id = syncguard::driver::generate_lock_id();
 /// assert_eq!(id.len(), 22);
-/// syncguard::validate_lock_id(&id)?;
+/// syncguard::driver::validate_lock_id(&id)?;
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 pub fn generate_lock_id() -> String {
@@ -32,7 +78,7 @@ pub fn generate_lock_id() -> String {
 
 /// Checks that `lock_id` has the shape of a lock id (`^[A-Za-z0-9_-]{22}$`).
 ///
-/// Every backend operation that takes a lock id calls this before any I/O and answers
+/// [`LockId::new`] calls it where a lock id enters the crate, before any I/O, and answers
 /// `InvalidArgument` on failure. The message never repeats the input.
 pub fn validate_lock_id(lock_id: &str) -> Result<()> {
     let well_formed = lock_id.len() == LOCK_ID_LENGTH

@@ -3,17 +3,17 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
-use crate::backend::{
-    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
-    Lookup, MutationOutcome, TimeAuthority,
+use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::driver::{
+    Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl,
+    is_live,
 };
 use crate::error::Result;
 use crate::fence::Fence;
-use crate::key::normalize_and_validate_key;
-use crate::lock_id::{generate_lock_id, validate_lock_id};
-use crate::time::{Clock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms};
+use crate::key::Key;
+use crate::lock_id::LockId;
+use crate::time::{Clock, SystemClock};
 
 /// Locks that live in this process: threads of one program coordinate through it, and tests
 /// use it in place of a server.
@@ -113,26 +113,25 @@ impl State {
             .filter(|entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
     }
 
-    /// Removes the lock held under `lock_id` if it is live; says why not otherwise.
-    /// Expired entries found on the way are removed (never a live one).
-    fn take_owned(&mut self, lock_id: &str, now_ms: i64) -> std::result::Result<(), FailureReason> {
-        let key = self
-            .keys_by_id
-            .get(lock_id)
-            .ok_or(FailureReason::NotFound)?;
+    /// Removes the lock held under `lock_id`: `Applied` if it was live, `Expired` if it had
+    /// expired (removed all the same, never a live one of another holder).
+    fn take_owned(&mut self, lock_id: &str, now_ms: i64) -> Outcome<()> {
+        let Some(key) = self.keys_by_id.get(lock_id) else {
+            return Outcome::NotFound;
+        };
         let Some(entry) = self.locks.get(key).filter(|e| e.lock_id == lock_id) else {
             // A stale index entry: the lock was replaced. Leave the new holder alone.
             self.keys_by_id.remove(lock_id);
-            return Err(FailureReason::NotFound);
+            return Outcome::NotFound;
         };
         let live = is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS);
         let key = key.clone();
         self.locks.remove(&key);
         self.keys_by_id.remove(lock_id);
         if live {
-            Ok(())
+            Outcome::Applied(())
         } else {
-            Err(FailureReason::Expired)
+            Outcome::Expired
         }
     }
 
@@ -149,134 +148,111 @@ impl State {
     }
 }
 
-impl LockBackend for MemoryBackend {
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
-        let ttl_ms = ttl_to_ms(ttl)?;
-        let key = normalize_and_validate_key(key)?;
-        let lock_id = generate_lock_id();
+impl Driver for MemoryBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("memory", true, TimeAuthority::Client)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+        let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        if state.live_entry(&key, now_ms).is_some() {
-            return Ok(AcquireOutcome::Locked);
+        if state.live_entry(key.as_str(), now_ms).is_some() {
+            return Ok(Acquisition::Locked);
         }
         if state.locks.len() >= state.sweep_at {
             state.sweep_expired(now_ms);
         }
-        let counter = state.fences.get(&key).copied().unwrap_or(0) + 1;
-        let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.clone()))?;
-        let expires_at_ms = now_ms.saturating_add(ttl_ms);
-        state.fences.insert(key.clone(), counter);
-        if let Some(old) = state.locks.remove(&key) {
+        let counter = state.fences.get(key.as_str()).copied().unwrap_or(0) + 1;
+        let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
+        let expires_at_ms = now_ms.saturating_add(ttl.as_millis());
+        state.fences.insert(key.to_string(), counter);
+        if let Some(old) = state.locks.remove(key.as_str()) {
             state.keys_by_id.remove(&old.lock_id);
         }
-        state.keys_by_id.insert(lock_id.clone(), key.clone());
+        state.keys_by_id.insert(lock_id.clone(), key.to_string());
         state.locks.insert(
-            key,
+            key.to_string(),
             Entry {
                 lock_id: lock_id.clone(),
                 expires_at_ms,
                 acquired_at_ms: now_ms,
-                fence: fence.clone(),
+                fence,
             },
         );
-        Ok(AcquireOutcome::Acquired(Lease {
-            lock_id,
-            fence,
-            expires_at_ms,
-        }))
-    }
-
-    fn release(&self, lock_id: &str) -> Result<bool> {
-        Ok(self.release_outcome(lock_id)?.applied().is_some())
-    }
-
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(self.extend_outcome(lock_id, ttl)?.applied())
-    }
-
-    fn is_locked(&self, key: &str) -> Result<bool> {
-        let key = normalize_and_validate_key(key)?;
-        let now_ms = self.clock.now_ms();
-        Ok(self.state().live_entry(&key, now_ms).is_some())
-    }
-
-    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
-        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new("memory", true, TimeAuthority::Client)
-    }
-
-    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-        validate_lock_id(lock_id)?;
-        let now_ms = self.clock.now_ms();
-        Ok(match self.state().take_owned(lock_id, now_ms) {
-            Ok(()) => MutationOutcome::Applied(()),
-            Err(reason) => MutationOutcome::NotApplied(Some(reason)),
+        Ok(Acquisition::Acquired {
+            lease: Lease {
+                lock_id,
+                fence,
+                expires_at_ms,
+            },
+            version: None,
         })
     }
 
-    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-        validate_lock_id(lock_id)?;
-        let ttl_ms = ttl_to_ms(ttl)?;
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let now_ms = self.clock.now_ms();
+        Ok(self.state().take_owned(lease.lock_id.as_str(), now_ms))
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let lock_id = lease.lock_id.as_str();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
         let Some(key) = state.keys_by_id.get(lock_id).cloned() else {
-            return Ok(MutationOutcome::NotApplied(Some(FailureReason::NotFound)));
+            return Ok(Outcome::NotFound);
         };
         match state.locks.get_mut(&key) {
             Some(entry) if entry.lock_id == lock_id => {
                 if is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS) {
-                    entry.expires_at_ms = now_ms.saturating_add(ttl_ms);
-                    return Ok(MutationOutcome::Applied(entry.expires_at_ms));
+                    entry.expires_at_ms = now_ms.saturating_add(ttl.as_millis());
+                    return Ok(Outcome::Applied(Extension {
+                        expires_at_ms: entry.expires_at_ms,
+                        version: None,
+                    }));
                 }
                 // Expired: clean up, never resurrect.
                 let _ = state.take_owned(lock_id, now_ms);
-                Ok(MutationOutcome::NotApplied(Some(FailureReason::Expired)))
+                Ok(Outcome::Expired)
             }
             _ => {
                 state.keys_by_id.remove(lock_id);
-                Ok(MutationOutcome::NotApplied(Some(FailureReason::NotFound)))
+                Ok(Outcome::NotFound)
             }
         }
     }
 
-    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
         let now_ms = self.clock.now_ms();
-        let to_info = |key: &str, entry: &Entry| {
-            LockInfoDebug::new(
-                key,
-                entry.lock_id.as_str(),
-                entry.expires_at_ms,
-                entry.acquired_at_ms,
-                entry.fence.clone(),
-            )
+        Ok(self.state().live_entry(key.as_str(), now_ms).is_some())
+    }
+
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        let key = match by {
+            Find::Key(key) => key.as_str(),
+            Find::LockId(lock_id) => match state.keys_by_id.get(lock_id.as_str()) {
+                Some(key) => key.as_str(),
+                None => return Ok(None),
+            },
         };
-        match by {
-            Lookup::Key(key) => {
-                let key = normalize_and_validate_key(key)?;
-                let state = self.state();
-                Ok(state.live_entry(&key, now_ms).map(|e| to_info(&key, e)))
-            }
-            Lookup::LockId(lock_id) => {
-                validate_lock_id(lock_id)?;
-                let state = self.state();
-                let Some(key) = state.keys_by_id.get(lock_id) else {
-                    return Ok(None);
-                };
-                Ok(state
-                    .live_entry(key, now_ms)
-                    .filter(|entry| entry.lock_id == lock_id)
-                    .map(|entry| to_info(key, entry)))
-            }
-        }
+        Ok(state.live_entry(key, now_ms).map(|entry| LockRecord {
+            key: key.to_owned(),
+            lock_id: entry.lock_id.clone(),
+            expires_at_ms: entry.expires_at_ms,
+            acquired_at_ms: entry.acquired_at_ms,
+            fence: entry.fence,
+        }))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::backend::{AcquireOutcome, LockBackend};
     use crate::time::ManualClock;
 
     fn acquired(outcome: AcquireOutcome) -> Lease {
@@ -293,15 +269,15 @@ mod tests {
         assert!(backend.is_locked("k").unwrap());
         clock.set(11_100);
         assert!(!backend.is_locked("k").unwrap());
+        let lock_id = LockId::new(&lease.lock_id).unwrap();
+        let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
         assert_eq!(
-            backend
-                .extend_outcome(&lease.lock_id, Duration::from_secs(1))
-                .unwrap(),
-            MutationOutcome::NotApplied(Some(FailureReason::Expired))
+            backend.extend_lease(LeaseRef::new(&lock_id), ttl).unwrap(),
+            Outcome::Expired
         );
         assert_eq!(
-            backend.release_outcome(&lease.lock_id).unwrap(),
-            MutationOutcome::NotApplied(Some(FailureReason::NotFound))
+            backend.release_lease(LeaseRef::new(&lock_id)).unwrap(),
+            Outcome::NotFound
         );
     }
 

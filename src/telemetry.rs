@@ -3,16 +3,14 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend::{
-    AcquireOutcome, Capabilities, FailureReason, LockBackend, LockInfo, LockInfoDebug, Lookup,
-    MutationOutcome,
-};
+use crate::backend::Capabilities;
+use crate::driver::{Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, Outcome, Ttl};
 use crate::error::{ErrorCode, Result};
-use crate::key::hash_key;
+use crate::hash::hash_key;
+use crate::key::Key;
 
 /// Key fragments that keep a key redacted even with [`TelemetryOptions::include_raw`]: such
 /// keys tend to embed credentials.
@@ -88,6 +86,30 @@ pub enum EventResult {
     Fail,
 }
 
+/// Why an operation did not take effect, in the specification's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// Acquire: someone else holds the lock.
+    Locked,
+    /// Release/extend: the lock existed but had expired.
+    Expired,
+    /// Release/extend: no lock under that lock id.
+    NotFound,
+}
+
+impl FailureReason {
+    /// `"locked"`, `"expired"` or `"not-found"`, the specification's strings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Locked => "locked",
+            FailureReason::Expired => "expired",
+            FailureReason::NotFound => "not-found",
+        }
+    }
+}
+
 /// One backend operation, as reported to [`TelemetryOptions::on_event`].
 /// Serialises to the camelCase shape of the TypeScript SyncGuard's events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -125,8 +147,10 @@ pub struct Telemetry<B> {
     options: TelemetryOptions,
 }
 
-/// Wraps `backend` so that every operation is reported to `options.on_event`. Hashes are
-/// computed only here, so an undecorated backend pays nothing for telemetry.
+/// Wraps `backend` so that every operation it carries out is reported to `options.on_event`.
+/// Hashes are computed only here, so an undecorated backend pays nothing for telemetry. Input
+/// refused before it reaches the store (a malformed key or lock id) is not an operation and
+/// produces no event.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
@@ -143,7 +167,7 @@ pub struct Telemetry<B> {
 /// assert!(events.lock().unwrap()[0].starts_with(r#"{"type":"acquire","result":"ok""#));
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
-pub fn with_telemetry<B: LockBackend>(backend: B, options: TelemetryOptions) -> Telemetry<B> {
+pub fn with_telemetry<B: Driver>(backend: B, options: TelemetryOptions) -> Telemetry<B> {
     Telemetry {
         inner: backend,
         options,
@@ -213,10 +237,13 @@ fn looks_sensitive(key: &str) -> bool {
     SENSITIVE_KEY_WORDS.iter().any(|word| lower.contains(word))
 }
 
-fn mutation_result<T>(outcome: &MutationOutcome<T>) -> (EventResult, Option<FailureReason>) {
+fn mutation_result<T>(outcome: &Outcome<T>) -> (EventResult, Option<FailureReason>) {
     match outcome {
-        MutationOutcome::Applied(_) => (EventResult::Ok, None),
-        MutationOutcome::NotApplied(reason) => (EventResult::Fail, *reason),
+        Outcome::Applied(_) => (EventResult::Ok, None),
+        Outcome::Expired => (EventResult::Fail, Some(FailureReason::Expired)),
+        // The specification knows two reasons: another holder's lock is, for this lease, not
+        // found.
+        Outcome::NotFound | Outcome::NotOwner => (EventResult::Fail, Some(FailureReason::NotFound)),
     }
 }
 
@@ -228,89 +255,85 @@ fn found<T>(info: &Option<T>) -> (EventResult, Option<FailureReason>) {
     }
 }
 
-fn lookup_ids<'a>(by: Lookup<'a>) -> Ids<'a> {
-    match by {
-        Lookup::Key(key) => Ids {
-            key: Some(key),
-            ..Ids::default()
-        },
-        Lookup::LockId(lock_id) => Ids {
-            lock_id: Some(lock_id),
-            ..Ids::default()
-        },
+fn lease_ids<'a>(lease: &LeaseRef<'a>) -> Ids<'a> {
+    Ids {
+        key: lease.key.map(Key::as_str),
+        lock_id: Some(lease.lock_id.as_str()),
+        error: None,
     }
 }
 
-impl<B: LockBackend> LockBackend for Telemetry<B> {
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
-        let outcome = self.inner.acquire(key, ttl);
+impl<B: Driver> Driver for Telemetry<B> {
+    fn describe(&self) -> Capabilities {
+        self.inner.describe()
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+        let outcome = self.inner.try_acquire(key, ttl);
         let lock_id = match &outcome {
-            Ok(AcquireOutcome::Acquired(lease)) => Some(lease.lock_id.as_str()),
+            Ok(Acquisition::Acquired { lease, .. }) => Some(lease.lock_id.as_str()),
             _ => None,
         };
         let ids = Ids {
-            key: Some(key),
+            key: Some(key.as_str()),
             lock_id,
             error: None,
         };
         self.emit_result(LockOp::Acquire, &outcome, ids, |outcome| match outcome {
-            AcquireOutcome::Acquired(_) => (EventResult::Ok, None),
-            AcquireOutcome::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
+            Acquisition::Acquired { .. } => (EventResult::Ok, None),
+            Acquisition::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
         });
         outcome
     }
 
-    fn release(&self, lock_id: &str) -> Result<bool> {
-        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let outcome = self.inner.release_lease(lease);
+        self.emit_result(
+            LockOp::Release,
+            &outcome,
+            lease_ids(&lease),
+            mutation_result,
+        );
+        outcome
     }
 
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let outcome = self.inner.extend_lease(lease, ttl);
+        self.emit_result(LockOp::Extend, &outcome, lease_ids(&lease), mutation_result);
+        outcome
     }
 
-    fn is_locked(&self, key: &str) -> Result<bool> {
-        let outcome = self.inner.is_locked(key);
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        let outcomes = self.inner.extend_leases(leases);
+        for ((lease, _), outcome) in leases.iter().zip(&outcomes) {
+            self.emit_result(LockOp::Extend, outcome, lease_ids(lease), mutation_result);
+        }
+        outcomes
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        let outcome = self.inner.key_is_locked(key);
         let ids = Ids {
-            key: Some(key),
+            key: Some(key.as_str()),
             ..Ids::default()
         };
         self.emit_result(LockOp::IsLocked, &outcome, ids, |_| (EventResult::Ok, None));
         outcome
     }
 
-    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
-        let outcome = self.inner.lookup(by);
-        self.emit_result(LockOp::Lookup, &outcome, lookup_ids(by), found);
-        outcome
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-        let outcome = self.inner.release_outcome(lock_id);
-        let ids = Ids {
-            lock_id: Some(lock_id),
-            ..Ids::default()
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        let outcome = self.inner.find(by);
+        let ids = match by {
+            Find::Key(key) => Ids {
+                key: Some(key.as_str()),
+                ..Ids::default()
+            },
+            Find::LockId(lock_id) => Ids {
+                lock_id: Some(lock_id.as_str()),
+                ..Ids::default()
+            },
         };
-        self.emit_result(LockOp::Release, &outcome, ids, mutation_result);
-        outcome
-    }
-
-    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-        let outcome = self.inner.extend_outcome(lock_id, ttl);
-        let ids = Ids {
-            lock_id: Some(lock_id),
-            ..Ids::default()
-        };
-        self.emit_result(LockOp::Extend, &outcome, ids, mutation_result);
-        outcome
-    }
-
-    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
-        let outcome = self.inner.lookup_raw(by);
-        self.emit_result(LockOp::Lookup, &outcome, lookup_ids(by), found);
+        self.emit_result(LockOp::Lookup, &outcome, ids, found);
         outcome
     }
 }
@@ -326,9 +349,12 @@ impl<B: fmt::Debug> fmt::Debug for Telemetry<B> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
     use super::*;
     use crate::MemoryBackend;
-    use std::sync::Mutex;
+    use crate::backend::{AcquireOutcome, LockBackend};
 
     fn recorded(include_raw: bool) -> (Telemetry<MemoryBackend>, Arc<Mutex<Vec<LockEvent>>>) {
         let events = Arc::new(Mutex::new(Vec::new()));
@@ -392,11 +418,52 @@ mod tests {
 
     #[test]
     fn errors_are_reported_with_their_code() {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        let backend = with_telemetry(
+            Failing,
+            TelemetryOptions::new(move |e| sink.lock().unwrap().push(e.clone())),
+        );
+        assert!(backend.acquire("job", TTL).is_err());
+        let events = events.lock().unwrap();
+        assert_eq!(events[0].error, Some(ErrorCode::ServiceUnavailable));
+        assert_eq!(events[0].result, EventResult::Fail);
+        assert_eq!(events[0].key_hash, Some(hash_key("job")));
+    }
+
+    #[test]
+    fn refused_input_is_not_an_operation() {
         let (backend, events) = recorded(false);
         assert!(backend.release("bad").is_err());
-        let events = events.lock().unwrap();
-        assert_eq!(events[0].error, Some(ErrorCode::InvalidArgument));
-        assert_eq!(events[0].result, EventResult::Fail);
+        assert!(events.lock().unwrap().is_empty());
+    }
+
+    /// A store that is always down.
+    struct Failing;
+
+    impl Driver for Failing {
+        fn describe(&self) -> Capabilities {
+            Capabilities::new("failing", true, crate::TimeAuthority::Server)
+        }
+        fn try_acquire(&self, _: &Key, _: Ttl) -> Result<Acquisition> {
+            Err(down())
+        }
+        fn release_lease(&self, _: LeaseRef<'_>) -> Result<Outcome<()>> {
+            Err(down())
+        }
+        fn extend_lease(&self, _: LeaseRef<'_>, _: Ttl) -> Result<Outcome<Extension>> {
+            Err(down())
+        }
+        fn key_is_locked(&self, _: &Key) -> Result<bool> {
+            Err(down())
+        }
+        fn find(&self, _: Find<'_>) -> Result<Option<LockRecord>> {
+            Err(down())
+        }
+    }
+
+    fn down() -> crate::LockError {
+        crate::LockError::new(ErrorCode::ServiceUnavailable, "down")
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub const MAX_TTL_MS: i64 = 1 << 52;
 /// their own time authority (Redis `TIME`, the PostgreSQL server clock, or the client clock).
 ///
 /// ```
-/// use syncguard::{is_live, TIME_TOLERANCE_MS};
+/// use syncguard::driver::{is_live, TIME_TOLERANCE_MS};
 /// assert!(is_live(10_000, 10_500, TIME_TOLERANCE_MS)); // expired 500 ms ago: still inside the grace
 /// assert!(!is_live(10_000, 11_000, TIME_TOLERANCE_MS));
 /// ```
@@ -30,8 +30,43 @@ pub fn is_live(expires_at_ms: i64, now_ms: i64, tolerance_ms: i64) -> bool {
     expires_at_ms > now_ms.saturating_sub(tolerance_ms)
 }
 
+/// A lease length, validated: a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`].
+///
+/// ```
+/// use std::time::Duration;
+/// use syncguard::driver::Ttl;
+/// assert_eq!(Ttl::new(Duration::from_secs(30))?.as_millis(), 30_000);
+/// assert!(Ttl::new(Duration::from_micros(1500)).is_err());
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ttl(i64);
+
+impl Ttl {
+    /// Checks `ttl` (`InvalidArgument` otherwise).
+    pub fn new(ttl: Duration) -> Result<Ttl> {
+        ttl_to_ms(ttl).map(Ttl)
+    }
+
+    /// A TTL from the milliseconds of one checked before (kept in an atomic, say).
+    pub(crate) fn from_checked_millis(ms: i64) -> Ttl {
+        Ttl(ms.clamp(1, MAX_TTL_MS))
+    }
+
+    /// Whole milliseconds, as the stores keep them.
+    pub fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// The same length as a `Duration`.
+    pub fn as_duration(self) -> Duration {
+        // At least 1 and at most 2^52: always a valid u64.
+        Duration::from_millis(self.0.unsigned_abs())
+    }
+}
+
 /// Converts a TTL to whole milliseconds, rejecting (`InvalidArgument`) anything under 1 ms,
-/// with a sub-millisecond part, or above [`MAX_TTL_MS`]. Backends call it before any I/O.
+/// with a sub-millisecond part, or above [`MAX_TTL_MS`]. [`Ttl::new`] uses it.
 pub fn ttl_to_ms(ttl: Duration) -> Result<i64> {
     if ttl.subsec_nanos() % 1_000_000 != 0 {
         return Err(LockError::invalid_argument(format!(

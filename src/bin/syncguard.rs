@@ -264,14 +264,14 @@ fn acquire(
             1,
         ));
     };
+    // The lock outlives this process: the caller releases it with `release`.
+    let lease = guard.detach();
     let printed = json!({
         "ok": true,
-        "lockId": guard.lock_id(),
-        "fence": guard.fence(),
-        "expiresAtMs": guard.expires_at_ms(),
+        "lockId": lease.lock_id,
+        "fence": lease.fence,
+        "expiresAtMs": lease.expires_at_ms,
     });
-    // Dropping the guard would release the lock; the caller releases it with `release`.
-    std::mem::forget(guard);
     Ok(Outcome::Printed(printed, 0))
 }
 
@@ -421,7 +421,7 @@ fn run(
 
     let child = Process::new(program)
         .args(args)
-        .env("SYNCGUARD_FENCE", guard.fence().as_str())
+        .env("SYNCGUARD_FENCE", guard.fence().to_string())
         .env("SYNCGUARD_LOCK_ID", guard.lock_id())
         .env("SYNCGUARD_KEY", guard.key())
         .spawn();

@@ -76,16 +76,16 @@ pub use self::skew::ClockSkew;
 use self::rest::{
     RestClient, fields, get_integer, get_string, integer_value, is_aborted, string_value,
 };
-use crate::backend::{
-    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
-    Lookup, MutationOutcome, TimeAuthority,
+use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::driver::{
+    Acquisition, Driver, Extension, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
+    TIME_TOLERANCE_MS, Ttl, hash_key, is_live, make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
-use crate::key::{hashed_storage_key, make_storage_key, normalize_and_validate_key};
-use crate::lock_id::{generate_lock_id, validate_lock_id};
+use crate::key::hashed_storage_key;
 use crate::net::{UrlParams, split_url};
-use crate::time::{Clock, SystemClock, TIME_TOLERANCE_MS, is_live, ttl_to_ms};
+use crate::time::{Clock, SystemClock};
 
 /// Firestore's document-id limit in bytes.
 pub const STORAGE_KEY_LIMIT: usize = 1500;
@@ -404,17 +404,17 @@ impl LockDoc {
         })
     }
 
-    fn info(&self) -> Result<LockInfoDebug> {
+    fn record(self) -> Result<LockRecord> {
         let fence = self.fence.parse::<Fence>().map_err(|_| {
             LockError::internal("a Firestore lock document holds a malformed fence")
         })?;
-        Ok(LockInfoDebug::new(
-            self.key.clone(),
-            self.lock_id.clone(),
-            self.expires_at_ms,
-            self.acquired_at_ms,
+        Ok(LockRecord {
+            key: self.key,
+            lock_id: self.lock_id,
+            expires_at_ms: self.expires_at_ms,
+            acquired_at_ms: self.acquired_at_ms,
             fence,
-        ))
+        })
     }
 }
 
@@ -502,7 +502,7 @@ impl FirestoreBackend {
 
     /// The lock document id of a user key.
     pub fn lock_document_id(&self, key: &str) -> Result<String> {
-        document_id(&normalize_and_validate_key(key)?)
+        document_id(Key::new(key)?.as_str())
     }
 
     /// The fence counter document id of a user key.
@@ -564,7 +564,7 @@ impl FirestoreBackend {
         }
     }
 
-    fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> Result<Attempt<AcquireOutcome>> {
+    fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> Result<Attempt<Acquisition>> {
         let lock_doc_id = document_id(user_key)?;
         let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
         let fence_name = self
@@ -585,7 +585,7 @@ impl FirestoreBackend {
         if let Some(doc) = lock_doc {
             let held = LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock").with_key(user_key))?;
             if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
-                return Ok(Attempt::Done(AcquireOutcome::Locked));
+                return Ok(Attempt::Done(Acquisition::Locked));
             }
         }
         let counter_doc = document(&fence_name);
@@ -598,7 +598,7 @@ impl FirestoreBackend {
                 .ok_or_else(|| not_a_lock("fence counter").with_key(user_key))?,
         };
         let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
-        let lock_id = generate_lock_id();
+        let lock_id = LockId::generate().into_string();
         let expires_at_ms = now.saturating_add(ttl_ms);
         let writes = vec![
             json!({
@@ -607,13 +607,13 @@ impl FirestoreBackend {
                     "expiresAtMs": integer_value(expires_at_ms),
                     "acquiredAtMs": integer_value(now),
                     "key": string_value(user_key),
-                    "fence": string_value(fence.as_str()),
+                    "fence": string_value(&fence.to_string()),
                 }},
                 "currentDocument": unchanged_since(lock_doc),
             }),
             json!({
                 "update": { "name": fence_name, "fields": {
-                    "fence": string_value(fence.as_str()),
+                    "fence": string_value(&fence.to_string()),
                     "keyDebug": string_value(user_key),
                 }},
                 "currentDocument": unchanged_since(counter_doc),
@@ -621,13 +621,16 @@ impl FirestoreBackend {
         ];
         if !self.rest.commit(writes)? {
             // Someone changed the lock or the counter since the read: another acquirer won.
-            return Ok(Attempt::Done(AcquireOutcome::Locked));
+            return Ok(Attempt::Done(Acquisition::Locked));
         }
-        Ok(Attempt::Done(AcquireOutcome::Acquired(Lease {
-            lock_id,
-            fence,
-            expires_at_ms,
-        })))
+        Ok(Attempt::Done(Acquisition::Acquired {
+            lease: Lease {
+                lock_id,
+                fence,
+                expires_at_ms,
+            },
+            version: None,
+        }))
     }
 
     /// The query for a lock id (no limit: a second match must be seen, not hidden).
@@ -657,7 +660,7 @@ impl FirestoreBackend {
                     "syncguard: {} Firestore lock documents carry the same lock id (hash {}); \
                      leaving them alone",
                     documents.len(),
-                    crate::key::hash_key(lock_id)
+                    hash_key(lock_id)
                 );
                 Ok(None)
             }
@@ -666,11 +669,7 @@ impl FirestoreBackend {
 
     /// Release (`ttl_ms == None`) or extend: the lock found by its id, changed only if it is
     /// still exactly as read.
-    fn mutate_once(
-        &self,
-        lock_id: &str,
-        ttl_ms: Option<i64>,
-    ) -> Result<Attempt<MutationOutcome<i64>>> {
+    fn mutate_once(&self, lock_id: &str, ttl_ms: Option<i64>) -> Result<Attempt<Outcome<i64>>> {
         let answer = self.rest.post(
             ":runQuery",
             &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
@@ -680,19 +679,14 @@ impl FirestoreBackend {
             .single_match(&documents, lock_id)
             .map_err(|e| e.with_lock_id(lock_id))?
         else {
-            return Ok(Attempt::Done(MutationOutcome::NotApplied(Some(
-                FailureReason::NotFound,
-            ))));
+            return Ok(Attempt::Done(Outcome::NotFound));
         };
         let now = self.now_ms()?;
         let unchanged = json!({ "updateTime": lock.update_time });
         let delete = json!({ "delete": lock.name, "currentDocument": unchanged });
         let (write, outcome) = if !is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS) {
             // Expired: remove it (it is this lock id's), never revive it.
-            (
-                delete,
-                MutationOutcome::NotApplied(Some(FailureReason::Expired)),
-            )
+            (delete, Outcome::Expired)
         } else if let Some(ttl_ms) = ttl_ms {
             let expires_at_ms = now.saturating_add(ttl_ms);
             let update = json!({
@@ -700,9 +694,9 @@ impl FirestoreBackend {
                 "updateMask": { "fieldPaths": ["expiresAtMs"] },
                 "currentDocument": unchanged,
             });
-            (update, MutationOutcome::Applied(expires_at_ms))
+            (update, Outcome::Applied(expires_at_ms))
         } else {
-            (delete, MutationOutcome::Applied(lock.expires_at_ms))
+            (delete, Outcome::Applied(lock.expires_at_ms))
         };
         Ok(if self.rest.commit(vec![write])? {
             Attempt::Done(outcome)
@@ -712,10 +706,10 @@ impl FirestoreBackend {
     }
 
     /// The lock document for `key`, read without a transaction.
-    fn read_lock(&self, key: &str) -> Result<Option<LockDoc>> {
+    fn read_lock(&self, key: &Key) -> Result<Option<LockDoc>> {
         let name = self
             .rest
-            .document_name(&self.collection, &self.lock_document_id(key)?);
+            .document_name(&self.collection, &document_id(key.as_str())?);
         let answer = self
             .rest
             .post(":batchGet", &json!({ "documents": [name] }))?;
@@ -729,23 +723,46 @@ impl FirestoreBackend {
     }
 }
 
-impl LockBackend for FirestoreBackend {
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
-        let ttl_ms = ttl_to_ms(ttl)?;
-        let key = normalize_and_validate_key(key)?;
+impl Driver for FirestoreBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("firestore", true, TimeAuthority::Client)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
         self.check_skew()?;
-        self.with_retries(|| self.acquire_once(&key, ttl_ms))
+        self.with_retries(|| self.acquire_once(key.as_str(), ttl.as_millis()))
     }
 
-    fn release(&self, lock_id: &str) -> Result<bool> {
-        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        self.check_skew()?;
+        let lock_id = lease.lock_id.as_str();
+        Ok(
+            match self.with_retries(|| self.mutate_once(lock_id, None))? {
+                Outcome::Applied(_) => Outcome::Applied(()),
+                Outcome::NotFound => Outcome::NotFound,
+                Outcome::Expired => Outcome::Expired,
+                Outcome::NotOwner => Outcome::NotOwner,
+            },
+        )
     }
 
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        self.check_skew()?;
+        let lock_id = lease.lock_id.as_str();
+        Ok(
+            match self.with_retries(|| self.mutate_once(lock_id, Some(ttl.as_millis())))? {
+                Outcome::Applied(expires_at_ms) => Outcome::Applied(Extension {
+                    expires_at_ms,
+                    version: None,
+                }),
+                Outcome::NotFound => Outcome::NotFound,
+                Outcome::Expired => Outcome::Expired,
+                Outcome::NotOwner => Outcome::NotOwner,
+            },
+        )
     }
 
-    fn is_locked(&self, key: &str) -> Result<bool> {
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;
         let Some(lock) = self.read_lock(key)? else {
             return Ok(false);
@@ -768,44 +785,17 @@ impl LockBackend for FirestoreBackend {
         Ok(live)
     }
 
-    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
-        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new("firestore", true, TimeAuthority::Client)
-    }
-
-    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-        validate_lock_id(lock_id)?;
-        self.check_skew()?;
-        Ok(
-            match self.with_retries(|| self.mutate_once(lock_id, None))? {
-                MutationOutcome::Applied(_) => MutationOutcome::Applied(()),
-                MutationOutcome::NotApplied(reason) => MutationOutcome::NotApplied(reason),
-            },
-        )
-    }
-
-    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-        validate_lock_id(lock_id)?;
-        let ttl_ms = ttl_to_ms(ttl)?;
-        self.check_skew()?;
-        self.with_retries(|| self.mutate_once(lock_id, Some(ttl_ms)))
-    }
-
-    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
         self.check_skew()?;
         let lock = match by {
-            Lookup::Key(key) => self.read_lock(key)?,
-            Lookup::LockId(lock_id) => {
-                validate_lock_id(lock_id)?;
+            Find::Key(key) => self.read_lock(key)?,
+            Find::LockId(lock_id) => {
                 let answer = self.rest.post(
                     ":runQuery",
-                    &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
+                    &json!({ "structuredQuery": self.lock_id_query(lock_id.as_str()) }),
                 )?;
                 let documents = parse_read(answer, "document");
-                self.single_match(&documents, lock_id)?
+                self.single_match(&documents, lock_id.as_str())?
             }
         };
         let Some(lock) = lock else {
@@ -814,7 +804,7 @@ impl LockBackend for FirestoreBackend {
         if !is_live(lock.expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
             return Ok(None);
         }
-        lock.info().map(Some)
+        lock.record().map(Some)
     }
 }
 

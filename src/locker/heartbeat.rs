@@ -12,7 +12,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use crate::error::{LockError, Result};
-use crate::locker::guard::{HeldLease, LeaseOps, Phase};
+use crate::locker::guard::Store;
+use crate::locker::lease::{HeldLease, Renewal};
 
 /// Name of the scheduler thread (one per `Locker` and its clones). At most 15 bytes: Linux
 /// truncates longer thread names.
@@ -77,9 +78,9 @@ impl Scheduler {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the scheduler thread unless it runs already. The thread holds `ops` weakly and
+    /// Starts the scheduler thread unless it runs already. The thread holds `store` weakly and
     /// ends when the locker's shared state is gone.
-    pub(crate) fn ensure_running(self: &Arc<Self>, ops: Weak<dyn LeaseOps>) -> Result<()> {
+    pub(crate) fn ensure_running(self: &Arc<Self>, store: Weak<dyn Store>) -> Result<()> {
         let mut queue = self.queue();
         if queue.running {
             return Ok(());
@@ -87,7 +88,7 @@ impl Scheduler {
         let scheduler = Arc::clone(self);
         std::thread::Builder::new()
             .name(THREAD_NAME.to_owned())
-            .spawn(move || scheduler.run(ops))
+            .spawn(move || scheduler.run(store))
             .map_err(|e| {
                 LockError::internal("could not start the heartbeat thread").with_source(e)
             })?;
@@ -118,10 +119,10 @@ impl Scheduler {
         self.wakeup.notify_all();
     }
 
-    fn run(&self, ops: Weak<dyn LeaseOps>) {
+    fn run(&self, store: Weak<dyn Store>) {
         while let Some(lease) = self.next_due() {
-            let Some(ops) = ops.upgrade() else { break };
-            let next = catch_unwind(AssertUnwindSafe(|| renew(ops.as_ref(), &lease)));
+            let Some(store) = store.upgrade() else { break };
+            let next = catch_unwind(AssertUnwindSafe(|| renew(store.as_ref(), &lease)));
             match next {
                 Ok(Some(at)) => self.schedule(lease, at),
                 Ok(None) => {}
@@ -167,45 +168,16 @@ impl Scheduler {
 }
 
 /// Renews one due lease; the next time it is due, or `None` when it leaves the heartbeat.
-fn renew(ops: &dyn LeaseOps, lease: &HeldLease) -> Option<Instant> {
-    let now = Instant::now();
+fn renew(store: &dyn Store, lease: &HeldLease) -> Option<Instant> {
     let next_due = lease.next_due();
     // `LockGuard::extend` moved the schedule: come back then.
-    if next_due > now {
+    if next_due > Instant::now() {
         return (!lease.is_finished()).then_some(next_due);
     }
-    let mut phase = lease.phase();
-    if *phase != Phase::Held {
-        return None;
-    }
-    if lease.lost_if_overdue(&mut phase) {
-        drop(phase);
-        lease.report_lost("the lease ran out: renewals kept failing until its TTL passed");
-        return None;
-    }
-    let ttl = lease.ttl();
-    let sent = Instant::now();
-    // The phase lock stays held across the call: a release waits for it and, once it has
-    // set `Releasing`, no renewal of this lease can go out any more.
-    match ops.extend(lease.lock_id(), ttl) {
-        Ok(Some(expires_at_ms)) => {
-            lease.renewed(&mut phase, sent, ttl, expires_at_ms);
-            if *phase == Phase::Held {
-                Some(lease.next_due())
-            } else {
-                drop(phase);
-                lease.report_lost("the renewal came back after the lease had run out");
-                None
-            }
-        }
-        Ok(None) => {
-            lease.mark_lost(&mut phase, true);
-            drop(phase);
-            lease.report_lost("the lock was gone when the heartbeat renewed it");
-            None
-        }
-        Err(error) => {
-            drop(phase);
+    match lease.renew(store.driver(), lease.ttl()) {
+        Renewal::Renewed => Some(lease.next_due()),
+        Renewal::Ended => None,
+        Renewal::Failed(error) => {
             log::warn!("syncguard: heartbeat renewal failed, will retry: {error}");
             let gap = lease
                 .interval()

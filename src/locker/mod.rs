@@ -2,6 +2,8 @@
 
 mod guard;
 mod heartbeat;
+mod lease;
+mod options;
 mod retry;
 
 use std::fmt;
@@ -12,207 +14,18 @@ use std::time::{Duration, Instant};
 use rand::RngExt as _;
 
 pub use self::guard::LockGuard;
+pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
 
-use self::guard::{HeldLease, LeaseOps, LostCallback, ReleaseErrorCallback};
+use self::guard::Store;
 use self::heartbeat::Scheduler;
-use crate::backend::{AcquireOutcome, Lease, LockBackend};
+use self::lease::HeldLease;
 use crate::cancel::CancelToken;
+use crate::driver::{Acquisition, Driver};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::key::normalize_and_validate_key;
-use crate::time::ttl_to_ms;
-
-/// Whether and how often the heartbeat renews a guard's lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Heartbeat {
-    /// Renew every third of the TTL. The default.
-    #[default]
-    Auto,
-    /// Renew at this interval, which must be shorter than the TTL.
-    Every(Duration),
-    /// Never renew: the lease ends at its TTL unless [`LockGuard::extend`] is called.
-    Off,
-}
-
-impl Heartbeat {
-    /// The renewal interval for a lease of `ttl`; `None` when off.
-    pub(crate) fn interval_for(self, ttl: Duration) -> Option<Duration> {
-        match self {
-            Heartbeat::Auto => Some(ttl / 3),
-            // A later `extend` may shorten the TTL below the configured interval: renewing
-            // that late would let the lease lapse, so fall back to a third of it.
-            Heartbeat::Every(every) if every < ttl => Some(every),
-            Heartbeat::Every(_) => Some(ttl / 3),
-            Heartbeat::Off => None,
-        }
-    }
-}
-
-/// How [`Locker::lock_with`] acquires and keeps a lock. `LockOptions::default()` gives the
-/// SyncGuard defaults; the setters chain.
-///
-/// | option | default |
-/// |---|---|
-/// | [`ttl`](LockOptions::ttl) | 30 s |
-/// | [`timeout`](LockOptions::timeout) (acquisition) | 5 s |
-/// | [`max_retries`](LockOptions::max_retries) | 10 |
-/// | [`retry_delay`](LockOptions::retry_delay) | 100 ms |
-/// | [`backoff`](LockOptions::backoff) | [`Backoff::Exponential`] |
-/// | [`jitter`](LockOptions::jitter) | [`Jitter::Equal`] |
-/// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] (every ttl/3) |
-///
-/// ```
-/// use std::time::Duration;
-/// use syncguard::{Heartbeat, LockOptions};
-///
-/// let options = LockOptions::default()
-///     .ttl(Duration::from_secs(60))
-///     .timeout(Duration::from_secs(30))
-///     .heartbeat(Heartbeat::Every(Duration::from_secs(10)))
-///     .on_lock_lost(|e| eprintln!("{e}"));
-/// ```
-#[derive(Clone)]
-pub struct LockOptions {
-    ttl: Duration,
-    timeout: Duration,
-    max_retries: u32,
-    retry_delay: Duration,
-    backoff: Backoff,
-    jitter: Jitter,
-    heartbeat: Heartbeat,
-    cancel: Option<CancelToken>,
-    on_lock_lost: Option<LostCallback>,
-    on_release_error: Option<ReleaseErrorCallback>,
-}
-
-impl Default for LockOptions {
-    fn default() -> Self {
-        LockOptions {
-            ttl: Duration::from_secs(30),
-            timeout: Duration::from_secs(5),
-            max_retries: 10,
-            retry_delay: Duration::from_millis(100),
-            backoff: Backoff::Exponential,
-            jitter: Jitter::Equal,
-            heartbeat: Heartbeat::Auto,
-            cancel: None,
-            on_lock_lost: None,
-            on_release_error: None,
-        }
-    }
-}
-
-impl LockOptions {
-    /// Lease length: a whole number of milliseconds, at least 1 ms. Keep it short (seconds to
-    /// a minute) and let the heartbeat renew it: a crashed holder then blocks others only
-    /// briefly.
-    #[must_use]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// How long [`Locker::lock_with`] waits for a held lock before failing with
-    /// `AcquisitionTimeout`. The first attempt is always made, so zero means "try once".
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How many times to retry after the first attempt found the lock held.
-    #[must_use]
-    pub fn max_retries(mut self, max_retries: u32) -> Self {
-        self.max_retries = max_retries;
-        self
-    }
-
-    /// The base delay between attempts.
-    #[must_use]
-    pub fn retry_delay(mut self, retry_delay: Duration) -> Self {
-        self.retry_delay = retry_delay;
-        self
-    }
-
-    /// How the delay grows between attempts.
-    #[must_use]
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// How the delay is randomised.
-    #[must_use]
-    pub fn jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
-        self
-    }
-
-    /// Whether and how often the lease is renewed while the guard lives.
-    #[must_use]
-    pub fn heartbeat(mut self, heartbeat: Heartbeat) -> Self {
-        self.heartbeat = heartbeat;
-        self
-    }
-
-    /// A token that ends the wait with `Aborted` when cancelled.
-    #[must_use]
-    pub fn cancel(mut self, cancel: CancelToken) -> Self {
-        self.cancel = Some(cancel);
-        self
-    }
-
-    /// Called (once per guard) with a `LockLost` error when the lease is found lost: a renewal
-    /// found the lock gone, or renewals kept failing until the TTL ran out. It runs on the
-    /// heartbeat thread (or in [`LockGuard::extend`]): keep it short, and do not block on the
-    /// guard in it. Without it, the loss is logged with `log::warn!`. A panic in it is caught.
-    #[must_use]
-    pub fn on_lock_lost(mut self, callback: impl Fn(&LockError) + Send + Sync + 'static) -> Self {
-        self.on_lock_lost = Some(Arc::new(callback));
-        self
-    }
-
-    /// Called with the error when releasing fails in `Drop` or [`Locker::with_lock`] (the
-    /// error carries the key and lock id). Without it, the failure is logged with
-    /// `log::warn!`. The lock then expires at the end of its TTL. A panic in it is caught.
-    #[must_use]
-    pub fn on_release_error(
-        mut self,
-        callback: impl Fn(&LockError) + Send + Sync + 'static,
-    ) -> Self {
-        self.on_release_error = Some(Arc::new(callback));
-        self
-    }
-
-    fn validated_heartbeat(&self) -> Result<Option<Duration>> {
-        if let Heartbeat::Every(every) = self.heartbeat {
-            if every.is_zero() || every >= self.ttl {
-                return Err(LockError::invalid_argument(format!(
-                    "heartbeat interval {every:?} must be above zero and below the ttl {:?}",
-                    self.ttl
-                )));
-            }
-        }
-        Ok(self.heartbeat.interval_for(self.ttl))
-    }
-}
-
-impl fmt::Debug for LockOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockOptions")
-            .field("ttl", &self.ttl)
-            .field("timeout", &self.timeout)
-            .field("max_retries", &self.max_retries)
-            .field("retry_delay", &self.retry_delay)
-            .field("backoff", &self.backoff)
-            .field("jitter", &self.jitter)
-            .field("heartbeat", &self.heartbeat)
-            .field("cancel", &self.cancel)
-            .field("on_lock_lost", &self.on_lock_lost.is_some())
-            .field("on_release_error", &self.on_release_error.is_some())
-            .finish()
-    }
-}
+use crate::key::Key;
+use crate::lock_id::LockId;
+use crate::time::Ttl;
 
 /// Takes locks from a backend and hands out guards that release on drop and are kept alive
 /// by one shared heartbeat thread.
@@ -250,13 +63,9 @@ impl<B> Drop for Shared<B> {
     }
 }
 
-impl<B: LockBackend> LeaseOps for Shared<B> {
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        self.backend.extend(lock_id, ttl)
-    }
-
-    fn release(&self, lock_id: &str) -> Result<bool> {
-        self.backend.release(lock_id)
+impl<B: Driver + 'static> Store for Shared<B> {
+    fn driver(&self) -> &dyn Driver {
+        &self.backend
     }
 }
 
@@ -277,7 +86,7 @@ impl<B: fmt::Debug> fmt::Debug for Locker<B> {
     }
 }
 
-impl<B: LockBackend + 'static> Locker<B> {
+impl<B: Driver + 'static> Locker<B> {
     /// A locker over `backend` with the default [`LockOptions`].
     pub fn new(backend: B) -> Self {
         Self::with_defaults(backend, LockOptions::default())
@@ -359,20 +168,21 @@ impl<B: LockBackend + 'static> Locker<B> {
 
     /// The retry loop. `Ok(None)` when the lock stayed held past the timeout or retry budget.
     fn acquire(&self, key: &str, options: &LockOptions) -> Result<Option<LockGuard>> {
-        let key = normalize_and_validate_key(key)?;
-        ttl_to_ms(options.ttl)?;
+        // The public edge: everything below works on validated values.
+        let key = Key::new(key)?;
+        let ttl = Ttl::new(options.ttl)?;
         let interval = options.validated_heartbeat()?;
         if interval.is_some() {
             // Before acquiring: a thread that cannot start must not leave a lock behind.
-            let ops: Weak<Shared<B>> = Arc::downgrade(&self.shared);
-            let ops: Weak<dyn LeaseOps> = ops;
-            self.shared.scheduler.ensure_running(ops)?;
+            let store: Weak<Shared<B>> = Arc::downgrade(&self.shared);
+            let store: Weak<dyn Store> = store;
+            self.shared.scheduler.ensure_running(store)?;
         }
         let aborted =
-            || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(&key);
+            || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(key.as_str());
         let start = Instant::now();
         let mut attempts: u32 = 0;
-        let (lease, sent) = loop {
+        let (lease, version, sent) = loop {
             if options
                 .cancel
                 .as_ref()
@@ -382,9 +192,9 @@ impl<B: LockBackend + 'static> Locker<B> {
             }
             attempts = attempts.saturating_add(1);
             let sent = Instant::now();
-            match self.shared.backend.acquire(&key, options.ttl)? {
-                AcquireOutcome::Acquired(lease) => break (lease, sent),
-                AcquireOutcome::Locked => {}
+            match self.shared.backend.try_acquire(&key, ttl)? {
+                Acquisition::Acquired { lease, version } => break (lease, version, sent),
+                Acquisition::Locked => {}
             }
             if attempts > options.max_retries {
                 return Ok(None);
@@ -409,15 +219,17 @@ impl<B: LockBackend + 'static> Locker<B> {
                 None => thread::sleep(delay),
             }
         };
-        Ok(Some(self.guard(key, lease, sent, options)))
-    }
-
-    fn guard(&self, key: String, lease: Lease, sent: Instant, options: &LockOptions) -> LockGuard {
+        // A driver bug, never seen from the bundled ones; that lock expires at its TTL.
+        let lock_id = LockId::new(&lease.lock_id).map_err(|_| {
+            LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
+        })?;
         let held = Arc::new(HeldLease::new(
             key,
+            lock_id,
             lease,
+            version,
             sent,
-            options.ttl,
+            ttl,
             options.heartbeat,
             options.on_lock_lost.clone(),
         ));
@@ -426,8 +238,12 @@ impl<B: LockBackend + 'static> Locker<B> {
                 .scheduler
                 .schedule(Arc::clone(&held), held.next_due());
         }
-        let ops: Arc<dyn LeaseOps> = self.shared.clone();
-        LockGuard::new(held, ops, options.on_release_error.clone())
+        let store: Arc<dyn Store> = self.shared.clone();
+        Ok(Some(LockGuard::new(
+            held,
+            store,
+            options.on_release_error.clone(),
+        )))
     }
 }
 

@@ -116,16 +116,14 @@ pub use self::schema::{SCHEMA_SQL, TableNames, schema_sql, setup_schema};
 use self::connection::{AppPool, Connections, Param, Timeouts, own_pool, parse_url};
 use self::errors::ServerError;
 use self::statements::{Op, Statements};
-use crate::backend::{
-    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
-    Lookup, MutationOutcome, TimeAuthority,
+use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::driver::{
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
+    TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::error::{LockError, Result};
-use crate::fence::{FENCE_MAX, Fence};
-use crate::key::{make_storage_key, normalize_and_validate_key};
-use crate::lock_id::{generate_lock_id, validate_lock_id};
+use crate::fence::Fence;
 use crate::net::{Redactor, Source, pool_source};
-use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
 
 /// PostgreSQL's storage-key limit in bytes (keys longer than this are hashed).
 pub const STORAGE_KEY_LIMIT: usize = 1700;
@@ -341,8 +339,7 @@ impl PostgresBackend {
 
     /// The storage key (`key` column) of a user key.
     pub fn storage_key(&self, key: &str) -> Result<String> {
-        let key = pg_key(key)?;
-        make_storage_key("", &key, STORAGE_KEY_LIMIT, 0)
+        storage_key_of(&Key::new(key)?)
     }
 
     /// The `fence_key` of a user key's counter row.
@@ -374,26 +371,6 @@ impl PostgresBackend {
         }
         self.connections.query(&op.inline, params)
     }
-
-    fn lookup_row(&self, row: &Row) -> Result<LockInfoDebug> {
-        let malformed =
-            || LockError::internal("a lock row holds NULLs or values of unexpected types");
-        let lock_id: String = row.try_get("lock_id").map_err(|_| malformed())?;
-        let expires_at_ms: i64 = row.try_get("expires_at_ms").map_err(|_| malformed())?;
-        let acquired_at_ms: i64 = row.try_get("acquired_at_ms").map_err(|_| malformed())?;
-        let fence: String = row.try_get("fence").map_err(|_| malformed())?;
-        let user_key: String = row.try_get("user_key").map_err(|_| malformed())?;
-        let fence = fence
-            .parse::<Fence>()
-            .map_err(|_| LockError::internal("a lock row holds a malformed fence"))?;
-        Ok(LockInfoDebug::new(
-            user_key,
-            lock_id,
-            expires_at_ms,
-            acquired_at_ms,
-            fence,
-        ))
-    }
 }
 
 /// The `fence_key` of the counter row that belongs to a storage key.
@@ -401,15 +378,29 @@ fn fence_key_of(storage_key: &str) -> Result<String> {
     make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
 }
 
-/// Normalises and validates a key, refusing what PostgreSQL text cannot store.
-fn pg_key(key: &str) -> Result<String> {
-    let key = normalize_and_validate_key(key)?;
-    if key.contains('\0') {
+/// The storage key of `key`, refusing what PostgreSQL text cannot store (before any I/O).
+fn storage_key_of(key: &Key) -> Result<String> {
+    if key.as_str().contains('\0') {
         return Err(LockError::invalid_argument(
             "PostgreSQL text cannot hold NUL characters; this key cannot be locked here",
         ));
     }
-    Ok(key)
+    make_storage_key("", key.as_str(), STORAGE_KEY_LIMIT, 0)
+}
+
+/// A lock row as the lookups return it.
+fn lock_record(row: &Row) -> Result<LockRecord> {
+    let malformed = || LockError::internal("a lock row holds NULLs or values of unexpected types");
+    let fence: String = row.try_get("fence").map_err(|_| malformed())?;
+    Ok(LockRecord {
+        key: row.try_get("user_key").map_err(|_| malformed())?,
+        lock_id: row.try_get("lock_id").map_err(|_| malformed())?,
+        expires_at_ms: row.try_get("expires_at_ms").map_err(|_| malformed())?,
+        acquired_at_ms: row.try_get("acquired_at_ms").map_err(|_| malformed())?,
+        fence: fence
+            .parse::<Fence>()
+            .map_err(|_| LockError::internal("a lock row holds a malformed fence"))?,
+    })
 }
 
 fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Result<T> {
@@ -417,21 +408,23 @@ fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Resu
         .map_err(|_| LockError::internal(format!("unexpected result column {name}")))
 }
 
-impl LockBackend for PostgresBackend {
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
-        let ttl_ms = ttl_to_ms(ttl)?;
-        let user_key = pg_key(key)?;
-        let storage_key = make_storage_key("", &user_key, STORAGE_KEY_LIMIT, 0)?;
+impl Driver for PostgresBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("postgres", true, TimeAuthority::Server)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+        let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
-        let lock_id = generate_lock_id();
+        let lock_id = LockId::generate().into_string();
         let fence_max = FENCE_MAX as i64;
         let rows = self.query(
             &self.statements.acquire,
             vec![
                 storage_key.as_str().into(),
                 lock_id.as_str().into(),
-                ttl_ms.into(),
-                user_key.as_str().into(),
+                ttl.as_millis().into(),
+                key.as_str().into(),
                 fence_key.as_str().into(),
                 fence_max.into(),
                 TIME_TOLERANCE_MS.into(),
@@ -447,31 +440,61 @@ impl LockBackend for PostgresBackend {
             (Some(fence), Some(expires_at_ms)) => {
                 let fence: Fence = fence.parse()?;
                 // Re-issuing through from_counter applies the warning threshold.
-                let fence = Fence::from_counter(fence.value()).map_err(|e| e.with_key(user_key))?;
-                Ok(AcquireOutcome::Acquired(Lease {
-                    lock_id,
-                    fence,
-                    expires_at_ms,
-                }))
+                let fence =
+                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+                Ok(Acquisition::Acquired {
+                    lease: Lease {
+                        lock_id,
+                        fence,
+                        expires_at_ms,
+                    },
+                    version: None,
+                })
             }
             _ if counter.is_some_and(|n| n > fence_max) => Err(LockError::internal(format!(
                 "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
             ))
-            .with_key(user_key)),
-            _ => Ok(AcquireOutcome::Locked),
+            .with_key(key.as_str())),
+            _ => Ok(Acquisition::Locked),
         }
     }
 
-    fn release(&self, lock_id: &str) -> Result<bool> {
-        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let rows = self.query(
+            &self.statements.release,
+            vec![lease.lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
+        )?;
+        Ok(match rows.first() {
+            None => Outcome::NotFound,
+            Some(row) if column::<bool>(row, "live")? => Outcome::Applied(()),
+            Some(_) => Outcome::Expired,
+        })
     }
 
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let rows = self.query(
+            &self.statements.extend,
+            vec![
+                lease.lock_id.as_str().into(),
+                ttl.as_millis().into(),
+                TIME_TOLERANCE_MS.into(),
+            ],
+        )?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("extend returned no row"))?;
+        Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
+            Some(expires_at_ms) => Outcome::Applied(Extension {
+                expires_at_ms,
+                version: None,
+            }),
+            None if column::<bool>(row, "present")? => Outcome::Expired,
+            None => Outcome::NotFound,
+        })
     }
 
-    fn is_locked(&self, key: &str) -> Result<bool> {
-        let storage_key = self.storage_key(key)?;
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        let storage_key = storage_key_of(key)?;
         let rows = if self.cleanup_in_is_locked {
             self.query(
                 &self.statements.is_locked_with_cleanup,
@@ -493,74 +516,21 @@ impl LockBackend for PostgresBackend {
         column(row, "locked")
     }
 
-    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
-        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new("postgres", true, TimeAuthority::Server)
-    }
-
-    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-        validate_lock_id(lock_id)?;
-        let rows = self.query(
-            &self.statements.release,
-            vec![lock_id.into(), TIME_TOLERANCE_MS.into()],
-        )?;
-        Ok(match rows.first() {
-            None => MutationOutcome::NotApplied(Some(FailureReason::NotFound)),
-            Some(row) if column::<bool>(row, "live")? => MutationOutcome::Applied(()),
-            Some(_) => MutationOutcome::NotApplied(Some(FailureReason::Expired)),
-        })
-    }
-
-    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-        validate_lock_id(lock_id)?;
-        let ttl_ms = ttl_to_ms(ttl)?;
-        let rows = self.query(
-            &self.statements.extend,
-            vec![lock_id.into(), ttl_ms.into(), TIME_TOLERANCE_MS.into()],
-        )?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::internal("extend returned no row"))?;
-        Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
-            Some(expires_at_ms) => MutationOutcome::Applied(expires_at_ms),
-            None if column::<bool>(row, "present")? => {
-                MutationOutcome::NotApplied(Some(FailureReason::Expired))
-            }
-            None => MutationOutcome::NotApplied(Some(FailureReason::NotFound)),
-        })
-    }
-
-    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
         let rows = match by {
-            Lookup::Key(key) => {
-                let storage_key = self.storage_key(key)?;
+            Find::Key(key) => {
+                let storage_key = storage_key_of(key)?;
                 self.query(
                     &self.statements.lookup_by_key,
                     vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
                 )?
             }
-            Lookup::LockId(lock_id) => {
-                validate_lock_id(lock_id)?;
-                self.query(
-                    &self.statements.lookup_by_id,
-                    vec![lock_id.into(), TIME_TOLERANCE_MS.into()],
-                )?
-            }
+            Find::LockId(lock_id) => self.query(
+                &self.statements.lookup_by_id,
+                vec![lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
+            )?,
         };
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let info = self.lookup_row(row)?;
-        // Defence in depth: the row must be the one asked for.
-        if let Lookup::LockId(lock_id) = by {
-            if info.lock_id != lock_id {
-                return Ok(None);
-            }
-        }
-        Ok(Some(info))
+        rows.first().map(lock_record).transpose()
     }
 }
 
@@ -629,11 +599,12 @@ mod tests {
 
     #[test]
     fn nul_keys_are_refused_before_io() {
+        let key = |k: &str| Key::new(k).unwrap();
         assert_eq!(
-            pg_key("a\0b").unwrap_err().code(),
+            storage_key_of(&key("a\0b")).unwrap_err().code(),
             ErrorCode::InvalidArgument
         );
-        assert_eq!(pg_key("ab").unwrap(), "ab");
+        assert_eq!(storage_key_of(&key("ab")).unwrap(), "ab");
     }
 
     #[test]

@@ -56,16 +56,14 @@ use std::sync::Arc;
 use self::connection::{Connector, LastFailure, Pool, Timeouts, ensure_tls_provider, parse_url};
 use self::errors::Server;
 use self::scripts::{Reply, SCRIPTS, Status};
-use crate::backend::{
-    AcquireOutcome, Capabilities, FailureReason, Lease, LockBackend, LockInfo, LockInfoDebug,
-    Lookup, MutationOutcome, TimeAuthority,
+use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::driver::{
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LOCK_ID_LENGTH, LeaseRef, LockId,
+    LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::error::{LockError, Result};
-use crate::fence::{FENCE_MAX, Fence};
-use crate::key::{make_storage_key, normalize_and_validate_key};
-use crate::lock_id::{LOCK_ID_LENGTH, generate_lock_id, validate_lock_id};
+use crate::fence::Fence;
 use crate::net::{Source, pool_source};
-use crate::time::{TIME_TOLERANCE_MS, ttl_to_ms};
 
 /// Redis' storage-key limit in bytes.
 pub const STORAGE_KEY_LIMIT: usize = 1000;
@@ -349,14 +347,16 @@ impl RedisBackend {
 
     /// The Redis key holding the lock on `key` (for inspection and tests).
     pub fn lock_key(&self, key: &str) -> Result<String> {
-        let key = normalize_and_validate_key(key)?;
-        self.storage_key(&key)
+        self.storage_key(Key::new(key)?.as_str())
     }
 
     /// The Redis key of the reverse index entry of `lock_id`.
     pub fn index_key(&self, lock_id: &str) -> Result<String> {
-        validate_lock_id(lock_id)?;
-        Ok(format!("{}{lock_id}", self.index_prefix))
+        Ok(self.index_key_of(&LockId::new(lock_id)?))
+    }
+
+    fn index_key_of(&self, lock_id: &LockId) -> String {
+        format!("{}{}", self.index_prefix, lock_id.as_str())
     }
 
     /// The Redis key of the fence counter of `key`.
@@ -390,29 +390,34 @@ impl RedisBackend {
         }
     }
 
-    fn decode(&self, raw: &str) -> Result<LockInfoDebug> {
+    fn decode(&self, raw: &str) -> Result<LockRecord> {
         let stored: StoredLock = serde_json::from_str(raw).map_err(|_| self.foreign(None))?;
         let fence = stored
             .fence
             .parse::<Fence>()
             .map_err(|_| self.foreign(None))?;
-        Ok(LockInfoDebug::new(
-            stored.key,
-            stored.lock_id,
-            whole_ms(stored.expires_at_ms)?,
-            whole_ms(stored.acquired_at_ms)?,
+        Ok(LockRecord {
+            key: stored.key,
+            lock_id: stored.lock_id,
+            expires_at_ms: whole_ms(stored.expires_at_ms)?,
+            acquired_at_ms: whole_ms(stored.acquired_at_ms)?,
             fence,
-        ))
+        })
     }
 
-    /// Why a release or extend did not apply (`None`: it did).
-    fn failure_reason(&self, reply: &Reply, lock_id: &str) -> Result<Option<FailureReason>> {
+    /// What a release or extend reply says; `applied` reads what an applied one carries.
+    fn outcome<T>(
+        &self,
+        reply: &mut Reply,
+        lock_id: &LockId,
+        applied: impl FnOnce(&mut Reply) -> Result<T>,
+    ) -> Result<Outcome<T>> {
         match reply.status {
-            Status::Ok => Ok(None),
-            Status::NotFound | Status::Absent => Ok(Some(FailureReason::NotFound)),
-            Status::Expired => Ok(Some(FailureReason::Expired)),
+            Status::Ok => applied(reply).map(Outcome::Applied),
+            Status::NotFound | Status::Absent => Ok(Outcome::NotFound),
+            Status::Expired => Ok(Outcome::Expired),
             Status::Foreign | Status::FenceOverflow => {
-                Err(self.foreign(None).with_lock_id(lock_id))
+                Err(self.foreign(None).with_lock_id(lock_id.as_str()))
             }
         }
     }
@@ -429,24 +434,26 @@ fn whole_ms(value: f64) -> Result<i64> {
     }
 }
 
-impl LockBackend for RedisBackend {
-    fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
-        let ttl_ms = ttl_to_ms(ttl)?;
-        let key = normalize_and_validate_key(key)?;
-        let lock_key = self.storage_key(&key)?;
+impl Driver for RedisBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("redis", true, TimeAuthority::Server)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+        let lock_key = self.storage_key(key.as_str())?;
         let fence_key = self.fence_key_of(&lock_key)?;
-        let lock_id = generate_lock_id();
-        let index_key = format!("{}{lock_id}", self.index_prefix);
+        let lock_id = LockId::generate();
+        let index_key = self.index_key_of(&lock_id);
         let mut reply = self.run(|conn| {
             SCRIPTS
                 .acquire
                 .key(&lock_key)
                 .key(&index_key)
                 .key(&fence_key)
-                .arg(&lock_id)
-                .arg(ttl_ms)
+                .arg(lock_id.as_str())
+                .arg(ttl.as_millis())
                 .arg(TIME_TOLERANCE_MS)
-                .arg(&key)
+                .arg(key.as_str())
                 .arg(FENCE_MAX)
                 .invoke(conn)
         })?;
@@ -455,34 +462,62 @@ impl LockBackend for RedisBackend {
                 let fence: Fence = reply.string()?.parse()?;
                 // Re-issuing through from_counter applies the warning threshold.
                 let fence =
-                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.clone()))?;
+                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
                 let expires_at_ms = reply.int()?;
-                Ok(AcquireOutcome::Acquired(Lease {
-                    lock_id,
-                    fence,
-                    expires_at_ms,
-                }))
+                Ok(Acquisition::Acquired {
+                    lease: Lease {
+                        lock_id: lock_id.into_string(),
+                        fence,
+                        expires_at_ms,
+                    },
+                    version: None,
+                })
             }
-            Status::Absent => Ok(AcquireOutcome::Locked),
+            Status::Absent => Ok(Acquisition::Locked),
             Status::FenceOverflow => Err(LockError::internal(format!(
                 "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
             ))
-            .with_key(key)),
-            Status::Foreign | Status::NotFound | Status::Expired => Err(self.foreign(Some(&key))),
+            .with_key(key.as_str())),
+            Status::Foreign | Status::NotFound | Status::Expired => {
+                Err(self.foreign(Some(key.as_str())))
+            }
         }
     }
 
-    fn release(&self, lock_id: &str) -> Result<bool> {
-        Ok(self.release_outcome(lock_id)?.applied().is_some())
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let index_key = self.index_key_of(lease.lock_id);
+        let mut reply = self.run(|conn| {
+            SCRIPTS
+                .release
+                .key(&index_key)
+                .arg(lease.lock_id.as_str())
+                .arg(TIME_TOLERANCE_MS)
+                .invoke(conn)
+        })?;
+        self.outcome(&mut reply, lease.lock_id, |_| Ok(()))
     }
 
-    fn extend(&self, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        Ok(self.extend_outcome(lock_id, ttl)?.applied())
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let index_key = self.index_key_of(lease.lock_id);
+        let mut reply = self.run(|conn| {
+            SCRIPTS
+                .extend
+                .key(&index_key)
+                .arg(lease.lock_id.as_str())
+                .arg(TIME_TOLERANCE_MS)
+                .arg(ttl.as_millis())
+                .invoke(conn)
+        })?;
+        self.outcome(&mut reply, lease.lock_id, |reply| {
+            Ok(Extension {
+                expires_at_ms: reply.int()?,
+                version: None,
+            })
+        })
     }
 
-    fn is_locked(&self, key: &str) -> Result<bool> {
-        let key = normalize_and_validate_key(key)?;
-        let lock_key = self.storage_key(&key)?;
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        let lock_key = self.storage_key(key.as_str())?;
         let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
         let reply = self.run(|conn| {
             SCRIPTS
@@ -496,58 +531,15 @@ impl LockBackend for RedisBackend {
         })?;
         match reply.status {
             Status::Ok => Ok(true),
-            Status::Foreign => Err(self.foreign(Some(&key))),
+            Status::Foreign => Err(self.foreign(Some(key.as_str()))),
             _ => Ok(false),
         }
     }
 
-    fn lookup(&self, by: Lookup<'_>) -> Result<Option<LockInfo>> {
-        Ok(self.lookup_raw(by)?.map(|raw| raw.info))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new("redis", true, TimeAuthority::Server)
-    }
-
-    fn release_outcome(&self, lock_id: &str) -> Result<MutationOutcome<()>> {
-        let index_key = self.index_key(lock_id)?;
-        let reply = self.run(|conn| {
-            SCRIPTS
-                .release
-                .key(&index_key)
-                .arg(lock_id)
-                .arg(TIME_TOLERANCE_MS)
-                .invoke(conn)
-        })?;
-        Ok(match self.failure_reason(&reply, lock_id)? {
-            None => MutationOutcome::Applied(()),
-            Some(reason) => MutationOutcome::NotApplied(Some(reason)),
-        })
-    }
-
-    fn extend_outcome(&self, lock_id: &str, ttl: Duration) -> Result<MutationOutcome<i64>> {
-        let index_key = self.index_key(lock_id)?;
-        let ttl_ms = ttl_to_ms(ttl)?;
-        let mut reply = self.run(|conn| {
-            SCRIPTS
-                .extend
-                .key(&index_key)
-                .arg(lock_id)
-                .arg(TIME_TOLERANCE_MS)
-                .arg(ttl_ms)
-                .invoke(conn)
-        })?;
-        Ok(match self.failure_reason(&reply, lock_id)? {
-            None => MutationOutcome::Applied(reply.int()?),
-            Some(reason) => MutationOutcome::NotApplied(Some(reason)),
-        })
-    }
-
-    fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
         let mut reply = match by {
-            Lookup::Key(key) => {
-                let key = normalize_and_validate_key(key)?;
-                let lock_key = self.storage_key(&key)?;
+            Find::Key(key) => {
+                let lock_key = self.storage_key(key.as_str())?;
                 let reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_key
@@ -556,22 +548,22 @@ impl LockBackend for RedisBackend {
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.foreign(Some(&key)));
+                    return Err(self.foreign(Some(key.as_str())));
                 }
                 reply
             }
-            Lookup::LockId(lock_id) => {
-                let index_key = self.index_key(lock_id)?;
+            Find::LockId(lock_id) => {
+                let index_key = self.index_key_of(lock_id);
                 let reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_id
                         .key(&index_key)
-                        .arg(lock_id)
+                        .arg(lock_id.as_str())
                         .arg(TIME_TOLERANCE_MS)
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.foreign(None).with_lock_id(lock_id));
+                    return Err(self.foreign(None).with_lock_id(lock_id.as_str()));
                 }
                 reply
             }
@@ -640,7 +632,7 @@ mod tests {
     #[test]
     fn index_keys_are_what_make_storage_key_gives() {
         for prefix in ["syncguard", "p", &"p".repeat(948)] {
-            let id = generate_lock_id();
+            let id = crate::driver::generate_lock_id();
             let expected = make_storage_key(
                 prefix,
                 &format!("id:{id}"),

@@ -1,0 +1,341 @@
+//! Writing a backend: the [`Driver`] trait, the validated values it is given, the outcomes it
+//! returns, and the toolkit every store shares with the TypeScript SyncGuard (storage keys,
+//! liveness, TTLs, limits).
+//!
+//! A driver is a store's protocol and nothing else. Everything a lock user calls — the
+//! [`LockBackend`](crate::LockBackend) methods with their plain `&str`/`Duration` arguments and
+//! `bool`/`Option` answers, sanitised lookups, [`get_by_key`](crate::get_by_key) and friends,
+//! [`owns`](crate::owns), telemetry, and the [`Locker`](crate::Locker) with its guards and
+//! heartbeat — is written once on top, for every driver. The same split as `lock_api`'s
+//! `RawMutex` under its `Mutex`, or r2d2's `ManageConnection` under its `Pool`.
+//!
+//! What the types guarantee, so a driver need not check again:
+//! - a [`Key`] is NFC-normalised and 1 to 512 bytes; a [`LockId`] has the lock-id shape; a
+//!   [`Ttl`] is a whole number of milliseconds from 1 ms to 2^52 ms — all checked before any
+//!   I/O, where they entered the crate;
+//! - a [`LeaseRef`] names a lease by its lock id and, when its holder knows them, its key and
+//!   the [`Version`] the store reported for it, so a driver can go straight to the record.
+//!
+//! What a driver must guarantee (the contract suite, [`testing`](crate#features), checks it):
+//! - liveness is [`is_live`] with [`TIME_TOLERANCE_MS`] against the store's time authority;
+//!   expired and missing locks look the same to every caller;
+//! - acquiring is atomic and issues a fence one above the key's last ([`Fence::from_counter`]);
+//!   fence counters are never deleted and never expire;
+//! - releasing and extending resolve the lease, check that the stored lock is live and has its
+//!   lock id, and mutate, in one atomic step; neither ever revives an expired lock, and an
+//!   extension replaces the expiry with *now + ttl*;
+//! - [`Driver::key_is_locked`] and [`Driver::find`] only read.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//! use syncguard::driver::*;
+//! use syncguard::{Capabilities, Fence, Lease, LockBackend, TimeAuthority};
+//!
+//! /// A toy store: one map, the client clock, no expiry sweeping.
+//! #[derive(Default)]
+//! struct Toy(Mutex<(HashMap<String, LockRecord>, HashMap<String, u64>)>);
+//!
+//! impl Driver for Toy {
+//!     fn describe(&self) -> Capabilities {
+//!         Capabilities::new("toy", true, TimeAuthority::Client)
+//!     }
+//!     fn try_acquire(&self, key: &Key, ttl: Ttl) -> syncguard::Result<Acquisition> {
+//!         let now = SystemClock.now_ms();
+//!         let mut state = self.0.lock().unwrap();
+//!         let (locks, fences) = &mut *state;
+//!         if locks.get(key.as_str()).is_some_and(|r| is_live(r.expires_at_ms, now, TIME_TOLERANCE_MS)) {
+//!             return Ok(Acquisition::Locked);
+//!         }
+//!         let counter = fences.entry(key.to_string()).or_default();
+//!         *counter += 1;
+//!         let lease = Lease { lock_id: generate_lock_id(), fence: Fence::from_counter(*counter)?, expires_at_ms: now + ttl.as_millis() };
+//!         locks.insert(key.to_string(), LockRecord {
+//!             key: key.to_string(), lock_id: lease.lock_id.clone(), expires_at_ms: lease.expires_at_ms,
+//!             acquired_at_ms: now, fence: lease.fence,
+//!         });
+//!         Ok(Acquisition::Acquired { lease, version: None })
+//!     }
+//!     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
+//!         let now = SystemClock.now_ms();
+//!         let mut state = self.0.lock().unwrap();
+//!         let Some(key) = state.0.iter().find(|(_, r)| r.lock_id == lease.lock_id.as_str()).map(|(k, _)| k.clone()) else {
+//!             return Ok(Outcome::NotFound);
+//!         };
+//!         let record = state.0.remove(&key).unwrap();
+//!         Ok(if is_live(record.expires_at_ms, now, TIME_TOLERANCE_MS) { Outcome::Applied(()) } else { Outcome::Expired })
+//!     }
+//!     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
+//!         let now = SystemClock.now_ms();
+//!         let mut state = self.0.lock().unwrap();
+//!         let Some(record) = state.0.values_mut().find(|r| r.lock_id == lease.lock_id.as_str()) else {
+//!             return Ok(Outcome::NotFound);
+//!         };
+//!         if !is_live(record.expires_at_ms, now, TIME_TOLERANCE_MS) {
+//!             return Ok(Outcome::Expired);
+//!         }
+//!         record.expires_at_ms = now + ttl.as_millis();
+//!         Ok(Outcome::Applied(Extension { expires_at_ms: record.expires_at_ms, version: None }))
+//!     }
+//!     fn key_is_locked(&self, key: &Key) -> syncguard::Result<bool> {
+//!         Ok(self.find(Find::Key(key))?.is_some())
+//!     }
+//!     fn find(&self, by: Find<'_>) -> syncguard::Result<Option<LockRecord>> {
+//!         let now = SystemClock.now_ms();
+//!         let state = self.0.lock().unwrap();
+//!         Ok(state.0.values()
+//!             .find(|r| match by { Find::Key(k) => r.key == k.as_str(), Find::LockId(id) => r.lock_id == id.as_str() })
+//!             .filter(|r| is_live(r.expires_at_ms, now, TIME_TOLERANCE_MS))
+//!             .cloned())
+//!     }
+//! }
+//!
+//! // Every lock-user call comes with it:
+//! let toy = Toy::default();
+//! let lease = toy.acquire("job", std::time::Duration::from_secs(5))?.lease().unwrap();
+//! assert!(toy.is_locked("job")?);
+//! assert!(toy.release(&lease.lock_id)?);
+//! assert!(toy.release("not a lock id").is_err()); // validated before the driver is called
+//! # Ok::<(), syncguard::LockError>(())
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::{Capabilities, Lease};
+use crate::error::Result;
+use crate::fence::Fence;
+
+pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
+pub use crate::hash::hash_key;
+pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
+pub use crate::lock_id::{LOCK_ID_LENGTH, LockId, generate_lock_id, validate_lock_id};
+pub use crate::time::{
+    Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, Ttl, is_live, ttl_to_ms,
+};
+
+/// One store's lock protocol, over validated values. See the [module docs](self).
+///
+/// Each method is a single attempt: no retries (the [`Locker`](crate::Locker) retries), and a
+/// deadline on every network call. Errors are [`LockError`](crate::LockError)s with the code
+/// the failure implies; an absent or expired lock is an [`Outcome`], not an error.
+pub trait Driver: Send + Sync {
+    /// What this store is and guarantees.
+    fn describe(&self) -> Capabilities;
+
+    /// Takes the lock on `key` for `ttl` unless a live lock exists, with a fresh lock id and the
+    /// key's next fence. The expiry comes from the store's time authority.
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition>;
+
+    /// Deletes the lock `lease` names if it is stored under its lock id. `Applied` only when it
+    /// was live; an expired one is removed too, and answered [`Outcome::Expired`].
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>>;
+
+    /// Sets the expiry of the live lock `lease` names to *now + ttl*.
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>>;
+
+    /// Extends several leases, each by its own TTL; one answer per lease, in order. The
+    /// heartbeat renews through it. The default extends one lease after another; a store
+    /// that can do many in one request should.
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        leases
+            .iter()
+            .map(|(lease, ttl)| self.extend_lease(*lease, *ttl))
+            .collect()
+    }
+
+    /// Whether a live lock is stored under `key`.
+    fn key_is_locked(&self, key: &Key) -> Result<bool>;
+
+    /// The live lock on a key, or stored under a lock id, with its raw values; `None` for
+    /// expired and missing alike.
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>>;
+}
+
+/// Forwards every method, so `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends).
+macro_rules! forward_driver {
+    ($($wrapper:ident),*) => {$(
+        impl<D: Driver + ?Sized> Driver for $wrapper<D> {
+            fn describe(&self) -> Capabilities {
+                (**self).describe()
+            }
+            fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+                (**self).try_acquire(key, ttl)
+            }
+            fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+                (**self).release_lease(lease)
+            }
+            fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+                (**self).extend_lease(lease, ttl)
+            }
+            fn extend_leases(
+                &self,
+                leases: &[(LeaseRef<'_>, Ttl)],
+            ) -> Vec<Result<Outcome<Extension>>> {
+                (**self).extend_leases(leases)
+            }
+            fn key_is_locked(&self, key: &Key) -> Result<bool> {
+                (**self).key_is_locked(key)
+            }
+            fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+                (**self).find(by)
+            }
+        }
+    )*};
+}
+
+forward_driver!(Box, Arc);
+
+/// The answer to [`Driver::try_acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "an acquired lease stays held until released or expired"]
+pub enum Acquisition {
+    /// The lock is now held.
+    Acquired {
+        /// The lease, as a lock user sees it.
+        lease: Lease,
+        /// The store's version of the lock record, if it has one (a Firestore document's
+        /// update time): given back in [`LeaseRef`]s so the store can check it went unchanged.
+        version: Option<Version>,
+    },
+    /// Someone else holds a live lock on the key.
+    Locked,
+}
+
+/// Which lease a release or extension is about. The lock id always; the key and the store's
+/// [`Version`] when the holder knows them (a [`LockGuard`](crate::LockGuard) does), so a store
+/// can go straight to the record instead of finding it by lock id first. A driver must still
+/// check the stored lock id: the key and version are hints for speed, never proof of ownership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRef<'a> {
+    /// The lock id the lease was granted under.
+    pub lock_id: &'a LockId,
+    /// The key, when known.
+    pub key: Option<&'a Key>,
+    /// The store's version of the record as last seen, when known.
+    pub version: Option<&'a Version>,
+}
+
+impl<'a> LeaseRef<'a> {
+    /// A lease known only by its lock id (as from `syncguard release --lock-id`).
+    pub fn new(lock_id: &'a LockId) -> Self {
+        LeaseRef {
+            lock_id,
+            key: None,
+            version: None,
+        }
+    }
+
+    /// With the key the lease was granted on.
+    #[must_use]
+    pub fn with_key(mut self, key: &'a Key) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// With the store's version of the record.
+    #[must_use]
+    pub fn with_version(mut self, version: Option<&'a Version>) -> Self {
+        self.version = version;
+        self
+    }
+}
+
+/// A store's version of a lock record, opaque to everything but its driver (a Firestore
+/// document's update time, say).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Version(String);
+
+impl Version {
+    /// Wraps the store's own representation.
+    pub fn new(version: impl Into<String>) -> Self {
+        Version(version.into())
+    }
+
+    /// The store's own representation.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Version({:?})", self.0)
+    }
+}
+
+/// What a release or an extension did, and why not when it did nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Outcome<T> {
+    /// It took effect.
+    Applied(T),
+    /// No lock is stored under the lock id.
+    NotFound,
+    /// The lock was there but had expired (a release removed it).
+    Expired,
+    /// The record the lease named now holds another lock (a key or version that no longer
+    /// matches the lock id).
+    NotOwner,
+}
+
+impl<T> Outcome<T> {
+    /// The value, if it took effect.
+    pub fn applied(self) -> Option<T> {
+        match self {
+            Outcome::Applied(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Whether it took effect.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Outcome::Applied(_))
+    }
+}
+
+/// A successful extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extension {
+    /// The new expiry, in Unix ms of the store's time authority.
+    pub expires_at_ms: i64,
+    /// The store's new version of the record, if it has versions.
+    pub version: Option<Version>,
+}
+
+/// How [`Driver::find`] looks a lock up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Find<'a> {
+    /// The lock on a key.
+    Key(&'a Key),
+    /// The lock stored under a lock id.
+    LockId(&'a LockId),
+}
+
+/// A stored lock, raw: what [`Driver::find`] returns. Sanitised views
+/// ([`LockInfo`](crate::LockInfo)) are made from it in one place.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LockRecord {
+    /// The (normalised) user key.
+    pub key: String,
+    /// The lock id.
+    pub lock_id: String,
+    /// Expiry, Unix ms of the store's time authority.
+    pub expires_at_ms: i64,
+    /// Acquisition time, Unix ms of the store's time authority.
+    pub acquired_at_ms: i64,
+    /// The fencing token of the acquisition.
+    pub fence: Fence,
+}
+
+impl fmt::Debug for LockRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRecord")
+            .field("key", &self.key)
+            .field("lock_id_hash", &hash_key(&self.lock_id))
+            .field("expires_at_ms", &self.expires_at_ms)
+            .field("acquired_at_ms", &self.acquired_at_ms)
+            .field("fence", &self.fence)
+            .finish()
+    }
+}

@@ -1,0 +1,205 @@
+//! How a lock is taken and kept: [`LockOptions`] and [`Heartbeat`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cancel::CancelToken;
+use crate::error::{LockError, Result};
+use crate::locker::lease::LostCallback;
+use crate::locker::retry::{Backoff, Jitter};
+
+/// Called with the error when a release fails (from `Drop`, or `with_lock`).
+pub(crate) type ReleaseErrorCallback = Arc<dyn Fn(&LockError) + Send + Sync>;
+
+/// Whether and how often the heartbeat renews a guard's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Heartbeat {
+    /// Renew every third of the TTL. The default.
+    #[default]
+    Auto,
+    /// Renew at this interval, which must be shorter than the TTL.
+    Every(Duration),
+    /// Never renew: the lease ends at its TTL unless [`LockGuard::extend`](crate::LockGuard::extend) is called.
+    Off,
+}
+
+impl Heartbeat {
+    /// The renewal interval for a lease of `ttl`; `None` when off.
+    pub(crate) fn interval_for(self, ttl: Duration) -> Option<Duration> {
+        match self {
+            Heartbeat::Auto => Some(ttl / 3),
+            // A later `extend` may shorten the TTL below the configured interval: renewing
+            // that late would let the lease lapse, so fall back to a third of it.
+            Heartbeat::Every(every) if every < ttl => Some(every),
+            Heartbeat::Every(_) => Some(ttl / 3),
+            Heartbeat::Off => None,
+        }
+    }
+}
+
+/// How [`Locker::lock_with`](crate::Locker::lock_with) acquires and keeps a lock. `LockOptions::default()` gives the
+/// SyncGuard defaults; the setters chain.
+///
+/// | option | default |
+/// |---|---|
+/// | [`ttl`](LockOptions::ttl) | 30 s |
+/// | [`timeout`](LockOptions::timeout) (acquisition) | 5 s |
+/// | [`max_retries`](LockOptions::max_retries) | 10 |
+/// | [`retry_delay`](LockOptions::retry_delay) | 100 ms |
+/// | [`backoff`](LockOptions::backoff) | [`Backoff::Exponential`] |
+/// | [`jitter`](LockOptions::jitter) | [`Jitter::Equal`] |
+/// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] (every ttl/3) |
+///
+/// ```
+/// use std::time::Duration;
+/// use syncguard::{Heartbeat, LockOptions};
+///
+/// let options = LockOptions::default()
+///     .ttl(Duration::from_secs(60))
+///     .timeout(Duration::from_secs(30))
+///     .heartbeat(Heartbeat::Every(Duration::from_secs(10)))
+///     .on_lock_lost(|e| eprintln!("{e}"));
+/// ```
+#[derive(Clone)]
+pub struct LockOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_delay: Duration,
+    pub(crate) backoff: Backoff,
+    pub(crate) jitter: Jitter,
+    pub(crate) heartbeat: Heartbeat,
+    pub(crate) cancel: Option<CancelToken>,
+    pub(crate) on_lock_lost: Option<LostCallback>,
+    pub(crate) on_release_error: Option<ReleaseErrorCallback>,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+            max_retries: 10,
+            retry_delay: Duration::from_millis(100),
+            backoff: Backoff::Exponential,
+            jitter: Jitter::Equal,
+            heartbeat: Heartbeat::Auto,
+            cancel: None,
+            on_lock_lost: None,
+            on_release_error: None,
+        }
+    }
+}
+
+impl LockOptions {
+    /// Lease length: a whole number of milliseconds, at least 1 ms. Keep it short (seconds to
+    /// a minute) and let the heartbeat renew it: a crashed holder then blocks others only
+    /// briefly.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`Locker::lock_with`](crate::Locker::lock_with) waits for a held lock before failing with
+    /// `AcquisitionTimeout`. The first attempt is always made, so zero means "try once".
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many times to retry after the first attempt found the lock held.
+    #[must_use]
+    pub fn max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// The base delay between attempts.
+    #[must_use]
+    pub fn retry_delay(mut self, retry_delay: Duration) -> Self {
+        self.retry_delay = retry_delay;
+        self
+    }
+
+    /// How the delay grows between attempts.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How the delay is randomised.
+    #[must_use]
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Whether and how often the lease is renewed while the guard lives.
+    #[must_use]
+    pub fn heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// A token that ends the wait with `Aborted` when cancelled.
+    #[must_use]
+    pub fn cancel(mut self, cancel: CancelToken) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// Called (once per guard) with a `LockLost` error when the lease is found lost: a renewal
+    /// found the lock gone, or renewals kept failing until the TTL ran out. It runs on the
+    /// heartbeat thread (or in [`LockGuard::extend`](crate::LockGuard::extend)): keep it short, and do not block on the
+    /// guard in it. Without it, the loss is logged with `log::warn!`. A panic in it is caught.
+    #[must_use]
+    pub fn on_lock_lost(mut self, callback: impl Fn(&LockError) + Send + Sync + 'static) -> Self {
+        self.on_lock_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// Called with the error when releasing fails in `Drop` or [`Locker::with_lock`](crate::Locker::with_lock) (the
+    /// error carries the key and lock id). Without it, the failure is logged with
+    /// `log::warn!`. The lock then expires at the end of its TTL. A panic in it is caught.
+    #[must_use]
+    pub fn on_release_error(
+        mut self,
+        callback: impl Fn(&LockError) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_release_error = Some(Arc::new(callback));
+        self
+    }
+
+    pub(crate) fn validated_heartbeat(&self) -> Result<Option<Duration>> {
+        if let Heartbeat::Every(every) = self.heartbeat {
+            if every.is_zero() || every >= self.ttl {
+                return Err(LockError::invalid_argument(format!(
+                    "heartbeat interval {every:?} must be above zero and below the ttl {:?}",
+                    self.ttl
+                )));
+            }
+        }
+        Ok(self.heartbeat.interval_for(self.ttl))
+    }
+}
+
+impl fmt::Debug for LockOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockOptions")
+            .field("ttl", &self.ttl)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_delay", &self.retry_delay)
+            .field("backoff", &self.backoff)
+            .field("jitter", &self.jitter)
+            .field("heartbeat", &self.heartbeat)
+            .field("cancel", &self.cancel)
+            .field("on_lock_lost", &self.on_lock_lost.is_some())
+            .field("on_release_error", &self.on_release_error.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,1089 @@
+//! The backend contract suite: what every [`LockBackend`] promises, written once and run against
+//! each backend (memory, Redis, PostgreSQL, Firestore emulator).
+//!
+//! Each contract is a public generic function taking the backend under test; the
+//! [`backend_contract!`](crate::backend_contract) macro expands to one `#[test]` per function, each on a fresh backend
+//! from the factory. Backends may share one live server with other tests and earlier runs, so
+//! every test works on its own keys ([`unique_key`]) and never assumes an empty store.
+//!
+//! Rules the tests keep: waiting is polling a condition with a generous deadline, never a bare
+//! sleep; no assertion depends on how long anything took; timestamps are compared with values
+//! the backend itself returned.
+//!
+//! Spec references: seed 003 ("SyncGuard common interface") and DESIGN.md §3.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::driver::{
+    FENCE_DIGITS, LeaseRef, LockId, Outcome, Ttl, generate_lock_id, hash_key,
+    normalize_and_validate_key, validate_lock_id,
+};
+use crate::{
+    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, LockInfo, Lookup, Result, get_by_id,
+    get_by_id_raw, get_by_key, get_by_key_raw, owns,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A TTL no test outlives: locks taken with it stay held for the whole test.
+pub const LONG_TTL: Duration = Duration::from_secs(30);
+
+/// A TTL short enough to watch a lock expire (plus the 1000 ms liveness tolerance).
+pub const SHORT_TTL: Duration = Duration::from_millis(200);
+
+/// How long a test waits for a short-TTL lock to expire before failing. Generous: expiry takes
+/// `SHORT_TTL + TIME_TOLERANCE_MS`, and a slow server or loaded machine must not fail the suite.
+pub const EXPIRY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a contention test may take in total before it is declared stuck.
+pub const CONTENTION_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Slack for comparing two timestamps of the backend's time authority taken at different
+/// moments: it absorbs clock steps and rounding, not latency assumptions.
+pub const CLOCK_SLACK_MS: i64 = 1000;
+
+/// A key no other test, and no earlier run against the same server, uses.
+pub fn unique_key(test: &str) -> String {
+    format!("backend-contract:{test}:{}", generate_lock_id())
+}
+
+/// The client's wall clock in Unix ms (for plausibility checks only).
+pub fn client_now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("system clock after 1970");
+    i64::try_from(since.as_millis()).expect("ms fit in i64")
+}
+
+/// Acquires `key`, panicking unless the backend answers `Acquired`.
+pub fn acquired<B: LockBackend + ?Sized>(backend: &B, key: &str, ttl: Duration) -> Lease {
+    match backend.acquire(key, ttl) {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("acquire({key:?}, {ttl:?}) should succeed, got {other:?}"),
+    }
+}
+
+/// Asserts that acquiring `key` answers `Locked`.
+pub fn assert_locked_out<B: LockBackend + ?Sized>(backend: &B, key: &str) {
+    match backend.acquire(key, LONG_TTL) {
+        Ok(AcquireOutcome::Locked) => {}
+        other => panic!("acquire({key:?}) on a held key should be Locked, got {other:?}"),
+    }
+}
+
+/// Polls `condition` (a few ms apart) until it holds; panics after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {limit:?} waiting for: {what}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits until the backend no longer reports a live lock on `key`.
+pub fn wait_until_unlocked<B: LockBackend + ?Sized>(backend: &B, key: &str) {
+    wait_until(
+        &format!("the lock on {key:?} to expire"),
+        EXPIRY_DEADLINE,
+        || !backend.is_locked(key).expect("is_locked"),
+    );
+}
+
+/// Asserts that `result` is an error with code `InvalidArgument`.
+pub fn assert_invalid<T: Debug>(result: Result<T>, what: &str) {
+    match result {
+        Err(err) => assert_eq!(
+            err.code(),
+            ErrorCode::InvalidArgument,
+            "{what}: expected InvalidArgument, got {err:?}"
+        ),
+        Ok(value) => panic!("{what}: expected InvalidArgument, got Ok({value:?})"),
+    }
+}
+
+/// Asserts that `fence` is exactly [`FENCE_DIGITS`] (15) ASCII digits: `^\d{15}$`.
+pub fn assert_fence_format(fence: &Fence) {
+    let s = fence.to_string();
+    assert_eq!(s.len(), FENCE_DIGITS, "fence {s:?} must have 15 digits");
+    assert_eq!(FENCE_DIGITS, 15);
+    assert!(
+        s.bytes().all(|b| b.is_ascii_digit()),
+        "fence {s:?} must be decimal digits only"
+    );
+    assert_eq!(fence.to_string(), s, "Display must be the 15-digit string");
+}
+
+/// Asserts that `info` describes the lock of `lease` on `key`, expiring at `expires_at_ms`,
+/// and that it is sanitised.
+pub fn assert_info_describes(info: &LockInfo, key: &str, lease: &Lease, expires_at_ms: i64) {
+    assert_eq!(
+        info.key_hash,
+        hash_key(key),
+        "key_hash must be hash_key(key)"
+    );
+    assert_eq!(
+        info.key_hash,
+        hash_key(&normalize_and_validate_key(key).expect("valid key")),
+        "key_hash must be the hash of the normalised key"
+    );
+    assert_eq!(
+        info.lock_id_hash,
+        hash_key(&lease.lock_id),
+        "lock_id_hash must be hash_key(lock_id)"
+    );
+    assert_eq!(
+        info.fence, lease.fence,
+        "lookup must report the lease's fence"
+    );
+    assert_eq!(
+        info.expires_at_ms, expires_at_ms,
+        "lookup must report the authoritative expiry"
+    );
+    assert!(
+        info.acquired_at_ms <= info.expires_at_ms,
+        "acquired_at_ms {} after expires_at_ms {}",
+        info.acquired_at_ms,
+        info.expires_at_ms
+    );
+    // Milliseconds since the epoch, not seconds or microseconds: within a day of this machine.
+    let day_ms = 86_400_000;
+    assert!(
+        (info.acquired_at_ms - client_now_ms()).abs() < day_ms,
+        "acquired_at_ms {} is not a plausible Unix-ms timestamp",
+        info.acquired_at_ms
+    );
+    let shown = format!("{info:?}");
+    assert!(
+        !shown.contains(&lease.lock_id),
+        "LockInfo Debug leaks the lock id: {shown}"
+    );
+    assert!(
+        !shown.contains(key),
+        "LockInfo Debug leaks the key: {shown}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 "Backend Implementation Tests": acquire, is_locked, lookup, extend, release.
+pub fn lifecycle<B: LockBackend>(backend: &B) {
+    let key = unique_key("lifecycle");
+    assert!(!backend.is_locked(&key).unwrap(), "fresh key must be free");
+    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
+
+    let lease = acquired(backend, &key, LONG_TTL);
+    validate_lock_id(&lease.lock_id).expect("acquire returns a well-formed lock id");
+    assert_fence_format(&lease.fence);
+    assert!(
+        backend.is_locked(&key).unwrap(),
+        "acquired key must be locked"
+    );
+    assert_locked_out(backend, &key);
+
+    let by_key = backend
+        .lookup(Lookup::Key(&key))
+        .unwrap()
+        .expect("lookup by key");
+    let by_id = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("lookup by lock id");
+    assert_eq!(
+        by_key, by_id,
+        "both lookup modes must describe the same lock"
+    );
+    assert_info_describes(&by_key, &key, &lease, lease.expires_at_ms);
+    let ttl_ms = i64::try_from(LONG_TTL.as_millis()).unwrap();
+    assert!(
+        (by_key.expires_at_ms - by_key.acquired_at_ms - ttl_ms).abs() <= CLOCK_SLACK_MS,
+        "expires_at_ms - acquired_at_ms must be the TTL: {by_key:?}"
+    );
+
+    let extended = backend
+        .extend(&lease.lock_id, LONG_TTL)
+        .unwrap()
+        .expect("extending a live lock succeeds");
+    assert!(
+        extended >= lease.expires_at_ms - CLOCK_SLACK_MS,
+        "extend by the same TTL later cannot end earlier: {extended} < {}",
+        lease.expires_at_ms
+    );
+    let after_extend = backend
+        .lookup(Lookup::Key(&key))
+        .unwrap()
+        .expect("still locked");
+    assert_info_describes(&after_extend, &key, &lease, extended);
+    assert_eq!(
+        after_extend.acquired_at_ms, by_key.acquired_at_ms,
+        "extend must not change acquired_at_ms"
+    );
+    assert!(backend.is_locked(&key).unwrap());
+
+    assert!(
+        backend.release(&lease.lock_id).unwrap(),
+        "release of a held lock is true"
+    );
+    assert!(
+        !backend.is_locked(&key).unwrap(),
+        "released key must be free"
+    );
+    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
+    assert_eq!(
+        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
+        None
+    );
+
+    let again = acquired(backend, &key, LONG_TTL);
+    assert_ne!(
+        again.lock_id, lease.lock_id,
+        "every acquisition gets a new lock id"
+    );
+    assert!(
+        again.fence > lease.fence,
+        "fence grows with each acquisition"
+    );
+    assert!(backend.release(&again.lock_id).unwrap());
+}
+
+/// Seed 003 "lookup": read-only — repeated lookups and is_locked never change the stored expiry.
+pub fn lookup_is_read_only<B: LockBackend>(backend: &B) {
+    let key = unique_key("lookup-read-only");
+    let lease = acquired(backend, &key, LONG_TTL);
+    for _ in 0..3 {
+        assert!(backend.is_locked(&key).unwrap());
+        let by_key = backend.lookup(Lookup::Key(&key)).unwrap().expect("locked");
+        let by_id = backend
+            .lookup(Lookup::LockId(&lease.lock_id))
+            .unwrap()
+            .expect("locked");
+        assert_eq!(
+            by_key.expires_at_ms, lease.expires_at_ms,
+            "lookup must not touch the TTL"
+        );
+        assert_eq!(by_id, by_key);
+        assert!(owns(backend, &lease.lock_id).unwrap());
+    }
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 "Concurrent access patterns": 8×50 rounds on one key, one holder, fences increase.
+pub fn contention<B: LockBackend>(backend: &B) {
+    contention_with(backend, 8, 50);
+}
+
+/// [`contention`] with a chosen number of threads and rounds per thread.
+pub fn contention_with<B: LockBackend>(backend: &B, threads: usize, rounds: usize) {
+    let key = unique_key("contention");
+    let holders = AtomicUsize::new(0);
+    let max_holders = AtomicUsize::new(0);
+    let fences: Mutex<Vec<Fence>> = Mutex::new(Vec::with_capacity(threads * rounds));
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let failed = AtomicBool::new(false);
+    let deadline = Instant::now() + CONTENTION_DEADLINE;
+
+    thread::scope(|scope| {
+        for worker in 0..threads {
+            let (key, holders, max_holders, fences, failures, failed) =
+                (&key, &holders, &max_holders, &fences, &failures, &failed);
+            scope.spawn(move || {
+                let fail = |message: String| {
+                    failures.lock().unwrap().push(message);
+                    failed.store(true, Ordering::SeqCst);
+                };
+                'rounds: for round in 0..rounds {
+                    let lease = loop {
+                        if failed.load(Ordering::SeqCst) {
+                            break 'rounds;
+                        }
+                        if Instant::now() > deadline {
+                            fail(format!("worker {worker} round {round}: never got the lock"));
+                            break 'rounds;
+                        }
+                        match backend.acquire(key, LONG_TTL) {
+                            Ok(AcquireOutcome::Acquired(lease)) => break lease,
+                            Ok(AcquireOutcome::Locked) => {
+                                thread::sleep(Duration::from_micros(200));
+                            }
+                            Err(err) => {
+                                fail(format!("worker {worker} round {round}: acquire: {err:?}"));
+                                break 'rounds;
+                            }
+                        }
+                    };
+                    let now_holding = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_holders.fetch_max(now_holding, Ordering::SeqCst);
+                    fences.lock().unwrap().push(lease.fence);
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    match backend.release(&lease.lock_id) {
+                        Ok(true) => {}
+                        other => {
+                            fail(format!("worker {worker} round {round}: release: {other:?}"));
+                            break 'rounds;
+                        }
+                    }
+                }
+            });
+        }
+    });
+
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "contention failures: {failures:#?}");
+    assert_eq!(
+        max_holders.load(Ordering::SeqCst),
+        1,
+        "two threads held the lock at once"
+    );
+    let fences = fences.into_inner().unwrap();
+    assert_eq!(
+        fences.len(),
+        threads * rounds,
+        "every round must have held the lock once"
+    );
+    for fence in &fences {
+        assert_fence_format(fence);
+    }
+    for pair in fences.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "fences must strictly increase in acquisition order: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let unique: HashSet<Fence> = fences.iter().copied().collect();
+    assert_eq!(unique.len(), fences.len(), "fences must never repeat");
+    assert!(!backend.is_locked(&key).unwrap(), "every holder released");
+}
+
+/// Seed 003 "acquire … atomic": many threads racing for one free key — exactly one wins.
+pub fn racing_acquires_have_one_winner<B: LockBackend>(backend: &B) {
+    const THREADS: usize = 8;
+    let key = unique_key("race-acquire");
+    let barrier = Barrier::new(THREADS);
+    let outcomes: Vec<AcquireOutcome> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    backend.acquire(&key, LONG_TTL).expect("acquire")
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let winners: Vec<Lease> = outcomes
+        .into_iter()
+        .filter_map(AcquireOutcome::lease)
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one racing acquire may win");
+    assert_eq!(
+        winners[0].fence.to_string(),
+        "000000000000001",
+        "losers must not consume fences"
+    );
+    assert!(backend.release(&winners[0].lock_id).unwrap());
+}
+
+/// Seed 003 release "At-most-once effect": concurrent releases of one lock — exactly one is true.
+pub fn racing_releases_have_one_winner<B: LockBackend>(backend: &B) {
+    const THREADS: usize = 8;
+    let key = unique_key("race-release");
+    let lease = acquired(backend, &key, LONG_TTL);
+    let barrier = Barrier::new(THREADS);
+    let released: Vec<bool> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    backend.release(&lease.lock_id).expect("release")
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        released.iter().filter(|&&r| r).count(),
+        1,
+        "exactly one concurrent release may report true: {released:?}"
+    );
+    assert!(!backend.is_locked(&key).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expiry
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 "TTL expiration" + `isLive`: a short-TTL lock lapses by itself and reads say so.
+pub fn expiry<B: LockBackend>(backend: &B) {
+    let key = unique_key("expiry");
+    let lease = acquired(backend, &key, SHORT_TTL);
+    wait_until_unlocked(backend, &key);
+    assert_eq!(
+        backend.lookup(Lookup::Key(&key)).unwrap(),
+        None,
+        "expired: lookup by key"
+    );
+    assert_eq!(
+        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
+        None,
+        "expired: lookup by lock id"
+    );
+    assert!(!owns(backend, &lease.lock_id).unwrap());
+    let next = acquired(backend, &key, LONG_TTL);
+    assert!(next.fence > lease.fence);
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+/// Seed 003 extend "No Resurrection": after expiry extend/release/lookup find nothing.
+pub fn no_resurrection<B: LockBackend>(backend: &B) {
+    let key = unique_key("no-resurrection");
+    let lease = acquired(backend, &key, SHORT_TTL);
+    wait_until_unlocked(backend, &key);
+
+    assert_eq!(
+        backend.extend(&lease.lock_id, LONG_TTL).unwrap(),
+        None,
+        "extend must not resurrect an expired lock"
+    );
+    assert!(
+        !backend.is_locked(&key).unwrap(),
+        "a refused extend must not resurrect"
+    );
+    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
+    assert_eq!(
+        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
+        None
+    );
+    assert!(
+        !backend.release(&lease.lock_id).unwrap(),
+        "release of an expired lock is false"
+    );
+    assert_eq!(backend.extend(&lease.lock_id, LONG_TTL).unwrap(), None);
+
+    let next = acquired(backend, &key, LONG_TTL);
+    assert!(next.fence > lease.fence, "fence grows across expiry");
+    // The expired lease's id must not touch the new holder.
+    assert!(!backend.release(&lease.lock_id).unwrap());
+    assert_eq!(backend.extend(&lease.lock_id, LONG_TTL).unwrap(), None);
+    assert_eq!(
+        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
+        None
+    );
+    let held = backend
+        .lookup(Lookup::Key(&key))
+        .unwrap()
+        .expect("new holder keeps the lock");
+    assert_info_describes(&held, &key, &next, next.expires_at_ms);
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+/// Seed 003 extend "TTL Update Semantics": extend sets expiry to now + ttl (replaces, not adds).
+pub fn extend_replaces_the_ttl<B: LockBackend>(backend: &B) {
+    let key = unique_key("extend-replaces");
+    let long = Duration::from_secs(60);
+    let short = Duration::from_secs(5);
+    let lease = acquired(backend, &key, long);
+    // The acquire's "now" on the backend's clock.
+    let acquired_now = lease.expires_at_ms - 60_000;
+
+    let shortened = backend
+        .extend(&lease.lock_id, short)
+        .unwrap()
+        .expect("extend a live lock");
+    assert!(
+        shortened < lease.expires_at_ms,
+        "extend(5 s) must replace the 60 s TTL, not add to it: {shortened} >= {}",
+        lease.expires_at_ms
+    );
+    assert!(
+        shortened >= acquired_now + 5_000 - CLOCK_SLACK_MS,
+        "extend(5 s) must expire about 5 s after a moment no earlier than the acquire: \
+         {shortened} < {acquired_now} + 5000"
+    );
+    let info = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("still live");
+    assert_eq!(
+        info.expires_at_ms, shortened,
+        "lookup reports the extended expiry"
+    );
+
+    let lengthened = backend
+        .extend(&lease.lock_id, Duration::from_secs(120))
+        .unwrap()
+        .expect("extend again");
+    assert!(
+        lengthened > lease.expires_at_ms,
+        "extend(120 s) must end after the original 60 s lease"
+    );
+    assert!(lengthened > shortened);
+    let info = backend
+        .lookup(Lookup::Key(&key))
+        .unwrap()
+        .expect("still live");
+    assert_info_describes(&info, &key, &lease, lengthened);
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotency and ownership
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 release/extend idempotency: a second release is false; extend after release is None.
+pub fn release_and_extend_are_idempotent<B: LockBackend>(backend: &B) {
+    let key = unique_key("idempotent");
+    let lease = acquired(backend, &key, LONG_TTL);
+    assert!(backend.release(&lease.lock_id).unwrap());
+    assert!(
+        !backend.release(&lease.lock_id).unwrap(),
+        "second release is false"
+    );
+    assert!(
+        !backend.release(&lease.lock_id).unwrap(),
+        "third release is false"
+    );
+    assert_eq!(
+        backend.extend(&lease.lock_id, LONG_TTL).unwrap(),
+        None,
+        "extend after release"
+    );
+    assert!(
+        !backend.is_locked(&key).unwrap(),
+        "extend after release must not resurrect"
+    );
+    let lock_id = LockId::new(&lease.lock_id).unwrap();
+    assert!(matches!(
+        backend.release_lease(LeaseRef::new(&lock_id)).unwrap(),
+        Outcome::NotFound | Outcome::Expired
+    ));
+    let ttl = Ttl::new(LONG_TTL).unwrap();
+    assert!(matches!(
+        backend.extend_lease(LeaseRef::new(&lock_id), ttl).unwrap(),
+        Outcome::NotFound | Outcome::Expired
+    ));
+}
+
+/// Seed 003 release/extend/lookup on a lock id that never existed: false / None, no error.
+pub fn unknown_lock_ids_are_absent<B: LockBackend>(backend: &B) {
+    let stranger = generate_lock_id();
+    assert!(!backend.release(&stranger).unwrap());
+    assert_eq!(backend.extend(&stranger, LONG_TTL).unwrap(), None);
+    assert_eq!(backend.lookup(Lookup::LockId(&stranger)).unwrap(), None);
+    assert!(!owns(backend, &stranger).unwrap());
+    let key = unique_key("never-locked");
+    assert!(!backend.is_locked(&key).unwrap());
+    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
+    assert_eq!(get_by_key_raw(backend, &key).unwrap(), None);
+    assert_eq!(get_by_id_raw(backend, &stranger).unwrap(), None);
+}
+
+/// Seed 003 "Ownership Verification" (ADR-003): other lock ids never touch the holder.
+pub fn ownership_is_by_lock_id<B: LockBackend>(backend: &B) {
+    let key = unique_key("ownership");
+    let other_key = unique_key("ownership-other");
+    let lease = acquired(backend, &key, LONG_TTL);
+    let other = acquired(backend, &other_key, LONG_TTL);
+    let stranger = generate_lock_id();
+
+    assert_eq!(backend.lookup(Lookup::LockId(&stranger)).unwrap(), None);
+    assert!(!owns(backend, &stranger).unwrap());
+    assert!(
+        !backend.release(&stranger).unwrap(),
+        "an unknown id releases nothing"
+    );
+    assert_eq!(
+        backend.extend(&stranger, Duration::from_secs(1)).unwrap(),
+        None
+    );
+    assert!(
+        backend.is_locked(&key).unwrap(),
+        "the holder keeps its lock"
+    );
+    let info = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("held");
+    assert_eq!(
+        info.expires_at_ms, lease.expires_at_ms,
+        "a stranger's extend changed nothing"
+    );
+
+    // Releasing one lock leaves another key's lock alone.
+    assert!(backend.release(&other.lock_id).unwrap());
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(owns(backend, &lease.lock_id).unwrap());
+    let by_key = backend.lookup(Lookup::Key(&key)).unwrap().expect("held");
+    assert_eq!(by_key.lock_id_hash, hash_key(&lease.lock_id));
+
+    // A released lease's id cannot touch the next holder of the same key.
+    assert!(backend.release(&lease.lock_id).unwrap());
+    let next = acquired(backend, &key, LONG_TTL);
+    assert!(
+        !backend.release(&lease.lock_id).unwrap(),
+        "stale id must not release"
+    );
+    assert_eq!(
+        backend
+            .extend(&lease.lock_id, Duration::from_secs(1))
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
+        None
+    );
+    let held = backend
+        .lookup(Lookup::Key(&key))
+        .unwrap()
+        .expect("next holder");
+    assert_info_describes(&held, &key, &next, next.expires_at_ms);
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lookup and helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 "Dual Lookup" + "Null Semantics": both modes agree; None when absent.
+pub fn lookup_both_modes<B: LockBackend>(backend: &B) {
+    let key = unique_key("lookup");
+    assert_eq!(
+        backend.lookup(Lookup::Key(&key)).unwrap(),
+        None,
+        "missing key"
+    );
+    let lease = acquired(backend, &key, LONG_TTL);
+    let by_key = backend.lookup(Lookup::Key(&key)).unwrap().expect("by key");
+    let by_id = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("by id");
+    assert_eq!(by_key, by_id);
+    assert_info_describes(&by_key, &key, &lease, lease.expires_at_ms);
+    assert_eq!(by_key.key_hash.len(), 24);
+    assert!(
+        by_key
+            .key_hash
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert!(backend.release(&lease.lock_id).unwrap());
+    assert_eq!(
+        backend.lookup(Lookup::Key(&key)).unwrap(),
+        None,
+        "released: by key"
+    );
+    assert_eq!(
+        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
+        None,
+        "released: by id"
+    );
+}
+
+/// Seed 003 lookup helpers: get_by_key/get_by_id, the raw variants and owns.
+pub fn lookup_helpers<B: LockBackend>(backend: &B) {
+    let key = unique_key("helpers");
+    let lease = acquired(backend, &key, LONG_TTL);
+
+    let by_key = get_by_key(backend, &key).unwrap().expect("get_by_key");
+    let by_id = get_by_id(backend, &lease.lock_id)
+        .unwrap()
+        .expect("get_by_id");
+    assert_eq!(by_key, by_id);
+    assert_info_describes(&by_key, &key, &lease, lease.expires_at_ms);
+
+    let raw_key = get_by_key_raw(backend, &key)
+        .unwrap()
+        .expect("get_by_key_raw");
+    let raw_id = get_by_id_raw(backend, &lease.lock_id)
+        .unwrap()
+        .expect("get_by_id_raw");
+    assert_eq!(raw_key, raw_id);
+    assert_eq!(
+        raw_key.info, by_key,
+        "raw lookups carry the same sanitised info"
+    );
+    assert_eq!(raw_key.key, key, "raw key is the normalised user key");
+    assert_eq!(
+        raw_key.lock_id, lease.lock_id,
+        "raw lock id is the holder's"
+    );
+    let shown = format!("{raw_key:?}");
+    assert!(
+        !shown.contains(&lease.lock_id),
+        "LockInfoDebug Debug leaks the lock id: {shown}"
+    );
+    let shown = format!("{lease:?}");
+    assert!(
+        !shown.contains(&lease.lock_id),
+        "Lease Debug leaks the lock id: {shown}"
+    );
+
+    assert!(owns(backend, &lease.lock_id).unwrap());
+    assert!(!owns(backend, &generate_lock_id()).unwrap());
+    assert!(backend.release(&lease.lock_id).unwrap());
+    assert!(!owns(backend, &lease.lock_id).unwrap());
+    assert_eq!(get_by_key(backend, &key).unwrap(), None);
+    assert_eq!(get_by_id(backend, &lease.lock_id).unwrap(), None);
+    assert_eq!(get_by_key_raw(backend, &key).unwrap(), None);
+    assert_eq!(get_by_id_raw(backend, &lease.lock_id).unwrap(), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fences
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 "Fence Token Conformance" (15 digits, DESIGN §1): format, start, order, JSON.
+pub fn fence_format_and_monotonicity<B: LockBackend>(backend: &B) {
+    let key = unique_key("fence");
+    let first = acquired(backend, &key, LONG_TTL);
+    assert_fence_format(&first.fence);
+    assert_eq!(
+        first.fence.to_string(),
+        "000000000000001",
+        "fences start at 1"
+    );
+    assert!(backend.release(&first.lock_id).unwrap());
+
+    let second = acquired(backend, &key, SHORT_TTL);
+    assert_fence_format(&second.fence);
+    assert!(second.fence > first.fence, "fence grows across release");
+    assert!(
+        second.fence.to_string() > first.fence.to_string(),
+        "string order is acquisition order"
+    );
+    wait_until_unlocked(backend, &key);
+
+    let third = acquired(backend, &key, LONG_TTL);
+    assert_fence_format(&third.fence);
+    assert!(third.fence > second.fence, "fence grows across expiry");
+    assert!(third.fence.to_string() > second.fence.to_string());
+
+    // Another key has its own counter.
+    let other_key = unique_key("fence-other");
+    let other = acquired(backend, &other_key, LONG_TTL);
+    assert_eq!(
+        other.fence.to_string(),
+        "000000000000001",
+        "counters are per key"
+    );
+
+    let info = backend.lookup(Lookup::Key(&key)).unwrap().expect("held");
+    assert_eq!(info.fence, third.fence, "lookup reports the current fence");
+
+    for fence in [&first.fence, &second.fence, &third.fence] {
+        let json = serde_json::to_string(fence).unwrap();
+        assert_eq!(
+            json,
+            format!("\"{fence}\""),
+            "a fence serialises as its string"
+        );
+        let back: Fence = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, fence, "JSON round trip keeps the fence");
+        assert_eq!(back.to_string(), fence.to_string());
+        let parsed: Fence = fence.to_string().parse().unwrap();
+        assert_eq!(&parsed, fence);
+    }
+    let value = serde_json::to_value(&info).unwrap();
+    assert_eq!(value["fence"], serde_json::json!(third.fence.to_string()));
+    assert_eq!(value["keyHash"], serde_json::json!(hash_key(&key)));
+    assert_eq!(
+        value["lockIdHash"],
+        serde_json::json!(hash_key(&third.lock_id))
+    );
+    assert_eq!(value["expiresAtMs"], serde_json::json!(info.expires_at_ms));
+    assert_eq!(
+        value["acquiredAtMs"],
+        serde_json::json!(info.acquired_at_ms)
+    );
+
+    assert!(backend.release(&third.lock_id).unwrap());
+    assert!(backend.release(&other.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------
+
+/// Seed 003 "Key Validation": empty or > 512 bytes (after NFC) is InvalidArgument; 512 is OK.
+pub fn key_length_validation<B: LockBackend>(backend: &B) {
+    let too_long = format!("{}{}", generate_lock_id(), "x".repeat(513 - 22));
+    assert_eq!(too_long.len(), 513);
+    // 22 + 246 × 2 = 514 bytes in NFC: over the limit by bytes, not by characters.
+    let too_long_nfc = format!("{}{}", generate_lock_id(), "é".repeat(246));
+    assert_eq!(too_long_nfc.len(), 514);
+    for bad in ["", too_long.as_str(), too_long_nfc.as_str()] {
+        let what = format!("key of {} bytes", bad.len());
+        assert_invalid(backend.acquire(bad, LONG_TTL), &format!("acquire {what}"));
+        assert_invalid(backend.is_locked(bad), &format!("is_locked {what}"));
+        assert_invalid(backend.lookup(Lookup::Key(bad)), &format!("lookup {what}"));
+        assert_invalid(get_by_key(backend, bad), &format!("get_by_key {what}"));
+        assert_invalid(
+            get_by_key_raw(backend, bad),
+            &format!("get_by_key_raw {what}"),
+        );
+    }
+
+    let max = format!("{}{}", generate_lock_id(), "x".repeat(512 - 22));
+    assert_eq!(max.len(), 512);
+    // 768 bytes as typed, 512 after NFC: the limit applies after normalisation.
+    let max_nfc_decomposed = format!("{}{}", generate_lock_id(), "e\u{301}".repeat(245));
+    assert_eq!(max_nfc_decomposed.len(), 22 + 245 * 3);
+    let max_nfc = normalize_and_validate_key(&max_nfc_decomposed).unwrap();
+    assert_eq!(max_nfc.len(), 512);
+    for (key, normalised) in [(&max, &max), (&max_nfc_decomposed, &max_nfc)] {
+        let lease = acquired(backend, key, LONG_TTL);
+        assert!(backend.is_locked(key).unwrap());
+        assert!(backend.is_locked(normalised).unwrap());
+        let info = backend.lookup(Lookup::Key(key)).unwrap().expect("held");
+        assert_info_describes(&info, key, &lease, lease.expires_at_ms);
+        let raw = get_by_id_raw(backend, &lease.lock_id)
+            .unwrap()
+            .expect("held");
+        assert_eq!(&raw.key, normalised);
+        assert!(backend.release(&lease.lock_id).unwrap());
+        assert!(!backend.is_locked(key).unwrap());
+    }
+}
+
+/// Seed 003 "Key Validation" NFC: "e\u{301}" and "é" name the same lock in every operation.
+pub fn keys_are_nfc_normalised<B: LockBackend>(backend: &B) {
+    let suffix = generate_lock_id();
+    let decomposed = format!("cafe\u{301}:{suffix}");
+    let composed = format!("caf\u{e9}:{suffix}");
+    assert_ne!(decomposed, composed);
+
+    let lease = acquired(backend, &decomposed, LONG_TTL);
+    assert!(
+        backend.is_locked(&composed).unwrap(),
+        "composed form sees the lock"
+    );
+    assert!(backend.is_locked(&decomposed).unwrap());
+    assert_locked_out(backend, &composed);
+    let by_composed = backend
+        .lookup(Lookup::Key(&composed))
+        .unwrap()
+        .expect("held");
+    let by_decomposed = backend
+        .lookup(Lookup::Key(&decomposed))
+        .unwrap()
+        .expect("held");
+    assert_eq!(by_composed, by_decomposed);
+    assert_eq!(by_composed.key_hash, hash_key(&composed));
+    assert_info_describes(&by_composed, &decomposed, &lease, lease.expires_at_ms);
+    for form in [&composed, &decomposed] {
+        let raw = get_by_key_raw(backend, form).unwrap().expect("held");
+        assert_eq!(raw.key, composed, "the stored key is the NFC form");
+    }
+    let raw = get_by_id_raw(backend, &lease.lock_id)
+        .unwrap()
+        .expect("held");
+    assert_eq!(raw.key, composed, "the stored key is the NFC form");
+    assert!(backend.release(&lease.lock_id).unwrap());
+    assert!(!backend.is_locked(&composed).unwrap());
+
+    // And the other way round: composed first, fence counter shared.
+    let again = acquired(backend, &composed, LONG_TTL);
+    assert!(
+        again.fence > lease.fence,
+        "both forms share one fence counter"
+    );
+    assert!(backend.is_locked(&decomposed).unwrap());
+    assert!(backend.release(&again.lock_id).unwrap());
+}
+
+/// Seed 003 keys are opaque: '/', ':', emoji, CJK, `__x__` all work as distinct locks.
+pub fn keys_with_special_characters<B: LockBackend>(backend: &B) {
+    let id = generate_lock_id();
+    let keys = [
+        format!("a/b/c/{id}"),
+        format!("/{id}/"),
+        format!("ns:sub:{id}:"),
+        format!("emoji 🔒🚀 {id}"),
+        format!("日本語キー-{id}"),
+        format!("__{id}__"),
+        format!("tab\tand space {id}"),
+        format!("fence:{id}"),
+        format!("id:{id}"),
+    ];
+    let mut leases = Vec::new();
+    for key in &keys {
+        let lease = acquired(backend, key, LONG_TTL);
+        assert_fence_format(&lease.fence);
+        leases.push(lease);
+    }
+    for (key, lease) in keys.iter().zip(&leases) {
+        assert!(backend.is_locked(key).unwrap(), "{key:?}");
+        assert_locked_out(backend, key);
+        let info = backend.lookup(Lookup::Key(key)).unwrap().expect("held");
+        assert_info_describes(&info, key, lease, lease.expires_at_ms);
+        let raw = get_by_id_raw(backend, &lease.lock_id)
+            .unwrap()
+            .expect("held");
+        assert_eq!(&raw.key, key);
+    }
+    for (key, lease) in keys.iter().zip(&leases) {
+        assert!(backend.release(&lease.lock_id).unwrap(), "{key:?}");
+        assert!(!backend.is_locked(key).unwrap(), "{key:?}");
+    }
+}
+
+/// Seed 003 keys are opaque strings: a key containing NUL works like any other — or, where the
+/// store cannot hold NUL at all (PostgreSQL text), every operation refuses it with
+/// `InvalidArgument` before any I/O, consistently, and nothing is locked.
+pub fn keys_with_nul_work<B: LockBackend>(backend: &B) {
+    let id = generate_lock_id();
+    let key = format!("nul\0byte:{id}");
+    let plain = format!("nulbyte:{id}");
+    match backend.acquire(&key, LONG_TTL) {
+        Err(refused) => {
+            assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{refused:?}");
+            assert_invalid(backend.is_locked(&key), "is_locked of a NUL key");
+            assert_invalid(backend.lookup(Lookup::Key(&key)), "lookup of a NUL key");
+            assert!(!backend.is_locked(&plain).unwrap());
+        }
+        Ok(outcome) => {
+            let lease = match outcome {
+                AcquireOutcome::Acquired(lease) => lease,
+                AcquireOutcome::Locked => panic!("a fresh NUL key was reported locked"),
+            };
+            assert!(backend.is_locked(&key).unwrap());
+            assert!(
+                !backend.is_locked(&plain).unwrap(),
+                "NUL is part of the key"
+            );
+            let info = backend.lookup(Lookup::Key(&key)).unwrap().expect("held");
+            assert_info_describes(&info, &key, &lease, lease.expires_at_ms);
+            let raw = get_by_key_raw(backend, &key).unwrap().expect("held");
+            assert_eq!(raw.key, key);
+            assert!(backend.release(&lease.lock_id).unwrap());
+            assert!(!backend.is_locked(&key).unwrap());
+        }
+    }
+}
+
+/// Seed 003 "Lock ID Validation": malformed ids are InvalidArgument for every op.
+pub fn lock_id_validation<B: LockBackend>(backend: &B) {
+    // A held lock, to prove malformed ids touch nothing.
+    let key = unique_key("lock-id-validation");
+    let lease = acquired(backend, &key, LONG_TTL);
+    let near_miss = |c: char| format!("{}{c}", &lease.lock_id[..21]);
+    let bad_ids = [
+        String::new(),
+        "short".to_owned(),
+        near_miss('+'),
+        near_miss('='),
+        near_miss('/'),
+        near_miss('.'),
+        near_miss(' '),
+        format!("{}é", &lease.lock_id[..20]),
+        lease.lock_id[..21].to_owned(),
+        format!("{}A", lease.lock_id),
+        format!(" {}", &lease.lock_id[..21]),
+    ];
+    for bad in &bad_ids {
+        let what = format!("lock id {bad:?}");
+        assert_invalid(backend.release(bad), &format!("release {what}"));
+        assert_invalid(backend.extend(bad, LONG_TTL), &format!("extend {what}"));
+        assert_invalid(LockId::new(bad), &format!("LockId::new {what}"));
+        assert_invalid(
+            backend.lookup(Lookup::LockId(bad)),
+            &format!("lookup {what}"),
+        );
+        assert_invalid(get_by_id(backend, bad), &format!("get_by_id {what}"));
+        assert_invalid(
+            get_by_id_raw(backend, bad),
+            &format!("get_by_id_raw {what}"),
+        );
+        assert_invalid(owns(backend, bad), &format!("owns {what}"));
+    }
+    let info = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("held");
+    assert_eq!(
+        info.expires_at_ms, lease.expires_at_ms,
+        "rejected calls changed nothing"
+    );
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+/// Seed 003 "ttlMs MUST be a positive integer": 0 / sub-ms TTLs are InvalidArgument; 1 ms OK.
+pub fn ttl_validation<B: LockBackend>(backend: &B) {
+    let key = unique_key("ttl-validation");
+    let bad_ttls = [
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        Duration::from_micros(999),
+        Duration::from_nanos(1),
+        Duration::from_nanos(30_000_000_001),
+        Duration::MAX,
+    ];
+    for ttl in bad_ttls {
+        assert_invalid(backend.acquire(&key, ttl), &format!("acquire ttl {ttl:?}"));
+    }
+    assert!(
+        !backend.is_locked(&key).unwrap(),
+        "rejected acquires took nothing"
+    );
+
+    let lease = acquired(backend, &key, LONG_TTL);
+    for ttl in bad_ttls {
+        assert_invalid(
+            backend.extend(&lease.lock_id, ttl),
+            &format!("extend ttl {ttl:?}"),
+        );
+        assert_invalid(Ttl::new(ttl), &format!("Ttl::new {ttl:?}"));
+    }
+    let info = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("held");
+    assert_eq!(
+        info.expires_at_ms, lease.expires_at_ms,
+        "rejected extends changed nothing"
+    );
+
+    // 1 ms is a valid TTL for extend (the lock is live: it had 30 s left) …
+    let one_ms = Duration::from_millis(1);
+    let shortened = backend
+        .extend(&lease.lock_id, one_ms)
+        .unwrap()
+        .expect("extend(1 ms) of a live lock succeeds");
+    assert!(shortened < lease.expires_at_ms);
+    // … and for acquire, on a key of its own.
+    let other = unique_key("ttl-validation-1ms");
+    let tiny = acquired(backend, &other, one_ms);
+    assert_fence_format(&tiny.fence);
+    // Either may have expired by now; both must still answer without error.
+    backend.release(&tiny.lock_id).unwrap();
+    backend.release(&lease.lock_id).unwrap();
+}
+
+/// Seed 003 "Capabilities": every bundled backend supports fencing and names itself.
+pub fn capabilities<B: LockBackend>(backend: &B) {
+    let caps = backend.capabilities();
+    assert!(caps.supports_fencing, "{caps:?}");
+    assert!(
+        ["memory", "redis", "postgres", "firestore"].contains(&caps.backend),
+        "unexpected backend name in {caps:?}"
+    );
+    assert_eq!(backend.capabilities(), caps, "capabilities are stable");
+}

@@ -1,0 +1,643 @@
+//! Guard and heartbeat contract: what `Locker`/`LockGuard` promise on top of any backend.
+//!
+//! Every test wraps the backend under test in [`Recorder`], which logs each call in order
+//! (so tests can prove what was or was not sent) and can inject failures.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::driver::{
+    Acquisition, Driver, Extension, Find, Key, LeaseRef, LockRecord, Outcome, Ttl, generate_lock_id,
+};
+use crate::{
+    Backoff, CancelToken, Capabilities, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
+    LockGuard, LockOptions, Locker, Result, owns,
+};
+
+/// What a recorded call was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// An acquisition of this (normalised) key.
+    Acquire(String),
+    /// A release of this lock id.
+    Release(String),
+    /// An extension of this lock id.
+    Extend(String),
+    /// `is_locked` on this key.
+    IsLocked(String),
+    /// A lookup, either way.
+    Lookup,
+}
+
+/// A backend wrapper that logs every call at its start, in order, and injects failures.
+pub struct Recorder<B> {
+    inner: B,
+    log: Mutex<Vec<Call>>,
+    /// Fail this many upcoming extends with `NetworkTimeout`.
+    failing_extends: AtomicU32,
+    /// Fail every extend with `NetworkTimeout` while set.
+    extends_down: AtomicBool,
+    /// Fail every release with `ServiceUnavailable` while set.
+    releases_down: AtomicBool,
+}
+
+impl<B: Driver> Recorder<B> {
+    /// Wraps `inner`, recording from now on.
+    pub fn new(inner: B) -> Arc<Self> {
+        Arc::new(Recorder {
+            inner,
+            log: Mutex::new(Vec::new()),
+            failing_extends: AtomicU32::new(0),
+            extends_down: AtomicBool::new(false),
+            releases_down: AtomicBool::new(false),
+        })
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// How many times `call` was made.
+    pub fn count(&self, call: &Call) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| *c == call)
+            .count()
+    }
+
+    fn record(&self, call: Call) {
+        self.log.lock().unwrap().push(call);
+    }
+}
+
+fn injected(code: ErrorCode) -> LockError {
+    LockError::new(code, "injected by the test")
+}
+
+impl<B: Driver> Driver for Recorder<B> {
+    fn describe(&self) -> Capabilities {
+        self.inner.describe()
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+        self.record(Call::Acquire(key.to_string()));
+        self.inner.try_acquire(key, ttl)
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        self.record(Call::Release(lease.lock_id.as_str().to_owned()));
+        if self.releases_down.load(Ordering::SeqCst) {
+            return Err(injected(ErrorCode::ServiceUnavailable));
+        }
+        self.inner.release_lease(lease)
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
+        let budget = self.failing_extends.load(Ordering::SeqCst);
+        if budget > 0 {
+            self.failing_extends.store(budget - 1, Ordering::SeqCst);
+            return Err(injected(ErrorCode::NetworkTimeout));
+        }
+        if self.extends_down.load(Ordering::SeqCst) {
+            return Err(injected(ErrorCode::NetworkTimeout));
+        }
+        self.inner.extend_lease(lease, ttl)
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        self.record(Call::IsLocked(key.to_string()));
+        self.inner.key_is_locked(key)
+    }
+
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        self.record(Call::Lookup);
+        self.inner.find(by)
+    }
+}
+
+/// A key no other test (or earlier run against the same server) uses.
+pub fn unique_key(name: &str) -> String {
+    format!("guard-contract:{name}:{}", generate_lock_id())
+}
+
+/// Polls `condition` until it holds; panics after `limit`. The way tests wait for
+/// something to happen, instead of sleeping for a guessed duration.
+pub fn await_condition(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+fn recorded_locker<B: LockBackend + 'static>(
+    backend: B,
+    defaults: LockOptions,
+) -> (Locker<Arc<Recorder<B>>>, Arc<Recorder<B>>) {
+    let recorder = Recorder::new(backend);
+    (
+        Locker::with_defaults(Arc::clone(&recorder), defaults),
+        recorder,
+    )
+}
+
+fn short_lease(ttl_ms: u64, every_ms: u64) -> LockOptions {
+    LockOptions::default()
+        .ttl(Duration::from_millis(ttl_ms))
+        .heartbeat(Heartbeat::Every(Duration::from_millis(every_ms)))
+}
+
+/// Dropping a guard releases its lock.
+pub fn drop_releases<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("drop");
+    let locker = Locker::new(backend);
+    let guard = locker.lock(&key).unwrap();
+    let lock_id = guard.lock_id().to_owned();
+    assert!(locker.backend().is_locked(&key).unwrap());
+    drop(guard);
+    assert!(!locker.backend().is_locked(&key).unwrap());
+    assert!(!owns(locker.backend(), &lock_id).unwrap());
+}
+
+/// `release(self)` reports whether it removed the lock; the next holder gets a higher fence.
+pub fn release_reports_and_fences_grow<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("release");
+    let locker = Locker::new(backend);
+    let first = locker.lock(&key).unwrap();
+    let first_fence = first.fence().to_owned();
+    assert!(first.release().unwrap());
+    let second = locker.lock(&key).unwrap();
+    assert!(second.fence() > &first_fence);
+    assert_eq!(second.key(), key);
+    assert!(second.release().unwrap());
+}
+
+/// The heartbeat keeps a 300 ms lease alive while the guard is held for 1.5 s.
+pub fn heartbeat_keeps_a_short_lease<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("heartbeat");
+    let locker = Locker::new(backend);
+    let guard = locker
+        .lock_with(
+            &key,
+            &LockOptions::default().ttl(Duration::from_millis(300)),
+        )
+        .unwrap();
+    let first_expiry = guard.expires_at_ms();
+    // Holding the lock for a while is the point of this test, not a synchronisation.
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!guard.is_lost());
+    guard.check().unwrap();
+    assert!(owns(locker.backend(), guard.lock_id()).unwrap());
+    assert!(
+        guard.expires_at_ms() > first_expiry,
+        "the lease was renewed"
+    );
+    assert!(guard.release().unwrap());
+}
+
+/// A guard outlives its (temporary) `Locker`: the heartbeat keeps running for it.
+pub fn guard_outlives_its_locker<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("orphan");
+    let recorder = Recorder::new(backend);
+    let guard = Locker::new(Arc::clone(&recorder))
+        .lock_with(&key, &short_lease(300, 50))
+        .unwrap();
+    let renewal = Call::Extend(guard.lock_id().to_owned());
+    await_condition("renewals after the locker was dropped", PATIENCE, || {
+        recorder.count(&renewal) >= 3
+    });
+    guard.check().unwrap();
+    assert!(guard.release().unwrap());
+}
+
+/// Control for the two tests above: without a heartbeat the same lease lapses and the guard
+/// says so.
+pub fn without_heartbeat_the_lease_lapses<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("no-heartbeat");
+    let (locker, recorder) = recorded_locker(
+        backend,
+        LockOptions::default()
+            .ttl(Duration::from_millis(300))
+            .heartbeat(Heartbeat::Off),
+    );
+    let guard = locker.lock(&key).unwrap();
+    await_condition("the guard to report its lease lost", PATIENCE, || {
+        guard.is_lost()
+    });
+    assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
+    await_condition("the backend to expire the lock", PATIENCE, || {
+        !owns(locker.backend(), guard.lock_id()).unwrap()
+    });
+    assert_eq!(recorder.count(&Call::Extend(guard.lock_id().to_owned())), 0);
+    assert!(!guard.release().unwrap());
+}
+
+/// A lock removed behind the guard's back is reported lost at the first renewal after the
+/// removal: within one heartbeat interval, counted in renewals rather than measured in time.
+pub fn removed_lease_is_reported_lost<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("removed");
+    let (lost_tx, lost_rx) = mpsc::channel();
+    let lost_tx = Mutex::new(lost_tx);
+    let options = short_lease(5_000, 100).on_lock_lost(move |e| {
+        let _ = lost_tx
+            .lock()
+            .unwrap()
+            .send((e.code(), e.key().map(str::to_owned)));
+    });
+    let (locker, recorder) = recorded_locker(backend, options);
+    let guard = locker.lock(&key).unwrap();
+    let lock_id = guard.lock_id().to_owned();
+    let renewal = Call::Extend(lock_id.clone());
+    await_condition("a first renewal", PATIENCE, || {
+        recorder.count(&renewal) >= 1
+    });
+
+    assert!(locker.backend().release(&lock_id).unwrap());
+    let removal = recorder.calls().len() - 1;
+    let (code, lost_key) = lost_rx
+        .recv_timeout(PATIENCE)
+        .expect("on_lock_lost was called");
+    assert_eq!(code, ErrorCode::LockLost);
+    assert_eq!(lost_key.as_deref(), Some(key.as_str()));
+    assert!(guard.is_lost());
+    assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
+    let renewals_after_removal = recorder.calls()[removal..]
+        .iter()
+        .filter(|c| **c == renewal)
+        .count();
+    assert!(
+        renewals_after_removal <= 1,
+        "lost only after {renewals_after_removal} renewals"
+    );
+
+    // Lost for good: no more renewals, extend says no, and release sends nothing.
+    assert!(!guard.extend(Duration::from_secs(5)).unwrap());
+    let calls_before_release = recorder.calls().len();
+    assert!(!guard.release().unwrap());
+    assert_eq!(
+        recorder.calls()[calls_before_release..]
+            .iter()
+            .filter(|c| **c == Call::Release(lock_id.clone()))
+            .count(),
+        0
+    );
+    assert!(lost_rx.try_recv().is_err(), "on_lock_lost runs once");
+}
+
+/// Once release has begun, no renewal of that lease is ever sent. Many guards renewed every
+/// millisecond are released while the heartbeat is busy with them; the call log must never
+/// show a renewal of a lease after its release started.
+pub fn no_renewal_after_release<B: LockBackend + 'static>(backend: B) {
+    let (locker, recorder) = recorded_locker(backend, short_lease(2_000, 1));
+    for round in 0..10 {
+        let guards: Vec<LockGuard> = (0..20)
+            .map(|i| {
+                locker
+                    .lock(&unique_key(&format!("race-{round}-{i}")))
+                    .unwrap()
+            })
+            .collect();
+        let first = Call::Extend(guards[0].lock_id().to_owned());
+        await_condition("the heartbeat to be renewing", PATIENCE, || {
+            recorder.count(&first) >= 1
+        });
+        for guard in guards {
+            guard.release().unwrap();
+        }
+    }
+    let calls = recorder.calls();
+    for (at, call) in calls.iter().enumerate() {
+        if let Call::Release(lock_id) = call {
+            let late = calls[at..]
+                .iter()
+                .any(|c| *c == Call::Extend(lock_id.clone()));
+            assert!(!late, "a renewal was sent after release began");
+        }
+    }
+}
+
+/// Transient renewal failures are retried, and a lease that survives them stays owned.
+pub fn transient_renewal_failures_are_retried<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("blip");
+    let (locker, recorder) = recorded_locker(backend, short_lease(3_000, 100));
+    let guard = locker.lock(&key).unwrap();
+    let renewal = Call::Extend(guard.lock_id().to_owned());
+    recorder.failing_extends.store(3, Ordering::SeqCst);
+    await_condition("three failed renewals and a good one", PATIENCE, || {
+        recorder.failing_extends.load(Ordering::SeqCst) == 0 && recorder.count(&renewal) >= 4
+    });
+    let renewed_at = recorder.count(&renewal);
+    await_condition("renewals to carry on", PATIENCE, || {
+        recorder.count(&renewal) > renewed_at
+    });
+    guard.check().unwrap();
+    assert!(owns(locker.backend(), guard.lock_id()).unwrap());
+    assert!(guard.release().unwrap());
+}
+
+/// Renewals that keep failing end with the guard lost (and told) once its TTL has run out,
+/// never later; the heartbeat retried in between.
+pub fn failing_renewals_end_in_loss<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("outage");
+    let lost = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&lost);
+    let options = short_lease(600, 100).on_lock_lost(move |_| seen.store(true, Ordering::SeqCst));
+    let (locker, recorder) = recorded_locker(backend, options);
+    recorder.extends_down.store(true, Ordering::SeqCst);
+    let guard = locker.lock(&key).unwrap();
+    await_condition("the outage to be reported", PATIENCE, || {
+        lost.load(Ordering::SeqCst)
+    });
+    assert!(guard.is_lost());
+    assert!(recorder.count(&Call::Extend(guard.lock_id().to_owned())) >= 2);
+    recorder.extends_down.store(false, Ordering::SeqCst);
+    assert!(
+        !guard.extend(Duration::from_secs(5)).unwrap(),
+        "loss is final"
+    );
+    // The lock may still exist server-side: releasing it is still attempted.
+    let _ = guard.release().unwrap();
+    assert!(!locker.backend().is_locked(&key).unwrap());
+}
+
+/// `LockGuard::extend` replaces the TTL and the heartbeat carries on from there.
+pub fn guard_extend<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("extend");
+    let locker = Locker::new(backend);
+    let guard = locker
+        .lock_with(&key, &LockOptions::default().ttl(Duration::from_secs(5)))
+        .unwrap();
+    let before = guard.expires_at_ms();
+    assert!(guard.extend(Duration::from_secs(60)).unwrap());
+    assert!(guard.expires_at_ms() >= before + 50_000);
+    let info = crate::get_by_id(locker.backend(), guard.lock_id())
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.expires_at_ms, guard.expires_at_ms());
+    assert_eq!(
+        guard.extend(Duration::ZERO).unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+    assert!(guard.release().unwrap());
+}
+
+/// `try_lock` does not wait; `lock` gives up with `AcquisitionTimeout` after its retries.
+pub fn contention_outcomes<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("contention");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let held = locker.lock(&key).unwrap();
+    let acquires = || recorder.count(&Call::Acquire(key.clone()));
+
+    assert!(locker.try_lock(&key).unwrap().is_none());
+    assert_eq!(acquires(), 2);
+
+    let options = LockOptions::default()
+        .max_retries(2)
+        .retry_delay(Duration::from_millis(1))
+        .timeout(Duration::from_secs(60));
+    let err = locker.lock_with(&key, &options).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AcquisitionTimeout);
+    assert_eq!(err.key(), Some(key.as_str()));
+    assert_eq!(acquires(), 2 + 3, "one attempt and two retries");
+
+    let options = LockOptions::default()
+        .timeout(Duration::from_millis(50))
+        .retry_delay(Duration::from_millis(5));
+    let err = locker.lock_with(&key, &options).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::AcquisitionTimeout);
+
+    assert!(
+        locker
+            .try_lock_for(&key, Duration::from_millis(20))
+            .unwrap()
+            .is_none()
+    );
+    drop(held);
+    assert!(locker.try_lock(&key).unwrap().is_some());
+}
+
+/// A waiter blocked on a held lock wakes up when another holder releases.
+pub fn waiter_gets_the_lock_after_release<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("handoff");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let held = locker.lock(&key).unwrap();
+    let first_fence = held.fence().to_owned();
+    let waiter = thread::spawn({
+        let locker = locker.clone();
+        let key = key.clone();
+        move || {
+            let options = LockOptions::default()
+                .retry_delay(Duration::from_millis(5))
+                .timeout(Duration::from_secs(60))
+                .max_retries(u32::MAX);
+            locker
+                .lock_with(&key, &options)
+                .map(|g| g.fence().to_owned())
+        }
+    });
+    await_condition("the waiter to be retrying", PATIENCE, || {
+        recorder.count(&Call::Acquire(key.clone())) >= 3
+    });
+    drop(held);
+    let fence = waiter.join().unwrap().unwrap();
+    assert!(fence > first_fence);
+}
+
+/// A cancel token ends a wait with `Aborted`, before the first attempt or during backoff.
+pub fn cancel_aborts_the_wait<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("cancel");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let _held = locker.lock(&key).unwrap();
+
+    let cancelled = CancelToken::new();
+    cancelled.cancel();
+    let err = locker
+        .lock_with(&key, &LockOptions::default().cancel(cancelled))
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Aborted);
+
+    let cancel = CancelToken::new();
+    let waiter = thread::spawn({
+        let locker = locker.clone();
+        let key = key.clone();
+        let options = LockOptions::default()
+            .retry_delay(Duration::from_secs(30))
+            .backoff(Backoff::Fixed)
+            .jitter(Jitter::None)
+            .timeout(Duration::from_secs(3600))
+            .cancel(cancel.clone());
+        move || locker.lock_with(&key, &options).map(|_| ())
+    });
+    // The holder's acquire, then the waiter's first attempt: it is now in its 30 s backoff.
+    await_condition("the waiter to have tried once", PATIENCE, || {
+        recorder.count(&Call::Acquire(key.clone())) >= 2
+    });
+    cancel.cancel();
+    assert_eq!(
+        waiter.join().unwrap().unwrap_err().code(),
+        ErrorCode::Aborted
+    );
+}
+
+/// Bad input fails with `InvalidArgument` before anything reaches the backend.
+pub fn invalid_input_sends_nothing<B: LockBackend + 'static>(backend: B) {
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let too_long = "k".repeat(513);
+    let cases: Vec<(&str, LockOptions)> = vec![
+        ("", LockOptions::default()),
+        (too_long.as_str(), LockOptions::default()),
+        ("k", LockOptions::default().ttl(Duration::ZERO)),
+        ("k", LockOptions::default().ttl(Duration::from_micros(1500))),
+        (
+            "k",
+            LockOptions::default()
+                .ttl(Duration::from_secs(1))
+                .heartbeat(Heartbeat::Every(Duration::from_secs(1))),
+        ),
+        (
+            "k",
+            LockOptions::default().heartbeat(Heartbeat::Every(Duration::ZERO)),
+        ),
+    ];
+    for (key, options) in &cases {
+        let err = locker.lock_with(key, options).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{options:?}");
+    }
+    assert_eq!(
+        locker.try_lock("").unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        locker.with_lock("", |_| ()).unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+    assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
+}
+
+/// `with_lock` runs the closure under the lock, returns its value, and always releases —
+/// also when the closure panics.
+pub fn with_lock_always_releases<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("with-lock");
+    let locker = Locker::new(backend);
+    let (value, lock_id) = locker
+        .with_lock(&key, |guard| {
+            assert!(locker.backend().is_locked(&key).unwrap());
+            (7, guard.lock_id().to_owned())
+        })
+        .unwrap();
+    assert_eq!(value, 7);
+    assert!(!owns(locker.backend(), &lock_id).unwrap());
+
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        locker.with_lock(&key, |_| panic!("the job failed"))
+    }));
+    assert!(panicked.is_err());
+    assert!(!locker.backend().is_locked(&key).unwrap());
+}
+
+/// A failed release reaches `on_release_error` (from `Drop` and from `with_lock`) and never
+/// replaces the closure's result.
+pub fn release_errors_go_to_the_callback<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("release-error");
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&errors);
+    let options = LockOptions::default().on_release_error(move |e| {
+        sink.lock()
+            .unwrap()
+            .push((e.code(), e.key().map(str::to_owned)))
+    });
+    let (locker, recorder) = recorded_locker(backend, options);
+    recorder.releases_down.store(true, Ordering::SeqCst);
+
+    let value = locker.with_lock(&key, |_| "done").unwrap();
+    assert_eq!(value, "done");
+    let guard = locker.lock(&unique_key("release-error-drop"));
+    // The first lock is still held (its release failed); the second key is free.
+    let guard = guard.unwrap();
+    drop(guard);
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .all(|(code, _)| *code == ErrorCode::ServiceUnavailable)
+    );
+    assert_eq!(errors[0].1.as_deref(), Some(key.as_str()));
+
+    recorder.releases_down.store(false, Ordering::SeqCst);
+    let info = crate::get_by_key_raw(locker.backend(), &key).unwrap();
+    if let Some(info) = info {
+        assert!(locker.backend().release(&info.lock_id).unwrap());
+    }
+}
+
+/// A guard can move to another thread (and be released there).
+pub fn guard_is_send<B: LockBackend + 'static>(backend: B) {
+    fn assert_send<T: Send + Sync>() {}
+    assert_send::<LockGuard>();
+    let key = unique_key("send");
+    let locker = Locker::new(backend);
+    let guard = locker.lock(&key).unwrap();
+    let released = thread::spawn(move || guard.release())
+        .join()
+        .unwrap()
+        .unwrap();
+    assert!(released);
+    assert!(!locker.backend().is_locked(&key).unwrap());
+}
+
+/// Many threads through one `Locker` on one key: never two holders, and fences strictly
+/// increase in holding order.
+pub fn many_threads_one_key_through_one_locker<B: LockBackend + 'static>(backend: B) {
+    let locker = Locker::with_defaults(
+        backend,
+        LockOptions::default()
+            .retry_delay(Duration::from_millis(2))
+            .timeout(Duration::from_secs(120))
+            .max_retries(u32::MAX),
+    );
+    let key = unique_key("crowd");
+    let holders = std::sync::atomic::AtomicUsize::new(0);
+    let fences = Mutex::new(Vec::new());
+    let (threads, rounds) = (6, 8);
+    thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                for _ in 0..rounds {
+                    locker
+                        .with_lock(&key, |guard| {
+                            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            fences.lock().unwrap().push(guard.fence().to_owned());
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let fences = fences.into_inner().unwrap();
+    assert_eq!(fences.len(), threads * rounds);
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "fences strictly increase in holding order"
+    );
+}
+
+/// Guard debug output shows no lock id.
+pub fn guard_debug_hides_the_lock_id<B: LockBackend + 'static>(backend: B) {
+    let locker = Locker::new(backend);
+    let guard = locker.lock(&unique_key("debug")).unwrap();
+    let shown = format!("{guard:?}");
+    assert!(!shown.contains(guard.lock_id()), "{shown}");
+    assert!(shown.contains(&guard.fence().to_string()), "{shown}");
+}

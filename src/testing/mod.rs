@@ -1,0 +1,126 @@
+//! The contract suite every backend passes, shipped for backends written elsewhere (feature
+//! `testing`).
+//!
+//! Two macros expand to one `#[test]` per contract, each on a fresh backend from a factory:
+//! [`backend_contract!`](crate::backend_contract) for what a [`LockBackend`](crate::LockBackend)
+//! promises (atomic acquisition, fences, expiry, ownership, idempotency, lookups, validation)
+//! and [`guard_contract!`](crate::guard_contract) for what a [`Locker`](crate::Locker) and its
+//! guards promise on top of it (release on drop, the heartbeat, loss reporting, waiting). The
+//! bundled backends run exactly this suite.
+//!
+//! ```ignore
+//! // tests/contract.rs of a crate with a backend `my_store::MyBackend`, with
+//! // `syncguard = { version = "…", features = ["testing"] }` in its dev-dependencies:
+//! fn backend() -> my_store::MyBackend {
+//!     my_store::MyBackend::connect(&std::env::var("MY_STORE_URL").unwrap()).unwrap()
+//! }
+//!
+//! syncguard::backend_contract!(backend);
+//! syncguard::guard_contract!(backend);
+//! ```
+//!
+//! Backends may share one live server with other tests and earlier runs: every contract works on
+//! keys of its own and never assumes an empty store. Waiting is polling a condition with a
+//! generous deadline, never a bare sleep, and no assertion depends on how long anything took.
+//! The contracts are also public functions ([`backend`], [`guard`]) for a test that needs
+//! a setup of its own.
+
+pub mod backend;
+pub mod guard;
+
+/// Expands to a module `backend_contract` with one `#[test]` per contract function above, each
+/// calling `($factory)()` for a fresh backend. The factory expression is evaluated in the
+/// invoking module (through a function `backend_contract_factory` defined there), so relative
+/// paths such as `super::make_backend` work; invoke it at most once per module.
+#[macro_export]
+macro_rules! backend_contract {
+    ($factory:expr) => {
+        $crate::backend_contract!(@tests $factory;
+            lifecycle,
+            lookup_is_read_only,
+            contention,
+            racing_acquires_have_one_winner,
+            racing_releases_have_one_winner,
+            expiry,
+            no_resurrection,
+            extend_replaces_the_ttl,
+            release_and_extend_are_idempotent,
+            unknown_lock_ids_are_absent,
+            ownership_is_by_lock_id,
+            lookup_both_modes,
+            lookup_helpers,
+            fence_format_and_monotonicity,
+            key_length_validation,
+            keys_are_nfc_normalised,
+            keys_with_special_characters,
+            keys_with_nul_work,
+            lock_id_validation,
+            ttl_validation,
+            capabilities,
+        );
+    };
+    (@tests $factory:expr; $($name:ident),* $(,)?) => {
+        /// The backend under test, built in the invoking module so that the factory's paths
+        /// resolve there.
+        fn backend_contract_factory() -> impl $crate::LockBackend + 'static {
+            ($factory)()
+        }
+
+        mod backend_contract {
+            $(
+                #[test]
+                fn $name() {
+                    let backend = super::backend_contract_factory();
+                    $crate::testing::backend::$name(&backend);
+                }
+            )*
+        }
+    };
+}
+
+/// Expands to a module `guard_contract` with one `#[test]` per guard contract function, each
+/// on a fresh backend from `$factory`. As with `backend_contract!`, the factory is evaluated in
+/// the invoking module (through `guard_contract_factory`), so relative paths work; invoke it at
+/// most once per module.
+#[macro_export]
+macro_rules! guard_contract {
+    ($factory:expr) => {
+        $crate::guard_contract!(@tests $factory;
+            drop_releases,
+            release_reports_and_fences_grow,
+            heartbeat_keeps_a_short_lease,
+            guard_outlives_its_locker,
+            without_heartbeat_the_lease_lapses,
+            removed_lease_is_reported_lost,
+            no_renewal_after_release,
+            transient_renewal_failures_are_retried,
+            failing_renewals_end_in_loss,
+            guard_extend,
+            contention_outcomes,
+            waiter_gets_the_lock_after_release,
+            cancel_aborts_the_wait,
+            invalid_input_sends_nothing,
+            with_lock_always_releases,
+            release_errors_go_to_the_callback,
+            guard_is_send,
+            many_threads_one_key_through_one_locker,
+            guard_debug_hides_the_lock_id,
+        );
+    };
+    (@tests $factory:expr; $($name:ident),* $(,)?) => {
+        /// The backend under test, built in the invoking module so that the factory's paths
+        /// resolve there.
+        fn guard_contract_factory() -> impl $crate::LockBackend + 'static {
+            ($factory)()
+        }
+
+        mod guard_contract {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::testing::guard::$name(super::guard_contract_factory());
+                }
+            )*
+        }
+    };
+}
