@@ -74,7 +74,7 @@ pub use self::auth::{Credentials, TokenProvider};
 pub use self::skew::ClockSkew;
 
 use self::rest::{
-    RestClient, fields, get_integer, get_string, integer_value, is_aborted, string_value,
+    RestClient, RestError, fields, get_integer, get_string, integer_value, string_value,
 };
 use crate::backend::{Capabilities, Lease, TimeAuthority};
 use crate::driver::{
@@ -358,6 +358,27 @@ fn document_id(key: &str) -> Result<String> {
     })
 }
 
+/// Why an operation failed, until it reaches the caller: a REST call, kept typed so that a
+/// conflict (ABORTED) is told apart from a failure, or anything else, already a [`LockError`].
+enum OpError {
+    Rest(RestError),
+    Lock(LockError),
+}
+
+impl From<RestError> for OpError {
+    fn from(error: RestError) -> Self {
+        OpError::Rest(error)
+    }
+}
+
+impl From<LockError> for OpError {
+    fn from(error: LockError) -> Self {
+        OpError::Lock(error)
+    }
+}
+
+type OpResult<T> = std::result::Result<T, OpError>;
+
 /// The outcome of one read-and-commit attempt.
 enum Attempt<T> {
     Done(T),
@@ -534,19 +555,28 @@ impl FirestoreBackend {
         Ok(())
     }
 
+    /// The error the caller sees: a REST failure names the endpoint, the project and the
+    /// database.
+    fn lock_error(&self, error: OpError) -> LockError {
+        match error {
+            OpError::Rest(error) => self.rest.lock_error(error),
+            OpError::Lock(error) => error,
+        }
+    }
+
     /// Runs an operation made of a read and a compare-and-set commit, again (after a short
     /// jittered pause) when the commit met a transaction (ABORTED) or lost a race
     /// ([`Attempt::Conflict`]).
-    fn with_retries<T>(&self, mut attempt: impl FnMut() -> Result<Attempt<T>>) -> Result<T> {
+    fn with_retries<T>(&self, mut attempt: impl FnMut() -> OpResult<Attempt<T>>) -> Result<T> {
         let mut tries = 1;
         loop {
             match attempt() {
                 Ok(Attempt::Done(value)) => return Ok(value),
                 Ok(Attempt::Conflict) => {}
-                Err(error) if is_aborted(&error) => {
+                Err(OpError::Rest(error)) if error.is_aborted() => {
                     self.aborted_retries.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(error) => return Err(error),
+                Err(error) => return Err(self.lock_error(error)),
             }
             if tries >= CAS_ATTEMPTS {
                 return Err(LockError::new(
@@ -564,7 +594,7 @@ impl FirestoreBackend {
         }
     }
 
-    fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> Result<Attempt<Acquisition>> {
+    fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> OpResult<Attempt<Acquisition>> {
         let lock_doc_id = document_id(user_key)?;
         let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
         let fence_name = self
@@ -645,6 +675,15 @@ impl FirestoreBackend {
         })
     }
 
+    /// The documents a query for `lock_id` finds.
+    fn documents_with_lock_id(&self, lock_id: &str) -> Result<Vec<Value>, RestError> {
+        let answer = self.rest.post(
+            ":runQuery",
+            &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
+        )?;
+        Ok(parse_read(answer, "document"))
+    }
+
     /// The one document holding `lock_id`, checked; `Ok(None)` when none; two or more are an
     /// inconsistency, reported and treated as absent (nothing is touched).
     fn single_match(&self, documents: &[Value], lock_id: &str) -> Result<Option<LockDoc>> {
@@ -669,12 +708,8 @@ impl FirestoreBackend {
 
     /// Release (`ttl_ms == None`) or extend: the lock found by its id, changed only if it is
     /// still exactly as read.
-    fn mutate_once(&self, lock_id: &str, ttl_ms: Option<i64>) -> Result<Attempt<Outcome<i64>>> {
-        let answer = self.rest.post(
-            ":runQuery",
-            &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
-        )?;
-        let documents = parse_read(answer, "document");
+    fn mutate_once(&self, lock_id: &str, ttl_ms: Option<i64>) -> OpResult<Attempt<Outcome<i64>>> {
+        let documents = self.documents_with_lock_id(lock_id)?;
         let Some(lock) = self
             .single_match(&documents, lock_id)
             .map_err(|e| e.with_lock_id(lock_id))?
@@ -706,7 +741,7 @@ impl FirestoreBackend {
     }
 
     /// The lock document for `key`, read without a transaction.
-    fn read_lock(&self, key: &Key) -> Result<Option<LockDoc>> {
+    fn read_lock(&self, key: &Key) -> OpResult<Option<LockDoc>> {
         let name = self
             .rest
             .document_name(&self.collection, &document_id(key.as_str())?);
@@ -716,9 +751,7 @@ impl FirestoreBackend {
         let documents = parse_read(answer, "found");
         match documents.first() {
             None => Ok(None),
-            Some(doc) => LockDoc::parse(doc)
-                .map(Some)
-                .ok_or_else(|| not_a_lock("lock")),
+            Some(doc) => Ok(Some(LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock"))?)),
         }
     }
 }
@@ -764,7 +797,7 @@ impl Driver for FirestoreBackend {
 
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;
-        let Some(lock) = self.read_lock(key)? else {
+        let Some(lock) = self.read_lock(key).map_err(|e| self.lock_error(e))? else {
             return Ok(false);
         };
         let now = self.now_ms()?;
@@ -779,6 +812,7 @@ impl Driver for FirestoreBackend {
                 "currentDocument": { "updateTime": lock.update_time },
             });
             if let Err(error) = self.rest.commit(vec![delete]) {
+                let error = self.rest.lock_error(error);
                 log::debug!("syncguard: Firestore cleanup skipped: {error}");
             }
         }
@@ -788,13 +822,11 @@ impl Driver for FirestoreBackend {
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
         self.check_skew()?;
         let lock = match by {
-            Find::Key(key) => self.read_lock(key)?,
+            Find::Key(key) => self.read_lock(key).map_err(|e| self.lock_error(e))?,
             Find::LockId(lock_id) => {
-                let answer = self.rest.post(
-                    ":runQuery",
-                    &json!({ "structuredQuery": self.lock_id_query(lock_id.as_str()) }),
-                )?;
-                let documents = parse_read(answer, "document");
+                let documents = self
+                    .documents_with_lock_id(lock_id.as_str())
+                    .map_err(|e| self.rest.lock_error(e))?;
                 self.single_match(&documents, lock_id.as_str())?
             }
         };

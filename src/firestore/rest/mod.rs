@@ -1,0 +1,244 @@
+//! Firestore's v1 REST API over one kept-alive `ureq` agent: requests, the typed-value codec,
+//! and server times for the clock-skew estimate. Failures are [`RestError`]s (see `error.rs`),
+//! which the backend turns into `LockError`s at its edge.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use super::auth::TokenProvider;
+use super::skew::SkewEstimator;
+use crate::error::LockError;
+
+mod error;
+
+pub(crate) use self::error::RestError;
+
+/// The production endpoint's host.
+const PRODUCTION_HOST: &str = "firestore.googleapis.com";
+
+/// One database's documents endpoint, and the means to call it.
+pub(crate) struct RestClient {
+    agent: ureq::Agent,
+    /// `…/v1/projects/{project}/databases/{database}/documents`
+    documents_url: String,
+    /// `projects/{project}/databases/{database}/documents`: the prefix of document names.
+    documents_name: String,
+    /// `Firestore at HOST (project P, database D)`, for messages.
+    place: String,
+    timeout: Duration,
+    tokens: TokenProvider,
+    pub skew: SkewEstimator,
+    requests: AtomicU64,
+}
+
+impl RestClient {
+    pub fn new(
+        project: &str,
+        database: &str,
+        emulator_host: Option<&str>,
+        tokens: TokenProvider,
+        timeout: Duration,
+    ) -> RestClient {
+        let config = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .max_idle_connections_per_host(16)
+            .build();
+        let base = match emulator_host {
+            Some(host) => format!("http://{host}"),
+            None => format!("https://{PRODUCTION_HOST}"),
+        };
+        let host = emulator_host.unwrap_or(PRODUCTION_HOST);
+        let documents_name = format!("projects/{project}/databases/{database}/documents");
+        RestClient {
+            agent: ureq::Agent::new_with_config(config),
+            documents_url: format!("{base}/v1/{documents_name}"),
+            documents_name,
+            place: format!("Firestore at {host} (project {project}, database {database})"),
+            timeout,
+            tokens,
+            skew: SkewEstimator::default(),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The full resource name of a document.
+    pub fn document_name(&self, collection: &str, id: &str) -> String {
+        format!("{}/{collection}/{id}", self.documents_name)
+    }
+
+    /// The error the caller sees for a failed call: names the endpoint, the project and the
+    /// database.
+    pub fn lock_error(&self, error: RestError) -> LockError {
+        error.into_lock_error(&self.place)
+    }
+
+    /// HTTP requests sent so far (token requests not included).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// POSTs `body` to `documents{verb}` (e.g. `:commit`) and returns the JSON answer.
+    pub fn post(&self, verb: &str, body: &Value) -> Result<Value, RestError> {
+        let authorization = self
+            .tokens
+            .authorization()
+            .map_err(RestError::Credentials)?;
+        let url = format!("{}{verb}", self.documents_url);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        let response = self
+            .agent
+            .post(&url)
+            .header("Authorization", &authorization)
+            .send_json(body)
+            .map_err(|e| RestError::from_transport(e, self.timeout))?;
+        let received = Instant::now();
+        let status = response.status().as_u16();
+        let text = response
+            .into_body()
+            .read_to_string()
+            .map_err(|e| RestError::from_transport(e, self.timeout))?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if !(200..300).contains(&status) {
+            return Err(RestError::from_answer(status, &value));
+        }
+        if let Some(server_ms) = server_time_ms(&value) {
+            self.skew.observe(server_ms, sent, received);
+        }
+        Ok(value)
+    }
+
+    /// Commits `writes` atomically. `Ok(false)` when a write's precondition failed: a
+    /// document changed since it was read, so the compare-and-set did not happen.
+    pub fn commit(&self, writes: Vec<Value>) -> Result<bool, RestError> {
+        match self.post(":commit", &json!({ "writes": writes })) {
+            Ok(_) => Ok(true),
+            Err(error) if error.is_precondition_failure() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// The server time an answer carries (`commitTime`, or a `readTime`), in Unix ms.
+fn server_time_ms(value: &Value) -> Option<i64> {
+    let time = match value {
+        Value::Object(map) => map.get("commitTime"),
+        Value::Array(items) => items.iter().find_map(|item| item.get("readTime")),
+        _ => None,
+    }?;
+    parse_timestamp_ms(time.as_str()?)
+}
+
+/// Parses an RFC 3339 UTC timestamp as Firestore writes it (`2026-11-22T14:17:00.514324Z`).
+pub(crate) fn parse_timestamp_ms(text: &str) -> Option<i64> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(str::parse::<i64>);
+    let (year, month, day) = (date.next()?.ok()?, date.next()?.ok()?, date.next()?.ok()?);
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock = clock.splitn(3, ':').map(str::parse::<i64>);
+    let (hour, minute, second) = (
+        clock.next()?.ok()?,
+        clock.next()?.ok()?,
+        clock.next()?.ok()?,
+    );
+    let millis = fraction
+        .chars()
+        .chain(std::iter::repeat('0'))
+        .take(3)
+        .collect::<String>()
+        .parse::<i64>()
+        .ok()?;
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), the classic era-based formula.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
+}
+
+// --- typed values -----------------------------------------------------------------------------
+
+pub(crate) fn string_value(value: &str) -> Value {
+    json!({ "stringValue": value })
+}
+
+pub(crate) fn integer_value(value: i64) -> Value {
+    // int64 travels as a decimal string in Firestore's JSON.
+    json!({ "integerValue": value.to_string() })
+}
+
+/// The fields of a document resource.
+pub(crate) fn fields(document: &Value) -> Option<&Map<String, Value>> {
+    document.get("fields")?.as_object()
+}
+
+pub(crate) fn get_string<'a>(fields: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
+    fields.get(name)?.get("stringValue")?.as_str()
+}
+
+pub(crate) fn get_integer(fields: &Map<String, Value>, name: &str) -> Option<i64> {
+    let value = fields.get(name)?;
+    match value.get("integerValue")? {
+        Value::String(text) => text.parse().ok(),
+        Value::Number(number) => number.as_i64(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_timestamp_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_timestamp_ms("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(
+            parse_timestamp_ms("2026-11-22T14:17:00.514324Z"),
+            Some(1_795_357_020_514)
+        );
+        assert_eq!(
+            parse_timestamp_ms("2000-02-29T12:00:00.000Z"),
+            Some(951_825_600_000)
+        );
+        for bad in [
+            "",
+            "2026-11-22",
+            "2026-13-01T00:00:00Z",
+            "2026-11-22T14:17:00+01:00",
+            "x-y-zTa:b:cZ",
+        ] {
+            assert_eq!(parse_timestamp_ms(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn values_round_trip() {
+        let doc = json!({"fields": {
+            "s": string_value("x"),
+            "i": integer_value(1_795_357_020_514),
+            "n": {"integerValue": 7},
+            "wrong": {"doubleValue": 1.5}
+        }});
+        let f = fields(&doc).unwrap();
+        assert_eq!(get_string(f, "s"), Some("x"));
+        assert_eq!(get_integer(f, "i"), Some(1_795_357_020_514));
+        assert_eq!(get_integer(f, "n"), Some(7));
+        assert_eq!(get_integer(f, "wrong"), None);
+        assert_eq!(get_string(f, "i"), None);
+    }
+}
