@@ -1,0 +1,386 @@
+//! Tokens for a service account from its key
+//! ([`Credentials::ServiceAccountJson`](super::Credentials::ServiceAccountJson) and
+//! [`ServiceAccountFile`](super::Credentials::ServiceAccountFile)): the key signs a one-hour JWT
+//! assertion (RS256) that the key's `token_uri` exchanges for an access token (RFC 7523).
+
+use std::fmt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::Value;
+
+use super::SCOPE;
+use super::cache::{FetchToken, FetchedToken};
+use super::http::{agent, is_loopback, read_token_answer};
+use crate::error::{LockError, Result};
+
+/// The OAuth grant that exchanges a signed JWT for an access token (RFC 7523).
+const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+/// How long an assertion is valid; Google accepts at most one hour.
+const ASSERTION_LIFETIME_SECS: u64 = 3600;
+
+/// The parts of a service-account key file this crate uses.
+struct ServiceAccountKey {
+    client_email: String,
+    private_key_id: String,
+    token_uri: String,
+    key: EncodingKey,
+}
+
+impl ServiceAccountKey {
+    /// Parses and checks a key file's JSON. Messages name the field at fault, never a value
+    /// that could be part of the key.
+    fn parse(json: &str) -> Result<ServiceAccountKey> {
+        // Parsed as a plain value rather than into a struct: serde's type errors quote the
+        // offending value, which could be the key.
+        let value: Value = serde_json::from_str(json).map_err(|e| {
+            LockError::invalid_argument(format!(
+                "the service-account key is not valid JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        if !value.is_object() {
+            return Err(LockError::invalid_argument(
+                "the service-account key is not a JSON object",
+            ));
+        }
+        match value.get("type").and_then(Value::as_str) {
+            Some("service_account") => {}
+            Some(
+                kind @ ("authorized_user" | "external_account" | "impersonated_service_account"),
+            ) => {
+                return Err(LockError::invalid_argument(format!(
+                    "credentials of type `{kind}` are not supported; use a service-account key \
+                     or the metadata server"
+                )));
+            }
+            _ => {
+                return Err(LockError::invalid_argument(
+                    "the credentials JSON is not a service-account key (its `type` is not \
+                     `service_account`)",
+                ));
+            }
+        }
+        let field = |name: &str| -> Result<String> {
+            match value.get(name).and_then(Value::as_str).map(str::trim) {
+                Some(text) if !text.is_empty() => Ok(text.to_owned()),
+                _ => Err(LockError::invalid_argument(format!(
+                    "the service-account key has no `{name}` (a non-empty string)"
+                ))),
+            }
+        };
+        let client_email = field("client_email")?;
+        let private_key_id = field("private_key_id")?;
+        let token_uri = field("token_uri")?;
+        validate_token_uri(&token_uri)?;
+        let pem = field("private_key")?;
+        // jsonwebtoken's messages describe the parse failure, but none is needed to say the
+        // key is unusable, and they are kept out in case one ever quotes the input.
+        let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|_| {
+            LockError::invalid_argument(
+                "the service-account `private_key` is not an RSA private key in PEM form",
+            )
+        })?;
+        let key = ServiceAccountKey {
+            client_email,
+            private_key_id,
+            token_uri,
+            key,
+        };
+        // The PEM parser accepts some DER the signer later rejects: sign once now, so a bad
+        // key fails here rather than on the first lock operation.
+        key.assertion(0).map_err(|_| {
+            LockError::invalid_argument(
+                "the service-account `private_key` cannot sign: it is not a valid RSA key",
+            )
+        })?;
+        Ok(key)
+    }
+
+    /// The signed JWT asking for a token, issued at `now` (Unix seconds).
+    fn assertion(&self, now: u64) -> std::result::Result<String, jsonwebtoken::errors::Error> {
+        #[derive(serde::Serialize)]
+        struct Claims<'a> {
+            iss: &'a str,
+            scope: &'a str,
+            aud: &'a str,
+            iat: u64,
+            exp: u64,
+        }
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(self.private_key_id.clone());
+        let claims = Claims {
+            iss: &self.client_email,
+            scope: SCOPE,
+            aud: &self.token_uri,
+            iat: now,
+            exp: now.saturating_add(ASSERTION_LIFETIME_SECS),
+        };
+        jsonwebtoken::encode(&header, &claims, &self.key)
+    }
+}
+
+/// Accepts `https` URLs, and `http` only to this machine: the assertion is as good as a token
+/// for an hour and must not cross a network in clear text.
+fn validate_token_uri(uri: &str) -> Result<()> {
+    let url = url::Url::parse(uri).map_err(|_| {
+        LockError::invalid_argument("the service-account `token_uri` is not a valid URL")
+    })?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(LockError::invalid_argument(
+            "the service-account `token_uri` must not contain a user name or password",
+        ));
+    }
+    match url.scheme() {
+        "https" if url.host().is_some() => Ok(()),
+        "http" if is_loopback(&url) => Ok(()),
+        _ => Err(LockError::invalid_argument(format!(
+            "the service-account `token_uri` must be an https URL (http only to localhost), \
+             got {url}"
+        ))),
+    }
+}
+
+/// Unix time in whole seconds.
+fn unix_now() -> Result<u64> {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .map_err(|_| LockError::internal("the system clock is set before 1970"))
+}
+
+/// Tokens for a service account, exchanged for signed assertions at its `token_uri`.
+pub(super) struct ServiceAccountSource {
+    key: ServiceAccountKey,
+    agent: ureq::Agent,
+}
+
+impl ServiceAccountSource {
+    fn new(key: ServiceAccountKey, timeout: Duration) -> ServiceAccountSource {
+        // A proxy cannot reach a token endpoint on this machine (a test double, a local
+        // emulator of Google's endpoint).
+        let local = url::Url::parse(&key.token_uri).is_ok_and(|url| is_loopback(&url));
+        ServiceAccountSource {
+            agent: agent(timeout, local),
+            key,
+        }
+    }
+
+    /// The key in `json`, the text of a key file.
+    pub(super) fn from_json(json: &str, timeout: Duration) -> Result<ServiceAccountSource> {
+        Ok(ServiceAccountSource::new(
+            ServiceAccountKey::parse(json)?,
+            timeout,
+        ))
+    }
+
+    /// The key in the file at `path`.
+    pub(super) fn from_file(path: &Path, timeout: Duration) -> Result<ServiceAccountSource> {
+        let json = std::fs::read_to_string(path).map_err(|e| {
+            LockError::invalid_argument(format!(
+                "could not read the service-account key file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let key = ServiceAccountKey::parse(&json).map_err(|e| {
+            LockError::invalid_argument(format!("{}: {}", path.display(), e.message()))
+        })?;
+        Ok(ServiceAccountSource::new(key, timeout))
+    }
+}
+
+impl FetchToken for ServiceAccountSource {
+    fn fetch(&self) -> Result<FetchedToken> {
+        let assertion = self.key.assertion(unix_now()?).map_err(|_| {
+            LockError::invalid_argument("the service-account key could not sign an assertion")
+        })?;
+        let what = format!("the OAuth token endpoint {}", self.key.token_uri);
+        let answer = self
+            .agent
+            .post(&self.key.token_uri)
+            .header("Accept", "application/json")
+            .send_form([
+                ("grant_type", JWT_BEARER_GRANT),
+                ("assertion", assertion.as_str()),
+            ]);
+        // An endpoint may quote the assertion, or only its claims or signature.
+        let mut secrets = vec![assertion.as_str()];
+        secrets.extend(assertion.split('.'));
+        read_token_answer(&what, answer, &secrets, "")
+    }
+}
+
+impl fmt::Debug for ServiceAccountSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceAccount")
+            .field("client_email", &self.key.client_email)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    const KEY_FILE: &str = include_str!("../../../tests/data/test-service-account.json");
+    const PUBLIC_KEY: &str = include_str!("../../../tests/data/test-service-account.pub.pem");
+
+    fn key_json() -> Value {
+        serde_json::from_str(KEY_FILE).unwrap()
+    }
+
+    fn private_key() -> String {
+        key_json()["private_key"].as_str().unwrap().to_owned()
+    }
+
+    /// A line from the middle of the PEM: whatever leaks the key leaks this.
+    fn key_fragment() -> String {
+        private_key().lines().nth(5).unwrap().to_owned()
+    }
+
+    fn parse_with(change: impl FnOnce(&mut Value)) -> Result<ServiceAccountKey> {
+        let mut json = key_json();
+        change(&mut json);
+        ServiceAccountKey::parse(&json.to_string())
+    }
+
+    fn assert_invalid(result: Result<ServiceAccountKey>, expected: &str) {
+        let err = result.err().expect("the key should be rejected");
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+        assert!(err.message().contains(expected), "{err}");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(&key_fragment()), "{shown}");
+        assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+    }
+
+    #[test]
+    fn the_test_key_parses() {
+        let mut json = key_json();
+        json["token_uri"] = "https://oauth2.googleapis.com/token".into();
+        let key = ServiceAccountKey::parse(&json.to_string()).unwrap();
+        assert_eq!(
+            key.client_email,
+            "syncguard-test@syncguard-test.iam.gserviceaccount.com"
+        );
+        assert_eq!(key.private_key_id, json["private_key_id"].as_str().unwrap());
+        assert_eq!(key.token_uri, "https://oauth2.googleapis.com/token");
+    }
+
+    #[test]
+    fn bad_keys_are_invalid_arguments_that_do_not_quote_the_key() {
+        assert_invalid(ServiceAccountKey::parse("{not json"), "not valid JSON");
+        assert_invalid(ServiceAccountKey::parse("[1, 2]"), "not a JSON object");
+        assert_invalid(
+            parse_with(|j| j["type"] = "authorized_user".into()),
+            "`authorized_user` are not supported",
+        );
+        assert_invalid(
+            parse_with(|j| j["type"] = private_key().into()),
+            "not a service-account key",
+        );
+        assert_invalid(
+            parse_with(|j| {
+                j.as_object_mut().unwrap().remove("type");
+            }),
+            "not a service-account key",
+        );
+        for field in ["client_email", "private_key_id", "token_uri", "private_key"] {
+            assert_invalid(
+                parse_with(|j| {
+                    j.as_object_mut().unwrap().remove(field);
+                }),
+                &format!("no `{field}`"),
+            );
+            assert_invalid(
+                parse_with(|j| j[field] = 42.into()),
+                &format!("no `{field}`"),
+            );
+        }
+        assert_invalid(
+            parse_with(|j| j["private_key"] = "-----BEGIN PRIVATE KEY-----\nAAAA\n".into()),
+            "not an RSA private key",
+        );
+        // A valid PEM frame around something that is not a key.
+        let broken = private_key().replace(&key_fragment(), &"A".repeat(64));
+        assert_invalid(
+            parse_with(|j| j["private_key"] = broken.into()),
+            "private_key",
+        );
+        assert_invalid(
+            parse_with(|j| j["token_uri"] = "not a url".into()),
+            "not a valid URL",
+        );
+        assert_invalid(
+            parse_with(|j| j["token_uri"] = "http://oauth2.example.com/token".into()),
+            "must be an https URL",
+        );
+    }
+
+    #[test]
+    fn private_key_in_a_type_error_is_not_quoted() {
+        // serde would quote a string where a map was expected; the key must not be that string.
+        let err = ServiceAccountKey::parse(&serde_json::to_string(&private_key()).unwrap())
+            .err()
+            .unwrap();
+        assert!(!err.to_string().contains(&key_fragment()), "{err}");
+    }
+
+    #[test]
+    fn token_uris_must_be_https_unless_local() {
+        for ok in [
+            "https://oauth2.googleapis.com/token",
+            "http://127.0.0.1:8080/token",
+            "http://localhost/token",
+            "http://[::1]:9/token",
+        ] {
+            assert!(validate_token_uri(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.1/token",
+            "https://user:hunter2@oauth2.googleapis.com/token",
+            "ftp://example.com/",
+            "file:///etc/passwd",
+        ] {
+            let err = validate_token_uri(bad).err().unwrap();
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_assertion_is_signed_with_the_key_and_claims_the_datastore_scope() {
+        #[derive(serde::Deserialize)]
+        struct Claims {
+            iss: String,
+            scope: String,
+            aud: String,
+            iat: u64,
+            exp: u64,
+        }
+        let mut json = key_json();
+        json["token_uri"] = "https://oauth2.googleapis.com/token".into();
+        let key = ServiceAccountKey::parse(&json.to_string()).unwrap();
+        let now = unix_now().unwrap();
+        let assertion = key.assertion(now).unwrap();
+
+        let public = jsonwebtoken::DecodingKey::from_rsa_pem(PUBLIC_KEY.as_bytes()).unwrap();
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::RS256);
+        validation.set_audience(&["https://oauth2.googleapis.com/token"]);
+        validation.set_issuer(&[key.client_email.as_str()]);
+        let decoded = jsonwebtoken::decode::<Claims>(&assertion, &public, &validation).unwrap();
+        assert_eq!(decoded.header.alg, Algorithm::RS256);
+        assert_eq!(decoded.header.typ.as_deref(), Some("JWT"));
+        assert_eq!(
+            decoded.header.kid.as_deref(),
+            json["private_key_id"].as_str()
+        );
+        let claims = decoded.claims;
+        assert_eq!(claims.iss, key.client_email);
+        assert_eq!(claims.aud, "https://oauth2.googleapis.com/token");
+        assert_eq!(claims.scope, SCOPE);
+        assert_eq!(claims.iat, now);
+        assert_eq!(claims.exp - claims.iat, 3600);
+    }
+}
