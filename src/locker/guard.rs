@@ -6,18 +6,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Lease;
+use crate::cancel::CancelToken;
 use crate::driver::Driver;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
+use crate::locker::heartbeat::Scheduler;
 use crate::locker::lease::{HeldLease, Renewal};
 use crate::locker::options::ReleaseErrorCallback;
 use crate::time::Ttl;
 
-/// What a guard needs of its `Locker`: the driver. Holding it keeps the locker's shared state
-/// (driver and heartbeat scheduler) alive.
+/// What a guard needs of its `Locker`: the driver and the heartbeat. Holding it keeps the
+/// locker's shared state alive.
 pub(crate) trait Store: Send + Sync {
     fn driver(&self) -> &dyn Driver;
+    fn scheduler(&self) -> &Scheduler;
 }
 
 /// A held lock. Dropping it releases the lock; [`release`](LockGuard::release) does the same
@@ -87,6 +90,29 @@ impl LockGuard {
         self.lease.is_lost()
     }
 
+    /// A token cancelled when the lease is lost (at its local deadline at the latest), to hand
+    /// to work that must stop without the lock — a [`CancelToken`] another thread can wait on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{Heartbeat, LockOptions, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let options = LockOptions::default()
+    ///     .ttl(Duration::from_millis(50))
+    ///     .heartbeat(Heartbeat::Off);
+    /// let guard = locker.lock_with("short", &options)?;
+    /// let lost = guard.lost_token();
+    /// while !lost.is_cancelled() {
+    ///     std::thread::sleep(Duration::from_millis(5)); // the work, in steps
+    /// }
+    /// assert!(guard.is_lost());
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    pub fn lost_token(&self) -> CancelToken {
+        self.lease.lost_token()
+    }
+
     /// `Ok(())` while the lease is held, `Err` with code
     /// [`ErrorCode::LockLost`](crate::ErrorCode::LockLost) once lost. Costs no I/O.
     pub fn check(&self) -> Result<()> {
@@ -98,12 +124,16 @@ impl LockGuard {
     }
 
     /// Sets the lease to expire `ttl` from now (the backend's now), and makes the heartbeat
-    /// renew with that TTL from then on. `Ok(false)` when the lock is no longer held (the
-    /// guard is then lost); errors leave the lease as it was.
+    /// renew with that TTL from then on, next at a third of it (or the `Every` interval, if
+    /// sooner). `Ok(false)` when the lock is no longer held (the guard is then lost); errors
+    /// leave the lease as it was.
     pub fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl = Ttl::new(ttl)?;
         match self.lease.renew(self.store.driver(), ttl) {
-            Renewal::Renewed => Ok(true),
+            Renewal::Renewed => {
+                self.store.scheduler().renewed(&self.lease);
+                Ok(true)
+            }
             Renewal::Ended => Ok(false),
             Renewal::Failed(error) => Err(error),
         }

@@ -1,23 +1,41 @@
-//! The heartbeat: one scheduler thread per `Locker` renews every lease its guards hold.
+//! The heartbeat: per `Locker`, one scheduler thread and a few workers renew every lease its
+//! guards hold, in batches, and declare a lease lost at its deadline.
 //!
-//! Leases wait in a min-heap ordered by their next renewal time; the thread sleeps until the
-//! earliest one is due, renews it and puts it back. A lease whose guard released it is dropped
-//! when it comes up (or earlier, when finished entries pile up), so holding N guards costs N
-//! heap entries and no threads beyond the one.
+//! Leases wait in a min-heap ordered by when something is due: a renewal, or a deadline check.
+//! The scheduler thread sleeps until the earliest entry is due, takes every renewal due within
+//! a short window, and hands them to the workers in batches ([`Driver::extend_leases`]: one
+//! request for many leases where the store can). A slow batch holds up only its own worker, so
+//! no lease waits for another lease's renewal beyond [`MAX_WORKERS`] stuck calls; threads stay
+//! at most `1 + MAX_WORKERS` whatever the number of guards. Deadline checks run on the
+//! scheduler thread itself and never wait for a renewal in flight, so a lease whose renewal
+//! hangs is still reported lost at its deadline.
+//!
+//! [`Driver::extend_leases`]: crate::driver::Driver::extend_leases
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use crate::driver::{LeaseRef, Ttl};
 use crate::error::{LockError, Result};
 use crate::locker::guard::Store;
-use crate::locker::lease::{HeldLease, Renewal};
+use crate::locker::lease::{Begin, HeldLease, Renewal, Ticket};
 
 /// Name of the scheduler thread (one per `Locker` and its clones). At most 15 bytes: Linux
 /// truncates longer thread names.
 pub(crate) const THREAD_NAME: &str = "syncguard-hb";
+/// Name of the renewal workers.
+pub(crate) const WORKER_NAME: &str = "syncguard-hb-w";
+
+/// Most renewal workers per `Locker`.
+pub(crate) const MAX_WORKERS: usize = 4;
+/// Most leases in one batch.
+const MAX_BATCH: usize = 256;
+/// Renewals due this soon are sent with the batch going now: early by at most this much, so
+/// that leases acquired a moment apart share a request.
+const COALESCE: Duration = Duration::from_millis(10);
 
 /// Shortest and longest pause before retrying a renewal that failed.
 const MIN_RETRY_GAP: Duration = Duration::from_millis(10);
@@ -25,7 +43,10 @@ const MAX_RETRY_GAP: Duration = Duration::from_secs(1);
 
 pub(crate) struct Scheduler {
     queue: Mutex<Queue>,
+    /// Wakes the scheduler thread: an earlier entry, or shutdown.
     wakeup: Condvar,
+    /// Wakes a worker: a batch is waiting, or shutdown.
+    work: Condvar,
 }
 
 #[derive(Default)]
@@ -34,14 +55,26 @@ struct Queue {
     next_seq: u64,
     /// Heap size at which finished entries are swept out.
     compact_at: usize,
+    batches: VecDeque<Vec<Arc<HeldLease>>>,
     running: bool,
+    workers: usize,
+    idle_workers: usize,
     shutdown: bool,
+}
+
+/// What is due when.
+enum Task {
+    /// Renew, unless the lease was rescheduled since (its generation moved on).
+    Renew { generation: u64 },
+    /// Declare the lease lost if its deadline has passed without a renewal.
+    Deadline,
 }
 
 struct Due {
     at: Instant,
     seq: u64,
     lease: Arc<HeldLease>,
+    task: Task,
 }
 
 impl PartialEq for Due {
@@ -71,6 +104,7 @@ impl Scheduler {
                 ..Queue::default()
             }),
             wakeup: Condvar::new(),
+            work: Condvar::new(),
         }
     }
 
@@ -78,8 +112,8 @@ impl Scheduler {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the scheduler thread unless it runs already. The thread holds `store` weakly and
-    /// ends when the locker's shared state is gone.
+    /// Starts the scheduler thread unless it runs already. Threads hold `store` weakly and end
+    /// when the locker's shared state is gone.
     pub(crate) fn ensure_running(self: &Arc<Self>, store: Weak<dyn Store>) -> Result<()> {
         let mut queue = self.queue();
         if queue.running {
@@ -96,94 +130,245 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Puts `lease` in the queue to be renewed at `at`.
-    pub(crate) fn schedule(&self, lease: Arc<HeldLease>, at: Instant) {
+    /// Takes up a new lease: its renewals (when the heartbeat is on) and its deadline.
+    pub(crate) fn adopt(&self, lease: &Arc<HeldLease>) {
+        self.renewed(lease);
+    }
+
+    /// After a renewal of `lease` succeeded (or it was just acquired): the next renewal at its
+    /// new due time, and a deadline check at its new deadline.
+    pub(crate) fn renewed(&self, lease: &Arc<HeldLease>) {
         let mut queue = self.queue();
+        if lease.interval().is_some() {
+            let generation = lease.next_generation();
+            Self::push(
+                &mut queue,
+                lease,
+                lease.next_due(),
+                Task::Renew { generation },
+            );
+        }
+        Self::push(&mut queue, lease, lease.deadline(), Task::Deadline);
+        drop(queue);
+        self.wakeup.notify_one();
+    }
+
+    /// After a renewal of `lease` failed: another try soon, never later than the deadline.
+    fn retry(&self, lease: &Arc<HeldLease>) {
+        let gap = lease
+            .interval()
+            .map_or(MIN_RETRY_GAP, |interval| interval / 4)
+            .clamp(MIN_RETRY_GAP, MAX_RETRY_GAP);
+        let at = (Instant::now() + gap).min(lease.deadline());
+        let generation = lease.next_generation();
+        Self::push(&mut self.queue(), lease, at, Task::Renew { generation });
+        self.wakeup.notify_one();
+    }
+
+    fn push(queue: &mut Queue, lease: &Arc<HeldLease>, at: Instant, task: Task) {
         if queue.due.len() >= queue.compact_at {
             queue.due.retain(|Reverse(due)| !due.lease.is_finished());
             queue.compact_at = (queue.due.len() * 2).max(MIN_COMPACT_AT);
         }
         let seq = queue.next_seq;
         queue.next_seq += 1;
-        let wake = queue.due.peek().is_none_or(|Reverse(first)| at < first.at);
-        queue.due.push(Reverse(Due { at, seq, lease }));
-        drop(queue);
-        if wake {
-            self.wakeup.notify_one();
-        }
+        queue.due.push(Reverse(Due {
+            at,
+            seq,
+            lease: Arc::clone(lease),
+            task,
+        }));
     }
 
-    /// Ends the thread (the locker and all its guards are gone).
+    /// Ends the threads (the locker and all its guards are gone).
     pub(crate) fn shutdown(&self) {
         self.queue().shutdown = true;
         self.wakeup.notify_all();
+        self.work.notify_all();
     }
 
-    fn run(&self, store: Weak<dyn Store>) {
-        while let Some(lease) = self.next_due() {
-            let Some(store) = store.upgrade() else { break };
-            let next = catch_unwind(AssertUnwindSafe(|| renew(store.as_ref(), &lease)));
-            match next {
-                Ok(Some(at)) => self.schedule(lease, at),
-                Ok(None) => {}
-                Err(_) => {
-                    // Only a bug gets here. Keep the lease in the loop so it is retried, or
-                    // declared lost at its deadline, rather than silently left to expire.
-                    log::error!("syncguard: heartbeat renewal panicked; retrying");
-                    self.schedule(lease, Instant::now() + MAX_RETRY_GAP);
-                }
+    /// The scheduler thread: deadlines here, renewals to the workers.
+    fn run(self: Arc<Self>, store: Weak<dyn Store>) {
+        loop {
+            let Some(batch) = self.next_batch() else {
+                return;
+            };
+            if !batch.is_empty() && !self.dispatch(batch, &store) {
+                return;
             }
         }
     }
 
-    /// Blocks until a lease is due; `None` on shutdown.
-    fn next_due(&self) -> Option<Arc<HeldLease>> {
+    /// Blocks until something is due; runs the due deadline checks and returns the due
+    /// renewals (possibly none). `None` on shutdown.
+    fn next_batch(&self) -> Option<Vec<Arc<HeldLease>>> {
         let mut queue = self.queue();
         loop {
             if queue.shutdown {
                 return None;
             }
             let now = Instant::now();
-            let wait = match queue.due.peek() {
-                Some(Reverse(first)) if first.at <= now => {
-                    return queue.due.pop().map(|Reverse(due)| due.lease);
-                }
-                Some(Reverse(first)) => Some(first.at - now),
-                None => None,
-            };
-            queue = match wait {
-                Some(wait) => {
-                    self.wakeup
+            match queue.due.peek() {
+                Some(Reverse(first)) if first.at <= now => break,
+                Some(Reverse(first)) => {
+                    let wait = first.at - now;
+                    queue = self
+                        .wakeup
                         .wait_timeout(queue, wait)
                         .unwrap_or_else(PoisonError::into_inner)
-                        .0
+                        .0;
                 }
-                None => self
-                    .wakeup
-                    .wait(queue)
-                    .unwrap_or_else(PoisonError::into_inner),
+                None => {
+                    queue = self
+                        .wakeup
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+        }
+        let horizon = Instant::now() + COALESCE;
+        let mut renewals = Vec::new();
+        let mut deadlines = Vec::new();
+        while let Some(Reverse(first)) = queue.due.peek() {
+            let is_renewal = matches!(first.task, Task::Renew { .. });
+            let due = if is_renewal { horizon } else { Instant::now() };
+            if first.at > due {
+                break;
+            }
+            let Some(Reverse(entry)) = queue.due.pop() else {
+                break;
             };
+            match entry.task {
+                Task::Renew { generation } => {
+                    if entry.lease.generation() == generation && !entry.lease.is_finished() {
+                        renewals.push(entry.lease);
+                    }
+                }
+                Task::Deadline => deadlines.push(entry.lease),
+            }
+        }
+        drop(queue);
+        for lease in deadlines {
+            // Runs callbacks: guard against their panics here too.
+            if catch_unwind(AssertUnwindSafe(|| lease.expire_if_overdue())).is_err() {
+                log::error!("syncguard: a lease deadline check panicked");
+            }
+        }
+        Some(renewals)
+    }
+
+    /// Queues `leases` for the workers in batches, starting a worker if none is idle.
+    /// `false` when the locker is gone.
+    fn dispatch(self: &Arc<Self>, leases: Vec<Arc<HeldLease>>, store: &Weak<dyn Store>) -> bool {
+        let mut queue = self.queue();
+        for batch in leases.chunks(MAX_BATCH) {
+            queue.batches.push_back(batch.to_vec());
+        }
+        let wanted = queue.batches.len().min(MAX_WORKERS);
+        while queue.idle_workers < wanted && queue.workers < MAX_WORKERS {
+            let scheduler = Arc::clone(self);
+            let store = store.clone();
+            let started = std::thread::Builder::new()
+                .name(WORKER_NAME.to_owned())
+                .spawn(move || scheduler.work(store));
+            match started {
+                Ok(_) => {
+                    queue.workers += 1;
+                    queue.idle_workers += 1;
+                }
+                Err(error) if queue.workers == 0 => {
+                    // Without a worker nothing is renewed: leases run out and are reported
+                    // lost at their deadlines, which the scheduler thread still checks.
+                    log::error!("syncguard: could not start a heartbeat worker: {error}");
+                    queue.batches.clear();
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        drop(queue);
+        self.work.notify_all();
+        true
+    }
+
+    /// A worker: renews batch after batch.
+    fn work(self: Arc<Self>, store: Weak<dyn Store>) {
+        loop {
+            let batch = {
+                let mut queue = self.queue();
+                loop {
+                    if queue.shutdown {
+                        queue.workers -= 1;
+                        queue.idle_workers -= 1;
+                        return;
+                    }
+                    if let Some(batch) = queue.batches.pop_front() {
+                        queue.idle_workers -= 1;
+                        break batch;
+                    }
+                    queue = self
+                        .work
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let Some(store) = store.upgrade() else {
+                let mut queue = self.queue();
+                queue.workers -= 1;
+                return;
+            };
+            if catch_unwind(AssertUnwindSafe(|| self.renew(store.as_ref(), &batch))).is_err() {
+                // Only a bug gets here. Keep the leases in the loop so they are retried, or
+                // declared lost at their deadlines, rather than silently left to expire.
+                log::error!("syncguard: heartbeat renewal panicked; retrying");
+                for lease in &batch {
+                    self.retry(lease);
+                }
+            }
+            drop(store);
+            self.queue().idle_workers += 1;
         }
     }
-}
 
-/// Renews one due lease; the next time it is due, or `None` when it leaves the heartbeat.
-fn renew(store: &dyn Store, lease: &HeldLease) -> Option<Instant> {
-    let next_due = lease.next_due();
-    // `LockGuard::extend` moved the schedule: come back then.
-    if next_due > Instant::now() {
-        return (!lease.is_finished()).then_some(next_due);
-    }
-    match lease.renew(store.driver(), lease.ttl()) {
-        Renewal::Renewed => Some(lease.next_due()),
-        Renewal::Ended => None,
-        Renewal::Failed(error) => {
-            log::warn!("syncguard: heartbeat renewal failed, will retry: {error}");
-            let gap = lease
-                .interval()
-                .map_or(MIN_RETRY_GAP, |i| i / 4)
-                .clamp(MIN_RETRY_GAP, MAX_RETRY_GAP);
-            Some((Instant::now() + gap).min(lease.deadline()))
+    /// Renews one batch through the driver's batch renewal.
+    fn renew(&self, store: &dyn Store, batch: &[Arc<HeldLease>]) {
+        let mut sending: Vec<(&Arc<HeldLease>, Ticket)> = Vec::with_capacity(batch.len());
+        for lease in batch {
+            match lease.begin_renewal(None, false) {
+                Begin::Send(ticket) => sending.push((lease, ticket)),
+                // A guard's own extension is in flight: it reschedules when done; look again
+                // shortly in case it fails.
+                Begin::Busy => self.retry(lease),
+                Begin::Done(_) => {}
+            }
+        }
+        if sending.is_empty() {
+            return;
+        }
+        let requests: Vec<(LeaseRef<'_>, Ttl)> = sending
+            .iter()
+            .map(|(lease, ticket)| (lease.lease_ref(ticket), ticket.ttl()))
+            .collect();
+        let answers = store.driver().extend_leases(&requests);
+        drop(requests);
+        let mut answers = answers.into_iter();
+        for (lease, ticket) in sending {
+            let answer = answers.next().unwrap_or_else(|| {
+                Err(LockError::internal(
+                    "the backend answered fewer renewals than it was sent",
+                ))
+            });
+            match lease.finish_renewal(ticket, answer) {
+                Renewal::Renewed => self.renewed(lease),
+                Renewal::Ended => {}
+                Renewal::Failed(error) => {
+                    log::warn!(
+                        "syncguard: renewing the lease on key {} failed, will retry: {error}",
+                        lease.key()
+                    );
+                    self.retry(lease);
+                }
+            }
         }
     }
 }

@@ -2,26 +2,30 @@
 //! path by which it is renewed, released, lost or handed over.
 //!
 //! ```text
-//!   Held ──renew: applied──▶ Held          (deadline and next renewal move on)
-//!   Held ──renew: gone─────▶ Lost{confirmed}   (the store said so: nothing to release)
-//!   Held ──deadline passed─▶ Lost{unconfirmed} (releasing is still worth a try)
+//!   Held ──renewal applied──▶ Held          (deadline and next renewal move on)
+//!   Held ──renewal: gone────▶ Lost{confirmed}   (the store said so: nothing to release)
+//!   Held ──deadline passed──▶ Lost{unconfirmed} (releasing is still worth a try)
 //!   Held | Lost{unconfirmed} ──release──▶ Releasing ──▶ Released
 //!   Held ──detach──▶ Detached              (kept in the store, forgotten here)
 //! ```
 //!
-//! Renewals hold the state lock across their call to the store, so once a release has set
-//! `Releasing` no renewal of the lease can go out any more.
+//! No lock is held across a call to the store. A renewal marks the lease `renewing` before it
+//! is sent; a release waits until no renewal is in flight and then moves to `Releasing`, after
+//! which no renewal can begin — so no renewal of a lease is ever sent after its release began.
+//! The deadline check does not wait for a renewal in flight: a lease is declared lost at its
+//! local deadline even while a renewal hangs, and a renewal that comes back after that does not
+//! revive it.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::backend::Lease;
+use crate::cancel::CancelToken;
 use crate::driver::{Driver, Extension, LeaseRef, Outcome, Version};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
-use crate::hash::hash_key;
 use crate::key::Key;
 use crate::lock_id::LockId;
 use crate::locker::options::Heartbeat;
@@ -40,7 +44,7 @@ enum Phase {
     /// renewed nor released here.
     Detached,
     /// `confirmed`: the store said the lock is gone (so releasing would be pointless);
-    /// otherwise the lease ran past its TTL without a successful renewal.
+    /// otherwise the lease ran past its deadline without a successful renewal.
     Lost {
         confirmed: bool,
     },
@@ -51,6 +55,8 @@ struct State {
     phase: Phase,
     /// The store's version of the record, from the last acquire or renewal.
     version: Option<Version>,
+    /// A renewal has been sent and has not come back.
+    renewing: bool,
 }
 
 /// What a renewal came to.
@@ -63,6 +69,29 @@ pub(crate) enum Renewal {
     Failed(LockError),
 }
 
+/// Whether a renewal may go out.
+pub(crate) enum Begin {
+    /// Send this.
+    Send(Ticket),
+    /// Another renewal of this lease is in flight.
+    Busy,
+    /// Nothing to send: the lease is over, or `max_hold` has passed.
+    Done(Renewal),
+}
+
+/// A renewal on its way to the store.
+pub(crate) struct Ticket {
+    version: Option<Version>,
+    ttl: Ttl,
+    sent: Instant,
+}
+
+impl Ticket {
+    pub(crate) fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+}
+
 /// A held lease: shared by its guard and the heartbeat scheduler.
 pub(crate) struct HeldLease {
     key: Key,
@@ -70,6 +99,9 @@ pub(crate) struct HeldLease {
     fence: Fence,
     heartbeat: Heartbeat,
     on_lock_lost: Option<LostCallback>,
+    lost_token: CancelToken,
+    /// When renewals stop (`LockOptions::max_hold`): the lease then ends at its last expiry.
+    hold_until: Option<Instant>,
     /// Instants below are stored as nanoseconds since `base`, so readers never block.
     base: Instant,
     ttl_ms: AtomicI64,
@@ -78,48 +110,63 @@ pub(crate) struct HeldLease {
     deadline_ns: AtomicU64,
     /// When the heartbeat should renew next.
     next_due_ns: AtomicU64,
+    /// Moves on whenever the renewal schedule does; older heartbeat entries are then stale.
+    generation: AtomicU64,
     expires_at_ms: AtomicI64,
     lost: AtomicBool,
     lost_reported: AtomicBool,
-    /// Set when the phase leaves `Held`; readable without waiting for an in-flight renewal.
+    /// Set when the phase leaves `Held`; readable without the state lock.
     finished: AtomicBool,
     state: Mutex<State>,
+    /// Signalled when a renewal comes back.
+    settled: Condvar,
+}
+
+/// How a lease was granted, for [`HeldLease::new`].
+pub(crate) struct Grant {
+    pub key: Key,
+    pub lock_id: LockId,
+    pub lease: Lease,
+    pub version: Option<Version>,
+    /// When the acquire was sent.
+    pub sent: Instant,
+    pub ttl: Ttl,
+}
+
+/// What the holder asked for, for [`HeldLease::new`].
+pub(crate) struct Terms {
+    pub heartbeat: Heartbeat,
+    pub max_hold: Option<Duration>,
+    pub on_lock_lost: Option<LostCallback>,
 }
 
 impl HeldLease {
-    /// The lease just acquired: `lease` and `version` as the store granted them, for `ttl`,
-    /// asked for at `sent`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        key: Key,
-        lock_id: LockId,
-        lease: Lease,
-        version: Option<Version>,
-        sent: Instant,
-        ttl: Ttl,
-        heartbeat: Heartbeat,
-        on_lock_lost: Option<LostCallback>,
-    ) -> Self {
+    pub(crate) fn new(grant: Grant, terms: Terms) -> Self {
         let held = HeldLease {
-            key,
-            lock_id,
-            fence: lease.fence,
-            heartbeat,
-            on_lock_lost,
-            base: sent,
+            key: grant.key,
+            lock_id: grant.lock_id,
+            fence: grant.lease.fence,
+            heartbeat: terms.heartbeat,
+            on_lock_lost: terms.on_lock_lost,
+            lost_token: CancelToken::new(),
+            hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
+            base: grant.sent,
             ttl_ms: AtomicI64::new(0),
             deadline_ns: AtomicU64::new(0),
             next_due_ns: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             expires_at_ms: AtomicI64::new(0),
             lost: AtomicBool::new(false),
             lost_reported: AtomicBool::new(false),
             finished: AtomicBool::new(false),
             state: Mutex::new(State {
                 phase: Phase::Held,
-                version,
+                version: grant.version,
+                renewing: false,
             }),
+            settled: Condvar::new(),
         };
-        held.set_renewal(sent, ttl, lease.expires_at_ms);
+        held.set_renewal(grant.sent, grant.ttl, grant.lease.expires_at_ms);
         held
     }
 
@@ -137,6 +184,10 @@ impl HeldLease {
 
     pub(crate) fn expires_at_ms(&self) -> i64 {
         self.expires_at_ms.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn lost_token(&self) -> CancelToken {
+        self.lost_token.clone()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -162,6 +213,15 @@ impl HeldLease {
         self.at(self.next_due_ns.load(Ordering::Acquire))
     }
 
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A new schedule: entries scheduled before are stale from now on.
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
     /// Whether the lease can no longer be counted on. Latches: once true, stays true.
     pub(crate) fn is_lost(&self) -> bool {
         if self.lost.load(Ordering::Acquire) {
@@ -183,62 +243,155 @@ impl HeldLease {
     pub(crate) fn lost_error(&self) -> LockError {
         self.error(
             ErrorCode::LockLost,
-            "the lease was lost: the lock expired or was taken over",
+            &format!(
+                "the lease on key {} was lost: the lock expired or was taken over",
+                self.key
+            ),
         )
     }
 
-    /// Renews the lease for `ttl` through `driver`: the one renewal path, used by the
-    /// heartbeat and by [`LockGuard::extend`](crate::LockGuard::extend).
-    pub(crate) fn renew(&self, driver: &dyn Driver, ttl: Ttl) -> Renewal {
+    /// Takes a renewal out for sending, for `ttl` (or the lease's own). With `wait`, waits for
+    /// a renewal in flight to come back first (a guard's extension); otherwise answers `Busy`.
+    pub(crate) fn begin_renewal(&self, ttl: Option<Ttl>, wait: bool) -> Begin {
         let mut state = self.state();
+        while state.renewing && wait {
+            state = self
+                .settled
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
         if state.phase != Phase::Held {
-            return Renewal::Ended;
+            return Begin::Done(Renewal::Ended);
+        }
+        if state.renewing {
+            return Begin::Busy;
         }
         if self.is_lost() {
             self.mark_lost(&mut state, false);
             drop(state);
-            self.report_lost("the lease ran out before a renewal succeeded");
-            return Renewal::Ended;
+            self.report_lost("it ran out before a renewal succeeded");
+            return Begin::Done(Renewal::Ended);
         }
         let sent = Instant::now();
-        let lease = LeaseRef::new(&self.lock_id)
+        let mut ttl = ttl.unwrap_or_else(|| self.ttl());
+        if let Some(until) = self.hold_until {
+            // max_hold: the lease may last until `until` and no longer.
+            let left = until.saturating_duration_since(sent);
+            let left_ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+            if left_ms < 1 {
+                // Renewals stop; the deadline check reports the end.
+                return Begin::Done(Renewal::Ended);
+            }
+            if left_ms < ttl.as_millis() {
+                ttl = Ttl::from_checked_millis(left_ms);
+            }
+        }
+        state.renewing = true;
+        Begin::Send(Ticket {
+            version: state.version.clone(),
+            ttl,
+            sent,
+        })
+    }
+
+    /// The lease as the store is told about it, with the version of `ticket`.
+    pub(crate) fn lease_ref<'a>(&'a self, ticket: &'a Ticket) -> LeaseRef<'a> {
+        LeaseRef::new(&self.lock_id)
             .with_key(&self.key)
-            .with_version(state.version.as_ref());
-        // The state lock stays held across the call: a release waits for it and, once it has
-        // set `Releasing`, no renewal of this lease can go out any more.
-        match driver.extend_lease(lease, ttl) {
+            .with_version(ticket.version.as_ref())
+    }
+
+    /// Applies the store's answer to a renewal.
+    pub(crate) fn finish_renewal(
+        &self,
+        ticket: Ticket,
+        answer: Result<Outcome<Extension>>,
+    ) -> Renewal {
+        let mut state = self.state();
+        state.renewing = false;
+        self.settled.notify_all();
+        let renewal = match answer {
             Ok(Outcome::Applied(extension)) => {
-                if self.is_lost() {
-                    // Back after the lease ran out locally: the program may have been told it
-                    // was lost, so it stays lost.
+                if state.phase != Phase::Held {
+                    // Declared lost at its deadline while this was in flight: the program may
+                    // have been told, so it stays lost.
+                    Renewal::Ended
+                } else if Instant::now() >= self.deadline() {
                     self.mark_lost(&mut state, false);
                     drop(state);
-                    self.report_lost("a renewal came back after the lease had run out");
+                    self.report_lost("a renewal came back after it had run out");
                     return Renewal::Ended;
+                } else {
+                    let Extension {
+                        expires_at_ms,
+                        version,
+                    } = extension;
+                    state.version = version;
+                    self.set_renewal(ticket.sent, ticket.ttl, expires_at_ms);
+                    Renewal::Renewed
                 }
-                let Extension {
-                    expires_at_ms,
-                    version,
-                } = extension;
-                state.version = version;
-                self.set_renewal(sent, ttl, expires_at_ms);
-                Renewal::Renewed
             }
             Ok(Outcome::NotFound | Outcome::Expired | Outcome::NotOwner) => {
                 self.mark_lost(&mut state, true);
                 drop(state);
                 self.report_lost("the lock was gone when its lease was renewed");
-                Renewal::Ended
+                return Renewal::Ended;
             }
             Err(error) => Renewal::Failed(error),
+        };
+        renewal
+    }
+
+    /// Renews the lease for `ttl` through `driver`, waiting for a renewal in flight first:
+    /// [`LockGuard::extend`](crate::LockGuard::extend).
+    pub(crate) fn renew(&self, driver: &dyn Driver, ttl: Ttl) -> Renewal {
+        match self.begin_renewal(Some(ttl), true) {
+            Begin::Send(ticket) => {
+                let answer = driver.extend_lease(self.lease_ref(&ticket), ticket.ttl);
+                self.finish_renewal(ticket, answer)
+            }
+            Begin::Busy => Renewal::Failed(LockError::internal(
+                "a renewal of this lease was still in flight",
+            )),
+            Begin::Done(renewal) => renewal,
         }
     }
 
+    /// Declares the lease lost if its deadline has passed without a renewal; reports it once.
+    /// Never waits for a renewal in flight.
+    pub(crate) fn expire_if_overdue(&self) {
+        if self.is_finished() && !matches!(self.state().phase, Phase::Lost { .. }) {
+            return;
+        }
+        if Instant::now() < self.deadline() {
+            return;
+        }
+        let mut state = self.state();
+        let why = match (state.phase, self.hold_until) {
+            (Phase::Held, Some(until)) if Instant::now() >= until => {
+                "it reached its max_hold and was not renewed any further"
+            }
+            (Phase::Held, _) => "it ran out before a renewal succeeded",
+            (Phase::Lost { .. }, _) => "it ran out before a renewal succeeded",
+            _ => return,
+        };
+        self.mark_lost(&mut state, false);
+        drop(state);
+        self.report_lost(why);
+    }
+
     /// Releases the lease through `driver`, once: `Ok(true)` when this removed the lock,
-    /// `Ok(false)` when it was gone already (or released before).
+    /// `Ok(false)` when it was gone already (or released before). Waits for a renewal in
+    /// flight to come back first, so that none is sent after the release.
     pub(crate) fn release(&self, driver: &dyn Driver) -> Result<bool> {
         let version = {
             let mut state = self.state();
+            while state.renewing {
+                state = self
+                    .settled
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
             match state.phase {
                 Phase::Held | Phase::Lost { confirmed: false } => {
                     self.set_phase(&mut state, Phase::Releasing);
@@ -264,9 +417,17 @@ impl HeldLease {
     }
 
     /// Stops renewing and releasing: the lock stays in the store until its expiry, under the
-    /// returned lease, whose `expires_at_ms` is the last the store confirmed.
+    /// returned lease, whose `expires_at_ms` is the last the store confirmed. Waits for a
+    /// renewal in flight, so that the expiry returned is the latest.
     pub(crate) fn detach(&self) -> Lease {
-        self.set_phase(&mut self.state(), Phase::Detached);
+        let mut state = self.state();
+        while state.renewing {
+            state = self
+                .settled
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        self.set_phase(&mut state, Phase::Detached);
         Lease {
             lock_id: self.lock_id.as_str().to_owned(),
             fence: self.fence,
@@ -288,22 +449,22 @@ impl HeldLease {
         }
     }
 
-    /// Tells the program (once) that the lease is lost. Called without the state lock.
+    /// Tells the program (once) that the lease is lost: the lost token, then the callback or a
+    /// log line. Called without the state lock.
     fn report_lost(&self, why: &str) {
         if self.lost_reported.swap(true, Ordering::AcqRel) {
             return;
         }
-        let error = self.error(ErrorCode::LockLost, why);
+        self.lost_token.cancel();
+        let message = format!("lost the lock on key {}: {why}", self.key);
+        let error = self.error(ErrorCode::LockLost, &message);
         match &self.on_lock_lost {
             Some(callback) => {
                 if catch_unwind(AssertUnwindSafe(|| callback(&error))).is_err() {
                     log::error!("syncguard: the on_lock_lost callback panicked");
                 }
             }
-            None => log::warn!(
-                "syncguard: lost the lock on key hash {}: {why}",
-                hash_key(self.key.as_str())
-            ),
+            None => log::warn!("syncguard: {message}"),
         }
     }
 

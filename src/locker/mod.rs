@@ -19,7 +19,7 @@ pub use self::retry::{Backoff, Jitter};
 
 use self::guard::Store;
 use self::heartbeat::Scheduler;
-use self::lease::HeldLease;
+use self::lease::{Grant, HeldLease, Terms};
 use crate::cancel::CancelToken;
 use crate::driver::{Acquisition, Driver};
 use crate::error::{ErrorCode, LockError, Result};
@@ -66,6 +66,10 @@ impl<B> Drop for Shared<B> {
 impl<B: Driver + 'static> Store for Shared<B> {
     fn driver(&self) -> &dyn Driver {
         &self.backend
+    }
+
+    fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
     }
 }
 
@@ -171,13 +175,12 @@ impl<B: Driver + 'static> Locker<B> {
         // The public edge: everything below works on validated values.
         let key = Key::new(key)?;
         let ttl = Ttl::new(options.ttl)?;
-        let interval = options.validated_heartbeat()?;
-        if interval.is_some() {
-            // Before acquiring: a thread that cannot start must not leave a lock behind.
-            let store: Weak<Shared<B>> = Arc::downgrade(&self.shared);
-            let store: Weak<dyn Store> = store;
-            self.shared.scheduler.ensure_running(store)?;
-        }
+        options.validated_heartbeat()?;
+        // Before acquiring: a thread that cannot start must not leave a lock behind. It renews
+        // leases and reports them lost at their deadlines, also with the heartbeat off.
+        let store: Weak<Shared<B>> = Arc::downgrade(&self.shared);
+        let store: Weak<dyn Store> = store;
+        self.shared.scheduler.ensure_running(store)?;
         let aborted =
             || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(key.as_str());
         let start = Instant::now();
@@ -224,20 +227,21 @@ impl<B: Driver + 'static> Locker<B> {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
         })?;
         let held = Arc::new(HeldLease::new(
-            key,
-            lock_id,
-            lease,
-            version,
-            sent,
-            ttl,
-            options.heartbeat,
-            options.on_lock_lost.clone(),
+            Grant {
+                key,
+                lock_id,
+                lease,
+                version,
+                sent,
+                ttl,
+            },
+            Terms {
+                heartbeat: options.heartbeat,
+                max_hold: options.max_hold,
+                on_lock_lost: options.on_lock_lost.clone(),
+            },
         ));
-        if held.interval().is_some() {
-            self.shared
-                .scheduler
-                .schedule(Arc::clone(&held), held.next_due());
-        }
+        self.shared.scheduler.adopt(&held);
         let store: Arc<dyn Store> = self.shared.clone();
         Ok(Some(LockGuard::new(
             held,

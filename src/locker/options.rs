@@ -71,6 +71,7 @@ pub struct LockOptions {
     pub(crate) jitter: Jitter,
     pub(crate) heartbeat: Heartbeat,
     pub(crate) cancel: Option<CancelToken>,
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) on_lock_lost: Option<LostCallback>,
     pub(crate) on_release_error: Option<ReleaseErrorCallback>,
 }
@@ -86,6 +87,7 @@ impl Default for LockOptions {
             jitter: Jitter::Equal,
             heartbeat: Heartbeat::Auto,
             cancel: None,
+            max_hold: None,
             on_lock_lost: None,
             on_release_error: None,
         }
@@ -145,6 +147,16 @@ impl LockOptions {
         self
     }
 
+    /// The longest the heartbeat keeps the lock: it stops renewing `max_hold` after the
+    /// acquisition, and the last renewal is cut short so that the lease ends then, so a hung
+    /// job cannot hold a lock forever (ShedLock's `lockAtMostFor`). The guard is then reported
+    /// lost. Default: no bound.
+    #[must_use]
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
     /// A token that ends the wait with `Aborted` when cancelled.
     #[must_use]
     pub fn cancel(mut self, cancel: CancelToken) -> Self {
@@ -198,6 +210,7 @@ impl fmt::Debug for LockOptions {
             .field("jitter", &self.jitter)
             .field("heartbeat", &self.heartbeat)
             .field("cancel", &self.cancel)
+            .field("max_hold", &self.max_hold)
             .field("on_lock_lost", &self.on_lock_lost.is_some())
             .field("on_release_error", &self.on_release_error.is_some())
             .finish()
