@@ -310,7 +310,7 @@ impl HeldLease {
         let mut state = self.state();
         state.renewing = false;
         self.settled.notify_all();
-        let renewal = match answer {
+        match answer {
             Ok(Outcome::Applied(extension)) => {
                 if state.phase != Phase::Held {
                     // Declared lost at its deadline while this was in flight: the program may
@@ -320,7 +320,7 @@ impl HeldLease {
                     self.mark_lost(&mut state, false);
                     drop(state);
                     self.report_lost("a renewal came back after it had run out");
-                    return Renewal::Ended;
+                    Renewal::Ended
                 } else {
                     let Extension {
                         expires_at_ms,
@@ -335,11 +335,10 @@ impl HeldLease {
                 self.mark_lost(&mut state, true);
                 drop(state);
                 self.report_lost("the lock was gone when its lease was renewed");
-                return Renewal::Ended;
+                Renewal::Ended
             }
             Err(error) => Renewal::Failed(error),
-        };
-        renewal
+        }
     }
 
     /// Renews the lease for `ttl` through `driver`, waiting for a renewal in flight first:
