@@ -1,8 +1,7 @@
 //! Cancelling a wait for a lock from another thread.
 
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 
 /// Ends a [`Locker`](crate::Locker) wait early: the blocking counterpart of an `AbortSignal`.
 ///
@@ -29,6 +28,13 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Default)]
 pub struct CancelToken {
     inner: Arc<(Mutex<bool>, Condvar)>,
+    /// Waits elsewhere (a `Locker`'s waiters) to wake when this is cancelled.
+    listeners: Arc<Mutex<Vec<Weak<dyn OnCancel>>>>,
+}
+
+/// Something to wake when a [`CancelToken`] is cancelled.
+pub(crate) trait OnCancel: Send + Sync {
+    fn cancelled(&self);
 }
 
 impl CancelToken {
@@ -42,32 +48,37 @@ impl CancelToken {
         let (flag, wakeup) = &*self.inner;
         *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
         wakeup.notify_all();
+        let listeners = std::mem::take(
+            &mut *self
+                .listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for listener in listeners.iter().filter_map(Weak::upgrade) {
+            listener.cancelled();
+        }
+    }
+
+    /// Wakes `listener` when this token is cancelled (at once if it already is). Held weakly.
+    pub(crate) fn notify(&self, listener: Weak<dyn OnCancel>) {
+        let mut listeners = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.is_cancelled() {
+            drop(listeners);
+            if let Some(listener) = listener.upgrade() {
+                listener.cancelled();
+            }
+            return;
+        }
+        listeners.retain(|known| known.strong_count() > 0 && !Weak::ptr_eq(known, &listener));
+        listeners.push(listener);
     }
 
     /// Whether [`cancel`](CancelToken::cancel) has been called.
     pub fn is_cancelled(&self) -> bool {
         *self.inner.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Sleeps for `duration` unless cancelled first; `true` when cancelled.
-    pub(crate) fn sleep(&self, duration: Duration) -> bool {
-        let (flag, wakeup) = &*self.inner;
-        let deadline = Instant::now().checked_add(duration);
-        let mut cancelled = flag.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*cancelled {
-            let left = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                None => duration,
-            };
-            if left.is_zero() {
-                break;
-            }
-            cancelled = wakeup
-                .wait_timeout(cancelled, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        *cancelled
     }
 }
 
@@ -84,19 +95,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cancel_wakes_a_long_sleep() {
+    fn listeners_hear_of_the_cancellation_once_even_when_late() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        #[derive(Default)]
+        struct Count(AtomicUsize);
+        impl OnCancel for Count {
+            fn cancelled(&self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let token = CancelToken::new();
-        let sleeper = std::thread::spawn({
-            let token = token.clone();
-            move || token.sleep(Duration::from_secs(3600))
-        });
+        let early = Arc::new(Count::default());
+        let as_listener: Arc<dyn OnCancel> = early.clone();
+        token.notify(Arc::downgrade(&as_listener));
+        token.notify(Arc::downgrade(&as_listener)); // registered twice, told once
         token.cancel();
-        assert!(sleeper.join().unwrap());
+        token.cancel();
+        let late = Arc::new(Count::default());
+        let as_listener: Arc<dyn OnCancel> = late.clone();
+        token.notify(Arc::downgrade(&as_listener));
         assert!(token.is_cancelled());
-    }
-
-    #[test]
-    fn uncancelled_sleep_returns_false() {
-        assert!(!CancelToken::new().sleep(Duration::from_millis(1)));
+        assert_eq!(early.0.load(Ordering::SeqCst), 1);
+        assert_eq!(late.0.load(Ordering::SeqCst), 1);
     }
 }

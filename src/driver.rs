@@ -150,6 +150,31 @@ pub trait Driver: Send + Sync {
     /// The live lock on a key, or stored under a lock id, with its raw values; `None` for
     /// expired and missing alike.
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>>;
+
+    /// Starts hearing of releases, from any process, so that a [`Locker`](crate::Locker)'s
+    /// waiters try again at once instead of at their next poll: `on_release` is called with
+    /// the (normalised) key of each release heard, for the keys the returned [`ReleaseWatch`]
+    /// is asked to watch. Dropping the watch stops it. `Ok(None)` (the default) when the store
+    /// cannot tell; waiters then poll, as they also do for releases a watch misses (a lock that
+    /// simply expired, a peer that does not announce its releases).
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let _ = on_release;
+        Ok(None)
+    }
+}
+
+/// What [`Driver::watch_releases`] calls with the key of a release it heard of. Runs on the
+/// watch's own thread: keep it short.
+pub type OnRelease = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A running watch for releases ([`Driver::watch_releases`]); dropping it stops the watch.
+pub trait ReleaseWatch: Send + Sync {
+    /// Reports releases of `key` from now on (a store that hears every release may ignore
+    /// this). Each `watch` is balanced by an [`unwatch`](ReleaseWatch::unwatch).
+    fn watch(&self, key: &Key);
+
+    /// No longer needs releases of `key` reported.
+    fn unwatch(&self, key: &Key);
 }
 
 /// Forwards every method, so `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends).
@@ -179,6 +204,12 @@ macro_rules! forward_driver {
             }
             fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
                 (**self).find(by)
+            }
+            fn watch_releases(
+                &self,
+                on_release: OnRelease,
+            ) -> Result<Option<Box<dyn ReleaseWatch>>> {
+                (**self).watch_releases(on_release)
             }
         }
     )*};

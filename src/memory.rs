@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::backend::{Capabilities, Lease, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl,
-    is_live,
+    Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, OnRelease, Outcome, ReleaseWatch,
+    TIME_TOLERANCE_MS, Ttl, is_live,
 };
 use crate::error::Result;
 use crate::fence::Fence;
@@ -43,6 +43,14 @@ use crate::time::{Clock, SystemClock};
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
+    /// Who hears of releases ([`Driver::watch_releases`]), by watch number.
+    listeners: Arc<Mutex<Listeners>>,
+}
+
+#[derive(Default)]
+struct Listeners {
+    next: u64,
+    on_release: Vec<(u64, OnRelease)>,
 }
 
 #[derive(Default)]
@@ -80,6 +88,7 @@ impl MemoryBackend {
                 ..State::default()
             })),
             clock: Arc::new(clock),
+            listeners: Arc::default(),
         }
     }
 
@@ -87,6 +96,44 @@ impl MemoryBackend {
         // Nothing panics while holding the lock; should a panic ever get through, the maps are
         // still consistent, so carry on rather than poison every later caller.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the watchers that the lock on `key` is gone. Called without the state lock.
+    fn announce(&self, key: &str) {
+        let listeners: Vec<OnRelease> = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .on_release
+            .iter()
+            .map(|(_, on_release)| Arc::clone(on_release))
+            .collect();
+        for on_release in listeners {
+            on_release(key);
+        }
+    }
+}
+
+/// A watch on a [`MemoryBackend`]: it hears every release, so `watch` has nothing to do.
+struct MemoryWatch {
+    listeners: Weak<Mutex<Listeners>>,
+    id: u64,
+}
+
+impl ReleaseWatch for MemoryWatch {
+    fn watch(&self, _: &Key) {}
+    fn unwatch(&self, _: &Key) {}
+}
+
+impl Drop for MemoryWatch {
+    fn drop(&mut self) {
+        if let Some(listeners) = self.listeners.upgrade() {
+            listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .on_release
+                .retain(|(id, _)| *id != self.id);
+        }
     }
 }
 
@@ -114,25 +161,27 @@ impl State {
     }
 
     /// Removes the lock held under `lock_id`: `Applied` if it was live, `Expired` if it had
-    /// expired (removed all the same, never a live one of another holder).
-    fn take_owned(&mut self, lock_id: &str, now_ms: i64) -> Outcome<()> {
+    /// expired (removed all the same, never a live one of another holder); with the key when
+    /// something was removed.
+    fn take_owned(&mut self, lock_id: &str, now_ms: i64) -> (Outcome<()>, Option<String>) {
         let Some(key) = self.keys_by_id.get(lock_id) else {
-            return Outcome::NotFound;
+            return (Outcome::NotFound, None);
         };
         let Some(entry) = self.locks.get(key).filter(|e| e.lock_id == lock_id) else {
             // A stale index entry: the lock was replaced. Leave the new holder alone.
             self.keys_by_id.remove(lock_id);
-            return Outcome::NotFound;
+            return (Outcome::NotFound, None);
         };
         let live = is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS);
         let key = key.clone();
         self.locks.remove(&key);
         self.keys_by_id.remove(lock_id);
-        if live {
+        let outcome = if live {
             Outcome::Applied(())
         } else {
             Outcome::Expired
-        }
+        };
+        (outcome, Some(key))
     }
 
     fn sweep_expired(&mut self, now_ms: i64) {
@@ -192,7 +241,11 @@ impl Driver for MemoryBackend {
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         let now_ms = self.clock.now_ms();
-        Ok(self.state().take_owned(lease.lock_id.as_str(), now_ms))
+        let (outcome, removed) = self.state().take_owned(lease.lock_id.as_str(), now_ms);
+        if let Some(key) = removed {
+            self.announce(&key);
+        }
+        Ok(outcome)
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
@@ -212,7 +265,11 @@ impl Driver for MemoryBackend {
                     }));
                 }
                 // Expired: clean up, never resurrect.
-                let _ = state.take_owned(lock_id, now_ms);
+                let (_, removed) = state.take_owned(lock_id, now_ms);
+                drop(state);
+                if let Some(key) = removed {
+                    self.announce(&key);
+                }
                 Ok(Outcome::Expired)
             }
             _ => {
@@ -244,6 +301,20 @@ impl Driver for MemoryBackend {
             acquired_at_ms: entry.acquired_at_ms,
             fence: entry.fence,
         }))
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let mut listeners = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let id = listeners.next;
+        listeners.next += 1;
+        listeners.on_release.push((id, on_release));
+        Ok(Some(Box::new(MemoryWatch {
+            listeners: Arc::downgrade(&self.listeners),
+            id,
+        })))
     }
 }
 

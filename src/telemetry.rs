@@ -7,7 +7,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::backend::Capabilities;
-use crate::driver::{Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, Outcome, Ttl};
+use crate::driver::{
+    Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, OnRelease, Outcome, ReleaseWatch,
+    Ttl,
+};
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
 use crate::key::Key;
@@ -335,6 +338,10 @@ impl<B: Driver> Driver for Telemetry<B> {
         };
         self.emit_result(LockOp::Lookup, &outcome, ids, found);
         outcome
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        self.inner.watch_releases(on_release)
     }
 }
 

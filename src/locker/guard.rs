@@ -11,6 +11,7 @@ use crate::driver::Driver;
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
+use crate::key::Key;
 use crate::locker::heartbeat::Scheduler;
 use crate::locker::lease::{HeldLease, Renewal};
 use crate::locker::options::ReleaseErrorCallback;
@@ -21,6 +22,8 @@ use crate::time::Ttl;
 pub(crate) trait Store: Send + Sync {
     fn driver(&self) -> &dyn Driver;
     fn scheduler(&self) -> &Scheduler;
+    /// One of this locker's guards released `key`: its waiters may try now.
+    fn released(&self, key: &Key);
 }
 
 /// A held lock. Dropping it releases the lock; [`release`](LockGuard::release) does the same
@@ -142,7 +145,15 @@ impl LockGuard {
     /// Releases the lock. `Ok(true)` when this call removed it, `Ok(false)` when it was
     /// already gone (expired, or taken over). No renewal is sent once this has begun.
     pub fn release(self) -> Result<bool> {
-        self.lease.release(self.store.driver())
+        self.release_now()
+    }
+
+    fn release_now(&self) -> Result<bool> {
+        let released = self.lease.release(self.store.driver());
+        if matches!(released, Ok(true)) {
+            self.store.released(self.lease.key());
+        }
+        released
     }
 
     /// Keeps the lock but lets go of it here: the heartbeat stops renewing it and dropping
@@ -191,7 +202,7 @@ pub(crate) fn report_release_error(
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // After `release` or `detach` this finds nothing left to do.
-        if let Err(error) = self.lease.release(self.store.driver()) {
+        if let Err(error) = self.release_now() {
             self.report_release_error(&error);
         }
     }

@@ -5,10 +5,10 @@ mod heartbeat;
 mod lease;
 mod options;
 mod retry;
+mod wake;
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::RngExt as _;
@@ -20,6 +20,7 @@ pub use self::retry::{Backoff, Jitter};
 use self::guard::Store;
 use self::heartbeat::Scheduler;
 use self::lease::{Grant, HeldLease, Terms};
+use self::wake::{Waiting, Wakeups};
 use crate::cancel::CancelToken;
 use crate::driver::{Acquisition, Driver};
 use crate::error::{ErrorCode, LockError, Result};
@@ -54,6 +55,7 @@ struct Shared<B> {
     backend: B,
     defaults: LockOptions,
     scheduler: Arc<Scheduler>,
+    wakeups: Arc<Wakeups>,
 }
 
 impl<B> Drop for Shared<B> {
@@ -70,6 +72,10 @@ impl<B: Driver + 'static> Store for Shared<B> {
 
     fn scheduler(&self) -> &Scheduler {
         &self.scheduler
+    }
+
+    fn released(&self, key: &Key) {
+        self.wakeups.released(key.as_str());
     }
 }
 
@@ -104,6 +110,7 @@ impl<B: Driver + 'static> Locker<B> {
                 backend,
                 defaults,
                 scheduler: Arc::new(Scheduler::new()),
+                wakeups: Arc::new(Wakeups::default()),
             }),
         }
     }
@@ -118,8 +125,11 @@ impl<B: Driver + 'static> Locker<B> {
         &self.shared.defaults
     }
 
-    /// Takes the lock on `key`, waiting with backoff while someone else holds it, up to the
-    /// default timeout (5 s) or retry budget; then `AcquisitionTimeout`.
+    /// Takes the lock on `key`, waiting while someone else holds it — as long as it takes,
+    /// like `Mutex::lock`, unless the defaults set a [`timeout`](LockOptions::timeout) or
+    /// a [`cancel`](LockOptions::cancel) token (then `AcquisitionTimeout` or `Aborted`). A
+    /// release the backend announces wakes the wait at once; otherwise it polls with capped
+    /// backoff.
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
         self.lock_with(key, &self.shared.defaults)
     }
@@ -183,28 +193,31 @@ impl<B: Driver + 'static> Locker<B> {
         self.shared.scheduler.ensure_running(store)?;
         let aborted =
             || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(key.as_str());
+        let cancel = options.cancel.as_ref();
         let start = Instant::now();
         let mut attempts: u32 = 0;
+        // Registered as a waiter once an attempt finds the lock held, so an uncontended lock
+        // costs nothing. From then on the count of releases heard is read before each attempt,
+        // so a release between an attempt and the sleep after it ends that sleep at once.
+        let mut waiting: Option<Waiting> = None;
         let (lease, version, sent) = loop {
-            if options
-                .cancel
-                .as_ref()
-                .is_some_and(CancelToken::is_cancelled)
-            {
+            if cancel.is_some_and(CancelToken::is_cancelled) {
                 return Err(aborted());
             }
-            attempts = attempts.saturating_add(1);
+            let heard = waiting.as_ref().map(Waiting::heard);
             let sent = Instant::now();
             match self.shared.backend.try_acquire(&key, ttl)? {
                 Acquisition::Acquired { lease, version } => break (lease, version, sent),
                 Acquisition::Locked => {}
             }
-            if attempts > options.max_retries {
+            if attempts >= options.max_retries {
                 return Ok(None);
             }
+            attempts = attempts.saturating_add(1);
             let delay_ms = retry::retry_delay_ms(
                 attempts,
                 options.retry_delay,
+                options.max_retry_delay,
                 options.backoff,
                 options.jitter,
                 rand::rng().random::<f64>(),
@@ -213,15 +226,11 @@ impl<B: Driver + 'static> Locker<B> {
             else {
                 return Ok(None);
             };
-            match &options.cancel {
-                Some(cancel) => {
-                    if cancel.sleep(delay) {
-                        return Err(aborted());
-                    }
-                }
-                None => thread::sleep(delay),
-            }
+            let waiter = waiting
+                .get_or_insert_with(|| self.shared.wakeups.enter(&key, &self.shared.backend));
+            waiter.sleep(heard.unwrap_or_else(|| waiter.heard()), delay, cancel);
         };
+        drop(waiting);
         // A driver bug, never seen from the bundled ones; that lock expires at its TTL.
         let lock_id = LockId::new(&lease.lock_id).map_err(|_| {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())

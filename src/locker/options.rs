@@ -67,6 +67,7 @@ pub struct LockOptions {
     pub(crate) timeout: Duration,
     pub(crate) max_retries: u32,
     pub(crate) retry_delay: Duration,
+    pub(crate) max_retry_delay: Duration,
     pub(crate) backoff: Backoff,
     pub(crate) jitter: Jitter,
     pub(crate) heartbeat: Heartbeat,
@@ -80,9 +81,10 @@ impl Default for LockOptions {
     fn default() -> Self {
         LockOptions {
             ttl: Duration::from_secs(30),
-            timeout: Duration::from_secs(5),
-            max_retries: 10,
+            timeout: Duration::MAX,
+            max_retries: u32::MAX,
             retry_delay: Duration::from_millis(100),
+            max_retry_delay: Duration::from_secs(1),
             backoff: Backoff::Exponential,
             jitter: Jitter::Equal,
             heartbeat: Heartbeat::Auto,
@@ -116,6 +118,14 @@ impl LockOptions {
     #[must_use]
     pub fn max_retries(mut self, max_retries: u32) -> Self {
         self.max_retries = max_retries;
+        self
+    }
+
+    /// The longest pause between two attempts (default 1 s): the grown delay is capped at it
+    /// before the jitter, so a long wait keeps polling at least this often.
+    #[must_use]
+    pub fn max_retry_delay(mut self, max_retry_delay: Duration) -> Self {
+        self.max_retry_delay = max_retry_delay;
         self
     }
 
@@ -206,6 +216,7 @@ impl fmt::Debug for LockOptions {
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
             .field("retry_delay", &self.retry_delay)
+            .field("max_retry_delay", &self.max_retry_delay)
             .field("backoff", &self.backoff)
             .field("jitter", &self.jitter)
             .field("heartbeat", &self.heartbeat)

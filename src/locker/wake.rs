@@ -1,0 +1,168 @@
+//! Waking waiters when the lock they wait for is released, instead of at their next poll.
+//!
+//! Every `Locker` has one [`Wakeups`]: a count of the releases heard per watched key, and one
+//! condition variable its waiters sleep on. Releases are heard two ways: this `Locker`'s own
+//! guards announce theirs, and the driver's [`ReleaseWatch`] (Redis pub/sub, PostgreSQL
+//! `LISTEN`, the in-memory store's own list) reports releases from anywhere. A waiter reads the
+//! count before each attempt and sleeps until it moves, its poll delay passes, or its
+//! [`CancelToken`] fires — so a release between the attempt and the sleep is not missed.
+//! Polling stays as the fallback: not every release is announced (a lock that simply expires,
+//! a TypeScript SyncGuard peer).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use crate::cancel::{CancelToken, OnCancel};
+use crate::driver::{Driver, OnRelease, ReleaseWatch};
+use crate::key::Key;
+
+/// The waiters of one `Locker`.
+#[derive(Default)]
+pub(crate) struct Wakeups {
+    state: Mutex<HashMap<String, Watched>>,
+    wakeup: Condvar,
+    /// The driver's watch, started when the first waiter waits; `None` inside when the store
+    /// cannot tell.
+    watch: OnceLock<Option<Box<dyn ReleaseWatch>>>,
+}
+
+#[derive(Default)]
+struct Watched {
+    /// Releases heard so far.
+    heard: u64,
+    /// Waiters of this key right now.
+    waiters: usize,
+}
+
+impl Wakeups {
+    fn state(&self) -> MutexGuard<'_, HashMap<String, Watched>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A release of `key` was heard: wakes its waiters.
+    pub(crate) fn released(&self, key: &str) {
+        let mut state = self.state();
+        if let Some(watched) = state.get_mut(key) {
+            watched.heard += 1;
+            drop(state);
+            self.wakeup.notify_all();
+        }
+    }
+
+    /// Registers a waiter of `key` until the returned [`Waiting`] is dropped, starting the
+    /// driver's watch on first use.
+    pub(crate) fn enter(self: &Arc<Self>, key: &Key, driver: &dyn Driver) -> Waiting {
+        let watch = self.watch.get_or_init(|| {
+            let wakeups: Weak<Wakeups> = Arc::downgrade(self);
+            let on_release: OnRelease = Arc::new(move |key: &str| {
+                if let Some(wakeups) = wakeups.upgrade() {
+                    wakeups.released(key);
+                }
+            });
+            match driver.watch_releases(on_release) {
+                Ok(watch) => watch,
+                Err(error) => {
+                    log::info!(
+                        "syncguard: cannot hear of releases ({error}); waiters poll instead"
+                    );
+                    None
+                }
+            }
+        });
+        let first = {
+            let mut state = self.state();
+            let watched = state.entry(key.as_str().to_owned()).or_default();
+            watched.waiters += 1;
+            watched.waiters == 1
+        };
+        if first {
+            if let Some(watch) = watch {
+                watch.watch(key);
+            }
+        }
+        Waiting {
+            wakeups: Arc::clone(self),
+            key: key.clone(),
+        }
+    }
+}
+
+impl OnCancel for Wakeups {
+    fn cancelled(&self) {
+        // Take the lock so that a waiter between its check and its sleep cannot miss this.
+        drop(self.state());
+        self.wakeup.notify_all();
+    }
+}
+
+/// One waiter of one key, registered with its `Locker`'s [`Wakeups`].
+pub(crate) struct Waiting {
+    wakeups: Arc<Wakeups>,
+    key: Key,
+}
+
+impl Waiting {
+    /// Releases of the key heard so far: read before an attempt, passed to [`sleep`].
+    ///
+    /// [`sleep`]: Waiting::sleep
+    pub(crate) fn heard(&self) -> u64 {
+        self.wakeups
+            .state()
+            .get(self.key.as_str())
+            .map_or(0, |watched| watched.heard)
+    }
+
+    /// Sleeps until a release is heard after `heard`, `delay` passes, or `cancel` fires.
+    pub(crate) fn sleep(&self, heard: u64, delay: Duration, cancel: Option<&CancelToken>) {
+        if let Some(cancel) = cancel {
+            let wakeups: Arc<dyn OnCancel> = self.wakeups.clone();
+            cancel.notify(Arc::downgrade(&wakeups));
+        }
+        let until = Instant::now().checked_add(delay);
+        let mut state = self.wakeups.state();
+        loop {
+            let heard_now = state
+                .get(self.key.as_str())
+                .map_or(0, |watched| watched.heard);
+            if heard_now != heard || cancel.is_some_and(CancelToken::is_cancelled) {
+                return;
+            }
+            let left = match until {
+                Some(until) => until.saturating_duration_since(Instant::now()),
+                None => delay,
+            };
+            if left.is_zero() {
+                return;
+            }
+            state = self
+                .wakeups
+                .wakeup
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let last = {
+            let mut state = self.wakeups.state();
+            let Some(watched) = state.get_mut(self.key.as_str()) else {
+                return;
+            };
+            watched.waiters -= 1;
+            let last = watched.waiters == 0;
+            if last {
+                state.remove(self.key.as_str());
+            }
+            last
+        };
+        if last {
+            if let Some(Some(watch)) = self.wakeups.watch.get() {
+                watch.unwatch(&self.key);
+            }
+        }
+    }
+}
