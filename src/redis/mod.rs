@@ -45,6 +45,7 @@
 mod connection;
 mod errors;
 mod scripts;
+mod watch;
 
 use std::fmt;
 use std::time::Duration;
@@ -56,12 +57,13 @@ use std::sync::Arc;
 use self::connection::{Connector, LastFailure, Pool, Timeouts, ensure_tls_provider, parse_url};
 use self::errors::Server;
 use self::scripts::{Reply, SCRIPTS, Status};
+use self::watch::RedisWatch;
 use crate::backend::{Capabilities, Lease, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LOCK_ID_LENGTH, LeaseRef, LockId,
-    LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
-use crate::error::{LockError, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::net::{Source, pool_source};
 
@@ -84,6 +86,9 @@ const RESERVED_SEGMENTS: [&str; 2] = ["id", "fence"];
 /// [`Locker`](crate::Locker) across threads (connections come from an r2d2 pool).
 pub struct RedisBackend {
     pool: Pool,
+    /// For the release watch's own connection (`None` with the application's pool, whose
+    /// waiters poll).
+    watch_client: Option<(redis::Client, Duration)>,
     prefix: String,
     /// `msk(prefix, "id:")` without the lock id: the index key prefix (never hashed, see
     /// [`RedisBuilder::key_prefix`]).
@@ -217,9 +222,10 @@ impl RedisBuilder {
             Some(prefix) => Some(validate_prefix(prefix, "key_prefix")?),
             None => None,
         };
-        let (pool, url_prefix, server, display_url) = match source {
+        let (pool, watch_client, url_prefix, server, display_url) = match source {
             Source::Pool(pool) => (
                 Pool::External(pool, self.timeouts),
+                None,
                 None,
                 Arc::new(Server::application_pool(self.timeouts)),
                 "<application pool>".to_owned(),
@@ -246,6 +252,7 @@ impl RedisBuilder {
                     ))
                 })?;
                 let last_failure = LastFailure::default();
+                let watch_client = Some((client.clone(), self.timeouts.connect));
                 let connector = Connector::new(
                     client,
                     Arc::clone(&server),
@@ -262,6 +269,7 @@ impl RedisBuilder {
                     .build_unchecked(connector);
                 (
                     Pool::Own(pool, last_failure),
+                    watch_client,
                     url_prefix,
                     server,
                     parsed.display,
@@ -275,6 +283,7 @@ impl RedisBuilder {
         let index_prefix = format!("{prefix}:id:");
         Ok(RedisBackend {
             pool,
+            watch_client,
             prefix,
             index_prefix,
             cleanup_in_is_locked: self.cleanup_in_is_locked,
@@ -534,6 +543,86 @@ impl Driver for RedisBackend {
             Status::Foreign => Err(self.foreign(Some(key.as_str()))),
             _ => Ok(false),
         }
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        // One pipeline: every renewal is still its own atomic script, but the batch costs
+        // one round trip.
+        let invocations: Vec<_> = leases
+            .iter()
+            .map(|(lease, ttl)| {
+                let mut invocation = SCRIPTS.extend.prepare_invoke();
+                invocation
+                    .key(self.index_key_of(lease.lock_id))
+                    .arg(lease.lock_id.as_str())
+                    .arg(TIME_TOLERANCE_MS)
+                    .arg(ttl.as_millis());
+                invocation
+            })
+            .collect();
+        let replies = self.pool.run(&self.server, |conn| {
+            let mut pipe = redis::pipe();
+            for invocation in &invocations {
+                pipe.invoke_script(invocation);
+            }
+            match pipe.query::<Vec<redis::Value>>(conn) {
+                // A pipeline does not load scripts by itself (after a server restart, say).
+                Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    SCRIPTS.extend.prepare_invoke().load(conn)?;
+                    pipe.query::<Vec<redis::Value>>(conn)
+                }
+                answer => answer,
+            }
+        });
+        match replies {
+            Ok(replies) if replies.len() == leases.len() => replies
+                .into_iter()
+                .zip(leases)
+                .map(|(value, (lease, _))| {
+                    let mut reply = Reply::parse(value)?;
+                    self.outcome(&mut reply, lease.lock_id, |reply| {
+                        Ok(Extension {
+                            expires_at_ms: reply.int()?,
+                            version: None,
+                        })
+                    })
+                })
+                .collect(),
+            Ok(_) => leases
+                .iter()
+                .map(|_| Err(LockError::internal("Redis answered a pipeline short")))
+                .collect(),
+            Err(error) => leases
+                .iter()
+                .map(|_| Err(LockError::new(error.code(), error.message())))
+                .collect(),
+        }
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let Some((client, connect_timeout)) = &self.watch_client else {
+            return Ok(None);
+        };
+        let prefix = self.prefix.clone();
+        let channel_for = move |key: &Key| {
+            make_storage_key(&prefix, key.as_str(), STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE)
+                .ok()
+                .map(|lock_key| watch::channel_of(&lock_key))
+        };
+        let watch = RedisWatch::start(
+            client.clone(),
+            *connect_timeout,
+            &self.prefix,
+            channel_for,
+            on_release,
+        )
+        .map_err(|e| {
+            LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!("could not start the Redis release watch: {e}"),
+            )
+        })?;
+        Ok(Some(Box::new(watch)))
     }
 
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {

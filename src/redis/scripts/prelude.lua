@@ -18,6 +18,11 @@ local function decode_lock(raw)
   return nil
 end
 
+-- Tells waiting lockers (subscribed to `<lock key>:released`) that the lock is gone.
+local function announce_release(lock_key)
+  redis.call('PUBLISH', lock_key .. ':released', '')
+end
+
 -- The live lock an index key points to, verified to belong to lock_id.
 -- Returns the lock key and record, or nil and the reply code saying why not; an expired or
 -- stale entry is removed on the way (never anything that belongs to another holder).
@@ -38,6 +43,7 @@ local function resolve_owned(index_key, lock_id, tolerance)
   end
   if lock.expiresAtMs <= now_ms() - tolerance then
     redis.call('DEL', lock_key, index_key)
+    announce_release(lock_key)
     return nil, EXPIRED
   end
   return lock_key, lock
