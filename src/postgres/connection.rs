@@ -40,6 +40,8 @@ use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
 pub(crate) enum Param {
     Text(String),
     Int8(i64),
+    TextArray(Vec<String>),
+    Int8Array(Vec<i64>),
 }
 
 impl Param {
@@ -47,6 +49,8 @@ impl Param {
         match self {
             Param::Text(text) => text,
             Param::Int8(number) => number,
+            Param::TextArray(texts) => texts,
+            Param::Int8Array(numbers) => numbers,
         }
     }
 }
@@ -60,6 +64,18 @@ impl From<&str> for Param {
 impl From<i64> for Param {
     fn from(number: i64) -> Param {
         Param::Int8(number)
+    }
+}
+
+impl From<Vec<String>> for Param {
+    fn from(texts: Vec<String>) -> Param {
+        Param::TextArray(texts)
+    }
+}
+
+impl From<Vec<i64>> for Param {
+    fn from(numbers: Vec<i64>) -> Param {
+        Param::Int8Array(numbers)
     }
 }
 
@@ -104,7 +120,27 @@ pub(crate) trait Connections: Send + Sync {
     /// `None` while being dropped.
     fn state(&self) -> Option<r2d2::State>;
     fn max_size(&self) -> u32;
+    /// Listens on `channel` on a connection of its own, calling `on_notify` with each payload,
+    /// until the returned guard is dropped. `Ok(None)` when notifications do not arrive: a
+    /// transaction-mode pooler in between (found by a probe), or a pool of the application's.
+    fn listen(&self, channel: &str, on_notify: OnNotify) -> Result<Option<Listening>> {
+        let _ = (channel, on_notify);
+        Ok(None)
+    }
 }
+
+/// Called with the payload of each notification heard.
+pub(crate) type OnNotify = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A listening connection (once it is known to hear notifications); dropping it closes the
+/// connection.
+pub(crate) struct Listening {
+    _client: Arc<Mutex<Option<tokio_postgres::Client>>>,
+}
+
+/// How long a new listener waits for its own probe notification before concluding that
+/// notifications do not reach it.
+const PROBE_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a call on one of syncguard's own connections failed.
 #[derive(Debug, thiserror::Error)]
@@ -282,6 +318,8 @@ impl<T: Tls> ManageConnection for OwnManager<T> {
 /// syncguard's own pool, and the I/O thread that drives its connections (dropped after them).
 struct OwnPool<T: ManageConnection> {
     pool: r2d2::Pool<T>,
+    /// Opens the listening connection (the pool's manager cannot be reached through r2d2).
+    listener: T,
     site: Site,
     last_failure: Arc<Mutex<Option<(ErrorCode, String)>>>,
     _io: IoThread,
@@ -290,6 +328,85 @@ struct OwnPool<T: ManageConnection> {
 impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
     fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
         self.on_pool(|conn| conn.query(sql, params.clone()))
+    }
+
+    fn listen(&self, channel: &str, on_notify: OnNotify) -> Result<Option<Listening>> {
+        let manager = &self.listener;
+        let (config, tls) = (manager.config.clone(), manager.tls.clone());
+        let listen = format!("LISTEN \"{channel}\"");
+        let channel = channel.to_owned();
+        let handshake = manager.timeouts.handshake();
+        let site = self.site.clone();
+        let slot: Arc<Mutex<Option<tokio_postgres::Client>>> = Arc::default();
+        let task_slot = Arc::clone(&slot);
+        // In the background: the first waiter must not wait for the probe.
+        manager.io.spawn_detached(async move {
+            let connected = tokio::time::timeout(handshake, config.connect(tls)).await;
+            let (client, mut connection) = match connected {
+                Ok(Ok(connected)) => connected,
+                Ok(Err(error)) => {
+                    log::info!(
+                        "syncguard: cannot listen for releases, waiters poll: {}",
+                        map_error(&error, &site)
+                    );
+                    return;
+                }
+                Err(_) => {
+                    log::info!(
+                        "syncguard: cannot listen for releases (connecting timed out), waiters poll"
+                    );
+                    return;
+                }
+            };
+            let probe = format!("syncguard:probe:{}", crate::lock_id::generate_lock_id());
+            let (heard, probe_heard) = tokio::sync::oneshot::channel::<()>();
+            let mut heard = Some(heard);
+            let expected = probe.clone();
+            tokio::spawn(async move {
+                loop {
+                    match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                        Some(Ok(tokio_postgres::AsyncMessage::Notification(notification))) => {
+                            if notification.payload() == expected {
+                                if let Some(heard) = heard.take() {
+                                    let _ = heard.send(());
+                                }
+                            } else {
+                                on_notify(notification.payload());
+                            }
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(error)) => {
+                            log::debug!("syncguard: PostgreSQL listener ended: {error}");
+                            return;
+                        }
+                        None => return,
+                    }
+                }
+            });
+            // Behind a transaction pooler the LISTEN ran on some server connection that other
+            // clients now use: see whether a notification comes back here at all.
+            let probed = async {
+                client.batch_execute(&listen).await?;
+                client
+                    .query("SELECT pg_notify($1, $2)", &[&channel, &probe])
+                    .await?;
+                Ok::<_, tokio_postgres::Error>(())
+            };
+            let answered = tokio::time::timeout(handshake, probed).await;
+            let came_back = tokio::time::timeout(PROBE_WAIT, probe_heard).await;
+            match (answered, came_back) {
+                (Ok(Ok(())), Ok(Ok(()))) => {
+                    *task_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(client);
+                }
+                _ => log::info!(
+                    "syncguard: {}",
+                    site.message(
+                        "notifications do not come back (a transaction-mode pooler?): waiters poll"
+                    )
+                ),
+            }
+        });
+        Ok(Some(Listening { _client: slot }))
     }
 
     fn batch(&self, sql: &str) -> Result<()> {
@@ -623,6 +740,14 @@ where
         site: site.clone(),
         last_failure: Arc::clone(&last_failure),
     };
+    let listener = OwnManager {
+        config: manager.config.clone(),
+        tls: manager.tls.clone(),
+        io: manager.io.clone(),
+        timeouts,
+        site: site.clone(),
+        last_failure: Arc::new(Mutex::new(None)),
+    };
     // The probe: its connection is dropped, the pool opens its own when first needed.
     manager
         .connect()
@@ -636,6 +761,7 @@ where
         .build_unchecked(manager);
     Ok(OwnPool {
         pool,
+        listener,
         site,
         last_failure,
         _io: io,

@@ -103,6 +103,7 @@ mod schema;
 mod statements;
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -113,15 +114,17 @@ use r2d2_postgres::PostgresConnectionManager;
 
 pub use self::schema::{SCHEMA_SQL, TableNames, schema_sql, setup_schema};
 
-use self::connection::{AppPool, Connections, Param, Timeouts, own_pool, parse_url};
+use self::connection::{
+    AppPool, Connections, Listening, OnNotify, Param, Timeouts, own_pool, parse_url,
+};
 use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, Lease, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
-    TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, OnRelease,
+    Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
-use crate::error::{LockError, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::net::{Redactor, Source, pool_source};
 
@@ -388,6 +391,40 @@ fn storage_key_of(key: &Key) -> Result<String> {
     make_storage_key("", key.as_str(), STORAGE_KEY_LIMIT, 0)
 }
 
+/// A listening connection: every release of the table is announced on one channel with the
+/// user key as payload, so there is nothing to subscribe per key.
+struct PgWatch {
+    /// Held for its connection, which listens until dropped.
+    _listening: Listening,
+}
+
+impl ReleaseWatch for PgWatch {
+    fn watch(&self, _: &Key) {}
+    fn unwatch(&self, _: &Key) {}
+}
+
+/// One lease's row of the batch renewal.
+fn renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
+    if let Some(expires_at_ms) = column::<Option<i64>>(row, "expires_at_ms")? {
+        return Ok(Outcome::Applied(Extension {
+            expires_at_ms,
+            version: None,
+        }));
+    }
+    match (
+        column::<bool>(row, "present")?,
+        column::<bool>(row, "live")?,
+    ) {
+        (false, _) => Ok(Outcome::NotFound),
+        (true, false) => Ok(Outcome::Expired),
+        // Skipped: another transaction holds the row. Transient: the heartbeat tries again.
+        (true, true) => Err(LockError::new(
+            ErrorCode::ServiceUnavailable,
+            "the lock row is locked by another transaction; renewal postponed",
+        )),
+    }
+}
+
 /// A lock row as the lookups return it.
 fn lock_record(row: &Row) -> Result<LockRecord> {
     let malformed = || LockError::internal("a lock row holds NULLs or values of unexpected types");
@@ -491,6 +528,56 @@ impl Driver for PostgresBackend {
             None if column::<bool>(row, "present")? => Outcome::Expired,
             None => Outcome::NotFound,
         })
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        let lock_ids: Vec<String> = leases
+            .iter()
+            .map(|(lease, _)| lease.lock_id.as_str().to_owned())
+            .collect();
+        let ttls: Vec<i64> = leases.iter().map(|(_, ttl)| ttl.as_millis()).collect();
+        let rows = match self.query(
+            &self.statements.extend_many,
+            vec![lock_ids.into(), ttls.into(), TIME_TOLERANCE_MS.into()],
+        ) {
+            Ok(rows) => rows,
+            Err(error) => {
+                return leases
+                    .iter()
+                    .map(|_| Err(LockError::new(error.code(), error.message())))
+                    .collect();
+            }
+        };
+        let mut answers: std::collections::HashMap<String, Result<Outcome<Extension>>> = rows
+            .iter()
+            .map(|row| {
+                let lock_id: String = column(row, "lock_id")?;
+                let outcome = renewal_outcome(row);
+                Ok((lock_id, outcome))
+            })
+            .collect::<Result<_>>()
+            .unwrap_or_default();
+        leases
+            .iter()
+            .map(|(lease, _)| {
+                answers.remove(lease.lock_id.as_str()).unwrap_or_else(|| {
+                    Err(LockError::internal("the batch renewal skipped a lease"))
+                })
+            })
+            .collect()
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let channel = statements::release_channel(&self.tables);
+        let on_notify: OnNotify = Arc::new(move |key: &str| on_release(key));
+        Ok(self
+            .connections
+            .listen(&channel, on_notify)?
+            .map(|listening| {
+                Box::new(PgWatch {
+                    _listening: listening,
+                }) as Box<dyn ReleaseWatch>
+            }))
     }
 
     fn key_is_locked(&self, key: &Key) -> Result<bool> {

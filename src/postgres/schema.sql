@@ -70,8 +70,11 @@ LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
-gone AS (DELETE FROM "syncguard_locks" WHERE lock_id = $1 RETURNING expires_at_ms)
-SELECT gone.expires_at_ms > clock.now_ms - $2 AS live FROM gone, clock;
+gone AS (DELETE FROM "syncguard_locks" WHERE lock_id = $1
+RETURNING expires_at_ms, user_key)
+SELECT gone.expires_at_ms > clock.now_ms - $2 AS live
+FROM gone, clock,
+LATERAL (SELECT pg_notify('syncguard_locks_released', gone.user_key)) AS announced;
 END
 $syncguard$;
 
@@ -86,6 +89,33 @@ WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3
 RETURNING l.expires_at_ms)
 SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,
 EXISTS (SELECT 1 FROM "syncguard_locks" WHERE lock_id = $1) AS present;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v1(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+wanted AS (SELECT w.lock_id, w.ttl_ms
+FROM unnest($1::text[], $2::bigint[]) AS w(lock_id, ttl_ms)),
+target AS (
+SELECT l.key, l.lock_id, w.ttl_ms
+FROM "syncguard_locks" l JOIN wanted w ON l.lock_id = w.lock_id, clock c
+WHERE l.expires_at_ms > c.now_ms - $3
+FOR UPDATE OF l SKIP LOCKED),
+renewed AS (
+UPDATE "syncguard_locks" AS l SET expires_at_ms = c.now_ms + t.ttl_ms
+FROM target t, clock c
+WHERE l.key = t.key AND l.lock_id = t.lock_id
+AND l.expires_at_ms > c.now_ms - $3
+RETURNING l.lock_id, l.expires_at_ms)
+SELECT w.lock_id, r.expires_at_ms,
+x.lock_id IS NOT NULL AS present,
+COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live
+FROM wanted w CROSS JOIN clock c
+LEFT JOIN renewed r ON r.lock_id = w.lock_id
+LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 

@@ -93,7 +93,12 @@ impl Op {
             .inline
             .types
             .iter()
-            .map(|t| if *t == Type::INT8 { "bigint" } else { "text" })
+            .map(|t| match *t {
+                Type::INT8 => "bigint",
+                Type::INT8_ARRAY => "bigint[]",
+                Type::TEXT_ARRAY => "text[]",
+                _ => "text",
+            })
             .collect();
         // `use_column`: the result columns share names with table columns; the statement
         // means the table's.
@@ -110,6 +115,12 @@ impl Op {
     }
 }
 
+/// The channel releases are announced on (`NOTIFY`, with the user key as payload): the lock
+/// table's name and `_released`, at most 60 bytes.
+pub(crate) fn release_channel(tables: &TableNames) -> String {
+    format!("{}_released", tables.lock_table())
+}
+
 /// Part of every function's name; bump it whenever a statement or its parameters change.
 const FUNCTION_VERSION: &str = "v1";
 
@@ -122,10 +133,16 @@ pub(crate) struct Statements {
     /// `counter` (the fence number drawn, null if the lock was seen held).
     pub acquire: Op,
     /// `$1` lock id, `$2` tolerance ms → no row (not found) or one row: `live` (bool).
+    /// Announces the release on the table's release channel (`NOTIFY`), with the user key.
     pub release: Op,
     /// `$1` lock id, `$2` ttl ms, `$3` tolerance ms → one row: `expires_at_ms` (null unless
     /// extended), `present` (bool).
     pub extend: Op,
+    /// `$1` lock ids, `$2` their ttls ms, `$3` tolerance ms → one row per lock id: `lock_id`,
+    /// `expires_at_ms` (null unless extended), `present`, `live`. Rows locked by another
+    /// transaction are skipped (`FOR UPDATE SKIP LOCKED`), not waited for: such a lease comes
+    /// back present, live and not extended, and is tried again later.
+    pub extend_many: Op,
     /// `$1` key, `$2` tolerance ms → one row: `locked` (bool).
     pub is_locked: Op,
     /// `$1` key, `$2` tolerance ms, `$3` cleanup guard ms → one row: `locked` (bool).
@@ -139,6 +156,7 @@ pub(crate) struct Statements {
 impl Statements {
     pub fn new(tables: &TableNames) -> Statements {
         let locks = format!("\"{}\"", tables.lock_table());
+        let released = release_channel(tables);
         let fences = format!("\"{}\"", tables.fence_table());
         let row = "key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key";
         let op = |name, types, returns, text| Op::new(tables, name, types, returns, text);
@@ -192,8 +210,11 @@ impl Statements {
                 "live boolean",
                 format!(
                     "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
-                 gone AS (DELETE FROM {locks} WHERE lock_id = $1 RETURNING expires_at_ms)\n\
-                 SELECT gone.expires_at_ms > clock.now_ms - $2 AS live FROM gone, clock"
+                 gone AS (DELETE FROM {locks} WHERE lock_id = $1\n\
+                     RETURNING expires_at_ms, user_key)\n\
+                 SELECT gone.expires_at_ms > clock.now_ms - $2 AS live\n\
+                 FROM gone, clock,\n\
+                     LATERAL (SELECT pg_notify('{released}', gone.user_key)) AS announced"
                 ),
             ),
             extend: op(
@@ -208,6 +229,33 @@ impl Statements {
                      RETURNING l.expires_at_ms)\n\
                  SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,\n\
                         EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1) AS present"
+                ),
+            ),
+            extend_many: op(
+                "renew",
+                &[T::TEXT_ARRAY, T::INT8_ARRAY, T::INT8],
+                "lock_id text, expires_at_ms bigint, present boolean, live boolean",
+                format!(
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+                 wanted AS (SELECT w.lock_id, w.ttl_ms\n\
+                     FROM unnest($1::text[], $2::bigint[]) AS w(lock_id, ttl_ms)),\n\
+                 target AS (\n\
+                     SELECT l.key, l.lock_id, w.ttl_ms\n\
+                     FROM {locks} l JOIN wanted w ON l.lock_id = w.lock_id, clock c\n\
+                     WHERE l.expires_at_ms > c.now_ms - $3\n\
+                     FOR UPDATE OF l SKIP LOCKED),\n\
+                 renewed AS (\n\
+                     UPDATE {locks} AS l SET expires_at_ms = c.now_ms + t.ttl_ms\n\
+                     FROM target t, clock c\n\
+                     WHERE l.key = t.key AND l.lock_id = t.lock_id\n\
+                       AND l.expires_at_ms > c.now_ms - $3\n\
+                     RETURNING l.lock_id, l.expires_at_ms)\n\
+                 SELECT w.lock_id, r.expires_at_ms,\n\
+                        x.lock_id IS NOT NULL AS present,\n\
+                        COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live\n\
+                 FROM wanted w CROSS JOIN clock c\n\
+                 LEFT JOIN renewed r ON r.lock_id = w.lock_id\n\
+                 LEFT JOIN {locks} x ON x.lock_id = w.lock_id"
                 ),
             ),
             is_locked: op(
@@ -251,11 +299,12 @@ impl Statements {
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 7] {
+    fn all(&self) -> [&Op; 8] {
         [
             &self.acquire,
             &self.release,
             &self.extend,
+            &self.extend_many,
             &self.is_locked,
             &self.is_locked_with_cleanup,
             &self.lookup_by_key,

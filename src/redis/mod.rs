@@ -567,7 +567,10 @@ impl Driver for RedisBackend {
             }
             match pipe.query::<Vec<redis::Value>>(conn) {
                 // A pipeline does not load scripts by itself (after a server restart, say).
-                Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                Err(error)
+                    if error.kind()
+                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
                     SCRIPTS.extend.prepare_invoke().load(conn)?;
                     pipe.query::<Vec<redis::Value>>(conn)
                 }
@@ -605,9 +608,14 @@ impl Driver for RedisBackend {
         };
         let prefix = self.prefix.clone();
         let channel_for = move |key: &Key| {
-            make_storage_key(&prefix, key.as_str(), STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE)
-                .ok()
-                .map(|lock_key| watch::channel_of(&lock_key))
+            make_storage_key(
+                &prefix,
+                key.as_str(),
+                STORAGE_KEY_LIMIT,
+                STORAGE_KEY_RESERVE,
+            )
+            .ok()
+            .map(|lock_key| watch::channel_of(&lock_key))
         };
         let watch = RedisWatch::start(
             client.clone(),

@@ -44,8 +44,11 @@ fn pattern_of(prefix: &str) -> String {
 pub(crate) struct RedisWatch {
     shared: Arc<Shared>,
     /// A user key's release channel (`None` for a key this store cannot hold).
-    channel_for: Box<dyn Fn(&Key) -> Option<String> + Send + Sync>,
+    channel_for: ChannelFor,
 }
+
+/// A user key's release channel.
+type ChannelFor = Box<dyn Fn(&Key) -> Option<String> + Send + Sync>;
 
 struct Shared {
     /// Release channel → (normalised user key, waiters).
@@ -71,7 +74,13 @@ impl RedisWatch {
         std::thread::Builder::new()
             .name("syncguard-rwatch".to_owned())
             .spawn(move || {
-                listen(&client, connect_timeout, &pattern, &thread_shared, &on_release);
+                listen(
+                    &client,
+                    connect_timeout,
+                    &pattern,
+                    &thread_shared,
+                    &on_release,
+                );
             })?;
         Ok(RedisWatch {
             shared,
