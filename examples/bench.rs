@@ -25,10 +25,16 @@
 //! - `extend`: each thread holds one lease and extends it over and over.
 //! - `lookup`: each thread holds one lease and looks it up by key over and over.
 //!
-//! And `hold`: 10 000 guards held at once through one `Locker` with the heartbeat on (TTL
-//! 30 s), reporting the heap bytes they cost (counted by this program's global allocator: the
-//! guards, the heartbeat's bookkeeping and, for `memory:`, the backend's own records) and how
-//! many heartbeat threads run (Linux only; `null` elsewhere).
+//! - `handoff`: a holder releases a lock another `Locker` (its own connections, as another
+//!   process would have) is waiting for with default options; one operation is the time from
+//!   the release to the waiter holding the lock.
+//!
+//! And `hold`: `--guards` guards (default 10 000) held at once through one `Locker` with the
+//! heartbeat on, with TTL `--ttl` (default 30 s) for `--hold` (default: none), reporting the
+//! heap bytes they cost (counted by this program's global allocator: the guards, the
+//! heartbeat's bookkeeping and, for `memory:`, the backend's own records), how many heartbeat
+//! threads run (Linux only; `null` elsewhere), how many guards were lost while held, and the
+//! renewals the heartbeat made per second.
 //!
 //! Keys are `syncguard-bench:<random run id>:<scenario>:<n>`, so concurrent runs against a
 //! shared server do not collide; everything taken is released before the scenario ends.
@@ -42,13 +48,18 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt;
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use syncguard::driver::{
+    Acquisition, Driver, Extension, Find, Key, LeaseRef, LockRecord, OnRelease, Outcome,
+    ReleaseWatch, Ttl,
+};
 use syncguard::{
-    AcquireOutcome, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker, Lookup,
+    AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
+    Lookup,
 };
 
 const USAGE: &str = "\
@@ -62,7 +73,10 @@ OPTIONS:
     --threads N         client threads in each timed scenario (default: 1)
     --seconds S         length of each timed scenario, in seconds (default: 3)
     --scenario NAMES    comma-separated scenarios to run (default: all), from:
-                        cycle, guard, contended, extend, lookup, hold
+                        cycle, guard, contended, extend, lookup, handoff, hold
+    --guards N          guards the hold scenario keeps (default: 10000)
+    --ttl D             their TTL, e.g. 3s or 3000ms (default: 30s)
+    --hold D            how long they are held (default: 0s)
     -h, --help          print this help
 
 Prints one JSON line per scenario on stdout. Exit status: 0 success, 2 bad usage,
@@ -71,13 +85,13 @@ Prints one JSON line per scenario on stdout. Exit status: 0 success, 2 bad usage
 /// Lease length for everything the benchmark takes.
 const TTL: Duration = Duration::from_secs(30);
 
-/// How many guards the `hold` scenario keeps at once.
+/// How many guards the `hold` scenario keeps at once, unless `--guards` says.
 const HOLD_GUARDS: usize = 10_000;
 
-/// The heartbeat thread's name as `/proc/*/task/*/comm` shows it: `syncguard-hb`, or for
-/// versions that named it `syncguard-heartbeat`, the first 15 bytes Linux kept of that.
+/// The heartbeat's threads as `/proc/*/task/*/comm` shows them: the scheduler and its workers
+/// (and, for versions that named it `syncguard-heartbeat`, the first 15 bytes Linux kept).
 #[cfg(target_os = "linux")]
-const HEARTBEAT_COMMS: [&str; 2] = ["syncguard-hb", "syncguard-heart"];
+const HEARTBEAT_COMMS: [&str; 3] = ["syncguard-hb", "syncguard-hb-w", "syncguard-heart"];
 
 // ---------------------------------------------------------------------------------------------
 // Counting allocator
@@ -160,17 +174,19 @@ enum Scenario {
     Contended,
     Extend,
     Lookup,
+    Handoff,
     Hold,
 }
 
 impl Scenario {
     /// All scenarios, in the order they run by default.
-    const ALL: [Scenario; 6] = [
+    const ALL: [Scenario; 7] = [
         Scenario::Cycle,
         Scenario::Guard,
         Scenario::Contended,
         Scenario::Extend,
         Scenario::Lookup,
+        Scenario::Handoff,
         Scenario::Hold,
     ];
 
@@ -181,6 +197,7 @@ impl Scenario {
             Scenario::Contended => "contended",
             Scenario::Extend => "extend",
             Scenario::Lookup => "lookup",
+            Scenario::Handoff => "handoff",
             Scenario::Hold => "hold",
         }
     }
@@ -197,6 +214,32 @@ struct Args {
     threads: usize,
     duration: Duration,
     scenarios: Vec<Scenario>,
+    hold: HoldPlan,
+}
+
+/// What the `hold` scenario does.
+#[derive(Debug, Clone, Copy)]
+struct HoldPlan {
+    guards: usize,
+    ttl: Duration,
+    hold: Duration,
+}
+
+/// `3s`, `500ms` or plain milliseconds.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 1)
+    } else if let Some(s) = text.strip_suffix('s') {
+        (s, 1000)
+    } else {
+        (text, 1)
+    };
+    number
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .map(Duration::from_millis)
 }
 
 /// What the command line asked for.
@@ -212,6 +255,11 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
     let mut threads = 1;
     let mut duration = Duration::from_secs(3);
     let mut scenarios = Scenario::ALL.to_vec();
+    let mut hold = HoldPlan {
+        guards: HOLD_GUARDS,
+        ttl: TTL,
+        hold: Duration::ZERO,
+    };
     while let Some(arg) = argv.next() {
         if arg == "-h" || arg == "--help" {
             return Ok(Command::Help);
@@ -227,7 +275,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         };
         if !matches!(
             flag.as_str(),
-            "--url" | "--threads" | "--seconds" | "--scenario"
+            "--url" | "--threads" | "--seconds" | "--scenario" | "--guards" | "--ttl" | "--hold"
         ) {
             return Err(format!("unknown option {flag}"));
         }
@@ -237,6 +285,22 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         };
         match flag.as_str() {
             "--url" => url = Some(value),
+            "--guards" => {
+                hold.guards = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n >= 1)
+                    .ok_or_else(|| format!("--guards wants a whole number >= 1, not {value:?}"))?;
+            }
+            "--ttl" => {
+                hold.ttl = parse_duration(&value)
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| format!("--ttl wants a duration like 3s, not {value:?}"))?;
+            }
+            "--hold" => {
+                hold.hold = parse_duration(&value)
+                    .ok_or_else(|| format!("--hold wants a duration like 10s, not {value:?}"))?;
+            }
             "--threads" => {
                 threads = value
                     .parse()
@@ -272,6 +336,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         threads,
         duration,
         scenarios,
+        hold,
     }))
 }
 
@@ -331,8 +396,12 @@ struct HoldReport {
     backend: &'static str,
     scenario: &'static str,
     guards: usize,
+    ttl_ms: u128,
+    hold_ms: u128,
     bytes_per_guard: i64,
     heartbeat_threads: Option<usize>,
+    lost: usize,
+    renewals_per_s: f64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -345,6 +414,10 @@ type BenchLocker = Locker<Box<dyn LockBackend>>;
 /// What the scenario threads share.
 struct Ctx {
     locker: BenchLocker,
+    /// Another locker on its own connections (the same store for `memory:`), for `handoff`.
+    other: BenchLocker,
+    /// Renewals the heartbeat made (counted from telemetry).
+    renewals: Arc<AtomicUsize>,
     /// Random per run, so that runs against a shared server never share a key.
     run_id: String,
     duration: Duration,
@@ -497,11 +570,59 @@ fn scenario_thread(
                 },
             )
         }
-        Scenario::Hold => {
+        Scenario::Hold | Scenario::Handoff => {
             start.wait();
-            Err(unexpected("hold is not a timed scenario"))
+            Err(unexpected("not a timed scenario"))
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The handoff scenario
+// ---------------------------------------------------------------------------------------------
+
+/// For `--seconds`: a waiter on the other locker blocks in `lock`, the holder releases, and the
+/// time from the release to the waiter holding the lock is one sample.
+fn run_handoff(ctx: &Ctx) -> Result<TimedReport, BenchError> {
+    let mut nanos = Vec::new();
+    let start = Instant::now();
+    let mut round = 0;
+    while start.elapsed() < ctx.duration {
+        let key = ctx.key(Scenario::Handoff, round);
+        round += 1;
+        let held = ctx.locker.lock(&key)?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let waited = std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let _ = ready_tx.send(());
+                let guard = ctx.other.lock(&key)?;
+                let acquired = Instant::now();
+                release_guard(guard)?;
+                Ok::<_, BenchError>(acquired)
+            });
+            // Long enough for the waiter to find the lock held and start waiting.
+            let _ = ready_rx.recv();
+            std::thread::sleep(Duration::from_millis(20));
+            let released = Instant::now();
+            release_guard(held)?;
+            let acquired = waiter
+                .join()
+                .unwrap_or_else(|_| Err(unexpected("the waiter panicked")))?;
+            Ok::<_, BenchError>(acquired.saturating_duration_since(released))
+        })?;
+        nanos.push(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+    }
+    nanos.sort_unstable();
+    let ops = nanos.len();
+    Ok(TimedReport {
+        backend: ctx.backend().capabilities().backend,
+        scenario: Scenario::Handoff.name(),
+        threads: 2,
+        ops,
+        ops_per_s: (ops as f64 / start.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        p50_us: percentile_us(&nanos, 0.50),
+        p99_us: percentile_us(&nanos, 0.99),
+    })
 }
 
 /// Runs a timed scenario on `threads` threads and summarises it.
@@ -560,18 +681,26 @@ fn percentile_us(sorted: &[u64], p: f64) -> Option<f64> {
 // The hold scenario
 // ---------------------------------------------------------------------------------------------
 
-/// Takes [`HOLD_GUARDS`] guards with the heartbeat on, measures what they cost, releases them.
-fn run_hold(ctx: &Ctx) -> Result<HoldReport, BenchError> {
-    let options = LockOptions::default().ttl(TTL).heartbeat(Heartbeat::Auto);
+/// Takes the planned guards with the heartbeat on, measures what they cost, holds them for the
+/// planned time, counts the ones lost, releases the rest.
+fn run_hold(ctx: &Ctx, plan: HoldPlan) -> Result<HoldReport, BenchError> {
+    let lost = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&lost);
+    let options = LockOptions::default()
+        .ttl(plan.ttl)
+        .heartbeat(Heartbeat::Auto)
+        .on_lock_lost(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
     // Built before measuring: the caller's key strings are not the guards' cost.
-    let keys: Vec<String> = (0..HOLD_GUARDS)
+    let keys: Vec<String> = (0..plan.guards)
         .map(|n| ctx.key(Scenario::Hold, n))
         .collect();
 
     COUNTING.store(true, Ordering::SeqCst);
     let before = LIVE_BYTES.load(Ordering::SeqCst);
     // The vector is measured too: holding a guard takes room for the guard itself.
-    let mut guards = Vec::with_capacity(HOLD_GUARDS);
+    let mut guards = Vec::with_capacity(plan.guards);
     let acquired = keys.iter().try_for_each(|key| {
         guards.push(ctx.locker.lock_with(key, &options)?);
         Ok::<_, LockError>(())
@@ -580,17 +709,32 @@ fn run_hold(ctx: &Ctx) -> Result<HoldReport, BenchError> {
     COUNTING.store(false, Ordering::SeqCst);
     acquired?;
 
+    let renewed_before = ctx.renewals.load(Ordering::Relaxed);
+    let held_since = Instant::now();
+    std::thread::sleep(plan.hold);
+    let renewals = ctx.renewals.load(Ordering::Relaxed) - renewed_before;
+    let held_for = held_since.elapsed().as_secs_f64();
     let heartbeat_threads = heartbeat_threads();
-    let per_guard = (after - before) as f64 / HOLD_GUARDS as f64;
+    let per_guard = (after - before) as f64 / plan.guards as f64;
+    let lost_while_held = guards.iter().filter(|guard| guard.is_lost()).count();
     for guard in guards {
-        release_guard(guard)?;
+        // A lost guard's lock may be gone already: that is counted above, not an error here.
+        let _ = guard.release()?;
     }
     Ok(HoldReport {
         backend: ctx.backend().capabilities().backend,
         scenario: Scenario::Hold.name(),
-        guards: HOLD_GUARDS,
+        guards: plan.guards,
+        ttl_ms: plan.ttl.as_millis(),
+        hold_ms: plan.hold.as_millis(),
         bytes_per_guard: per_guard.round() as i64,
         heartbeat_threads,
+        lost: lost_while_held.max(lost.load(Ordering::Relaxed)),
+        renewals_per_s: if held_for > 0.0 {
+            (renewals as f64 / held_for).round()
+        } else {
+            0.0
+        },
     })
 }
 
@@ -615,19 +759,93 @@ fn heartbeat_threads() -> Option<usize> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Counting renewals
+// ---------------------------------------------------------------------------------------------
+
+/// The backend under test, counting the renewals that succeed (cheaper than telemetry, which
+/// hashes every key).
+struct CountingRenewals {
+    inner: Box<dyn LockBackend>,
+    renewals: Arc<AtomicUsize>,
+}
+
+impl CountingRenewals {
+    fn count(&self, answers: &[syncguard::Result<Outcome<Extension>>]) {
+        let applied = answers
+            .iter()
+            .filter(|answer| matches!(answer, Ok(Outcome::Applied(_))))
+            .count();
+        self.renewals.fetch_add(applied, Ordering::Relaxed);
+    }
+}
+
+impl Driver for CountingRenewals {
+    fn describe(&self) -> Capabilities {
+        self.inner.describe()
+    }
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> syncguard::Result<Acquisition> {
+        self.inner.try_acquire(key, ttl)
+    }
+    fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
+        self.inner.release_lease(lease)
+    }
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
+        let answer = self.inner.extend_lease(lease, ttl);
+        self.count(std::slice::from_ref(&answer));
+        answer
+    }
+    fn extend_leases(
+        &self,
+        leases: &[(LeaseRef<'_>, Ttl)],
+    ) -> Vec<syncguard::Result<Outcome<Extension>>> {
+        let answers = self.inner.extend_leases(leases);
+        self.count(&answers);
+        answers
+    }
+    fn key_is_locked(&self, key: &Key) -> syncguard::Result<bool> {
+        self.inner.key_is_locked(key)
+    }
+    fn find(&self, by: Find<'_>) -> syncguard::Result<Option<LockRecord>> {
+        self.inner.find(by)
+    }
+    fn watch_releases(
+        &self,
+        on_release: OnRelease,
+    ) -> syncguard::Result<Option<Box<dyn ReleaseWatch>>> {
+        self.inner.watch_releases(on_release)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // main
 // ---------------------------------------------------------------------------------------------
 
 /// Connects and runs the chosen scenarios, printing a line after each.
 fn run(args: &Args) -> Result<(), BenchError> {
+    let renewals = Arc::new(AtomicUsize::new(0));
+    let backend: Box<dyn LockBackend> = Box::new(CountingRenewals {
+        inner: syncguard::connect(&args.url)?,
+        renewals: Arc::clone(&renewals),
+    });
+    let memory = backend.capabilities().backend == "memory";
+    let locker = Locker::new(backend);
+    let other = if memory {
+        // `memory:` opens a new, separate store each time: wait on the same one.
+        locker.clone()
+    } else {
+        Locker::new(syncguard::connect(&args.url)?)
+    };
     let ctx = Ctx {
-        locker: Locker::new(syncguard::connect(&args.url)?),
+        locker,
+        other,
+        renewals,
         run_id: syncguard::driver::generate_lock_id(),
         duration: args.duration,
     };
     for &scenario in &args.scenarios {
         let line = match scenario {
-            Scenario::Hold => serde_json::to_string(&run_hold(&ctx)?),
+            Scenario::Hold => serde_json::to_string(&run_hold(&ctx, args.hold)?),
+            Scenario::Handoff => serde_json::to_string(&run_handoff(&ctx)?),
             timed => serde_json::to_string(&run_timed(&ctx, timed, args.threads)?),
         }
         .map_err(|e| unexpected(format!("could not encode the report: {e}")))?;

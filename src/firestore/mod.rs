@@ -79,7 +79,7 @@ use self::rest::{
 use crate::backend::{Capabilities, Lease, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
-    TIME_TOLERANCE_MS, Ttl, hash_key, is_live, make_storage_key,
+    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live, make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -379,6 +379,30 @@ impl From<LockError> for OpError {
 
 type OpResult<T> = std::result::Result<T, OpError>;
 
+/// The most writes one `batchWrite` request may carry.
+const BATCH_WRITE_LIMIT: usize = 500;
+
+/// A lock document's version as a lease carries it: the expiry it was written with and its
+/// `updateTime`, so that a renewal can check liveness and precondition on it without a read.
+fn version_of(update_time: &str, expires_at_ms: i64) -> Version {
+    Version::new(format!("{expires_at_ms}|{update_time}"))
+}
+
+/// The expiry and `updateTime` of a [`version_of`].
+fn parse_version(version: &Version) -> Option<(i64, &str)> {
+    let (expires_at_ms, update_time) = version.as_str().split_once('|')?;
+    Some((expires_at_ms.parse().ok()?, update_time))
+}
+
+/// The write that moves a lock document's expiry, if it is unchanged since `update_time`.
+fn renewal_write(name: &str, expires_at_ms: i64, update_time: &str) -> Value {
+    json!({
+        "update": { "name": name, "fields": { "expiresAtMs": integer_value(expires_at_ms) } },
+        "updateMask": { "fieldPaths": ["expiresAtMs"] },
+        "currentDocument": { "updateTime": update_time },
+    })
+}
+
 /// The outcome of one read-and-commit attempt.
 enum Attempt<T> {
     Done(T),
@@ -649,17 +673,18 @@ impl FirestoreBackend {
                 "currentDocument": unchanged_since(counter_doc),
             }),
         ];
-        if !self.rest.commit(writes)? {
+        let Some(times) = self.rest.commit_versions(writes)? else {
             // Someone changed the lock or the counter since the read: another acquirer won.
             return Ok(Attempt::Done(Acquisition::Locked));
-        }
+        };
         Ok(Attempt::Done(Acquisition::Acquired {
             lease: Lease {
                 lock_id,
                 fence,
                 expires_at_ms,
             },
-            version: None,
+            // The lock document is the first write.
+            version: times.first().map(|time| version_of(time, expires_at_ms)),
         }))
     }
 
@@ -708,13 +733,17 @@ impl FirestoreBackend {
 
     /// Release (`ttl_ms == None`) or extend: the lock found by its id, changed only if it is
     /// still exactly as read.
-    fn mutate_once(&self, lock_id: &str, ttl_ms: Option<i64>) -> OpResult<Attempt<Outcome<i64>>> {
+    fn mutate_once(
+        &self,
+        lock_id: &str,
+        ttl_ms: Option<i64>,
+    ) -> OpResult<Attempt<(Outcome<i64>, Option<Version>)>> {
         let documents = self.documents_with_lock_id(lock_id)?;
         let Some(lock) = self
             .single_match(&documents, lock_id)
             .map_err(|e| e.with_lock_id(lock_id))?
         else {
-            return Ok(Attempt::Done(Outcome::NotFound));
+            return Ok(Attempt::Done((Outcome::NotFound, None)));
         };
         let now = self.now_ms()?;
         let unchanged = json!({ "updateTime": lock.update_time });
@@ -724,19 +753,57 @@ impl FirestoreBackend {
             (delete, Outcome::Expired)
         } else if let Some(ttl_ms) = ttl_ms {
             let expires_at_ms = now.saturating_add(ttl_ms);
-            let update = json!({
-                "update": { "name": lock.name, "fields": { "expiresAtMs": integer_value(expires_at_ms) } },
-                "updateMask": { "fieldPaths": ["expiresAtMs"] },
-                "currentDocument": unchanged,
-            });
+            let update = renewal_write(&lock.name, expires_at_ms, &lock.update_time);
             (update, Outcome::Applied(expires_at_ms))
         } else {
             (delete, Outcome::Applied(lock.expires_at_ms))
         };
-        Ok(if self.rest.commit(vec![write])? {
-            Attempt::Done(outcome)
-        } else {
-            Attempt::Conflict
+        Ok(match self.rest.commit_versions(vec![write])? {
+            Some(times) => {
+                let version = match (outcome, ttl_ms) {
+                    (Outcome::Applied(expires_at_ms), Some(_)) => {
+                        times.first().map(|time| version_of(time, expires_at_ms))
+                    }
+                    _ => None,
+                };
+                Attempt::Done((outcome, version))
+            }
+            None => Attempt::Conflict,
+        })
+    }
+
+    /// The lease's lock document and its update time, when the holder knows its version and
+    /// the lock is live by this machine's clock: then a renewal or release is one write with
+    /// that version as precondition. `None` sends the caller the long way (find it by lock id).
+    fn known(&self, lease: LeaseRef<'_>) -> Result<Option<(String, String)>> {
+        let (Some(key), Some(version)) = (lease.key, lease.version) else {
+            return Ok(None);
+        };
+        let Some((expires_at_ms, update_time)) = parse_version(version) else {
+            return Ok(None);
+        };
+        if !is_live(expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
+            return Ok(None);
+        }
+        let name = self
+            .rest
+            .document_name(&self.collection, &document_id(key.as_str())?);
+        Ok(Some((name, update_time.to_owned())))
+    }
+
+    /// A renewal the long way: the lock found by its id, changed if unchanged since read.
+    fn extend_by_lock_id(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let lock_id = lease.lock_id.as_str();
+        let (outcome, version) =
+            self.with_retries(|| self.mutate_once(lock_id, Some(ttl.as_millis())))?;
+        Ok(match outcome {
+            Outcome::Applied(expires_at_ms) => Outcome::Applied(Extension {
+                expires_at_ms,
+                version,
+            }),
+            Outcome::NotFound => Outcome::NotFound,
+            Outcome::Expired => Outcome::Expired,
+            Outcome::NotOwner => Outcome::NotOwner,
         })
     }
 
@@ -768,31 +835,122 @@ impl Driver for FirestoreBackend {
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         self.check_skew()?;
+        if let Some((name, update_time)) = self.known(lease)? {
+            let delete = json!({
+                "delete": name,
+                "currentDocument": { "updateTime": update_time },
+            });
+            match self.rest.commit_versions(vec![delete]) {
+                // Unchanged since this holder's last write, and live by `known`.
+                Ok(Some(_)) => return Ok(Outcome::Applied(())),
+                // Changed (or a transaction in the way): the long way decides.
+                Ok(None) => {}
+                Err(error) if error.is_aborted() => {}
+                Err(error) => return Err(self.rest.lock_error(error)),
+            }
+        }
         let lock_id = lease.lock_id.as_str();
-        Ok(
-            match self.with_retries(|| self.mutate_once(lock_id, None))? {
-                Outcome::Applied(_) => Outcome::Applied(()),
-                Outcome::NotFound => Outcome::NotFound,
-                Outcome::Expired => Outcome::Expired,
-                Outcome::NotOwner => Outcome::NotOwner,
-            },
-        )
+        let (outcome, _) = self.with_retries(|| self.mutate_once(lock_id, None))?;
+        Ok(match outcome {
+            Outcome::Applied(_) => Outcome::Applied(()),
+            Outcome::NotFound => Outcome::NotFound,
+            Outcome::Expired => Outcome::Expired,
+            Outcome::NotOwner => Outcome::NotOwner,
+        })
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         self.check_skew()?;
-        let lock_id = lease.lock_id.as_str();
-        Ok(
-            match self.with_retries(|| self.mutate_once(lock_id, Some(ttl.as_millis())))? {
-                Outcome::Applied(expires_at_ms) => Outcome::Applied(Extension {
-                    expires_at_ms,
-                    version: None,
-                }),
-                Outcome::NotFound => Outcome::NotFound,
-                Outcome::Expired => Outcome::Expired,
-                Outcome::NotOwner => Outcome::NotOwner,
-            },
-        )
+        if let Some((name, update_time)) = self.known(lease)? {
+            let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
+            let write = renewal_write(&name, expires_at_ms, &update_time);
+            match self.rest.commit_versions(vec![write]) {
+                Ok(Some(times)) => {
+                    return Ok(Outcome::Applied(Extension {
+                        expires_at_ms,
+                        version: times.first().map(|time| version_of(time, expires_at_ms)),
+                    }));
+                }
+                Ok(None) => {}
+                Err(error) if error.is_aborted() => {}
+                Err(error) => return Err(self.rest.lock_error(error)),
+            }
+        }
+        self.extend_by_lock_id(lease, ttl)
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        if let Err(error) = self.check_skew() {
+            return leases
+                .iter()
+                .map(|_| Err(LockError::new(error.code(), error.message())))
+                .collect();
+        }
+        // Leases whose version is known go out as one batch write (each applied on its own,
+        // with its own precondition); the rest, and those whose document changed, the long way.
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+            leases.iter().map(|_| None).collect();
+        let mut batch = Vec::new();
+        for (i, (lease, ttl)) in leases.iter().enumerate() {
+            match self.known(*lease) {
+                Ok(Some((name, update_time))) => batch.push((i, name, update_time, *ttl)),
+                Ok(None) => {}
+                Err(error) => answers[i] = Some(Err(error)),
+            }
+        }
+        for chunk in batch.chunks(BATCH_WRITE_LIMIT) {
+            let now = match self.now_ms() {
+                Ok(now) => now,
+                Err(error) => {
+                    for (i, ..) in chunk {
+                        answers[*i] = Some(Err(LockError::new(error.code(), error.message())));
+                    }
+                    continue;
+                }
+            };
+            let expiries: Vec<i64> = chunk
+                .iter()
+                .map(|(.., ttl)| now.saturating_add(ttl.as_millis()))
+                .collect();
+            let writes = chunk
+                .iter()
+                .zip(&expiries)
+                .map(|((_, name, update_time, _), expires_at_ms)| {
+                    renewal_write(name, *expires_at_ms, update_time)
+                })
+                .collect();
+            match self.rest.batch_write(writes) {
+                Ok(results) => {
+                    for (((i, ..), expires_at_ms), result) in
+                        chunk.iter().zip(&expiries).zip(results)
+                    {
+                        answers[*i] = match result {
+                            Ok(time) => Some(Ok(Outcome::Applied(Extension {
+                                expires_at_ms: *expires_at_ms,
+                                version: Some(version_of(&time, *expires_at_ms)),
+                            }))),
+                            Err(error) if error.is_precondition_failure() || error.is_aborted() => {
+                                None
+                            }
+                            Err(error) => Some(Err(self.rest.lock_error(error))),
+                        };
+                    }
+                }
+                Err(error) => {
+                    let error = self.rest.lock_error(error);
+                    for (i, ..) in chunk {
+                        answers[*i] = Some(Err(LockError::new(error.code(), error.message())));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .zip(leases)
+            .map(|(answer, (lease, ttl))| {
+                answer.unwrap_or_else(|| self.extend_by_lock_id(*lease, *ttl))
+            })
+            .collect()
     }
 
     fn key_is_locked(&self, key: &Key) -> Result<bool> {

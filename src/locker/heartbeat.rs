@@ -139,18 +139,21 @@ impl Scheduler {
     /// new due time, and a deadline check at its new deadline.
     pub(crate) fn renewed(&self, lease: &Arc<HeldLease>) {
         let mut queue = self.queue();
+        let mut earliest = false;
         if lease.interval().is_some() {
             let generation = lease.next_generation();
-            Self::push(
+            earliest |= Self::push(
                 &mut queue,
                 lease,
                 lease.next_due(),
                 Task::Renew { generation },
             );
         }
-        Self::push(&mut queue, lease, lease.deadline(), Task::Deadline);
+        earliest |= Self::push(&mut queue, lease, lease.deadline(), Task::Deadline);
         drop(queue);
-        self.wakeup.notify_one();
+        if earliest {
+            self.wakeup.notify_one();
+        }
     }
 
     /// After a renewal of `lease` failed: another try soon, never later than the deadline.
@@ -161,23 +164,28 @@ impl Scheduler {
             .clamp(MIN_RETRY_GAP, MAX_RETRY_GAP);
         let at = (Instant::now() + gap).min(lease.deadline());
         let generation = lease.next_generation();
-        Self::push(&mut self.queue(), lease, at, Task::Renew { generation });
-        self.wakeup.notify_one();
+        if Self::push(&mut self.queue(), lease, at, Task::Renew { generation }) {
+            self.wakeup.notify_one();
+        }
     }
 
-    fn push(queue: &mut Queue, lease: &Arc<HeldLease>, at: Instant, task: Task) {
+    /// Queues `task` for `lease` at `at`; `true` when it is now the earliest entry, so that the
+    /// scheduler thread must wake to sleep for less.
+    fn push(queue: &mut Queue, lease: &Arc<HeldLease>, at: Instant, task: Task) -> bool {
         if queue.due.len() >= queue.compact_at {
             queue.due.retain(|Reverse(due)| !due.lease.is_finished());
             queue.compact_at = (queue.due.len() * 2).max(MIN_COMPACT_AT);
         }
         let seq = queue.next_seq;
         queue.next_seq += 1;
+        let earliest = queue.due.peek().is_none_or(|Reverse(first)| at < first.at);
         queue.due.push(Reverse(Due {
             at,
             seq,
             lease: Arc::clone(lease),
             task,
         }));
+        earliest
     }
 
     /// Ends the threads (the locker and all its guards are gone).

@@ -88,6 +88,30 @@ impl Status {
         })
     }
 
+    /// The status of a numeric `google.rpc.Code`, as `batchWrite` reports each write's.
+    fn from_code(code: i64) -> Option<Status> {
+        Some(match code {
+            0 => return None,
+            1 => Status::Cancelled,
+            2 => Status::Unknown,
+            3 => Status::InvalidArgument,
+            4 => Status::DeadlineExceeded,
+            5 => Status::NotFound,
+            6 => Status::AlreadyExists,
+            7 => Status::PermissionDenied,
+            8 => Status::ResourceExhausted,
+            9 => Status::FailedPrecondition,
+            10 => Status::Aborted,
+            11 => Status::OutOfRange,
+            12 => Status::Unimplemented,
+            13 => Status::Internal,
+            14 => Status::Unavailable,
+            15 => Status::DataLoss,
+            16 => Status::Unauthenticated,
+            other => Status::Other(other.to_string()),
+        })
+    }
+
     /// The name as Firestore spells it (`FAILED_PRECONDITION`).
     fn as_str(&self) -> &str {
         match self {
@@ -131,6 +155,17 @@ impl RestError {
             status: error["status"].as_str().and_then(Status::parse),
             message: error["message"].as_str().map(str::to_owned),
         }
+    }
+
+    /// One write's failure in a `batchWrite` answer (`{"code": 9, "message": …}`), which came
+    /// with HTTP `http`. `None` when the write succeeded.
+    pub fn from_write_status(http: u16, answer: &Value) -> Option<RestError> {
+        let status = Status::from_code(answer["code"].as_i64().unwrap_or(0))?;
+        Some(RestError::Status {
+            http,
+            status: Some(status),
+            message: answer["message"].as_str().map(str::to_owned),
+        })
     }
 
     /// A request that got no (complete) answer; `timeout` is the one the request had.

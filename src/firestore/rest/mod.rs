@@ -14,6 +14,7 @@ use crate::error::LockError;
 mod error;
 
 pub(crate) use self::error::RestError;
+use self::error::Status;
 
 /// The production endpoint's host.
 const PRODUCTION_HOST: &str = "firestore.googleapis.com";
@@ -114,12 +115,59 @@ impl RestClient {
     /// Commits `writes` atomically. `Ok(false)` when a write's precondition failed: a
     /// document changed since it was read, so the compare-and-set did not happen.
     pub fn commit(&self, writes: Vec<Value>) -> Result<bool, RestError> {
+        Ok(self.commit_versions(writes)?.is_some())
+    }
+
+    /// [`commit`](RestClient::commit), answering each write's `updateTime` (its document's
+    /// new version) when it happened.
+    pub fn commit_versions(&self, writes: Vec<Value>) -> Result<Option<Vec<String>>, RestError> {
         match self.post(":commit", &json!({ "writes": writes })) {
-            Ok(_) => Ok(true),
-            Err(error) if error.is_precondition_failure() => Ok(false),
+            Ok(answer) => Ok(Some(update_times(&answer))),
+            Err(error) if error.is_precondition_failure() => Ok(None),
             Err(error) => Err(error),
         }
     }
+
+    /// Applies `writes` each on its own (not atomically), in one request: one answer per
+    /// write, its `updateTime` or why it failed (a precondition, say).
+    pub fn batch_write(
+        &self,
+        writes: Vec<Value>,
+    ) -> Result<Vec<Result<String, RestError>>, RestError> {
+        let count = writes.len();
+        let answer = self.post(":batchWrite", &json!({ "writes": writes }))?;
+        let times = update_times(&answer);
+        let statuses = answer["status"].as_array();
+        Ok((0..count)
+            .map(|i| {
+                let failure = statuses
+                    .and_then(|statuses| statuses.get(i))
+                    .and_then(|status| RestError::from_write_status(200, status));
+                match (failure, times.get(i)) {
+                    (Some(failure), _) => Err(failure),
+                    (None, Some(time)) if !time.is_empty() => Ok(time.clone()),
+                    (None, _) => Err(RestError::Status {
+                        http: 200,
+                        status: Some(Status::Internal),
+                        message: Some("the write result carries no update time".to_owned()),
+                    }),
+                }
+            })
+            .collect())
+    }
+}
+
+/// The `updateTime` of each write result of a commit or batch write (empty where missing).
+fn update_times(answer: &Value) -> Vec<String> {
+    answer["writeResults"]
+        .as_array()
+        .map(|results| {
+            results
+                .iter()
+                .map(|result| result["updateTime"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The server time an answer carries (`commitTime`, or a `readTime`), in Unix ms.
