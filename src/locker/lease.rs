@@ -115,6 +115,8 @@ pub(crate) struct HeldLease {
     expires_at_ms: AtomicI64,
     lost: AtomicBool,
     lost_reported: AtomicBool,
+    /// A renewal was cut short, or refused, by `max_hold`: the lease ends at it.
+    at_max_hold: AtomicBool,
     /// Set when the phase leaves `Held`; readable without the state lock.
     finished: AtomicBool,
     state: Mutex<State>,
@@ -158,6 +160,7 @@ impl HeldLease {
             expires_at_ms: AtomicI64::new(0),
             lost: AtomicBool::new(false),
             lost_reported: AtomicBool::new(false),
+            at_max_hold: AtomicBool::new(false),
             finished: AtomicBool::new(false),
             state: Mutex::new(State {
                 phase: Phase::Held,
@@ -280,9 +283,11 @@ impl HeldLease {
             let left_ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
             if left_ms < 1 {
                 // Renewals stop; the deadline check reports the end.
+                self.at_max_hold.store(true, Ordering::Release);
                 return Begin::Done(Renewal::Ended);
             }
-            if left_ms < ttl.as_millis() {
+            if left_ms <= ttl.as_millis() {
+                self.at_max_hold.store(true, Ordering::Release);
                 ttl = Ttl::from_checked_millis(left_ms);
             }
         }
@@ -366,12 +371,11 @@ impl HeldLease {
             return;
         }
         let mut state = self.state();
-        let why = match (state.phase, self.hold_until) {
-            (Phase::Held, Some(until)) if Instant::now() >= until => {
+        let why = match state.phase {
+            Phase::Held if self.at_max_hold.load(Ordering::Acquire) => {
                 "it reached its max_hold and was not renewed any further"
             }
-            (Phase::Held, _) => "it ran out before a renewal succeeded",
-            (Phase::Lost { .. }, _) => "it ran out before a renewal succeeded",
+            Phase::Held | Phase::Lost { .. } => "it ran out before a renewal succeeded",
             _ => return,
         };
         self.mark_lost(&mut state, false);

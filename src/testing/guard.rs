@@ -6,7 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,8 @@ pub struct Recorder<B> {
     extends_down: AtomicBool,
     /// Fail every release with `ServiceUnavailable` while set.
     releases_down: AtomicBool,
+    /// Hold every renewal (blocked in the call, as behind a stalled network) while set.
+    renewals_hang: (Mutex<bool>, Condvar),
 }
 
 impl<B: Driver> Recorder<B> {
@@ -55,7 +57,23 @@ impl<B: Driver> Recorder<B> {
             failing_extends: AtomicU32::new(0),
             extends_down: AtomicBool::new(false),
             releases_down: AtomicBool::new(false),
+            renewals_hang: (Mutex::new(false), Condvar::new()),
         })
+    }
+
+    /// Makes renewals hang (`true`) until called again with `false`.
+    pub fn hang_renewals(&self, hang: bool) {
+        let (flag, changed) = &self.renewals_hang;
+        *flag.lock().unwrap() = hang;
+        changed.notify_all();
+    }
+
+    fn wait_while_renewals_hang(&self) {
+        let (flag, changed) = &self.renewals_hang;
+        let mut hanging = flag.lock().unwrap();
+        while *hanging {
+            hanging = changed.wait(hanging).unwrap();
+        }
     }
 
     /// Every call so far, in order.
@@ -102,6 +120,7 @@ impl<B: Driver> Driver for Recorder<B> {
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
+        self.wait_while_renewals_hang();
         let budget = self.failing_extends.load(Ordering::SeqCst);
         if budget > 0 {
             self.failing_extends.store(budget - 1, Ordering::SeqCst);
@@ -645,4 +664,123 @@ pub fn guard_debug_hides_the_lock_id<B: LockBackend + 'static>(backend: B) {
     let shown = format!("{guard:?}");
     assert!(!shown.contains(guard.lock_id()), "{shown}");
     assert!(shown.contains(&guard.fence().to_string()), "{shown}");
+}
+
+/// `extend(d)` moves the heartbeat to the new TTL at once: a lease shortened from 30 s to 900 ms
+/// keeps being renewed (at a third of it), instead of lapsing while the old 10 s schedule
+/// runs.
+pub fn shorter_extend_keeps_the_lease<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("shorter");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let guard = locker.lock(&key).unwrap();
+    let renewal = Call::Extend(guard.lock_id().to_owned());
+    assert!(guard.extend(Duration::from_millis(900)).unwrap());
+    await_condition(
+        "three heartbeat renewals after the extend",
+        PATIENCE,
+        || recorder.count(&renewal) >= 4,
+    );
+    guard.check().unwrap();
+    assert!(owns(locker.backend(), guard.lock_id()).unwrap());
+    assert!(guard.release().unwrap());
+}
+
+/// A renewal that hangs (a stalled network) does not delay the loss: `on_lock_lost`, the lost
+/// token and `is_lost` turn at the lease's deadline while the renewal is still in flight.
+pub fn loss_is_reported_while_a_renewal_hangs<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("hang");
+    let (lost_tx, lost_rx) = mpsc::channel();
+    let lost_tx = Mutex::new(lost_tx);
+    let options = short_lease(400, 100).on_lock_lost(move |e| {
+        let _ = lost_tx.lock().unwrap().send(e.message().to_owned());
+    });
+    let (locker, recorder) = recorded_locker(backend, options);
+    let guard = locker.lock(&key).unwrap();
+    let token = guard.lost_token();
+    recorder.hang_renewals(true);
+    let message = lost_rx.recv_timeout(PATIENCE);
+    // Checked while the renewal still hangs: the loss did not wait for it.
+    let reported_while_hanging = message.is_ok() && token.is_cancelled() && guard.is_lost();
+    recorder.hang_renewals(false);
+    let message = message.expect("the loss is reported at the deadline");
+    assert!(
+        reported_while_hanging,
+        "loss reported only after the renewal came back"
+    );
+    assert!(
+        message.contains(&key),
+        "the message names the key: {message}"
+    );
+    assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
+    let _ = guard.release();
+}
+
+/// `max_hold` bounds how long the heartbeat keeps a lock: renewals stop, the last one is cut
+/// short so the lease ends at `max_hold` after acquisition, and the guard is reported lost.
+pub fn max_hold_ends_renewals<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("max-hold");
+    let (lost_tx, lost_rx) = mpsc::channel();
+    let lost_tx = Mutex::new(lost_tx);
+    let options = short_lease(300, 50)
+        .max_hold(Duration::from_millis(700))
+        .on_lock_lost(move |e| {
+            let _ = lost_tx.lock().unwrap().send(e.message().to_owned());
+        });
+    let (locker, recorder) = recorded_locker(backend, options);
+    let guard = locker.lock(&key).unwrap();
+    let acquired_at_ms = crate::get_by_id(locker.backend(), guard.lock_id())
+        .unwrap()
+        .expect("held")
+        .acquired_at_ms;
+    let renewal = Call::Extend(guard.lock_id().to_owned());
+    await_condition("renewals before max_hold", PATIENCE, || {
+        recorder.count(&renewal) >= 2
+    });
+    let message = lost_rx
+        .recv_timeout(PATIENCE)
+        .expect("the guard is reported lost once max_hold has passed");
+    assert!(message.contains("max_hold"), "{message}");
+    assert!(
+        guard.expires_at_ms() <= acquired_at_ms + 700 + 1000,
+        "the last renewal was cut to end at max_hold: expires {} acquired {acquired_at_ms}",
+        guard.expires_at_ms()
+    );
+    let renewals = recorder.count(&renewal);
+    await_condition("the lock to expire in the backend", PATIENCE, || {
+        !owns(locker.backend(), guard.lock_id()).unwrap()
+    });
+    assert_eq!(
+        recorder.count(&renewal),
+        renewals,
+        "no renewal after max_hold"
+    );
+    assert!(!guard.release().unwrap());
+}
+
+/// A waiter does not sit out its poll delay when the holder releases: the release wakes it.
+/// (A 30 s retry delay would leave it waiting far longer than the test allows.)
+pub fn a_release_wakes_the_waiter<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("wake");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let held = locker.lock(&key).unwrap();
+    let attempts = || recorder.count(&Call::Acquire(key.clone()));
+    let patient = LockOptions::default()
+        .retry_delay(Duration::from_secs(30))
+        .max_retry_delay(Duration::from_secs(30))
+        .jitter(Jitter::None);
+    let (got_tx, got_rx) = mpsc::channel();
+    let waiter = thread::spawn({
+        let (locker, key) = (locker.clone(), key.clone());
+        move || {
+            let guard = locker.lock_with(&key, &patient).unwrap();
+            got_tx.send(()).unwrap();
+            guard.release().unwrap()
+        }
+    });
+    await_condition("the waiter's first attempt", PATIENCE, || attempts() >= 2);
+    assert!(held.release().unwrap());
+    got_rx
+        .recv_timeout(PATIENCE)
+        .expect("the release woke the waiter before its 30 s poll");
+    assert!(waiter.join().unwrap());
 }

@@ -105,6 +105,10 @@ macro_rules! guard_contract {
             guard_is_send,
             many_threads_one_key_through_one_locker,
             guard_debug_hides_the_lock_id,
+            shorter_extend_keeps_the_lease,
+            loss_is_reported_while_a_renewal_hangs,
+            max_hold_ends_renewals,
+            a_release_wakes_the_waiter,
         );
     };
     (@tests $factory:expr; $($name:ident),* $(,)?) => {
