@@ -2,19 +2,15 @@
 //! suites, the tables shared with the TypeScript SyncGuard, server time, races (including
 //! against the TypeScript library's own transaction), and faults.
 
-#![cfg(feature = "postgres")]
-
-#[macro_use]
-mod contract;
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-use support::{PG_PASSWORD, PgServer, shared_postgres};
+use crate::contract;
+use crate::support;
+use crate::support::{PG_PASSWORD, PgServer, shared_postgres};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
 use syncguard::{
     AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, Lookup, generate_lock_id,
@@ -197,7 +193,7 @@ fn fence_counter_rows_survive_release_and_expiry() {
 #[test]
 fn storage_keys_follow_the_shared_vectors() {
     let vectors: serde_json::Value =
-        serde_json::from_str(include_str!("data/storage_keys.json")).unwrap();
+        serde_json::from_str(include_str!("../data/storage_keys.json")).unwrap();
     let backend = backend();
     let mut checked = 0;
     for vector in vectors["derived_keys"].as_array().unwrap() {

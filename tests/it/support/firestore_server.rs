@@ -96,7 +96,7 @@ impl Drop for FirestoreEmulator {
     }
 }
 
-/// One emulator shared by every test of a binary.
+/// One emulator shared by every test, of every area.
 pub fn shared_firestore() -> &'static FirestoreEmulator {
     static EMULATOR: OnceLock<FirestoreEmulator> = OnceLock::new();
     EMULATOR.get_or_init(FirestoreEmulator::start)

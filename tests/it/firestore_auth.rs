@@ -2,24 +2,20 @@
 //! metadata server: the signed assertion, the token cache, failures, and credentials taken
 //! from the environment.
 
-#![cfg(feature = "firestore")]
-
-mod support;
-
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::http::{StubRequest, StubResponse, StubServer};
+use crate::support::{self, child};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
-use support::http::{StubRequest, StubResponse, StubServer};
 use syncguard::ErrorCode;
 use syncguard::firestore::{Credentials, TokenProvider};
 
-const KEY_FILE: &str = include_str!("data/test-service-account.json");
-const PUBLIC_KEY: &str = include_str!("data/test-service-account.pub.pem");
+const KEY_FILE: &str = include_str!("../data/test-service-account.json");
+const PUBLIC_KEY: &str = include_str!("../data/test-service-account.pub.pem");
 const EMAIL: &str = "syncguard-test@syncguard-test.iam.gserviceaccount.com";
 const SCOPE: &str = "https://www.googleapis.com/auth/datastore";
 const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
@@ -499,7 +495,6 @@ fn the_stub_server_speaks_enough_http() {
 /// use and what `authorization()` must give (`Bearer …` or `error:Code`).
 const CHILD_CREDENTIALS: &str = "SYNCGUARD_TEST_CHILD_CREDENTIALS";
 const CHILD_EXPECT: &str = "SYNCGUARD_TEST_CHILD_EXPECT";
-const CHILD_TEST: &str = "credentials_from_the_environment_child";
 
 /// `GCE_METADATA_HOST` and `GOOGLE_APPLICATION_CREDENTIALS` are process-wide, and changing the
 /// environment while other test threads run is undefined behaviour: each case runs this test
@@ -520,6 +515,7 @@ fn credentials_from_the_environment() {
     std::fs::write(&key_file, key_json(&token_uri(&token_endpoint)).to_string()).unwrap();
     let key_file = key_file.to_str().unwrap().to_owned();
     let metadata_host = metadata.host();
+    let child_test = child::test_name!(credentials_from_the_environment_child);
 
     // Which credentials, the environment, what `authorization()` must give.
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
@@ -560,15 +556,8 @@ fn credentials_from_the_environment() {
         ),
     ];
     for (credentials, env, expect) in cases {
-        let mut child = Command::new(std::env::current_exe().unwrap());
-        child
-            .args([
-                CHILD_TEST,
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut process = child::one_test(child_test);
+        process
             .env(CHILD_CREDENTIALS, credentials)
             .env(CHILD_EXPECT, expect);
         for name in [
@@ -581,16 +570,18 @@ fn credentials_from_the_environment() {
             "HTTPS_PROXY",
             "https_proxy",
         ] {
-            child.env_remove(name);
+            process.env_remove(name);
         }
-        child.envs(env.iter().copied());
-        let output = child.output().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains(&format!("test {CHILD_TEST} ... ok")),
-            "{credentials} with {env:?} should give {expect}; the child said:\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        process.envs(env.iter().copied());
+        let output = process.output().unwrap();
+        if let Some(failure) = child::failure(
+            child_test,
+            output.status,
+            &String::from_utf8_lossy(&output.stdout),
+            &String::from_utf8_lossy(&output.stderr),
+        ) {
+            panic!("{credentials} with {env:?} should give {expect}: {failure}");
+        }
     }
 
     let requests = metadata.requests();

@@ -2,19 +2,15 @@
 //! suites, the documents shared with the TypeScript SyncGuard, request counts, conflicts, and —
 //! against a local stub server — error mapping and clock skew.
 
-#![cfg(feature = "firestore")]
-
-#[macro_use]
-mod contract;
-mod support;
-
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use crate::contract;
+use crate::support;
+use crate::support::http::{StubResponse, StubServer};
+use crate::support::{FIRESTORE_PROJECT, shared_firestore};
 use serde_json::{Value, json};
-use support::http::{StubResponse, StubServer};
-use support::{FIRESTORE_PROJECT, shared_firestore};
 use syncguard::Clock as _;
 use syncguard::firestore::{Credentials, FirestoreBackend};
 use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id};
@@ -365,7 +361,8 @@ fn aborted_transactions_are_retried() {
 /// token, as a service account would sign for itself, is accepted.
 #[test]
 fn a_self_signed_jwt_is_accepted_by_the_emulator() {
-    let key: Value = serde_json::from_str(include_str!("data/test-service-account.json")).unwrap();
+    let key: Value =
+        serde_json::from_str(include_str!("../data/test-service-account.json")).unwrap();
     let now = syncguard::SystemClock.now_ms() / 1000;
     let claims = json!({
         "iss": key["client_email"], "sub": key["client_email"],

@@ -7,10 +7,6 @@
 //! behind can never block a test on a pipe. Waits poll a condition under a deadline; nothing
 //! asserts timings.
 
-#![cfg(all(feature = "cli", feature = "redis", feature = "postgres"))]
-
-mod support;
-
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
@@ -19,9 +15,11 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::{
+    PG_PASSWORD, RedisServer, free_port, scratch_dir, shared_postgres, shared_redis,
+};
 use redis::Commands as _;
 use serde_json::{Value as Json, json};
-use support::{PG_PASSWORD, RedisServer, free_port, scratch_dir, shared_postgres, shared_redis};
 use syncguard::postgres::PostgresBackend;
 use syncguard::{generate_lock_id, hash_key};
 

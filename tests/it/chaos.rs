@@ -9,12 +9,6 @@
 //! No assertion depends on how long anything took: waiting is polling a condition with a
 //! generous deadline.
 
-#![cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
-
-#[allow(unused_macros)]
-mod contract;
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -22,9 +16,9 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-use contract::guard::{Call, Recorder, await_condition};
-use support::proxy::{FaultProxy, Mode};
-use support::{
+use crate::contract::guard::{Call, Recorder, await_condition};
+use crate::support::proxy::{FaultProxy, Mode};
+use crate::support::{
     FIRESTORE_PROJECT, PG_PASSWORD, PG_USER, PgServer, RedisServer, shared_firestore,
     shared_postgres, shared_redis, within_a_minute,
 };

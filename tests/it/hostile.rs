@@ -17,14 +17,11 @@
 //!   with its case flipped or one character changed, all-`_`, all-`-`) are `InvalidArgument`
 //!   or not-found, and leave every held lock exactly as it was.
 
-#![cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::support;
 use syncguard::firestore::FirestoreBackend;
 use syncguard::postgres::PostgresBackend;
 use syncguard::redis::RedisBackend;
@@ -57,7 +54,8 @@ fn firestore() -> FirestoreBackend {
 
 /// Groups of keys; the keys within a group are canonically equivalent (one lock), keys of
 /// different groups are not. `id` makes most groups unique to one run; the bare `/`, `.`, `..`
-/// are used as they are, since each test binary has servers of its own.
+/// are used as they are: the servers belong to this test process, and no other test uses
+/// those keys.
 fn key_groups(id: &str) -> Vec<Vec<String>> {
     // 512 bytes after NFC, 768 as typed.
     let decomposed_512 = format!("{id}{}", "e\u{301}".repeat(245));

@@ -1,19 +1,15 @@
 //! The Redis backend against a real `redis-server` started by the tests: the contract suites,
 //! the storage format shared with the TypeScript SyncGuard, server time, and faults.
 
-#![cfg(feature = "redis")]
-
-#[macro_use]
-mod contract;
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract;
+use crate::support;
+use crate::support::{RedisServer, shared_redis};
 use redis::Commands as _;
 use serde_json::Value as Json;
-use support::{RedisServer, shared_redis};
 use syncguard::redis::RedisBackend;
 use syncguard::{
     AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id, make_storage_key,

@@ -62,7 +62,7 @@ impl PgBouncer {
                  auth_file = {auth_file}\n\
                  pool_mode = transaction\n\
                  default_pool_size = {PGBOUNCER_POOL_SIZE}\n\
-                 ; Capacity only (the default is 100): every test of a binary shares this\n\
+                 ; Capacity only (the default is 100): every test shares this\n\
                  ; pooler, each backend with a client pool of its own.\n\
                  max_client_conn = 500\n",
                 server_port = server.port,
@@ -147,7 +147,7 @@ impl Drop for PgBouncer {
     }
 }
 
-/// One PgBouncer, in front of [`shared_postgres`], shared by every test of a binary.
+/// One PgBouncer, in front of [`shared_postgres`], shared by every test.
 pub fn shared_pgbouncer() -> &'static PgBouncer {
     static BOUNCER: OnceLock<PgBouncer> = OnceLock::new();
     BOUNCER.get_or_init(|| PgBouncer::start(shared_postgres()))

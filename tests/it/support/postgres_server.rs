@@ -211,7 +211,7 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
         .expect("drop the server functions");
 }
 
-/// One cluster shared by every test of a binary that needs no cluster of its own.
+/// One cluster shared by every test, of every area, that needs no cluster of its own.
 pub fn shared_postgres() -> &'static PgServer {
     static SERVER: OnceLock<PgServer> = OnceLock::new();
     SERVER.get_or_init(PgServer::start)

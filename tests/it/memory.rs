@@ -1,9 +1,6 @@
 //! The contract suites on [`MemoryBackend`], plus memory-only tests that use a [`ManualClock`]
 //! to pin down the liveness boundary exactly.
 
-#[macro_use]
-mod contract;
-
 use std::time::Duration;
 
 use syncguard::{

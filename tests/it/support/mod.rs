@@ -143,6 +143,7 @@ impl Drop for Service {
     }
 }
 
+pub mod child;
 #[cfg(feature = "firestore")]
 mod firestore_server;
 #[cfg(feature = "firestore")]

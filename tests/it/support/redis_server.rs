@@ -118,7 +118,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// One server shared by every test of a binary that needs no server of its own. It lives until
+/// One server shared by every test, of every area, that needs no server of its own. It lives until
 /// the test process exits, which stops it.
 pub fn shared_redis() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();

@@ -11,22 +11,17 @@
 //!   how a lookup could delete someone else's lock; the parent checks its lock in the table
 //!   itself, directly on the cluster.
 
-#![cfg(feature = "postgres")]
-
-#[macro_use]
-mod contract;
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::{self, child};
+use crate::support::{shared_pgbouncer, shared_postgres};
 use serde::{Deserialize, Serialize};
-use support::{shared_pgbouncer, shared_postgres};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
 use syncguard::{AcquireOutcome, LockBackend, LockInfo, Lookup, generate_lock_id};
 
@@ -267,7 +262,6 @@ fn mixed_workload_of_many_threads_on_few_server_connections() {
 // Several processes sharing the pooler's server connections
 // ---------------------------------------------------------------------------------------------
 
-const WORKER_TEST: &str = "pgbouncer_worker_process";
 const ENV_PLAN: &str = "SYNCGUARD_PGBOUNCER_WORKER_PLAN";
 const PROCESSES: usize = 3;
 const WORKER_THREADS: usize = 3;
@@ -521,7 +515,7 @@ fn parent_lock_survives_workers(mode: Mode) {
     assert_eq!(before.len(), 4, "two lock rows, two counters: {before:#?}");
 
     let dir = support::scratch_dir("pgbouncer-workers");
-    let exe = std::env::current_exe().expect("the test binary");
+    let worker_test = child::test_name!(pgbouncer_worker_process);
     let mut workers = Workers(Vec::new());
     for worker in 0..PROCESSES {
         let plan = WorkerPlan {
@@ -536,35 +530,30 @@ fn parent_lock_survives_workers(mode: Mode) {
             expired_key: expired_key.clone(),
             report: dir.join(format!("report-{worker}.json")),
         };
-        let stderr = std::fs::File::create(dir.join(format!("stderr-{worker}")))
-            .expect("a file for the worker's stderr");
-        let child = Command::new(&exe)
-            .args([
-                WORKER_TEST,
-                "--exact",
-                "--ignored",
-                "--test-threads=1",
-                "--quiet",
-            ])
+        let output = |stream| {
+            std::fs::File::create(dir.join(format!("{stream}-{worker}")))
+                .expect("a file for the worker's output")
+        };
+        let process = child::one_test(worker_test)
             .env(
                 ENV_PLAN,
                 serde_json::to_string(&plan).expect("a plan in JSON"),
             )
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
+            .stdout(output("stdout"))
+            .stderr(output("stderr"))
             .spawn()
             .expect("start a worker process");
-        workers.0.push((worker, child));
+        workers.0.push((worker, process));
     }
 
     // The workers end after their iterations; a minute is far more than they need.
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut problems = Vec::new();
     let mut total = Tally::default();
-    for (worker, child) in &mut workers.0 {
+    for (worker, process) in &mut workers.0 {
         let status = loop {
-            if let Some(status) = child.try_wait().expect("check on a worker") {
+            if let Some(status) = process.try_wait().expect("check on a worker") {
                 break status;
             }
             assert!(
@@ -573,10 +562,13 @@ fn parent_lock_survives_workers(mode: Mode) {
             );
             thread::sleep(Duration::from_millis(20));
         };
-        if !status.success() {
-            let stderr =
-                std::fs::read_to_string(dir.join(format!("stderr-{worker}"))).unwrap_or_default();
-            problems.push(format!("worker {worker} failed ({status}):\n{stderr}"));
+        let output = |stream| {
+            std::fs::read_to_string(dir.join(format!("{stream}-{worker}"))).unwrap_or_default()
+        };
+        if let Some(failure) =
+            child::failure(worker_test, status, &output("stdout"), &output("stderr"))
+        {
+            problems.push(format!("worker {worker}: {failure}"));
         }
         match read_report(&dir.join(format!("report-{worker}.json"))) {
             Some(report) => total.add(report),

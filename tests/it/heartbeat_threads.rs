@@ -1,11 +1,14 @@
-//! One heartbeat thread per `Locker`, however many guards it holds. In its own test binary so
-//! that no other test's lockers add threads while it counts.
-
-#![cfg(target_os = "linux")]
+//! One heartbeat thread per `Locker`, however many guards it holds. The count runs in a process
+//! of its own (this binary again, running only that test), so that no other test's lockers add
+//! threads while it counts.
 
 use std::time::{Duration, Instant};
 
+use crate::support::child;
 use syncguard::{LockGuard, LockOptions, Locker, MemoryBackend, generate_lock_id};
+
+/// Set in the child process: the count may run.
+const ENV_ALONE: &str = "SYNCGUARD_TEST_HEARTBEAT_THREADS_ALONE";
 
 /// Threads named like the heartbeat scheduler. A new thread takes its name once it runs, so
 /// callers wait for the count they expect rather than reading it once.
@@ -24,6 +27,22 @@ fn all_threads() -> usize {
 
 #[test]
 fn a_thousand_guards_share_one_heartbeat_thread() {
+    let test = child::test_name!(a_thousand_guards_share_one_heartbeat_thread_alone);
+    let output = child::one_test(test)
+        .env(ENV_ALONE, "1")
+        .output()
+        .expect("run the count in a child process");
+    child::assert_output_passed(test, &output);
+}
+
+/// The count itself, in the child process `a_thousand_guards_share_one_heartbeat_thread`
+/// starts, where it is the only test; on its own it does nothing.
+#[test]
+#[ignore = "run by a_thousand_guards_share_one_heartbeat_thread, in a process of its own"]
+fn a_thousand_guards_share_one_heartbeat_thread_alone() {
+    if std::env::var_os(ENV_ALONE).is_none() {
+        return;
+    }
     assert_eq!(heartbeat_threads(), 0);
     let before = all_threads();
     let locker = Locker::with_defaults(

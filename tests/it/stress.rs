@@ -15,20 +15,17 @@
 //! fault-injecting proxy) when one is available, and counts them. The short version runs in
 //! `.ci/run`; `SYNCGUARD_STRESS_LONG=1` runs a long one.
 
-#![cfg(all(feature = "redis", feature = "postgres"))]
-
-mod support;
-
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::{self, child};
 use syncguard::{Backoff, LockOptions, Locker, generate_lock_id};
 
-const WORKER_TEST: &str = "stress_worker_process";
 const ENV_URL: &str = "SYNCGUARD_STRESS_URL";
 const ENV_DIR: &str = "SYNCGUARD_STRESS_DIR";
 const ENV_KEYS: &str = "SYNCGUARD_STRESS_KEYS";
@@ -206,25 +203,23 @@ fn run_workers(url: &str, plan: &Plan, mut inject_fault: impl FnMut()) -> Audit 
     let keys: Vec<String> = (0..plan.keys)
         .map(|k| format!("stress:{run}:{k}"))
         .collect();
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut workers: Vec<Child> = (0..plan.processes)
-        .map(|_| {
-            Command::new(&exe)
-                .args([
-                    WORKER_TEST,
-                    "--exact",
-                    "--ignored",
-                    "--test-threads=1",
-                    "--quiet",
-                ])
+    let worker_test = child::test_name!(stress_worker_process);
+    let output = |i: usize, stream: &str| dir.join(format!("worker-{i}.{stream}"));
+    let mut workers: Vec<(usize, Child)> = (0..plan.processes)
+        .map(|i| {
+            let file =
+                |stream| File::create(output(i, stream)).expect("a file for a worker's output");
+            let worker = child::one_test(worker_test)
                 .env(ENV_URL, url)
                 .env(ENV_DIR, &dir)
                 .env(ENV_KEYS, keys.join(","))
                 .env(ENV_THREADS, plan.threads.to_string())
                 .env(ENV_SECTIONS, plan.sections_per_thread.to_string())
-                .stdout(std::process::Stdio::null())
+                .stdout(file("stdout"))
+                .stderr(file("stderr"))
                 .spawn()
-                .expect("start a worker process")
+                .expect("start a worker process");
+            (i, worker)
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -232,19 +227,19 @@ fn run_workers(url: &str, plan: &Plan, mut inject_fault: impl FnMut()) -> Audit 
     while !workers.is_empty() {
         assert!(Instant::now() < deadline, "the workers did not finish");
         inject_fault();
-        workers.retain_mut(|worker| match worker.try_wait() {
+        workers.retain_mut(|(i, worker)| match worker.try_wait() {
             Ok(Some(status)) => {
-                statuses.push(status);
+                statuses.push((*i, status));
                 false
             }
             _ => true,
         });
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(
-        statuses.iter().all(|s| s.success()),
-        "a worker failed: {statuses:?}"
-    );
+    for (i, status) in statuses {
+        let read = |stream| std::fs::read_to_string(output(i, stream)).unwrap_or_default();
+        child::assert_passed(worker_test, status, &read("stdout"), &read("stderr"));
+    }
     audit(&dir, &keys, plan)
 }
 

@@ -22,12 +22,9 @@
 //! every expiry is computed and judged by the server's clock (`TIME`, `clock_timestamp()`) — so
 //! client skew cannot change their outcomes: the last tests show expiries are server-derived.
 
-#![cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
-
-mod support;
-
 use std::time::Duration;
 
+use crate::support;
 use syncguard::firestore::FirestoreBackend;
 use syncguard::postgres::PostgresBackend;
 use syncguard::redis::RedisBackend;

@@ -1,0 +1,37 @@
+//! The integration tests, in one binary: a module per area, the servers and fault tools they
+//! share in `support`, the contract suites in `contract`.
+//!
+//! One binary compiles `support` and `contract` once and starts each shared server (Redis,
+//! PostgreSQL, PgBouncer, the Firestore emulator) once for all areas; tests that stop or
+//! restart a server start one of their own. Every test works on keys of its own, so areas run
+//! side by side on the shared servers. `cargo test --test it redis::` runs one area.
+
+#[macro_use]
+mod contract;
+mod support;
+
+#[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod chaos;
+#[cfg(all(feature = "cli", feature = "redis", feature = "postgres"))]
+mod cli;
+#[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod clock_skew;
+#[cfg(feature = "firestore")]
+mod firestore;
+#[cfg(feature = "firestore")]
+mod firestore_auth;
+mod fuzz;
+#[cfg(target_os = "linux")]
+mod heartbeat_threads;
+#[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod hostile;
+mod memory;
+#[cfg(feature = "postgres")]
+mod pgbouncer;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+mod storage_keys;
+#[cfg(all(feature = "redis", feature = "postgres"))]
+mod stress;
