@@ -9,33 +9,31 @@
 //! No assertion depends on how long anything took: waiting is polling a condition with a
 //! generous deadline.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
 
 use crate::contract::guard::{Call, Recorder, await_condition};
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
-    FIRESTORE_PROJECT, PG_PASSWORD, PG_USER, PgServer, RedisServer, shared_firestore,
-    shared_postgres, shared_redis, within_a_minute,
+    FIRESTORE_PROJECT, PG_PASSWORD, PG_USER, PgServer, RedisServer, impatient_postgres,
+    impatient_redis, shared_firestore, shared_firestore_backend, shared_postgres,
+    shared_postgres_backend, shared_postgres_with_tables, shared_redis, shared_redis_backend,
+    unique, within_a_minute,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::postgres::PostgresBackend;
 use syncguard::redis::RedisBackend;
 use syncguard::{
     AcquireOutcome, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
-    generate_lock_id,
 };
 
 /// How long a test waits for something that should happen within a few seconds.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-fn unique(name: &str) -> String {
-    format!("chaos:{name}:{}", generate_lock_id())
-}
 
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -49,60 +47,57 @@ fn redis_url(port: u16) -> String {
     format!("redis://127.0.0.1:{port}/")
 }
 
-fn redis_via(proxy: &FaultProxy, pool_size: u32, pool_timeout: Duration) -> RedisBackend {
-    RedisBackend::builder()
-        .url(redis_url(proxy.port()))
+fn redis_via(proxy: &FaultProxy, pool_size: u32) -> RedisBackend {
+    impatient_redis(&redis_url(proxy.port()))
         .pool_size(pool_size)
-        .connect_timeout(Duration::from_millis(500))
-        .read_timeout(Duration::from_millis(500))
-        .write_timeout(Duration::from_millis(500))
-        .pool_timeout(pool_timeout)
         .build()
         .expect("a Redis backend through the proxy")
 }
 
-fn redis_direct(port: u16) -> RedisBackend {
-    RedisBackend::connect(&redis_url(port)).expect("a direct Redis backend")
+/// Two pooled connections soon exhausted (150 ms to wait for one); round trips may take 2 s,
+/// so that only the pool runs out.
+fn redis_pool_of_two(proxy: &FaultProxy) -> RedisBackend {
+    let io = Duration::from_secs(2);
+    impatient_redis(&redis_url(proxy.port()))
+        .pool_size(2)
+        .connect_timeout(io)
+        .read_timeout(io)
+        .write_timeout(io)
+        .pool_timeout(Duration::from_millis(150))
+        .build()
+        .expect("a Redis backend through the proxy")
 }
 
 fn pg_url(port: u16) -> String {
     format!("postgres://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{port}/postgres")
 }
 
-fn pg_via(proxy: &FaultProxy, pool_size: u32, pool_timeout: Duration) -> PostgresBackend {
-    PostgresBackend::builder()
-        .url(pg_url(proxy.port()))
+fn pg_via(proxy: &FaultProxy, pool_size: u32) -> PostgresBackend {
+    impatient_postgres(&pg_url(proxy.port()))
         .pool_size(pool_size)
-        .connect_timeout(Duration::from_millis(500))
         .statement_timeout(Duration::from_millis(500))
-        .pool_timeout(pool_timeout)
         .build()
         .expect("a PostgreSQL backend through the proxy")
 }
 
-/// A direct backend on the shared cluster, whose default tables exist.
-fn pg_shared_direct() -> PostgresBackend {
-    static SCHEMA: OnceLock<()> = OnceLock::new();
-    let backend = PostgresBackend::connect(&shared_postgres().url()).expect("connect");
-    SCHEMA.get_or_init(|| backend.setup_schema().expect("setup_schema"));
-    backend
+/// As [`redis_pool_of_two`].
+fn pg_pool_of_two(proxy: &FaultProxy) -> PostgresBackend {
+    impatient_postgres(&pg_url(proxy.port()))
+        .pool_size(2)
+        .connect_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_millis(150))
+        .build()
+        .expect("a PostgreSQL backend through the proxy")
 }
 
-fn firestore_via(proxy: &FaultProxy) -> FirestoreBackend {
+/// Firestore has no pool: `_pool_size` is for the same signature as the others.
+fn firestore_via(proxy: &FaultProxy, _pool_size: u32) -> FirestoreBackend {
     FirestoreBackend::builder()
         .project(FIRESTORE_PROJECT)
         .emulator_host(format!("127.0.0.1:{}", proxy.port()))
         .timeout(Duration::from_millis(1500))
         .build()
         .expect("a Firestore backend through the proxy")
-}
-
-fn firestore_direct() -> FirestoreBackend {
-    FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
-        .build()
-        .expect("a direct Firestore backend")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -369,13 +364,18 @@ fn no_extend_after_release_with_latency<B: LockBackend + 'static>(proxy: FaultPr
                 assert!(guard.release().expect("release with latency"));
             }
         }
-        let calls = recorder.calls();
-        for (at, call) in calls.iter().enumerate() {
-            if let Call::Release(lock_id) = call {
-                let late = calls[at..]
-                    .iter()
-                    .any(|c| *c == Call::Extend(lock_id.clone()));
-                assert!(!late, "a renewal was sent after release began");
+        // In the order the backend saw them: no extend of a lease whose release had begun.
+        let mut released = HashSet::new();
+        for call in recorder.calls() {
+            match call {
+                Call::Release(lock_id) => {
+                    released.insert(lock_id);
+                }
+                Call::Extend(lock_id) => assert!(
+                    !released.contains(&lock_id),
+                    "a renewal was sent after release began"
+                ),
+                _ => {}
             }
         }
     });
@@ -447,47 +447,24 @@ fn redis_proxy() -> FaultProxy {
     FaultProxy::start(local(shared_redis().port))
 }
 
-#[test]
-fn redis_cuts_around_every_call() {
-    let proxy = redis_proxy();
-    let backend = redis_via(&proxy, 4, Duration::from_secs(1));
-    cuts_around_every_call(proxy, backend);
-}
-
-#[test]
-fn redis_black_hole_while_held_reports_the_loss() {
-    let proxy = redis_proxy();
-    let backend = redis_via(&proxy, 4, Duration::from_secs(1));
-    black_hole_while_held(proxy, backend, redis_direct(shared_redis().port));
-}
-
-#[test]
-fn redis_recovers_after_black_hole() {
-    let proxy = redis_proxy();
-    let backend = redis_via(&proxy, 4, Duration::from_secs(1));
-    recovers_after_black_hole(proxy, backend);
-}
-
-#[test]
-fn redis_no_extend_after_release_with_latency() {
-    let proxy = redis_proxy();
-    let backend = redis_via(&proxy, 8, Duration::from_secs(1));
-    no_extend_after_release_with_latency(proxy, backend);
-}
-
-#[test]
-fn redis_pool_exhaustion_is_rate_limited() {
-    let proxy = redis_proxy();
-    let backend = RedisBackend::builder()
-        .url(redis_url(proxy.port()))
-        .pool_size(2)
-        .connect_timeout(Duration::from_secs(2))
-        .read_timeout(Duration::from_secs(2))
-        .write_timeout(Duration::from_secs(2))
-        .pool_timeout(Duration::from_millis(150))
-        .build()
-        .unwrap();
-    pool_exhaustion(proxy, backend);
+/// A `Locker` on `backend` whose leases of `ttl` renew every 300 ms, and where it reports the
+/// loss of one.
+fn renewing_every_300ms<B: LockBackend + 'static>(
+    backend: B,
+    ttl: Duration,
+) -> (Locker<B>, mpsc::Receiver<ErrorCode>) {
+    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
+    let lost_tx = std::sync::Mutex::new(lost_tx);
+    let locker = Locker::with_defaults(
+        backend,
+        LockOptions::default()
+            .ttl(ttl)
+            .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
+            .on_lock_lost(move |e| {
+                let _ = lost_tx.lock().unwrap().send(e.code());
+            }),
+    );
+    (locker, lost_rx)
 }
 
 /// Redis runs without persistence: a restart forgets every lock, and the guard's next renewal
@@ -496,17 +473,7 @@ fn redis_pool_exhaustion_is_rate_limited() {
 fn redis_restart_loses_held_locks() {
     let mut server = RedisServer::start();
     let proxy = FaultProxy::start(local(server.port));
-    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
-    let lost_tx = std::sync::Mutex::new(lost_tx);
-    let locker = Locker::with_defaults(
-        redis_via(&proxy, 4, Duration::from_secs(1)),
-        LockOptions::default()
-            .ttl(Duration::from_secs(10))
-            .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
-            .on_lock_lost(move |e| {
-                let _ = lost_tx.lock().unwrap().send(e.code());
-            }),
-    );
+    let (locker, lost_rx) = renewing_every_300ms(redis_via(&proxy, 4), Duration::from_secs(10));
     let key = unique("redis-restart");
     let guard = locker.lock(&key).unwrap();
     server.restart();
@@ -526,26 +493,8 @@ fn redis_restart_loses_held_locks() {
 // ---------------------------------------------------------------------------------------------
 
 fn pg_proxy() -> FaultProxy {
-    pg_shared_direct();
+    shared_postgres_with_tables();
     FaultProxy::start(local(shared_postgres().port))
-}
-
-#[test]
-fn postgres_cuts_around_every_call() {
-    let proxy = pg_proxy();
-    let backend = pg_via(&proxy, 4, Duration::from_secs(1));
-    cuts_around_every_call(proxy, backend);
-}
-
-/// A black hole that accepts and acknowledges the bytes (this proxy, a hung server or
-/// middlebox) leaves nothing unacknowledged, so `tcp_user_timeout` never fires, and the query
-/// never reaches the server, so its `statement_timeout` never fires either: only the client's
-/// own deadline on every call ends the wait.
-#[test]
-fn postgres_black_hole_while_held_reports_the_loss() {
-    let proxy = pg_proxy();
-    let backend = pg_via(&proxy, 4, Duration::from_secs(1));
-    black_hole_while_held(proxy, backend, pg_shared_direct());
 }
 
 /// The handshake has a deadline too: connecting to a server that accepts and never answers
@@ -566,34 +515,6 @@ fn postgres_connecting_into_a_black_hole_times_out() {
     assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
 }
 
-#[test]
-fn postgres_recovers_after_black_hole() {
-    let proxy = pg_proxy();
-    let backend = pg_via(&proxy, 4, Duration::from_secs(1));
-    recovers_after_black_hole(proxy, backend);
-}
-
-#[test]
-fn postgres_no_extend_after_release_with_latency() {
-    let proxy = pg_proxy();
-    let backend = pg_via(&proxy, 8, Duration::from_secs(1));
-    no_extend_after_release_with_latency(proxy, backend);
-}
-
-#[test]
-fn postgres_pool_exhaustion_is_rate_limited() {
-    let proxy = pg_proxy();
-    let backend = PostgresBackend::builder()
-        .url(pg_url(proxy.port()))
-        .pool_size(2)
-        .connect_timeout(Duration::from_secs(2))
-        .statement_timeout(Duration::from_secs(2))
-        .pool_timeout(Duration::from_millis(150))
-        .build()
-        .unwrap();
-    pool_exhaustion(proxy, backend);
-}
-
 /// PostgreSQL keeps its data across a restart: the guard keeps its lease, and the heartbeat
 /// renews it again over fresh connections.
 #[test]
@@ -604,18 +525,8 @@ fn postgres_restart_keeps_held_locks() {
         .setup_schema()
         .unwrap();
     let proxy = FaultProxy::start(local(server.port));
-    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
-    let lost_tx = std::sync::Mutex::new(lost_tx);
     // A TTL far above any restart time, so only a bug can lose the lease.
-    let locker = Locker::with_defaults(
-        pg_via(&proxy, 4, Duration::from_secs(1)),
-        LockOptions::default()
-            .ttl(Duration::from_secs(30))
-            .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
-            .on_lock_lost(move |e| {
-                let _ = lost_tx.lock().unwrap().send(e.code());
-            }),
-    );
+    let (locker, lost_rx) = renewing_every_300ms(pg_via(&proxy, 4), Duration::from_secs(30));
     let key = unique("pg-restart");
     let guard = locker.lock(&key).unwrap();
     let first = guard.expires_at_ms();
@@ -638,7 +549,7 @@ fn postgres_restart_keeps_held_locks() {
 
 fn firestore_proxy() -> FaultProxy {
     // The emulator's first requests are slow while its JVM warms up: not a fault under test.
-    let direct = firestore_direct();
+    let direct = shared_firestore_backend();
     for _ in 0..5 {
         let key = unique("warm-up");
         if let Ok(AcquireOutcome::Acquired(lease)) = direct.acquire(&key, Duration::from_secs(5)) {
@@ -648,30 +559,80 @@ fn firestore_proxy() -> FaultProxy {
     FaultProxy::start(local(shared_firestore().port))
 }
 
-#[test]
-fn firestore_cuts_around_every_call() {
-    let proxy = firestore_proxy();
-    let backend = firestore_via(&proxy);
-    cuts_around_every_call(proxy, backend);
+// ---------------------------------------------------------------------------------------------
+// The shared checks on every backend
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `check` on a backend that `via` makes through a fresh proxy from `proxy`.
+fn through<B>(
+    proxy: fn() -> FaultProxy,
+    via: impl FnOnce(&FaultProxy) -> B,
+    check: impl FnOnce(FaultProxy, B),
+) {
+    let proxy = proxy();
+    let backend = via(&proxy);
+    check(proxy, backend);
 }
 
-#[test]
-fn firestore_black_hole_while_held_reports_the_loss() {
-    let proxy = firestore_proxy();
-    let backend = firestore_via(&proxy);
-    black_hole_while_held(proxy, backend, firestore_direct());
+/// A module `$backend` with one `#[test]` per shared check, each on a backend made by
+/// `$via(&proxy, pool_size)` through a fresh `$proxy()`; `$direct()` is a backend on the same
+/// server, bypassing the proxy; `$pool_of_two(&proxy)`, where given, one for `pool_exhaustion`.
+macro_rules! through_a_proxy {
+    ($backend:ident, $proxy:ident, $via:ident, $direct:ident $(, $pool_of_two:ident)?) => {
+        mod $backend {
+            use super::*;
+
+            #[test]
+            fn cuts_around_every_call() {
+                through($proxy, |p| $via(p, 4), super::cuts_around_every_call);
+            }
+
+            #[test]
+            fn black_hole_while_held_reports_the_loss() {
+                through($proxy, |p| $via(p, 4), |p, b| black_hole_while_held(p, b, $direct()));
+            }
+
+            #[test]
+            fn recovers_after_black_hole() {
+                through($proxy, |p| $via(p, 4), super::recovers_after_black_hole);
+            }
+
+            #[test]
+            fn no_extend_after_release_with_latency() {
+                through($proxy, |p| $via(p, 8), super::no_extend_after_release_with_latency);
+            }
+
+            $(
+                #[test]
+                fn pool_exhaustion_is_rate_limited() {
+                    through($proxy, $pool_of_two, pool_exhaustion);
+                }
+            )?
+        }
+    };
 }
 
-#[test]
-fn firestore_recovers_after_black_hole() {
-    let proxy = firestore_proxy();
-    let backend = firestore_via(&proxy);
-    recovers_after_black_hole(proxy, backend);
-}
-
-#[test]
-fn firestore_no_extend_after_release_with_latency() {
-    let proxy = firestore_proxy();
-    let backend = firestore_via(&proxy);
-    no_extend_after_release_with_latency(proxy, backend);
-}
+through_a_proxy!(
+    redis,
+    redis_proxy,
+    redis_via,
+    shared_redis_backend,
+    redis_pool_of_two
+);
+// On PostgreSQL, a black hole that accepts and acknowledges the bytes (this proxy, a hung
+// server or middlebox) leaves nothing unacknowledged, so `tcp_user_timeout` never fires, and
+// the query never reaches the server, so its `statement_timeout` never fires either: only the
+// client's own deadline on every call ends the wait.
+through_a_proxy!(
+    postgres,
+    pg_proxy,
+    pg_via,
+    shared_postgres_backend,
+    pg_pool_of_two
+);
+through_a_proxy!(
+    firestore,
+    firestore_proxy,
+    firestore_via,
+    shared_firestore_backend
+);

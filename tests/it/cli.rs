@@ -11,16 +11,15 @@ use std::fs::File;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    PG_PASSWORD, RedisServer, free_port, scratch_dir, shared_postgres, shared_redis,
+    PG_PASSWORD, RedisServer, free_port, scratch_dir, shared_postgres, shared_postgres_with_tables,
+    shared_redis, unique,
 };
 use redis::Commands as _;
 use serde_json::{Value as Json, json};
-use syncguard::postgres::PostgresBackend;
 use syncguard::{generate_lock_id, hash_key};
 
 const BIN: &str = env!("CARGO_BIN_EXE_syncguard");
@@ -36,25 +35,39 @@ const SECRETS: [&str; 2] = [PG_PASSWORD, "hunter2"];
 const WAIT_FOR_GO_FILE: &str =
     r#"i=0; while [ ! -e "$1" ] && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
 
-fn unique(name: &str) -> String {
-    format!("cli-test:{name}:{}", generate_lock_id())
-}
-
 fn redis_url() -> String {
     shared_redis().url()
 }
 
 /// The shared cluster's URL, once its default tables exist.
 fn pg_url() -> String {
-    static SCHEMA: OnceLock<()> = OnceLock::new();
-    let url = shared_postgres().url();
-    SCHEMA.get_or_init(|| {
-        PostgresBackend::connect(&url)
-            .and_then(|backend| backend.setup_schema())
-            .expect("create the default tables")
-    });
-    url
+    shared_postgres_with_tables().url()
 }
+
+/// For each `check`, a module of that name with the `#[test]`s `on_redis` and `on_postgres`,
+/// each running `check` against the shared server.
+macro_rules! on_redis_and_postgres {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            #[test]
+            fn on_redis() {
+                super::$check(&super::redis_url());
+            }
+
+            #[test]
+            fn on_postgres() {
+                super::$check(&super::pg_url());
+            }
+        }
+    )*};
+}
+
+on_redis_and_postgres!(
+    acquire_status_extend_release,
+    acquire_when_held_reports_locked_and_wait_waits,
+    run_when_free,
+    run_when_held_exits_75_without_running,
+);
 
 /// A directory under `CARGO_TARGET_TMPDIR`, removed when dropped.
 struct Scratch(PathBuf);
@@ -72,6 +85,11 @@ impl Scratch {
     fn arg(&self, file: &str) -> String {
         self.path(file).to_string_lossy().into_owned()
     }
+}
+
+/// A scratch directory and a key of its own for the test `name`.
+fn scratch_and_key(name: &str) -> (Scratch, String) {
+    (Scratch::new(name), unique(name))
 }
 
 impl Drop for Scratch {
@@ -109,15 +127,6 @@ fn pid_alive(pid: u32) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
-}
-
-/// Whether syncguard's lock record for `key` is in the shared Redis.
-fn redis_lock_exists(key: &str) -> bool {
-    let exists: bool = shared_redis()
-        .connection()
-        .exists(format!("syncguard:{key}"))
-        .expect("EXISTS");
-    exists
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,11 +375,23 @@ fn expect_unlocked(url: &str, key: &str) {
     sg(url, &["status", "--key", key]).expect_json(1, &Json::Null);
 }
 
+/// `status --key key` shows the lock `holder` (what `acquire` printed) holds.
+fn expect_held_by(url: &str, key: &str, holder: &Json, why: &str) {
+    let status = sg(url, &["status", "--key", key]);
+    status.expect_code(0);
+    assert_eq!(
+        str_field(&status.json(), "lockIdHash"),
+        hash_key(str_field(holder, "lockId")),
+        "{why}: {}",
+        status.context()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // acquire, status, extend, release
 // ---------------------------------------------------------------------------------------------
 
-fn lifecycle(url: &str) {
+fn acquire_status_extend_release(url: &str) {
     let key = unique("lifecycle");
     let acquired = acquire(url, &key, &["--ttl", "30s"]);
     let lock_id = str_field(&acquired, "lockId");
@@ -437,17 +458,7 @@ fn lifecycle(url: &str) {
     release(url, str_field(&again, "lockId"));
 }
 
-#[test]
-fn acquire_status_extend_release_on_redis() {
-    lifecycle(&redis_url());
-}
-
-#[test]
-fn acquire_status_extend_release_on_postgres() {
-    lifecycle(&pg_url());
-}
-
-fn contention(url: &str) {
+fn acquire_when_held_reports_locked_and_wait_waits(url: &str) {
     let key = unique("contention");
     let first = acquire(url, &key, &["--ttl", "30s"]);
     let locked = json!({"ok": false, "reason": "locked"});
@@ -459,13 +470,7 @@ fn contention(url: &str) {
         url,
         &["acquire", "--key", &key, "--wait", "30s"],
     )));
-    let status = sg(url, &["status", "--key", &key]);
-    status.expect_code(0);
-    assert_eq!(
-        str_field(&status.json(), "lockIdHash"),
-        hash_key(str_field(&first, "lockId")),
-        "the first holder still holds the lock"
-    );
+    expect_held_by(url, &key, &first, "the first holder still holds the lock");
     assert!(
         waiter.is_running(),
         "acquire --wait 30s ended while the lock was held: {}",
@@ -477,23 +482,8 @@ fn contention(url: &str) {
     let second = waited.json();
     assert_eq!(second["ok"], json!(true), "{}", waited.context());
     assert!(str_field(&second, "fence") > str_field(&first, "fence"));
-    let status = sg(url, &["status", "--key", &key]);
-    status.expect_code(0);
-    assert_eq!(
-        str_field(&status.json(), "lockIdHash"),
-        hash_key(str_field(&second, "lockId"))
-    );
+    expect_held_by(url, &key, &second, "the waiter holds the lock");
     release(url, str_field(&second, "lockId"));
-}
-
-#[test]
-fn acquire_when_held_reports_locked_and_wait_waits_on_redis() {
-    contention(&redis_url());
-}
-
-#[test]
-fn acquire_when_held_reports_locked_and_wait_waits_on_postgres() {
-    contention(&pg_url());
 }
 
 #[test]
@@ -682,8 +672,7 @@ const REPORT_ENV: &str = r#"printf '%s\n%s\n%s\n' "$SYNCGUARD_FENCE" "$SYNCGUARD
 echo from-cmd"#;
 
 fn run_when_free(url: &str) {
-    let scratch = Scratch::new("run-free");
-    let key = unique("run-free");
+    let (scratch, key) = scratch_and_key("run-free");
     let (env_file, status_file) = (scratch.arg("env"), scratch.arg("status"));
     let out = sg(
         url,
@@ -731,19 +720,8 @@ fn run_when_free(url: &str) {
     expect_unlocked(url, &key);
 }
 
-#[test]
-fn run_when_free_on_redis() {
-    run_when_free(&redis_url());
-}
-
-#[test]
-fn run_when_free_on_postgres() {
-    run_when_free(&pg_url());
-}
-
-fn run_when_held(url: &str) {
-    let scratch = Scratch::new("run-held");
-    let key = unique("run-held");
+fn run_when_held_exits_75_without_running(url: &str) {
+    let (scratch, key) = scratch_and_key("run-held");
     let holder = acquire(url, &key, &[]);
     let marker = scratch.arg("ran");
     for wait in [None, Some("0s"), Some("200ms")] {
@@ -758,24 +736,8 @@ fn run_when_held(url: &str) {
             "the command ran without the lock (--wait {wait:?})"
         );
     }
-    // The holder's lock is untouched.
-    let status = sg(url, &["status", "--key", &key]);
-    status.expect_code(0);
-    assert_eq!(
-        str_field(&status.json(), "lockIdHash"),
-        hash_key(str_field(&holder, "lockId"))
-    );
+    expect_held_by(url, &key, &holder, "the holder's lock is untouched");
     release(url, str_field(&holder, "lockId"));
-}
-
-#[test]
-fn run_when_held_exits_75_without_running_on_redis() {
-    run_when_held(&redis_url());
-}
-
-#[test]
-fn run_when_held_exits_75_without_running_on_postgres() {
-    run_when_held(&pg_url());
 }
 
 #[test]
@@ -838,7 +800,8 @@ fn run_on_memory() {
 
 /// Starts `run --key key extra… -- sh -c 'echo $$ > pid_file; script' pid_file script_args…`
 /// (so `$1`… in `script` are `script_args`) and waits until the command runs, which it does
-/// only once the lock is held; returns the process and the command's pid.
+/// only once the lock is held (which `status` confirms); returns the process and the command's
+/// pid.
 fn start_run(
     url: &str,
     key: &str,
@@ -863,36 +826,13 @@ fn start_run(
         written_pid(pid_file).is_some()
     });
     let pid = written_pid(pid_file).expect("the pid");
+    // The command runs under the lock.
+    sg(url, &["status", "--key", key]).expect_code(0);
     (running, pid)
 }
 
-/// [`start_run`] on the shared Redis, checking that the lock record is there.
-fn start_run_on_redis(
-    key: &str,
-    extra: &[&str],
-    pid_file: &Path,
-    script: &str,
-    script_args: &[&str],
-) -> (Running, u32) {
-    let started = start_run(&redis_url(), key, extra, pid_file, script, script_args);
-    assert!(redis_lock_exists(key), "the command runs under the lock");
-    started
-}
-
-#[test]
-fn run_terminates_the_command_when_the_lease_is_lost() {
-    let scratch = Scratch::new("run-lost");
-    let key = unique("run-lost");
-    let pid_file = scratch.path("pid");
-    let (running, pid) =
-        start_run_on_redis(&key, &["--ttl", "1s"], &pid_file, "exec sleep 30", &[]);
-
-    let deleted: i64 = shared_redis()
-        .connection()
-        .del(format!("syncguard:{key}"))
-        .expect("DEL");
-    assert_eq!(deleted, 1);
-
+/// `run` ends with 76, saying the lease was lost, and the command `pid` is gone.
+fn expect_lost(running: Running, pid: u32) {
     let out = running.finish();
     out.expect_code(76);
     assert!(
@@ -901,28 +841,53 @@ fn run_terminates_the_command_when_the_lease_is_lost() {
         out.context()
     );
     wait_for("the command to be gone", || !pid_alive(pid));
+}
+
+/// Deletes syncguard's lock record for `key` from the shared Redis, as an operator (or an
+/// eviction) might; returns how many records went.
+fn delete_redis_lock(key: &str) -> i64 {
+    shared_redis()
+        .connection()
+        .del(format!("syncguard:{key}"))
+        .expect("DEL")
+}
+
+#[test]
+fn run_terminates_the_command_when_the_lease_is_lost() {
+    let (scratch, key) = scratch_and_key("run-lost");
+    let pid_file = scratch.path("pid");
+    let (running, pid) = start_run(
+        &redis_url(),
+        &key,
+        &["--ttl", "1s"],
+        &pid_file,
+        "exec sleep 30",
+        &[],
+    );
+
+    let deleted = delete_redis_lock(&key);
+    assert_eq!(deleted, 1);
+
+    expect_lost(running, pid);
     expect_unlocked(&redis_url(), &key);
 }
 
 #[test]
 fn run_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
-    let scratch = Scratch::new("run-grace");
-    let key = unique("run-grace");
+    let (scratch, key) = scratch_and_key("run-grace");
     let pid_file = scratch.path("pid");
     let (never, got_term) = (scratch.arg("never"), scratch.arg("got-term"));
     // Notes SIGTERM in a file and carries on; would run for up to 30 s.
     let stubborn = format!(r#"trap 'echo TERM > "$2"' TERM; {WAIT_FOR_GO_FILE}"#);
-    let (running, pid) = start_run_on_redis(
+    let (running, pid) = start_run(
+        &redis_url(),
         &key,
         &["--ttl", "1s", "--grace", "2s"],
         &pid_file,
         &stubborn,
         &[&never, &got_term],
     );
-    let _: i64 = shared_redis()
-        .connection()
-        .del(format!("syncguard:{key}"))
-        .expect("DEL");
+    delete_redis_lock(&key);
     let out = running.finish();
     out.expect_code(76);
     wait_for("the command to be gone", || !pid_alive(pid));
@@ -936,21 +901,18 @@ fn run_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
 
 #[test]
 fn run_with_on_lost_warn_lets_the_command_finish() {
-    let scratch = Scratch::new("run-warn");
-    let key = unique("run-warn");
+    let (scratch, key) = scratch_and_key("run-warn");
     let (go, done) = (scratch.arg("go"), scratch.arg("done"));
     let script = format!(r#"{WAIT_FOR_GO_FILE}; [ -e "$1" ] && echo survived > "$2"; exit 3"#);
-    let (mut running, pid) = start_run_on_redis(
+    let (mut running, pid) = start_run(
+        &redis_url(),
         &key,
         &["--ttl", "1s", "--on-lost=warn"],
         &scratch.path("pid"),
         &script,
         &[&go, &done],
     );
-    let _: i64 = shared_redis()
-        .connection()
-        .del(format!("syncguard:{key}"))
-        .expect("DEL");
+    delete_redis_lock(&key);
     wait_for("the warning about the lost lease", || {
         running.stderr_so_far().to_lowercase().contains("lost")
     });
@@ -966,9 +928,15 @@ fn run_with_on_lost_warn_lets_the_command_finish() {
 
 #[test]
 fn run_forwards_sigterm_to_the_command() {
-    let scratch = Scratch::new("run-sigterm");
-    let key = unique("run-sigterm");
-    let (running, pid) = start_run_on_redis(&key, &[], &scratch.path("pid"), "exec sleep 30", &[]);
+    let (scratch, key) = scratch_and_key("run-sigterm");
+    let (running, pid) = start_run(
+        &redis_url(),
+        &key,
+        &[],
+        &scratch.path("pid"),
+        "exec sleep 30",
+        &[],
+    );
     let sent = Command::new("kill")
         .args(["-TERM", &running.pid()])
         .status()
@@ -983,8 +951,7 @@ fn run_forwards_sigterm_to_the_command() {
 #[test]
 fn two_runs_on_one_key() {
     let url = redis_url();
-    let scratch = Scratch::new("run-race");
-    let key = unique("run-race");
+    let (scratch, key) = scratch_and_key("run-race");
     let (fence_1, go, end_1) = (
         scratch.arg("fence-1"),
         scratch.arg("go"),
@@ -992,7 +959,8 @@ fn two_runs_on_one_key() {
     );
     let first_script =
         format!(r#"echo "$SYNCGUARD_FENCE" > "$2"; {WAIT_FOR_GO_FILE}; echo end > "$3""#);
-    let (first, _) = start_run_on_redis(
+    let (first, _) = start_run(
+        &redis_url(),
         &key,
         &[],
         &scratch.path("pid-1"),
@@ -1065,8 +1033,7 @@ echo "$SYNCGUARD_FENCE $after" > "$1""#;
 #[test]
 fn run_terminates_the_command_when_the_lease_is_lost_on_postgres() {
     let url = pg_url();
-    let scratch = Scratch::new("run-lost-pg");
-    let key = unique("run-lost-pg");
+    let (scratch, key) = scratch_and_key("run-lost-pg");
     let lock_id_file = scratch.arg("lock-id");
     let (running, pid) = start_run(
         &url,
@@ -1089,22 +1056,14 @@ fn run_terminates_the_command_when_the_lease_is_lost_on_postgres() {
         .expect("delete the lock row");
     assert_eq!(deleted, 1);
 
-    let out = running.finish();
-    out.expect_code(76);
-    assert!(
-        out.stderr.to_lowercase().contains("lost"),
-        "{}",
-        out.context()
-    );
-    wait_for("the command to be gone", || !pid_alive(pid));
+    expect_lost(running, pid);
 }
 
 #[test]
 fn run_loses_the_lease_when_the_server_goes_away() {
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let scratch = Scratch::new("run-server-gone");
-    let key = unique("run-server-gone");
+    let (scratch, key) = scratch_and_key("run-server-gone");
     let (running, pid) = start_run(
         &url,
         &key,
@@ -1115,21 +1074,13 @@ fn run_loses_the_lease_when_the_server_goes_away() {
     );
     // Renewals now fail until the lease has run out: then the lease counts as lost.
     redis.stop();
-    let out = running.finish();
-    out.expect_code(76);
-    assert!(
-        out.stderr.to_lowercase().contains("lost"),
-        "{}",
-        out.context()
-    );
-    wait_for("the command to be gone", || !pid_alive(pid));
+    expect_lost(running, pid);
 }
 
 #[test]
 fn sigterm_while_waiting_for_the_lock_ends_run_without_the_command() {
     let url = redis_url();
-    let scratch = Scratch::new("run-sigterm-waiting");
-    let key = unique("run-sigterm-waiting");
+    let (scratch, key) = scratch_and_key("run-sigterm-waiting");
     let holder = acquire(&url, &key, &[]);
     let marker = scratch.arg("ran");
     let mut waiting = Running::start(syncguard(&[
@@ -1148,13 +1099,7 @@ fn sigterm_while_waiting_for_the_lock_ends_run_without_the_command() {
         out.context()
     );
     assert!(!Path::new(&marker).exists(), "the command ran");
-    // The holder's lock is untouched.
-    let status = sg(&url, &["status", "--key", &key]);
-    status.expect_code(0);
-    assert_eq!(
-        str_field(&status.json(), "lockIdHash"),
-        hash_key(str_field(&holder, "lockId"))
-    );
+    expect_held_by(&url, &key, &holder, "the holder's lock is untouched");
     release(&url, str_field(&holder, "lockId"));
 }
 
@@ -1203,8 +1148,7 @@ fn run_reports_a_command_that_cannot_start_as_the_shells_do() {
 #[test]
 fn invalid_arguments_exit_2_and_acquire_nothing() {
     let url = redis_url();
-    let scratch = Scratch::new("invalid");
-    let key = unique("invalid");
+    let (scratch, key) = scratch_and_key("invalid");
     let long_key = "k".repeat(600);
     let marker = scratch.arg("ran");
     let cases = [

@@ -24,30 +24,23 @@
 
 use std::time::Duration;
 
-use crate::support;
+use crate::support::{self, lease, locked, unique};
 use syncguard::firestore::FirestoreBackend;
-use syncguard::postgres::PostgresBackend;
-use syncguard::redis::RedisBackend;
 use syncguard::{
-    AcquireOutcome, Clock as _, Heartbeat, Lease, LockBackend, LockOptions, Locker, Lookup,
-    ManualClock, MemoryBackend, SystemClock, TIME_TOLERANCE_MS, TimeAuthority, generate_lock_id,
+    Clock as _, Heartbeat, LockBackend, LockOptions, Locker, Lookup, ManualClock, MemoryBackend,
+    SystemClock, TIME_TOLERANCE_MS, TimeAuthority,
 };
 
 const SKEW_MS: i64 = 2000;
 
-fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
-    match outcome {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-fn locked(outcome: syncguard::Result<AcquireOutcome>) {
-    assert!(matches!(outcome, Ok(AcquireOutcome::Locked)), "{outcome:?}");
-}
-
-fn unique(name: &str) -> String {
-    format!("skew:{name}:{}", generate_lock_id())
+/// The lock `lock_id` was taken over: its holder's release and extend do nothing.
+#[track_caller]
+fn assert_no_longer_held(backend: &dyn LockBackend, lock_id: &str) {
+    assert!(!backend.release(lock_id).unwrap());
+    assert_eq!(
+        backend.extend(lock_id, Duration::from_secs(5)).unwrap(),
+        None
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -88,13 +81,7 @@ fn memory_reader_two_seconds_ahead_takes_over_a_second_early() {
     // Back to true time e - 1000 for the honest holder: its lease has a second to go, but its
     // lock is gone — release and extend touch nothing, and report it.
     clock.set(e - 1000);
-    assert!(!backend.release(&holder.lock_id).unwrap());
-    assert_eq!(
-        backend
-            .extend(&holder.lock_id, Duration::from_secs(5))
-            .unwrap(),
-        None
-    );
+    assert_no_longer_held(&backend, &holder.lock_id);
     let info = backend.lookup(Lookup::Key("job")).unwrap().expect("taker");
     assert_eq!(info.fence, taker.fence);
     // The taker's expiry is stored from its fast clock: 2 s later than an honest one would be.
@@ -155,9 +142,7 @@ fn memory_holder_two_seconds_behind_outlives_itself_only_in_its_own_eyes() {
 // ---------------------------------------------------------------------------------------------
 
 fn firestore(clock: Option<ManualClock>) -> FirestoreBackend {
-    let builder = FirestoreBackend::builder()
-        .project(support::FIRESTORE_PROJECT)
-        .emulator_host(support::shared_firestore().host());
+    let builder = support::shared_firestore_builder();
     match clock {
         Some(clock) => builder.clock(clock),
         None => builder,
@@ -189,13 +174,7 @@ fn firestore_client_two_seconds_ahead_takes_over_a_second_early() {
 
     // The honest holder's lock id no longer matches anything: release and extend do nothing,
     // and the honest client sees the taker's lock.
-    assert!(!honest.release(&holder.lock_id).unwrap());
-    assert_eq!(
-        honest
-            .extend(&holder.lock_id, Duration::from_secs(5))
-            .unwrap(),
-        None
-    );
+    assert_no_longer_held(&honest, &holder.lock_id);
     let info = honest.lookup(Lookup::Key(&key)).unwrap().expect("taker");
     assert_eq!(info.fence, taker.fence);
     assert_eq!(info.expires_at_ms, taker.expires_at_ms);
@@ -243,13 +222,7 @@ fn firestore_client_two_seconds_behind_holds_a_lock_only_it_believes_in() {
     let taker = lease(honest.acquire(&key, Duration::from_millis(1000)));
     assert!(taker.fence > holder.fence);
     // The slow holder's release and extend then do nothing to the honest lock.
-    assert!(!behind.release(&holder.lock_id).unwrap());
-    assert_eq!(
-        behind
-            .extend(&holder.lock_id, Duration::from_secs(5))
-            .unwrap(),
-        None
-    );
+    assert_no_longer_held(&behind, &holder.lock_id);
     let info = honest.lookup(Lookup::LockId(&taker.lock_id)).unwrap();
     assert_eq!(info.map(|i| i.expires_at_ms), Some(taker.expires_at_ms));
     assert!(honest.release(&taker.lock_id).unwrap());
@@ -293,26 +266,16 @@ fn expiry_is_server_derived<B: LockBackend + 'static>(backend: B, server_now_ms:
 
 #[test]
 fn redis_expiry_comes_from_the_server_clock() {
-    let backend = RedisBackend::connect(&support::shared_redis().url()).unwrap();
-    expiry_is_server_derived(backend, || {
-        let mut conn = support::shared_redis().connection();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
-        secs * 1000 + micros / 1000
-    });
+    expiry_is_server_derived(
+        support::shared_redis_backend(),
+        support::shared_redis_now_ms,
+    );
 }
 
 #[test]
 fn postgres_expiry_comes_from_the_server_clock() {
-    let backend = PostgresBackend::connect(&support::shared_postgres().url()).unwrap();
-    backend.setup_schema().unwrap();
-    expiry_is_server_derived(backend, || {
-        support::shared_postgres()
-            .client()
-            .query_one(
-                "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-                &[],
-            )
-            .unwrap()
-            .get(0)
-    });
+    expiry_is_server_derived(
+        support::shared_postgres_backend(),
+        support::shared_postgres_now_ms,
+    );
 }

@@ -9,35 +9,17 @@ use std::time::Duration;
 use crate::contract;
 use crate::support;
 use crate::support::http::{StubResponse, StubServer};
-use crate::support::{FIRESTORE_PROJECT, shared_firestore};
+use crate::support::{
+    FIRESTORE_PROJECT, TTL, lease, shared_firestore, shared_firestore_backend,
+    shared_firestore_builder, unique,
+};
 use serde_json::{Value, json};
 use syncguard::Clock as _;
 use syncguard::firestore::{Credentials, FirestoreBackend};
-use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id};
+use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup, generate_lock_id};
 
-fn backend() -> FirestoreBackend {
-    FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
-        .build()
-        .expect("a Firestore backend for the emulator")
-}
-
-backend_contract!(backend);
-guard_contract!(backend);
-
-const TTL: Duration = Duration::from_secs(30);
-
-fn unique(name: &str) -> String {
-    format!("fs-test:{name}:{}", generate_lock_id())
-}
-
-fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
-    match outcome {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
+backend_contract!(shared_firestore_backend);
+guard_contract!(shared_firestore_backend);
 
 fn agent() -> ureq::Agent {
     ureq::Agent::new_with_config(
@@ -84,7 +66,7 @@ fn write_document(collection: &str, id: &str, fields: Value) {
 
 #[test]
 fn stores_the_documents_the_typescript_library_uses() {
-    let backend = backend();
+    let backend = shared_firestore_backend();
     let key = unique("doc");
     let lease = lease(backend.acquire(&key, TTL));
     let lock = raw_document("locks", &backend.lock_document_id(&key).unwrap()).expect("lock doc");
@@ -129,7 +111,7 @@ fn lease_fence(backend: &FirestoreBackend, key: &str) -> u64 {
 
 #[test]
 fn ids_firestore_rejects_are_hashed() {
-    let backend = backend();
+    let backend = shared_firestore_backend();
     for key in [
         format!("a/b/{}", generate_lock_id()),
         format!("__{}__", generate_lock_id()),
@@ -152,7 +134,7 @@ fn ids_firestore_rejects_are_hashed() {
 
 #[test]
 fn reads_locks_written_by_the_typescript_library() {
-    let backend = backend();
+    let backend = shared_firestore_backend();
     let key = unique("from-node");
     let lock_id = generate_lock_id();
     let now = syncguard::SystemClock.now_ms();
@@ -172,24 +154,12 @@ fn reads_locks_written_by_the_typescript_library() {
         &format!("fence:{key}"),
         json!({ "fence": { "stringValue": "000000000000007" }, "keyDebug": { "stringValue": key } }),
     );
-    assert!(backend.is_locked(&key).unwrap());
-    assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
-    let info = syncguard::get_by_id_raw(&backend, &lock_id)
-        .unwrap()
-        .unwrap();
-    assert_eq!(info.key, key);
-    assert!(backend.extend(&lock_id, TTL).unwrap().is_some());
-    assert!(backend.release(&lock_id).unwrap());
-    assert_eq!(
-        lease_fence(&backend, &key),
-        8,
-        "continues the shared counter"
-    );
+    support::assert_honours_a_foreign_lock(&backend, &key, &lock_id, now + 30_000);
 }
 
 #[test]
 fn documents_with_wrong_field_types_give_typed_errors() {
-    let backend = backend();
+    let backend = shared_firestore_backend();
     let key = unique("wrong-types");
     write_document(
         "locks",
@@ -199,18 +169,7 @@ fn documents_with_wrong_field_types_give_typed_errors() {
             "expiresAtMs": { "stringValue": "soon" },
         }),
     );
-    assert_eq!(
-        backend.acquire(&key, TTL).unwrap_err().code(),
-        ErrorCode::Internal
-    );
-    assert_eq!(
-        backend.is_locked(&key).unwrap_err().code(),
-        ErrorCode::Internal
-    );
-    assert_eq!(
-        backend.lookup(Lookup::Key(&key)).unwrap_err().code(),
-        ErrorCode::Internal
-    );
+    support::assert_unreadable(&backend, &key);
     assert!(
         raw_document("locks", &key).is_some(),
         "foreign data is left alone"
@@ -222,19 +181,13 @@ fn documents_with_wrong_field_types_give_typed_errors() {
         &format!("fence:{key}"),
         json!({ "fence": { "integerValue": "3" } }),
     );
-    assert_eq!(
-        backend.acquire(&key, TTL).unwrap_err().code(),
-        ErrorCode::Internal
-    );
-    assert!(!backend.is_locked(&key).unwrap(), "nothing was written");
+    support::assert_unreadable_counter_stops_acquire(&backend, &key);
 }
 
 #[test]
 fn custom_collections() {
     let suffix = generate_lock_id();
-    let backend = FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
+    let backend = shared_firestore_builder()
         .collection(format!("app_locks_{suffix}"))
         .fence_collection(format!("app_fences_{suffix}"))
         .build()
@@ -243,7 +196,7 @@ fn custom_collections() {
     let lease = lease(backend.acquire(&key, TTL));
     assert!(raw_document(&format!("app_locks_{suffix}"), &key).is_some());
     assert!(raw_document(&format!("app_fences_{suffix}"), &format!("fence:{key}")).is_some());
-    assert!(!self::backend().is_locked(&key).unwrap());
+    assert!(!shared_firestore_backend().is_locked(&key).unwrap());
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
@@ -254,7 +207,7 @@ fn custom_collections() {
 /// Every operation is at most two HTTP requests, counted.
 #[test]
 fn at_most_two_requests_per_operation() {
-    let backend = backend();
+    let backend = shared_firestore_backend();
     let key = unique("count");
     let counted = |what: &str, op: &mut dyn FnMut()| {
         let before = backend.stats().requests;
@@ -323,7 +276,7 @@ fn at_most_two_requests_per_operation() {
 /// succeeds once the other side goes away.
 #[test]
 fn aborted_transactions_are_retried() {
-    let backend = Arc::new(backend());
+    let backend = Arc::new(shared_firestore_backend());
     let key = unique("conflict");
     let lock_name = format!(
         "projects/{FIRESTORE_PROJECT}/databases/(default)/documents/locks/{}",
@@ -377,16 +330,12 @@ fn a_self_signed_jwt_is_accepted_by_the_emulator() {
         &signing_key,
     )
     .unwrap();
-    let backend = FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
+    let backend = shared_firestore_builder()
         .credentials(Credentials::Token(token))
         .build()
         .unwrap();
     assert!(!backend.is_locked(&unique("token")).unwrap());
-    let rejected = FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
+    let rejected = shared_firestore_builder()
         .credentials(Credentials::Token("not-a-jwt".to_owned()))
         .build()
         .unwrap();
@@ -602,11 +551,7 @@ fn format_rfc3339(ms: i64) -> String {
 
 #[test]
 fn connect_parses_firestore_urls() {
-    let backend = FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
-        .build()
-        .unwrap();
+    let backend = shared_firestore_backend();
     let shown = format!("{backend:?}");
     assert!(
         shown.contains("syncguard-test") && shown.contains("(default)"),

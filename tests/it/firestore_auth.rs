@@ -33,6 +33,11 @@ fn credentials(token_uri: &str) -> Credentials {
     Credentials::ServiceAccountJson(key_json(token_uri).to_string())
 }
 
+/// A provider for the service account, exchanging its assertions at `server`.
+fn provider_for(server: &StubServer) -> TokenProvider {
+    TokenProvider::new(&credentials(&token_uri(server)), TIMEOUT).unwrap()
+}
+
 fn token_uri(server: &StubServer) -> String {
     format!("{}/token", server.url())
 }
@@ -55,14 +60,16 @@ fn token_answer(token: &str, expires_in: u64) -> StubResponse {
 }
 
 /// A token endpoint that hands out `token-1`, `token-2`, …, the first valid `first_expires_in`
-/// seconds and the others an hour.
-fn counting_endpoint(first_expires_in: u64) -> StubServer {
+/// seconds and the others an hour; and a provider that gets its tokens there.
+fn counting_provider(first_expires_in: u64) -> (StubServer, TokenProvider) {
     let issued = AtomicU64::new(0);
-    StubServer::start(move |_| {
+    let server = StubServer::start(move |_| {
         let n = issued.fetch_add(1, Ordering::SeqCst) + 1;
         let expires_in = if n == 1 { first_expires_in } else { 3600 };
         token_answer(&format!("token-{n}"), expires_in)
-    })
+    });
+    let provider = provider_for(&server);
+    (server, provider)
 }
 
 fn assertion_of(request: &StubRequest) -> String {
@@ -174,22 +181,22 @@ fn a_key_file_works_like_its_json() {
 
 #[test]
 fn tokens_are_cached() {
-    let server = counting_endpoint(3600);
-    let provider = TokenProvider::new(&credentials(&token_uri(&server)), TIMEOUT).unwrap();
-    assert_eq!(provider.authorization().unwrap(), "Bearer token-1");
-    assert_eq!(provider.authorization().unwrap(), "Bearer token-1");
+    let (server, provider) = counting_provider(3600);
+    let answers = [(); 2].map(|()| provider.authorization().unwrap());
+    assert_eq!(answers, ["Bearer token-1"; 2]);
     assert_eq!(server.requests().len(), 1);
 }
 
 #[test]
 fn a_token_due_for_refresh_is_fetched_again() {
     // Expiring now: already inside its refresh margin, so the next call must fetch.
-    let server = counting_endpoint(0);
-    let provider = TokenProvider::new(&credentials(&token_uri(&server)), TIMEOUT).unwrap();
-    assert_eq!(provider.authorization().unwrap(), "Bearer token-1");
-    assert_eq!(provider.authorization().unwrap(), "Bearer token-2");
+    let (server, provider) = counting_provider(0);
+    let answers = [(); 3].map(|()| provider.authorization().unwrap());
     // token-2 is good for an hour.
-    assert_eq!(provider.authorization().unwrap(), "Bearer token-2");
+    assert_eq!(
+        answers,
+        ["Bearer token-1", "Bearer token-2", "Bearer token-2"]
+    );
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     // Each exchange signs its own assertion.
@@ -218,8 +225,7 @@ fn concurrent_callers_share_one_refresh() {
     // Declared after the server so that it is dropped first: a failing test then releases the
     // handler instead of waiting for it forever in the server's drop.
     let release_tx = release_tx;
-    let provider =
-        Arc::new(TokenProvider::new(&credentials(&token_uri(&server)), TIMEOUT).unwrap());
+    let provider = Arc::new(provider_for(&server));
     let start = Arc::new(Barrier::new(CALLERS + 1));
 
     let callers: Vec<_> = (0..CALLERS)
@@ -260,7 +266,7 @@ fn a_refused_exchange_is_auth_failed_and_shows_no_secret() {
                 }),
             )
         });
-        let provider = TokenProvider::new(&credentials(&token_uri(&server)), TIMEOUT).unwrap();
+        let provider = provider_for(&server);
         let err = provider.authorization().unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
         assert!(err.message().contains("HTTP 400"), "{err}");
@@ -313,7 +319,7 @@ fn answers_without_a_usable_token_are_auth_failed_and_not_quoted() {
     for answer in answers {
         let shown = String::from_utf8_lossy(&answer.body).into_owned();
         let server = StubServer::start(move |_| answer.clone());
-        let provider = TokenProvider::new(&credentials(&token_uri(&server)), TIMEOUT).unwrap();
+        let provider = provider_for(&server);
         let err = provider.authorization().unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthFailed, "{shown}: {err}");
         assert_no_secrets(&format!("{err} {err:?}"), &["ya29.leaked", "leaked"]);
@@ -335,7 +341,7 @@ fn server_trouble_at_the_token_endpoint_is_transient() {
                 json!({ "error": "something", "error_description": "x" }),
             )
         });
-        let provider = TokenProvider::new(&credentials(&token_uri(&server)), TIMEOUT).unwrap();
+        let provider = provider_for(&server);
         let err = provider.authorization().unwrap_err();
         assert_eq!(err.code(), code, "HTTP {status}: {err}");
         assert!(err.message().contains(&format!("HTTP {status}")), "{err}");

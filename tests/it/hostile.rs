@@ -18,13 +18,9 @@
 //!   or not-found, and leave every held lock exactly as it was.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::support;
-use syncguard::firestore::FirestoreBackend;
-use syncguard::postgres::PostgresBackend;
-use syncguard::redis::RedisBackend;
 use syncguard::{
     AcquireOutcome, ErrorCode, LockBackend, Lookup, MutationOutcome, generate_lock_id,
     get_by_id_raw, hash_key, normalize_and_validate_key,
@@ -32,25 +28,6 @@ use syncguard::{
 
 const TTL: Duration = Duration::from_secs(60);
 const LONGER: Duration = Duration::from_secs(90);
-
-fn redis() -> RedisBackend {
-    RedisBackend::connect(&support::shared_redis().url()).expect("connect to the test Redis")
-}
-
-fn postgres() -> PostgresBackend {
-    static SCHEMA: OnceLock<()> = OnceLock::new();
-    let backend = PostgresBackend::connect(&support::shared_postgres().url()).expect("connect");
-    SCHEMA.get_or_init(|| backend.setup_schema().expect("setup_schema"));
-    backend
-}
-
-fn firestore() -> FirestoreBackend {
-    FirestoreBackend::builder()
-        .project(support::FIRESTORE_PROJECT)
-        .emulator_host(support::shared_firestore().host())
-        .build()
-        .expect("a Firestore backend for the emulator")
-}
 
 /// Groups of keys; the keys within a group are canonically equivalent (one lock), keys of
 /// different groups are not. `id` makes most groups unique to one run; the bare `/`, `.`, `..`
@@ -328,15 +305,15 @@ fn foreign_lock_ids<B: LockBackend>(backend: &B, held: &BTreeMap<String, (String
 
 #[test]
 fn redis_hostile_keys_and_lock_ids() {
-    hostile_keys(&redis());
+    hostile_keys(&support::shared_redis_backend());
 }
 
 #[test]
 fn postgres_hostile_keys_and_lock_ids() {
-    hostile_keys(&postgres());
+    hostile_keys(&support::shared_postgres_backend());
 }
 
 #[test]
 fn firestore_hostile_keys_and_lock_ids() {
-    hostile_keys(&firestore());
+    hostile_keys(&support::shared_firestore_backend());
 }

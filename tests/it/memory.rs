@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use crate::support::lease;
 use syncguard::{
-    AcquireOutcome, FailureReason, Lease, LockBackend, Lookup, ManualClock, MemoryBackend,
+    AcquireOutcome, FailureReason, LockBackend, Lookup, ManualClock, MemoryBackend,
     MutationOutcome, TIME_TOLERANCE_MS, get_by_id_raw, owns,
 };
 
@@ -19,13 +20,6 @@ mod boxed {
 }
 
 const T0: i64 = 1_700_000_000_000;
-
-fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
-    match outcome {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
 
 /// Seed 003 liveness predicate with TIME_TOLERANCE_MS = 1000: live at expiry + 999 ms, gone at
 /// expiry + 1000 ms, for every operation.

@@ -15,28 +15,22 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{self, child};
-use crate::support::{shared_pgbouncer, shared_postgres};
+use crate::support::{
+    TTL, shared_pgbouncer, shared_postgres, shared_postgres_backend, shared_postgres_with_tables,
+    unique,
+};
 use serde::{Deserialize, Serialize};
-use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
+use syncguard::postgres::PostgresBackend;
 use syncguard::{AcquireOutcome, LockBackend, LockInfo, Lookup, generate_lock_id};
-
-/// The default tables, created once per process directly on the cluster.
-fn ensure_schema() {
-    static SCHEMA: OnceLock<()> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let mut client = shared_postgres().client();
-        setup_schema(&mut client, &TableNames::default()).expect("setup_schema on the cluster");
-    });
-}
 
 /// A backend connected through the shared PgBouncer (transaction mode, 4 server connections).
 fn backend_through_pgbouncer() -> PostgresBackend {
-    ensure_schema();
+    shared_postgres_with_tables();
     let bouncer = shared_pgbouncer();
     PostgresBackend::connect(&bouncer.url()).unwrap_or_else(|error| {
         panic!(
@@ -46,20 +40,8 @@ fn backend_through_pgbouncer() -> PostgresBackend {
     })
 }
 
-/// A backend connected to the cluster itself, bypassing the pooler.
-fn direct_backend() -> PostgresBackend {
-    ensure_schema();
-    PostgresBackend::connect(&shared_postgres().url()).expect("connect to the cluster directly")
-}
-
 backend_contract!(backend_through_pgbouncer);
 guard_contract!(backend_through_pgbouncer);
-
-const TTL: Duration = Duration::from_secs(30);
-
-fn unique(name: &str) -> String {
-    format!("pgbouncer-test:{name}:{}", generate_lock_id())
-}
 
 /// Whether `info` describes the lock `lock_id` with `fence`.
 fn describes(info: &LockInfo, lock_id: &str, fence: &str) -> bool {
@@ -135,19 +117,7 @@ fn own_key_cycle(backend: &dyn LockBackend, key: &str, tally: &mut Tally) {
     if let Some(extended) = tally.call("extend(own)", backend.extend(id, TTL)) {
         tally.expect(extended.is_some(), || "extend of a held lock: None".into());
     }
-    if let Some(locked) = tally.call("is_locked(own)", backend.is_locked(key)) {
-        tally.expect(locked, || "is_locked of a held key: false".into());
-    }
-    if let Some(info) = tally.call("lookup(Key(own))", backend.lookup(Lookup::Key(key))) {
-        tally.expect(info.is_some_and(|i| describes(&i, id, fence)), || {
-            "lookup by key of a held lock: not that lock".into()
-        });
-    }
-    if let Some(info) = tally.call("lookup(LockId(own))", backend.lookup(Lookup::LockId(id))) {
-        tally.expect(info.is_some_and(|i| describes(&i, id, fence)), || {
-            "lookup by lock id of a held lock: not that lock".into()
-        });
-    }
+    sees_the_lock(backend, tally, "own", (key, id, fence));
     if let Some(released) = tally.call("release(own)", backend.release(id)) {
         tally.expect(released, || "release of a held lock: false".into());
     }
@@ -338,19 +308,32 @@ fn run_worker(plan: &WorkerPlan) -> Tally {
 
 /// Checks that the parent's lock is seen, unchanged, by key and by lock id.
 fn sees_the_held_lock(backend: &PostgresBackend, plan: &WorkerPlan, tally: &mut Tally) {
-    let (key, id, fence) = (&plan.held_key, &plan.held_lock_id, &plan.held_fence);
-    if let Some(info) = tally.call("lookup(Key(held))", backend.lookup(Lookup::Key(key))) {
-        tally.expect(info.is_some_and(|i| describes(&i, id, fence)), || {
-            "lookup by key of the parent's lock: not that lock".into()
-        });
+    let held = (
+        plan.held_key.as_str(),
+        plan.held_lock_id.as_str(),
+        plan.held_fence.as_str(),
+    );
+    sees_the_lock(backend, tally, "held", held);
+}
+
+/// Checks that the lock `(key, lock id, fence)` (`whose`: "own" or "held") is held and seen,
+/// unchanged, by key and by lock id.
+fn sees_the_lock(
+    backend: &dyn LockBackend,
+    tally: &mut Tally,
+    whose: &str,
+    (key, id, fence): (&str, &str, &str),
+) {
+    if let Some(locked) = tally.call(&format!("is_locked({whose})"), backend.is_locked(key)) {
+        tally.expect(locked, || format!("is_locked of the {whose} key: false"));
     }
-    if let Some(info) = tally.call("lookup(LockId(held))", backend.lookup(Lookup::LockId(id))) {
-        tally.expect(info.is_some_and(|i| describes(&i, id, fence)), || {
-            "lookup by lock id of the parent's lock: not that lock".into()
-        });
-    }
-    if let Some(locked) = tally.call("is_locked(held)", backend.is_locked(key)) {
-        tally.expect(locked, || "is_locked of the parent's key: false".into());
+    for lookup in [Lookup::Key(key), Lookup::LockId(id)] {
+        let what = format!("lookup({lookup:?}) of the {whose} lock");
+        if let Some(info) = tally.call(&what, backend.lookup(lookup)) {
+            tally.expect(info.is_some_and(|i| describes(&i, id, fence)), || {
+                format!("{what}: not that lock")
+            });
+        }
     }
 }
 
@@ -480,7 +463,7 @@ fn snapshot(client: &mut postgres::Client, keys: &[String]) -> Snapshot {
 /// on a server connection both used).
 fn parent_lock_survives_workers(mode: Mode) {
     const HELD_TTL: Duration = Duration::from_secs(300);
-    let direct = direct_backend();
+    let direct = shared_postgres_backend(); // bypassing the pooler
     let bouncer_url = shared_pgbouncer().url();
     let mut client = shared_postgres().client();
 
@@ -644,31 +627,10 @@ fn a_startup_parameter_the_pooler_refuses_is_a_configuration_error() {
 fn setup_and_the_inline_statements_work_through_the_pooler() {
     // Tables of their own, made through the pooler; then without the server functions (as the
     // TypeScript SyncGuard sets them up), so every statement goes inline.
-    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
-    let locks = format!("b_locks_{suffix}");
-    let backend = PostgresBackend::builder()
-        .url(shared_pgbouncer().url())
-        .table_name(&locks)
-        .fence_table_name(format!("b_fences_{suffix}"))
-        .build()
-        .unwrap();
-    backend.setup_schema().unwrap();
+    let (backend, locks) = support::backend_on_fresh_tables(&shared_pgbouncer().url());
     let mut client = shared_postgres().client();
     support::drop_server_functions(&mut client, &locks);
     for round in 0..20 {
-        let key = unique(&format!("inline-{round}"));
-        let lease = match backend.acquire(&key, TTL).unwrap() {
-            AcquireOutcome::Acquired(lease) => lease,
-            AcquireOutcome::Locked => panic!("a fresh key was locked"),
-        };
-        assert!(backend.is_locked(&key).unwrap());
-        assert!(
-            backend
-                .lookup(Lookup::LockId(&lease.lock_id))
-                .unwrap()
-                .is_some()
-        );
-        assert!(backend.extend(&lease.lock_id, TTL).unwrap().is_some());
-        assert!(backend.release(&lease.lock_id).unwrap());
+        support::assert_lock_cycle(&backend, &unique(&format!("inline-{round}")));
     }
 }

@@ -4,52 +4,23 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use crate::contract;
 use crate::support;
-use crate::support::{PG_PASSWORD, PgServer, shared_postgres};
+use crate::support::{
+    PG_PASSWORD, PgServer, TTL, lease, postgres_now_ms, shared_postgres, shared_postgres_backend,
+    shared_postgres_with_client, shared_postgres_with_tables, unique,
+};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
 use syncguard::{
-    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, Lookup, generate_lock_id,
-    make_storage_key,
+    AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup, generate_lock_id, make_storage_key,
 };
 
-/// A backend on the shared cluster, whose default tables exist.
-fn backend() -> PostgresBackend {
-    static SCHEMA: OnceLock<()> = OnceLock::new();
-    let backend = PostgresBackend::connect(&shared_postgres().url()).expect("connect");
-    SCHEMA.get_or_init(|| backend.setup_schema().expect("setup_schema"));
-    backend
-}
-
-backend_contract!(backend);
-guard_contract!(backend);
-
-const TTL: Duration = Duration::from_secs(30);
-
-fn unique(name: &str) -> String {
-    format!("pg-test:{name}:{}", generate_lock_id())
-}
-
-fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
-    match outcome {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-fn server_now_ms(client: &mut postgres::Client) -> i64 {
-    client
-        .query_one(
-            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-            &[],
-        )
-        .unwrap()
-        .get(0)
-}
+backend_contract!(shared_postgres_backend);
+guard_contract!(shared_postgres_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Schema and storage format
@@ -57,7 +28,7 @@ fn server_now_ms(client: &mut postgres::Client) -> i64 {
 
 #[test]
 fn setup_schema_creates_the_seed_tables_and_indexes_idempotently() {
-    let backend = backend();
+    let backend = shared_postgres_backend();
     backend.setup_schema().unwrap();
     backend.setup_schema().unwrap();
     let mut client = shared_postgres().client();
@@ -124,8 +95,7 @@ fn setup_schema_creates_the_seed_tables_and_indexes_idempotently() {
 
 #[test]
 fn rows_are_written_as_the_seed_specifies() {
-    let backend = backend();
-    let mut client = shared_postgres().client();
+    let (backend, mut client) = shared_postgres_with_client();
     let key = unique("row");
     let lease = lease(backend.acquire(&key, TTL));
     let row = client
@@ -167,8 +137,7 @@ fn rows_are_written_as_the_seed_specifies() {
 
 #[test]
 fn fence_counter_rows_survive_release_and_expiry() {
-    let backend = backend();
-    let mut client = shared_postgres().client();
+    let (backend, mut client) = shared_postgres_with_client();
     let key = unique("fence-lifetime");
     let fence_key = backend.fence_key(&key).unwrap();
     let counter = |client: &mut postgres::Client| -> i64 {
@@ -194,7 +163,7 @@ fn fence_counter_rows_survive_release_and_expiry() {
 fn storage_keys_follow_the_shared_vectors() {
     let vectors: serde_json::Value =
         serde_json::from_str(include_str!("../data/storage_keys.json")).unwrap();
-    let backend = backend();
+    let backend = shared_postgres_backend();
     let mut checked = 0;
     for vector in vectors["derived_keys"].as_array().unwrap() {
         let key = vector["key"].as_str().unwrap();
@@ -244,7 +213,7 @@ fn custom_table_names_from_the_builder_and_the_url() {
         "both see the same custom tables"
     );
     assert!(
-        !backend().is_locked(&key).unwrap(),
+        !shared_postgres_backend().is_locked(&key).unwrap(),
         "the default tables are others"
     );
     let mut client = shared_postgres().client();
@@ -287,11 +256,10 @@ fn table_name_injection_is_rejected_at_construction() {
 /// A lock the TypeScript SyncGuard wrote is honoured, and its counter carried on.
 #[test]
 fn reads_and_releases_rows_written_by_the_typescript_library() {
-    let backend = backend();
-    let mut client = shared_postgres().client();
+    let (backend, mut client) = shared_postgres_with_client();
     let key = unique("from-node");
     let lock_id = generate_lock_id();
-    let now = server_now_ms(&mut client);
+    let now = postgres_now_ms(&mut client);
     client
         .execute(
             "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
@@ -305,19 +273,7 @@ fn reads_and_releases_rows_written_by_the_typescript_library() {
             &[&format!("fence:{key}"), &key],
         )
         .unwrap();
-    assert!(backend.is_locked(&key).unwrap());
-    assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
-    let info = syncguard::get_by_id_raw(&backend, &lock_id)
-        .unwrap()
-        .unwrap();
-    assert_eq!(info.key, key);
-    assert_eq!(info.info.fence.as_str(), "000000000000007");
-    assert!(backend.extend(&lock_id, TTL).unwrap().is_some());
-    assert!(backend.release(&lock_id).unwrap());
-    assert_eq!(
-        lease(backend.acquire(&key, TTL)).fence.as_str(),
-        "000000000000008"
-    );
+    support::assert_honours_a_foreign_lock(&backend, &key, &lock_id, now + 30_000);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,29 +282,15 @@ fn reads_and_releases_rows_written_by_the_typescript_library() {
 
 #[test]
 fn expiry_is_computed_from_the_server_clock() {
-    let backend = backend();
-    let mut client = shared_postgres().client();
-    let key = unique("server-time");
-    let ttl = TTL.as_millis() as i64;
-    let before = server_now_ms(&mut client);
-    let lease = lease(backend.acquire(&key, TTL));
-    let after = server_now_ms(&mut client);
-    assert!((before + ttl..=after + ttl).contains(&lease.expires_at_ms));
-    let before = server_now_ms(&mut client);
-    let extended = backend.extend(&lease.lock_id, TTL).unwrap().unwrap();
-    let after = server_now_ms(&mut client);
-    assert!((before + ttl..=after + ttl).contains(&extended));
-    assert!(backend.release(&lease.lock_id).unwrap());
+    let backend = shared_postgres_backend();
+    support::assert_expiry_follows_the_server_clock(&backend, support::shared_postgres_now_ms);
 }
 
 #[test]
 fn tolerance_is_applied_against_the_server_clock() {
-    let backend = backend();
-    let mut client = shared_postgres().client();
-    for (age_ms, live) in [(500, true), (1500, false)] {
-        let key = unique("tolerance");
-        let lock_id = generate_lock_id();
-        let now = server_now_ms(&mut client);
+    let (backend, mut client) = shared_postgres_with_client();
+    support::assert_tolerance_follows_the_server_clock(&backend, |key, lock_id, age_ms| {
+        let now = postgres_now_ms(&mut client);
         client
             .execute(
                 "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
@@ -356,38 +298,22 @@ fn tolerance_is_applied_against_the_server_clock() {
                 &[&key, &lock_id, &(now - age_ms), &(now - 60_000)],
             )
             .unwrap();
-        assert_eq!(
-            backend.is_locked(&key).unwrap(),
-            live,
-            "expired {age_ms} ms ago"
-        );
-        assert_eq!(
-            backend.lookup(Lookup::LockId(&lock_id)).unwrap().is_some(),
-            live
-        );
-        assert_eq!(backend.extend(&lock_id, TTL).unwrap().is_some(), live);
-        client
-            .execute(
-                "DELETE FROM syncguard_locks WHERE lock_id = $1",
-                &[&lock_id],
-            )
-            .unwrap();
-    }
+    });
 }
 
 #[test]
 fn cleanup_in_is_locked_is_opt_in_and_guarded() {
-    backend();
+    shared_postgres_with_tables();
     let cleaning = PostgresBackend::builder()
         .url(shared_postgres().url())
         .cleanup_in_is_locked(true)
         .build()
         .unwrap();
-    let plain = backend();
+    let plain = shared_postgres_backend();
     let mut client = shared_postgres().client();
     let plant = |client: &mut postgres::Client, age_ms: i64| {
         let key = unique("stale");
-        let now = server_now_ms(client);
+        let now = postgres_now_ms(client);
         client
             .execute(
                 "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
@@ -440,7 +366,7 @@ fn rows_edited_by_hand_give_typed_errors() {
             "ALTER TABLE {locks} ALTER COLUMN fence DROP NOT NULL"
         ))
         .unwrap();
-    let now = server_now_ms(&mut client);
+    let now = postgres_now_ms(&mut client);
     let (null_fence, bad_fence) = (unique("null-fence"), unique("bad-fence"));
     for (key, fence) in [(&null_fence, None), (&bad_fence, Some("not-a-fence"))] {
         client
@@ -487,7 +413,10 @@ fn rows_edited_by_hand_give_typed_errors() {
 /// for one key over and over: one winner per round, no duplicate fence 1, fences increasing.
 #[test]
 fn racing_acquires_over_two_pools() {
-    let pools = [Arc::new(backend()), Arc::new(backend())];
+    let pools = [
+        Arc::new(shared_postgres_backend()),
+        Arc::new(shared_postgres_backend()),
+    ];
     let threads = 8;
     let rounds = 15;
     let barrier = Barrier::new(threads);
@@ -612,7 +541,7 @@ fn typescript_acquire(
 /// round has exactly one holder, and the fences both sides issue keep growing.
 #[test]
 fn mixed_fleet_with_the_typescript_library_never_double_grants() {
-    let backend = Arc::new(backend());
+    let backend = Arc::new(shared_postgres_backend());
     let rounds = 20;
     let keys: Vec<String> = (0..rounds).map(|r| unique(&format!("mixed-{r}"))).collect();
     let barrier = Barrier::new(4);
@@ -686,20 +615,10 @@ fn mixed_fleet_with_the_typescript_library_never_double_grants() {
 // Faults, each on a cluster of its own
 // ---------------------------------------------------------------------------------------------
 
-fn impatient(url: &str) -> PostgresBackend {
-    PostgresBackend::builder()
-        .url(url)
-        .connect_timeout(Duration::from_millis(500))
-        .statement_timeout(Duration::from_secs(2))
-        .pool_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn faults_stopped_restarted_wrong_password() {
     let mut server = PgServer::start();
-    let backend = Arc::new(impatient(&server.url()));
+    let backend = Arc::new(support::impatient_postgres(&server.url()).build().unwrap());
     backend.setup_schema().unwrap();
     let key = unique("fault");
     let held = lease(backend.acquire(&key, TTL));
@@ -708,15 +627,10 @@ fn faults_stopped_restarted_wrong_password() {
     server.stop();
     for _ in 0..2 {
         let (backend, key) = (Arc::clone(&backend), key.clone());
-        let err = support::within_a_minute(move || backend.is_locked(&key)).unwrap_err();
-        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+        support::unavailable_within_a_minute(move || backend.is_locked(&key));
     }
-    let err = support::within_a_minute({
-        let url = server.url();
-        move || PostgresBackend::connect(&url)
-    })
-    .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    let url = server.url();
+    support::unavailable_within_a_minute(move || PostgresBackend::connect(&url));
 
     // Restarted: PostgreSQL keeps its data, so the lock is still held, and the next call works.
     server.restart();
@@ -743,25 +657,16 @@ fn tls_required_against_a_plain_server_is_a_typed_error() {
 #[test]
 fn an_application_pool_works_and_exhaustion_is_rate_limited() {
     let config: postgres::Config = shared_postgres().url().parse().unwrap();
-    let manager = r2d2_postgres::PostgresConnectionManager::new(config, postgres::NoTls);
-    let pool = r2d2::Pool::builder()
-        .max_size(1)
-        .test_on_check_out(false)
-        .connection_timeout(Duration::from_millis(300))
-        .build(manager)
-        .unwrap();
+    let pool = support::pool_of_one(r2d2_postgres::PostgresConnectionManager::new(
+        config,
+        postgres::NoTls,
+    ));
     let backend = PostgresBackend::builder()
         .pool(pool.clone())
         .build()
         .unwrap();
     backend.setup_schema().unwrap();
-    let hog = pool.get().unwrap();
-    let err = backend.is_locked(&unique("busy")).unwrap_err();
-    assert_eq!(err.code(), ErrorCode::RateLimited, "{err}");
-    drop(hog);
-    let key = unique("app-pool");
-    let lease = lease(backend.acquire(&key, TTL));
-    assert!(backend.release(&lease.lock_id).unwrap());
+    support::exhausted_pool_is_rate_limited(&backend, pool.get().unwrap());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -772,16 +677,7 @@ fn an_application_pool_works_and_exhaustion_is_rate_limited() {
 /// and `with_lock`.
 fn lock_user_session(backend: PostgresBackend) {
     let key = unique("async");
-    let held = lease(backend.acquire(&key, TTL));
-    assert!(backend.is_locked(&key).unwrap());
-    assert!(
-        backend
-            .lookup(Lookup::LockId(&held.lock_id))
-            .unwrap()
-            .is_some()
-    );
-    assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
-    assert!(backend.release(&held.lock_id).unwrap());
+    support::assert_lock_cycle(&backend, &key);
     let locker = syncguard::Locker::new(backend);
     let guard = locker.lock(&key).unwrap();
     assert!(guard.extend(TTL).unwrap());
@@ -800,36 +696,40 @@ fn multi_thread_runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn no_panic_inside_block_on() {
-    backend(); // the schema, outside
+    shared_postgres_with_tables(); // outside the runtime
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async { lock_user_session(backend()) });
+    runtime.block_on(async { lock_user_session(shared_postgres_backend()) });
 }
 
 #[test]
 fn no_panic_on_a_tokio_main_style_worker() {
-    backend();
+    shared_postgres_with_tables();
     // As `#[tokio::main]` does: a multi-thread runtime, the program's work in a task on it.
     let runtime = multi_thread_runtime();
     runtime
-        .block_on(async { tokio::spawn(async { lock_user_session(backend()) }).await })
+        .block_on(async {
+            tokio::spawn(async { lock_user_session(shared_postgres_backend()) }).await
+        })
         .unwrap();
 }
 
 #[test]
 fn no_panic_from_spawn_blocking() {
-    backend();
+    shared_postgres_with_tables();
     let runtime = multi_thread_runtime();
     runtime
-        .block_on(async { tokio::task::spawn_blocking(|| lock_user_session(backend())).await })
+        .block_on(async {
+            tokio::task::spawn_blocking(|| lock_user_session(shared_postgres_backend())).await
+        })
         .unwrap();
 }
 
 #[test]
 fn no_panic_with_an_application_pool_inside_a_runtime() {
-    backend();
+    shared_postgres_with_tables();
     // The application built its pool outside (the blocking client cannot connect inside a
     // runtime) and gave it away: the backend holds its last handle, so dropping the backend
     // inside the runtime closes the blocking clients there too.
@@ -853,8 +753,8 @@ fn no_panic_with_an_application_pool_inside_a_runtime() {
 
 #[test]
 fn bad_inputs_and_their_messages() {
-    let server = shared_postgres();
-    backend(); // the default tables exist, so only the custom ones below are missing
+    // The default tables exist, so only the custom ones below are missing.
+    let server = shared_postgres_with_tables();
     let refused_port = support::free_port();
     let cases: Vec<(&str, String, ErrorCode, Vec<String>)> = vec![
         (
@@ -973,23 +873,9 @@ fn bad_inputs_and_their_messages() {
 // Server functions: the statements with plans cached per server connection
 // ---------------------------------------------------------------------------------------------
 
-/// A backend on fresh tables of its own, set up with their server functions.
-fn backend_on_fresh_tables() -> (PostgresBackend, String) {
-    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
-    let locks = format!("f_locks_{suffix}");
-    let backend = PostgresBackend::builder()
-        .url(shared_postgres().url())
-        .table_name(&locks)
-        .fence_table_name(format!("f_fences_{suffix}"))
-        .build()
-        .unwrap();
-    backend.setup_schema().unwrap();
-    (backend, locks)
-}
-
 #[test]
 fn operations_go_through_the_server_functions() {
-    let (backend, locks) = backend_on_fresh_tables();
+    let (backend, locks) = support::backend_on_fresh_tables(&shared_postgres().url());
     let key = unique("function");
     let held = lease(backend.acquire(&key, TTL));
     // Replace one function with an impostor: what the backend answers must come from it.
@@ -1010,7 +896,7 @@ fn operations_go_through_the_server_functions() {
 
 #[test]
 fn without_the_server_functions_the_statements_go_inline() {
-    let (backend, locks) = backend_on_fresh_tables();
+    let (backend, locks) = support::backend_on_fresh_tables(&shared_postgres().url());
     let mut client = shared_postgres().client();
     support::drop_server_functions(&mut client, &locks);
     // As a database set up by the TypeScript SyncGuard or an older syncguard: everything works.

@@ -7,39 +7,17 @@ use std::time::Duration;
 
 use crate::contract;
 use crate::support;
-use crate::support::{RedisServer, shared_redis};
+use crate::support::{
+    RedisServer, TTL, lease, redis_now_ms, shared_redis, shared_redis_backend,
+    shared_redis_with_connection, unique,
+};
 use redis::Commands as _;
 use serde_json::Value as Json;
 use syncguard::redis::RedisBackend;
-use syncguard::{
-    AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id, make_storage_key,
-};
+use syncguard::{ErrorCode, LockBackend, generate_lock_id, make_storage_key};
 
-fn backend() -> RedisBackend {
-    RedisBackend::connect(&shared_redis().url()).expect("connect to the test Redis")
-}
-
-backend_contract!(backend);
-guard_contract!(backend);
-
-const TTL: Duration = Duration::from_secs(30);
-
-fn unique(name: &str) -> String {
-    format!("redis-test:{name}:{}", generate_lock_id())
-}
-
-fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
-    match outcome {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-/// Redis' clock, in Unix ms.
-fn server_now_ms(conn: &mut redis::Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    secs * 1000 + micros / 1000
-}
+backend_contract!(shared_redis_backend);
+guard_contract!(shared_redis_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Storage format (shared with the TypeScript SyncGuard)
@@ -47,8 +25,7 @@ fn server_now_ms(conn: &mut redis::Connection) -> i64 {
 
 #[test]
 fn stores_the_three_keys_of_the_syncguard_layout() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
+    let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("layout");
     let lease = lease(backend.acquire(&key, TTL));
 
@@ -101,8 +78,7 @@ fn stores_the_three_keys_of_the_syncguard_layout() {
 
 #[test]
 fn fence_counters_survive_release_and_expiry() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
+    let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("fence-lifetime");
     let fence_key = backend.fence_key(&key).unwrap();
 
@@ -173,11 +149,10 @@ fn long_prefixes_force_hash_truncation_of_all_three_keys() {
 /// What the TypeScript SyncGuard writes, field order and all, is a lock this backend honours.
 #[test]
 fn reads_and_releases_locks_written_by_the_typescript_library() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
+    let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("from-node");
     let lock_id = generate_lock_id();
-    let now = server_now_ms(&mut conn);
+    let now = redis_now_ms(&mut conn);
     let record = format!(
         r#"{{"fence":"000000000000007","key":"{key}","acquiredAtMs":{now},"lockId":"{lock_id}","expiresAtMs":{}}}"#,
         now + 30_000
@@ -188,24 +163,7 @@ fn reads_and_releases_locks_written_by_the_typescript_library() {
         .set_ex(format!("syncguard:id:{lock_id}"), &lock_key, 30)
         .unwrap();
     let _: () = conn.set(format!("syncguard:fence:{lock_key}"), 7).unwrap();
-
-    assert!(backend.is_locked(&key).unwrap());
-    assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
-    let info = syncguard::get_by_id_raw(&backend, &lock_id)
-        .unwrap()
-        .unwrap();
-    assert_eq!(info.key, key);
-    assert_eq!(info.info.fence.as_str(), "000000000000007");
-    assert_eq!(info.info.expires_at_ms, now + 30_000);
-    assert!(backend.extend(&lock_id, TTL).unwrap().is_some());
-    assert!(backend.release(&lock_id).unwrap());
-    let next = lease(backend.acquire(&key, TTL));
-    assert_eq!(
-        next.fence.as_str(),
-        "000000000000008",
-        "continues the shared counter"
-    );
-    assert!(backend.release(&next.lock_id).unwrap());
+    support::assert_honours_a_foreign_lock(&backend, &key, &lock_id, now + 30_000);
 }
 
 #[test]
@@ -231,66 +189,40 @@ fn url_prefix_option_and_connect() {
 
 #[test]
 fn expiry_is_computed_from_redis_time() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
-    let key = unique("server-time");
-    let before = server_now_ms(&mut conn);
-    let lease = lease(backend.acquire(&key, TTL));
-    let after = server_now_ms(&mut conn);
-    let ttl = TTL.as_millis() as i64;
-    assert!(
-        (before + ttl..=after + ttl).contains(&lease.expires_at_ms),
-        "expiry {} not within Redis TIME [{before}, {after}] + ttl",
-        lease.expires_at_ms
-    );
-    let before = server_now_ms(&mut conn);
-    let extended = backend.extend(&lease.lock_id, TTL).unwrap().unwrap();
-    let after = server_now_ms(&mut conn);
-    assert!((before + ttl..=after + ttl).contains(&extended));
-    assert!(backend.release(&lease.lock_id).unwrap());
+    let backend = shared_redis_backend();
+    support::assert_expiry_follows_the_server_clock(&backend, support::shared_redis_now_ms);
 }
 
 /// The 1000 ms tolerance is applied against Redis TIME inside the scripts: a record that
 /// expired 500 ms ago (by the server's clock) is still live, one 1500 ms ago is not.
 #[test]
 fn tolerance_is_applied_against_redis_time() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
-    let now = server_now_ms(&mut conn);
-    for (age_ms, live) in [(500, true), (1500, false)] {
-        let key = unique("tolerance");
-        let lock_id = generate_lock_id();
+    let (backend, mut conn) = shared_redis_with_connection();
+    support::assert_tolerance_follows_the_server_clock(&backend, |key, lock_id, age_ms| {
+        let now = redis_now_ms(&mut conn);
         let record = format!(
             r#"{{"lockId":"{lock_id}","expiresAtMs":{},"acquiredAtMs":{},"key":"{key}","fence":"000000000000001"}}"#,
             now - age_ms,
             now - 60_000
         );
-        let lock_key = backend.lock_key(&key).unwrap();
+        let lock_key = backend.lock_key(key).unwrap();
         let _: () = conn.set_ex(&lock_key, &record, 60).unwrap();
         let _: () = conn
-            .set_ex(backend.index_key(&lock_id).unwrap(), &lock_key, 60)
+            .set_ex(backend.index_key(lock_id).unwrap(), &lock_key, 60)
             .unwrap();
-        assert_eq!(
-            backend.is_locked(&key).unwrap(),
-            live,
-            "expired {age_ms} ms ago"
-        );
-        assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap().is_some(), live);
-        assert_eq!(backend.extend(&lock_id, TTL).unwrap().is_some(), live);
-        let _: () = conn.del(&lock_key).unwrap();
-    }
+    });
 }
 
 #[test]
 fn cleanup_in_is_locked_is_opt_in_and_guarded() {
     let mut conn = shared_redis().connection();
-    let plain = backend();
+    let plain = shared_redis_backend();
     let cleaning = RedisBackend::builder()
         .url(shared_redis().url())
         .cleanup_in_is_locked(true)
         .build()
         .unwrap();
-    let now = server_now_ms(&mut conn);
+    let now = redis_now_ms(&mut conn);
     // A record left behind past its expiry (e.g. written with a longer PX by another client).
     let plant = |conn: &mut redis::Connection, age_ms: i64| {
         let key = unique("stale");
@@ -334,24 +266,12 @@ fn cleanup_in_is_locked_is_opt_in_and_guarded() {
 
 #[test]
 fn values_that_are_not_syncguard_locks_give_typed_errors() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
+    let (backend, mut conn) = shared_redis_with_connection();
 
     let key = unique("not-json");
     let lock_key = backend.lock_key(&key).unwrap();
     let _: () = conn.set(&lock_key, "hello, not a lock").unwrap();
-    assert_eq!(
-        backend.acquire(&key, TTL).unwrap_err().code(),
-        ErrorCode::Internal
-    );
-    assert_eq!(
-        backend.is_locked(&key).unwrap_err().code(),
-        ErrorCode::Internal
-    );
-    assert_eq!(
-        backend.lookup(Lookup::Key(&key)).unwrap_err().code(),
-        ErrorCode::Internal
-    );
+    support::assert_unreadable(&backend, &key);
     let kept: String = conn.get(&lock_key).unwrap();
     assert_eq!(
         kept, "hello, not a lock",
@@ -361,28 +281,18 @@ fn values_that_are_not_syncguard_locks_give_typed_errors() {
     let key = unique("wrong-type");
     let lock_key = backend.lock_key(&key).unwrap();
     let _: () = conn.hset(&lock_key, "field", "value").unwrap();
-    assert_eq!(
-        backend.acquire(&key, TTL).unwrap_err().code(),
-        ErrorCode::InvalidArgument
-    );
+    support::assert_acquire_fails(&backend, &key, ErrorCode::InvalidArgument);
 
     let key = unique("json-but-not-ours");
     let lock_key = backend.lock_key(&key).unwrap();
     let _: () = conn.set(&lock_key, r#"{"expiresAtMs":"soon"}"#).unwrap();
-    assert_eq!(
-        backend.acquire(&key, TTL).unwrap_err().code(),
-        ErrorCode::Internal
-    );
+    support::assert_acquire_fails(&backend, &key, ErrorCode::Internal);
 
     let key = unique("bad-counter");
     let _: () = conn
         .set(backend.fence_key(&key).unwrap(), "not a number")
         .unwrap();
-    assert_eq!(
-        backend.acquire(&key, TTL).unwrap_err().code(),
-        ErrorCode::Internal
-    );
-    assert!(!backend.is_locked(&key).unwrap(), "nothing was written");
+    support::assert_unreadable_counter_stops_acquire(&backend, &key);
 
     let _: () = conn
         .del(&[
@@ -395,8 +305,7 @@ fn values_that_are_not_syncguard_locks_give_typed_errors() {
 /// A user key that names another key's fence counter can neither overwrite nor delete it.
 #[test]
 fn keys_colliding_with_fence_counters_cannot_touch_them() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
+    let (backend, mut conn) = shared_redis_with_connection();
     let victim = unique("victim");
     let first = lease(backend.acquire(&victim, TTL));
     assert!(backend.release(&first.lock_id).unwrap());
@@ -404,10 +313,7 @@ fn keys_colliding_with_fence_counters_cannot_touch_them() {
     let attacker = fence_key.strip_prefix("syncguard:").unwrap().to_owned();
     assert_eq!(backend.lock_key(&attacker).unwrap(), fence_key);
 
-    assert_eq!(
-        backend.acquire(&attacker, TTL).unwrap_err().code(),
-        ErrorCode::Internal
-    );
+    support::assert_acquire_fails(&backend, &attacker, ErrorCode::Internal);
     let counter: i64 = conn.get(&fence_key).unwrap();
     assert_eq!(counter, 1);
     let next = lease(backend.acquire(&victim, TTL));
@@ -417,8 +323,7 @@ fn keys_colliding_with_fence_counters_cannot_touch_them() {
 
 #[test]
 fn fence_overflow_is_refused_without_taking_the_lock() {
-    let backend = backend();
-    let mut conn = shared_redis().connection();
+    let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("overflow");
     let _: () = conn
         .set(backend.fence_key(&key).unwrap(), syncguard::FENCE_MAX)
@@ -432,29 +337,16 @@ fn fence_overflow_is_refused_without_taking_the_lock() {
 // Faults, each on a server of its own
 // ---------------------------------------------------------------------------------------------
 
-fn impatient(url: &str) -> RedisBackend {
-    RedisBackend::builder()
-        .url(url)
-        .connect_timeout(Duration::from_millis(500))
-        .read_timeout(Duration::from_millis(500))
-        .write_timeout(Duration::from_millis(500))
-        .pool_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn stopped_server_gives_service_unavailable_and_no_hang() {
     let mut server = RedisServer::start();
-    let backend = Arc::new(impatient(&server.url()));
+    let backend = Arc::new(support::impatient_redis(&server.url()).build().unwrap());
     let key = unique("down");
     let _ = lease(backend.acquire(&key, TTL));
     server.stop();
     for _ in 0..2 {
-        let backend = Arc::clone(&backend);
-        let key = key.clone();
-        let err = support::within_a_minute(move || backend.acquire(&key, TTL)).unwrap_err();
-        assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+        let (backend, key) = (Arc::clone(&backend), key.clone());
+        let err = support::unavailable_within_a_minute(move || backend.acquire(&key, TTL));
         // The pool's reconnect failed: its cause, not r2d2's "timed out waiting".
         assert_eq!(
             err.message(),
@@ -464,18 +356,14 @@ fn stopped_server_gives_service_unavailable_and_no_hang() {
             )
         );
     }
-    let err = support::within_a_minute({
-        let url = server.url();
-        move || RedisBackend::connect(&url)
-    })
-    .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    let url = server.url();
+    support::unavailable_within_a_minute(move || RedisBackend::connect(&url));
 }
 
 #[test]
 fn restarted_server_is_used_again_on_the_next_call() {
     let mut server = RedisServer::start();
-    let backend = impatient(&server.url());
+    let backend = support::impatient_redis(&server.url()).build().unwrap();
     let key = unique("restart");
     let held = lease(backend.acquire(&key, TTL));
     server.restart();
@@ -622,26 +510,14 @@ fn connect_failures_name_the_server_and_the_cause() {
 
 #[test]
 fn an_application_pool_works_and_pool_exhaustion_is_rate_limited() {
-    let client = redis::Client::open(shared_redis().url()).unwrap();
-    let pool = r2d2::Pool::builder()
-        .max_size(1)
-        .test_on_check_out(false)
-        .connection_timeout(Duration::from_millis(300))
-        .build(client)
-        .unwrap();
-    let hog = pool.get().unwrap();
+    let pool = support::pool_of_one(redis::Client::open(shared_redis().url()).unwrap());
     let backend = RedisBackend::builder().pool(pool.clone()).build().unwrap();
-    let err = backend.is_locked(&unique("busy")).unwrap_err();
-    assert_eq!(err.code(), ErrorCode::RateLimited, "{err}");
+    let err = support::exhausted_pool_is_rate_limited(&backend, pool.get().unwrap());
     assert_eq!(
         err.message(),
         "no pooled Redis connection became free within 300ms (pool_size 1; Redis through the \
          application's pool)"
     );
-    drop(hog);
-    let key = unique("app-pool");
-    let lease = lease(backend.acquire(&key, TTL));
-    assert!(backend.release(&lease.lock_id).unwrap());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{Service, free_port, require_program, scratch_dir};
+use syncguard::firestore::{FirestoreBackend, FirestoreBuilder};
+
+use super::{Instance, Service, free_port, require_program};
 
 /// Where the Google Cloud SDK puts the emulator (override with `SYNCGUARD_FIRESTORE_EMULATOR_JAR`).
 const EMULATOR_JAR: &str =
@@ -16,8 +18,7 @@ pub const FIRESTORE_PROJECT: &str = "syncguard-test";
 /// A Firestore emulator of its own on a free port.
 pub struct FirestoreEmulator {
     pub port: u16,
-    dir: PathBuf,
-    service: Option<Service>,
+    instance: Instance,
 }
 
 impl FirestoreEmulator {
@@ -33,7 +34,7 @@ impl FirestoreEmulator {
             jar.display()
         );
         let port = free_port();
-        let dir = scratch_dir("firestore");
+        let mut instance = Instance::new("firestore");
         // The SDK's launcher script does not exec Java, so stopping it would orphan the JVM:
         // run the JVM directly.
         let args: Vec<String> = vec![
@@ -50,7 +51,7 @@ impl FirestoreEmulator {
             &format!("the Firestore emulator on port {port}"),
             &java,
             &args,
-            &dir.join("emulator.log"),
+            &instance.dir().join("emulator.log"),
         );
         let url = format!("http://127.0.0.1:{port}/");
         let agent = ureq::Agent::new_with_config(
@@ -66,11 +67,8 @@ impl FirestoreEmulator {
                 .and_then(|response| response.into_body().read_to_string().ok())
                 .is_some_and(|body| body.trim() == "Ok")
         });
-        FirestoreEmulator {
-            port,
-            dir,
-            service: Some(service),
-        }
+        instance.running(service);
+        FirestoreEmulator { port, instance }
     }
 
     /// `127.0.0.1:<port>`, what `FIRESTORE_EMULATOR_HOST` would hold.
@@ -87,17 +85,22 @@ impl FirestoreEmulator {
     }
 }
 
-impl Drop for FirestoreEmulator {
-    fn drop(&mut self) {
-        if let Some(mut service) = self.service.take() {
-            service.stop();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// One emulator shared by every test, of every area.
 pub fn shared_firestore() -> &'static FirestoreEmulator {
     static EMULATOR: OnceLock<FirestoreEmulator> = OnceLock::new();
     EMULATOR.get_or_init(FirestoreEmulator::start)
+}
+
+/// A builder for a backend on [`shared_firestore`].
+pub fn shared_firestore_builder() -> FirestoreBuilder {
+    FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(shared_firestore().host())
+}
+
+/// A backend on [`shared_firestore`].
+pub fn shared_firestore_backend() -> FirestoreBackend {
+    shared_firestore_builder()
+        .build()
+        .expect("a Firestore backend for the emulator")
 }

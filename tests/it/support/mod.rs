@@ -143,11 +143,60 @@ impl Drop for Service {
     }
 }
 
+/// A server's scratch directory and, while it runs, its process: both go when it is dropped.
+pub struct Instance {
+    dir: PathBuf,
+    service: Option<Service>,
+}
+
+impl Instance {
+    /// A fresh scratch directory (see [`scratch_dir`]), nothing running yet.
+    pub fn new(name: &str) -> Instance {
+        Instance {
+            dir: scratch_dir(name),
+            service: None,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes charge of the started `service`.
+    pub fn running(&mut self, service: Service) {
+        self.service = Some(service);
+    }
+
+    /// Stops the server, if it runs, and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut service) = self.service.take() {
+            service.stop();
+        }
+    }
+
+    /// The last lines the server logged, for failure messages.
+    pub fn log_tail(&self) -> String {
+        self.service
+            .as_ref()
+            .map(Service::log_tail)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 pub mod child;
+mod faults;
 #[cfg(feature = "firestore")]
 mod firestore_server;
 #[cfg(feature = "firestore")]
 pub mod http;
+mod locks;
 #[cfg(feature = "postgres")]
 mod pgbouncer_server;
 #[cfg(feature = "postgres")]
@@ -156,9 +205,13 @@ pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_server;
 
+#[allow(unused_imports)]
+pub use faults::*;
 #[cfg(feature = "firestore")]
 #[allow(unused_imports)]
 pub use firestore_server::*;
+#[allow(unused_imports)]
+pub use locks::*;
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use pgbouncer_server::*;

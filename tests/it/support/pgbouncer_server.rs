@@ -6,12 +6,11 @@
 //! production pooler. A small server pool makes many clients share few server connections.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::postgres_server::running_as_root;
-use super::{PG_PASSWORD, PG_USER, PgServer, Service, free_port, scratch_dir, shared_postgres};
+use super::postgres_server::{as_postgres_user, give_to_postgres_user};
+use super::{Instance, PG_PASSWORD, PG_USER, PgServer, Service, free_port, shared_postgres};
 
 /// The Debian package that ships the binary.
 const PACKAGE: &str = "pgbouncer";
@@ -32,14 +31,13 @@ fn pgbouncer_binary() -> PathBuf {
 /// A PgBouncer of its own, on a free port, pooling connections to one [`PgServer`].
 pub struct PgBouncer {
     pub port: u16,
-    dir: PathBuf,
-    service: Option<Service>,
+    instance: Instance,
 }
 
 impl PgBouncer {
     pub fn start(server: &PgServer) -> PgBouncer {
-        let binary = pgbouncer_binary();
-        let dir = scratch_dir("pgbouncer");
+        let instance = Instance::new("pgbouncer");
+        let dir = instance.dir();
         let port = free_port();
         let config = dir.join("pgbouncer.ini");
         let auth_file = dir.join("userlist.txt");
@@ -72,23 +70,9 @@ impl PgBouncer {
         )
         .expect("write PgBouncer's configuration");
 
-        let mut args: Vec<String> = Vec::new();
         // PgBouncer refuses to run as root: then it runs as `postgres`, as the clusters do.
-        let program = if running_as_root() {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .expect("chown PgBouncer's directory");
-            assert!(status.success(), "chown PgBouncer's directory");
-            args.extend(
-                ["--reuid=postgres", "--regid=postgres", "--init-groups"].map(String::from),
-            );
-            args.push(binary.to_string_lossy().into_owned());
-            PathBuf::from("setpriv")
-        } else {
-            binary
-        };
+        give_to_postgres_user(dir);
+        let (program, mut args) = as_postgres_user(&pgbouncer_binary());
         // In the foreground (no `-d`): the watchdog owns the process; it logs to stderr.
         args.push(config.to_string_lossy().into_owned());
         // SIGTERM is PgBouncer's immediate shutdown.
@@ -98,13 +82,9 @@ impl PgBouncer {
             &args,
             &dir.join("pgbouncer.log"),
         );
-        let mut bouncer = PgBouncer {
-            port,
-            dir,
-            service: None,
-        };
+        let mut bouncer = PgBouncer { port, instance };
         service.await_ready(Duration::from_secs(30), || bouncer.try_query().is_ok());
-        bouncer.service = Some(service);
+        bouncer.instance.running(service);
         bouncer
     }
 
@@ -127,23 +107,11 @@ impl PgBouncer {
 
     /// The last lines PgBouncer logged, for failure messages.
     pub fn log_tail(&self) -> String {
-        self.service
-            .as_ref()
-            .map(Service::log_tail)
-            .unwrap_or_default()
+        self.instance.log_tail()
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut service) = self.service.take() {
-            service.stop();
-        }
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.instance.stop();
     }
 }
 

@@ -5,7 +5,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{Service, free_port, scratch_dir};
+use syncguard::generate_lock_id;
+use syncguard::postgres::{PostgresBackend, PostgresBuilder, TableNames, setup_schema};
+
+use super::{Instance, Service, free_port};
 
 /// Whether this process runs as root (then servers that refuse root run as `postgres`).
 pub(super) fn running_as_root() -> bool {
@@ -16,19 +19,42 @@ pub(super) fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// What runs `program` as the `postgres` user when we are root (`setpriv` and its arguments,
+/// then `program`'s own), or as ourselves otherwise: the command and its first arguments.
+pub(super) fn as_postgres_user(program: &Path) -> (PathBuf, Vec<String>) {
+    if running_as_root() {
+        let mut args: Vec<String> = ["--reuid=postgres", "--regid=postgres", "--init-groups"]
+            .map(String::from)
+            .into();
+        args.push(program.to_string_lossy().into_owned());
+        (PathBuf::from("setpriv"), args)
+    } else {
+        (program.to_owned(), Vec::new())
+    }
+}
+
+/// Hands `dir` to the `postgres` user when we are root, so that a server running as it can
+/// write there.
+pub(super) fn give_to_postgres_user(dir: &Path) {
+    if running_as_root() {
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir)
+            .status()
+            .expect("chown a server's directory");
+        assert!(status.success(), "chown {}", dir.display());
+    }
+}
+
 /// Runs `program args` to completion (as the `postgres` user when we are root), failing the
 /// test with its output if it fails.
 fn run_as_postgres_user(program: &Path, args: &[String]) {
-    let output = if running_as_root() {
-        Command::new("setpriv")
-            .args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
-            .arg(program)
-            .args(args)
-            .output()
-    } else {
-        Command::new(program).args(args).output()
-    }
-    .unwrap_or_else(|e| panic!("could not run {}: {e}", program.display()));
+    let (command, first) = as_postgres_user(program);
+    let output = Command::new(command)
+        .args(first)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {}: {e}", program.display()));
     assert!(
         output.status.success(),
         "{} failed:\n{}{}",
@@ -70,25 +96,18 @@ pub const PG_PASSWORD: &str = "syncguard-test-password";
 /// authentication over TCP on a free port, durability off (it is thrown away).
 pub struct PgServer {
     pub port: u16,
-    dir: PathBuf,
     bin: PathBuf,
-    service: Option<Service>,
+    instance: Instance,
 }
 
 impl PgServer {
     pub fn start() -> PgServer {
         let bin = postgres_bin_dir();
-        let dir = scratch_dir("postgres");
+        let instance = Instance::new("postgres");
+        let dir = instance.dir();
         let password_file = dir.join("password");
         std::fs::write(&password_file, PG_PASSWORD).expect("write the password file");
-        if running_as_root() {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .expect("chown the cluster directory");
-            assert!(status.success(), "chown the cluster directory");
-        }
+        give_to_postgres_user(dir);
         run_as_postgres_user(
             &bin.join("initdb"),
             &[
@@ -106,32 +125,23 @@ impl PgServer {
         );
         let mut server = PgServer {
             port: free_port(),
-            dir,
             bin,
-            service: None,
+            instance,
         };
         server.launch();
         server
     }
 
     fn launch(&mut self) {
-        let mut args: Vec<String> = Vec::new();
-        let program = if running_as_root() {
-            args.extend(
-                ["--reuid=postgres", "--regid=postgres", "--init-groups"].map(String::from),
-            );
-            args.push(self.bin.join("postgres").to_string_lossy().into_owned());
-            PathBuf::from("setpriv")
-        } else {
-            self.bin.join("postgres")
-        };
+        let dir = self.instance.dir();
+        let (program, mut args) = as_postgres_user(&self.bin.join("postgres"));
         args.extend([
             "-D".to_owned(),
-            self.dir.join("data").to_string_lossy().into_owned(),
+            dir.join("data").to_string_lossy().into_owned(),
             "-p".to_owned(),
             self.port.to_string(),
             "-k".to_owned(),
-            self.dir.to_string_lossy().into_owned(),
+            dir.to_string_lossy().into_owned(),
         ]);
         for setting in [
             "listen_addresses=127.0.0.1",
@@ -147,11 +157,11 @@ impl PgServer {
             &format!("postgres on port {}", self.port),
             &program,
             &args,
-            &self.dir.join("postgres.log"),
+            &dir.join("postgres.log"),
             "INT",
         );
         service.await_ready(Duration::from_secs(30), || self.try_client().is_ok());
-        self.service = Some(service);
+        self.instance.running(service);
     }
 
     /// `postgres://syncguard:…@127.0.0.1:<port>/postgres`.
@@ -174,22 +184,13 @@ impl PgServer {
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut service) = self.service.take() {
-            service.stop();
-        }
+        self.instance.stop();
     }
 
     /// Stops and starts the same cluster again (its data survives).
     pub fn restart(&mut self) {
         self.stop();
         self.launch();
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -215,4 +216,68 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
 pub fn shared_postgres() -> &'static PgServer {
     static SERVER: OnceLock<PgServer> = OnceLock::new();
     SERVER.get_or_init(PgServer::start)
+}
+
+/// [`shared_postgres`], once the default tables exist on it.
+pub fn shared_postgres_with_tables() -> &'static PgServer {
+    static TABLES: OnceLock<()> = OnceLock::new();
+    let server = shared_postgres();
+    TABLES.get_or_init(|| {
+        setup_schema(&mut server.client(), &TableNames::default())
+            .expect("create the default tables on the shared cluster");
+    });
+    server
+}
+
+/// A backend on [`shared_postgres`], whose default tables exist.
+pub fn shared_postgres_backend() -> PostgresBackend {
+    PostgresBackend::connect(&shared_postgres_with_tables().url())
+        .expect("connect to the test PostgreSQL")
+}
+
+/// A backend on [`shared_postgres`] (its default tables exist), and a plain client for looking
+/// at (or tampering with) what it stored.
+pub fn shared_postgres_with_client() -> (PostgresBackend, postgres::Client) {
+    (shared_postgres_backend(), shared_postgres().client())
+}
+
+/// [`shared_postgres`]'s clock, read over a connection of its own.
+pub fn shared_postgres_now_ms() -> i64 {
+    postgres_now_ms(&mut shared_postgres().client())
+}
+
+/// PostgreSQL's clock (`clock_timestamp()`), in Unix ms.
+pub fn postgres_now_ms(client: &mut postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// A builder for a backend on `url` that gives up quickly: 500 ms to connect, two seconds per
+/// statement, one second to wait for a pooled connection.
+pub fn impatient_postgres(url: &str) -> PostgresBuilder {
+    PostgresBackend::builder()
+        .url(url)
+        .connect_timeout(Duration::from_millis(500))
+        .statement_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_secs(1))
+}
+
+/// A backend on `url` with fresh tables of its own (their names made unique), set up with their
+/// server functions; and the lock table's name.
+pub fn backend_on_fresh_tables(url: &str) -> (PostgresBackend, String) {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let locks = format!("t_locks_{suffix}");
+    let backend = PostgresBackend::builder()
+        .url(url)
+        .table_name(&locks)
+        .fence_table_name(format!("t_fences_{suffix}"))
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    (backend, locks)
 }

@@ -1,17 +1,17 @@
 //! `redis-server` instances for the tests.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{Service, free_port, require_program, scratch_dir};
+use syncguard::redis::{RedisBackend, RedisBuilder};
+
+use super::{Instance, Service, free_port, require_program};
 
 /// A `redis-server` of its own: no persistence, loopback only, optional password.
 pub struct RedisServer {
     pub port: u16,
     password: Option<String>,
-    dir: PathBuf,
-    service: Option<Service>,
+    instance: Instance,
 }
 
 impl RedisServer {
@@ -29,8 +29,7 @@ impl RedisServer {
         let mut server = RedisServer {
             port: free_port(),
             password,
-            dir: scratch_dir("redis"),
-            service: None,
+            instance: Instance::new("redis"),
         };
         server.launch();
         server
@@ -50,7 +49,7 @@ impl RedisServer {
             "--daemonize",
             "no",
             "--dir",
-            &self.dir.to_string_lossy(),
+            &self.instance.dir().to_string_lossy(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -62,10 +61,10 @@ impl RedisServer {
             &format!("redis-server on port {}", self.port),
             &program,
             &args,
-            &self.dir.join("redis.log"),
+            &self.instance.dir().join("redis.log"),
         );
         service.await_ready(Duration::from_secs(15), || self.ping());
-        self.service = Some(service);
+        self.instance.running(service);
     }
 
     fn ping(&self) -> bool {
@@ -99,9 +98,7 @@ impl RedisServer {
 
     /// Stops the server (its data is gone: no persistence).
     pub fn stop(&mut self) {
-        if let Some(mut service) = self.service.take() {
-            service.stop();
-        }
+        self.instance.stop();
     }
 
     /// Starts it again on the same port, empty.
@@ -111,16 +108,43 @@ impl RedisServer {
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// One server shared by every test, of every area, that needs no server of its own. It lives until
 /// the test process exits, which stops it.
 pub fn shared_redis() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
     SERVER.get_or_init(RedisServer::start)
+}
+
+/// A backend on [`shared_redis`].
+pub fn shared_redis_backend() -> RedisBackend {
+    RedisBackend::connect(&shared_redis().url()).expect("connect to the test Redis")
+}
+
+/// A backend on [`shared_redis`], and a plain connection for looking at (or tampering with)
+/// what it stored.
+pub fn shared_redis_with_connection() -> (RedisBackend, redis::Connection) {
+    (shared_redis_backend(), shared_redis().connection())
+}
+
+/// [`shared_redis`]'s clock, read over a connection of its own.
+pub fn shared_redis_now_ms() -> i64 {
+    redis_now_ms(&mut shared_redis().connection())
+}
+
+/// Redis' clock (`TIME`), in Unix ms.
+pub fn redis_now_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// A builder for a backend on `url` that gives up quickly: 500 ms to connect, read or write,
+/// one second to wait for a pooled connection.
+pub fn impatient_redis(url: &str) -> RedisBuilder {
+    let io = Duration::from_millis(500);
+    RedisBackend::builder()
+        .url(url)
+        .connect_timeout(io)
+        .read_timeout(io)
+        .write_timeout(io)
+        .pool_timeout(Duration::from_secs(1))
 }

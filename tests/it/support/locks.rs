@@ -1,0 +1,157 @@
+//! What the areas share for keys, leases, server clocks and stored locks.
+
+use std::time::Duration;
+
+use syncguard::{
+    AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id, get_by_id_raw,
+};
+
+/// A TTL no test outlives.
+pub const TTL: Duration = Duration::from_secs(30);
+
+/// A key no other test, of any area, uses.
+pub fn unique(name: &str) -> String {
+    format!("test:{name}:{}", generate_lock_id())
+}
+
+/// The lease of an acquisition that must succeed.
+#[track_caller]
+pub fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
+    match outcome {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// Fails unless an acquisition found the key held.
+#[track_caller]
+pub fn locked(outcome: syncguard::Result<AcquireOutcome>) {
+    assert!(matches!(outcome, Ok(AcquireOutcome::Locked)), "{outcome:?}");
+}
+
+/// Acquire and extend on `backend` give expiries of the server's clock, read by
+/// `server_now_ms` just before and just after each call, plus the TTL.
+pub fn assert_expiry_follows_the_server_clock(
+    backend: &dyn LockBackend,
+    mut server_now_ms: impl FnMut() -> i64,
+) {
+    let key = unique("server-time");
+    let ttl = i64::try_from(TTL.as_millis()).expect("a TTL in ms fits in i64");
+    let before = server_now_ms();
+    let lease = lease(backend.acquire(&key, TTL));
+    let after = server_now_ms();
+    assert!(
+        (before + ttl..=after + ttl).contains(&lease.expires_at_ms),
+        "expiry {} not within the server's clock [{before}, {after}] + ttl",
+        lease.expires_at_ms
+    );
+    let before = server_now_ms();
+    let extended = backend.extend(&lease.lock_id, TTL).unwrap().unwrap();
+    let after = server_now_ms();
+    assert!(
+        (before + ttl..=after + ttl).contains(&extended),
+        "extended expiry {extended} not within the server's clock [{before}, {after}] + ttl"
+    );
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+/// A lock another library (the TypeScript SyncGuard) wrote into `backend`'s store is honoured:
+/// `key` held by `lock_id` with fence 7 until `expires_at_ms`, its fence counter at 7. It is
+/// held, looked up whole, extended and released by its lock id, and the next acquisition
+/// continues the shared counter.
+pub fn assert_honours_a_foreign_lock(
+    backend: &dyn LockBackend,
+    key: &str,
+    lock_id: &str,
+    expires_at_ms: i64,
+) {
+    assert!(backend.is_locked(key).unwrap());
+    assert_eq!(backend.acquire(key, TTL).unwrap(), AcquireOutcome::Locked);
+    let info = get_by_id_raw(backend, lock_id).unwrap().unwrap();
+    assert_eq!(info.key, key);
+    assert_eq!(info.info.fence.as_str(), "000000000000007");
+    assert_eq!(info.info.expires_at_ms, expires_at_ms);
+    assert!(backend.extend(lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(lock_id).unwrap());
+    let next = lease(backend.acquire(key, TTL));
+    assert_eq!(
+        next.fence.as_str(),
+        "000000000000008",
+        "continues the shared counter"
+    );
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+/// Acquiring `key` fails with `code`.
+#[track_caller]
+pub fn assert_acquire_fails(backend: &dyn LockBackend, key: &str, code: ErrorCode) {
+    let err = backend.acquire(key, TTL).unwrap_err();
+    assert_eq!(err.code(), code, "acquire({key:?}): {err}");
+}
+
+/// What is stored for `key` is no lock `backend` can read (another program's value, a record
+/// with wrong field types): acquire, is_locked and lookup all fail with `Internal`.
+#[track_caller]
+pub fn assert_unreadable(backend: &dyn LockBackend, key: &str) {
+    assert_acquire_fails(backend, key, ErrorCode::Internal);
+    let err = backend.is_locked(key).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Internal, "is_locked({key:?}): {err}");
+    let err = backend.lookup(Lookup::Key(key)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Internal, "lookup({key:?}): {err}");
+}
+
+/// `key`'s fence counter holds something `backend` cannot read: acquiring fails with
+/// `Internal` and takes no lock.
+#[track_caller]
+pub fn assert_unreadable_counter_stops_acquire(backend: &dyn LockBackend, key: &str) {
+    assert_acquire_fails(backend, key, ErrorCode::Internal);
+    assert!(!backend.is_locked(key).unwrap(), "nothing was written");
+}
+
+/// A whole cycle on the free `key`: acquire, is_locked, lookup by lock id, extend, release.
+#[track_caller]
+pub fn assert_lock_cycle(backend: &dyn LockBackend, key: &str) {
+    let held = lease(backend.acquire(key, TTL));
+    assert!(backend.is_locked(key).unwrap());
+    assert!(
+        backend
+            .lookup(Lookup::LockId(&held.lock_id))
+            .unwrap()
+            .is_some()
+    );
+    assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&held.lock_id).unwrap());
+}
+
+/// The 1000 ms tolerance is applied against the server's clock: a lock that expired 500 ms ago
+/// by that clock is still live (held, found, extendable), one that expired 1500 ms ago is not
+/// (and can be taken). `plant(key, lock_id, age_ms)` writes, as the backend would, a lock that
+/// expired `age_ms` ago by the server's clock.
+#[track_caller]
+pub fn assert_tolerance_follows_the_server_clock(
+    backend: &dyn LockBackend,
+    mut plant: impl FnMut(&str, &str, i64),
+) {
+    for (age_ms, live) in [(500, true), (1500, false)] {
+        let why = format!("expired {age_ms} ms ago");
+        let key = unique("tolerance");
+        let lock_id = generate_lock_id();
+        plant(&key, &lock_id, age_ms);
+        assert_eq!(backend.is_locked(&key).unwrap(), live, "{why}");
+        let by_key = backend.lookup(Lookup::Key(&key)).unwrap();
+        assert_eq!(by_key.is_some(), live, "{why}");
+        let by_id = backend.lookup(Lookup::LockId(&lock_id)).unwrap();
+        assert_eq!(by_id.is_some(), live, "{why}");
+        assert_eq!(
+            backend.extend(&lock_id, TTL).unwrap().is_some(),
+            live,
+            "{why}"
+        );
+        if live {
+            assert!(backend.release(&lock_id).unwrap(), "{why}");
+        } else {
+            let taken = lease(backend.acquire(&key, TTL));
+            assert!(backend.release(&taken.lock_id).unwrap(), "{why}");
+        }
+    }
+}
