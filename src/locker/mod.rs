@@ -196,19 +196,24 @@ impl<B: Driver + 'static> Locker<B> {
         let cancel = options.cancel.as_ref();
         let start = Instant::now();
         let mut attempts: u32 = 0;
-        // Registered as a waiter once an attempt finds the lock held, so an uncontended lock
-        // costs nothing. From then on the count of releases heard is read before each attempt,
-        // so a release between an attempt and the sleep after it ends that sleep at once.
-        let mut waiting: Option<Waiting> = None;
+        // Registered as a waiter before the first attempt (a map entry, no I/O), so that a
+        // release during any attempt is heard; the count of releases heard is read before each
+        // attempt, so a release between an attempt and the sleep after it ends that sleep at
+        // once. The driver's watch (other processes' releases) starts only on contention.
+        let waiting = (options.max_retries > 0 && !options.timeout.is_zero())
+            .then(|| self.shared.wakeups.enter(&key));
         let (lease, version, sent) = loop {
             if cancel.is_some_and(CancelToken::is_cancelled) {
                 return Err(aborted());
             }
-            let heard = waiting.as_ref().map(Waiting::heard);
+            let heard = waiting.as_ref().map_or(0, Waiting::heard);
             let sent = Instant::now();
             match self.shared.backend.try_acquire(&key, ttl)? {
                 Acquisition::Acquired { lease, version } => break (lease, version, sent),
                 Acquisition::Locked => {}
+            }
+            if let Some(waiting) = &waiting {
+                waiting.listen(&self.shared.backend);
             }
             if attempts >= options.max_retries {
                 return Ok(None);
@@ -226,9 +231,9 @@ impl<B: Driver + 'static> Locker<B> {
             else {
                 return Ok(None);
             };
-            let waiter = waiting
-                .get_or_insert_with(|| self.shared.wakeups.enter(&key, &self.shared.backend));
-            waiter.sleep(heard.unwrap_or_else(|| waiter.heard()), delay, cancel);
+            if let Some(waiting) = &waiting {
+                waiting.sleep(heard, delay, cancel);
+            }
         };
         drop(waiting);
         // A driver bug, never seen from the bundled ones; that lock expires at its TTL.

@@ -33,6 +33,8 @@ struct Watched {
     heard: u64,
     /// Waiters of this key right now.
     waiters: usize,
+    /// Of those, the ones that asked the driver's watch for its releases.
+    listening: usize,
 }
 
 impl Wakeups {
@@ -50,41 +52,43 @@ impl Wakeups {
         }
     }
 
-    /// Registers a waiter of `key` until the returned [`Waiting`] is dropped, starting the
-    /// driver's watch on first use.
-    pub(crate) fn enter(self: &Arc<Self>, key: &Key, driver: &dyn Driver) -> Waiting {
-        let watch = self.watch.get_or_init(|| {
-            let wakeups: Weak<Wakeups> = Arc::downgrade(self);
-            let on_release: OnRelease = Arc::new(move |key: &str| {
-                if let Some(wakeups) = wakeups.upgrade() {
-                    wakeups.released(key);
-                }
-            });
-            match driver.watch_releases(on_release) {
-                Ok(watch) => watch,
-                Err(error) => {
-                    log::info!(
-                        "syncguard: cannot hear of releases ({error}); waiters poll instead"
-                    );
-                    None
-                }
-            }
-        });
-        let first = {
-            let mut state = self.state();
-            let watched = state.entry(key.as_str().to_owned()).or_default();
-            watched.waiters += 1;
-            watched.waiters == 1
-        };
-        if first {
-            if let Some(watch) = watch {
-                watch.watch(key);
-            }
-        }
+    /// Registers a waiter of `key` until the returned [`Waiting`] is dropped: from now on the
+    /// releases heard for `key` are counted, also those that happen during its first attempt.
+    /// Costs a map entry, no I/O.
+    pub(crate) fn enter(self: &Arc<Self>, key: &Key) -> Waiting {
+        self.state()
+            .entry(key.as_str().to_owned())
+            .or_default()
+            .waiters += 1;
         Waiting {
             wakeups: Arc::clone(self),
             key: key.clone(),
+            listening: std::cell::Cell::new(false),
         }
+    }
+
+    /// The driver's watch, started on first use (the first time a waiter of this `Locker`
+    /// actually waits).
+    fn watch(self: &Arc<Self>, driver: &dyn Driver) -> Option<&dyn ReleaseWatch> {
+        self.watch
+            .get_or_init(|| {
+                let wakeups: Weak<Wakeups> = Arc::downgrade(self);
+                let on_release: OnRelease = Arc::new(move |key: &str| {
+                    if let Some(wakeups) = wakeups.upgrade() {
+                        wakeups.released(key);
+                    }
+                });
+                match driver.watch_releases(on_release) {
+                    Ok(watch) => watch,
+                    Err(error) => {
+                        log::info!(
+                            "syncguard: cannot hear of releases ({error}); waiters poll instead"
+                        );
+                        None
+                    }
+                }
+            })
+            .as_deref()
     }
 }
 
@@ -100,6 +104,8 @@ impl OnCancel for Wakeups {
 pub(crate) struct Waiting {
     wakeups: Arc<Wakeups>,
     key: Key,
+    /// Whether this waiter asked the driver's watch for the key's releases.
+    listening: std::cell::Cell<bool>,
 }
 
 impl Waiting {
@@ -111,6 +117,23 @@ impl Waiting {
             .state()
             .get(self.key.as_str())
             .map_or(0, |watched| watched.heard)
+    }
+
+    /// Makes sure releases of the key in other processes are heard too: starts the driver's
+    /// watch if this `Locker` has none yet, and asks it for this key.
+    pub(crate) fn listen(&self, driver: &dyn Driver) {
+        if self.listening.replace(true) {
+            return;
+        }
+        let first = {
+            let mut state = self.wakeups.state();
+            let watched = state.entry(self.key.as_str().to_owned()).or_default();
+            watched.listening += 1;
+            watched.listening == 1
+        };
+        if let (true, Some(watch)) = (first, self.wakeups.watch(driver)) {
+            watch.watch(&self.key);
+        }
     }
 
     /// Sleeps until a release is heard after `heard`, `delay` passes, or `cancel` fires.
@@ -147,19 +170,24 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let last = {
+        let last_listener = {
             let mut state = self.wakeups.state();
             let Some(watched) = state.get_mut(self.key.as_str()) else {
                 return;
             };
             watched.waiters -= 1;
-            let last = watched.waiters == 0;
-            if last {
+            let last_listener = if self.listening.get() {
+                watched.listening -= 1;
+                watched.listening == 0
+            } else {
+                false
+            };
+            if watched.waiters == 0 {
                 state.remove(self.key.as_str());
             }
-            last
+            last_listener
         };
-        if last {
+        if last_listener {
             if let Some(Some(watch)) = self.wakeups.watch.get() {
                 watch.unwatch(&self.key);
             }

@@ -387,8 +387,12 @@ impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
             // clients now use: see whether a notification comes back here at all.
             let probed = async {
                 client.batch_execute(&listen).await?;
+                // Unnamed, as every statement here: behind a pooler a named one is unsafe.
                 client
-                    .query("SELECT pg_notify($1, $2)", &[&channel, &probe])
+                    .query_typed(
+                        "SELECT pg_notify($1, $2)",
+                        &[(&channel, Type::TEXT), (&probe, Type::TEXT)],
+                    )
                     .await?;
                 Ok::<_, tokio_postgres::Error>(())
             };

@@ -606,25 +606,8 @@ impl Driver for RedisBackend {
         let Some((client, connect_timeout)) = &self.watch_client else {
             return Ok(None);
         };
-        let prefix = self.prefix.clone();
-        let channel_for = move |key: &Key| {
-            make_storage_key(
-                &prefix,
-                key.as_str(),
-                STORAGE_KEY_LIMIT,
-                STORAGE_KEY_RESERVE,
-            )
-            .ok()
-            .map(|lock_key| watch::channel_of(&lock_key))
-        };
-        let watch = RedisWatch::start(
-            client.clone(),
-            *connect_timeout,
-            &self.prefix,
-            channel_for,
-            on_release,
-        )
-        .map_err(|e| {
+        let watch = RedisWatch::start(client.clone(), *connect_timeout, &self.prefix, on_release)
+            .map_err(|e| {
             LockError::new(
                 ErrorCode::ServiceUnavailable,
                 format!("could not start the Redis release watch: {e}"),

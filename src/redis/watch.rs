@@ -1,16 +1,16 @@
-//! Hearing of releases: the release scripts (and the opt-in cleanup) `PUBLISH` on the channel
-//! `<lock key>:released`; a watch holds one connection subscribed to the pattern of all such
-//! channels under the prefix, and reports the keys its `Locker` waits for.
+//! Hearing of releases: the release scripts (and the opt-in cleanup) `PUBLISH` the user key on
+//! the channel `<lock key>:released`; a watch holds one connection subscribed to the pattern of
+//! all such channels under the prefix, and reports every key it hears (its `Locker` keeps those
+//! it waits for).
 //!
 //! One pattern subscription rather than a channel per waited key: the subscription never
 //! changes, so the connection just reads (a read that times out between messages is only a
 //! chance to look at the stop flag), and there is no window in which a new waiter is not yet
-//! subscribed. The price is that every watch hears every release under its prefix and drops
-//! those nobody waits for — small messages, and only while a `Locker` waits.
+//! subscribed. The price is that every watch hears every release under its prefix — small
+//! messages, and only for `Locker`s that have waited.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::Client;
@@ -21,11 +21,6 @@ use crate::driver::{Key, OnRelease, ReleaseWatch};
 const IDLE_READ: Duration = Duration::from_millis(500);
 /// Pause before reconnecting after the connection failed.
 const RECONNECT_GAP: Duration = Duration::from_secs(1);
-
-/// The channel a release of the lock stored under `lock_key` is announced on.
-pub(crate) fn channel_of(lock_key: &str) -> String {
-    format!("{lock_key}:released")
-}
 
 /// The pattern matching every release channel under `prefix`, with glob characters escaped.
 fn pattern_of(prefix: &str) -> String {
@@ -40,20 +35,9 @@ fn pattern_of(prefix: &str) -> String {
     pattern
 }
 
-/// A running watch: the channels waited for, and the thread reading the subscription.
+/// A running watch: the thread reading the subscription stops when this is dropped.
 pub(crate) struct RedisWatch {
-    shared: Arc<Shared>,
-    /// A user key's release channel (`None` for a key this store cannot hold).
-    channel_for: ChannelFor,
-}
-
-/// A user key's release channel.
-type ChannelFor = Box<dyn Fn(&Key) -> Option<String> + Send + Sync>;
-
-struct Shared {
-    /// Release channel → (normalised user key, waiters).
-    waited: Mutex<HashMap<String, (String, usize)>>,
-    stop: AtomicBool,
+    stop: Arc<AtomicBool>,
 }
 
 impl RedisWatch {
@@ -62,15 +46,11 @@ impl RedisWatch {
         client: Client,
         connect_timeout: Duration,
         prefix: &str,
-        channel_for: impl Fn(&Key) -> Option<String> + Send + Sync + 'static,
         on_release: OnRelease,
     ) -> std::io::Result<RedisWatch> {
-        let shared = Arc::new(Shared {
-            waited: Mutex::new(HashMap::new()),
-            stop: AtomicBool::new(false),
-        });
+        let stop = Arc::new(AtomicBool::new(false));
         let pattern = pattern_of(prefix);
-        let thread_shared = Arc::clone(&shared);
+        let thread_stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("syncguard-rwatch".to_owned())
             .spawn(move || {
@@ -78,51 +58,24 @@ impl RedisWatch {
                     &client,
                     connect_timeout,
                     &pattern,
-                    &thread_shared,
+                    &thread_stop,
                     &on_release,
-                );
+                )
             })?;
-        Ok(RedisWatch {
-            shared,
-            channel_for: Box::new(channel_for),
-        })
-    }
-
-    fn waited(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, usize)>> {
-        self.shared
-            .waited
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        Ok(RedisWatch { stop })
     }
 }
 
+/// Every release is reported: nothing to ask for per key.
 impl ReleaseWatch for RedisWatch {
-    fn watch(&self, key: &Key) {
-        if let Some(channel) = (self.channel_for)(key) {
-            self.waited()
-                .entry(channel)
-                .or_insert_with(|| (key.as_str().to_owned(), 0))
-                .1 += 1;
-        }
-    }
-
-    fn unwatch(&self, key: &Key) {
-        if let Some(channel) = (self.channel_for)(key) {
-            let mut waited = self.waited();
-            if let Some((_, waiters)) = waited.get_mut(&channel) {
-                *waiters -= 1;
-                if *waiters == 0 {
-                    waited.remove(&channel);
-                }
-            }
-        }
-    }
+    fn watch(&self, _: &Key) {}
+    fn unwatch(&self, _: &Key) {}
 }
 
 impl Drop for RedisWatch {
     fn drop(&mut self) {
         // The thread sees this within one idle read and ends, closing its connection.
-        self.shared.stop.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
     }
 }
 
@@ -131,11 +84,11 @@ fn listen(
     client: &Client,
     connect_timeout: Duration,
     pattern: &str,
-    shared: &Shared,
+    stop: &AtomicBool,
     on_release: &OnRelease,
 ) {
-    while !shared.stop.load(Ordering::Acquire) {
-        if let Err(error) = subscribed(client, connect_timeout, pattern, shared, on_release) {
+    while !stop.load(Ordering::Acquire) {
+        if let Err(error) = subscribed(client, connect_timeout, pattern, stop, on_release) {
             log::debug!("syncguard: Redis release watch reconnects: {error}");
             std::thread::sleep(RECONNECT_GAP);
         }
@@ -147,7 +100,7 @@ fn subscribed(
     client: &Client,
     connect_timeout: Duration,
     pattern: &str,
-    shared: &Shared,
+    stop: &AtomicBool,
     on_release: &OnRelease,
 ) -> redis::RedisResult<()> {
     let mut connection = client.get_connection_with_timeout(connect_timeout)?;
@@ -155,17 +108,10 @@ fn subscribed(
     let mut pubsub = connection.as_pubsub();
     pubsub.psubscribe(pattern)?;
     pubsub.set_read_timeout(Some(IDLE_READ))?;
-    while !shared.stop.load(Ordering::Acquire) {
+    while !stop.load(Ordering::Acquire) {
         match pubsub.get_message() {
             Ok(message) => {
-                let channel = message.get_channel_name();
-                let key = shared
-                    .waited
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(channel)
-                    .map(|(key, _)| key.clone());
-                if let Some(key) = key {
+                if let Ok(key) = message.get_payload::<String>() {
                     on_release(&key);
                 }
             }
@@ -184,6 +130,5 @@ mod tests {
     fn patterns_escape_glob_characters() {
         assert_eq!(pattern_of("syncguard"), "syncguard:*:released");
         assert_eq!(pattern_of("a*b?[c]\\d"), "a\\*b\\?\\[c\\]\\\\d:*:released");
-        assert_eq!(channel_of("syncguard:job"), "syncguard:job:released");
     }
 }

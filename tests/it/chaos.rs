@@ -17,7 +17,6 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use crate::contract::guard::{Call, Recorder, await_condition};
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
     FIRESTORE_PROJECT, PG_PASSWORD, PG_USER, PgServer, RedisServer, impatient_postgres,
@@ -28,6 +27,7 @@ use crate::support::{
 use syncguard::firestore::FirestoreBackend;
 use syncguard::postgres::PostgresBackend;
 use syncguard::redis::RedisBackend;
+use syncguard::testing::guard::{Call, Recorder, await_condition};
 use syncguard::{
     AcquireOutcome, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
 };

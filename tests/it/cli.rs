@@ -20,7 +20,7 @@ use crate::support::{
 };
 use redis::Commands as _;
 use serde_json::{Value as Json, json};
-use syncguard::{generate_lock_id, hash_key};
+use syncguard::driver::{generate_lock_id, hash_key};
 
 const BIN: &str = env!("CARGO_BIN_EXE_syncguard");
 

@@ -25,10 +25,11 @@
 use std::time::Duration;
 
 use crate::support::{self, lease, locked, unique};
+use syncguard::driver::TIME_TOLERANCE_MS;
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{
     Clock as _, Heartbeat, LockBackend, LockOptions, Locker, Lookup, ManualClock, MemoryBackend,
-    SystemClock, TIME_TOLERANCE_MS, TimeAuthority,
+    SystemClock, TimeAuthority,
 };
 
 const SKEW_MS: i64 = 2000;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use crate::contract;
 use crate::support;
 use crate::support::http::{StubResponse, StubServer};
 use crate::support::{
@@ -15,11 +14,13 @@ use crate::support::{
 };
 use serde_json::{Value, json};
 use syncguard::Clock as _;
+use syncguard::driver::generate_lock_id;
 use syncguard::firestore::{Credentials, FirestoreBackend};
-use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup, generate_lock_id};
+use syncguard::testing::backend as contract;
+use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
 
-backend_contract!(shared_firestore_backend);
-guard_contract!(shared_firestore_backend);
+syncguard::backend_contract!(shared_firestore_backend);
+syncguard::guard_contract!(shared_firestore_backend);
 
 fn agent() -> ureq::Agent {
     ureq::Agent::new_with_config(

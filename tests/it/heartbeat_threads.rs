@@ -1,23 +1,34 @@
-//! One heartbeat thread per `Locker`, however many guards it holds. The count runs in a process
-//! of its own (this binary again, running only that test), so that no other test's lockers add
-//! threads while it counts.
+//! A bounded heartbeat per `Locker`, however many guards it holds: one scheduler thread and at
+//! most four renewal workers. The count runs in a process of its own (this binary again,
+//! running only that test), so that no other test's lockers add threads while it counts.
 
 use std::time::{Duration, Instant};
 
 use crate::support::child;
-use syncguard::{LockGuard, LockOptions, Locker, MemoryBackend, generate_lock_id};
+use syncguard::driver::generate_lock_id;
+use syncguard::{LockGuard, LockOptions, Locker, MemoryBackend};
 
 /// Set in the child process: the count may run.
 const ENV_ALONE: &str = "SYNCGUARD_TEST_HEARTBEAT_THREADS_ALONE";
 
-/// Threads named like the heartbeat scheduler. A new thread takes its name once it runs, so
-/// callers wait for the count they expect rather than reading it once.
-fn heartbeat_threads() -> usize {
+/// Threads named `name`. A new thread takes its name once it runs, so callers wait for the
+/// count they expect rather than reading it once.
+fn threads_named(name: &str) -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "syncguard-hb")
+        .filter(|comm| comm.trim() == name)
         .count()
+}
+
+/// The heartbeat's scheduler threads.
+fn heartbeat_threads() -> usize {
+    threads_named("syncguard-hb")
+}
+
+/// The heartbeat's renewal workers.
+fn worker_threads() -> usize {
+    threads_named("syncguard-hb-w")
 }
 
 /// All threads of this process, named or not yet.
@@ -26,8 +37,8 @@ fn all_threads() -> usize {
 }
 
 #[test]
-fn a_thousand_guards_share_one_heartbeat_thread() {
-    let test = child::test_name!(a_thousand_guards_share_one_heartbeat_thread_alone);
+fn a_thousand_guards_share_a_bounded_heartbeat() {
+    let test = child::test_name!(a_thousand_guards_share_a_bounded_heartbeat_alone);
     let output = child::one_test(test)
         .env(ENV_ALONE, "1")
         .output()
@@ -35,11 +46,11 @@ fn a_thousand_guards_share_one_heartbeat_thread() {
     child::assert_output_passed(test, &output);
 }
 
-/// The count itself, in the child process `a_thousand_guards_share_one_heartbeat_thread`
+/// The count itself, in the child process `a_thousand_guards_share_a_bounded_heartbeat`
 /// starts, where it is the only test; on its own it does nothing.
 #[test]
-#[ignore = "run by a_thousand_guards_share_one_heartbeat_thread, in a process of its own"]
-fn a_thousand_guards_share_one_heartbeat_thread_alone() {
+#[ignore = "run by a_thousand_guards_share_a_bounded_heartbeat, in a process of its own"]
+fn a_thousand_guards_share_a_bounded_heartbeat_alone() {
     if std::env::var_os(ENV_ALONE).is_none() {
         return;
     }
@@ -54,20 +65,35 @@ fn a_thousand_guards_share_one_heartbeat_thread_alone() {
         .map(|i| locker.lock(&format!("many:{run}:{i}")).unwrap())
         .collect();
     await_thread_count(1);
+    // Nothing is due for 10 s: no worker yet, one thread in all.
     assert_eq!(all_threads(), before + 1);
 
-    // Clones share the thread too.
+    // Clones share the heartbeat too.
     let clone = locker.clone();
     let more = clone.lock(&format!("many:{run}:clone")).unwrap();
     assert_eq!(all_threads(), before + 1);
 
-    // Without heartbeat, no thread is needed at all.
-    let quiet = Locker::with_defaults(
+    // Many leases due all the time: renewals go to workers, never more than four.
+    let busy = Locker::with_defaults(
         MemoryBackend::new(),
-        LockOptions::default().heartbeat(syncguard::Heartbeat::Off),
+        LockOptions::default().ttl(Duration::from_millis(300)),
     );
-    let _quiet_guard = quiet.lock("quiet").unwrap();
-    assert_eq!(all_threads(), before + 1);
+    let busy_guards: Vec<LockGuard> = (0..5000)
+        .map(|i| busy.lock(&format!("busy:{run}:{i}")).unwrap())
+        .collect();
+    await_thread_count(2);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while worker_threads() == 0 {
+        assert!(Instant::now() < deadline, "no renewal worker started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for _ in 0..50 {
+        assert!(worker_threads() <= 4, "{} workers", worker_threads());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(busy_guards.iter().all(|guard| !guard.is_lost()));
+    drop(busy_guards);
+    drop(busy);
 
     for guard in guards {
         assert!(guard.release().unwrap());
@@ -75,8 +101,16 @@ fn a_thousand_guards_share_one_heartbeat_thread_alone() {
     drop(more);
     drop(clone);
     drop(locker);
-    // The thread ends once the locker and all its guards are gone.
+    // The threads end once the lockers and all their guards are gone.
     await_thread_count(0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while worker_threads() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "renewal workers outlived their locker"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn await_thread_count(expected: usize) {

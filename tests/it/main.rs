@@ -1,13 +1,12 @@
-//! The integration tests, in one binary: a module per area, the servers and fault tools they
-//! share in `support`, the contract suites in `contract`.
+//! The integration tests, in one binary: a module per area, and the servers and fault tools
+//! they share in `support`. Every backend runs the contract suites the crate ships
+//! (`syncguard::backend_contract!`, `syncguard::guard_contract!`, feature `testing`).
 //!
-//! One binary compiles `support` and `contract` once and starts each shared server (Redis,
+//! One binary compiles `support` once and starts each shared server (Redis,
 //! PostgreSQL, PgBouncer, the Firestore emulator) once for all areas; tests that stop or
 //! restart a server start one of their own. Every test works on keys of its own, so areas run
 //! side by side on the shared servers. `cargo test --test it redis::` runs one area.
 
-#[macro_use]
-mod contract;
 mod support;
 
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
@@ -35,3 +34,4 @@ mod redis;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
 mod stress;
+mod wake;

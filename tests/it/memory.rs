@@ -4,17 +4,19 @@
 use std::time::Duration;
 
 use crate::support::lease;
+use crate::support::{extend_outcome, release_outcome};
+use syncguard::driver::Outcome;
+use syncguard::driver::TIME_TOLERANCE_MS;
 use syncguard::{
-    AcquireOutcome, FailureReason, LockBackend, Lookup, ManualClock, MemoryBackend,
-    MutationOutcome, TIME_TOLERANCE_MS, get_by_id_raw, owns,
+    AcquireOutcome, LockBackend, Lookup, ManualClock, MemoryBackend, get_by_id_raw, owns,
 };
 
-backend_contract!(syncguard::MemoryBackend::new);
-guard_contract!(syncguard::MemoryBackend::new);
+syncguard::backend_contract!(syncguard::MemoryBackend::new);
+syncguard::guard_contract!(syncguard::MemoryBackend::new);
 
 /// The same backend contract through `Box<dyn LockBackend>`, proving the forwarding impl.
 mod boxed {
-    backend_contract!(|| -> Box<dyn syncguard::LockBackend> {
+    syncguard::backend_contract!(|| -> Box<dyn syncguard::LockBackend> {
         Box::new(syncguard::MemoryBackend::new())
     });
 }
@@ -136,18 +138,21 @@ fn failure_reasons() {
     let held = lease(backend.acquire("reasons", Duration::from_millis(10)));
     clock.advance(Duration::from_secs(2));
     assert_eq!(
-        backend.release_outcome(&held.lock_id).unwrap(),
-        MutationOutcome::NotApplied(Some(FailureReason::Expired))
+        release_outcome(&backend, &held.lock_id).unwrap(),
+        Outcome::Expired
     );
     assert_eq!(
-        backend.release_outcome(&held.lock_id).unwrap(),
-        MutationOutcome::NotApplied(Some(FailureReason::NotFound))
+        release_outcome(&backend, &held.lock_id).unwrap(),
+        Outcome::NotFound
     );
     assert_eq!(
-        backend
-            .extend_outcome(&syncguard::generate_lock_id(), Duration::from_secs(1))
-            .unwrap(),
-        MutationOutcome::NotApplied(Some(FailureReason::NotFound))
+        extend_outcome(
+            &backend,
+            &syncguard::driver::generate_lock_id(),
+            Duration::from_secs(1)
+        )
+        .unwrap(),
+        Outcome::NotFound
     );
 }
 

@@ -25,8 +25,9 @@ use crate::support::{
     unique,
 };
 use serde::{Deserialize, Serialize};
+use syncguard::driver::generate_lock_id;
 use syncguard::postgres::PostgresBackend;
-use syncguard::{AcquireOutcome, LockBackend, LockInfo, Lookup, generate_lock_id};
+use syncguard::{AcquireOutcome, LockBackend, LockInfo, Lookup};
 
 /// A backend connected through the shared PgBouncer (transaction mode, 4 server connections).
 fn backend_through_pgbouncer() -> PostgresBackend {
@@ -40,12 +41,12 @@ fn backend_through_pgbouncer() -> PostgresBackend {
     })
 }
 
-backend_contract!(backend_through_pgbouncer);
-guard_contract!(backend_through_pgbouncer);
+syncguard::backend_contract!(backend_through_pgbouncer);
+syncguard::guard_contract!(backend_through_pgbouncer);
 
 /// Whether `info` describes the lock `lock_id` with `fence`.
 fn describes(info: &LockInfo, lock_id: &str, fence: &str) -> bool {
-    info.lock_id_hash == syncguard::hash_key(lock_id) && info.fence.as_str() == fence
+    info.lock_id_hash == syncguard::driver::hash_key(lock_id) && info.fence.to_string() == fence
 }
 
 /// Errors and wrong answers seen by a workload, with the first few described.
@@ -113,11 +114,11 @@ fn own_key_cycle(backend: &dyn LockBackend, key: &str, tally: &mut Tally) {
         });
         return;
     };
-    let (id, fence) = (lease.lock_id.as_str(), lease.fence.as_str());
+    let (id, fence) = (lease.lock_id.as_str(), lease.fence.to_string());
     if let Some(extended) = tally.call("extend(own)", backend.extend(id, TTL)) {
         tally.expect(extended.is_some(), || "extend of a held lock: None".into());
     }
-    sees_the_lock(backend, tally, "own", (key, id, fence));
+    sees_the_lock(backend, tally, "own", (key, id, &fence));
     if let Some(released) = tally.call("release(own)", backend.release(id)) {
         tally.expect(released, || "release of a held lock: false".into());
     }
@@ -184,7 +185,9 @@ fn mixed_workload_of_many_threads_on_few_server_connections() {
                                 .call("lookup(LockId(shared))", backend.lookup(Lookup::LockId(id)))
                             {
                                 tally.expect(
-                                    info.is_some_and(|i| describes(&i, id, lease.fence.as_str())),
+                                    info.is_some_and(|i| {
+                                        describes(&i, id, &lease.fence.to_string())
+                                    }),
                                     || "lookup of a held shared lock: not that lock".into(),
                                 );
                             }
@@ -509,7 +512,7 @@ fn parent_lock_survives_workers(mode: Mode) {
             iterations: WORKER_ITERATIONS,
             held_key: held_key.clone(),
             held_lock_id: held.lock_id.clone(),
-            held_fence: held.fence.as_str().to_owned(),
+            held_fence: held.fence.to_string(),
             expired_key: expired_key.clone(),
             report: dir.join(format!("report-{worker}.json")),
         };
@@ -569,7 +572,7 @@ fn parent_lock_survives_workers(mode: Mode) {
         ));
     }
     match direct.lookup(Lookup::LockId(&held.lock_id)) {
-        Ok(Some(info)) if describes(&info, &held.lock_id, held.fence.as_str()) => {}
+        Ok(Some(info)) if describes(&info, &held.lock_id, &held.fence.to_string()) => {}
         other => problems.push(format!("the parent's lock, looked up directly: {other:?}")),
     }
     eprintln!("{PROCESSES} worker processes ({mode:?}) through PgBouncer: {total:?}");

@@ -8,19 +8,18 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::contract;
 use crate::support;
 use crate::support::{
     PG_PASSWORD, PgServer, TTL, lease, postgres_now_ms, shared_postgres, shared_postgres_backend,
     shared_postgres_with_client, shared_postgres_with_tables, unique,
 };
+use syncguard::driver::{generate_lock_id, make_storage_key};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
-use syncguard::{
-    AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup, generate_lock_id, make_storage_key,
-};
+use syncguard::testing::backend as contract;
+use syncguard::{AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup};
 
-backend_contract!(shared_postgres_backend);
-guard_contract!(shared_postgres_backend);
+syncguard::backend_contract!(shared_postgres_backend);
+syncguard::guard_contract!(shared_postgres_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Schema and storage format
@@ -450,10 +449,7 @@ fn racing_acquires_over_two_pools() {
                         }
                     };
                     if let Some(lease) = &hot {
-                        winners
-                            .lock()
-                            .unwrap()
-                            .push(("hot", round, lease.fence.clone()));
+                        winners.lock().unwrap().push(("hot", round, lease.fence));
                     }
                     // Everyone has tried before the winner lets go.
                     barrier.wait();
@@ -919,7 +915,7 @@ fn without_the_server_functions_the_statements_go_inline() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(count, 7);
+    assert_eq!(count, 8);
 }
 
 #[test]

@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::contract;
 use crate::support;
 use crate::support::{
     RedisServer, TTL, lease, redis_now_ms, shared_redis, shared_redis_backend,
@@ -13,11 +12,13 @@ use crate::support::{
 };
 use redis::Commands as _;
 use serde_json::Value as Json;
+use syncguard::driver::{generate_lock_id, make_storage_key};
 use syncguard::redis::RedisBackend;
-use syncguard::{ErrorCode, LockBackend, generate_lock_id, make_storage_key};
+use syncguard::testing::backend as contract;
+use syncguard::{ErrorCode, LockBackend};
 
-backend_contract!(shared_redis_backend);
-guard_contract!(shared_redis_backend);
+syncguard::backend_contract!(shared_redis_backend);
+syncguard::guard_contract!(shared_redis_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Storage format (shared with the TypeScript SyncGuard)
@@ -45,7 +46,7 @@ fn stores_the_three_keys_of_the_syncguard_layout() {
     );
     assert_eq!(record["lockId"], Json::from(lease.lock_id.clone()));
     assert_eq!(record["key"], Json::from(key.clone()));
-    assert_eq!(record["fence"], Json::from(lease.fence.as_str()));
+    assert_eq!(record["fence"], Json::from(lease.fence.to_string()));
     assert_eq!(record["expiresAtMs"].as_i64(), Some(lease.expires_at_ms));
     assert_eq!(
         record["acquiredAtMs"].as_i64(),
@@ -326,7 +327,10 @@ fn fence_overflow_is_refused_without_taking_the_lock() {
     let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("overflow");
     let _: () = conn
-        .set(backend.fence_key(&key).unwrap(), syncguard::FENCE_MAX)
+        .set(
+            backend.fence_key(&key).unwrap(),
+            syncguard::driver::FENCE_MAX,
+        )
         .unwrap();
     let err = backend.acquire(&key, TTL).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Internal);

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
-use syncguard::{hash_key, make_storage_key};
+use syncguard::driver::{hash_key, make_storage_key};
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/storage_keys.json");
 

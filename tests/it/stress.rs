@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::support::{self, child};
-use syncguard::{Backoff, LockOptions, Locker, generate_lock_id};
+use syncguard::driver::generate_lock_id;
+use syncguard::{Backoff, LockOptions, Locker};
 
 const ENV_URL: &str = "SYNCGUARD_STRESS_URL";
 const ENV_DIR: &str = "SYNCGUARD_STRESS_DIR";

@@ -10,6 +10,6 @@ if lock.expiresAtMs > now - tonumber(ARGV[1]) then return {OK} end
 -- Opt-in cleanup, only well past expiry so that it can never race a renewal.
 if ARGV[2] == '1' and now - lock.expiresAtMs > tonumber(ARGV[4]) then
   redis.call('DEL', KEYS[1], ARGV[3] .. lock.lockId)
-  announce_release(KEYS[1])
+  announce_release(KEYS[1], lock.key)
 end
 return {ABSENT}

@@ -18,9 +18,10 @@ local function decode_lock(raw)
   return nil
 end
 
--- Tells waiting lockers (subscribed to `<lock key>:released`) that the lock is gone.
-local function announce_release(lock_key)
-  redis.call('PUBLISH', lock_key .. ':released', '')
+-- Tells waiting lockers (subscribed to `<lock key>:released`) that the lock on the user key
+-- `key` is gone.
+local function announce_release(lock_key, key)
+  redis.call('PUBLISH', lock_key .. ':released', key or '')
 end
 
 -- The live lock an index key points to, verified to belong to lock_id.
@@ -43,7 +44,7 @@ local function resolve_owned(index_key, lock_id, tolerance)
   end
   if lock.expiresAtMs <= now_ms() - tolerance then
     redis.call('DEL', lock_key, index_key)
-    announce_release(lock_key)
+    announce_release(lock_key, lock.key)
     return nil, EXPIRED
   end
   return lock_key, lock

@@ -4,5 +4,5 @@
 local lock_key, lock_or_code = resolve_owned(KEYS[1], ARGV[1], tonumber(ARGV[2]))
 if not lock_key then return {lock_or_code} end
 redis.call('DEL', lock_key, KEYS[1])
-announce_release(lock_key)
+announce_release(lock_key, lock_or_code.key)
 return {OK}

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use syncguard::{
-    AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, generate_lock_id, get_by_id_raw,
-};
+use syncguard::driver::generate_lock_id;
+use syncguard::driver::{Extension, LeaseRef, LockId, Outcome, Ttl};
+use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, get_by_id_raw};
 
 /// A TTL no test outlives.
 pub const TTL: Duration = Duration::from_secs(30);
@@ -69,13 +69,13 @@ pub fn assert_honours_a_foreign_lock(
     assert_eq!(backend.acquire(key, TTL).unwrap(), AcquireOutcome::Locked);
     let info = get_by_id_raw(backend, lock_id).unwrap().unwrap();
     assert_eq!(info.key, key);
-    assert_eq!(info.info.fence.as_str(), "000000000000007");
+    assert_eq!(info.info.fence.to_string(), "000000000000007");
     assert_eq!(info.info.expires_at_ms, expires_at_ms);
     assert!(backend.extend(lock_id, TTL).unwrap().is_some());
     assert!(backend.release(lock_id).unwrap());
     let next = lease(backend.acquire(key, TTL));
     assert_eq!(
-        next.fence.as_str(),
+        next.fence.to_string(),
         "000000000000008",
         "continues the shared counter"
     );
@@ -154,4 +154,23 @@ pub fn assert_tolerance_follows_the_server_clock(
             assert!(backend.release(&taken.lock_id).unwrap(), "{why}");
         }
     }
+}
+
+/// `release_lease` by a lock id given as text: the driver's answer, with its reason.
+pub fn release_outcome<B: LockBackend + ?Sized>(
+    backend: &B,
+    lock_id: &str,
+) -> syncguard::Result<Outcome<()>> {
+    let lock_id = LockId::new(lock_id)?;
+    backend.release_lease(LeaseRef::new(&lock_id))
+}
+
+/// `extend_lease` by a lock id given as text: the driver's answer, with its reason.
+pub fn extend_outcome<B: LockBackend + ?Sized>(
+    backend: &B,
+    lock_id: &str,
+    ttl: std::time::Duration,
+) -> syncguard::Result<Outcome<Extension>> {
+    let (lock_id, ttl) = (LockId::new(lock_id)?, Ttl::new(ttl)?);
+    backend.extend_lease(LeaseRef::new(&lock_id), ttl)
 }

@@ -28,7 +28,7 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "{name}-{}-{}",
         std::process::id(),
-        syncguard::generate_lock_id()
+        syncguard::driver::generate_lock_id()
     ));
     std::fs::create_dir_all(&dir).expect("create a scratch directory");
     dir

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use syncguard::generate_lock_id;
+use syncguard::driver::generate_lock_id;
 use syncguard::postgres::{PostgresBackend, PostgresBuilder, TableNames, setup_schema};
 
 use super::{Instance, Service, free_port};
@@ -195,7 +195,7 @@ impl PgServer {
 }
 
 /// Drops the server functions of `lock_table` (as on tables the TypeScript SyncGuard set up),
-/// checking that all seven were there.
+/// checking that all eight were there.
 pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
     let functions: Vec<String> = client
         .query(
@@ -206,7 +206,7 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(functions.len(), 7, "{functions:?}");
+    assert_eq!(functions.len(), 8, "{functions:?}");
     client
         .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
         .expect("drop the server functions");
