@@ -54,7 +54,7 @@
 //!             key: key.to_string(), lock_id: lease.lock_id.clone(), expires_at_ms: lease.expires_at_ms,
 //!             acquired_at_ms: now, fence: lease.fence,
 //!         });
-//!         Ok(Acquisition::Acquired { lease, version: None })
+//!         Ok(Acquisition::granted(lease.lock_id, lease.fence, lease.expires_at_ms, None))
 //!     }
 //!     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
 //!         let now = SystemClock.now_ms();
@@ -231,6 +231,25 @@ pub enum Acquisition {
     },
     /// Someone else holds a live lock on the key.
     Locked,
+}
+
+impl Acquisition {
+    /// The lock is now held under `lock_id`, with `fence`, until `expires_at_ms`.
+    pub fn granted(
+        lock_id: String,
+        fence: Fence,
+        expires_at_ms: i64,
+        version: Option<Version>,
+    ) -> Acquisition {
+        Acquisition::Acquired {
+            lease: Lease {
+                lock_id,
+                fence,
+                expires_at_ms,
+            },
+            version,
+        }
+    }
 }
 
 /// Which lease a release or extension is about. The lock id always; the key and the store's

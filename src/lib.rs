@@ -6,7 +6,7 @@
 //! use syncguard::{Locker, MemoryBackend};
 //!
 //! let locker = Locker::new(MemoryBackend::new()); // or a Redis / PostgreSQL / Firestore backend
-//! let guard = locker.lock("nightly-report")?;     // waits with backoff, up to 5 s by default
+//! let guard = locker.lock("nightly-report")?;     // waits until held, like Mutex::lock
 //! println!("fence {}", guard.fence());            // pass it to what the lock protects
 //! guard.check()?;                                 // Err(LockLost) if the lease was lost
 //! drop(guard);                                    // releases the lock

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, OnRelease, Outcome, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl, is_live,
@@ -229,14 +229,7 @@ impl Driver for MemoryBackend {
                 fence,
             },
         );
-        Ok(Acquisition::Acquired {
-            lease: Lease {
-                lock_id,
-                fence,
-                expires_at_ms,
-            },
-            version: None,
-        })
+        Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {

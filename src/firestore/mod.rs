@@ -76,7 +76,7 @@ pub use self::skew::ClockSkew;
 use self::rest::{
     RestClient, RestError, fields, get_integer, get_string, integer_value, string_value,
 };
-use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
     TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live, make_storage_key,
@@ -677,15 +677,12 @@ impl FirestoreBackend {
             // Someone changed the lock or the counter since the read: another acquirer won.
             return Ok(Attempt::Done(Acquisition::Locked));
         };
-        Ok(Attempt::Done(Acquisition::Acquired {
-            lease: Lease {
-                lock_id,
-                fence,
-                expires_at_ms,
-            },
-            // The lock document is the first write.
-            version: times.first().map(|time| version_of(time, expires_at_ms)),
-        }))
+        Ok(Attempt::Done(Acquisition::granted(
+            lock_id,
+            fence,
+            expires_at_ms,
+            times.first().map(|time| version_of(time, expires_at_ms)),
+        )))
     }
 
     /// The query for a lock id (no limit: a second match must be seen, not hidden).

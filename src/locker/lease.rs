@@ -197,6 +197,18 @@ impl HeldLease {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The state once no renewal is in flight (waits for one to come back).
+    fn settled_state(&self) -> MutexGuard<'_, State> {
+        let mut state = self.state();
+        while state.renewing {
+            state = self
+                .settled
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state
+    }
+
     /// The TTL renewals use: the last one asked for.
     pub(crate) fn ttl(&self) -> Ttl {
         // Only ever stored from a `Ttl`.
@@ -256,13 +268,11 @@ impl HeldLease {
     /// Takes a renewal out for sending, for `ttl` (or the lease's own). With `wait`, waits for
     /// a renewal in flight to come back first (a guard's extension); otherwise answers `Busy`.
     pub(crate) fn begin_renewal(&self, ttl: Option<Ttl>, wait: bool) -> Begin {
-        let mut state = self.state();
-        while state.renewing && wait {
-            state = self
-                .settled
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
+        let mut state = if wait {
+            self.settled_state()
+        } else {
+            self.state()
+        };
         if state.phase != Phase::Held {
             return Begin::Done(Renewal::Ended);
         }
@@ -272,7 +282,7 @@ impl HeldLease {
         if self.is_lost() {
             self.mark_lost(&mut state, false);
             drop(state);
-            self.report_lost("it ran out before a renewal succeeded");
+            self.report_lost(self.why_lost("it ran out before a renewal succeeded"));
             return Begin::Done(Renewal::Ended);
         }
         let sent = Instant::now();
@@ -324,7 +334,7 @@ impl HeldLease {
                 } else if Instant::now() >= self.deadline() {
                     self.mark_lost(&mut state, false);
                     drop(state);
-                    self.report_lost("a renewal came back after it had run out");
+                    self.report_lost(self.why_lost("a renewal came back after it had run out"));
                     Renewal::Ended
                 } else {
                     let Extension {
@@ -372,10 +382,9 @@ impl HeldLease {
         }
         let mut state = self.state();
         let why = match state.phase {
-            Phase::Held if self.at_max_hold.load(Ordering::Acquire) => {
-                "it reached its max_hold and was not renewed any further"
+            Phase::Held | Phase::Lost { .. } => {
+                self.why_lost("it ran out before a renewal succeeded")
             }
-            Phase::Held | Phase::Lost { .. } => "it ran out before a renewal succeeded",
             _ => return,
         };
         self.mark_lost(&mut state, false);
@@ -388,13 +397,7 @@ impl HeldLease {
     /// flight to come back first, so that none is sent after the release.
     pub(crate) fn release(&self, driver: &dyn Driver) -> Result<bool> {
         let version = {
-            let mut state = self.state();
-            while state.renewing {
-                state = self
-                    .settled
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
+            let mut state = self.settled_state();
             match state.phase {
                 Phase::Held | Phase::Lost { confirmed: false } => {
                     self.set_phase(&mut state, Phase::Releasing);
@@ -423,18 +426,22 @@ impl HeldLease {
     /// returned lease, whose `expires_at_ms` is the last the store confirmed. Waits for a
     /// renewal in flight, so that the expiry returned is the latest.
     pub(crate) fn detach(&self) -> Lease {
-        let mut state = self.state();
-        while state.renewing {
-            state = self
-                .settled
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
+        let mut state = self.settled_state();
         self.set_phase(&mut state, Phase::Detached);
         Lease {
             lock_id: self.lock_id.as_str().to_owned(),
             fence: self.fence,
             expires_at_ms: self.expires_at_ms(),
+        }
+    }
+
+    /// Why a lease that ran out is lost: `max_hold`, when a renewal was cut short or refused
+    /// by it, else `otherwise`.
+    fn why_lost<'a>(&self, otherwise: &'a str) -> &'a str {
+        if self.at_max_hold.load(Ordering::Acquire) {
+            "it reached its max_hold and was not renewed any further"
+        } else {
+            otherwise
         }
     }
 

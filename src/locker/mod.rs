@@ -39,7 +39,7 @@ use crate::time::Ttl;
 ///
 /// let locker = Locker::new(MemoryBackend::new());
 /// {
-///     let guard = locker.lock("nightly-report")?; // waits (with backoff) up to 5 s
+///     let guard = locker.lock("nightly-report")?; // waits until held
 ///     assert!(locker.try_lock("nightly-report")?.is_none()); // held: no wait
 ///     // ... critical section; the heartbeat keeps the lease alive ...
 /// } // released here

@@ -38,18 +38,21 @@ impl Heartbeat {
     }
 }
 
-/// How [`Locker::lock_with`](crate::Locker::lock_with) acquires and keeps a lock. `LockOptions::default()` gives the
-/// SyncGuard defaults; the setters chain.
+/// How [`Locker::lock_with`](crate::Locker::lock_with) acquires and keeps a lock. The setters
+/// chain. The defaults wait like `Mutex::lock` (as long as it takes), unlike the TypeScript
+/// `lock()` helper's 5 s and 10 retries:
 ///
 /// | option | default |
 /// |---|---|
 /// | [`ttl`](LockOptions::ttl) | 30 s |
-/// | [`timeout`](LockOptions::timeout) (acquisition) | 5 s |
-/// | [`max_retries`](LockOptions::max_retries) | 10 |
+/// | [`timeout`](LockOptions::timeout) (acquisition) | none (waits until held) |
+/// | [`max_retries`](LockOptions::max_retries) | unlimited |
 /// | [`retry_delay`](LockOptions::retry_delay) | 100 ms |
+/// | [`max_retry_delay`](LockOptions::max_retry_delay) | 1 s |
 /// | [`backoff`](LockOptions::backoff) | [`Backoff::Exponential`] |
 /// | [`jitter`](LockOptions::jitter) | [`Jitter::Equal`] |
 /// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] (every ttl/3) |
+/// | [`max_hold`](LockOptions::max_hold) | none |
 ///
 /// ```
 /// use std::time::Duration;

@@ -119,7 +119,7 @@ use self::connection::{
 };
 use self::errors::ServerError;
 use self::statements::{Op, Statements};
-use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, OnRelease,
     Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
@@ -479,14 +479,7 @@ impl Driver for PostgresBackend {
                 // Re-issuing through from_counter applies the warning threshold.
                 let fence =
                     Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
-                Ok(Acquisition::Acquired {
-                    lease: Lease {
-                        lock_id,
-                        fence,
-                        expires_at_ms,
-                    },
-                    version: None,
-                })
+                Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
             }
             _ if counter.is_some_and(|n| n > fence_max) => Err(LockError::internal(format!(
                 "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"

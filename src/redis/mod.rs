@@ -58,7 +58,7 @@ use self::connection::{Connector, LastFailure, Pool, Timeouts, ensure_tls_provid
 use self::errors::Server;
 use self::scripts::{Reply, SCRIPTS, Status};
 use self::watch::RedisWatch;
-use crate::backend::{Capabilities, Lease, TimeAuthority};
+use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LOCK_ID_LENGTH, LeaseRef, LockId,
     LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
@@ -473,14 +473,12 @@ impl Driver for RedisBackend {
                 let fence =
                     Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
                 let expires_at_ms = reply.int()?;
-                Ok(Acquisition::Acquired {
-                    lease: Lease {
-                        lock_id: lock_id.into_string(),
-                        fence,
-                        expires_at_ms,
-                    },
-                    version: None,
-                })
+                Ok(Acquisition::granted(
+                    lock_id.into_string(),
+                    fence,
+                    expires_at_ms,
+                    None,
+                ))
             }
             Status::Absent => Ok(Acquisition::Locked),
             Status::FenceOverflow => Err(LockError::internal(format!(

@@ -50,6 +50,21 @@ where
     });
 }
 
+/// The waiter's locker starts listening for other processes' releases on its first contention,
+/// in the background: contend once, so that the caller can then wait until it listens.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn contend_once<A, B>(holder: &Locker<A>, waiter: &Locker<B>)
+where
+    A: LockBackend + 'static,
+    B: LockBackend + 'static,
+{
+    let key = unique("wake-warm-up");
+    let held = holder.lock(&key).unwrap();
+    let short = LockOptions::default().timeout(Duration::from_millis(1));
+    assert!(waiter.lock_with(&key, &short).is_err());
+    drop(held);
+}
+
 #[test]
 fn memory_release_wakes_a_waiter_in_another_locker() {
     let backend = syncguard::MemoryBackend::new();
@@ -64,13 +79,7 @@ fn redis_release_wakes_a_waiter_in_another_locker() {
     use crate::support::shared_redis_backend;
     let holder = Locker::new(shared_redis_backend());
     let waiter = Locker::new(shared_redis_backend());
-    // The waiter's locker subscribes on its first contention, in the background: contend
-    // once, then wait until the subscription is there, before releases are expected to wake.
-    let warm_up = unique("wake-redis-warm-up");
-    let held = holder.lock(&warm_up).unwrap();
-    let short = LockOptions::default().timeout(Duration::from_millis(1));
-    assert!(waiter.lock_with(&warm_up, &short).is_err());
-    drop(held);
+    contend_once(&holder, &waiter);
     let (_, mut connection) = crate::support::shared_redis_with_connection();
     await_condition("the waiter's locker to subscribe", || {
         let patterns: i64 = redis::cmd("PUBSUB")
@@ -98,13 +107,7 @@ fn postgres_release_wakes_a_waiter_in_another_locker() {
     let name = format!("waiter-{}", syncguard::driver::generate_lock_id());
     let url = format!("{}?application_name={name}", shared_postgres().url());
     let waiter = Locker::new(PostgresBackend::connect(&url).unwrap());
-    // The waiter's listener starts with its first wait and listens in the background: wait
-    // once, then until its connection has listened, before releases are expected to wake it.
-    let warm_up = unique("wake-postgres-warm-up");
-    let held = holder.lock(&warm_up).unwrap();
-    let short = LockOptions::default().timeout(Duration::from_millis(1));
-    assert!(waiter.lock_with(&warm_up, &short).is_err());
-    drop(held);
+    contend_once(&holder, &waiter);
     let mut client = shared_postgres().client();
     await_condition("the waiter's locker to listen", || {
         let listening: i64 = client
