@@ -316,6 +316,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::Lease;
     use crate::backend::{AcquireOutcome, LockBackend};
     use crate::time::ManualClock;
 
