@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use syncguard::{Heartbeat, LockBackend, LockError, LockOptions, Locker, MemoryBackend};
+use syncguard::{Heartbeat, LockBackend, LockError, LockOptions, Locker};
 
 const WORKERS: usize = 4;
 const ITEMS: usize = 8;
@@ -119,12 +119,11 @@ fn work(
 }
 
 fn main() -> Result<(), LockError> {
-    let backend: Box<dyn LockBackend> = match std::env::var("SYNCGUARD_URL") {
-        Ok(url) if !url.trim().is_empty() => syncguard::connect(&url)?,
-        _ => Box::new(MemoryBackend::new()),
-    };
+    // `memory:` (the default) keeps the locks in this process: the workers are threads.
+    let url = std::env::var("SYNCGUARD_URL").unwrap_or_else(|_| "memory:".into());
+    let backend = syncguard::connect(&url)?;
     println!("backend: {}", backend.capabilities().backend);
-    // Clones of a locker share its backend and its one heartbeat thread.
+    // The workers share one locker, hence one backend and one heartbeat.
     let locker = Locker::new(backend);
     let store = FencedStore::default();
 

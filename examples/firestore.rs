@@ -1,5 +1,6 @@
-//! Locks in Firestore, step by step: connecting (emulator or a real project), the documents,
-//! fencing, and a long job kept alive by the heartbeat.
+//! What is particular to locks in Firestore: the emulator or a real project and its
+//! credentials, the documents a lock is made of, the requests each operation costs, and the
+//! client clock that decides expiry (and how far off it is).
 //!
 //! ```text
 //! # Google's emulator (the Cloud SDK's cloud-firestore-emulator component):
@@ -7,14 +8,17 @@
 //! FIRESTORE_EMULATOR_HOST=127.0.0.1:8080 cargo run --example firestore
 //!
 //! # A real project, with a service-account key (or on GCE / Cloud Run, the metadata server):
-//! GOOGLE_APPLICATION_CREDENTIALS=key.json SYNCGUARD_URL=firestore://my-project cargo run --example firestore
+//! GOOGLE_APPLICATION_CREDENTIALS=key.json GOOGLE_CLOUD_PROJECT=my-project cargo run --example firestore
 //! ```
+//!
+//! What every backend shares (waiting, fences, the heartbeat, `with_lock`) is the quickstart's
+//! tour, which runs against Firestore as well (`FIRESTORE_EMULATOR_HOST` is honoured there too):
+//! `SYNCGUARD_URL=firestore://my-project cargo run --example quickstart`.
 
-use std::thread;
 use std::time::Duration;
 
-use syncguard::firestore::FirestoreBackend;
-use syncguard::{Heartbeat, LockBackend, LockOptions, Locker};
+use syncguard::firestore::{Credentials, FirestoreBackend};
+use syncguard::{LockBackend, Locker};
 
 fn main() {
     if let Err(error) = run() {
@@ -24,54 +28,81 @@ fn main() {
 }
 
 fn run() -> syncguard::Result<()> {
-    let url =
-        std::env::var("SYNCGUARD_URL").unwrap_or_else(|_| "firestore://syncguard-example".into());
-    // Nothing is sent yet: the first operation reports a wrong endpoint or credentials.
-    let backend = FirestoreBackend::connect(&url)?;
+    let project =
+        std::env::var("GOOGLE_CLOUD_PROJECT").unwrap_or_else(|_| "syncguard-example".into());
+
+    // `FirestoreBackend::connect("firestore://PROJECT[/DATABASE]?credentials=key.json")` takes
+    // the defaults; the builder sets the rest: `timeout` bounds each HTTP request, connecting
+    // included. Firestore keeps no time for us, so this machine's clock decides expiry:
+    // `max_clock_skew` makes operations fail while that clock is known to be further off than
+    // the bound, rather than cut other holders' leases short or keep its own too long.
+    let builder = FirestoreBackend::builder()
+        .project(&project)
+        .timeout(Duration::from_secs(3))
+        .max_clock_skew(Duration::from_millis(500));
+    // The builder picks the emulator by itself when FIRESTORE_EMULATOR_HOST is set; spelled
+    // out here to show both sides.
+    let (builder, endpoint) = match std::env::var("FIRESTORE_EMULATOR_HOST") {
+        // Plain HTTP, and the emulator accepts any project and the token `owner`.
+        Ok(host) if !host.trim().is_empty() => (builder.emulator_host(&host), host),
+        // Google's endpoint: GOOGLE_APPLICATION_CREDENTIALS (a service-account key file), else
+        // the metadata server of GCE, Cloud Run or GKE. `ServiceAccountFile`, `Token` and the
+        // others choose one explicitly.
+        _ => (
+            builder.production().credentials(Credentials::Default),
+            "firestore.googleapis.com".to_owned(),
+        ),
+    };
+    // Nothing is sent yet: a wrong endpoint or credentials show up at the first operation.
+    let backend = builder.build()?;
+    println!("project {project} at {endpoint}");
+    println!("clock: {:?}", backend.capabilities().time_authority);
+
     let locker = Locker::new(backend);
+    let firestore = locker.backend();
     let key = format!(
         "example:report:{}",
         &syncguard::driver::generate_lock_id()[..6]
     );
 
-    // 1. A lock is a document in `locks`, its fence counter one in `fence_counters` (never
-    //    deleted). Every change is an atomic compare-and-set commit: at most two requests.
+    // Every change is a compare-and-set commit with preconditions rather than a transaction
+    // (under contention, transactions starve the holder's release): at most two requests.
+    let sent = firestore.stats().requests;
     let guard = locker.lock(&key)?;
-    let backend = locker.backend();
-    println!("1. locked {key:?} with fence {}", guard.fence());
-    println!("   locks/{}", backend.lock_document_id(&key)?);
-    println!("   fence_counters/{}", backend.fence_document_id(&key)?);
-
-    // 2. Firestore decides nothing about time: this machine's clock does, so it is watched.
     println!(
-        "2. clock skew against Firestore: {:?}",
-        backend.clock_skew()
+        "\nlocked {key:?} with fence {} (HTTP requests: {})",
+        guard.fence(),
+        firestore.stats().requests - sent
+    );
+    // A lock is a document, its fence counter another one that is never deleted.
+    println!("  locks/{}", firestore.lock_document_id(&key)?);
+    println!("  fence_counters/{}", firestore.fence_document_id(&key)?);
+    // Document ids cannot contain `/` (nor be `.`, `..` or `__…__`): such keys are hashed.
+    println!(
+        "  the key \"reports/2024\" would be locks/{}",
+        firestore.lock_document_id("reports/2024")?
     );
 
-    // 3. The next holder gets a larger fence.
-    let first = *guard.fence();
-    drop(guard);
-    let second = locker.lock(&key)?;
-    println!("3. next holder's fence {} > {first}", second.fence());
-    drop(second);
+    let sent = firestore.stats().requests;
+    guard.release()?;
+    println!(
+        "released (HTTP requests: {})",
+        firestore.stats().requests - sent
+    );
 
-    // 4. A long job under a short lease, renewed by the heartbeat thread.
-    let options = LockOptions::default()
-        .ttl(Duration::from_secs(3))
-        .heartbeat(Heartbeat::Every(Duration::from_secs(1)))
-        .on_lock_lost(|e| eprintln!("   lease lost: {e}"));
-    let job = locker.lock_with(&key, &options)?;
-    println!("4. job running under a 3 s lease ...");
-    for step in 1..=3 {
-        thread::sleep(Duration::from_millis(1200));
-        job.check()?;
-        println!("   step {step}: still held");
+    // Each answer carries Firestore's time; the offset is within ± half the round trip.
+    // Above 200 ms it is logged; above `max_clock_skew` operations fail.
+    match firestore.clock_skew() {
+        Some(skew) => println!(
+            "\nclock skew: {} ms ± {} ms (Firestore minus this machine)",
+            skew.offset_ms, skew.uncertainty_ms
+        ),
+        None => println!("\nclock skew: not measured yet"),
     }
-    println!("   released: {}", job.release()?);
-    println!(
-        "5. is_locked now: {}; {:?}",
-        locker.backend().is_locked(&key)?,
-        locker.backend().stats()
-    );
+    // Commits that met a transaction of a TypeScript SyncGuard client are retried.
+    println!("{:?}", firestore.stats());
+
+    println!("\nnext, what every backend does:");
+    println!("  SYNCGUARD_URL=firestore://{project} cargo run --example quickstart");
     Ok(())
 }

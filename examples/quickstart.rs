@@ -18,22 +18,33 @@
 use std::thread;
 use std::time::Duration;
 
-use syncguard::{Heartbeat, LockBackend, LockError, LockOptions, Locker, MemoryBackend};
+use syncguard::{Heartbeat, LockBackend, LockError, LockOptions, Locker, TimeAuthority};
 
 fn main() -> Result<(), LockError> {
-    // A backend and a locker. `Locker` is cheap to clone; clones share one heartbeat thread.
-    let backend: Box<dyn LockBackend> = match std::env::var("SYNCGUARD_URL") {
-        Ok(url) if !url.trim().is_empty() => syncguard::connect(&url)?,
-        _ => Box::new(MemoryBackend::new()),
+    // A backend and a locker. `memory:` is a `MemoryBackend`: locks that live in this process.
+    // `Locker` is cheap to clone; clones share its heartbeat (one scheduler thread and a few
+    // renewal workers, however many guards).
+    let url = std::env::var("SYNCGUARD_URL").unwrap_or_else(|_| "memory:".into());
+    let backend = syncguard::connect(&url)?;
+    // Whose clock decides when a lease has run out: the store's (Redis, PostgreSQL), or this
+    // machine's (memory, Firestore), which must then be kept in sync with the other clients'.
+    let expiry_clock = match backend.capabilities().time_authority {
+        TimeAuthority::Server => "the store's clock",
+        TimeAuthority::Client => "this machine's clock",
     };
-    println!("backend: {}", backend.capabilities().backend);
+    println!(
+        "backend: {}, leases expire by {expiry_clock}",
+        backend.capabilities().backend
+    );
     let locker = Locker::new(backend);
 
     // A fresh key per run, so runs against a shared server never meet.
     let run = &syncguard::driver::generate_lock_id()[..8];
     let key = format!("quickstart:{run}:report");
 
-    // 1. Take the lock. `lock` waits (with backoff, up to 5 s) while someone else holds it.
+    // 1. Take the lock. Like `Mutex::lock`, `lock` waits as long as someone else holds it
+    //    (a release wakes it; meanwhile it polls with capped backoff). To bound the wait, use
+    //    `try_lock_for(key, timeout)`, or `lock_with` and `LockOptions::default().timeout(..)`.
     //    The fence is the token to hand to whatever the lock protects.
     let guard = locker.lock(&key)?;
     println!("\n1. locked {:?}, fence {}", guard.key(), guard.fence());

@@ -79,7 +79,6 @@ fn truncate(scheme: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorCode;
 
     #[test]
     fn memory_urls() {
@@ -95,15 +94,14 @@ mod tests {
 
     #[test]
     fn bad_urls_never_echo_secrets() {
-        for url in [
-            "",
-            "localhost",
-            "mysql://user:hunter2@db",
-            "redis//user:hunter2@h",
-        ] {
-            let err = connect(url).err().unwrap();
-            assert_eq!(err.code(), ErrorCode::InvalidArgument, "{url}");
-            assert!(!err.to_string().contains("hunter2"), "{err}");
-        }
+        crate::error::assert_refused_without_secret(
+            &[
+                "",
+                "localhost",
+                "mysql://user:hunter2@db",
+                "redis//user:hunter2@h",
+            ],
+            connect,
+        );
     }
 }

@@ -182,6 +182,19 @@ impl fmt::Debug for LockError {
     }
 }
 
+/// Test helper: every input is refused as `InvalidArgument`, and neither the message nor the
+/// `Debug` form repeats the secret it carried (`hunter2` by convention).
+#[cfg(test)]
+pub(crate) fn assert_refused_without_secret<T>(inputs: &[&str], parse: impl Fn(&str) -> Result<T>) {
+    for input in inputs {
+        let Err(err) = parse(input) else {
+            panic!("{input:?} was accepted");
+        };
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{input}: {err}");
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! Distributed locks for threaded and batch programs: blocking calls, fencing tokens, TTL
-//! leases, guards that release on drop, and one heartbeat thread that keeps long jobs' leases
+//! leases, guards that release on drop, and a shared heartbeat that keeps long jobs' leases
 //! alive and tells you when one is lost.
 //!
 //! ```
@@ -35,7 +35,8 @@
 //!   so Rust and Node services can share locks. A backend implements the small
 //!   [`driver::Driver`] trait; everything a lock user calls is written once on top of it.
 //! - [`Locker`]: retries with exponential backoff and jitter, hands out [`LockGuard`]s, and runs
-//!   one heartbeat thread that renews every held lease (at a third of its TTL by default).
+//!   one heartbeat (a scheduler thread and at most four workers) that renews every held lease
+//!   in batches (at a third of its TTL by default).
 //! - [`LockGuard`]: the held lock. [`LockGuard::fence`] is the fencing token; [`LockGuard::check`]
 //!   says whether the lease is still held; dropping it releases.
 //! - [`Fence`]: a 15-digit token that grows with each acquisition of a key. Have the protected

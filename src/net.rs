@@ -1,7 +1,7 @@
 //! What every network backend shares: keeping secrets out of messages, and the rule for
 //! repeating a call whose pooled connection turned out to be dead.
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(feature = "redis")]
 use std::fmt;
 
 use crate::error::{LockError, Result};
@@ -30,24 +30,25 @@ impl Redactor {
 
     /// A client library's error as a redacted `source` for a `LockError`: the original may
     /// carry connection details.
+    #[cfg(feature = "redis")]
     pub fn source(&self, error: &dyn std::error::Error) -> RedactedError {
         RedactedError(self.clean(&error.to_string()))
     }
 }
 
 /// A client library's error, as redacted text.
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(feature = "redis")]
 #[derive(Debug)]
 pub(crate) struct RedactedError(pub String);
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(feature = "redis")]
 impl fmt::Display for RedactedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(feature = "redis")]
 impl std::error::Error for RedactedError {}
 
 /// Where a pooled backend gets its connections: a URL to open its own pool from, or the
@@ -87,6 +88,44 @@ pub(crate) fn pool_source<P>(
         ))),
     }
 }
+
+/// The builder methods every pooled backend shares, written once with their docs. Expanded
+/// inside each builder's `impl`, whose struct has the fields `cleanup_in_is_locked`,
+/// `pool_size` and `timeouts` (`connect`, `checkout`), and whose module has a
+/// `CLEANUP_GUARD_MS`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+macro_rules! pooled_builder_options {
+    () => {
+        /// Let `is_locked` delete the key's lock when it is more than [`CLEANUP_GUARD_MS`]
+        /// past expiry (default off: `is_locked` is then read-only). Never touches fence
+        /// counters.
+        pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+            self.cleanup_in_is_locked = enabled;
+            self
+        }
+
+        /// Most connections kept open (default 8). Ignored with [`pool`](Self::pool).
+        pub fn pool_size(mut self, size: u32) -> Self {
+            self.pool_size = size;
+            self
+        }
+
+        /// Timeout for opening a connection (default 2 s).
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.timeouts.connect = timeout;
+            self
+        }
+
+        /// How long an operation waits for a pooled connection (default 3 s). Ignored with
+        /// [`pool`](Self::pool), whose own setting applies.
+        pub fn pool_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.timeouts.checkout = timeout;
+            self
+        }
+    };
+}
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) use pooled_builder_options;
 
 /// A backend URL with syncguard's own query options taken out.
 #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]

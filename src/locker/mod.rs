@@ -29,9 +29,9 @@ use crate::lock_id::LockId;
 use crate::time::Ttl;
 
 /// Takes locks from a backend and hands out guards that release on drop and are kept alive
-/// by one shared heartbeat thread.
+/// by one shared heartbeat (a scheduler thread and at most four workers).
 ///
-/// Cheap to clone (clones share the backend, the defaults and the heartbeat thread), `Send`
+/// Cheap to clone (clones share the backend, the defaults and the heartbeat), `Send`
 /// and `Sync`. Everything blocks the calling thread; no async runtime is involved.
 ///
 /// ```

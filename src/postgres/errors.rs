@@ -264,40 +264,26 @@ mod tests {
 
     #[test]
     fn sqlstates_map_by_the_table() {
+        use ErrorCode::*;
         let cases = [
-            (
-                SqlState::CONNECTION_EXCEPTION,
-                ErrorCode::ServiceUnavailable,
-            ),
-            (SqlState::CONNECTION_FAILURE, ErrorCode::ServiceUnavailable),
-            (SqlState::PROTOCOL_VIOLATION, ErrorCode::ServiceUnavailable),
-            (SqlState::INVALID_PASSWORD, ErrorCode::AuthFailed),
-            (
-                SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-                ErrorCode::AuthFailed,
-            ),
-            (SqlState::INSUFFICIENT_PRIVILEGE, ErrorCode::AuthFailed),
-            (
-                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
-                ErrorCode::InvalidArgument,
-            ),
-            (SqlState::UNIQUE_VIOLATION, ErrorCode::InvalidArgument),
-            (SqlState::QUERY_CANCELED, ErrorCode::NetworkTimeout),
-            (
-                SqlState::TOO_MANY_CONNECTIONS,
-                ErrorCode::ServiceUnavailable,
-            ),
-            (SqlState::ADMIN_SHUTDOWN, ErrorCode::ServiceUnavailable),
-            (
-                SqlState::T_R_SERIALIZATION_FAILURE,
-                ErrorCode::ServiceUnavailable,
-            ),
-            (SqlState::UNDEFINED_TABLE, ErrorCode::Internal),
-            (SqlState::UNDEFINED_COLUMN, ErrorCode::Internal),
-            (SqlState::INVALID_SQL_STATEMENT_NAME, ErrorCode::Internal),
-            (SqlState::DUPLICATE_PSTATEMENT, ErrorCode::Internal),
-            (SqlState::INVALID_CATALOG_NAME, ErrorCode::Internal),
-            (SqlState::SYNTAX_ERROR, ErrorCode::Internal),
+            (SqlState::CONNECTION_EXCEPTION, ServiceUnavailable),
+            (SqlState::CONNECTION_FAILURE, ServiceUnavailable),
+            (SqlState::PROTOCOL_VIOLATION, ServiceUnavailable),
+            (SqlState::INVALID_PASSWORD, AuthFailed),
+            (SqlState::INVALID_AUTHORIZATION_SPECIFICATION, AuthFailed),
+            (SqlState::INSUFFICIENT_PRIVILEGE, AuthFailed),
+            (SqlState::NUMERIC_VALUE_OUT_OF_RANGE, InvalidArgument),
+            (SqlState::UNIQUE_VIOLATION, InvalidArgument),
+            (SqlState::QUERY_CANCELED, NetworkTimeout),
+            (SqlState::TOO_MANY_CONNECTIONS, ServiceUnavailable),
+            (SqlState::ADMIN_SHUTDOWN, ServiceUnavailable),
+            (SqlState::T_R_SERIALIZATION_FAILURE, ServiceUnavailable),
+            (SqlState::UNDEFINED_TABLE, Internal),
+            (SqlState::UNDEFINED_COLUMN, Internal),
+            (SqlState::INVALID_SQL_STATEMENT_NAME, Internal),
+            (SqlState::DUPLICATE_PSTATEMENT, Internal),
+            (SqlState::INVALID_CATALOG_NAME, Internal),
+            (SqlState::SYNTAX_ERROR, Internal),
         ];
         for (state, code) in cases {
             assert_eq!(classify_state(&state), code, "{}", state.code());

@@ -223,24 +223,7 @@ impl PostgresBuilder {
         self
     }
 
-    /// Let `is_locked` delete the key's lock row when it is more than [`CLEANUP_GUARD_MS`]
-    /// past expiry (default off: `is_locked` is then read-only). Never touches fence counters.
-    pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
-        self.cleanup_in_is_locked = enabled;
-        self
-    }
-
-    /// Most connections kept open (default 8). Ignored with [`pool`](PostgresBuilder::pool).
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Timeout for opening a connection (default 2 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
+    crate::net::pooled_builder_options!();
 
     /// How long each statement may take, measured by syncguard (default 5 s): a server that has
     /// not answered by then fails the call with `NetworkTimeout`, is sent a cancel request, and
@@ -249,12 +232,6 @@ impl PostgresBuilder {
     /// timeout plus this.
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.statement = timeout;
-        self
-    }
-
-    /// How long an operation waits for a pooled connection (default 3 s).
-    pub fn pool_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.checkout = timeout;
         self
     }
 

@@ -260,38 +260,20 @@ mod tests {
                 })
                 .unwrap()
         };
-        assert_eq!(
-            classify(&err("WRONGPASS", "invalid username-password pair")),
-            ErrorCode::AuthFailed
-        );
-        assert_eq!(
-            classify(&err("NOAUTH", "Authentication required.")),
-            ErrorCode::AuthFailed
-        );
-        assert_eq!(
-            classify(&err("NOPERM", "no permissions")),
-            ErrorCode::AuthFailed
-        );
-        assert_eq!(
-            classify(&err(
-                "WRONGTYPE",
-                "Operation against a key holding the wrong kind of value"
-            )),
-            ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            classify(&err("ERR", "syntax error")),
-            ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            classify(&err("LOADING", "Redis is loading")),
-            ErrorCode::ServiceUnavailable
-        );
-        assert_eq!(
-            classify(&err("READONLY", "replica")),
-            ErrorCode::ServiceUnavailable
-        );
-        assert_eq!(classify(&err("ERR", "something odd")), ErrorCode::Internal);
+        use ErrorCode::*;
+        let wrong_kind = "Operation against a key holding the wrong kind of value";
+        for (code, text, expected) in [
+            ("WRONGPASS", "invalid username-password pair", AuthFailed),
+            ("NOAUTH", "Authentication required.", AuthFailed),
+            ("NOPERM", "no permissions", AuthFailed),
+            ("WRONGTYPE", wrong_kind, InvalidArgument),
+            ("ERR", "syntax error", InvalidArgument),
+            ("LOADING", "Redis is loading", ServiceUnavailable),
+            ("READONLY", "replica", ServiceUnavailable),
+            ("ERR", "something odd", Internal),
+        ] {
+            assert_eq!(classify(&err(code, text)), expected, "{code} {text}");
+        }
     }
 
     /// Each client failure: its code and message (where, and the cause, without the password).
@@ -444,24 +426,17 @@ mod tests {
 
     #[test]
     fn io_errors_map_to_unavailable_or_timeout() {
+        use std::io::ErrorKind::*;
         let io = |kind| RedisError::from(std::io::Error::new(kind, "io"));
-        assert_eq!(
-            classify(&io(std::io::ErrorKind::ConnectionRefused)),
-            ErrorCode::ServiceUnavailable
-        );
-        assert_eq!(
-            classify(&io(std::io::ErrorKind::ConnectionReset)),
-            ErrorCode::ServiceUnavailable
-        );
-        assert_eq!(
-            classify(&io(std::io::ErrorKind::TimedOut)),
-            ErrorCode::NetworkTimeout
-        );
-        assert_eq!(
-            classify(&io(std::io::ErrorKind::WouldBlock)),
-            ErrorCode::NetworkTimeout
-        );
-        assert!(is_dropped_connection(&io(std::io::ErrorKind::BrokenPipe)));
-        assert!(!is_dropped_connection(&io(std::io::ErrorKind::TimedOut)));
+        for (kind, expected) in [
+            (ConnectionRefused, ErrorCode::ServiceUnavailable),
+            (ConnectionReset, ErrorCode::ServiceUnavailable),
+            (TimedOut, ErrorCode::NetworkTimeout),
+            (WouldBlock, ErrorCode::NetworkTimeout),
+        ] {
+            assert_eq!(classify(&io(kind)), expected, "{kind:?}");
+        }
+        assert!(is_dropped_connection(&io(BrokenPipe)));
+        assert!(!is_dropped_connection(&io(TimedOut)));
     }
 }

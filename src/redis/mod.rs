@@ -163,24 +163,7 @@ impl RedisBuilder {
         self
     }
 
-    /// Let `is_locked` delete locks found expired for more than [`CLEANUP_GUARD_MS`]
-    /// (default off: `is_locked` is then read-only). Fence counters are never touched.
-    pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
-        self.cleanup_in_is_locked = enabled;
-        self
-    }
-
-    /// Most connections kept open (default 8). Ignored with [`pool`](RedisBuilder::pool).
-    pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Timeout for opening a connection (default 2 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
+    crate::net::pooled_builder_options!();
 
     /// Timeout for reading a reply (default 2 s).
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
@@ -191,13 +174,6 @@ impl RedisBuilder {
     /// Timeout for sending a request (default 2 s).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.write = timeout;
-        self
-    }
-
-    /// How long an operation waits for a pooled connection (default 3 s). Ignored with
-    /// [`pool`](RedisBuilder::pool), whose own setting applies.
-    pub fn pool_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.checkout = timeout;
         self
     }
 

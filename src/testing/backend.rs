@@ -173,6 +173,116 @@ pub fn assert_info_describes(info: &LockInfo, key: &str, lease: &Lease, expires_
     );
 }
 
+/// Looks the lock of `lease` up by `key` and by its lock id, asserting that both modes find it
+/// and describe it alike; returns the description.
+pub fn lookup_both<B: LockBackend + ?Sized>(backend: &B, key: &str, lease: &Lease) -> LockInfo {
+    let by_key = backend
+        .lookup(Lookup::Key(key))
+        .unwrap()
+        .expect("lookup by key finds the held lock");
+    let by_id = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .expect("lookup by lock id finds the held lock");
+    assert_eq!(
+        by_key, by_id,
+        "both lookup modes must describe the same lock"
+    );
+    by_key
+}
+
+/// Asserts that `lease` holds `key`: both lookups describe its lock, and both raw lookups
+/// report `stored` (the normalised key) and the lease's lock id.
+pub fn assert_held_under<B: LockBackend + ?Sized>(
+    backend: &B,
+    key: &str,
+    lease: &Lease,
+    stored: &str,
+) {
+    assert!(backend.is_locked(key).unwrap(), "{key:?} must be locked");
+    let info = lookup_both(backend, key, lease);
+    assert_info_describes(&info, key, lease, lease.expires_at_ms);
+    for (how, raw) in [
+        ("get_by_key_raw", get_by_key_raw(backend, key)),
+        ("get_by_id_raw", get_by_id_raw(backend, &lease.lock_id)),
+    ] {
+        let raw = raw
+            .unwrap()
+            .unwrap_or_else(|| panic!("{how} finds the held lock"));
+        assert_eq!(
+            raw.key, stored,
+            "{how}: the stored key is the normalised key"
+        );
+        assert_eq!(raw.lock_id, lease.lock_id, "{how}: the holder's lock id");
+        assert_eq!(raw.info, info, "{how}: the same sanitised info");
+    }
+}
+
+/// Asserts that the lock of `lease` is still held and expires when the acquisition said: `what`
+/// (calls that must not touch it) changed nothing.
+pub fn assert_expiry_unchanged<B: LockBackend + ?Sized>(backend: &B, lease: &Lease, what: &str) {
+    let info = backend
+        .lookup(Lookup::LockId(&lease.lock_id))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the lock must still be held"));
+    assert_eq!(
+        info.expires_at_ms, lease.expires_at_ms,
+        "{what} changed the expiry"
+    );
+}
+
+/// Asserts that lookup by `lock_id` and owns find no lock under it.
+pub fn assert_no_lock_under<B: LockBackend + ?Sized>(backend: &B, lock_id: &str, what: &str) {
+    assert_eq!(
+        backend.lookup(Lookup::LockId(lock_id)).unwrap(),
+        None,
+        "{what}: lookup by lock id"
+    );
+    assert!(!owns(backend, lock_id).unwrap(), "{what}: owns");
+}
+
+/// Asserts that nothing holds `key` and nothing is found under `lock_id` (read-only checks:
+/// is_locked, both lookups, owns). `what` says why, for the failure message.
+pub fn assert_free<B: LockBackend + ?Sized>(backend: &B, key: &str, lock_id: &str, what: &str) {
+    assert!(!backend.is_locked(key).unwrap(), "{what}: the key is free");
+    assert_eq!(
+        backend.lookup(Lookup::Key(key)).unwrap(),
+        None,
+        "{what}: lookup by key"
+    );
+    assert_no_lock_under(backend, lock_id, what);
+}
+
+/// Asserts that `lock_id` (never issued, released or expired) holds nothing: releasing it is
+/// false and extending it finds nothing, and afterwards lookup and owns find nothing either.
+/// The extension is 1 s, unlike any test's lease, so that one wrongly applied to another lock
+/// shows in that lock's expiry.
+pub fn assert_holds_nothing<B: LockBackend + ?Sized>(backend: &B, lock_id: &str, what: &str) {
+    assert!(
+        !backend.release(lock_id).unwrap(),
+        "{what}: release must be false"
+    );
+    assert_eq!(
+        backend.extend(lock_id, Duration::from_secs(1)).unwrap(),
+        None,
+        "{what}: extend must find nothing"
+    );
+    assert_no_lock_under(backend, lock_id, what);
+}
+
+/// Asserts that `stale`, the lock id of a lease on `key` that ended before `holder` took the
+/// key, touches nothing, and that `holder` keeps the lock exactly as acquired.
+pub fn assert_stale_id_spares_the_holder<B: LockBackend + ?Sized>(
+    backend: &B,
+    stale: &str,
+    key: &str,
+    holder: &Lease,
+) {
+    assert_holds_nothing(backend, stale, "the stale lock id");
+    let held = lookup_both(backend, key, holder);
+    assert_info_describes(&held, key, holder, holder.expires_at_ms);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
 // ---------------------------------------------------------------------------------------------
@@ -186,25 +296,10 @@ pub fn lifecycle<B: LockBackend>(backend: &B) {
     let lease = acquired(backend, &key, LONG_TTL);
     validate_lock_id(&lease.lock_id).expect("acquire returns a well-formed lock id");
     assert_fence_format(&lease.fence);
-    assert!(
-        backend.is_locked(&key).unwrap(),
-        "acquired key must be locked"
-    );
+    assert_held_under(backend, &key, &lease, &key);
     assert_locked_out(backend, &key);
 
-    let by_key = backend
-        .lookup(Lookup::Key(&key))
-        .unwrap()
-        .expect("lookup by key");
-    let by_id = backend
-        .lookup(Lookup::LockId(&lease.lock_id))
-        .unwrap()
-        .expect("lookup by lock id");
-    assert_eq!(
-        by_key, by_id,
-        "both lookup modes must describe the same lock"
-    );
-    assert_info_describes(&by_key, &key, &lease, lease.expires_at_ms);
+    let by_key = lookup_both(backend, &key, &lease);
     let ttl_ms = i64::try_from(LONG_TTL.as_millis()).unwrap();
     assert!(
         (by_key.expires_at_ms - by_key.acquired_at_ms - ttl_ms).abs() <= CLOCK_SLACK_MS,
@@ -235,15 +330,7 @@ pub fn lifecycle<B: LockBackend>(backend: &B) {
         backend.release(&lease.lock_id).unwrap(),
         "release of a held lock is true"
     );
-    assert!(
-        !backend.is_locked(&key).unwrap(),
-        "released key must be free"
-    );
-    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
-    assert_eq!(
-        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
-        None
-    );
+    assert_free(backend, &key, &lease.lock_id, "released");
 
     let again = acquired(backend, &key, LONG_TTL);
     assert_ne!(
@@ -263,16 +350,11 @@ pub fn lookup_is_read_only<B: LockBackend>(backend: &B) {
     let lease = acquired(backend, &key, LONG_TTL);
     for _ in 0..3 {
         assert!(backend.is_locked(&key).unwrap());
-        let by_key = backend.lookup(Lookup::Key(&key)).unwrap().expect("locked");
-        let by_id = backend
-            .lookup(Lookup::LockId(&lease.lock_id))
-            .unwrap()
-            .expect("locked");
+        let info = lookup_both(backend, &key, &lease);
         assert_eq!(
-            by_key.expires_at_ms, lease.expires_at_ms,
+            info.expires_at_ms, lease.expires_at_ms,
             "lookup must not touch the TTL"
         );
-        assert_eq!(by_id, by_key);
         assert!(owns(backend, &lease.lock_id).unwrap());
     }
     assert!(backend.release(&lease.lock_id).unwrap());
@@ -371,22 +453,27 @@ pub fn contention_with<B: LockBackend>(backend: &B, threads: usize, rounds: usiz
     assert!(!backend.is_locked(&key).unwrap(), "every holder released");
 }
 
-/// Seed 003 "acquire … atomic": many threads racing for one free key — exactly one wins.
-pub fn racing_acquires_have_one_winner<B: LockBackend>(backend: &B) {
-    const THREADS: usize = 8;
-    let key = unique_key("race-acquire");
-    let barrier = Barrier::new(THREADS);
-    let outcomes: Vec<AcquireOutcome> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..THREADS)
+/// Runs `call` on `threads` threads at once (all released together by a barrier) and returns
+/// what each returned.
+pub fn race<T: Send>(threads: usize, call: impl Fn() -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(threads);
+    thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     barrier.wait();
-                    backend.acquire(&key, LONG_TTL).expect("acquire")
+                    call()
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    })
+}
+
+/// Seed 003 "acquire … atomic": many threads racing for one free key — exactly one wins.
+pub fn racing_acquires_have_one_winner<B: LockBackend>(backend: &B) {
+    let key = unique_key("race-acquire");
+    let outcomes = race(8, || backend.acquire(&key, LONG_TTL).expect("acquire"));
     let winners: Vec<Lease> = outcomes
         .into_iter()
         .filter_map(AcquireOutcome::lease)
@@ -402,21 +489,9 @@ pub fn racing_acquires_have_one_winner<B: LockBackend>(backend: &B) {
 
 /// Seed 003 release "At-most-once effect": concurrent releases of one lock — exactly one is true.
 pub fn racing_releases_have_one_winner<B: LockBackend>(backend: &B) {
-    const THREADS: usize = 8;
     let key = unique_key("race-release");
     let lease = acquired(backend, &key, LONG_TTL);
-    let barrier = Barrier::new(THREADS);
-    let released: Vec<bool> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..THREADS)
-            .map(|_| {
-                scope.spawn(|| {
-                    barrier.wait();
-                    backend.release(&lease.lock_id).expect("release")
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let released = race(8, || backend.release(&lease.lock_id).expect("release"));
     assert_eq!(
         released.iter().filter(|&&r| r).count(),
         1,
@@ -434,17 +509,7 @@ pub fn expiry<B: LockBackend>(backend: &B) {
     let key = unique_key("expiry");
     let lease = acquired(backend, &key, SHORT_TTL);
     wait_until_unlocked(backend, &key);
-    assert_eq!(
-        backend.lookup(Lookup::Key(&key)).unwrap(),
-        None,
-        "expired: lookup by key"
-    );
-    assert_eq!(
-        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
-        None,
-        "expired: lookup by lock id"
-    );
-    assert!(!owns(backend, &lease.lock_id).unwrap());
+    assert_free(backend, &key, &lease.lock_id, "expired");
     let next = acquired(backend, &key, LONG_TTL);
     assert!(next.fence > lease.fence);
     assert!(backend.release(&next.lock_id).unwrap());
@@ -461,35 +526,13 @@ pub fn no_resurrection<B: LockBackend>(backend: &B) {
         None,
         "extend must not resurrect an expired lock"
     );
-    assert!(
-        !backend.is_locked(&key).unwrap(),
-        "a refused extend must not resurrect"
-    );
-    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
-    assert_eq!(
-        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
-        None
-    );
-    assert!(
-        !backend.release(&lease.lock_id).unwrap(),
-        "release of an expired lock is false"
-    );
-    assert_eq!(backend.extend(&lease.lock_id, LONG_TTL).unwrap(), None);
+    assert_free(backend, &key, &lease.lock_id, "after a refused extend");
+    assert_holds_nothing(backend, &lease.lock_id, "an expired lock id");
+    assert_free(backend, &key, &lease.lock_id, "after a refused release");
 
     let next = acquired(backend, &key, LONG_TTL);
     assert!(next.fence > lease.fence, "fence grows across expiry");
-    // The expired lease's id must not touch the new holder.
-    assert!(!backend.release(&lease.lock_id).unwrap());
-    assert_eq!(backend.extend(&lease.lock_id, LONG_TTL).unwrap(), None);
-    assert_eq!(
-        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
-        None
-    );
-    let held = backend
-        .lookup(Lookup::Key(&key))
-        .unwrap()
-        .expect("new holder keeps the lock");
-    assert_info_describes(&held, &key, &next, next.expires_at_ms);
+    assert_stale_id_spares_the_holder(backend, &lease.lock_id, &key, &next);
     assert!(backend.release(&next.lock_id).unwrap());
 }
 
@@ -583,13 +626,9 @@ pub fn release_and_extend_are_idempotent<B: LockBackend>(backend: &B) {
 /// Seed 003 release/extend/lookup on a lock id that never existed: false / None, no error.
 pub fn unknown_lock_ids_are_absent<B: LockBackend>(backend: &B) {
     let stranger = generate_lock_id();
-    assert!(!backend.release(&stranger).unwrap());
-    assert_eq!(backend.extend(&stranger, LONG_TTL).unwrap(), None);
-    assert_eq!(backend.lookup(Lookup::LockId(&stranger)).unwrap(), None);
-    assert!(!owns(backend, &stranger).unwrap());
+    assert_holds_nothing(backend, &stranger, "a lock id never issued");
     let key = unique_key("never-locked");
-    assert!(!backend.is_locked(&key).unwrap());
-    assert_eq!(backend.lookup(Lookup::Key(&key)).unwrap(), None);
+    assert_free(backend, &key, &stranger, "never locked");
     assert_eq!(get_by_key_raw(backend, &key).unwrap(), None);
     assert_eq!(get_by_id_raw(backend, &stranger).unwrap(), None);
 }
@@ -602,28 +641,12 @@ pub fn ownership_is_by_lock_id<B: LockBackend>(backend: &B) {
     let other = acquired(backend, &other_key, LONG_TTL);
     let stranger = generate_lock_id();
 
-    assert_eq!(backend.lookup(Lookup::LockId(&stranger)).unwrap(), None);
-    assert!(!owns(backend, &stranger).unwrap());
-    assert!(
-        !backend.release(&stranger).unwrap(),
-        "an unknown id releases nothing"
-    );
-    assert_eq!(
-        backend.extend(&stranger, Duration::from_secs(1)).unwrap(),
-        None
-    );
+    assert_holds_nothing(backend, &stranger, "an unknown lock id");
     assert!(
         backend.is_locked(&key).unwrap(),
         "the holder keeps its lock"
     );
-    let info = backend
-        .lookup(Lookup::LockId(&lease.lock_id))
-        .unwrap()
-        .expect("held");
-    assert_eq!(
-        info.expires_at_ms, lease.expires_at_ms,
-        "a stranger's extend changed nothing"
-    );
+    assert_expiry_unchanged(backend, &lease, "a stranger's extend");
 
     // Releasing one lock leaves another key's lock alone.
     assert!(backend.release(&other.lock_id).unwrap());
@@ -635,25 +658,7 @@ pub fn ownership_is_by_lock_id<B: LockBackend>(backend: &B) {
     // A released lease's id cannot touch the next holder of the same key.
     assert!(backend.release(&lease.lock_id).unwrap());
     let next = acquired(backend, &key, LONG_TTL);
-    assert!(
-        !backend.release(&lease.lock_id).unwrap(),
-        "stale id must not release"
-    );
-    assert_eq!(
-        backend
-            .extend(&lease.lock_id, Duration::from_secs(1))
-            .unwrap(),
-        None
-    );
-    assert_eq!(
-        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
-        None
-    );
-    let held = backend
-        .lookup(Lookup::Key(&key))
-        .unwrap()
-        .expect("next holder");
-    assert_info_describes(&held, &key, &next, next.expires_at_ms);
+    assert_stale_id_spares_the_holder(backend, &lease.lock_id, &key, &next);
     assert!(backend.release(&next.lock_id).unwrap());
 }
 
@@ -670,12 +675,7 @@ pub fn lookup_both_modes<B: LockBackend>(backend: &B) {
         "missing key"
     );
     let lease = acquired(backend, &key, LONG_TTL);
-    let by_key = backend.lookup(Lookup::Key(&key)).unwrap().expect("by key");
-    let by_id = backend
-        .lookup(Lookup::LockId(&lease.lock_id))
-        .unwrap()
-        .expect("by id");
-    assert_eq!(by_key, by_id);
+    let by_key = lookup_both(backend, &key, &lease);
     assert_info_describes(&by_key, &key, &lease, lease.expires_at_ms);
     assert_eq!(by_key.key_hash.len(), 24);
     assert!(
@@ -685,16 +685,7 @@ pub fn lookup_both_modes<B: LockBackend>(backend: &B) {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
     );
     assert!(backend.release(&lease.lock_id).unwrap());
-    assert_eq!(
-        backend.lookup(Lookup::Key(&key)).unwrap(),
-        None,
-        "released: by key"
-    );
-    assert_eq!(
-        backend.lookup(Lookup::LockId(&lease.lock_id)).unwrap(),
-        None,
-        "released: by id"
-    );
+    assert_free(backend, &key, &lease.lock_id, "released");
 }
 
 /// Seed 003 lookup helpers: get_by_key/get_by_id, the raw variants and owns.
@@ -850,16 +841,10 @@ pub fn key_length_validation<B: LockBackend>(backend: &B) {
     assert_eq!(max_nfc.len(), 512);
     for (key, normalised) in [(&max, &max), (&max_nfc_decomposed, &max_nfc)] {
         let lease = acquired(backend, key, LONG_TTL);
-        assert!(backend.is_locked(key).unwrap());
-        assert!(backend.is_locked(normalised).unwrap());
-        let info = backend.lookup(Lookup::Key(key)).unwrap().expect("held");
-        assert_info_describes(&info, key, &lease, lease.expires_at_ms);
-        let raw = get_by_id_raw(backend, &lease.lock_id)
-            .unwrap()
-            .expect("held");
-        assert_eq!(&raw.key, normalised);
+        assert_held_under(backend, key, &lease, normalised);
+        assert_held_under(backend, normalised, &lease, normalised);
         assert!(backend.release(&lease.lock_id).unwrap());
-        assert!(!backend.is_locked(key).unwrap());
+        assert_free(backend, key, &lease.lock_id, "released");
     }
 }
 
@@ -871,33 +856,16 @@ pub fn keys_are_nfc_normalised<B: LockBackend>(backend: &B) {
     assert_ne!(decomposed, composed);
 
     let lease = acquired(backend, &decomposed, LONG_TTL);
-    assert!(
-        backend.is_locked(&composed).unwrap(),
-        "composed form sees the lock"
-    );
-    assert!(backend.is_locked(&decomposed).unwrap());
+    // Both forms see the one lock, stored under the NFC form.
+    assert_held_under(backend, &composed, &lease, &composed);
+    assert_held_under(backend, &decomposed, &lease, &composed);
     assert_locked_out(backend, &composed);
-    let by_composed = backend
-        .lookup(Lookup::Key(&composed))
-        .unwrap()
-        .expect("held");
-    let by_decomposed = backend
-        .lookup(Lookup::Key(&decomposed))
-        .unwrap()
-        .expect("held");
-    assert_eq!(by_composed, by_decomposed);
-    assert_eq!(by_composed.key_hash, hash_key(&composed));
-    assert_info_describes(&by_composed, &decomposed, &lease, lease.expires_at_ms);
-    for form in [&composed, &decomposed] {
-        let raw = get_by_key_raw(backend, form).unwrap().expect("held");
-        assert_eq!(raw.key, composed, "the stored key is the NFC form");
-    }
-    let raw = get_by_id_raw(backend, &lease.lock_id)
-        .unwrap()
-        .expect("held");
-    assert_eq!(raw.key, composed, "the stored key is the NFC form");
+    assert_eq!(
+        lookup_both(backend, &decomposed, &lease).key_hash,
+        hash_key(&composed)
+    );
     assert!(backend.release(&lease.lock_id).unwrap());
-    assert!(!backend.is_locked(&composed).unwrap());
+    assert_free(backend, &composed, &lease.lock_id, "released");
 
     // And the other way round: composed first, fence counter shared.
     let again = acquired(backend, &composed, LONG_TTL);
@@ -930,14 +898,8 @@ pub fn keys_with_special_characters<B: LockBackend>(backend: &B) {
         leases.push(lease);
     }
     for (key, lease) in keys.iter().zip(&leases) {
-        assert!(backend.is_locked(key).unwrap(), "{key:?}");
+        assert_held_under(backend, key, lease, key);
         assert_locked_out(backend, key);
-        let info = backend.lookup(Lookup::Key(key)).unwrap().expect("held");
-        assert_info_describes(&info, key, lease, lease.expires_at_ms);
-        let raw = get_by_id_raw(backend, &lease.lock_id)
-            .unwrap()
-            .expect("held");
-        assert_eq!(&raw.key, key);
     }
     for (key, lease) in keys.iter().zip(&leases) {
         assert!(backend.release(&lease.lock_id).unwrap(), "{key:?}");
@@ -964,17 +926,13 @@ pub fn keys_with_nul_work<B: LockBackend>(backend: &B) {
                 AcquireOutcome::Acquired(lease) => lease,
                 AcquireOutcome::Locked => panic!("a fresh NUL key was reported locked"),
             };
-            assert!(backend.is_locked(&key).unwrap());
+            assert_held_under(backend, &key, &lease, &key);
             assert!(
                 !backend.is_locked(&plain).unwrap(),
                 "NUL is part of the key"
             );
-            let info = backend.lookup(Lookup::Key(&key)).unwrap().expect("held");
-            assert_info_describes(&info, &key, &lease, lease.expires_at_ms);
-            let raw = get_by_key_raw(backend, &key).unwrap().expect("held");
-            assert_eq!(raw.key, key);
             assert!(backend.release(&lease.lock_id).unwrap());
-            assert!(!backend.is_locked(&key).unwrap());
+            assert_free(backend, &key, &lease.lock_id, "released");
         }
     }
 }
@@ -1014,14 +972,7 @@ pub fn lock_id_validation<B: LockBackend>(backend: &B) {
         );
         assert_invalid(owns(backend, bad), &format!("owns {what}"));
     }
-    let info = backend
-        .lookup(Lookup::LockId(&lease.lock_id))
-        .unwrap()
-        .expect("held");
-    assert_eq!(
-        info.expires_at_ms, lease.expires_at_ms,
-        "rejected calls changed nothing"
-    );
+    assert_expiry_unchanged(backend, &lease, "a rejected call");
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
@@ -1052,14 +1003,7 @@ pub fn ttl_validation<B: LockBackend>(backend: &B) {
         );
         assert_invalid(Ttl::new(ttl), &format!("Ttl::new {ttl:?}"));
     }
-    let info = backend
-        .lookup(Lookup::LockId(&lease.lock_id))
-        .unwrap()
-        .expect("held");
-    assert_eq!(
-        info.expires_at_ms, lease.expires_at_ms,
-        "rejected extends changed nothing"
-    );
+    assert_expiry_unchanged(backend, &lease, "a rejected extend");
 
     // 1 ms is a valid TTL for extend (the lock is live: it had 30 s left) …
     let one_ms = Duration::from_millis(1);

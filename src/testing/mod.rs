@@ -35,7 +35,33 @@ pub mod guard;
 #[macro_export]
 macro_rules! backend_contract {
     ($factory:expr) => {
-        $crate::backend_contract!(@tests $factory;
+        $crate::__contract_tests!(backend: $factory);
+    };
+}
+
+/// Expands to a module `guard_contract` with one `#[test]` per guard contract function, each
+/// on a fresh backend from `$factory`. As with `backend_contract!`, the factory is evaluated in
+/// the invoking module (through `guard_contract_factory`), so relative paths work; invoke it at
+/// most once per module.
+#[macro_export]
+macro_rules! guard_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(guard: $factory);
+    };
+}
+
+/// What [`backend_contract!`](crate::backend_contract) and
+/// [`guard_contract!`](crate::guard_contract) expand to. For each suite, its contracts; then
+/// (`@tests`) a function `$factory_fn` in the invoking module that builds the backend under test
+/// with `$factory`, and a module `$module` with one `#[test]` per `$name`, each calling
+/// `$crate::testing::$suite::$name` on a fresh backend, passed `by_ref` (the backend contracts
+/// borrow it) or `by_value` (the guard contracts take it).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __contract_tests {
+    (backend: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests backend, backend_contract, backend_contract_factory, $factory, by_ref;
             lifecycle,
             lookup_is_read_only,
             contention,
@@ -59,33 +85,9 @@ macro_rules! backend_contract {
             capabilities,
         );
     };
-    (@tests $factory:expr; $($name:ident),* $(,)?) => {
-        /// The backend under test, built in the invoking module so that the factory's paths
-        /// resolve there.
-        fn backend_contract_factory() -> impl $crate::LockBackend + 'static {
-            ($factory)()
-        }
-
-        mod backend_contract {
-            $(
-                #[test]
-                fn $name() {
-                    let backend = super::backend_contract_factory();
-                    $crate::testing::backend::$name(&backend);
-                }
-            )*
-        }
-    };
-}
-
-/// Expands to a module `guard_contract` with one `#[test]` per guard contract function, each
-/// on a fresh backend from `$factory`. As with `backend_contract!`, the factory is evaluated in
-/// the invoking module (through `guard_contract_factory`), so relative paths work; invoke it at
-/// most once per module.
-#[macro_export]
-macro_rules! guard_contract {
-    ($factory:expr) => {
-        $crate::guard_contract!(@tests $factory;
+    (guard: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests guard, guard_contract, guard_contract_factory, $factory, by_value;
             drop_releases,
             release_reports_and_fences_grow,
             heartbeat_keeps_a_short_lease,
@@ -111,20 +113,31 @@ macro_rules! guard_contract {
             a_release_wakes_the_waiter,
         );
     };
-    (@tests $factory:expr; $($name:ident),* $(,)?) => {
+    (
+        @tests $suite:ident, $module:ident, $factory_fn:ident, $factory:expr, $pass:ident;
+        $($name:ident),* $(,)?
+    ) => {
         /// The backend under test, built in the invoking module so that the factory's paths
         /// resolve there.
-        fn guard_contract_factory() -> impl $crate::LockBackend + 'static {
+        fn $factory_fn() -> impl $crate::LockBackend + 'static {
             ($factory)()
         }
 
-        mod guard_contract {
+        mod $module {
             $(
                 #[test]
                 fn $name() {
-                    $crate::testing::guard::$name(super::guard_contract_factory());
+                    $crate::__contract_tests!(
+                        @call $pass, $crate::testing::$suite::$name, super::$factory_fn()
+                    );
                 }
             )*
         }
+    };
+    (@call by_ref, $contract:path, $backend:expr) => {
+        $contract(&$backend)
+    };
+    (@call by_value, $contract:path, $backend:expr) => {
+        $contract($backend)
     };
 }

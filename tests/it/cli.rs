@@ -187,6 +187,16 @@ impl Running {
         read(&self.files.path("stderr"))
     }
 
+    /// Sends SIGTERM (with `kill`, as an operator would) and waits for the exit.
+    fn terminate(self) -> Finished {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.pid()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM {}", self.what);
+        self.finish()
+    }
+
     /// Waits for the exit (failing the test if it does not come within the deadline).
     fn finish(mut self) -> Finished {
         let deadline = Instant::now() + DEADLINE;
@@ -387,6 +397,12 @@ fn expect_held_by(url: &str, key: &str, holder: &Json, why: &str) {
     );
 }
 
+/// `holder` (what `acquire` printed) still holds `key` (`why`); then its lease is released.
+fn expect_held_then_release(url: &str, key: &str, holder: &Json, why: &str) {
+    expect_held_by(url, key, holder, why);
+    release(url, str_field(holder, "lockId"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // acquire, status, extend, release
 // ---------------------------------------------------------------------------------------------
@@ -482,8 +498,7 @@ fn acquire_when_held_reports_locked_and_wait_waits(url: &str) {
     let second = waited.json();
     assert_eq!(second["ok"], json!(true), "{}", waited.context());
     assert!(str_field(&second, "fence") > str_field(&first, "fence"));
-    expect_held_by(url, &key, &second, "the waiter holds the lock");
-    release(url, str_field(&second, "lockId"));
+    expect_held_then_release(url, &key, &second, "the waiter holds the lock");
 }
 
 #[test]
@@ -736,8 +751,7 @@ fn run_when_held_exits_75_without_running(url: &str) {
             "the command ran without the lock (--wait {wait:?})"
         );
     }
-    expect_held_by(url, &key, &holder, "the holder's lock is untouched");
-    release(url, str_field(&holder, "lockId"));
+    expect_held_then_release(url, &key, &holder, "the holder's lock is untouched");
 }
 
 #[test]
@@ -937,12 +951,7 @@ fn run_forwards_sigterm_to_the_command() {
         "exec sleep 30",
         &[],
     );
-    let sent = Command::new("kill")
-        .args(["-TERM", &running.pid()])
-        .status()
-        .expect("run kill");
-    assert!(sent.success());
-    let out = running.finish();
+    let out = running.terminate();
     out.expect_code(143);
     wait_for("the command to be gone", || !pid_alive(pid));
     expect_unlocked(&redis_url(), &key);
@@ -1087,20 +1096,14 @@ fn sigterm_while_waiting_for_the_lock_ends_run_without_the_command() {
         "--url", &url, "run", "--key", &key, "--wait", "60s", "--", "touch", &marker,
     ]));
     assert!(waiting.is_running(), "{}", waiting.stderr_so_far());
-    let sent = Command::new("kill")
-        .args(["-TERM", &waiting.pid()])
-        .status()
-        .expect("run kill");
-    assert!(sent.success());
-    let out = waiting.finish();
+    let out = waiting.terminate();
     assert!(
         out.code() == Some(143) || out.status.signal() == Some(15),
         "ended by (or as if by) SIGTERM: {}",
         out.context()
     );
     assert!(!Path::new(&marker).exists(), "the command ran");
-    expect_held_by(&url, &key, &holder, "the holder's lock is untouched");
-    release(&url, str_field(&holder, "lockId"));
+    expect_held_then_release(&url, &key, &holder, "the holder's lock is untouched");
 }
 
 #[test]

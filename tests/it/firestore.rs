@@ -357,21 +357,34 @@ fn stub_backend(stub: &StubServer) -> FirestoreBackend {
         .unwrap()
 }
 
+/// Each error Firestore answers, end to end through a stub server, reaches the caller as the
+/// code of what the caller can do about it; a read's error names the answer it came from.
 #[test]
 fn firestore_error_statuses_map_to_codes() {
-    let cases = [
-        (503, "UNAVAILABLE", ErrorCode::ServiceUnavailable),
-        (500, "INTERNAL", ErrorCode::ServiceUnavailable),
-        (504, "DEADLINE_EXCEEDED", ErrorCode::NetworkTimeout),
-        (403, "PERMISSION_DENIED", ErrorCode::AuthFailed),
-        (401, "UNAUTHENTICATED", ErrorCode::AuthFailed),
-        (400, "INVALID_ARGUMENT", ErrorCode::InvalidArgument),
-        (400, "FAILED_PRECONDITION", ErrorCode::InvalidArgument),
-        (429, "RESOURCE_EXHAUSTED", ErrorCode::RateLimited),
-        (404, "NOT_FOUND", ErrorCode::Internal),
-        (409, "ABORTED", ErrorCode::ServiceUnavailable),
+    // By outcome: every answer (HTTP status, canonical status) that must end in that code.
+    let outcomes: [(ErrorCode, &[(u16, &str)]); 6] = [
+        (
+            ErrorCode::ServiceUnavailable,
+            &[(503, "UNAVAILABLE"), (500, "INTERNAL"), (409, "ABORTED")],
+        ),
+        (ErrorCode::NetworkTimeout, &[(504, "DEADLINE_EXCEEDED")]),
+        (
+            ErrorCode::AuthFailed,
+            &[(403, "PERMISSION_DENIED"), (401, "UNAUTHENTICATED")],
+        ),
+        (
+            ErrorCode::InvalidArgument,
+            &[(400, "INVALID_ARGUMENT"), (400, "FAILED_PRECONDITION")],
+        ),
+        (ErrorCode::RateLimited, &[(429, "RESOURCE_EXHAUSTED")]),
+        (ErrorCode::Internal, &[(404, "NOT_FOUND")]),
     ];
-    for (http, status, code) in cases {
+    let answers = outcomes.iter().flat_map(|(code, pairs)| {
+        pairs
+            .iter()
+            .map(move |&(http, status)| (http, status, *code))
+    });
+    for (http, status, code) in answers {
         let stub = StubServer::start(move |_| {
             StubResponse::json(
                 http,
@@ -381,6 +394,9 @@ fn firestore_error_statuses_map_to_codes() {
         let backend = stub_backend(&stub);
         let err = backend.is_locked("k").unwrap_err();
         assert_eq!(err.code(), code, "{status}: {err}");
+        let answered = format!("answered HTTP {http} {status}: stub {status}");
+        assert!(err.message().contains(&answered), "{status}: {err}");
+        // A transaction retries ABORTED, and then says so instead.
         let err = backend.acquire("k", TTL).unwrap_err();
         assert_eq!(err.code(), code, "{status}: {err}");
         if status == "ABORTED" {

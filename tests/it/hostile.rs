@@ -33,51 +33,50 @@ const LONGER: Duration = Duration::from_secs(90);
 /// are used as they are: the servers belong to this test process, and no other test uses
 /// those keys.
 fn key_groups(id: &str) -> Vec<Vec<String>> {
+    // Each key as written, with `{id}` standing for `id`.
+    const TEMPLATES: &[&[&str]] = &[
+        &["nul\0{id}"],
+        &["\0{id}\0"],
+        &["/"],
+        &["//"],
+        &["."],
+        &[".."],
+        &["../{id}/.."],
+        &["__{id}__"],
+        &["__.{id}.__"],
+        &["rtl\u{202E}{id}\u{202C}"],
+        &["rtl{id}"],
+        &["\u{200F}{id}"],
+        &["caf\u{e9}{id}", "cafe\u{301}{id}"],
+        &["q\u{323}\u{307}{id}", "q\u{307}\u{323}{id}"],
+        &["\u{1100}\u{1161}{id}", "\u{AC00}{id}"],
+        &["\u{2126}\u{212B}{id}", "\u{3A9}\u{C5}{id}"],
+        &["👨\u{200D}👩\u{200D}👧🇺🇳👍🏽{id}"],
+        &["%2F..%2F{id}?a=b#frag"],
+        &["*{id}[a-z]?"],
+        &["'; DROP TABLE syncguard_locks; --{id}"],
+        &["\\{id}%_"],
+        &["\u{FEFF}{id}\r\n"],
+    ];
+    let mut groups: Vec<Vec<String>> = TEMPLATES
+        .iter()
+        .map(|group| group.iter().map(|key| key.replace("{id}", id)).collect())
+        .collect();
     // 512 bytes after NFC, 768 as typed.
     let decomposed_512 = format!("{id}{}", "e\u{301}".repeat(245));
-    // 22 + 3 × 163 = 511 bytes as typed; NFC turns each U+0958 (3 bytes) into 6.
-    let lengthened = format!("{id}{}", "\u{958}".repeat(163));
-    vec![
-        vec![format!("nul\0{id}")],
-        vec![format!("\0{id}\0")],
-        vec!["/".to_owned()],
-        vec!["//".to_owned()],
-        vec![".".to_owned()],
-        vec!["..".to_owned()],
-        vec![format!("../{id}/..")],
-        vec![format!("__{id}__")],
-        vec![format!("__.{id}.__")],
-        vec![format!("rtl\u{202E}{id}\u{202C}")],
-        vec![format!("rtl{id}")],
-        vec![format!("\u{200F}{id}")],
-        vec![format!("caf\u{e9}{id}"), format!("cafe\u{301}{id}")],
-        vec![
-            format!("q\u{323}\u{307}{id}"),
-            format!("q\u{307}\u{323}{id}"),
-        ],
-        vec![format!("\u{1100}\u{1161}{id}"), format!("\u{AC00}{id}")],
-        vec![
-            format!("\u{2126}\u{212B}{id}"),
-            format!("\u{3A9}\u{C5}{id}"),
-        ],
-        vec![
-            format!("{id}{}", "x".repeat(512 - 22)),
-            // Same bytes: listed once more to check `Locked`, not a second lock.
-            format!("{id}{}", "x".repeat(512 - 22)),
-        ],
+    let max = format!("{id}{}", "x".repeat(512 - 22));
+    groups.extend([
+        // Same bytes: listed once more to check `Locked`, not a second lock.
+        vec![max.clone(), max],
         vec![
             decomposed_512.clone(),
             normalize_and_validate_key(&decomposed_512).unwrap(),
         ],
         vec![format!("{id}{}", "x".repeat(513 - 22))],
-        vec![lengthened],
-        vec![format!("👨\u{200D}👩\u{200D}👧🇺🇳👍🏽{id}")],
-        vec![format!("%2F..%2F{id}?a=b#frag")],
-        vec![format!("*{id}[a-z]?")],
-        vec![format!("'; DROP TABLE syncguard_locks; --{id}")],
-        vec![format!("\\{id}%_")],
-        vec![format!("\u{FEFF}{id}\r\n")],
-    ]
+        // 22 + 3 × 163 = 511 bytes as typed; NFC turns each U+0958 (3 bytes) into 6.
+        vec![format!("{id}{}", "\u{958}".repeat(163))],
+    ]);
+    groups
 }
 
 /// The whole hostile-key walk on one backend.

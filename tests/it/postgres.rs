@@ -9,13 +9,13 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::server_store::{PlantedLock, ServerStore, server_store_tests};
 use crate::support::{
     PG_PASSWORD, PgServer, TTL, lease, postgres_now_ms, shared_postgres, shared_postgres_backend,
     shared_postgres_with_client, shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{generate_lock_id, make_storage_key};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
-use syncguard::testing::backend as contract;
 use syncguard::{AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_postgres_backend);
@@ -70,26 +70,18 @@ fn setup_schema_creates_the_seed_tables_and_indexes_idempotently() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert!(
-        indexes
-            .iter()
-            .any(|d| d.contains("UNIQUE INDEX idx_syncguard_locks_lock_id")
-                && d.contains("(lock_id)")),
-        "{indexes:?}"
-    );
-    assert!(
-        indexes
-            .iter()
-            .any(|d| d.contains("INDEX idx_syncguard_locks_expires")
-                && d.contains("(expires_at_ms)")),
-        "{indexes:?}"
-    );
-    assert!(
-        indexes
-            .iter()
-            .any(|d| d.contains("UNIQUE INDEX syncguard_locks_pkey") && d.contains("(key)")),
-        "{indexes:?}"
-    );
+    for (index, columns) in [
+        ("UNIQUE INDEX idx_syncguard_locks_lock_id", "(lock_id)"),
+        ("INDEX idx_syncguard_locks_expires", "(expires_at_ms)"),
+        ("UNIQUE INDEX syncguard_locks_pkey", "(key)"),
+    ] {
+        assert!(
+            indexes
+                .iter()
+                .any(|d| d.contains(index) && d.contains(columns)),
+            "{index} on {columns}: {indexes:?}"
+        );
+    }
 }
 
 #[test]
@@ -132,30 +124,6 @@ fn rows_are_written_as_the_seed_specifies() {
         Some(key.as_str())
     );
     assert!(backend.release(&lease.lock_id).unwrap());
-}
-
-#[test]
-fn fence_counter_rows_survive_release_and_expiry() {
-    let (backend, mut client) = shared_postgres_with_client();
-    let key = unique("fence-lifetime");
-    let fence_key = backend.fence_key(&key).unwrap();
-    let counter = |client: &mut postgres::Client| -> i64 {
-        client
-            .query_one(
-                "SELECT fence FROM syncguard_fence_counters WHERE fence_key = $1",
-                &[&fence_key],
-            )
-            .unwrap()
-            .get(0)
-    };
-    let first = lease(backend.acquire(&key, TTL));
-    assert!(backend.release(&first.lock_id).unwrap());
-    assert_eq!(counter(&mut client), 1);
-    let short = lease(backend.acquire(&key, Duration::from_millis(50)));
-    contract::wait_until_unlocked(&backend, &key);
-    assert!(!backend.release(&short.lock_id).unwrap(), "expired");
-    assert_eq!(counter(&mut client), 2);
-    assert_eq!(lease(backend.acquire(&key, TTL)).fence.value(), 3);
 }
 
 #[test]
@@ -252,96 +220,63 @@ fn table_name_injection_is_rejected_at_construction() {
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
 }
 
-/// A lock the TypeScript SyncGuard wrote is honoured, and its counter carried on.
-#[test]
-fn reads_and_releases_rows_written_by_the_typescript_library() {
-    let (backend, mut client) = shared_postgres_with_client();
-    let key = unique("from-node");
-    let lock_id = generate_lock_id();
-    let now = postgres_now_ms(&mut client);
-    client
-        .execute(
+// ---------------------------------------------------------------------------------------------
+// The tables as another client sees them: the server's clock decides (the statements judge
+// expiry by it), counter rows outlive their locks, and rows the TypeScript SyncGuard wrote are
+// honoured
+// ---------------------------------------------------------------------------------------------
+
+server_store_tests!(PostgresBackend, shared_postgres_with_tables(), client);
+
+/// The shared cluster as another client (the TypeScript SyncGuard) sees it: `clock_timestamp()`,
+/// and the default tables.
+impl ServerStore for postgres::Client {
+    fn now_ms(&mut self) -> i64 {
+        postgres_now_ms(self)
+    }
+
+    /// The lock's row and the key's counter row, as the TypeScript SyncGuard inserts them.
+    fn write_lock(&mut self, lock: &PlantedLock) {
+        self.execute(
             "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
-             VALUES ($1, $2, $3, $4, '000000000000007', $1)",
-            &[&key, &lock_id, &(now + 30_000), &now],
+             VALUES ($1, $2, $3, $4, $5, $1)",
+            &[
+                &lock.key,
+                &lock.lock_id,
+                &lock.expires_at_ms,
+                &lock.acquired_at_ms,
+                &lock.fence_string(),
+            ],
         )
         .unwrap();
-    client
-        .execute(
-            "INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, 7, $2)",
-            &[&format!("fence:{key}"), &key],
+        self.execute(
+            "INSERT INTO syncguard_fence_counters (fence_key, fence, key_debug) VALUES ($1, $2, $3)",
+            &[
+                &format!("fence:{}", lock.key),
+                &i64::try_from(lock.fence).unwrap(),
+                &lock.key,
+            ],
         )
         .unwrap();
-    support::assert_honours_a_foreign_lock(&backend, &key, &lock_id, now + 30_000);
-}
+    }
 
-// ---------------------------------------------------------------------------------------------
-// Server time
-// ---------------------------------------------------------------------------------------------
+    fn lock_is_stored(&mut self, key: &str) -> bool {
+        self.query_one(
+            "SELECT EXISTS (SELECT 1 FROM syncguard_locks WHERE key = $1)",
+            &[&key],
+        )
+        .unwrap()
+        .get(0)
+    }
 
-#[test]
-fn expiry_is_computed_from_the_server_clock() {
-    let backend = shared_postgres_backend();
-    support::assert_expiry_follows_the_server_clock(&backend, support::shared_postgres_now_ms);
-}
-
-#[test]
-fn tolerance_is_applied_against_the_server_clock() {
-    let (backend, mut client) = shared_postgres_with_client();
-    support::assert_tolerance_follows_the_server_clock(&backend, |key, lock_id, age_ms| {
-        let now = postgres_now_ms(&mut client);
-        client
-            .execute(
-                "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
-                 VALUES ($1, $2, $3, $4, '000000000000001', $1)",
-                &[&key, &lock_id, &(now - age_ms), &(now - 60_000)],
-            )
-            .unwrap();
-    });
-}
-
-#[test]
-fn cleanup_in_is_locked_is_opt_in_and_guarded() {
-    shared_postgres_with_tables();
-    let cleaning = PostgresBackend::builder()
-        .url(shared_postgres().url())
-        .cleanup_in_is_locked(true)
-        .build()
-        .unwrap();
-    let plain = shared_postgres_backend();
-    let mut client = shared_postgres().client();
-    let plant = |client: &mut postgres::Client, age_ms: i64| {
-        let key = unique("stale");
-        let now = postgres_now_ms(client);
-        client
-            .execute(
-                "INSERT INTO syncguard_locks (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
-                 VALUES ($1, $2, $3, $4, '000000000000001', $1)",
-                &[&key, &generate_lock_id(), &(now - age_ms), &(now - 60_000)],
-            )
-            .unwrap();
-        key
-    };
-    let present = |client: &mut postgres::Client, key: &str| -> bool {
-        client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM syncguard_locks WHERE key = $1)",
-                &[&key],
-            )
-            .unwrap()
-            .get(0)
-    };
-    let key = plant(&mut client, 5_000);
-    assert!(!plain.is_locked(&key).unwrap());
-    assert!(present(&mut client, &key), "read-only by default");
-    assert!(!cleaning.is_locked(&key).unwrap());
-    assert!(!present(&mut client, &key), "cleaned up when enabled");
-    let key = plant(&mut client, 1_500);
-    assert!(!cleaning.is_locked(&key).unwrap());
-    assert!(
-        present(&mut client, &key),
-        "within the 2000 ms guard nothing is deleted"
-    );
+    fn fence_counter(&mut self, key: &str) -> Option<i64> {
+        self.query_opt(
+            "SELECT fence FROM syncguard_fence_counters WHERE fence_key = $1",
+            &[&format!("fence:{key}")],
+        )
+        .unwrap()
+        .map(|row| row.get(0))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,15 +285,7 @@ fn cleanup_in_is_locked_is_opt_in_and_guarded() {
 
 #[test]
 fn rows_edited_by_hand_give_typed_errors() {
-    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
-    let (locks, fences) = (format!("h_locks_{suffix}"), format!("h_fences_{suffix}"));
-    let backend = PostgresBackend::builder()
-        .url(shared_postgres().url())
-        .table_name(&locks)
-        .fence_table_name(&fences)
-        .build()
-        .unwrap();
-    backend.setup_schema().unwrap();
+    let (backend, locks) = support::backend_on_fresh_tables(&shared_postgres().url());
     let mut client = shared_postgres().client();
     client
         .batch_execute(&format!(
@@ -752,94 +679,85 @@ fn bad_inputs_and_their_messages() {
     // The default tables exist, so only the custom ones below are missing.
     let server = shared_postgres_with_tables();
     let refused_port = support::free_port();
-    let cases: Vec<(&str, String, ErrorCode, Vec<String>)> = vec![
+    // URL parameters refused before connecting: (what, parameter, message).
+    let bad_parameters = [
         (
             "unknown parameter",
-            format!("{}?tabel=x", server.url()),
-            ErrorCode::InvalidArgument,
-            vec!["unknown PostgreSQL URL parameter `tabel` (did you mean `table`?)".into()],
+            "tabel=x",
+            "unknown PostgreSQL URL parameter `tabel` (did you mean `table`?)",
         ),
         (
             "empty parameter",
-            format!("{}?table=", server.url()),
-            ErrorCode::InvalidArgument,
-            vec!["the PostgreSQL URL parameter `table` is empty".into()],
+            "table=",
+            "the PostgreSQL URL parameter `table` is empty",
         ),
-        (
-            "bad sslmode",
-            format!("{}?sslmode=sometimes", server.url()),
-            ErrorCode::InvalidArgument,
-            vec!["unknown sslmode".into()],
-        ),
-        (
-            "not a table name",
-            format!("{}?table=Locks", server.url()),
-            ErrorCode::InvalidArgument,
-            vec!["invalid lock table name".into()],
-        ),
+        ("bad sslmode", "sslmode=sometimes", "unknown sslmode"),
+        ("not a table name", "table=Locks", "invalid lock table name"),
+    ];
+    let mut cases: Vec<(&str, String, ErrorCode, String)> = bad_parameters
+        .iter()
+        .map(|&(name, parameter, message)| {
+            let url = format!("{}?{parameter}", server.url());
+            (name, url, ErrorCode::InvalidArgument, message.to_owned())
+        })
+        .collect();
+    // Refused by the server or on the way to it: the message names where, and why.
+    let port = server.port;
+    let url = |credentials: &str, database: &str| {
+        format!("postgres://{credentials}@127.0.0.1:{port}/{database}")
+    };
+    let with_password = format!("syncguard:{PG_PASSWORD}");
+    cases.extend([
         (
             "connection refused",
-            format!("postgres://syncguard:{PG_PASSWORD}@127.0.0.1:{refused_port}/postgres"),
+            format!("postgres://{with_password}@127.0.0.1:{refused_port}/postgres"),
             ErrorCode::ServiceUnavailable,
-            vec![format!(
-                "PostgreSQL at 127.0.0.1:{refused_port}/postgres: connection refused"
-            )],
+            format!("PostgreSQL at 127.0.0.1:{refused_port}/postgres: connection refused"),
         ),
         (
             "name not resolved",
-            format!("postgres://syncguard:{PG_PASSWORD}@nonexistent.invalid:5432/postgres"),
+            format!("postgres://{with_password}@nonexistent.invalid:5432/postgres"),
             ErrorCode::ServiceUnavailable,
-            vec!["PostgreSQL at nonexistent.invalid:5432/postgres: host name not resolved".into()],
+            "PostgreSQL at nonexistent.invalid:5432/postgres: host name not resolved".into(),
         ),
         (
             "TLS against a plain server",
             format!("{}?sslmode=require", server.url()),
             ErrorCode::ServiceUnavailable,
-            vec![format!(
-                "PostgreSQL at 127.0.0.1:{}/postgres: TLS handshake failed: server does not \
-                 support TLS",
-                server.port
-            )],
+            format!(
+                "PostgreSQL at 127.0.0.1:{port}/postgres: TLS handshake failed: server does not \
+                 support TLS"
+            ),
         ),
         (
             "wrong password",
-            format!(
-                "postgres://syncguard:not-the-password@127.0.0.1:{}/postgres",
-                server.port
-            ),
+            url("syncguard:not-the-password", "postgres"),
             ErrorCode::AuthFailed,
-            vec![format!(
-                "PostgreSQL at 127.0.0.1:{}/postgres: password authentication failed for user \
-                 \"syncguard\" (SQLSTATE 28P01)",
-                server.port
-            )],
+            format!(
+                "PostgreSQL at 127.0.0.1:{port}/postgres: password authentication failed for \
+                 user \"syncguard\" (SQLSTATE 28P01)"
+            ),
         ),
         (
             "no password",
-            format!("postgres://syncguard@127.0.0.1:{}/postgres", server.port),
+            url("syncguard", "postgres"),
             ErrorCode::AuthFailed,
-            vec!["the server asks for a password and the URL gives none".into()],
+            "the server asks for a password and the URL gives none".into(),
         ),
         (
             "missing database",
-            format!(
-                "postgres://syncguard:{PG_PASSWORD}@127.0.0.1:{}/no_such_db",
-                server.port
-            ),
+            url(&with_password, "no_such_db"),
             ErrorCode::Internal,
-            vec![format!(
-                "PostgreSQL at 127.0.0.1:{}/no_such_db: database \"no_such_db\" does not exist \
-                 (SQLSTATE 3D000): check the database name in the URL",
-                server.port
-            )],
+            format!(
+                "PostgreSQL at 127.0.0.1:{port}/no_such_db: database \"no_such_db\" does not \
+                 exist (SQLSTATE 3D000): check the database name in the URL"
+            ),
         ),
-    ];
+    ]);
     for (name, url, code, expected) in &cases {
         let err = PostgresBackend::connect(url).expect_err(name);
         assert_eq!(err.code(), *code, "{name}: {err}");
-        for text in expected {
-            assert!(err.message().contains(text.as_str()), "{name}: {err}");
-        }
+        assert!(err.message().contains(expected.as_str()), "{name}: {err}");
         for secret in [PG_PASSWORD, "not-the-password"] {
             assert!(!err.to_string().contains(secret), "{name}: {err}");
             assert!(!format!("{err:?}").contains(secret), "{name}: {err:?}");

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::server_store::{PlantedLock, ServerStore, server_store_tests};
 use crate::support::{
     RedisServer, TTL, lease, redis_now_ms, shared_redis, shared_redis_backend,
     shared_redis_with_connection, unique,
@@ -77,29 +78,26 @@ fn stores_the_three_keys_of_the_syncguard_layout() {
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
+/// An expired lock's keys go with their PX; its fence counter stays, without a TTL. (That the
+/// counter carries on is checked for every server store, in `server_store`.)
 #[test]
-fn fence_counters_survive_release_and_expiry() {
+fn an_expired_lock_leaves_its_fence_counter_alone() {
     let (backend, mut conn) = shared_redis_with_connection();
-    let key = unique("fence-lifetime");
-    let fence_key = backend.fence_key(&key).unwrap();
-
-    let first = lease(backend.acquire(&key, TTL));
-    assert!(backend.release(&first.lock_id).unwrap());
-    let after_release: i64 = conn.get(&fence_key).unwrap();
-    assert_eq!(after_release, 1);
-
+    let key = unique("fence-px");
     let short = lease(backend.acquire(&key, Duration::from_millis(50)));
-    assert_eq!(short.fence.value(), 2);
     contract::wait_until_unlocked(&backend, &key);
-    let lock_exists: bool = conn.exists(backend.lock_key(&key).unwrap()).unwrap();
-    assert!(!lock_exists, "the lock expired with its PX");
-    let after_expiry: i64 = conn.get(&fence_key).unwrap();
-    assert_eq!(after_expiry, 2);
+    for gone in [
+        backend.lock_key(&key).unwrap(),
+        backend.index_key(&short.lock_id).unwrap(),
+    ] {
+        assert!(
+            !conn.exists::<_, bool>(&gone).unwrap(),
+            "{gone} expired with its PX"
+        );
+    }
+    let fence_key = backend.fence_key(&key).unwrap();
+    assert_eq!(conn.get::<_, i64>(&fence_key).unwrap(), 1);
     assert_eq!(conn.pttl::<_, i64>(&fence_key).unwrap(), -1);
-
-    let third = lease(backend.acquire(&key, TTL));
-    assert_eq!(third.fence.value(), 3);
-    assert!(backend.release(&third.lock_id).unwrap());
 }
 
 #[test]
@@ -147,26 +145,6 @@ fn long_prefixes_force_hash_truncation_of_all_three_keys() {
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
-/// What the TypeScript SyncGuard writes, field order and all, is a lock this backend honours.
-#[test]
-fn reads_and_releases_locks_written_by_the_typescript_library() {
-    let (backend, mut conn) = shared_redis_with_connection();
-    let key = unique("from-node");
-    let lock_id = generate_lock_id();
-    let now = redis_now_ms(&mut conn);
-    let record = format!(
-        r#"{{"fence":"000000000000007","key":"{key}","acquiredAtMs":{now},"lockId":"{lock_id}","expiresAtMs":{}}}"#,
-        now + 30_000
-    );
-    let lock_key = format!("syncguard:{key}");
-    let _: () = conn.set_ex(&lock_key, &record, 30).unwrap();
-    let _: () = conn
-        .set_ex(format!("syncguard:id:{lock_id}"), &lock_key, 30)
-        .unwrap();
-    let _: () = conn.set(format!("syncguard:fence:{lock_key}"), 7).unwrap();
-    support::assert_honours_a_foreign_lock(&backend, &key, &lock_id, now + 30_000);
-}
-
 #[test]
 fn url_prefix_option_and_connect() {
     let prefix = format!("app{}", &generate_lock_id()[..6]);
@@ -185,80 +163,50 @@ fn url_prefix_option_and_connect() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Time: Redis TIME decides
+// The store as another client sees it: Redis TIME decides (the scripts judge expiry by it),
+// fence counters outlive their locks, and locks the TypeScript SyncGuard wrote are honoured
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn expiry_is_computed_from_redis_time() {
-    let backend = shared_redis_backend();
-    support::assert_expiry_follows_the_server_clock(&backend, support::shared_redis_now_ms);
-}
+server_store_tests!(RedisBackend, shared_redis(), connection);
 
-/// The 1000 ms tolerance is applied against Redis TIME inside the scripts: a record that
-/// expired 500 ms ago (by the server's clock) is still live, one 1500 ms ago is not.
-#[test]
-fn tolerance_is_applied_against_redis_time() {
-    let (backend, mut conn) = shared_redis_with_connection();
-    support::assert_tolerance_follows_the_server_clock(&backend, |key, lock_id, age_ms| {
-        let now = redis_now_ms(&mut conn);
+/// Redis as another client (the TypeScript SyncGuard) sees it: `TIME`, and the keys of the
+/// SyncGuard layout under the default prefix.
+impl ServerStore for redis::Connection {
+    fn now_ms(&mut self) -> i64 {
+        redis_now_ms(self)
+    }
+
+    /// The record as the TypeScript SyncGuard writes it, field order and all, its lock-id
+    /// index, and the fence counter. Redis drops the lock's keys after a minute, whatever they
+    /// say.
+    fn write_lock(&mut self, lock: &PlantedLock) {
+        let PlantedLock {
+            key,
+            lock_id,
+            acquired_at_ms,
+            expires_at_ms,
+            ..
+        } = lock;
+        let fence = lock.fence_string();
         let record = format!(
-            r#"{{"lockId":"{lock_id}","expiresAtMs":{},"acquiredAtMs":{},"key":"{key}","fence":"000000000000001"}}"#,
-            now - age_ms,
-            now - 60_000
+            r#"{{"fence":"{fence}","key":"{key}","acquiredAtMs":{acquired_at_ms},"lockId":"{lock_id}","expiresAtMs":{expires_at_ms}}}"#
         );
-        let lock_key = backend.lock_key(key).unwrap();
-        let _: () = conn.set_ex(&lock_key, &record, 60).unwrap();
-        let _: () = conn
-            .set_ex(backend.index_key(lock_id).unwrap(), &lock_key, 60)
-            .unwrap();
-    });
-}
+        let lock_key = format!("syncguard:{key}");
+        let _: () = self.set_ex(&lock_key, &record, 60).unwrap();
+        let index_key = format!("syncguard:id:{lock_id}");
+        let _: () = self.set_ex(index_key, &lock_key, 60).unwrap();
+        let fence_key = format!("syncguard:fence:{lock_key}");
+        let _: () = self.set(fence_key, lock.fence).unwrap();
+    }
 
-#[test]
-fn cleanup_in_is_locked_is_opt_in_and_guarded() {
-    let mut conn = shared_redis().connection();
-    let plain = shared_redis_backend();
-    let cleaning = RedisBackend::builder()
-        .url(shared_redis().url())
-        .cleanup_in_is_locked(true)
-        .build()
-        .unwrap();
-    let now = redis_now_ms(&mut conn);
-    // A record left behind past its expiry (e.g. written with a longer PX by another client).
-    let plant = |conn: &mut redis::Connection, age_ms: i64| {
-        let key = unique("stale");
-        let lock_id = generate_lock_id();
-        let lock_key = plain.lock_key(&key).unwrap();
-        let index_key = plain.index_key(&lock_id).unwrap();
-        let record = format!(
-            r#"{{"lockId":"{lock_id}","expiresAtMs":{},"acquiredAtMs":{},"key":"{key}","fence":"000000000000001"}}"#,
-            now - age_ms,
-            now - 60_000
-        );
-        let _: () = conn.set_ex(&lock_key, &record, 60).unwrap();
-        let _: () = conn.set_ex(&index_key, &lock_key, 60).unwrap();
-        (key, lock_key, index_key)
-    };
-    let (key, lock_key, _) = plant(&mut conn, 5_000);
-    assert!(!plain.is_locked(&key).unwrap());
-    assert!(
-        conn.exists::<_, bool>(&lock_key).unwrap(),
-        "read-only by default"
-    );
+    fn lock_is_stored(&mut self, key: &str) -> bool {
+        self.exists::<_, bool>(format!("syncguard:{key}")).unwrap()
+    }
 
-    assert!(!cleaning.is_locked(&key).unwrap());
-    assert!(
-        !conn.exists::<_, bool>(&lock_key).unwrap(),
-        "cleaned up when enabled"
-    );
-
-    let (key, lock_key, index_key) = plant(&mut conn, 1_500);
-    assert!(!cleaning.is_locked(&key).unwrap());
-    assert!(
-        conn.exists::<_, bool>(&lock_key).unwrap(),
-        "within the 2000 ms guard nothing is deleted"
-    );
-    let _: () = conn.del(&[&lock_key, &index_key]).unwrap();
+    fn fence_counter(&mut self, key: &str) -> Option<i64> {
+        self.get(format!("syncguard:fence:syncguard:{key}"))
+            .unwrap()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -50,19 +50,30 @@ where
     });
 }
 
-/// The waiter's locker starts listening for other processes' releases on its first contention,
-/// in the background: contend once, so that the caller can then wait until it listens.
+/// On a server that announces releases: the waiter's locker starts listening for other
+/// processes' releases on its first contention, in the background. So contend once, wait until
+/// `listening` (asked of the server) says it listens, and then each of a few releases in a row
+/// must wake a waiter there. `name` tells the keys apart.
 #[cfg(any(feature = "redis", feature = "postgres"))]
-fn contend_once<A, B>(holder: &Locker<A>, waiter: &Locker<B>)
-where
+fn releases_wake_a_listening_waiter<A, B>(
+    holder: &Locker<A>,
+    waiter: &Locker<B>,
+    name: &str,
+    listening: impl FnMut() -> bool,
+) where
     A: LockBackend + 'static,
     B: LockBackend + 'static,
 {
-    let key = unique("wake-warm-up");
+    let key = unique(&format!("wake-warm-up-{name}"));
     let held = holder.lock(&key).unwrap();
     let short = LockOptions::default().timeout(Duration::from_millis(1));
     assert!(waiter.lock_with(&key, &short).is_err());
     drop(held);
+    await_condition("the waiter's locker to listen for releases", listening);
+    for round in 0..3 {
+        let key = unique(&format!("wake-{name}-{round}"));
+        a_release_wakes_a_waiter_elsewhere(holder, waiter, &key);
+    }
 }
 
 #[test]
@@ -79,22 +90,14 @@ fn redis_release_wakes_a_waiter_in_another_locker() {
     use crate::support::shared_redis_backend;
     let holder = Locker::new(shared_redis_backend());
     let waiter = Locker::new(shared_redis_backend());
-    contend_once(&holder, &waiter);
     let (_, mut connection) = crate::support::shared_redis_with_connection();
-    await_condition("the waiter's locker to subscribe", || {
+    releases_wake_a_listening_waiter(&holder, &waiter, "redis", || {
         let patterns: i64 = redis::cmd("PUBSUB")
             .arg("NUMPAT")
             .query(&mut connection)
             .unwrap();
         patterns > 0
     });
-    for round in 0..3 {
-        a_release_wakes_a_waiter_elsewhere(
-            &holder,
-            &waiter,
-            &unique(&format!("wake-redis-{round}")),
-        );
-    }
 }
 
 #[cfg(feature = "postgres")]
@@ -107,9 +110,8 @@ fn postgres_release_wakes_a_waiter_in_another_locker() {
     let name = format!("waiter-{}", syncguard::driver::generate_lock_id());
     let url = format!("{}?application_name={name}", shared_postgres().url());
     let waiter = Locker::new(PostgresBackend::connect(&url).unwrap());
-    contend_once(&holder, &waiter);
     let mut client = shared_postgres().client();
-    await_condition("the waiter's locker to listen", || {
+    releases_wake_a_listening_waiter(&holder, &waiter, "postgres", || {
         let listening: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity \
@@ -120,13 +122,6 @@ fn postgres_release_wakes_a_waiter_in_another_locker() {
             .get(0);
         listening > 0
     });
-    for round in 0..3 {
-        a_release_wakes_a_waiter_elsewhere(
-            &holder,
-            &waiter,
-            &unique(&format!("wake-postgres-{round}")),
-        );
-    }
 }
 
 /// Head-of-line: another transaction holds the first guard's row for longer than its TTL, so

@@ -186,83 +186,67 @@ mod tests {
         assert_eq!(huge.expires_at, t0 + MAX_TOKEN_LIFETIME);
     }
 
+    /// A cache on a clock that counts whole seconds from the start of the test.
+    struct Timeline {
+        cache: TokenCache,
+        t0: Instant,
+    }
+
+    impl Timeline {
+        fn new() -> Self {
+            Timeline {
+                cache: TokenCache::default(),
+                t0: Instant::now(),
+            }
+        }
+
+        /// The authorization the cache gives at `seconds`, fetching with `fetch` if it must.
+        fn at(&self, seconds: u64, fetch: impl FnOnce() -> Result<FetchedToken>) -> Result<String> {
+            let t0 = self.t0;
+            self.cache
+                .authorization(move || t0 + Duration::from_secs(seconds), fetch)
+        }
+    }
+
+    /// A fetch of a one-hour token.
+    fn token(name: &'static str) -> impl FnOnce() -> Result<FetchedToken> {
+        move || fetched(name, 3600)
+    }
+
+    fn never() -> Result<FetchedToken> {
+        panic!("should not fetch")
+    }
+
     #[test]
     fn the_cache_serves_fresh_tokens_and_refreshes_stale_ones() {
-        let cache = TokenCache::default();
-        let t0 = Instant::now();
-        let clock = |seconds: u64| move || t0 + Duration::from_secs(seconds);
-        let never = || -> Result<FetchedToken> { panic!("should not fetch") };
-
-        assert_eq!(
-            cache
-                .authorization(clock(0), || fetched("one", 3600))
-                .unwrap(),
-            "Bearer one"
-        );
-        assert_eq!(
-            cache.authorization(clock(3299), never).unwrap(),
-            "Bearer one"
-        );
-        assert_eq!(
-            cache
-                .authorization(clock(3300), || fetched("two", 3600))
-                .unwrap(),
-            "Bearer two"
-        );
-        assert_eq!(
-            cache.authorization(clock(3301), never).unwrap(),
-            "Bearer two"
-        );
+        let t = Timeline::new();
+        assert_eq!(t.at(0, token("one")).unwrap(), "Bearer one");
+        assert_eq!(t.at(3299, never).unwrap(), "Bearer one");
+        assert_eq!(t.at(3300, token("two")).unwrap(), "Bearer two");
+        assert_eq!(t.at(3301, never).unwrap(), "Bearer two");
     }
 
     #[test]
     fn a_failed_refresh_falls_back_to_the_valid_token_for_a_while() {
-        let cache = TokenCache::default();
-        let t0 = Instant::now();
-        let clock = |seconds: u64| move || t0 + Duration::from_secs(seconds);
-        let never = || -> Result<FetchedToken> { panic!("should not fetch") };
-
-        cache
-            .authorization(clock(0), || fetched("one", 3600))
-            .unwrap();
+        let t = Timeline::new();
+        t.at(0, token("one")).unwrap();
         // Due for refresh, the endpoint is down, the token has 290 s left: use it...
-        assert_eq!(
-            cache.authorization(clock(3310), unavailable).unwrap(),
-            "Bearer one"
-        );
+        assert_eq!(t.at(3310, unavailable).unwrap(), "Bearer one");
         // ...without asking again for a few seconds...
-        assert_eq!(
-            cache.authorization(clock(3312), never).unwrap(),
-            "Bearer one"
-        );
+        assert_eq!(t.at(3312, never).unwrap(), "Bearer one");
         // ...then asking again.
-        assert_eq!(
-            cache
-                .authorization(clock(3315), || fetched("two", 3600))
-                .unwrap(),
-            "Bearer two"
-        );
+        assert_eq!(t.at(3315, token("two")).unwrap(), "Bearer two");
     }
 
     #[test]
     fn a_failed_refresh_is_an_error_once_the_token_is_nearly_expired() {
-        let cache = TokenCache::default();
-        let t0 = Instant::now();
-        let clock = |seconds: u64| move || t0 + Duration::from_secs(seconds);
-
-        let err = cache.authorization(clock(0), unavailable).unwrap_err();
+        let t = Timeline::new();
+        let err = t.at(0, unavailable).unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
-        cache
-            .authorization(clock(0), || fetched("one", 3600))
-            .unwrap();
-        let err = cache.authorization(clock(3591), unavailable).unwrap_err();
+        t.at(0, token("one")).unwrap();
+        let err = t.at(3591, unavailable).unwrap_err();
         assert_eq!(err.code(), ErrorCode::ServiceUnavailable);
         // No pause after a failure without a fallback: the next call tries again.
-        assert_eq!(
-            cache
-                .authorization(clock(3592), || fetched("two", 3600))
-                .unwrap(),
-            "Bearer two"
-        );
+        assert_eq!(t.at(3592, token("two")).unwrap(), "Bearer two");
     }
 }

@@ -29,32 +29,6 @@ pub fn locked(outcome: syncguard::Result<AcquireOutcome>) {
     assert!(matches!(outcome, Ok(AcquireOutcome::Locked)), "{outcome:?}");
 }
 
-/// Acquire and extend on `backend` give expiries of the server's clock, read by
-/// `server_now_ms` just before and just after each call, plus the TTL.
-pub fn assert_expiry_follows_the_server_clock(
-    backend: &dyn LockBackend,
-    mut server_now_ms: impl FnMut() -> i64,
-) {
-    let key = unique("server-time");
-    let ttl = i64::try_from(TTL.as_millis()).expect("a TTL in ms fits in i64");
-    let before = server_now_ms();
-    let lease = lease(backend.acquire(&key, TTL));
-    let after = server_now_ms();
-    assert!(
-        (before + ttl..=after + ttl).contains(&lease.expires_at_ms),
-        "expiry {} not within the server's clock [{before}, {after}] + ttl",
-        lease.expires_at_ms
-    );
-    let before = server_now_ms();
-    let extended = backend.extend(&lease.lock_id, TTL).unwrap().unwrap();
-    let after = server_now_ms();
-    assert!(
-        (before + ttl..=after + ttl).contains(&extended),
-        "extended expiry {extended} not within the server's clock [{before}, {after}] + ttl"
-    );
-    assert!(backend.release(&lease.lock_id).unwrap());
-}
-
 /// A lock another library (the TypeScript SyncGuard) wrote into `backend`'s store is honoured:
 /// `key` held by `lock_id` with fence 7 until `expires_at_ms`, its fence counter at 7. It is
 /// held, looked up whole, extended and released by its lock id, and the next acquisition
@@ -121,39 +95,6 @@ pub fn assert_lock_cycle(backend: &dyn LockBackend, key: &str) {
     );
     assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
     assert!(backend.release(&held.lock_id).unwrap());
-}
-
-/// The 1000 ms tolerance is applied against the server's clock: a lock that expired 500 ms ago
-/// by that clock is still live (held, found, extendable), one that expired 1500 ms ago is not
-/// (and can be taken). `plant(key, lock_id, age_ms)` writes, as the backend would, a lock that
-/// expired `age_ms` ago by the server's clock.
-#[track_caller]
-pub fn assert_tolerance_follows_the_server_clock(
-    backend: &dyn LockBackend,
-    mut plant: impl FnMut(&str, &str, i64),
-) {
-    for (age_ms, live) in [(500, true), (1500, false)] {
-        let why = format!("expired {age_ms} ms ago");
-        let key = unique("tolerance");
-        let lock_id = generate_lock_id();
-        plant(&key, &lock_id, age_ms);
-        assert_eq!(backend.is_locked(&key).unwrap(), live, "{why}");
-        let by_key = backend.lookup(Lookup::Key(&key)).unwrap();
-        assert_eq!(by_key.is_some(), live, "{why}");
-        let by_id = backend.lookup(Lookup::LockId(&lock_id)).unwrap();
-        assert_eq!(by_id.is_some(), live, "{why}");
-        assert_eq!(
-            backend.extend(&lock_id, TTL).unwrap().is_some(),
-            live,
-            "{why}"
-        );
-        if live {
-            assert!(backend.release(&lock_id).unwrap(), "{why}");
-        } else {
-            let taken = lease(backend.acquire(&key, TTL));
-            assert!(backend.release(&taken.lock_id).unwrap(), "{why}");
-        }
-    }
 }
 
 /// `release_lease` by a lock id given as text: the driver's answer, with its reason.

@@ -204,6 +204,7 @@ mod postgres_server;
 pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_server;
+pub mod server_store;
 
 #[allow(unused_imports)]
 pub use faults::*;
