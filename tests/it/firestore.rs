@@ -14,7 +14,9 @@ use crate::support::{
 };
 use serde_json::{Value, json};
 use syncguard::Clock as _;
-use syncguard::driver::generate_lock_id;
+use syncguard::driver::{
+    Acquisition, Driver as _, Key, LeaseRef, LockId, Ttl, Version, generate_lock_id,
+};
 use syncguard::firestore::{Credentials, FirestoreBackend};
 use syncguard::testing::backend as contract;
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
@@ -271,6 +273,72 @@ fn at_most_two_requests_per_operation() {
         )),
         1
     );
+}
+
+/// A guard knows its document and the `updateTime` of its last write (DESIGN §4.4): its
+/// renewal and its release are one request each, an acquire at most two.
+#[test]
+fn a_guard_renews_and_releases_in_one_request_each() {
+    let locker = syncguard::Locker::with_defaults(
+        shared_firestore_backend(),
+        syncguard::LockOptions::default().heartbeat(syncguard::Heartbeat::Off),
+    );
+    let key = unique("guard-count");
+    let sent = |op: &mut dyn FnMut()| {
+        let before = locker.backend().stats().requests;
+        op();
+        locker.backend().stats().requests - before
+    };
+    let mut guard = None;
+    let acquired = sent(&mut || guard = Some(locker.lock(&key).unwrap()));
+    assert!((1..=2).contains(&acquired), "acquire sent {acquired}");
+    let guard = guard.unwrap();
+    for round in 0..3 {
+        assert_eq!(
+            sent(&mut || assert!(guard.extend(TTL).unwrap())),
+            1,
+            "renewal {round}"
+        );
+    }
+    let mut guard = Some(guard);
+    assert_eq!(
+        sent(&mut || assert!(guard.take().unwrap().release().unwrap())),
+        1
+    );
+
+    // The heartbeat's path, the driver's batch renewal: one request for the batch, and a
+    // second one only when a lease's version is stale (someone else wrote the document).
+    let backend = locker.backend();
+    let keys: Vec<Key> = (0..3)
+        .map(|i| Key::new(&format!("{key}-batch-{i}")).unwrap())
+        .collect();
+    let ttl = Ttl::new(TTL).unwrap();
+    let held: Vec<(LockId, Option<Version>)> = keys
+        .iter()
+        .map(|k| match backend.try_acquire(k, ttl).unwrap() {
+            Acquisition::Acquired { lease, version } => {
+                (LockId::new(&lease.lock_id).unwrap(), version)
+            }
+            Acquisition::Locked => panic!("a fresh key is free"),
+        })
+        .collect();
+    let batch: Vec<(LeaseRef<'_>, Ttl)> = keys
+        .iter()
+        .zip(&held)
+        .map(|(k, (id, version))| {
+            (
+                LeaseRef::new(id).with_key(k).with_version(version.as_ref()),
+                ttl,
+            )
+        })
+        .collect();
+    let mut renewed = Vec::new();
+    assert_eq!(sent(&mut || renewed = backend.extend_leases(&batch)), 1);
+    assert_eq!(renewed.len(), 3);
+    assert!(renewed.iter().all(|r| matches!(r, Ok(o) if o.is_applied())));
+    for (id, _) in &held {
+        assert!(backend.release(id.as_str()).unwrap());
+    }
 }
 
 /// A transaction held open by someone else makes ours conflict (ABORTED): it is retried, and

@@ -14,8 +14,6 @@ const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/storage_k
 const REDIS: (&str, usize, usize) = ("syncguard", 1000, 26);
 /// PostgreSQL: limit 1700, reserve 0, no prefix (DESIGN §4.3).
 const POSTGRES: (&str, usize, usize) = ("", 1700, 0);
-/// Firestore: limit 1500, reserve 0, no prefix (DESIGN §4.4).
-const FIRESTORE: (&str, usize, usize) = ("", 1500, 0);
 
 fn load() -> Map<String, Value> {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("{VECTORS}: {e}"));
@@ -163,14 +161,13 @@ fn every_vector_matches() {
         let firestore = field(entry, "firestore");
         assert_fields(redis, &["lock_key", "fence_key"]);
         assert_fields(postgres, &["key", "fence_key"]);
+        // Firestore's document ids are checked against the backend's own functions, below.
         assert_fields(firestore, &["lock_doc_id", "fence_doc_id"]);
 
         let redis_lock = msk(REDIS, key);
         let redis_fence = msk(REDIS, &format!("fence:{redis_lock}"));
         let pg_key = msk(POSTGRES, key);
         let pg_fence = msk(POSTGRES, &format!("fence:{pg_key}"));
-        let fs_doc = msk(FIRESTORE, key);
-        let fs_fence = msk(FIRESTORE, &format!("fence:{fs_doc}"));
         for (what, actual, expected) in [
             ("redis.lock_key", &redis_lock, string(redis, "lock_key")),
             ("redis.fence_key", &redis_fence, string(redis, "fence_key")),
@@ -179,16 +176,6 @@ fn every_vector_matches() {
                 "postgres.fence_key",
                 &pg_fence,
                 string(postgres, "fence_key"),
-            ),
-            (
-                "firestore.lock_doc_id",
-                &fs_doc,
-                string(firestore, "lock_doc_id"),
-            ),
-            (
-                "firestore.fence_doc_id",
-                &fs_fence,
-                string(firestore, "fence_doc_id"),
             ),
         ] {
             if actual != expected {
@@ -235,4 +222,60 @@ fn vectors_cover_truncation_and_errors() {
     let errors = entries.iter().filter(|e| e["expected"].is_object()).count();
     assert!(truncated > 0, "no vector takes the hash-truncation branch");
     assert!(errors > 0, "no vector expects an error");
+}
+
+/// DESIGN §4.4: the Firestore document ids of `derived_keys` are what the backend itself
+/// computes (`lock_document_id`, `fence_document_id`), after the Firestore-safety rule that
+/// hashes an id Firestore rejects (`a/b/c`): not only the `make_storage_key` composition.
+#[cfg(feature = "firestore")]
+#[test]
+fn firestore_document_ids_match_the_vectors() {
+    // Building the backend does no I/O: the emulator host is only where requests would go.
+    let backend = syncguard::firestore::FirestoreBackend::builder()
+        .project("vectors")
+        .emulator_host("127.0.0.1:9")
+        .build()
+        .expect("a Firestore backend for computing ids");
+    let vectors = load();
+    let entries = array(&vectors, "derived_keys");
+    let mut mismatches = Vec::new();
+    let mut hashed = 0;
+    for entry in entries {
+        let key = string(entry, "key");
+        let firestore = field(entry, "firestore");
+        let (lock_doc, fence_doc) = (
+            backend.lock_document_id(key).expect("a valid key"),
+            backend.fence_document_id(key).expect("a valid key"),
+        );
+        for (what, actual, expected) in [
+            ("lock_doc_id", &lock_doc, string(firestore, "lock_doc_id")),
+            (
+                "fence_doc_id",
+                &fence_doc,
+                string(firestore, "fence_doc_id"),
+            ),
+        ] {
+            if actual != expected {
+                mismatches.push(format!(
+                    "firestore.{what} for {} = {}, expected {}",
+                    show(key),
+                    show(actual),
+                    show(expected)
+                ));
+            }
+        }
+        if lock_doc != make_storage_key("", key, 1500, 0).expect("a valid key") {
+            hashed += 1;
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} Firestore ids disagree:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    assert!(
+        hashed > 0,
+        "no vector takes the Firestore-safety branch (an id Firestore rejects)"
+    );
 }
