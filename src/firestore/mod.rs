@@ -55,6 +55,20 @@
 //! RESOURCE_EXHAUSTED → `RateLimited`; anything else → `Internal`. Refused connections,
 //! unresolved host names and TLS failures → `ServiceUnavailable`.
 //!
+//! A `200` answer is checked for shape before it is believed. An `{"error": …}` element in it
+//! (a `runQuery` or `batchGet` stream that failed part-way) is that error, coded by its status
+//! as above. A body that is not JSON, or JSON that is not the call's answer (an object for an
+//! array, a document without `name` or `updateTime`, a `batchGet` that does not account for
+//! every document asked for, a commit without `writeResults` or `commitTime`) →
+//! `ServiceUnavailable`, transient: such an answer is most likely a proxy's or a cut-short one,
+//! and it never reads as "no lock" — only a `batchGet`'s `missing`, or a `runQuery` stream of
+//! bare read times, says a lock is absent. A lock document whose fields are not SyncGuard's
+//! (wrong types, missing) is stored data, the same on every read → `Internal`.
+//!
+//! A guard's release whose write meets such a failure (or a refused or lost connection) is
+//! tried once more by lock id, which re-reads and decides; if the first write did go through,
+//! the lock is gone by then and the release answers `false`.
+//!
 //! Messages name the endpoint (`firestore.googleapis.com`, or the emulator's `host:port`), the
 //! project and the database, and keep the cause: `Firestore at 127.0.0.1:8080 (project p,
 //! database (default)) answered HTTP 503 UNAVAILABLE: …`. They never contain a token.
@@ -73,9 +87,7 @@ use serde_json::{Value, json};
 pub use self::auth::{Credentials, TokenProvider};
 pub use self::skew::ClockSkew;
 
-use self::rest::{
-    RestClient, RestError, fields, get_integer, get_string, integer_value, string_value,
-};
+use self::rest::{Document, RestClient, RestError, integer_value, string_value};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
@@ -411,9 +423,9 @@ enum Attempt<T> {
 }
 
 /// The precondition that a document is still as read: same `updateTime`, or still absent.
-fn unchanged_since(document: Option<&Value>) -> Value {
-    match document.and_then(|doc| doc.get("updateTime")) {
-        Some(update_time) => json!({ "updateTime": update_time }),
+fn unchanged_since(document: Option<&Document>) -> Value {
+    match document {
+        Some(document) => json!({ "updateTime": document.update_time() }),
         None => json!({ "exists": false }),
     }
 }
@@ -436,16 +448,17 @@ struct LockDoc {
 
 impl LockDoc {
     /// `None` when the document is not a SyncGuard lock (fields missing or of other types).
-    fn parse(document: &Value) -> Option<LockDoc> {
-        let fields = fields(document)?;
+    /// That is the stored data, not the answer, being wrong: reading again finds the same, so
+    /// the caller's error is `Internal`, as for a malformed value in any backend's storage.
+    fn parse(document: &Document) -> Option<LockDoc> {
         Some(LockDoc {
-            lock_id: get_string(fields, "lockId")?.to_owned(),
-            expires_at_ms: get_integer(fields, "expiresAtMs")?,
-            acquired_at_ms: get_integer(fields, "acquiredAtMs")?,
-            key: get_string(fields, "key")?.to_owned(),
-            fence: get_string(fields, "fence")?.to_owned(),
-            name: document.get("name")?.as_str()?.to_owned(),
-            update_time: document.get("updateTime")?.as_str()?.to_owned(),
+            lock_id: document.string("lockId")?.to_owned(),
+            expires_at_ms: document.integer("expiresAtMs")?,
+            acquired_at_ms: document.integer("acquiredAtMs")?,
+            key: document.string("key")?.to_owned(),
+            fence: document.string("fence")?.to_owned(),
+            name: document.name().to_owned(),
+            update_time: document.update_time().to_owned(),
         })
     }
 
@@ -467,22 +480,6 @@ fn not_a_lock(what: &str) -> LockError {
     LockError::internal(format!(
         "a Firestore {what} document does not have the SyncGuard fields and types"
     ))
-}
-
-/// The documents of a read's answer: `batchGet`'s found documents (`found_key` = `found`),
-/// `runQuery`'s matches (`document`).
-fn parse_read(answer: Value, found_key: &str) -> Vec<Value> {
-    let mut documents = Vec::new();
-    if let Value::Array(items) = answer {
-        for mut item in items {
-            if let Some(document) = item.get_mut(found_key).map(Value::take) {
-                if document.is_object() {
-                    documents.push(document);
-                }
-            }
-        }
-    }
-    documents
 }
 
 impl FirestoreBackend {
@@ -624,29 +621,19 @@ impl FirestoreBackend {
         let fence_name = self
             .rest
             .document_name(&self.fence_collection, &fence_document_id_of(&lock_doc_id)?);
-        let answer = self.rest.post(
-            ":batchGet",
-            &json!({ "documents": [lock_name, fence_name] }),
-        )?;
-        let documents = parse_read(answer, "found");
-        let document = |name: &str| {
-            documents
-                .iter()
-                .find(|doc| doc.get("name").and_then(Value::as_str) == Some(name))
-        };
+        let [lock_doc, counter_doc] = self.rest.batch_get([&lock_name, &fence_name])?;
+        let (lock_doc, counter_doc) = (lock_doc.as_ref(), counter_doc.as_ref());
         let now = self.now_ms()?;
-        let lock_doc = document(&lock_name);
         if let Some(doc) = lock_doc {
             let held = LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock").with_key(user_key))?;
             if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
         }
-        let counter_doc = document(&fence_name);
         let counter = match counter_doc {
             None => 0,
-            Some(doc) => fields(doc)
-                .and_then(|f| get_string(f, "fence"))
+            Some(doc) => doc
+                .string("fence")
                 .and_then(|text| text.parse::<Fence>().ok())
                 .map(|fence| fence.value())
                 .ok_or_else(|| not_a_lock("fence counter").with_key(user_key))?,
@@ -681,7 +668,10 @@ impl FirestoreBackend {
             lock_id,
             fence,
             expires_at_ms,
-            times.first().map(|time| version_of(time, expires_at_ms)),
+            times
+                .first()
+                .and_then(Option::as_deref)
+                .map(|time| version_of(time, expires_at_ms)),
         )))
     }
 
@@ -698,23 +688,26 @@ impl FirestoreBackend {
     }
 
     /// The documents a query for `lock_id` finds.
-    fn documents_with_lock_id(&self, lock_id: &str) -> Result<Vec<Value>, RestError> {
-        let answer = self.rest.post(
-            ":runQuery",
-            &json!({ "structuredQuery": self.lock_id_query(lock_id) }),
-        )?;
-        Ok(parse_read(answer, "document"))
+    fn documents_with_lock_id(&self, lock_id: &str) -> Result<Vec<Document>, RestError> {
+        self.rest.run_query(self.lock_id_query(lock_id))
     }
 
     /// The one document holding `lock_id`, checked; `Ok(None)` when none; two or more are an
     /// inconsistency, reported and treated as absent (nothing is touched).
-    fn single_match(&self, documents: &[Value], lock_id: &str) -> Result<Option<LockDoc>> {
+    fn single_match(&self, documents: &[Document], lock_id: &str) -> Result<Option<LockDoc>> {
         match documents {
             [] => Ok(None),
             [document] => {
                 let lock = LockDoc::parse(document).ok_or_else(|| not_a_lock("lock"))?;
-                // Defence in depth: the query said so, the document must too.
-                Ok((lock.lock_id == lock_id).then_some(lock))
+                // Defence in depth: the query said so, the document must too; an answer that
+                // contradicts its query is not "no lock".
+                if lock.lock_id != lock_id {
+                    return Err(self.rest.lock_error(RestError::bad_answer(
+                        "runQuery",
+                        "the document found does not hold the lock id asked for",
+                    )));
+                }
+                Ok(Some(lock))
             }
             _ => {
                 log::warn!(
@@ -758,9 +751,10 @@ impl FirestoreBackend {
         Ok(match self.rest.commit_versions(vec![write])? {
             Some(times) => {
                 let version = match (outcome, ttl_ms) {
-                    (Outcome::Applied(expires_at_ms), Some(_)) => {
-                        times.first().map(|time| version_of(time, expires_at_ms))
-                    }
+                    (Outcome::Applied(expires_at_ms), Some(_)) => times
+                        .first()
+                        .and_then(Option::as_deref)
+                        .map(|time| version_of(time, expires_at_ms)),
                     _ => None,
                 };
                 Attempt::Done((outcome, version))
@@ -809,13 +803,12 @@ impl FirestoreBackend {
         let name = self
             .rest
             .document_name(&self.collection, &document_id(key.as_str())?);
-        let answer = self
-            .rest
-            .post(":batchGet", &json!({ "documents": [name] }))?;
-        let documents = parse_read(answer, "found");
-        match documents.first() {
+        let [document] = self.rest.batch_get([&name])?;
+        match document {
             None => Ok(None),
-            Some(doc) => Ok(Some(LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock"))?)),
+            Some(doc) => Ok(Some(
+                LockDoc::parse(&doc).ok_or_else(|| not_a_lock("lock"))?,
+            )),
         }
     }
 }
@@ -843,6 +836,13 @@ impl Driver for FirestoreBackend {
                 // Changed (or a transaction in the way): the long way decides.
                 Ok(None) => {}
                 Err(error) if error.is_aborted() => {}
+                // No usable answer: the delete may or may not have happened. The long way
+                // reads again and decides, so that a hiccup does not leave the lock to block
+                // everyone until it expires (if this delete did happen, it answers "gone").
+                Err(error) if error.is_worth_retrying_now() => {
+                    let error = self.rest.lock_error(error);
+                    log::debug!("syncguard: Firestore release retried by lock id: {error}");
+                }
                 Err(error) => return Err(self.rest.lock_error(error)),
             }
         }
@@ -865,7 +865,10 @@ impl Driver for FirestoreBackend {
                 Ok(Some(times)) => {
                     return Ok(Outcome::Applied(Extension {
                         expires_at_ms,
-                        version: times.first().map(|time| version_of(time, expires_at_ms)),
+                        version: times
+                            .first()
+                            .and_then(Option::as_deref)
+                            .map(|time| version_of(time, expires_at_ms)),
                     }));
                 }
                 Ok(None) => {}

@@ -584,7 +584,10 @@ fn clock_skew_is_measured_warned_about_and_bounded() {
         if request.path.ends_with(":batchGet") {
             StubResponse::json(
                 200,
-                json!([{ "missing": "projects/p/databases/(default)/documents/locks/k", "readTime": read_time }]),
+                json!([{
+                    "missing": format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/locks/k"),
+                    "readTime": read_time,
+                }]),
             )
         } else {
             StubResponse::json(200, json!({}))

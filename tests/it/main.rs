@@ -19,6 +19,8 @@ mod clock_skew;
 mod firestore;
 #[cfg(feature = "firestore")]
 mod firestore_auth;
+#[cfg(feature = "firestore")]
+mod firestore_shapes;
 mod fuzz;
 #[cfg(target_os = "linux")]
 mod heartbeat_threads;

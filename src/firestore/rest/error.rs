@@ -35,6 +35,10 @@ pub(crate) enum RestError {
     },
     /// Any other failure of the HTTP client.
     Transport { source: ureq::Error },
+    /// Firestore answered success, but with something that is not the answer `verb` (e.g.
+    /// `runQuery`) gives: a body that is not JSON, or JSON of another shape. `what` says how
+    /// it differs; it never quotes the body.
+    BadAnswer { verb: &'static str, what: String },
     /// No request was sent because no token could be had. The token provider's error already
     /// names the token endpoint and the cause, so it is kept as it is.
     Credentials(LockError),
@@ -157,6 +161,32 @@ impl RestError {
         }
     }
 
+    /// An `{"error": {…}}` element inside a successful (`200`) answer: a streamed call
+    /// (`runQuery`, `batchGet`) that failed part-way. Its `status` names the canonical code;
+    /// without one, a numeric `google.rpc.Code` (1–16) does.
+    pub fn from_error_element(error: &Value) -> RestError {
+        let status = match error["status"].as_str() {
+            Some(name) => Status::parse(name),
+            None => error["code"]
+                .as_i64()
+                .filter(|code| (1..=16).contains(code))
+                .and_then(Status::from_code),
+        };
+        RestError::Status {
+            http: 200,
+            status,
+            message: error["message"].as_str().map(str::to_owned),
+        }
+    }
+
+    /// A successful answer to `verb` that is not what `verb` answers.
+    pub fn bad_answer(verb: &'static str, what: impl Into<String>) -> RestError {
+        RestError::BadAnswer {
+            verb,
+            what: what.into(),
+        }
+    }
+
     /// One write's failure in a `batchWrite` answer (`{"code": 9, "message": …}`), which came
     /// with HTTP `http`. `None` when the write succeeded.
     pub fn from_write_status(http: u16, answer: &Value) -> Option<RestError> {
@@ -223,6 +253,26 @@ impl RestError {
         }
     }
 
+    /// Whether trying again at once may well succeed: a transient status, an unusable
+    /// answer, a refused or lost connection. Not a timeout: that request already spent its
+    /// whole time budget, and another would likely do the same.
+    pub fn is_worth_retrying_now(&self) -> bool {
+        !matches!(self, RestError::Timeout { .. }) && self.code().is_transient()
+    }
+
+    /// The code the caller will see ([`into_lock_error`](RestError::into_lock_error)'s).
+    fn code(&self) -> ErrorCode {
+        match self {
+            RestError::Status { http, status, .. } => status_code(*http, status.as_ref()),
+            RestError::Unreachable { .. } | RestError::BadAnswer { .. } => {
+                ErrorCode::ServiceUnavailable
+            }
+            RestError::Timeout { .. } => ErrorCode::NetworkTimeout,
+            RestError::Transport { .. } => ErrorCode::Internal,
+            RestError::Credentials(error) => error.code(),
+        }
+    }
+
     /// Firestore's ABORTED: the call met a transaction, and is worth retrying.
     pub fn is_aborted(&self) -> bool {
         self.status() == Some(&Status::Aborted)
@@ -266,19 +316,21 @@ impl RestError {
                 format!("request to {place} failed: {source}"),
             )
             .with_source(source),
+            // Transient: the likeliest causes are a proxy or load balancer in the way, or an
+            // answer cut short, which pass; and if it does not pass, failing loudly and
+            // retrying is the safe side — a wrong shape must never read as "no lock".
+            RestError::BadAnswer { verb, what } => LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!("{place} answered {verb} with something that is not its answer: {what}"),
+            ),
             RestError::Credentials(error) => error,
         }
     }
 }
 
-/// The error for an answer that named `status` (if any) and `message` (if any).
-fn answer_error(
-    place: &str,
-    http: u16,
-    status: Option<Status>,
-    message: Option<&str>,
-) -> LockError {
-    let code = match &status {
+/// The code of an answer with HTTP status `http` that named `status` (if any).
+fn status_code(http: u16, status: Option<&Status>) -> ErrorCode {
+    match status {
         Some(Status::Unavailable | Status::Internal | Status::Aborted) => {
             ErrorCode::ServiceUnavailable
         }
@@ -293,7 +345,17 @@ fn answer_error(
             502..=504 => ErrorCode::ServiceUnavailable,
             _ => ErrorCode::Internal,
         },
-    };
+    }
+}
+
+/// The error for an answer that named `status` (if any) and `message` (if any).
+fn answer_error(
+    place: &str,
+    http: u16,
+    status: Option<Status>,
+    message: Option<&str>,
+) -> LockError {
+    let code = status_code(http, status.as_ref());
     let message = message.unwrap_or("no error message");
     let hint = if status == Some(Status::FailedPrecondition) && message.contains("index") {
         " — the lock queries need the single-field index on `lockId` in the lock collection; \
@@ -484,6 +546,46 @@ mod tests {
             .into_lock_error(PLACE);
         assert!(err.message().ends_with(&"x".repeat(MAX_MESSAGE_CHARS)));
         assert!(!err.message().ends_with(&"x".repeat(MAX_MESSAGE_CHARS + 1)));
+    }
+
+    /// What a release may try again at once: an answer that was a transient failure or not
+    /// an answer at all, a connection refused or lost; not a timeout, nor a permanent error.
+    #[test]
+    fn what_is_worth_retrying_now() {
+        let io = |kind| ureq::Error::Io(std::io::Error::new(kind, "x"));
+        let second = Duration::from_secs(1);
+        let rows = [
+            (answer(503, "UNAVAILABLE"), true),
+            (answer(429, "RESOURCE_EXHAUSTED"), true),
+            (answer(504, "DEADLINE_EXCEEDED"), true),
+            (
+                RestError::from_error_element(&json!({ "status": "UNAVAILABLE" })),
+                true,
+            ),
+            (RestError::bad_answer("commit", "no valid commitTime"), true),
+            (
+                RestError::from_transport(io(Io::ConnectionReset), second),
+                true,
+            ),
+            (RestError::from_transport(io(Io::TimedOut), second), false),
+            (answer(403, "PERMISSION_DENIED"), false),
+            (answer(400, "INVALID_ARGUMENT"), false),
+            (
+                RestError::from_error_element(&json!({ "message": "no status" })),
+                false,
+            ),
+        ];
+        for (error, worth) in rows {
+            assert_eq!(error.is_worth_retrying_now(), worth, "{error:?}");
+        }
+        let err = RestError::bad_answer("runQuery", "expected an array").into_lock_error(PLACE);
+        assert_eq!(
+            (err.code(), err.message()),
+            (
+                ErrorCode::ServiceUnavailable,
+                format!("{PLACE} answered runQuery with something that is not its answer: expected an array").as_str()
+            )
+        );
     }
 
     #[test]

@@ -1,20 +1,22 @@
-//! Firestore's v1 REST API over one kept-alive `ureq` agent: requests, the typed-value codec,
-//! and server times for the clock-skew estimate. Failures are [`RestError`]s (see `error.rs`),
-//! which the backend turns into `LockError`s at its edge.
+//! Firestore's v1 REST API over one kept-alive `ureq` agent: requests, typed values, and server
+//! times for the clock-skew estimate. Every answer is decoded and checked in `answer.rs`;
+//! failures are [`RestError`]s (see `error.rs`), which the backend turns into `LockError`s at
+//! its edge.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::auth::TokenProvider;
 use super::skew::SkewEstimator;
 use crate::error::LockError;
 
+mod answer;
 mod error;
 
+pub(crate) use self::answer::Document;
 pub(crate) use self::error::RestError;
-use self::error::Status;
 
 /// The production endpoint's host.
 const PRODUCTION_HOST: &str = "firestore.googleapis.com";
@@ -81,13 +83,20 @@ impl RestClient {
         self.requests.load(Ordering::Relaxed)
     }
 
-    /// POSTs `body` to `documents{verb}` (e.g. `:commit`) and returns the JSON answer.
-    pub fn post(&self, verb: &str, body: &Value) -> Result<Value, RestError> {
+    /// POSTs `body` to `documents:{verb}` and decodes a success with `decode` (one of
+    /// `answer.rs`); a success whose body is not JSON is a [`RestError::BadAnswer`]. Only an
+    /// answer that decodes feeds the clock-skew estimate.
+    fn post<T>(
+        &self,
+        verb: &'static str,
+        body: &Value,
+        decode: impl FnOnce(Value) -> Result<T, RestError>,
+    ) -> Result<T, RestError> {
         let authorization = self
             .tokens
             .authorization()
             .map_err(RestError::Credentials)?;
-        let url = format!("{}{verb}", self.documents_url);
+        let url = format!("{}:{verb}", self.documents_url);
         self.requests.fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let response = self
@@ -102,14 +111,34 @@ impl RestClient {
             .into_body()
             .read_to_string()
             .map_err(|e| RestError::from_transport(e, self.timeout))?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !(200..300).contains(&status) {
+            // An error page that is not JSON still has its HTTP status to go by.
+            let value = serde_json::from_str(&text).unwrap_or(Value::Null);
             return Err(RestError::from_answer(status, &value));
         }
-        if let Some(server_ms) = server_time_ms(&value) {
+        let value = answer::parse_body(verb, &text)?;
+        let server_ms = server_time_ms(&value);
+        let decoded = decode(value)?;
+        if let Some(server_ms) = server_ms {
             self.skew.observe(server_ms, sent, received);
         }
-        Ok(value)
+        Ok(decoded)
+    }
+
+    /// Reads the documents `names` (full names) without a transaction: each one, in order,
+    /// found or positively missing.
+    pub fn batch_get<const N: usize>(
+        &self,
+        names: [&str; N],
+    ) -> Result<[Option<Document>; N], RestError> {
+        let body = json!({ "documents": names.as_slice() });
+        self.post("batchGet", &body, |answer| answer::batch_get(answer, names))
+    }
+
+    /// Runs `query` (a `structuredQuery`): the documents it matches.
+    pub fn run_query(&self, query: Value) -> Result<Vec<Document>, RestError> {
+        let body = json!({ "structuredQuery": query });
+        self.post("runQuery", &body, answer::run_query)
     }
 
     /// Commits `writes` atomically. `Ok(false)` when a write's precondition failed: a
@@ -119,55 +148,31 @@ impl RestClient {
     }
 
     /// [`commit`](RestClient::commit), answering each write's `updateTime` (its document's
-    /// new version) when it happened.
-    pub fn commit_versions(&self, writes: Vec<Value>) -> Result<Option<Vec<String>>, RestError> {
-        match self.post(":commit", &json!({ "writes": writes })) {
-            Ok(answer) => Ok(Some(update_times(&answer))),
+    /// new version; `None` for a delete) when it happened.
+    pub fn commit_versions(
+        &self,
+        writes: Vec<Value>,
+    ) -> Result<Option<Vec<Option<String>>>, RestError> {
+        let body = json!({ "writes": writes });
+        match self.post("commit", &body, |answer| answer::commit(answer, &writes)) {
+            Ok(times) => Ok(Some(times)),
             Err(error) if error.is_precondition_failure() => Ok(None),
             Err(error) => Err(error),
         }
     }
 
-    /// Applies `writes` each on its own (not atomically), in one request: one answer per
-    /// write, its `updateTime` or why it failed (a precondition, say).
+    /// Applies `updates` each on its own (not atomically), in one request: one answer per
+    /// write, its new `updateTime` or why it failed (a precondition, say).
     pub fn batch_write(
         &self,
-        writes: Vec<Value>,
+        updates: Vec<Value>,
     ) -> Result<Vec<Result<String, RestError>>, RestError> {
-        let count = writes.len();
-        let answer = self.post(":batchWrite", &json!({ "writes": writes }))?;
-        let times = update_times(&answer);
-        let statuses = answer["status"].as_array();
-        Ok((0..count)
-            .map(|i| {
-                let failure = statuses
-                    .and_then(|statuses| statuses.get(i))
-                    .and_then(|status| RestError::from_write_status(200, status));
-                match (failure, times.get(i)) {
-                    (Some(failure), _) => Err(failure),
-                    (None, Some(time)) if !time.is_empty() => Ok(time.clone()),
-                    (None, _) => Err(RestError::Status {
-                        http: 200,
-                        status: Some(Status::Internal),
-                        message: Some("the write result carries no update time".to_owned()),
-                    }),
-                }
-            })
-            .collect())
-    }
-}
-
-/// The `updateTime` of each write result of a commit or batch write (empty where missing).
-fn update_times(answer: &Value) -> Vec<String> {
-    answer["writeResults"]
-        .as_array()
-        .map(|results| {
-            results
-                .iter()
-                .map(|result| result["updateTime"].as_str().unwrap_or_default().to_owned())
-                .collect()
+        let count = updates.len();
+        let body = json!({ "writes": updates });
+        self.post("batchWrite", &body, |answer| {
+            answer::batch_write(answer, count)
         })
-        .unwrap_or_default()
+    }
 }
 
 /// The server time an answer carries (`commitTime`, or a `readTime`), in Unix ms.
@@ -229,24 +234,6 @@ pub(crate) fn integer_value(value: i64) -> Value {
     json!({ "integerValue": value.to_string() })
 }
 
-/// The fields of a document resource.
-pub(crate) fn fields(document: &Value) -> Option<&Map<String, Value>> {
-    document.get("fields")?.as_object()
-}
-
-pub(crate) fn get_string<'a>(fields: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    fields.get(name)?.get("stringValue")?.as_str()
-}
-
-pub(crate) fn get_integer(fields: &Map<String, Value>, name: &str) -> Option<i64> {
-    let value = fields.get(name)?;
-    match value.get("integerValue")? {
-        Value::String(text) => text.parse().ok(),
-        Value::Number(number) => number.as_i64(),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,21 +259,5 @@ mod tests {
         ] {
             assert_eq!(parse_timestamp_ms(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn values_round_trip() {
-        let doc = json!({"fields": {
-            "s": string_value("x"),
-            "i": integer_value(1_795_357_020_514),
-            "n": {"integerValue": 7},
-            "wrong": {"doubleValue": 1.5}
-        }});
-        let f = fields(&doc).unwrap();
-        assert_eq!(get_string(f, "s"), Some("x"));
-        assert_eq!(get_integer(f, "i"), Some(1_795_357_020_514));
-        assert_eq!(get_integer(f, "n"), Some(7));
-        assert_eq!(get_integer(f, "wrong"), None);
-        assert_eq!(get_string(f, "i"), None);
     }
 }

@@ -193,6 +193,8 @@ impl Drop for Instance {
 pub mod child;
 mod faults;
 #[cfg(feature = "firestore")]
+mod firestore_faults;
+#[cfg(feature = "firestore")]
 mod firestore_server;
 #[cfg(feature = "firestore")]
 pub mod http;
@@ -208,6 +210,9 @@ pub mod server_store;
 
 #[allow(unused_imports)]
 pub use faults::*;
+#[cfg(feature = "firestore")]
+#[allow(unused_imports)]
+pub use firestore_faults::*;
 #[cfg(feature = "firestore")]
 #[allow(unused_imports)]
 pub use firestore_server::*;
