@@ -283,16 +283,15 @@ pub(crate) fn ensure_process_provider_for_redis() {
 mod tests {
     use super::*;
 
-    fn temp_file(name: &str, contents: &[u8]) -> std::path::PathBuf {
+    /// A directory of its own under the system's temporary directory.
+    fn temp_dir() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "syncguard-tls-{}-{}",
             std::process::id(),
             crate::driver::generate_lock_id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        std::fs::write(&path, contents).unwrap();
-        path
+        dir
     }
 
     /// A CA file that is missing, empty, not PEM, or holds no certificate is refused, naming
@@ -301,29 +300,27 @@ mod tests {
     fn bad_ca_files_are_invalid_arguments_naming_the_path() {
         let key = b"-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END PRIVATE KEY-----\n";
         let broken = b"-----BEGIN CERTIFICATE-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n";
-        let cases: Vec<(std::path::PathBuf, &str)> = vec![
-            (
-                std::env::temp_dir().join("syncguard-no-such-ca.pem"),
-                "cannot be read",
-            ),
-            (temp_file("empty.pem", b""), "holds no certificate"),
-            (temp_file("key.pem", key), "holds no certificate"),
-            (temp_file("broken.pem", broken), "is not valid PEM"),
-            (
-                temp_file(
-                    "garbage.pem",
-                    b"-----BEGIN CERTIFICATE-----\nc2VjcmV0\n-----END CERTIFICATE-----\n",
-                ),
-                "not a valid CA certificate",
-            ),
+        let garbage = b"-----BEGIN CERTIFICATE-----\nc2VjcmV0\n-----END CERTIFICATE-----\n";
+        let dir = temp_dir();
+        let cases: [(&str, Option<&[u8]>, &str); 5] = [
+            ("missing.pem", None, "cannot be read"),
+            ("empty.pem", Some(b""), "holds no certificate"),
+            ("key.pem", Some(key), "holds no certificate"),
+            ("broken.pem", Some(broken), "is not valid PEM"),
+            ("garbage.pem", Some(garbage), "not a valid CA certificate"),
         ];
-        for (path, why) in cases {
+        for (name, contents, why) in cases {
+            let path = dir.join(name);
+            if let Some(contents) = contents {
+                std::fs::write(&path, contents).unwrap();
+            }
             let err = TlsRoots::load(Some(&path), false).err().unwrap();
             assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
             assert!(err.message().contains(&path.display().to_string()), "{err}");
             assert!(err.message().contains(why), "{err}");
             assert!(!err.message().contains("c2VjcmV0"), "{err}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
