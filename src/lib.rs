@@ -77,6 +77,8 @@ mod memory;
 mod net;
 mod telemetry;
 mod time;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod tls;
 
 #[cfg(feature = "firestore")]
 pub mod firestore;

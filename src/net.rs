@@ -91,7 +91,7 @@ pub(crate) fn pool_source<P>(
 
 /// The builder methods every pooled backend shares, written once with their docs. Expanded
 /// inside each builder's `impl`, whose struct has the fields `cleanup_in_is_locked`,
-/// `pool_size` and `timeouts` (`connect`, `checkout`), and whose module has a
+/// `pool_size`, `timeouts` (`connect`, `checkout`) and `tls_ca_file`, and whose module has a
 /// `CLEANUP_GUARD_MS`.
 #[cfg(any(feature = "redis", feature = "postgres"))]
 macro_rules! pooled_builder_options {
@@ -120,6 +120,18 @@ macro_rules! pooled_builder_options {
         /// [`pool`](Self::pool), whose own setting applies.
         pub fn pool_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.timeouts.checkout = timeout;
+            self
+        }
+
+        /// A PEM file of one or more CA certificates to trust besides the system's root
+        /// certificates, for TLS connections: a private CA, or that of a TLS-inspecting proxy
+        /// (see [TLS](self#tls)). Used only when the URL asks for TLS; the URL can
+        /// give the same (`?tls_ca_file=PATH` for Redis, `?sslrootcert=PATH` for PostgreSQL),
+        /// and this option wins. A file that cannot be read or holds no valid certificate
+        /// fails [`build`](Self::build) with `InvalidArgument` naming the path. Refused with
+        /// [`pool`](Self::pool), whose connections have TLS settings of their own.
+        pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+            self.tls_ca_file = Some(path.into());
             self
         }
     };

@@ -72,12 +72,27 @@
 //! Messages name the endpoint (`firestore.googleapis.com`, or the emulator's `host:port`), the
 //! project and the database, and keep the cause: `Firestore at 127.0.0.1:8080 (project p,
 //! database (default)) answered HTTP 503 UNAVAILABLE: …`. They never contain a token.
+//!
+//! # TLS
+//!
+//! Requests to Google trust the system's root certificates (not a bundled list), so a
+//! TLS-inspecting proxy whose CA is installed system-wide works as it does for every other
+//! program (ureq finds the proxy in `HTTPS_PROXY` or `ALL_PROXY`). A CA that is not installed
+//! — a PEM file of one or more certificates — is added with [`FirestoreBuilder::tls_ca_file`]
+//! or `?tls_ca_file=PATH` in the URL, for Firestore's own requests; service-account token
+//! requests trust the system's roots. Verification is always full (chain and host name). The
+//! crypto provider (*ring*) is given to each HTTP agent: rustls' process-wide default is never
+//! read or changed. The Redis and PostgreSQL backends follow the same policy. A certificate
+//! that is not trusted fails with `ServiceUnavailable`: `cannot reach Firestore at
+//! firestore.googleapis.com (project p, database (default)): TLS failure: the server's
+//! certificate is not trusted (unknown issuer): …`. The emulator is plain HTTP.
 
 mod auth;
 mod rest;
 mod skew;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -98,6 +113,7 @@ use crate::fence::Fence;
 use crate::key::hashed_storage_key;
 use crate::net::{UrlParams, split_url};
 use crate::time::{Clock, SystemClock};
+use crate::tls::TlsRoots;
 
 /// Firestore's document-id limit in bytes.
 pub const STORAGE_KEY_LIMIT: usize = 1500;
@@ -146,6 +162,7 @@ pub struct FirestoreBuilder {
     timeout: Duration,
     max_clock_skew: Option<Duration>,
     clock: Arc<dyn Clock>,
+    tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for FirestoreBuilder {
@@ -163,6 +180,7 @@ impl Default for FirestoreBuilder {
             timeout: Duration::from_secs(5),
             max_clock_skew: None,
             clock: Arc::new(SystemClock),
+            tls_ca_file: None,
         }
     }
 }
@@ -234,6 +252,17 @@ impl FirestoreBuilder {
         self
     }
 
+    /// A PEM file of one or more CA certificates to trust besides the system's root
+    /// certificates: the CA of a TLS-inspecting proxy, say (see [TLS](self#tls)).
+    /// The URL can give the same (`?tls_ca_file=PATH`). A file that cannot be read or holds no
+    /// valid certificate fails [`build`](Self::build) with `InvalidArgument` naming the path.
+    /// Not used with the emulator, which is plain HTTP. Token requests (service-account key
+    /// exchange) trust the system's roots.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
+    }
+
     /// The client clock that decides expiry (default: the system clock). For tests.
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
@@ -281,6 +310,15 @@ impl FirestoreBuilder {
             (None, Some(_)) => Credentials::Token("owner".to_owned()),
             (None, None) => Credentials::Default,
         };
+        // The emulator is plain HTTP: no roots to load (a redirect to HTTPS would fail).
+        let roots = match &self.emulator_host {
+            Some(_) => TlsRoots::load(None, false)?,
+            None => {
+                let roots = TlsRoots::load(self.tls_ca_file.as_deref(), true)?;
+                roots.require_any("tls_ca_file")?;
+                roots
+            }
+        };
         let tokens = TokenProvider::new(&credentials, self.timeout)?;
         let rest = RestClient::new(
             &project,
@@ -288,6 +326,7 @@ impl FirestoreBuilder {
             self.emulator_host.as_deref(),
             tokens,
             self.timeout,
+            roots.ureq_config(),
         );
         Ok(FirestoreBackend {
             rest,
@@ -484,14 +523,20 @@ fn not_a_lock(what: &str) -> LockError {
 
 impl FirestoreBackend {
     /// Connects to the database a `firestore://PROJECT[/DATABASE]` URL names, with the
-    /// options `?collection=`, `?fence_collection=` and `?credentials=PATH` (a service-account
-    /// key file). The emulator is used when `FIRESTORE_EMULATOR_HOST` is set.
+    /// options `?collection=`, `?fence_collection=`, `?credentials=PATH` (a service-account
+    /// key file) and `?tls_ca_file=PATH` (see [`FirestoreBuilder::tls_ca_file`]). The emulator
+    /// is used when `FIRESTORE_EMULATOR_HOST` is set.
     pub fn connect(url: &str) -> Result<FirestoreBackend> {
         let split = split_url(
             url,
             "Firestore",
             &UrlParams {
-                ours: &["collection", "fence_collection", "credentials"],
+                ours: &[
+                    "collection",
+                    "fence_collection",
+                    "credentials",
+                    "tls_ca_file",
+                ],
                 client: &[],
             },
         )?;
@@ -517,6 +562,7 @@ impl FirestoreBackend {
             builder = match name.as_str() {
                 "collection" => builder.collection(value),
                 "fence_collection" => builder.fence_collection(value),
+                "tls_ca_file" => builder.tls_ca_file(value),
                 _ => builder.credentials(Credentials::ServiceAccountFile(value.into())),
             };
         }
@@ -1024,6 +1070,7 @@ impl fmt::Debug for FirestoreBuilder {
             .field("emulator_host", &self.emulator_host)
             .field("timeout", &self.timeout)
             .field("max_clock_skew", &self.max_clock_skew)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish_non_exhaustive()
     }
 }
@@ -1057,12 +1104,12 @@ mod tests {
             (
                 "firestore://p?prefx=myapp",
                 "unknown Firestore URL parameter `prefx`; known parameters: collection, \
-                 fence_collection, credentials",
+                 fence_collection, credentials, tls_ca_file",
             ),
             (
                 "firestore://p?colection=jobs",
                 "unknown Firestore URL parameter `colection` (did you mean `collection`?); known \
-                 parameters: collection, fence_collection, credentials",
+                 parameters: collection, fence_collection, credentials, tls_ca_file",
             ),
             (
                 "firestore://p?collection=",
@@ -1184,6 +1231,34 @@ mod tests {
         assert!(
             FirestoreBackend::builder().build().is_err(),
             "a project is required"
+        );
+    }
+
+    /// The CA file is read when the backend is built, and a bad one is refused naming its path;
+    /// the emulator (plain HTTP) does not use it.
+    #[test]
+    fn the_tls_ca_file_is_read_at_build() {
+        let missing = std::env::temp_dir().join("syncguard-no-such-ca.pem");
+        let err = FirestoreBackend::builder()
+            .project("p")
+            .production()
+            .credentials(Credentials::Token("t".to_owned()))
+            .tls_ca_file(&missing)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(
+            err.message()
+                .starts_with(&format!("the CA file {} cannot be read", missing.display())),
+            "{err}"
+        );
+        assert!(
+            FirestoreBackend::builder()
+                .project("p")
+                .emulator_host("127.0.0.1:1")
+                .tls_ca_file(&missing)
+                .build()
+                .is_ok()
         );
     }
 }

@@ -18,6 +18,7 @@
 //!
 //! [`PostgresBuilder::pool`]: super::PostgresBuilder::pool
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ use super::io::{Io, IoThread, Undone};
 use super::statements::Sql;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
+use crate::tls::TlsRoots;
 
 /// A statement parameter, owned: the statement runs on the I/O thread, not on the caller's
 /// stack.
@@ -579,6 +581,8 @@ fn checkout_error(timeout: Duration, error: &r2d2::Error) -> LockError {
 pub(crate) struct ParsedUrl {
     pub config: Config,
     pub tls: bool,
+    /// `sslrootcert=PATH`: CA certificates to trust besides the system's.
+    pub ca_file: Option<PathBuf>,
     pub display: String,
     pub secrets: Vec<String>,
     pub lock_table: Option<String>,
@@ -586,14 +590,16 @@ pub(crate) struct ParsedUrl {
 }
 
 /// Parses `postgres://` / `postgresql://` URLs. syncguard's own options (`table`,
-/// `fence_table`) and `sslmode` are taken out: `sslmode=require`, `verify-ca` or `verify-full`
-/// mean TLS with full certificate verification; anything else, or none, means no TLS.
+/// `fence_table`), `sslmode` and `sslrootcert` are taken out: `sslmode=require`, `verify-ca` or
+/// `verify-full` mean TLS with full certificate verification; anything else, or none, means no
+/// TLS. `sslrootcert=PATH` adds a PEM file of CA certificates to the system's roots
+/// (`sslrootcert=system`, libpq's name for the system's roots, adds nothing); it needs TLS.
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
     let split = split_url(
         url,
         "PostgreSQL",
         &UrlParams {
-            ours: &["table", "fence_table", "sslmode"],
+            ours: &["table", "fence_table", "sslmode", "sslrootcert"],
             // What tokio-postgres reads from a URL's query.
             client: &[
                 "user",
@@ -650,9 +656,20 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
             ));
         }
     };
+    let ca_file = match option("sslrootcert") {
+        Some(path) if path == "system" => None,
+        Some(_) if !tls => {
+            return Err(LockError::invalid_argument(
+                "the PostgreSQL URL gives sslrootcert but no TLS: add sslmode=verify-full",
+            ));
+        }
+        Some(path) => Some(PathBuf::from(path)),
+        None => None,
+    };
     Ok(ParsedUrl {
         config,
         tls,
+        ca_file,
         display: split.display,
         secrets: split.secrets,
         lock_table: option("table"),
@@ -660,29 +677,17 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
     })
 }
 
-/// rustls with the system's root certificates and the *ring* provider (chosen explicitly, so
-/// the application's process-wide rustls setup is not touched).
-pub(crate) fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        // A certificate the store cannot parse is skipped, as every TLS client does.
-        let _ = roots.add(cert);
-    }
-    if roots.is_empty() {
-        return Err(LockError::new(
-            ErrorCode::ServiceUnavailable,
-            "no system root certificates found for PostgreSQL TLS",
-        ));
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+/// The TLS connector of syncguard's own connections: the shared policy of [`crate::tls`]
+/// (the system's roots plus `ca_file`, *ring* chosen explicitly, so the application's
+/// process-wide rustls setup is neither read nor changed).
+pub(crate) fn rustls_connector(
+    ca_file: Option<&Path>,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
+    let roots = TlsRoots::load(ca_file, true)?;
+    roots.require_any("sslrootcert (or tls_ca_file)")?;
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(
+        roots.client_config()?,
     ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| LockError::internal(format!("TLS setup failed: {e}")))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// Builds syncguard's own pool after checking, with one direct connection, that the server
@@ -693,6 +698,7 @@ pub(crate) fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConn
 pub(crate) fn own_pool(
     mut config: Config,
     tls: bool,
+    ca_file: Option<&Path>,
     timeouts: Timeouts,
     pool_size: u32,
     redactor: Redactor,
@@ -708,7 +714,7 @@ pub(crate) fn own_pool(
         config.ssl_mode(tokio_postgres::config::SslMode::Require);
         Ok(Box::new(pool(
             config,
-            rustls_connector()?,
+            rustls_connector(ca_file)?,
             timeouts,
             pool_size,
             site,
@@ -791,6 +797,13 @@ mod tests {
         assert!(!parse_url("postgresql://localhost/db").unwrap().tls);
         assert!(parse_url("postgres://localhost/db?sslmode=bogus").is_err());
         assert!(parse_url("mysql://localhost/db").is_err());
+        let parsed =
+            parse_url("postgres://h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem").unwrap();
+        assert_eq!(parsed.ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+        // libpq's name for the system's roots, which are trusted anyway.
+        let parsed = parse_url("postgres://h/db?sslmode=require&sslrootcert=system").unwrap();
+        assert_eq!(parsed.ca_file, None);
+        assert!(parse_url("postgres://h/db?sslmode=disable&sslrootcert=/etc/ca.pem").is_err());
     }
 
     #[test]

@@ -194,6 +194,12 @@ fn cause(error: &tokio_postgres::Error) -> String {
             return format!("host name not resolved ({io})");
         }
     }
+    if let Some(tls) = crate::tls::find_rustls_error(error) {
+        return format!(
+            "TLS handshake failed: {}",
+            crate::tls::describe(tls, "sslrootcert file (or tls_ca_file)")
+        );
+    }
     if text.starts_with("error performing TLS handshake") {
         return text.replacen("error performing TLS handshake", "TLS handshake failed", 1);
     }

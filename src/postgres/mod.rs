@@ -88,6 +88,9 @@
 //! | nothing listens on the port | `ServiceUnavailable` | PostgreSQL at 127.0.0.1:5999/app: connection refused (…) |
 //! | `nonexistent.invalid` | `ServiceUnavailable` | PostgreSQL at nonexistent.invalid:5432/app: host name not resolved (…) |
 //! | `sslmode=require`, plain server | `ServiceUnavailable` | PostgreSQL at …: TLS handshake failed: server does not support TLS |
+//! | certificate from a CA not trusted | `ServiceUnavailable` | PostgreSQL at …: TLS handshake failed: the server's certificate is not trusted (unknown issuer): … |
+//! | host not in the certificate | `ServiceUnavailable` | PostgreSQL at 10.0.0.5:5432/app: TLS handshake failed: the server's certificate is not valid for the name connected to (certificate not valid for name "10.0.0.5"; …): … |
+//! | `sslrootcert=/missing.pem` | `InvalidArgument` | the CA file /missing.pem cannot be read: No such file or directory (os error 2) |
 //! | wrong password | `AuthFailed` | PostgreSQL at …: password authentication failed for user "app" (SQLSTATE 28P01) |
 //! | no password | `AuthFailed` | PostgreSQL at …: the server asks for a password and the URL gives none |
 //! | missing database | `Internal` | PostgreSQL at …/nope: database "nope" does not exist (SQLSTATE 3D000): check the database name in the URL |
@@ -95,6 +98,19 @@
 //!
 //! PostgreSQL text cannot hold NUL characters, so keys containing one are refused with
 //! `InvalidArgument`.
+//!
+//! # TLS
+//!
+//! `sslmode=require`, `verify-ca` or `verify-full` turn TLS on, and all three verify fully:
+//! the certificate chain and the host name (libpq's `require` and `verify-ca` check less);
+//! without `sslmode`, or with `disable`, `allow` or `prefer`, there is no TLS. Trusted: the
+//! system's root certificates plus those of `sslrootcert=PATH` or
+//! [`PostgresBuilder::tls_ca_file`] (a PEM file of one or more certificates, for a private CA;
+//! unlike libpq's `sslrootcert`, it adds to the system's roots instead of replacing them, and
+//! `sslrootcert=system` adds nothing). `sslrootcert` without TLS is refused. The Redis and
+//! Firestore backends follow the same policy. The crypto provider (*ring*) is given to these
+//! connections alone: rustls' process-wide default is never read or changed. An application's
+//! pool ([`PostgresBuilder::pool`]) brings its own TLS connector.
 
 mod connection;
 mod errors;
@@ -103,6 +119,7 @@ mod schema;
 mod statements;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -156,6 +173,7 @@ pub struct PostgresBuilder {
     cleanup_in_is_locked: bool,
     pool_size: u32,
     timeouts: Timeouts,
+    tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for PostgresBuilder {
@@ -172,6 +190,7 @@ impl Default for PostgresBuilder {
                 statement: Duration::from_secs(5),
                 checkout: Duration::from_secs(3),
             },
+            tls_ca_file: None,
         }
     }
 }
@@ -179,8 +198,9 @@ impl Default for PostgresBuilder {
 impl PostgresBuilder {
     /// The server: `postgres://[user[:password]@]host[:port]/database[?…]` (or `postgresql://`).
     /// syncguard reads `table=` and `fence_table=`; `sslmode=require` (or `verify-ca`,
-    /// `verify-full`) turns on TLS, verified against the system's root certificates; the
-    /// client's libpq-style parameters pass through (`application_name`, `connect_timeout`,
+    /// `verify-full`) turns on TLS, always with full verification (chain and host name) against
+    /// the system's root certificates plus those of `sslrootcert=PATH` (see [TLS](self#tls));
+    /// the client's libpq-style parameters pass through (`application_name`, `connect_timeout`,
     /// `keepalives`, `target_session_attrs`, …; `options` only without a pooler, which refuses
     /// it). Any other parameter is refused with `InvalidArgument`, by name, before connecting.
     pub fn url(mut self, url: impl Into<String>) -> Self {
@@ -267,6 +287,8 @@ impl PostgresBuilder {
         let (tables, connections, display) = match source {
             Source::Url(url) => {
                 let parsed = parse_url(&url)?;
+                // The builder's CA file wins over the URL's, as for every option.
+                let ca_file = self.tls_ca_file.or(parsed.ca_file);
                 let tables = tables(parsed.lock_table, parsed.fence_table)?;
                 let mut secrets = parsed.secrets;
                 if let Some(password) = parsed.config.get_password() {
@@ -276,11 +298,18 @@ impl PostgresBuilder {
                 let connections = own_pool(
                     parsed.config,
                     parsed.tls,
+                    ca_file.as_deref(),
                     self.timeouts,
                     self.pool_size,
                     redactor,
                 )?;
                 (tables, connections, parsed.display)
+            }
+            Source::Pool(_) if self.tls_ca_file.is_some() => {
+                return Err(LockError::invalid_argument(
+                    "tls_ca_file applies to connections syncguard opens from a URL; the \
+                     application's pool has its own TLS connector",
+                ));
             }
             Source::Pool(pool) => (tables(None, None)?, pool, "<application pool>".to_owned()),
         };
@@ -622,6 +651,7 @@ impl fmt::Debug for PostgresBuilder {
             .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
             .field("pool_size", &self.pool_size)
             .field("timeouts", &self.timeouts)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -671,5 +701,53 @@ mod tests {
             PostgresBackend::builder().url("postgres://u:hunter2@h/db")
         );
         assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    /// `sslrootcert` / `tls_ca_file`: only with TLS, only for connections syncguard opens, and
+    /// a file that cannot be read is refused naming its path — all before any I/O.
+    #[test]
+    fn the_ca_file_needs_tls_and_a_readable_file() {
+        let missing = std::env::temp_dir().join("syncguard-no-such-ca.pem");
+        let unreadable = format!(
+            "the CA file {} cannot be read: No such file or directory (os error 2)",
+            missing.display()
+        );
+        let url = "postgres://u:hunter2@127.0.0.1:1/db";
+        let pool = r2d2::Pool::builder().build_unchecked(PostgresConnectionManager::new(
+            url.parse().unwrap(),
+            postgres::NoTls,
+        ));
+        let rows: Vec<(PostgresBuilder, &str)> = vec![
+            (
+                PostgresBackend::builder().url(format!("{url}?sslrootcert=/ca.pem")),
+                "the PostgreSQL URL gives sslrootcert but no TLS: add sslmode=verify-full",
+            ),
+            (
+                PostgresBackend::builder().url(format!(
+                    "{url}?sslmode=verify-full&sslrootcert={}",
+                    missing.display()
+                )),
+                &unreadable,
+            ),
+            (
+                PostgresBackend::builder()
+                    .url(format!("{url}?sslmode=require"))
+                    .tls_ca_file(&missing),
+                &unreadable,
+            ),
+            (
+                PostgresBackend::builder().pool(pool).tls_ca_file(&missing),
+                "tls_ca_file applies to connections syncguard opens from a URL; the \
+                 application's pool has its own TLS connector",
+            ),
+        ];
+        for (builder, message) in rows {
+            let err = builder.build().expect_err(message);
+            assert_eq!(
+                (err.code(), err.message()),
+                (ErrorCode::InvalidArgument, message)
+            );
+            assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+        }
     }
 }

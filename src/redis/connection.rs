@@ -1,5 +1,6 @@
 //! Connections: URL handling, the r2d2 connection manager with timeouts, and checkout.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use redis::{Client, Connection, ConnectionLike, RedisError, RedisResult};
 use super::errors::{Phase, Server, is_dropped_connection, map_error};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{UrlParams, split_url, with_one_reconnect};
+use crate::tls::{TlsRoots, ensure_process_provider_for_redis};
 
 /// A Redis URL taken apart: what the client gets, what may be shown, and our own options.
 pub(crate) struct ParsedUrl {
@@ -23,6 +25,8 @@ pub(crate) struct ParsedUrl {
     /// Passwords found in the URL, to scrub from error messages.
     pub secrets: Vec<String>,
     pub tls: bool,
+    /// `?tls_ca_file=`: CA certificates to trust besides the system's (`rediss://` only).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The port the `redis` crate uses when a URL names none.
@@ -62,7 +66,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
         url,
         "Redis",
         &UrlParams {
-            ours: &["prefix"],
+            ours: &["prefix", "tls_ca_file"],
             client: if unix { UNIX_PARAMS } else { TCP_PARAMS },
         },
     )?;
@@ -122,17 +126,28 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
         let port = parsed.port().unwrap_or(DEFAULT_PORT);
         with_db(format!("at {host}:{port}"), db)
     };
+    let tls = split.url.scheme() == "rediss";
+    let option = |name: &str| {
+        split
+            .options
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    let ca_file = option("tls_ca_file").map(PathBuf::from);
+    if ca_file.is_some() && !tls {
+        return Err(LockError::invalid_argument(
+            "the Redis URL parameter `tls_ca_file` needs TLS: use a rediss:// URL",
+        ));
+    }
     Ok(ParsedUrl {
-        tls: split.url.scheme() == "rediss",
+        tls,
         client_url: split.url.to_string(),
         display: split.display,
         location,
-        prefix: split
-            .options
-            .into_iter()
-            .map(|(_, value)| value)
-            .next_back(),
+        prefix: option("prefix"),
         secrets: split.secrets,
+        ca_file,
     })
 }
 
@@ -171,12 +186,34 @@ fn with_db(location: String, db: u32) -> String {
     }
 }
 
-/// Makes rustls usable for `rediss://` without requiring the application to pick a crypto
-/// provider: installs *ring* as the process default unless one is installed already.
-pub(crate) fn ensure_tls_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+/// The client for a URL (the `client_url` of a [`ParsedUrl`]). For `rediss://` (`tls`): TLS by the shared policy of [`crate::tls`]
+/// (the system's roots plus `ca_file`, given to redis-rs as one PEM bundle, since roots it is
+/// given replace the system's), and rustls' process-default provider, which redis-rs insists
+/// on (see [`ensure_process_provider_for_redis`]).
+pub(crate) fn client(
+    url: &str,
+    tls: bool,
+    ca_file: Option<&Path>,
+    server: &Server,
+) -> Result<Client> {
+    let client = if tls {
+        let roots = TlsRoots::load(ca_file, true)?;
+        roots.require_any("tls_ca_file")?;
+        ensure_process_provider_for_redis();
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(roots.pem_bundle()),
+        };
+        Client::build_with_tls(url, certificates)
+    } else {
+        Client::open(url)
+    };
+    client.map_err(|e| {
+        LockError::invalid_argument(format!(
+            "invalid Redis URL: {}",
+            server.clean(&e.to_string())
+        ))
+    })
 }
 
 /// Timeouts applied to every connection.
@@ -441,6 +478,10 @@ mod tests {
         assert!(!p.display.contains("topsecret"), "{}", p.display);
         assert_eq!(p.secrets, ["topsecret"]);
         assert!(parse_url("rediss://h/").unwrap().tls);
+        let p = parse_url("rediss://h/?tls_ca_file=/etc/ca.pem&prefix=jobs").unwrap();
+        assert_eq!(p.ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+        assert_eq!(p.prefix.as_deref(), Some("jobs"));
+        assert_eq!(p.client_url, "rediss://h/");
     }
 
     #[test]

@@ -208,22 +208,26 @@ fn io_error(error: &RedisError) -> Option<&std::io::Error> {
 }
 
 /// rustls' reason, when TLS is what failed: the handshake (inside an I/O error), the
-/// configuration, or a server name TLS cannot check.
+/// configuration, or a server name TLS cannot check. A certificate that is not trusted or names
+/// another host is explained (see [`crate::tls::describe`]).
 fn tls_failure(error: &RedisError) -> Option<String> {
     let source = wrapped(error)?;
-    let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<std::io::Error>() {
-        Some(io) => io.get_ref()?,
-        None => source,
-    };
-    if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+    if let Some(tls) = crate::tls::find_rustls_error(source) {
         let hint = match tls {
             rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
                 "; does the server speak TLS on this port?"
             }
             _ => "",
         };
-        return Some(format!("{tls}{hint}"));
+        return Some(format!(
+            "{}{hint}",
+            crate::tls::describe(tls, "tls_ca_file")
+        ));
     }
+    let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref()?,
+        None => source,
+    };
     inner
         .downcast_ref::<rustls::pki_types::InvalidDnsNameError>()
         .map(|name| format!("{name}"))

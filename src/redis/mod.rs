@@ -41,6 +41,36 @@
 //! connection refused, host name not resolved, the TLS reason, authentication failed or
 //! required, which timeout ran out. They never contain the password:
 //! `ServiceUnavailable: cannot connect to Redis at 10.0.0.5:6379: connection refused`.
+//!
+//! # TLS
+//!
+//! `rediss://` connects with TLS, always fully verified (the certificate chain and the host
+//! name), trusting the system's root certificates plus those of a CA file
+//! ([`RedisBuilder::tls_ca_file`], or `?tls_ca_file=PATH` in the URL: a PEM file of one or more
+//! certificates, for a private CA). The PostgreSQL and Firestore backends follow the same
+//! policy. A certificate that is not trusted, or not valid for the host name in the URL, fails
+//! with `ServiceUnavailable` and says so: `cannot connect to Redis at localhost:6380: TLS
+//! failure: the server's certificate is not trusted (unknown issuer): …`. A CA file that cannot
+//! be read or holds no valid certificate is `InvalidArgument`, naming its path.
+//!
+//! **rustls' process-wide crypto provider.** redis-rs (1.8) builds the TLS configuration of
+//! each connection with rustls' *process-default* provider and offers no way to pass one
+//! (redis-rs issue #463); with none installed, rustls picks one from its crate features, and
+//! panics if the application's dependency tree enables both *ring* and aws-lc-rs. So the first
+//! `rediss://` backend installs *ring* as the process default — only if no provider is
+//! installed yet. An application that wants another provider installs it first, and syncguard
+//! leaves it alone (the PostgreSQL and Firestore backends never read or change the default):
+//!
+//! ```no_run
+//! // Before the first rediss:// backend: the provider of your choice (aws-lc-rs, say).
+//! let _ = rustls::crypto::ring::default_provider().install_default();
+//! let backend = syncguard::redis::RedisBackend::connect("rediss://redis.internal:6380/")?;
+//! # Ok::<(), syncguard::LockError>(())
+//! ```
+//!
+//! redis-rs also reads the system's certificate store itself for each new connection (although
+//! it then trusts the roots syncguard gives it), and refuses to connect when that store
+//! reports an error.
 
 mod connection;
 mod errors;
@@ -54,7 +84,7 @@ use serde::Deserialize;
 
 use std::sync::Arc;
 
-use self::connection::{Connector, LastFailure, Pool, Timeouts, ensure_tls_provider, parse_url};
+use self::connection::{Connector, LastFailure, Pool, Timeouts, client, parse_url};
 use self::errors::Server;
 use self::scripts::{Reply, SCRIPTS, Status};
 use self::watch::RedisWatch;
@@ -111,6 +141,7 @@ pub struct RedisBuilder {
     cleanup_in_is_locked: bool,
     pool_size: u32,
     timeouts: Timeouts,
+    tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for RedisBuilder {
@@ -127,14 +158,16 @@ impl Default for RedisBuilder {
                 write: Duration::from_secs(2),
                 checkout: Duration::from_secs(3),
             },
+            tls_ca_file: None,
         }
     }
 }
 
 impl RedisBuilder {
     /// The server: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, verified
-    /// against the system's root certificates) or `redis+unix:///path/to/socket[?db=N]`.
-    /// `?prefix=NAME` sets the key prefix; `?protocol=` is passed on; `?db=`, `?user=` and
+    /// against the system's root certificates and any [`tls_ca_file`](Self::tls_ca_file); see
+    /// [TLS](self#tls)) or `redis+unix:///path/to/socket[?db=N]`. `?prefix=NAME` sets the key
+    /// prefix; `?tls_ca_file=PATH` (`rediss://` only) adds a CA file; `?protocol=` is passed on; `?db=`, `?user=` and
     /// `?pass=` are read for sockets only. [`build`](RedisBuilder::build) refuses any other
     /// parameter, an empty or repeated `prefix`, a fragment (`#insecure`) and a path that is not
     /// a database number, naming what is wrong.
@@ -199,6 +232,12 @@ impl RedisBuilder {
             None => None,
         };
         let (pool, watch_client, url_prefix, server, display_url) = match source {
+            Source::Pool(_) if self.tls_ca_file.is_some() => {
+                return Err(LockError::invalid_argument(
+                    "tls_ca_file applies to connections syncguard opens from a URL; the \
+                     application's pool has TLS settings of its own",
+                ));
+            }
             Source::Pool(pool) => (
                 Pool::External(pool, self.timeouts),
                 None,
@@ -218,15 +257,9 @@ impl RedisBuilder {
                     self.timeouts,
                     parsed.tls,
                 ));
-                if parsed.tls {
-                    ensure_tls_provider();
-                }
-                let client = redis::Client::open(parsed.client_url.as_str()).map_err(|e| {
-                    LockError::invalid_argument(format!(
-                        "invalid Redis URL: {}",
-                        server.clean(&e.to_string())
-                    ))
-                })?;
+                // The builder's CA file wins over the URL's, as for every option.
+                let ca_file = self.tls_ca_file.as_deref().or(parsed.ca_file.as_deref());
+                let client = client(&parsed.client_url, parsed.tls, ca_file, &server)?;
                 let last_failure = LastFailure::default();
                 let watch_client = Some((client.clone(), self.timeouts.connect));
                 let connector = Connector::new(
@@ -657,6 +690,7 @@ impl fmt::Debug for RedisBuilder {
             .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
             .field("pool_size", &self.pool_size)
             .field("timeouts", &self.timeouts)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -708,7 +742,7 @@ mod tests {
             (
                 url("redis://:hunter2@127.0.0.1:1/?prefx=myapp"),
                 "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
-                 prefix, protocol",
+                 prefix, tls_ca_file, protocol",
             ),
             (
                 url("redis://:hunter2@127.0.0.1:1/?prefix="),
@@ -770,7 +804,7 @@ mod tests {
             (
                 url("redis+unix:///run/redis.sock?pass=hunter2&prefx=a"),
                 "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
-                 prefix, protocol, db, user, pass",
+                 prefix, tls_ca_file, protocol, db, user, pass",
             ),
             (url("redis:///"), "the Redis URL names no host"),
             (
@@ -823,5 +857,50 @@ mod tests {
         assert_eq!(whole_ms(1.7e12).unwrap(), 1_700_000_000_000);
         assert!(whole_ms(1.5).is_err());
         assert!(whole_ms(f64::NAN).is_err());
+    }
+
+    /// `tls_ca_file`: only with TLS, only for connections syncguard opens, and a file that
+    /// cannot be read is refused naming its path — all before any I/O.
+    #[test]
+    fn the_tls_ca_file_needs_tls_and_a_readable_file() {
+        let missing = std::env::temp_dir().join("syncguard-no-such-ca.pem");
+        let unreadable = format!(
+            "the CA file {} cannot be read: No such file or directory (os error 2)",
+            missing.display()
+        );
+        let pool = r2d2::Pool::builder()
+            .build_unchecked(redis::Client::open("redis://127.0.0.1:1/").unwrap());
+        let rows: Vec<(RedisBuilder, &str)> = vec![
+            (
+                RedisBackend::builder().url("redis://:hunter2@127.0.0.1:1/?tls_ca_file=/ca.pem"),
+                "the Redis URL parameter `tls_ca_file` needs TLS: use a rediss:// URL",
+            ),
+            (
+                RedisBackend::builder().url(format!(
+                    "rediss://:hunter2@127.0.0.1:1/?tls_ca_file={}",
+                    missing.display()
+                )),
+                &unreadable,
+            ),
+            (
+                RedisBackend::builder()
+                    .url("rediss://:hunter2@127.0.0.1:1/")
+                    .tls_ca_file(&missing),
+                &unreadable,
+            ),
+            (
+                RedisBackend::builder().pool(pool).tls_ca_file(&missing),
+                "tls_ca_file applies to connections syncguard opens from a URL; the \
+                 application's pool has TLS settings of its own",
+            ),
+        ];
+        for (builder, message) in rows {
+            let err = builder.build().expect_err(message);
+            assert_eq!(
+                (err.code(), err.message()),
+                (ErrorCode::InvalidArgument, message)
+            );
+            assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+        }
     }
 }

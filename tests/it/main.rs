@@ -36,4 +36,6 @@ mod redis;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
 mod stress;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod tls;
 mod wake;

@@ -38,7 +38,9 @@ pub(super) fn agent(timeout: Duration, direct: bool) -> ureq::Agent {
         // Token endpoints do not redirect; following one would send the credentials elsewhere.
         .max_redirects(0)
         .max_redirects_will_error(false)
-        .user_agent(concat!("syncguard/", env!("CARGO_PKG_VERSION")));
+        .user_agent(concat!("syncguard/", env!("CARGO_PKG_VERSION")))
+        // The system's roots and an explicit provider (crate::tls), never the process default.
+        .tls_config(crate::tls::system_ureq_config());
     if direct {
         config = config.proxy(None);
     }

@@ -200,6 +200,19 @@ impl RestError {
 
     /// A request that got no (complete) answer; `timeout` is the one the request had.
     pub fn from_transport(error: ureq::Error, timeout: Duration) -> RestError {
+        // A refused certificate is explained as every backend explains it (crate::tls).
+        let tls = match &error {
+            ureq::Error::Rustls(tls) => Some(tls),
+            ureq::Error::Io(io) => crate::tls::find_rustls_error(io),
+            _ => None,
+        }
+        .map(|tls| format!("TLS failure: {}", crate::tls::describe(tls, "tls_ca_file")));
+        if let Some(cause) = tls {
+            return RestError::Unreachable {
+                cause,
+                source: error,
+            };
+        }
         let cause = match &error {
             ureq::Error::Timeout(_) => None,
             ureq::Error::Io(io) if matches!(io.kind(), Io::TimedOut | Io::WouldBlock) => None,

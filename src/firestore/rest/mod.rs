@@ -43,11 +43,14 @@ impl RestClient {
         emulator_host: Option<&str>,
         tokens: TokenProvider,
         timeout: Duration,
+        tls: ureq::tls::TlsConfig,
     ) -> RestClient {
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .max_idle_connections_per_host(16)
+            // Roots and crypto provider from crate::tls: the process-wide default is not used.
+            .tls_config(tls)
             .build();
         let base = match emulator_host {
             Some(host) => format!("http://{host}"),

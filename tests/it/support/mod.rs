@@ -207,6 +207,9 @@ pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_server;
 pub mod server_store;
+mod test_ca;
+#[cfg(feature = "firestore")]
+pub mod tls_proxy;
 
 #[allow(unused_imports)]
 pub use faults::*;
@@ -227,3 +230,5 @@ pub use postgres_server::*;
 #[cfg(feature = "redis")]
 #[allow(unused_imports)]
 pub use redis_server::*;
+#[allow(unused_imports)]
+pub use test_ca::*;

@@ -98,10 +98,22 @@ pub struct PgServer {
     pub port: u16,
     bin: PathBuf,
     instance: Instance,
+    /// `-c` settings beyond the usual ones.
+    settings: Vec<String>,
 }
 
 impl PgServer {
     pub fn start() -> PgServer {
+        Self::start_with(None)
+    }
+
+    /// Starts a cluster that also accepts TLS, presenting `cert` (with `key`; PEM files, copied
+    /// into the cluster's directory with the key readable by the server alone).
+    pub fn start_with_tls(cert: &Path, key: &Path) -> PgServer {
+        Self::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path)>) -> PgServer {
         let bin = postgres_bin_dir();
         let instance = Instance::new("postgres");
         let dir = instance.dir();
@@ -123,10 +135,29 @@ impl PgServer {
                 "--no-sync".to_owned(),
             ],
         );
+        let mut settings = Vec::new();
+        if let Some((cert, key)) = tls {
+            let (cert_copy, key_copy) = (dir.join("server.crt"), dir.join("server.key"));
+            std::fs::copy(cert, &cert_copy).expect("copy the server certificate");
+            std::fs::copy(key, &key_copy).expect("copy the server key");
+            // PostgreSQL refuses a key file others can read.
+            std::fs::set_permissions(
+                &key_copy,
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            )
+            .expect("restrict the server key");
+            give_to_postgres_user(dir);
+            settings.extend([
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", cert_copy.display()),
+                format!("ssl_key_file={}", key_copy.display()),
+            ]);
+        }
         let mut server = PgServer {
             port: free_port(),
             bin,
             instance,
+            settings,
         };
         server.launch();
         server
@@ -149,7 +180,10 @@ impl PgServer {
             "synchronous_commit=off",
             "full_page_writes=off",
             "max_connections=300",
-        ] {
+        ]
+        .into_iter()
+        .chain(self.settings.iter().map(String::as_str))
+        {
             args.extend(["-c".to_owned(), setting.to_owned()]);
         }
         // SIGINT is PostgreSQL's fast shutdown: it does not wait for clients to leave.
@@ -162,6 +196,14 @@ impl PgServer {
         );
         service.await_ready(Duration::from_secs(30), || self.try_client().is_ok());
         self.instance.running(service);
+    }
+
+    /// `postgres://syncguard:…@localhost:<port>/postgres`.
+    pub fn localhost_url(&self) -> String {
+        format!(
+            "postgres://{PG_USER}:{PG_PASSWORD}@localhost:{}/postgres",
+            self.port
+        )
     }
 
     /// `postgres://syncguard:…@127.0.0.1:<port>/postgres`.

@@ -1,5 +1,6 @@
 //! `redis-server` instances for the tests.
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -7,10 +8,13 @@ use syncguard::redis::{RedisBackend, RedisBuilder};
 
 use super::{Instance, Service, free_port, require_program};
 
-/// A `redis-server` of its own: no persistence, loopback only, optional password.
+/// A `redis-server` of its own: no persistence, loopback only, optional password, optionally
+/// TLS only.
 pub struct RedisServer {
     pub port: u16,
     password: Option<String>,
+    /// Certificate, key and CA (PEM files) of a TLS-only server.
+    tls: Option<[PathBuf; 3]>,
     instance: Instance,
 }
 
@@ -25,10 +29,24 @@ impl RedisServer {
         Self::start_with(Some(password.to_owned()))
     }
 
+    /// Starts a server that speaks TLS only, presenting `cert` (with `key`); `ca` is what
+    /// Redis insists on for client certificates, which it does not ask for.
+    pub fn start_tls(cert: &Path, key: &Path, ca: &Path) -> RedisServer {
+        let mut server = RedisServer {
+            port: free_port(),
+            password: None,
+            tls: Some([cert.to_owned(), key.to_owned(), ca.to_owned()]),
+            instance: Instance::new("redis-tls"),
+        };
+        server.launch();
+        server
+    }
+
     fn start_with(password: Option<String>) -> RedisServer {
         let mut server = RedisServer {
             port: free_port(),
             password,
+            tls: None,
             instance: Instance::new("redis"),
         };
         server.launch();
@@ -37,9 +55,12 @@ impl RedisServer {
 
     fn launch(&mut self) {
         let program = require_program("redis-server", "redis-server");
+        let port = self.port.to_string();
+        // A TLS server listens on its TLS port alone.
+        let plain_port = if self.tls.is_some() { "0" } else { &port };
         let mut args: Vec<String> = [
             "--port",
-            &self.port.to_string(),
+            plain_port,
             "--bind",
             "127.0.0.1",
             "--save",
@@ -57,6 +78,17 @@ impl RedisServer {
         if let Some(password) = &self.password {
             args.extend(["--requirepass".to_owned(), password.clone()]);
         }
+        if let Some([cert, key, ca]) = &self.tls {
+            args.extend(["--tls-port".to_owned(), port.clone()]);
+            for (option, file) in [
+                ("--tls-cert-file", cert),
+                ("--tls-key-file", key),
+                ("--tls-ca-cert-file", ca),
+            ] {
+                args.extend([option.to_owned(), file.to_string_lossy().into_owned()]);
+            }
+            args.extend(["--tls-auth-clients".to_owned(), "no".to_owned()]);
+        }
         let service = Service::spawn(
             &format!("redis-server on port {}", self.port),
             &program,
@@ -68,6 +100,10 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
+        if self.tls.is_some() {
+            // Listening is enough: the tests themselves speak TLS to it.
+            return std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+        }
         let Ok(client) = redis::Client::open(self.admin_url()) else {
             return false;
         };
@@ -77,9 +113,13 @@ impl RedisServer {
             .is_ok()
     }
 
-    /// The URL syncguard connects with (with the password, if any).
+    /// The URL syncguard connects with (with the password, if any); `rediss://localhost:…/`
+    /// for a TLS server.
     pub fn url(&self) -> String {
-        self.admin_url()
+        match self.tls {
+            Some(_) => format!("rediss://localhost:{}/", self.port),
+            None => self.admin_url(),
+        }
     }
 
     fn admin_url(&self) -> String {

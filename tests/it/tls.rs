@@ -1,0 +1,442 @@
+//! TLS: one trust policy for every backend (`src/tls.rs`), against real TLS servers — Redis and
+//! PostgreSQL with TLS on, and Firestore behind a TLS-inspecting proxy — whose certificates come
+//! from a test CA made at test time (`support::test_ca`).
+//!
+//! For each backend: the CA given as a CA file is trusted and a lock cycle works; without it,
+//! or with an unrelated CA, the certificate is not trusted (unknown issuer); reaching a server
+//! by a name its certificate does not list fails naming the mismatch. And the process-wide
+//! rustls provider: PostgreSQL and Firestore never touch it; Redis (forced by redis-rs) installs
+//! *ring* only when the application has installed none. Those run in child processes of their
+//! own, whose rustls default nothing else has set.
+
+use std::path::Path;
+
+use syncguard::{ErrorCode, LockError};
+
+use crate::support::{TestCerts, test_certs};
+
+/// Fails unless `err` is `ServiceUnavailable` and its message contains every one of `parts`.
+#[track_caller]
+fn assert_tls_error(err: &LockError, parts: &[&str]) {
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    for part in parts {
+        assert!(err.message().contains(part), "{part:?} missing from: {err}");
+    }
+}
+
+/// What a certificate no root vouches for is reported as.
+const UNTRUSTED: &str = "the server's certificate is not trusted (unknown issuer)";
+/// What a certificate for another name is reported as.
+const WRONG_NAME: &str = "the server's certificate is not valid for the name connected to";
+
+fn path(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use std::sync::OnceLock;
+
+    use syncguard::redis::RedisBackend;
+
+    use super::*;
+    use crate::support::{RedisServer, assert_lock_cycle, unique};
+
+    /// A TLS-only Redis presenting the `localhost` certificate, shared by these tests.
+    pub(super) fn tls_redis() -> &'static RedisServer {
+        static SERVER: OnceLock<RedisServer> = OnceLock::new();
+        SERVER.get_or_init(|| {
+            let certs = test_certs();
+            RedisServer::start_tls(&certs.localhost.cert, &certs.localhost.key, &certs.ca)
+        })
+    }
+
+    #[test]
+    fn the_ca_file_is_trusted() {
+        let (server, certs) = (tls_redis(), test_certs());
+        let backend = RedisBackend::builder()
+            .url(server.url())
+            .tls_ca_file(&certs.ca)
+            .build()
+            .unwrap();
+        assert_lock_cycle(&backend, &unique("tls-redis"));
+        // The same, from the URL.
+        let url = format!("{}?tls_ca_file={}", server.url(), path(&certs.ca));
+        assert_lock_cycle(
+            &RedisBackend::connect(&url).unwrap(),
+            &unique("tls-redis-url"),
+        );
+    }
+
+    #[test]
+    fn without_the_ca_the_certificate_is_not_trusted() {
+        let err = RedisBackend::connect(&tls_redis().url()).unwrap_err();
+        assert_tls_error(&err, &["cannot connect to Redis at localhost:", UNTRUSTED]);
+    }
+
+    #[test]
+    fn another_ca_does_not_vouch_for_the_certificate() {
+        let err = RedisBackend::builder()
+            .url(tls_redis().url())
+            .tls_ca_file(&test_certs().other_ca)
+            .build()
+            .unwrap_err();
+        assert_tls_error(&err, &[UNTRUSTED, "tls_ca_file"]);
+    }
+
+    #[test]
+    fn an_address_the_certificate_does_not_name_is_refused() {
+        let url = format!("rediss://127.0.0.1:{}/", tls_redis().port);
+        let err = RedisBackend::builder()
+            .url(url)
+            .tls_ca_file(&test_certs().ca)
+            .build()
+            .unwrap_err();
+        assert_tls_error(&err, &[WRONG_NAME, "not valid for name \"127.0.0.1\""]);
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::OnceLock;
+
+    use syncguard::postgres::PostgresBackend;
+
+    use super::*;
+    use crate::support::{PgServer, assert_lock_cycle, unique};
+
+    /// A PostgreSQL cluster with TLS on, presenting the `localhost` certificate.
+    pub(super) fn tls_postgres() -> &'static PgServer {
+        static SERVER: OnceLock<PgServer> = OnceLock::new();
+        SERVER.get_or_init(|| {
+            let certs = test_certs();
+            PgServer::start_with_tls(&certs.localhost.cert, &certs.localhost.key)
+        })
+    }
+
+    /// `postgres://…@localhost:PORT/postgres?sslmode=verify-full&sslrootcert=CA`.
+    pub(super) fn verified_url(server: &PgServer, certs: &TestCerts) -> String {
+        format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            server.localhost_url(),
+            path(&certs.ca)
+        )
+    }
+
+    #[test]
+    fn the_ca_file_is_trusted() {
+        let (server, certs) = (tls_postgres(), test_certs());
+        let backend = PostgresBackend::connect(&verified_url(server, certs)).unwrap();
+        backend.setup_schema().unwrap();
+        assert_lock_cycle(&backend, &unique("tls-postgres"));
+        // The same, with the builder's option.
+        let backend = PostgresBackend::builder()
+            .url(format!("{}?sslmode=verify-full", server.localhost_url()))
+            .tls_ca_file(&certs.ca)
+            .build()
+            .unwrap();
+        assert_lock_cycle(&backend, &unique("tls-postgres-builder"));
+    }
+
+    #[test]
+    fn without_the_ca_the_certificate_is_not_trusted() {
+        // sslmode=require verifies as fully as verify-full.
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let url = format!("{}?sslmode={mode}", tls_postgres().localhost_url());
+            let err = PostgresBackend::connect(&url).unwrap_err();
+            assert_tls_error(
+                &err,
+                &[
+                    "PostgreSQL at localhost:",
+                    "TLS handshake failed",
+                    UNTRUSTED,
+                ],
+            );
+        }
+    }
+
+    #[test]
+    fn another_ca_does_not_vouch_for_the_certificate() {
+        let url = format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            tls_postgres().localhost_url(),
+            path(&test_certs().other_ca)
+        );
+        let err = PostgresBackend::connect(&url).unwrap_err();
+        assert_tls_error(&err, &[UNTRUSTED, "sslrootcert"]);
+    }
+
+    #[test]
+    fn an_address_the_certificate_does_not_name_is_refused() {
+        let url = format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            tls_postgres().url(),
+            path(&test_certs().ca)
+        );
+        let err = PostgresBackend::connect(&url).unwrap_err();
+        assert_tls_error(&err, &[WRONG_NAME, "not valid for name \"127.0.0.1\""]);
+    }
+}
+
+/// Firestore over HTTPS, through a TLS-inspecting proxy in front of the emulator: the backend
+/// talks to `firestore.googleapis.com` as in production, and the proxy answers for it. ureq
+/// finds the proxy in `HTTPS_PROXY`, so each test runs in a child process with its own
+/// environment.
+#[cfg(feature = "firestore")]
+mod firestore {
+    use std::process::Output;
+
+    use syncguard::LockBackend as _;
+    use syncguard::firestore::{Credentials, FirestoreBackend, FirestoreBuilder};
+
+    use super::*;
+    use crate::support::child::{assert_output_passed, one_test, test_name};
+    use crate::support::tls_proxy::TlsInterceptor;
+    use crate::support::{
+        FIRESTORE_PROJECT, ServerCert, assert_lock_cycle, shared_firestore, unique,
+    };
+
+    /// A proxy in front of [`shared_firestore`] presenting `cert`.
+    pub(super) fn interceptor(cert: &ServerCert) -> TlsInterceptor {
+        let upstream = shared_firestore()
+            .host()
+            .parse()
+            .expect("the emulator's address");
+        TlsInterceptor::start(&cert.cert, &cert.key, upstream)
+    }
+
+    /// Runs the ignored test `name` in a child process that reaches the Internet through
+    /// `proxy` (and nothing else: the emulator variable and other proxy settings removed),
+    /// with `scenario`, the test CAs and `extra` in its environment.
+    pub(super) fn in_child(
+        name: &str,
+        scenario: &str,
+        proxy: &TlsInterceptor,
+        extra: &[(&str, String)],
+    ) -> Output {
+        let certs = test_certs();
+        let mut command = one_test(name);
+        for variable in [
+            "ALL_PROXY",
+            "all_proxy",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "NO_PROXY",
+            "no_proxy",
+            "FIRESTORE_EMULATOR_HOST",
+        ] {
+            command.env_remove(variable);
+        }
+        command
+            .env("HTTPS_PROXY", proxy.url())
+            .env("SYNCGUARD_TLS_SCENARIO", scenario)
+            .env("SYNCGUARD_TLS_CA", &certs.ca)
+            .env("SYNCGUARD_TLS_OTHER_CA", &certs.other_ca)
+            .envs(extra.iter().map(|(name, value)| (name, value)));
+        command.output().expect("run the child test")
+    }
+
+    /// A production backend (HTTPS to `firestore.googleapis.com`) with the emulator's token.
+    pub(super) fn production() -> FirestoreBuilder {
+        FirestoreBackend::builder()
+            .project(FIRESTORE_PROJECT)
+            .production()
+            .credentials(Credentials::Token("owner".to_owned()))
+    }
+
+    fn run(scenario: &str, cert: &ServerCert) {
+        let proxy = interceptor(cert);
+        let name = test_name!(worker);
+        assert_output_passed(name, &in_child(name, scenario, &proxy, &[]));
+        assert!(
+            proxy
+                .connects()
+                .iter()
+                .all(|target| target == "firestore.googleapis.com:443"),
+            "{:?}",
+            proxy.connects()
+        );
+        assert!(
+            !proxy.connects().is_empty(),
+            "the child never used the proxy"
+        );
+    }
+
+    #[test]
+    fn the_ca_file_is_trusted() {
+        run("trusted", &test_certs().firestore);
+    }
+
+    #[test]
+    fn without_the_ca_the_certificate_is_not_trusted() {
+        run("untrusted", &test_certs().firestore);
+    }
+
+    #[test]
+    fn another_ca_does_not_vouch_for_the_certificate() {
+        run("other-ca", &test_certs().firestore);
+    }
+
+    #[test]
+    fn a_certificate_for_another_name_is_refused() {
+        run("wrong-name", &test_certs().localhost);
+    }
+
+    /// The child's half of the tests above.
+    #[test]
+    #[ignore = "run by the tests above, in a child process"]
+    fn worker() {
+        let Ok(scenario) = std::env::var("SYNCGUARD_TLS_SCENARIO") else {
+            return;
+        };
+        let env = |name: &str| std::env::var(name).expect(name);
+        let (ca, other_ca) = (env("SYNCGUARD_TLS_CA"), env("SYNCGUARD_TLS_OTHER_CA"));
+        let key = unique("tls-firestore");
+        match scenario.as_str() {
+            "trusted" => {
+                let backend = production().tls_ca_file(&ca).build().unwrap();
+                assert_lock_cycle(&backend, &key);
+                // The URL's parameter reaches the same option.
+                let missing = format!("{ca}.missing");
+                let err = FirestoreBackend::connect(&format!(
+                    "firestore://{FIRESTORE_PROJECT}?tls_ca_file={missing}"
+                ))
+                .unwrap_err();
+                assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+                assert!(
+                    err.message()
+                        .starts_with(&format!("the CA file {missing} cannot be read")),
+                    "{err}"
+                );
+            }
+            "untrusted" | "other-ca" | "wrong-name" => {
+                let builder = match scenario.as_str() {
+                    "untrusted" => production(),
+                    "other-ca" => production().tls_ca_file(&other_ca),
+                    _ => production().tls_ca_file(&ca),
+                };
+                let err = builder.build().unwrap().is_locked(&key).unwrap_err();
+                let expected: &[&str] = match scenario.as_str() {
+                    "wrong-name" => &[
+                        WRONG_NAME,
+                        "not valid for name \"firestore.googleapis.com\"",
+                    ],
+                    _ => &[UNTRUSTED, "tls_ca_file"],
+                };
+                assert_tls_error(&err, expected);
+                assert!(err.message().contains("firestore.googleapis.com"), "{err}");
+            }
+            other => panic!("unknown scenario {other}"),
+        }
+    }
+}
+
+/// rustls' process-wide default provider, in child processes where nothing else set it.
+#[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod provider {
+    use rustls::crypto::CryptoProvider;
+    use syncguard::postgres::PostgresBackend;
+    use syncguard::redis::RedisBackend;
+
+    use super::*;
+    use crate::support::child::{assert_output_passed, test_name};
+    use crate::support::{assert_lock_cycle, unique};
+
+    /// TLS connections of PostgreSQL and Firestore leave the process default unset.
+    #[test]
+    fn postgres_and_firestore_leave_the_process_default_alone() {
+        run("postgres-firestore");
+    }
+
+    /// redis-rs needs a default: with none installed, there is one after the first `rediss://`
+    /// backend (syncguard's *ring*; in this dependency tree, which has *ring* alone, rustls
+    /// would install the same from its features, so this pins the documented outcome rather
+    /// than who installed it).
+    #[test]
+    fn redis_installs_ring_when_there_is_no_default() {
+        run("redis-without-default");
+    }
+
+    /// An application's own provider stays the default, and Redis uses it.
+    #[test]
+    fn redis_keeps_the_applications_provider() {
+        run("redis-with-default");
+    }
+
+    fn run(scenario: &str) {
+        let certs = test_certs();
+        // Started here, so the child only connects.
+        let (redis, postgres) = (super::redis::tls_redis(), super::postgres::tls_postgres());
+        let proxy = super::firestore::interceptor(&certs.firestore);
+        let name = test_name!(worker);
+        let output = super::firestore::in_child(
+            name,
+            scenario,
+            &proxy,
+            &[
+                ("SYNCGUARD_TLS_REDIS_URL", redis.url()),
+                (
+                    "SYNCGUARD_TLS_POSTGRES_URL",
+                    super::postgres::verified_url(postgres, certs),
+                ),
+            ],
+        );
+        assert_output_passed(name, &output);
+    }
+
+    /// The child's half of the tests above.
+    #[test]
+    #[ignore = "run by the tests above, in a child process"]
+    fn worker() {
+        let Ok(scenario) = std::env::var("SYNCGUARD_TLS_SCENARIO") else {
+            return;
+        };
+        let env = |name: &str| std::env::var(name).expect(name);
+        assert!(
+            CryptoProvider::get_default().is_none(),
+            "the child starts without a default"
+        );
+        match scenario.as_str() {
+            "postgres-firestore" => {
+                let backend = PostgresBackend::connect(&env("SYNCGUARD_TLS_POSTGRES_URL")).unwrap();
+                backend.setup_schema().unwrap();
+                assert_lock_cycle(&backend, &unique("tls-provider-postgres"));
+                let backend = super::firestore::production()
+                    .tls_ca_file(env("SYNCGUARD_TLS_CA"))
+                    .build()
+                    .unwrap();
+                assert_lock_cycle(&backend, &unique("tls-provider-firestore"));
+                assert!(
+                    CryptoProvider::get_default().is_none(),
+                    "a backend installed a process-wide provider"
+                );
+            }
+            "redis-without-default" => {
+                let backend = RedisBackend::builder()
+                    .url(env("SYNCGUARD_TLS_REDIS_URL"))
+                    .tls_ca_file(env("SYNCGUARD_TLS_CA"))
+                    .build()
+                    .unwrap();
+                assert_lock_cycle(&backend, &unique("tls-provider-redis"));
+                assert!(CryptoProvider::get_default().is_some());
+            }
+            "redis-with-default" => {
+                // The application's own: ring with one cipher suite, recognisable afterwards.
+                let mut own = rustls::crypto::ring::default_provider();
+                own.cipher_suites
+                    .retain(|suite| suite.suite() == rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+                own.install_default().unwrap();
+                let backend = RedisBackend::builder()
+                    .url(env("SYNCGUARD_TLS_REDIS_URL"))
+                    .tls_ca_file(env("SYNCGUARD_TLS_CA"))
+                    .build()
+                    .unwrap();
+                assert_lock_cycle(&backend, &unique("tls-provider-redis-own"));
+                let default = CryptoProvider::get_default().unwrap();
+                assert_eq!(default.cipher_suites.len(), 1, "the application's provider");
+            }
+            other => panic!("unknown scenario {other}"),
+        }
+    }
+}
