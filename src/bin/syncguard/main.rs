@@ -100,8 +100,8 @@ and SYNCGUARD_KEY in its environment, while the lease is renewed every --ttl/3. 
 released only once every process of the group has exited, background jobs included. On loss
 (at the lease's local deadline: the last renewal the backend confirmed, plus --ttl) and at
 --max-runtime, the group gets SIGTERM, then SIGKILL after --grace. The release at the end
-waits at most 2s for the backend; if it does not answer, run says so and exits, and the lock
-expires at its ttl.
+waits at most 2s for the backend (after a loss there is nothing to release); if it does not
+answer, run says so and exits, and the lock expires at its ttl.
 
 "
     };

@@ -73,17 +73,20 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         .map_err(|e| LockError::internal(format!("could not install signal handlers: {e}")))?;
     let signal_handle = signals.handle();
     let cancel = CancelToken::new();
-    let forwarder = thread::spawn({
-        let (events, cancel) = (events.clone(), cancel.clone());
-        move || {
-            for signal in signals.forever() {
-                cancel.cancel();
-                if events.send(Event::Signal(signal)).is_err() {
-                    break;
+    let forwarder = thread::Builder::new()
+        .name("syncguard-signals".to_owned())
+        .spawn({
+            let (events, cancel) = (events.clone(), cancel.clone());
+            move || {
+                for signal in signals.forever() {
+                    cancel.cancel();
+                    if events.send(Event::Signal(signal)).is_err() {
+                        break;
+                    }
                 }
             }
-        }
-    });
+        })
+        .map_err(|e| LockError::internal(format!("could not start the signal thread: {e}")))?;
     let stop_forwarding = move || {
         signal_handle.close();
         let _ = forwarder.join();
