@@ -1,6 +1,7 @@
-//! The `syncguard` command against real Redis and PostgreSQL servers started by the tests (and
-//! `memory:`): every command's JSON and exit code, `run`'s handling of its command (environment,
-//! exit codes, signals, lost leases, contention), and the errors and their exit codes.
+//! The `syncguard` command against real Redis and PostgreSQL servers started by the tests: every
+//! command's JSON and exit code, `run`'s handling of its command and the command's whole process
+//! group (environment, exit codes, signals, lost leases, `--max-runtime`, `--grace`,
+//! contention), and the errors and their exit codes (`memory:` is refused).
 //!
 //! The binary is spawned directly (never through a shell), with `SYNCGUARD_URL` removed from
 //! its environment unless a test sets it. Its output goes to files, so a command it leaves
@@ -8,12 +9,14 @@
 //! asserts timings.
 
 use std::fs::File;
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
     PG_PASSWORD, RedisServer, free_port, scratch_dir, shared_postgres, shared_postgres_with_tables,
     shared_redis, unique,
@@ -67,6 +70,11 @@ on_redis_and_postgres!(
     acquire_when_held_reports_locked_and_wait_waits,
     run_when_free,
     run_when_held_exits_75_without_running,
+    sigterm_ends_the_whole_group_before_the_release,
+    loss_ends_the_whole_group_before_another_holder_can_acquire,
+    max_runtime_ends_the_whole_group_with_124,
+    a_group_that_ignores_sigterm_is_killed_after_the_grace,
+    conflict_exit_code_is_chosen,
 );
 
 /// A directory under `CARGO_TARGET_TMPDIR`, removed when dropped.
@@ -556,6 +564,8 @@ fn durations_in_every_unit() {
         ("30s", 30_000),
         ("5m", 300_000),
         ("1h", 3_600_000),
+        ("1m30s", 90_000),
+        ("1d", 86_400_000),
     ] {
         let key = unique("duration");
         let acquired = acquire(&url, &key, &["--ttl", ttl]);
@@ -607,15 +617,27 @@ fn the_url_comes_from_the_flag_anywhere_or_the_environment() {
     release(&url, str_field(&out.json(), "lockId"));
 }
 
+/// A `memory:` lock would live and die with one command: every command refuses it, saying why.
 #[test]
-fn memory_urls_work_within_one_process() {
-    let out = sg("memory:", &["acquire", "--key", "job"]);
-    out.expect_code(0);
-    let acquired = out.json();
-    assert_eq!(acquired["ok"], json!(true));
-    assert_eq!(str_field(&acquired, "fence"), "000000000000001");
-    // Each process has its own memory: nothing is held in the next one.
-    sg("memory:", &["status", "--key", "job"]).expect_json(1, &Json::Null);
+fn memory_urls_are_refused() {
+    let scratch = Scratch::new("memory");
+    let marker = scratch.arg("ran");
+    let lock_id = generate_lock_id();
+    for url in ["memory:", "MEMORY://"] {
+        for args in [
+            vec!["acquire", "--key", "job"],
+            vec!["status", "--key", "job"],
+            vec!["release", "--lock-id", &lock_id],
+            vec!["extend", "--lock-id", &lock_id, "--ttl", "5s"],
+            vec!["run", "--key", "job", "--", "touch", &marker],
+            vec!["setup"],
+        ] {
+            let out = sg(url, &args);
+            out.expect_error(2, "InvalidArgument");
+            assert!(out.stderr.contains("memory:"), "{}", out.context());
+        }
+    }
+    assert!(!Path::new(&marker).exists(), "run ran its command");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -668,11 +690,18 @@ fn missing_tables_are_a_backend_error_that_says_to_run_setup() {
     );
 }
 
+/// Deployment scripts may run `setup` whatever the backend: elsewhere it succeeds and says, in
+/// one line, that there was nothing to do.
 #[test]
-fn setup_is_only_for_postgres() {
-    for url in [redis_url(), "memory:".to_owned()] {
-        sg(&url, &["setup"]).expect_error(2, "InvalidArgument");
-    }
+fn setup_elsewhere_is_a_no_op() {
+    let out = sg(&redis_url(), &["setup"]);
+    out.expect_json(0, &json!({"ok": true}));
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].contains("no setup"),
+        "one line saying nothing is needed: {}",
+        out.context()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -780,36 +809,6 @@ fn run_reports_death_by_signal_as_128_plus_n() {
     )
     .expect_code(137);
     expect_unlocked(&url, &key);
-}
-
-#[test]
-fn run_on_memory() {
-    let scratch = Scratch::new("run-memory");
-    let env_file = scratch.arg("env");
-    let out = sg(
-        "memory:",
-        &[
-            "run",
-            "--key",
-            "nightly",
-            "--ttl",
-            "5s",
-            "--",
-            "sh",
-            "-c",
-            r#"printf '%s\n%s\n%s\n' "$SYNCGUARD_FENCE" "$SYNCGUARD_LOCK_ID" "$SYNCGUARD_KEY" > "$1"; echo from-cmd"#,
-            "sh",
-            &env_file,
-        ],
-    );
-    out.expect_code(0);
-    assert_eq!(out.stdout, "from-cmd\n", "{}", out.context());
-    let env = read(Path::new(&env_file));
-    let lines: Vec<&str> = env.lines().collect();
-    assert_eq!(lines.len(), 3, "{env:?}");
-    assert_eq!(lines[0], "000000000000001");
-    assert_lock_id(lines[1]);
-    assert_eq!(lines[2], "nightly");
 }
 
 /// Starts `run --key key extra… -- sh -c 'echo $$ > pid_file; script' pid_file script_args…`
@@ -1111,7 +1110,9 @@ fn run_passes_stdin_through() {
     let scratch = Scratch::new("run-stdin");
     let input = scratch.path("input");
     std::fs::write(&input, "line one\nline two\n").expect("write the input");
-    let mut command = syncguard(&["--url", "memory:", "run", "--key", "stdin", "--", "cat"]);
+    let url = redis_url();
+    let key = unique("run-stdin");
+    let mut command = syncguard(&["--url", &url, "run", "--key", &key, "--", "cat"]);
     command.stdin(File::open(&input).expect("open the input"));
     let out = Running::start(command).finish();
     out.expect_code(0);
@@ -1142,6 +1143,421 @@ fn run_reports_a_command_that_cannot_start_as_the_shells_do() {
         );
         expect_unlocked(&url, &key);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// run: the command's whole process group
+// ---------------------------------------------------------------------------------------------
+
+/// A `sh -c` script for a grandchild of `run`: writes its pid to `$2`, then appends `tick` to
+/// `$1` every 20 ms until the file `$3` exists or `$2` is gone (the test's scratch directory
+/// was removed), for at most 1500 ticks. `$4` says what it does on SIGTERM: `0` dies (the
+/// default), `ignore` ignores it (and so do its `sleep`s), a number n writes n more ticks first.
+const GRANDCHILD: &str = r#"echo $$ > "$2"
+case "$4" in 0) ;; ignore) trap '' TERM ;; *) trap 'n=$4' TERM ;; esac
+n=-1; i=0
+while [ "$n" -ne 0 ] && [ -e "$2" ] && [ ! -e "$3" ] && [ "$i" -lt 1500 ]; do
+  echo tick >> "$1"; sleep 0.02; i=$((i+1))
+  if [ "$n" -gt 0 ]; then n=$((n-1)); fi
+done"#;
+
+/// `run`'s command for the group tests: starts [`GRANDCHILD`] in the background with `$1`…`$4`
+/// and waits for it — so a TERM to the command itself ends it at once, leaving the grandchild
+/// orphaned.
+const PARENT_OF_GRANDCHILD: &str = r#"sh -c "$5" grandchild "$1" "$2" "$3" "$4" & wait"#;
+
+/// The files of one group test.
+struct GroupFiles {
+    scratch: Scratch,
+}
+
+impl GroupFiles {
+    fn new(name: &str) -> GroupFiles {
+        GroupFiles {
+            scratch: Scratch::new(name),
+        }
+    }
+
+    fn log(&self) -> PathBuf {
+        self.scratch.path("log")
+    }
+
+    /// The script arguments for [`PARENT_OF_GRANDCHILD`]; `on_term` as [`GRANDCHILD`]'s `$4`.
+    fn script_args<'a>(&'a self, on_term: &'a str, paths: &'a [String; 3]) -> [&'a str; 5] {
+        [&paths[0], &paths[1], &paths[2], on_term, GRANDCHILD]
+    }
+
+    fn paths(&self) -> [String; 3] {
+        [
+            self.scratch.arg("log"),
+            self.scratch.arg("grandchild-pid"),
+            self.scratch.arg("stop"),
+        ]
+    }
+
+    /// Waits until the grandchild has written; its pid.
+    fn grandchild_ticking(&self) -> u32 {
+        wait_for("the grandchild to write", || {
+            read(&self.log()).contains("tick")
+        });
+        written_pid(&self.scratch.path("grandchild-pid")).expect("the grandchild's pid")
+    }
+
+    /// The log's lines.
+    fn lines(&self) -> Vec<String> {
+        read(&self.log()).lines().map(str::to_owned).collect()
+    }
+
+    /// Asserts the log ends with the second holder's one `marker` line, after some ticks.
+    fn expect_marker_last(&self, context: &str) {
+        let lines = self.lines();
+        let markers = lines.iter().filter(|line| *line == "marker").count();
+        assert_eq!(markers, 1, "one marker: {lines:?}\n{context}");
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("marker"),
+            "a process of the first run's group wrote after the second holder took the lock: \
+             {lines:?}\n{context}"
+        );
+        assert!(lines.len() > 1, "the grandchild wrote: {lines:?}");
+    }
+
+    /// Ends any grandchild left behind by a failing implementation.
+    fn stop(&self) {
+        File::create(self.scratch.path("stop")).expect("create the stop file");
+    }
+}
+
+/// `run --wait 30s -- sh -c 'echo marker >> log'`: the second holder, started now; it waits
+/// for the lock, then appends its marker.
+fn second_holder(url: &str, key: &str, log: &Path) -> Running {
+    let log = log.to_string_lossy().into_owned();
+    Running::start(syncguard(&[
+        "--url",
+        url,
+        "run",
+        "--key",
+        key,
+        "--wait",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo marker >> "$1""#,
+        "sh",
+        &log,
+    ]))
+}
+
+/// SIGTERM to `run` goes to the whole group, and the lock is released only once every process
+/// in it is gone: the orphaned grandchild, which writes 25 more ticks after SIGTERM, writes
+/// them all before the second holder (waiting for the lock meanwhile) writes its marker.
+fn sigterm_ends_the_whole_group_before_the_release(url: &str) {
+    let files = GroupFiles::new("run-term-group");
+    let key = unique("run-term-group");
+    let paths = files.paths();
+    let (first, pid) = start_run(
+        url,
+        &key,
+        &["--grace", "20s"],
+        &files.scratch.path("pid"),
+        PARENT_OF_GRANDCHILD,
+        &files.script_args("25", &paths),
+    );
+    let grandchild = files.grandchild_ticking();
+    let second = second_holder(url, &key, &files.log());
+
+    let out = first.terminate();
+    // The command (the grandchild's parent) died of the SIGTERM.
+    out.expect_code(143);
+    assert!(
+        !pid_alive(grandchild) && !pid_alive(pid),
+        "the group was gone before run exited: {}",
+        out.context()
+    );
+    second.finish().expect_code(0);
+    files.stop();
+    files.expect_marker_last(&out.context());
+    expect_unlocked(url, &key);
+}
+
+/// The address of the server in `url` (`…@127.0.0.1:PORT/…`), and `url` through `proxy`.
+fn proxied(url: &str, proxy: &FaultProxy) -> String {
+    let (head, rest) = url.split_once("127.0.0.1:").expect("a loopback URL");
+    let port_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+    format!("{head}127.0.0.1:{}{}", proxy.port(), &rest[port_len..])
+}
+
+fn server_addr(url: &str) -> SocketAddr {
+    let (_, rest) = url.split_once("127.0.0.1:").expect("a loopback URL");
+    let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    SocketAddr::from(([127, 0, 0, 1], port.parse::<u16>().expect("a port")))
+}
+
+/// The lease's `expiresAtMs` in the store, read directly.
+fn stored_expiry(url: &str, key: &str) -> i64 {
+    let status = sg(url, &["status", "--key", key]);
+    status.expect_code(0);
+    int_field(&status.json(), "expiresAtMs")
+}
+
+/// On loss, the group gets SIGTERM at the lease's local deadline — before the store's record
+/// expires, so before anyone else can take the lock — and `run` exits 76 once it is gone.
+///
+/// `run` reaches the server through a proxy that delays each request by 500 ms, then swallows
+/// everything; the second holder connects directly. The store counts a lease from when a
+/// renewal arrives, `run` from when it sent it, so the lease runs out locally 500 ms before the
+/// store's record does: wide enough that a loaded machine cannot flip the order, while a
+/// signal later than the local deadline (such as when the stuck renewal finally fails), one
+/// to the command alone, or a release before the group is gone, lets the grandchild write
+/// after the marker.
+fn loss_ends_the_whole_group_before_another_holder_can_acquire(url: &str) {
+    let files = GroupFiles::new("run-lost-group");
+    let key = unique("run-lost-group");
+    let proxy = FaultProxy::start(server_addr(url));
+    let through_proxy = proxied(url, &proxy);
+    let paths = files.paths();
+    let (first, pid) = start_run(
+        &through_proxy,
+        &key,
+        &["--ttl", "3s", "--grace", "1s"],
+        &files.scratch.path("pid"),
+        PARENT_OF_GRANDCHILD,
+        &files.script_args("0", &paths),
+    );
+    let grandchild = files.grandchild_ticking();
+
+    // Two renewals confirmed by the store after the latency began: the second was surely
+    // delayed, so the local deadline is ahead of the store's expiry by the latency.
+    proxy.set_latency(Duration::from_millis(500));
+    let mut expiry = stored_expiry(url, &key);
+    for renewal in ["first", "second"] {
+        wait_for(&format!("the {renewal} delayed renewal"), || {
+            let now = stored_expiry(url, &key);
+            let renewed = now != expiry;
+            expiry = now;
+            renewed
+        });
+    }
+    let second = second_holder(url, &key, &files.log());
+    proxy.set_mode(Mode::BlackHole);
+
+    let out = first.finish();
+    out.expect_code(76);
+    assert!(
+        out.stderr.to_lowercase().contains("lost"),
+        "stderr says the lock was lost: {}",
+        out.context()
+    );
+    assert!(
+        !pid_alive(grandchild) && !pid_alive(pid),
+        "the group was gone before run exited: {}",
+        out.context()
+    );
+    second.finish().expect_code(0);
+    files.stop();
+    files.expect_marker_last(&out.context());
+}
+
+/// `--max-runtime`: the group is ended as on loss, `run` exits 124 (as timeout(1) does) once it
+/// is gone, and the lock is released.
+fn max_runtime_ends_the_whole_group_with_124(url: &str) {
+    let files = GroupFiles::new("run-max-runtime");
+    let key = unique("run-max-runtime");
+    let paths = files.paths();
+    let pid_file = files.scratch.path("pid");
+    let pid_arg = pid_file.to_string_lossy().into_owned();
+    let script = format!(r#"echo $$ > "$0"; {PARENT_OF_GRANDCHILD}"#);
+    let mut args = vec![
+        "--url",
+        url,
+        "run",
+        "--key",
+        &key,
+        "--max-runtime",
+        "3s",
+        "--grace",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+        &pid_arg,
+    ];
+    args.extend(files.script_args("0", &paths));
+    let out = Running::start(syncguard(&args)).finish();
+    files.stop();
+    out.expect_code(124);
+    assert!(
+        out.stderr.contains("--max-runtime"),
+        "stderr names the limit: {}",
+        out.context()
+    );
+    // Started at once, the command and the grandchild are all but sure to have written their
+    // pids within the 3 s; one that had not was ended before it could (0: not written).
+    let pids = [
+        written_pid(&pid_file).unwrap_or(0),
+        written_pid(&files.scratch.path("grandchild-pid")).unwrap_or(0),
+    ];
+    assert!(
+        pids.iter().all(|&pid| pid == 0 || !pid_alive(pid)),
+        "the group was gone before run exited: {}",
+        out.context()
+    );
+    expect_unlocked(url, &key);
+}
+
+/// A group that ignores SIGTERM (the orphaned grandchild, and its `sleep`s) gets SIGKILL
+/// `--grace` after the SIGTERM; then the lock is released.
+fn a_group_that_ignores_sigterm_is_killed_after_the_grace(url: &str) {
+    let files = GroupFiles::new("run-grace-group");
+    let key = unique("run-grace-group");
+    let paths = files.paths();
+    let (first, pid) = start_run(
+        url,
+        &key,
+        &["--grace", "1s"],
+        &files.scratch.path("pid"),
+        PARENT_OF_GRANDCHILD,
+        &files.script_args("ignore", &paths),
+    );
+    let grandchild = files.grandchild_ticking();
+    let out = first.terminate();
+    files.stop();
+    // The exit code is the command's: its parent shell died of the SIGTERM.
+    out.expect_code(143);
+    assert!(
+        out.stderr.contains("SIGKILL"),
+        "stderr says the group was killed: {}",
+        out.context()
+    );
+    assert!(
+        !pid_alive(grandchild) && !pid_alive(pid),
+        "the group was gone before run exited: {}",
+        out.context()
+    );
+    expect_unlocked(url, &key);
+}
+
+/// `-E`/`--conflict-exit-code` picks the exit code for "not acquired" (cron: 0 mails nothing);
+/// the command does not run.
+fn conflict_exit_code_is_chosen(url: &str) {
+    let (scratch, key) = scratch_and_key("run-conflict");
+    let holder = acquire(url, &key, &[]);
+    let marker = scratch.arg("ran");
+    for (args, code) in [
+        (vec!["-E", "0"], 0),
+        (vec!["--conflict-exit-code", "9", "--wait", "200ms"], 9),
+        (vec!["--conflict-exit-code=255"], 255),
+        (vec![], 75),
+    ] {
+        let mut all = vec!["run", "--key", &key];
+        all.extend(args);
+        all.extend(["--", "touch", &marker]);
+        let out = sg(url, &all);
+        out.expect_code(code);
+        assert!(
+            out.stderr.contains("held"),
+            "stderr says why the command did not run: {}",
+            out.context()
+        );
+        assert!(
+            !Path::new(&marker).exists(),
+            "the command ran without the lock"
+        );
+    }
+    for bad in ["256", "-1", "x"] {
+        sg(
+            url,
+            &["run", "--key", &key, "-E", bad, "--", "touch", &marker],
+        )
+        .expect_error(2, "InvalidArgument");
+    }
+    assert!(
+        !Path::new(&marker).exists(),
+        "the command ran without the lock"
+    );
+    expect_held_then_release(url, &key, &holder, "the holder's lock is untouched");
+}
+
+/// The example in `syncguard --help` for several commands under one lock, run as printed (by
+/// `sh`, with a `jq` stand-in): nothing runs unless `acquire` succeeded, and the lock is
+/// released afterwards.
+#[test]
+fn the_help_example_never_runs_unlocked() {
+    let url = redis_url();
+    let scratch = Scratch::new("help-example");
+    let key = unique("help-example");
+    let help = Running::start(syncguard(&["--help"])).finish();
+    help.expect_code(0);
+    let lines: Vec<&str> = help.stdout.lines().collect();
+    let start = lines
+        .iter()
+        .position(|line| line.trim_start().starts_with("if out=$(syncguard acquire"))
+        .unwrap_or_else(|| panic!("no acquire example in the help: {}", help.context()));
+    let end = start
+        + lines[start..]
+            .iter()
+            .position(|line| line.trim() == "fi")
+            .expect("the example's `fi`");
+    let example = lines[start..=end].join("\n");
+    assert!(example.contains("--key deploy"), "{example}");
+    let example = example.replace("--key deploy", &format!("--key '{key}'"));
+
+    // `syncguard` and `jq` on the PATH; `./deploy.sh` records what it saw.
+    let bin = scratch.path("bin");
+    std::fs::create_dir_all(&bin).expect("create the bin directory");
+    std::os::unix::fs::symlink(BIN, bin.join("syncguard")).expect("link the binary");
+    let jq = bin.join("jq");
+    std::fs::write(
+        &jq,
+        "#!/bin/sh\n[ \"$1 $2\" = \"-r .lockId\" ] || exit 2\n\
+         sed -n 's/.*\"lockId\":\"\\([^\"]*\\)\".*/\\1/p'\n",
+    )
+    .expect("write the jq stand-in");
+    let deploy = scratch.path("deploy.sh");
+    std::fs::write(
+        &deploy,
+        format!("#!/bin/sh\nsyncguard status --key '{key}' > deployed\n"),
+    )
+    .expect("write deploy.sh");
+    for file in [&jq, &deploy] {
+        std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("make it executable");
+    }
+    let path = format!(
+        "{}:{}",
+        bin.to_string_lossy(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run_example = || {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &example])
+            .current_dir(&scratch.0)
+            .env("PATH", &path)
+            .env("SYNCGUARD_URL", &url)
+            .stdin(Stdio::null());
+        Running::start(command).finish()
+    };
+    let deployed = scratch.path("deployed");
+
+    // Held by someone else: deploy.sh does not run.
+    let holder = acquire(&url, &key, &[]);
+    run_example();
+    assert!(
+        !deployed.exists(),
+        "deploy.sh ran while another held the lock"
+    );
+    release(&url, str_field(&holder, "lockId"));
+
+    // Free: deploy.sh runs under the lock, which is released afterwards.
+    let out = run_example();
+    out.expect_code(0);
+    let seen: Json = serde_json::from_str(read(&deployed).trim())
+        .unwrap_or_else(|e| panic!("deploy.sh saw no lock ({e}): {}", out.context()));
+    assert_eq!(str_field(&seen, "keyHash"), hash_key(&key));
+    expect_unlocked(&url, &key);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1254,6 +1670,39 @@ fn missing_arguments_are_named() {
     }
 }
 
+/// A usage error is one line with one hint: clap's own closing hint is not repeated.
+#[test]
+fn usage_errors_give_one_hint() {
+    let url = redis_url();
+    let key = unique("one-hint");
+    for args in [
+        vec!["--url", &url, "acquire", "--key", &key, "--ttl", "abc"],
+        vec!["--url", &url, "acquire", "--key", &key, "--frobnicate"],
+        vec!["--url", &url, "acquire", "--ttl", "5s"],
+        vec![
+            "--url",
+            &url,
+            "run",
+            "--key",
+            &key,
+            "--max-runtime",
+            "soon",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = Running::start(syncguard(&args)).finish();
+        out.expect_error(2, "InvalidArgument");
+        assert_eq!(
+            out.stderr.matches("--help").count(),
+            1,
+            "one hint: {}",
+            out.context()
+        );
+    }
+    expect_unlocked(&url, &key);
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let url = redis_url();
@@ -1290,6 +1739,28 @@ fn help_for_every_command() {
             .any(|line| line.contains("syncguard") && line.contains(command));
         assert!(shown, "the example shows the command: {}", out.context());
     }
+}
+
+/// The exit codes and signals are one table: the README's CLI section shows exactly what
+/// `--help` and `run --help` print.
+#[test]
+fn the_exit_code_table_is_the_same_everywhere() {
+    let help = Running::start(syncguard(&["--help"])).finish();
+    help.expect_code(0);
+    let start = help
+        .stdout
+        .find("Exit codes:")
+        .unwrap_or_else(|| panic!("no exit codes in the help: {}", help.context()));
+    let table = help.stdout[start..].trim_end();
+    assert!(table.contains("Signals (run):"), "{table}");
+    let run_help = Running::start(syncguard(&["run", "--help"])).finish();
+    assert!(run_help.stdout.contains(table), "{}", run_help.context());
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read the README");
+    assert!(
+        readme.contains(&format!("```text\n{table}\n```")),
+        "the README's CLI section shows the table --help prints:\n{table}"
+    );
 }
 
 #[test]

@@ -1,0 +1,441 @@
+//! `syncguard`: distributed locks for shell scripts and cron jobs — a distributed `flock(1)`.
+//!
+//! Every command prints one JSON object on stdout; errors are one line on stderr,
+//! `error: <Code>: <message>`. The exit codes, and what `run` does on each signal, are in one
+//! table, [`EXIT_CODES`], which `--help` prints.
+//!
+//! Modules: [`duration`] parses durations; [`run`] is the `run` supervisor; [`group`] the
+//! process group it runs the command in.
+
+mod duration;
+mod group;
+mod run;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use syncguard::{
+    Backoff, ErrorCode, Heartbeat, Jitter, LockBackend, LockError, LockOptions, Locker, get_by_id,
+    get_by_id_raw, get_by_key, get_by_key_raw,
+};
+
+use crate::duration::parse_duration;
+
+/// The text of [`EXIT_CODES`], as a macro so that `concat!` can put it into the help.
+macro_rules! exit_codes {
+    () => {
+        "\
+Exit codes:
+  0        success (run: the command's own exit code, passed through, whatever it is)
+  1        a negative answer: acquire found the lock held; release/extend/status found none
+  2        bad usage or argument (including a memory: URL, which means nothing across processes)
+  3        a backend error: unreachable, credentials refused, tables missing
+  75 or N  run: the lock was not acquired within --wait (N from -E/--conflict-exit-code)
+  76       run: the lock was lost while the command ran (--on-lost kill)
+  124      run: the command reached --max-runtime
+  126/127  run: the command could not be executed / was not found
+  128+n    run: the command was killed by signal n (or run got signal n while waiting)
+A command's own exit code may be any of these: pick an -E code it never uses.
+
+Signals (run):
+  TERM INT HUP QUIT  while waiting for the lock: stop waiting, run nothing, exit 128+n.
+                     while the command runs: sent on to its whole process group (with SIGCONT);
+                     SIGKILL to the group if it is still there --grace later; exit with the
+                     command's code once every process of the group is gone; then release.
+  KILL               cannot be passed on: the group runs on unwatched; the lock expires at --ttl.
+  others             their default effect on run itself."
+    };
+}
+
+/// Exit codes, and what `run` does on each signal: the one table, shown by `--help` and
+/// `run --help` (and copied in the README's CLI section).
+pub const EXIT_CODES: &str = exit_codes!();
+
+/// The top-level help's examples.
+macro_rules! examples {
+    () => {
+        "\
+Examples:
+  export SYNCGUARD_URL=redis://127.0.0.1:6379/
+  # cron: one machine at a time, for at most 2 hours; a skipped run exits 0 (cron mails nothing)
+  syncguard run --key nightly-report --wait 1m --max-runtime 2h -E 0 -- ./make-report.sh
+  # several commands under one lock: nothing runs unless acquire succeeded
+  if out=$(syncguard acquire --key deploy --ttl 5m); then
+    ./deploy.sh
+    syncguard release --lock-id \"$(printf '%s' \"$out\" | jq -r .lockId)\"
+  fi"
+    };
+}
+
+/// Distributed locks for shell scripts and cron jobs (Redis, PostgreSQL, Firestore).
+#[derive(Parser)]
+#[command(
+    name = "syncguard",
+    version,
+    after_help = concat!(examples!(), "\n\n", exit_codes!()),
+    disable_help_subcommand = true
+)]
+struct Cli {
+    /// Backend: redis://…, rediss://…, postgres://…, firestore://PROJECT[/DATABASE]
+    /// (memory: is refused: its locks live inside one process)
+    #[arg(long, global = true, env = "SYNCGUARD_URL", hide_env_values = true)]
+    url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `run --help`'s epilogue, before the exit codes.
+macro_rules! run_help {
+    () => {
+        "\
+Example:
+  syncguard run --key nightly-report --wait 10m --max-runtime 1h -- ./make-report.sh --full
+
+The command runs in a process group of its own (so, from an interactive shell, it cannot read
+the terminal: give it input from a file or a pipe), with SYNCGUARD_FENCE, SYNCGUARD_LOCK_ID
+and SYNCGUARD_KEY in its environment, while the lease is renewed every --ttl/3. The lock is
+released only once every process of the group has exited, background jobs included. On loss
+(at the lease's local deadline: the last renewal the backend confirmed, plus --ttl) and at
+--max-runtime, the group gets SIGTERM, then SIGKILL after --grace. The release at the end
+waits at most 2s for the backend (after a loss there is nothing to release); if it does not
+answer, run says so and exits, and the lock expires at its ttl.
+
+"
+    };
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Take a lock and keep it until --ttl (it is not released when this command exits).
+    #[command(
+        after_help = "Example:\n  syncguard acquire --key deploy --ttl 5m --wait 30s\n  \
+        → {\"ok\":true,\"lockId\":\"…\",\"fence\":\"000000000000001\",\"expiresAtMs\":…}  (exit 1 and \
+        {\"ok\":false,\"reason\":\"locked\"} if held)"
+    )]
+    Acquire {
+        #[command(flatten)]
+        lock: LockArgs,
+    },
+    /// Release a lock taken with `acquire`.
+    #[command(after_help = "Example:\n  syncguard release --lock-id \"$id\"   → {\"ok\":true}")]
+    Release {
+        /// The lock id `acquire` printed.
+        #[arg(long, allow_hyphen_values = true)]
+        lock_id: String,
+    },
+    /// Set a held lock to expire --ttl from now.
+    #[command(
+        after_help = "Example:\n  syncguard extend --lock-id \"$id\" --ttl 5m   → {\"ok\":true,\"expiresAtMs\":…}"
+    )]
+    Extend {
+        /// The lock id `acquire` printed.
+        #[arg(long, allow_hyphen_values = true)]
+        lock_id: String,
+        /// New lease length, from now.
+        #[arg(long, value_parser = parse_duration)]
+        ttl: Duration,
+    },
+    /// Show the live lock on a key or held under a lock id (exit 1 and `null` if none).
+    #[command(after_help = "Example:\n  syncguard status --key deploy --raw")]
+    Status {
+        /// The key to look at.
+        #[arg(
+            long,
+            allow_hyphen_values = true,
+            required_unless_present = "lock_id",
+            conflicts_with = "lock_id"
+        )]
+        key: Option<String>,
+        /// The lock id to look for.
+        #[arg(long, allow_hyphen_values = true)]
+        lock_id: Option<String>,
+        /// Include the raw key and lock id (otherwise only their hashes).
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Run a command while holding the lock (a distributed flock(1)); release once every
+    /// process it started has exited.
+    #[command(after_help = concat!(run_help!(), exit_codes!()))]
+    Run {
+        #[command(flatten)]
+        lock: LockArgs,
+        /// What to do if the lock is lost while the command runs.
+        #[arg(long, value_enum, default_value = "kill")]
+        on_lost: OnLost,
+        /// After SIGTERM (on loss, --max-runtime, or a signal run got), how long the command's
+        /// process group has before SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        grace: Duration,
+        /// Longest the command may run (timeout(1)'s limit): then its process group is ended
+        /// as on loss, run exits 124 and the lock is released. Default: no limit.
+        #[arg(long, value_parser = parse_duration)]
+        max_runtime: Option<Duration>,
+        /// Exit code when the lock was not acquired within --wait (as flock(1)'s -E).
+        #[arg(
+            short = 'E',
+            long,
+            default_value_t = EXIT_NOT_ACQUIRED,
+            value_name = "N"
+        )]
+        conflict_exit_code: u8,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Create the PostgreSQL tables (idempotent); the other backends need none.
+    #[command(after_help = "Example:\n  syncguard --url postgres://app@db/app setup")]
+    Setup,
+}
+
+/// The lock a command takes: `acquire` and `run` share these.
+#[derive(clap::Args)]
+struct LockArgs {
+    /// The lock's key.
+    #[arg(long, allow_hyphen_values = true)]
+    key: String,
+    /// Lease length: 500ms, 30s, 1m30s, 2h, 1d, or milliseconds (`run` renews it every third).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// How long to wait while someone else holds it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    wait: Duration,
+}
+
+/// What `run` does when the lease is lost.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLost {
+    /// End the command's process group (SIGTERM, SIGKILL after --grace) and exit 76.
+    Kill,
+    /// Only warn on stderr; the command runs on.
+    Warn,
+}
+
+/// What a command ends with.
+pub enum Outcome {
+    /// One JSON line on stdout, then this exit code.
+    Printed(Value, u8),
+    /// Only this exit code (`run`: the command wrote its own output).
+    Exit(u8),
+}
+
+/// `run`: the lock was not acquired within `--wait` (unless `--conflict-exit-code` says
+/// otherwise); `EX_TEMPFAIL`, as flock(1) uses.
+const EXIT_NOT_ACQUIRED: u8 = 75;
+/// `run`: the lease was lost while the command ran.
+pub const EXIT_LOST: u8 = 76;
+/// `run`: the command reached `--max-runtime` (as timeout(1) exits).
+pub const EXIT_MAX_RUNTIME: u8 = 124;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    match execute(cli) {
+        Ok(Outcome::Printed(value, code)) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{value}");
+            ExitCode::from(code)
+        }
+        Ok(Outcome::Exit(code)) => ExitCode::from(code),
+        Err(error) => fail(&error),
+    }
+}
+
+/// What clap could not parse: help and version go to stdout (exit 0); everything else is one
+/// `InvalidArgument` line with one hint (exit 2).
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            return ExitCode::from(2);
+        }
+        _ => {}
+    }
+    // clap's message spans lines (the names of missing arguments follow on the next ones, then
+    // the usage and its own hint); keep the message itself, on one line, and add one hint.
+    let text = error.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .filter(|line| !line.is_empty() && !line.starts_with("tip:"))
+        .collect();
+    let message = message.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    fail(&LockError::invalid_argument(format!(
+        "{message} (see --help)"
+    )))
+}
+
+/// Prints the error line and picks the exit code: 2 for bad input, 3 for everything else.
+fn fail(error: &LockError) -> ExitCode {
+    eprintln!("error: {}: {}", error.code(), error.message());
+    ExitCode::from(if error.code() == ErrorCode::InvalidArgument {
+        2
+    } else {
+        3
+    })
+}
+
+fn execute(cli: Cli) -> syncguard::Result<Outcome> {
+    let url = cli
+        .url
+        .filter(|url| !url.trim().is_empty())
+        .ok_or_else(|| {
+            LockError::invalid_argument("no backend URL: pass --url or set SYNCGUARD_URL")
+        })?;
+    if scheme(&url) == "memory" {
+        return Err(LockError::invalid_argument(
+            "memory: keeps its locks inside one process, so a lock taken by one syncguard \
+             command means nothing to the next; use redis://, postgres:// or firestore://",
+        ));
+    }
+    let backend = || syncguard::connect(&url);
+    match cli.command {
+        Command::Acquire { lock } => acquire(backend()?, &lock.key, lock.ttl, lock.wait),
+        Command::Release { lock_id } => {
+            let released = backend()?.release(&lock_id)?;
+            Ok(Outcome::Printed(
+                json!({ "ok": released }),
+                u8::from(!released),
+            ))
+        }
+        Command::Extend { lock_id, ttl } => Ok(match backend()?.extend(&lock_id, ttl)? {
+            Some(expires_at_ms) => {
+                Outcome::Printed(json!({ "ok": true, "expiresAtMs": expires_at_ms }), 0)
+            }
+            None => Outcome::Printed(json!({ "ok": false }), 1),
+        }),
+        Command::Status { key, lock_id, raw } => {
+            status(backend()?.as_ref(), key.as_deref(), lock_id.as_deref(), raw)
+        }
+        Command::Run {
+            lock,
+            on_lost,
+            grace,
+            max_runtime,
+            conflict_exit_code,
+            command,
+        } => run::run(
+            backend()?,
+            run::RunArgs {
+                key: lock.key,
+                ttl: lock.ttl,
+                wait: lock.wait,
+                on_lost,
+                grace,
+                max_runtime,
+                conflict_exit_code,
+                command,
+            },
+        ),
+        Command::Setup => setup(&url),
+    }
+}
+
+fn acquire(
+    backend: Box<dyn LockBackend>,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> syncguard::Result<Outcome> {
+    // No heartbeat: this process ends now, and the lease must outlive it until --ttl.
+    let locker = Locker::with_defaults(
+        backend,
+        waiting(LockOptions::default())
+            .ttl(ttl)
+            .heartbeat(Heartbeat::Off),
+    );
+    let Some(guard) = locker.try_lock_for(key, wait)? else {
+        return Ok(Outcome::Printed(
+            json!({ "ok": false, "reason": "locked" }),
+            1,
+        ));
+    };
+    // The lock outlives this process: the caller releases it with `release`.
+    let lease = guard.detach();
+    let printed = json!({
+        "ok": true,
+        "lockId": lease.lock_id,
+        "fence": lease.fence,
+        "expiresAtMs": lease.expires_at_ms,
+    });
+    Ok(Outcome::Printed(printed, 0))
+}
+
+/// Long `--wait`s poll at a steady pace: exponential backoff would leave minutes between
+/// attempts, taking the lock long after it was freed.
+pub fn waiting(options: LockOptions) -> LockOptions {
+    options
+        .backoff(Backoff::Fixed)
+        .jitter(Jitter::Equal)
+        .retry_delay(Duration::from_millis(250))
+}
+
+fn status(
+    backend: &dyn LockBackend,
+    key: Option<&str>,
+    lock_id: Option<&str>,
+    raw: bool,
+) -> syncguard::Result<Outcome> {
+    let found = match (key, lock_id, raw) {
+        (Some(key), _, false) => get_by_key(backend, key)?.map(|info| json!(info)),
+        (Some(key), _, true) => get_by_key_raw(backend, key)?.map(|info| json!(info)),
+        (None, Some(id), false) => get_by_id(backend, id)?.map(|info| json!(info)),
+        (None, Some(id), true) => get_by_id_raw(backend, id)?.map(|info| json!(info)),
+        (None, None, _) => {
+            return Err(LockError::invalid_argument(
+                "status needs --key or --lock-id",
+            ));
+        }
+    };
+    let live = found.is_some();
+    Ok(Outcome::Printed(
+        found.unwrap_or(Value::Null),
+        u8::from(!live),
+    ))
+}
+
+/// `setup`: creates the PostgreSQL tables; the other backends need nothing, which it says.
+fn setup(url: &str) -> syncguard::Result<Outcome> {
+    if matches!(scheme(url).as_str(), "postgres" | "postgresql") {
+        return setup_postgres(url);
+    }
+    // Still a check that the URL is one this build can use.
+    let backend = syncguard::connect(url)?;
+    eprintln!(
+        "syncguard: the {} backend needs no setup; nothing to do",
+        backend.capabilities().backend
+    );
+    Ok(Outcome::Printed(json!({ "ok": true }), 0))
+}
+
+#[cfg(feature = "postgres")]
+fn setup_postgres(url: &str) -> syncguard::Result<Outcome> {
+    syncguard::postgres::PostgresBackend::connect(url.trim())?.setup_schema()?;
+    Ok(Outcome::Printed(json!({ "ok": true }), 0))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn setup_postgres(_url: &str) -> syncguard::Result<Outcome> {
+    Err(LockError::invalid_argument(
+        "this build of syncguard lacks the `postgres` feature",
+    ))
+}
+
+/// The URL's scheme, lowercased (`""` when it has none).
+fn scheme(url: &str) -> String {
+    url.trim()
+        .split_once(':')
+        .map(|(scheme, _)| scheme.to_ascii_lowercase())
+        .unwrap_or_default()
+}
