@@ -296,20 +296,22 @@ impl Supervisor<'_> {
 /// Releases the lock on a thread of its own and waits for it at most `limit`: if the backend
 /// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL.
 fn release_within(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, limit: Duration) {
-    if guard.is_lost() {
-        // Nothing to release: the record expired with the lease (its expiry is the local
-        // deadline plus at most one trip to the backend), or the backend said it was gone;
-        // and a backend that failed every renewal would only hold the exit up. Forgotten, not
-        // dropped: dropping would try the release anyway. The process exits next.
-        std::mem::forget(guard);
-        std::mem::forget(locker);
-        return;
-    }
+    // A lost lease has nothing to release: the record expired with the lease (its expiry is
+    // the local deadline plus at most one trip to the backend), or the backend said it was
+    // gone; and a backend that failed every renewal would only hold the exit up. Detached, it
+    // is neither renewed nor released.
+    let lost = guard.is_lost();
+    let guard = if lost {
+        let _expired = guard.detach();
+        None
+    } else {
+        Some(guard)
+    };
     let (done, outcome) = mpsc::channel();
     let releasing = thread::Builder::new()
         .name("syncguard-release".to_owned())
         .spawn(move || {
-            let released = guard.release();
+            let released = guard.map(LockGuard::release);
             // The backend's connections close here too, within the same limit.
             drop(locker);
             let _ = done.send(released);
@@ -319,8 +321,8 @@ fn release_within(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, limit:
         return;
     }
     match outcome.recv_timeout(limit) {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => {
+        Ok(None | Some(Ok(_))) => {}
+        Ok(Some(Err(error))) => {
             eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
         }
         Err(_) => eprintln!(
