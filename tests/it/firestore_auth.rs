@@ -1,6 +1,7 @@
 //! Firestore authentication against local stand-ins for Google's OAuth token endpoint and the
 //! metadata server: the signed assertion, the token cache, failures, and credentials taken
-//! from the environment.
+//! from the environment in Google's Application Default Credentials order. The other kinds of
+//! credentials (users, Workload Identity Federation, impersonation) are in `kinds`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;

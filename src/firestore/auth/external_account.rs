@@ -66,6 +66,9 @@ impl ExternalAccountSource {
                 "is set, but the `audience` is not a workforce pool's",
             ));
         }
+        // With client authentication the client id says which project to bill; Google's
+        // libraries then leave the user project out.
+        let user_project = user_project.filter(|_| client.is_none());
         let impersonation = match fields.optional_string("service_account_impersonation_url")? {
             Some(url) => Some(Impersonation::new(
                 &fields,
@@ -82,9 +85,7 @@ impl ExternalAccountSource {
             token_url,
             subject,
             client,
-            // With client authentication the client id says which project to bill; Google's
-            // libraries then leave the user project out.
-            user_project: user_project.filter(|_| fields.value("client_id").is_none()),
+            user_project,
             impersonation,
             // A proxy cannot reach an endpoint on this machine (a test double).
             agent: agent(timeout, is_loopback(&url)),
