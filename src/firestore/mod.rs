@@ -7,7 +7,8 @@
 //! use syncguard::{Locker, firestore::FirestoreBackend};
 //!
 //! // With FIRESTORE_EMULATOR_HOST set this talks to the emulator; otherwise to Google, with
-//! // credentials found the usual way (GOOGLE_APPLICATION_CREDENTIALS, then the metadata server).
+//! // Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud's well-known file,
+// then the metadata server).
 //! let locker = Locker::new(FirestoreBackend::connect("firestore://my-project")?);
 //! let guard = locker.lock("nightly-report")?;
 //! println!("fence {}", guard.fence());
@@ -219,8 +220,12 @@ impl FirestoreBuilder {
         self
     }
 
-    /// How to authenticate (default: [`Credentials::Default`], or the token `owner` for the
-    /// emulator).
+    /// How to authenticate. Default: [`Credentials::Default`] — Google's Application Default
+    /// Credentials order: the file `GOOGLE_APPLICATION_CREDENTIALS` names, gcloud's
+    /// `application_default_credentials.json`, then the metadata server — or the token `owner`
+    /// for the emulator. Credentials files of type `service_account`, `authorized_user`,
+    /// `external_account` and `impersonated_service_account` are accepted
+    /// ([`Credentials::File`], [`Credentials::Json`]).
     pub fn credentials(mut self, credentials: Credentials) -> Self {
         self.credentials = Some(credentials);
         self
@@ -523,9 +528,10 @@ fn not_a_lock(what: &str) -> LockError {
 
 impl FirestoreBackend {
     /// Connects to the database a `firestore://PROJECT[/DATABASE]` URL names, with the
-    /// options `?collection=`, `?fence_collection=`, `?credentials=PATH` (a service-account
-    /// key file) and `?tls_ca_file=PATH` (see [`FirestoreBuilder::tls_ca_file`]). The emulator
-    /// is used when `FIRESTORE_EMULATOR_HOST` is set.
+    /// options `?collection=`, `?fence_collection=`, `?credentials=PATH` (a credentials
+    /// file of any type [`Credentials::File`] accepts) and `?tls_ca_file=PATH` (see
+    /// [`FirestoreBuilder::tls_ca_file`]). The emulator is used when `FIRESTORE_EMULATOR_HOST`
+    /// is set.
     pub fn connect(url: &str) -> Result<FirestoreBackend> {
         let split = split_url(
             url,
@@ -563,7 +569,7 @@ impl FirestoreBackend {
                 "collection" => builder.collection(value),
                 "fence_collection" => builder.fence_collection(value),
                 "tls_ca_file" => builder.tls_ca_file(value),
-                _ => builder.credentials(Credentials::ServiceAccountFile(value.into())),
+                _ => builder.credentials(Credentials::File(value.into())),
             };
         }
         builder.build()

@@ -1,11 +1,14 @@
 //! Firestore authentication against local stand-ins for Google's OAuth token endpoint and the
 //! metadata server: the signed assertion, the token cache, failures, and credentials taken
-//! from the environment.
+//! from the environment in Google's Application Default Credentials order. The other kinds of
+//! credentials (users, Workload Identity Federation, impersonation) are in `kinds`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod kinds;
 
 use crate::support::http::{StubRequest, StubResponse, StubServer};
 use crate::support::{self, child};
@@ -502,9 +505,10 @@ fn the_stub_server_speaks_enough_http() {
 const CHILD_CREDENTIALS: &str = "SYNCGUARD_TEST_CHILD_CREDENTIALS";
 const CHILD_EXPECT: &str = "SYNCGUARD_TEST_CHILD_EXPECT";
 
-/// `GCE_METADATA_HOST` and `GOOGLE_APPLICATION_CREDENTIALS` are process-wide, and changing the
-/// environment while other test threads run is undefined behaviour: each case runs this test
-/// binary again, in a child process with the environment it needs.
+/// `GCE_METADATA_HOST`, `GOOGLE_APPLICATION_CREDENTIALS`, `CLOUDSDK_CONFIG` and `HOME` are
+/// process-wide, and changing the environment while other test threads run is undefined
+/// behaviour: each case runs this test binary again, in a child process with the environment
+/// it needs (and a `HOME` of its own, so that the developer's gcloud login never counts).
 #[test]
 fn credentials_from_the_environment() {
     let metadata = StubServer::start(|request| {
@@ -516,29 +520,99 @@ fn credentials_from_the_environment() {
             StubResponse::json(403, json!({ "error": "missing Metadata-Flavor header" }))
         }
     });
-    let token_endpoint = StubServer::start(|_| token_answer("key-file-token", 3600));
-    let key_file = support::scratch_dir("firestore-auth-env").join("key.json");
-    std::fs::write(&key_file, key_json(&token_uri(&token_endpoint)).to_string()).unwrap();
-    let key_file = key_file.to_str().unwrap().to_owned();
+    // Service-account keys get `key-file-token`; users `user-token-CLIENT_ID`.
+    let token_endpoint = StubServer::start(|request| {
+        let form = request.form();
+        match form.iter().find(|(name, _)| name == "client_id") {
+            Some((_, client)) => token_answer(&format!("user-token-{client}"), 3600),
+            None => token_answer("key-file-token", 3600),
+        }
+    });
+    let dir = support::scratch_dir("firestore-auth-env");
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let user = |client: &str| {
+        json!({
+            "type": "authorized_user", "client_id": client, "client_secret": "secret",
+            "refresh_token": "refresh", "token_uri": token_uri(&token_endpoint),
+        })
+        .to_string()
+    };
+    const WELL_KNOWN: &str = "application_default_credentials.json";
+    let key_file = write(
+        &dir.join("key.json"),
+        &key_json(&token_uri(&token_endpoint)).to_string(),
+    );
+    let env_user = write(&dir.join("env-user.json"), &user("env-client"));
+    let home = dir.join("home");
+    write(
+        &home.join(".config").join("gcloud").join(WELL_KNOWN),
+        &user("home-client"),
+    );
+    let config = dir.join("gcloud-config");
+    write(&config.join(WELL_KNOWN), &user("config-client"));
+    let bad_config = dir.join("bad-gcloud-config");
+    write(
+        &bad_config.join(WELL_KNOWN),
+        "{\"refresh_token\": \"hunter2",
+    );
+    let empty_home = dir.join("empty-home");
+    std::fs::create_dir_all(&empty_home).unwrap();
+    let [home, config, bad_config, empty_home] =
+        [home, config, bad_config, empty_home].map(|path| path.to_str().unwrap().to_owned());
     let metadata_host = metadata.host();
     let child_test = child::test_name!(credentials_from_the_environment_child);
 
     // Which credentials, the environment, what `authorization()` must give.
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 5] = [
+    let cases: [Case; 9] = [
         (
             "metadata",
             &[("GCE_METADATA_HOST", &metadata_host)],
             "Bearer metadata-token",
         ),
+        // The variable first, over gcloud's file.
         (
             "default",
             &[
                 ("GOOGLE_APPLICATION_CREDENTIALS", &key_file),
+                ("HOME", &home),
                 ("GCE_METADATA_HOST", &metadata_host),
             ],
             "Bearer key-file-token",
         ),
+        // Any type of file.
+        (
+            "default",
+            &[
+                ("GOOGLE_APPLICATION_CREDENTIALS", &env_user),
+                ("HOME", &home),
+            ],
+            "Bearer user-token-env-client",
+        ),
+        // Then gcloud's file, in CLOUDSDK_CONFIG or else under HOME.
+        (
+            "default",
+            &[
+                ("GOOGLE_APPLICATION_CREDENTIALS", ""),
+                ("HOME", &home),
+                ("GCE_METADATA_HOST", &metadata_host),
+            ],
+            "Bearer user-token-home-client",
+        ),
+        (
+            "default",
+            &[
+                ("CLOUDSDK_CONFIG", &config),
+                ("HOME", &home),
+                ("GCE_METADATA_HOST", &metadata_host),
+            ],
+            "Bearer user-token-config-client",
+        ),
+        // Then the metadata server.
         (
             "default",
             &[
@@ -547,12 +621,21 @@ fn credentials_from_the_environment() {
             ],
             "Bearer metadata-token",
         ),
+        // A file that is there must be usable: no falling through.
         (
             "default",
             &[(
                 "GOOGLE_APPLICATION_CREDENTIALS",
                 "/nonexistent/syncguard/key.json",
             )],
+            "error:InvalidArgument",
+        ),
+        (
+            "default",
+            &[
+                ("CLOUDSDK_CONFIG", &bad_config),
+                ("GCE_METADATA_HOST", &metadata_host),
+            ],
             "error:InvalidArgument",
         ),
         (
@@ -569,6 +652,8 @@ fn credentials_from_the_environment() {
         for name in [
             "GOOGLE_APPLICATION_CREDENTIALS",
             "GCE_METADATA_HOST",
+            "CLOUDSDK_CONFIG",
+            "APPDATA",
             "ALL_PROXY",
             "all_proxy",
             "HTTP_PROXY",
@@ -578,6 +663,7 @@ fn credentials_from_the_environment() {
         ] {
             process.env_remove(name);
         }
+        process.env("HOME", &empty_home);
         process.envs(env.iter().copied());
         let output = process.output().unwrap();
         if let Some(failure) = child::failure(
@@ -599,8 +685,8 @@ fn credentials_from_the_environment() {
         assert_eq!(request.header("authorization"), None);
     }
     let requests = token_endpoint.requests();
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    assert_eq!(requests[0].method, "POST");
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    assert!(requests.iter().all(|request| request.method == "POST"));
 }
 
 /// One case of `credentials_from_the_environment`, in its own process; on its own it does
@@ -622,7 +708,10 @@ fn credentials_from_the_environment_child() {
     let got = TokenProvider::new(&credentials, TIMEOUT).and_then(|p| p.authorization());
     match (got, expect.strip_prefix("error:")) {
         (Ok(authorization), None) => assert_eq!(authorization, expect),
-        (Err(err), Some(code)) => assert_eq!(err.code().as_str(), code, "{err}"),
+        (Err(err), Some(code)) => {
+            assert_eq!(err.code().as_str(), code, "{err}");
+            assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+        }
         (got, _) => panic!("expected {expect}, got {got:?}"),
     }
 }

@@ -28,6 +28,36 @@ pub(super) fn is_loopback(url: &url::Url) -> bool {
     }
 }
 
+/// Whether a proxy could never reach `url`: this machine, or a link-local address such as
+/// a cloud's instance metadata service.
+pub(super) fn is_local(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback() || ip.is_link_local(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback() || (ip.segments()[0] & 0xffc0) == 0xfe80,
+        _ => is_loopback(url),
+    }
+}
+
+/// Checks an endpoint that is sent a secret (a refresh token, an assertion, a subject token,
+/// a bearer token): `https`, or `http` only to this machine, and no user name or password.
+/// `what` names the field in messages, e.g. "the `authorized_user` `token_uri`".
+pub(super) fn check_secret_endpoint(what: &str, uri: &str) -> Result<url::Url> {
+    let url = url::Url::parse(uri)
+        .map_err(|_| LockError::invalid_argument(format!("{what} is not a valid URL")))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(LockError::invalid_argument(format!(
+            "{what} must not contain a user name or password"
+        )));
+    }
+    match url.scheme() {
+        "https" if url.host().is_some() => Ok(url),
+        "http" if is_loopback(&url) => Ok(url),
+        _ => Err(LockError::invalid_argument(format!(
+            "{what} must be an https URL (http only to localhost), got {url}"
+        ))),
+    }
+}
+
 /// An agent of our own: token requests must not share a connection budget or timeouts with
 /// Firestore's, and error answers must be readable. `direct` bypasses any proxy configured in
 /// the environment.
@@ -47,15 +77,15 @@ pub(super) fn agent(timeout: Duration, direct: bool) -> ureq::Agent {
     ureq::Agent::new_with_config(config.build())
 }
 
-/// Reads a token endpoint's or metadata server's answer. `secrets` are scrubbed from any text
-/// of the answer that goes into a message, in case the endpoint echoes them; `hint` ends the
-/// message when there is no answer.
-pub(super) fn read_token_answer(
+/// Reads an answer whole: the body of a 2xx answer, else the error for the refusal or the
+/// failed request. `secrets` are scrubbed from any text of the answer that goes into a
+/// message, in case the endpoint echoes them; `hint` ends the message when there is no answer.
+pub(super) fn read_answer(
     what: &str,
     answer: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     secrets: &[&str],
     hint: &str,
-) -> Result<FetchedToken> {
+) -> Result<Vec<u8>> {
     let mut response = answer.map_err(|e| transport_error(what, e, hint))?;
     let status = response.status().as_u16();
     let body = response
@@ -67,13 +97,28 @@ pub(super) fn read_token_answer(
     if !(200..300).contains(&status) {
         return Err(refusal(what, status, &body, secrets));
     }
-    // A successful answer holds the token: nothing of it may go into a message.
-    let unparseable = |problem: &str| {
-        LockError::new(
-            ErrorCode::AuthFailed,
-            format!("{what} answered HTTP {status} without a usable token: {problem}"),
-        )
-    };
+    Ok(body)
+}
+
+/// The error for a 2xx answer that holds no usable token. Nothing of the answer goes into
+/// it: a successful answer may hold a token.
+pub(super) fn unusable_answer(what: &str, problem: &str) -> LockError {
+    LockError::new(
+        ErrorCode::AuthFailed,
+        format!("{what} answered without a usable token: {problem}"),
+    )
+}
+
+/// Reads an OAuth token endpoint's or the metadata server's answer (`access_token`,
+/// `expires_in`, `token_type`); see [`read_answer`] for `secrets` and `hint`.
+pub(super) fn read_token_answer(
+    what: &str,
+    answer: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    secrets: &[&str],
+    hint: &str,
+) -> Result<FetchedToken> {
+    let body = read_answer(what, answer, secrets, hint)?;
+    let unparseable = |problem: &str| unusable_answer(what, problem);
     let value: Value =
         serde_json::from_slice(&body).map_err(|_| unparseable("the answer is not JSON"))?;
     let access_token = value
@@ -96,6 +141,8 @@ pub(super) fn read_token_answer(
         .and_then(|v| {
             v.as_u64()
                 .or_else(|| v.as_f64().filter(|s| *s >= 0.0).map(|s| s as u64))
+                // Some token services send the number as a string.
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse::<u64>().ok()))
         })
         .ok_or_else(|| unparseable("no `expires_in` (a number of seconds)"))?;
     Ok(FetchedToken {
@@ -145,6 +192,9 @@ fn clean_detail(text: &str, secrets: &[&str]) -> String {
     let mut text = text.to_owned();
     for secret in secrets.iter().filter(|s| !s.is_empty()) {
         text = text.replace(secret, "***");
+        // As the request's form carried it, for an endpoint that quotes the request body.
+        let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+        text = text.replace(&encoded, "***");
     }
     let mut clean: String = text
         .chars()
@@ -178,7 +228,7 @@ fn transport_error(what: &str, error: ureq::Error, hint: &str) -> LockError {
     };
     let message = match code {
         ErrorCode::NetworkTimeout => format!("{what} did not answer in time{hint}"),
-        ErrorCode::AuthFailed => format!("{what} answered with more than a token"),
+        ErrorCode::AuthFailed => format!("{what} answered with more than it should"),
         ErrorCode::InvalidArgument => format!("could not make a request to {what}: {error}"),
         _ => format!("could not reach {what}: {error}{hint}"),
     };
@@ -200,6 +250,11 @@ mod tests {
         assert_eq!(
             err.message(),
             "the endpoint refused to issue a token (HTTP 400): invalid_grant: Invalid JWT: ***"
+        );
+        let echoed = b"grant_type=refresh_token&refresh_token=1%2F%2Fsecret+token";
+        assert_eq!(
+            refusal("x", 400, echoed, &["1//secret token"]).message(),
+            "x refused to issue a token (HTTP 400): grant_type=refresh_token&refresh_token=***"
         );
         let google =
             br#"{"error":{"code":403,"message":"Permission denied","status":"PERMISSION_DENIED"}}"#;

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::adc::Env;
 use super::cache::{FetchToken, FetchedToken};
 use super::http::{agent, read_token_answer};
 use crate::error::{LockError, Result};
@@ -15,13 +16,16 @@ const DEFAULT_METADATA_HOST: &str = "metadata.google.internal";
 const METADATA_TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
 
 /// The metadata server's `host[:port]`, from `GCE_METADATA_HOST` or the default.
-fn metadata_host_from_env() -> Result<String> {
-    match std::env::var("GCE_METADATA_HOST") {
-        Ok(host) if !host.trim().is_empty() => validate_metadata_host(host.trim()),
-        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(DEFAULT_METADATA_HOST.to_owned()),
-        Err(std::env::VarError::NotUnicode(_)) => Err(LockError::invalid_argument(
-            "GCE_METADATA_HOST is not valid Unicode",
-        )),
+fn metadata_host_from_env(env: Env<'_>) -> Result<String> {
+    let Some(host) = env("GCE_METADATA_HOST") else {
+        return Ok(DEFAULT_METADATA_HOST.to_owned());
+    };
+    let host = host
+        .into_string()
+        .map_err(|_| LockError::invalid_argument("GCE_METADATA_HOST is not valid Unicode"))?;
+    match host.trim() {
+        "" => Ok(DEFAULT_METADATA_HOST.to_owned()),
+        host => validate_metadata_host(host),
     }
 }
 
@@ -53,9 +57,9 @@ pub(super) struct MetadataSource {
 }
 
 impl MetadataSource {
-    /// The metadata server `GCE_METADATA_HOST` names, or the default one.
-    pub(super) fn from_env(timeout: Duration) -> Result<MetadataSource> {
-        Ok(MetadataSource::new(metadata_host_from_env()?, timeout))
+    /// The metadata server `GCE_METADATA_HOST` in `env` names, or the default one.
+    pub(super) fn from_env(env: Env<'_>, timeout: Duration) -> Result<MetadataSource> {
+        Ok(MetadataSource::new(metadata_host_from_env(env)?, timeout))
     }
 
     /// `host` is `host[:port]`, already checked.
@@ -81,8 +85,9 @@ impl FetchToken for MetadataSource {
             .call();
         // The usual reason the default host cannot be reached: not running on Google Cloud.
         let hint = if self.host == DEFAULT_METADATA_HOST {
-            " (outside Google Cloud, set GOOGLE_APPLICATION_CREDENTIALS to a service-account \
-             key file or pass credentials explicitly)"
+            " (outside Google Cloud, run `gcloud auth application-default login`, set \
+             GOOGLE_APPLICATION_CREDENTIALS to a credentials file, or pass credentials \
+             explicitly)"
         } else {
             ""
         };
@@ -117,5 +122,22 @@ mod tests {
             let err = validate_metadata_host(bad).err().unwrap();
             assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_host_comes_from_gce_metadata_host_else_the_default() {
+        let with = |value: Option<&str>| {
+            metadata_host_from_env(&|name: &str| {
+                assert_eq!(name, "GCE_METADATA_HOST");
+                value.map(std::ffi::OsString::from)
+            })
+        };
+        assert_eq!(with(None).unwrap(), DEFAULT_METADATA_HOST);
+        assert_eq!(with(Some("  ")).unwrap(), DEFAULT_METADATA_HOST);
+        assert_eq!(with(Some(" 127.0.0.1:8080 ")).unwrap(), "127.0.0.1:8080");
+        assert_eq!(
+            with(Some("http://x/")).unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
     }
 }

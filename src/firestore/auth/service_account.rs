@@ -1,5 +1,5 @@
-//! Tokens for a service account from its key
-//! ([`Credentials::ServiceAccountJson`](super::Credentials::ServiceAccountJson) and
+//! Tokens for a service account from its key (`"type": "service_account"`, and
+//! [`Credentials::ServiceAccountJson`](super::Credentials::ServiceAccountJson) /
 //! [`ServiceAccountFile`](super::Credentials::ServiceAccountFile)): the key signs a one-hour JWT
 //! assertion (RS256) that the key's `token_uri` exchanges for an access token (RFC 7523).
 
@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::Value;
 
-use super::SCOPE;
 use super::cache::{FetchToken, FetchedToken};
-use super::http::{agent, is_loopback, read_token_answer};
+use super::http::{agent, check_secret_endpoint, is_loopback, read_token_answer};
+use super::json::{parse_object, read_credentials_file, type_of};
 use crate::error::{LockError, Result};
 
 /// The OAuth grant that exchanges a signed JWT for an access token (RFC 7523).
@@ -29,40 +29,28 @@ struct ServiceAccountKey {
 }
 
 impl ServiceAccountKey {
-    /// Parses and checks a key file's JSON. Messages name the field at fault, never a value
-    /// that could be part of the key.
+    /// Parses and checks a key file's JSON, which must say `"type": "service_account"`.
+    /// Messages name the field at fault, never a value that could be part of the key.
     fn parse(json: &str) -> Result<ServiceAccountKey> {
-        // Parsed as a plain value rather than into a struct: serde's type errors quote the
-        // offending value, which could be the key.
-        let value: Value = serde_json::from_str(json).map_err(|e| {
-            LockError::invalid_argument(format!(
-                "the service-account key is not valid JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ))
-        })?;
-        if !value.is_object() {
-            return Err(LockError::invalid_argument(
-                "the service-account key is not a JSON object",
-            ));
-        }
-        match value.get("type").and_then(Value::as_str) {
-            Some("service_account") => {}
+        let value = parse_object(json, "the service-account key")?;
+        match type_of(&value) {
+            Some("service_account") => ServiceAccountKey::from_value(&value),
             Some(
                 kind @ ("authorized_user" | "external_account" | "impersonated_service_account"),
-            ) => {
-                return Err(LockError::invalid_argument(format!(
-                    "credentials of type `{kind}` are not supported; use a service-account key \
-                     or the metadata server"
-                )));
-            }
-            _ => {
-                return Err(LockError::invalid_argument(
-                    "the credentials JSON is not a service-account key (its `type` is not \
-                     `service_account`)",
-                ));
-            }
+            ) => Err(LockError::invalid_argument(format!(
+                "the credentials are of type `{kind}`, not a service-account key: pass them as \
+                 `Credentials::Json` or `Credentials::File`"
+            ))),
+            _ => Err(LockError::invalid_argument(
+                "the credentials JSON is not a service-account key (its `type` is not \
+                 `service_account`)",
+            )),
         }
+    }
+
+    /// Checks a key whose `type` has been checked. Messages name the field at fault, never a
+    /// value that could be part of the key.
+    fn from_value(value: &Value) -> Result<ServiceAccountKey> {
         let field = |name: &str| -> Result<String> {
             match value.get(name).and_then(Value::as_str).map(str::trim) {
                 Some(text) if !text.is_empty() => Ok(text.to_owned()),
@@ -74,7 +62,7 @@ impl ServiceAccountKey {
         let client_email = field("client_email")?;
         let private_key_id = field("private_key_id")?;
         let token_uri = field("token_uri")?;
-        validate_token_uri(&token_uri)?;
+        check_secret_endpoint("the service-account `token_uri`", &token_uri)?;
         let pem = field("private_key")?;
         // jsonwebtoken's messages describe the parse failure, but none is needed to say the
         // key is unusable, and they are kept out in case one ever quotes the input.
@@ -91,7 +79,7 @@ impl ServiceAccountKey {
         };
         // The PEM parser accepts some DER the signer later rejects: sign once now, so a bad
         // key fails here rather than on the first lock operation.
-        key.assertion(0).map_err(|_| {
+        key.assertion(0, "").map_err(|_| {
             LockError::invalid_argument(
                 "the service-account `private_key` cannot sign: it is not a valid RSA key",
             )
@@ -99,8 +87,12 @@ impl ServiceAccountKey {
         Ok(key)
     }
 
-    /// The signed JWT asking for a token, issued at `now` (Unix seconds).
-    fn assertion(&self, now: u64) -> std::result::Result<String, jsonwebtoken::errors::Error> {
+    /// The signed JWT asking for a token for `scope`, issued at `now` (Unix seconds).
+    fn assertion(
+        &self,
+        now: u64,
+        scope: &str,
+    ) -> std::result::Result<String, jsonwebtoken::errors::Error> {
         #[derive(serde::Serialize)]
         struct Claims<'a> {
             iss: &'a str,
@@ -113,33 +105,12 @@ impl ServiceAccountKey {
         header.kid = Some(self.private_key_id.clone());
         let claims = Claims {
             iss: &self.client_email,
-            scope: SCOPE,
+            scope,
             aud: &self.token_uri,
             iat: now,
             exp: now.saturating_add(ASSERTION_LIFETIME_SECS),
         };
         jsonwebtoken::encode(&header, &claims, &self.key)
-    }
-}
-
-/// Accepts `https` URLs, and `http` only to this machine: the assertion is as good as a token
-/// for an hour and must not cross a network in clear text.
-fn validate_token_uri(uri: &str) -> Result<()> {
-    let url = url::Url::parse(uri).map_err(|_| {
-        LockError::invalid_argument("the service-account `token_uri` is not a valid URL")
-    })?;
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(LockError::invalid_argument(
-            "the service-account `token_uri` must not contain a user name or password",
-        ));
-    }
-    match url.scheme() {
-        "https" if url.host().is_some() => Ok(()),
-        "http" if is_loopback(&url) => Ok(()),
-        _ => Err(LockError::invalid_argument(format!(
-            "the service-account `token_uri` must be an https URL (http only to localhost), \
-             got {url}"
-        ))),
     }
 }
 
@@ -154,46 +125,66 @@ fn unix_now() -> Result<u64> {
 /// Tokens for a service account, exchanged for signed assertions at its `token_uri`.
 pub(super) struct ServiceAccountSource {
     key: ServiceAccountKey,
+    scope: &'static str,
     agent: ureq::Agent,
 }
 
 impl ServiceAccountSource {
-    fn new(key: ServiceAccountKey, timeout: Duration) -> ServiceAccountSource {
+    fn new(key: ServiceAccountKey, scope: &'static str, timeout: Duration) -> ServiceAccountSource {
         // A proxy cannot reach a token endpoint on this machine (a test double, a local
         // emulator of Google's endpoint).
         let local = url::Url::parse(&key.token_uri).is_ok_and(|url| is_loopback(&url));
         ServiceAccountSource {
             agent: agent(timeout, local),
             key,
+            scope,
         }
     }
 
-    /// The key in `json`, the text of a key file.
-    pub(super) fn from_json(json: &str, timeout: Duration) -> Result<ServiceAccountSource> {
+    /// The key in `value`, credentials JSON whose `type` is `service_account`; its tokens are
+    /// for `scope`.
+    pub(super) fn from_value(
+        value: &Value,
+        scope: &'static str,
+        timeout: Duration,
+    ) -> Result<ServiceAccountSource> {
         Ok(ServiceAccountSource::new(
-            ServiceAccountKey::parse(json)?,
+            ServiceAccountKey::from_value(value)?,
+            scope,
             timeout,
         ))
     }
 
-    /// The key in the file at `path`.
-    pub(super) fn from_file(path: &Path, timeout: Duration) -> Result<ServiceAccountSource> {
-        let json = std::fs::read_to_string(path).map_err(|e| {
-            LockError::invalid_argument(format!(
-                "could not read the service-account key file {}: {e}",
-                path.display()
-            ))
-        })?;
+    /// The key in `json`, the text of a key file; its tokens are for `scope`.
+    pub(super) fn from_json(
+        json: &str,
+        scope: &'static str,
+        timeout: Duration,
+    ) -> Result<ServiceAccountSource> {
+        Ok(ServiceAccountSource::new(
+            ServiceAccountKey::parse(json)?,
+            scope,
+            timeout,
+        ))
+    }
+
+    /// The key in the file at `path`; its tokens are for `scope`.
+    pub(super) fn from_file(
+        path: &Path,
+        scope: &'static str,
+        timeout: Duration,
+    ) -> Result<ServiceAccountSource> {
+        let json = read_credentials_file(path, "the service-account key file")?;
         let key = ServiceAccountKey::parse(&json).map_err(|e| {
             LockError::invalid_argument(format!("{}: {}", path.display(), e.message()))
         })?;
-        Ok(ServiceAccountSource::new(key, timeout))
+        Ok(ServiceAccountSource::new(key, scope, timeout))
     }
 }
 
 impl FetchToken for ServiceAccountSource {
     fn fetch(&self) -> Result<FetchedToken> {
-        let assertion = self.key.assertion(unix_now()?).map_err(|_| {
+        let assertion = self.key.assertion(unix_now()?, self.scope).map_err(|_| {
             LockError::invalid_argument("the service-account key could not sign an assertion")
         })?;
         let what = format!("the OAuth token endpoint {}", self.key.token_uri);
@@ -275,7 +266,8 @@ mod tests {
         assert_invalid(ServiceAccountKey::parse("[1, 2]"), "not a JSON object");
         assert_invalid(
             parse_with(|j| j["type"] = "authorized_user".into()),
-            "`authorized_user` are not supported",
+            "of type `authorized_user`, not a service-account key: pass them as \
+             `Credentials::Json`",
         );
         assert_invalid(
             parse_with(|j| j["type"] = private_key().into()),
@@ -330,13 +322,14 @@ mod tests {
 
     #[test]
     fn token_uris_must_be_https_unless_local() {
+        let check = |uri: &str| check_secret_endpoint("the `token_uri`", uri);
         for ok in [
             "https://oauth2.googleapis.com/token",
             "http://127.0.0.1:8080/token",
             "http://localhost/token",
             "http://[::1]:9/token",
         ] {
-            assert!(validate_token_uri(ok).is_ok(), "{ok}");
+            assert!(check(ok).is_ok(), "{ok}");
         }
         crate::error::assert_refused_without_secret(
             &[
@@ -345,12 +338,12 @@ mod tests {
                 "ftp://example.com/",
                 "file:///etc/passwd",
             ],
-            validate_token_uri,
+            check,
         );
     }
 
     #[test]
-    fn the_assertion_is_signed_with_the_key_and_claims_the_datastore_scope() {
+    fn the_assertion_is_signed_with_the_key_and_claims_its_scope() {
         #[derive(serde::Deserialize)]
         struct Claims {
             iss: String,
@@ -363,7 +356,7 @@ mod tests {
         json["token_uri"] = "https://oauth2.googleapis.com/token".into();
         let key = ServiceAccountKey::parse(&json.to_string()).unwrap();
         let now = unix_now().unwrap();
-        let assertion = key.assertion(now).unwrap();
+        let assertion = key.assertion(now, super::super::SCOPE).unwrap();
 
         let public = jsonwebtoken::DecodingKey::from_rsa_pem(PUBLIC_KEY.as_bytes()).unwrap();
         let mut validation = jsonwebtoken::Validation::new(Algorithm::RS256);
@@ -379,7 +372,7 @@ mod tests {
         let claims = decoded.claims;
         assert_eq!(claims.iss, key.client_email);
         assert_eq!(claims.aud, "https://oauth2.googleapis.com/token");
-        assert_eq!(claims.scope, SCOPE);
+        assert_eq!(claims.scope, super::super::SCOPE);
         assert_eq!(claims.iat, now);
         assert_eq!(claims.exp - claims.iat, 3600);
     }
