@@ -7,8 +7,10 @@
 //! gcloud emulators firestore start --host-port=127.0.0.1:8080 &
 //! FIRESTORE_EMULATOR_HOST=127.0.0.1:8080 cargo run --example firestore
 //!
-//! # A real project, with a service-account key (or on GCE / Cloud Run, the metadata server):
-//! GOOGLE_APPLICATION_CREDENTIALS=key.json GOOGLE_CLOUD_PROJECT=my-project cargo run --example firestore
+//! # A real project, with Google's Application Default Credentials: a credentials file
+//! # (service account, `gcloud auth application-default login`, Workload Identity Federation),
+//! # else gcloud's own file, else the metadata server of GCE / Cloud Run / GKE:
+//! GOOGLE_APPLICATION_CREDENTIALS=creds.json GOOGLE_CLOUD_PROJECT=my-project cargo run --example firestore
 //! ```
 //!
 //! What every backend shares (waiting, fences, the heartbeat, `with_lock`) is the quickstart's
@@ -45,9 +47,10 @@ fn run() -> syncguard::Result<()> {
     let (builder, endpoint) = match std::env::var("FIRESTORE_EMULATOR_HOST") {
         // Plain HTTP, and the emulator accepts any project and the token `owner`.
         Ok(host) if !host.trim().is_empty() => (builder.emulator_host(&host), host),
-        // Google's endpoint: GOOGLE_APPLICATION_CREDENTIALS (a service-account key file), else
-        // the metadata server of GCE, Cloud Run or GKE. `ServiceAccountFile`, `Token` and the
-        // others choose one explicitly.
+        // Google's endpoint, with credentials in Google's ADC order: the file
+        // GOOGLE_APPLICATION_CREDENTIALS names (any supported type), gcloud's
+        // application_default_credentials.json, then the metadata server of GCE, Cloud Run or
+        // GKE. `Credentials::File`, `Json`, `Token` and the others choose explicitly.
         _ => (
             builder.production().credentials(Credentials::Default),
             "firestore.googleapis.com".to_owned(),

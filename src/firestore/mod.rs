@@ -315,23 +315,28 @@ impl FirestoreBuilder {
             (None, Some(_)) => Credentials::Token("owner".to_owned()),
             (None, None) => Credentials::Default,
         };
-        // The emulator is plain HTTP: no roots to load (a redirect to HTTPS would fail).
-        let roots = match &self.emulator_host {
-            Some(_) => TlsRoots::load(None, false)?,
-            None => {
-                let roots = TlsRoots::load(self.tls_ca_file.as_deref(), true)?;
+        // Roots for HTTPS, to Firestore and to token endpoints alike. The emulator is plain
+        // HTTP and takes a fixed token: then nothing needs them (and a redirect to HTTPS would
+        // fail).
+        let emulated = self.emulator_host.is_some();
+        let roots = if emulated && matches!(credentials, Credentials::Token(_)) {
+            TlsRoots::load(None, false)?
+        } else {
+            let roots = TlsRoots::load(self.tls_ca_file.as_deref(), true)?;
+            if !emulated {
                 roots.require_any("tls_ca_file")?;
-                roots
             }
+            roots
         };
-        let tokens = TokenProvider::new(&credentials, self.timeout)?;
+        let tls = roots.ureq_config();
+        let tokens = TokenProvider::with_tls(&credentials, self.timeout, tls.clone())?;
         let rest = RestClient::new(
             &project,
             &self.database,
             self.emulator_host.as_deref(),
             tokens,
             self.timeout,
-            roots.ureq_config(),
+            tls,
         );
         Ok(FirestoreBackend {
             rest,

@@ -253,7 +253,8 @@ mod firestore {
             proxy
                 .connects()
                 .iter()
-                .all(|target| target == "firestore.googleapis.com:443"),
+                .all(|target| target == "firestore.googleapis.com:443"
+                    || target == "oauth2.googleapis.com:443"),
             "{:?}",
             proxy.connects()
         );
@@ -309,6 +310,24 @@ mod firestore {
                         .starts_with(&format!("the CA file {missing} cannot be read")),
                     "{err}"
                 );
+                // Token requests trust the same CA: the handshake with Google's token
+                // endpoint (the proxy answers for it too) succeeds, and the emulator behind
+                // the proxy then refuses the request: a refusal, not a TLS failure.
+                let user = serde_json::json!({
+                    "type": "authorized_user",
+                    "client_id": "client.apps",
+                    "client_secret": "client-secret",
+                    "refresh_token": "refresh-token",
+                });
+                let err = production()
+                    .credentials(Credentials::Json(user.to_string()))
+                    .tls_ca_file(&ca)
+                    .build()
+                    .unwrap()
+                    .is_locked(&key)
+                    .unwrap_err();
+                assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
+                assert!(!err.message().contains("certificate"), "{err}");
             }
             "untrusted" | "other-ca" | "wrong-name" => {
                 let builder = match scenario.as_str() {

@@ -12,9 +12,9 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use super::cache::Cached;
+use super::http::Http;
 use super::json::{Loaded, load_file};
 use super::metadata::MetadataSource;
 use crate::error::Result;
@@ -77,14 +77,14 @@ fn non_empty(env: Env<'_>, name: &str) -> Option<OsString> {
 }
 
 /// The default credentials, loaded: what [`find`] finds, read and checked.
-pub(super) fn load(env: Env<'_>, windows: bool, timeout: Duration) -> Result<Loaded> {
+pub(super) fn load(env: Env<'_>, windows: bool, http: &Http) -> Result<Loaded> {
     match find(env, windows) {
         Found::EnvironmentFile(path) => {
-            load_file(&path, "the GOOGLE_APPLICATION_CREDENTIALS file", timeout)
+            load_file(&path, "the GOOGLE_APPLICATION_CREDENTIALS file", http)
         }
-        Found::WellKnownFile(path) => load_file(&path, "gcloud's credentials file", timeout),
+        Found::WellKnownFile(path) => load_file(&path, "gcloud's credentials file", http),
         Found::MetadataServer => Ok(Loaded {
-            source: Cached::boxed(MetadataSource::from_env(env, timeout)?),
+            source: Cached::boxed(MetadataSource::from_env(env, http)?),
             quota_project_id: None,
         }),
     }
@@ -214,13 +214,13 @@ mod tests {
     #[test]
     fn loading_reports_the_file_and_never_its_contents() {
         let dir = scratch("load");
-        let timeout = Duration::from_secs(1);
+        let http = &Http::for_tests();
         let user = dir.join("user.json");
         std::fs::write(&user, USER).unwrap();
         let loaded = load(
             &env_of(&[("GOOGLE_APPLICATION_CREDENTIALS", &user)]),
             false,
-            timeout,
+            http,
         )
         .unwrap();
         assert_eq!(
@@ -235,7 +235,7 @@ mod tests {
                 ("GCE_METADATA_HOST", Path::new("127.0.0.1:9")),
             ]),
             false,
-            timeout,
+            http,
         )
         .unwrap();
         assert_eq!(
@@ -304,7 +304,7 @@ mod tests {
                 ),
             ),
         ] {
-            let err = load(&env_of(&vars), false, timeout).err().unwrap();
+            let err = load(&env_of(&vars), false, http).err().unwrap();
             assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
             assert!(err.message().contains(&expected), "{expected}\n{err}");
             assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");

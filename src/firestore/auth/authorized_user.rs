@@ -7,12 +7,11 @@
 //! libraries do the same.
 
 use std::fmt;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
-use super::http::{agent, is_loopback, read_token_answer};
+use super::http::{Http, is_loopback, read_token_answer};
 use super::json::Fields;
 use crate::error::Result;
 
@@ -30,7 +29,7 @@ pub(super) struct AuthorizedUserSource {
 
 impl AuthorizedUserSource {
     /// The credentials in `value`, whose `type` is `authorized_user`.
-    pub(super) fn from_value(value: &Value, timeout: Duration) -> Result<AuthorizedUserSource> {
+    pub(super) fn from_value(value: &Value, http: &Http) -> Result<AuthorizedUserSource> {
         let fields = Fields::new(value, "authorized_user");
         let client_id = fields.string("client_id")?;
         let client_secret = fields.secret("client_secret")?;
@@ -45,7 +44,7 @@ impl AuthorizedUserSource {
             refresh_token,
             token_uri,
             // A proxy cannot reach an endpoint on this machine (a test double).
-            agent: agent(timeout, is_loopback(&url)),
+            agent: http.agent(is_loopback(&url)),
         })
     }
 }
@@ -101,7 +100,7 @@ mod tests {
     fn parse_with(change: impl FnOnce(&mut Value)) -> Result<AuthorizedUserSource> {
         let mut value = user();
         change(&mut value);
-        AuthorizedUserSource::from_value(&value, Duration::from_secs(1))
+        AuthorizedUserSource::from_value(&value, &Http::for_tests())
     }
 
     #[test]

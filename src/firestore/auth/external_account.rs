@@ -4,14 +4,13 @@
 //! IAM may then exchange for a service account's (`service_account_impersonation_url`).
 
 use std::fmt;
-use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
-use super::http::{agent, is_loopback, read_token_answer};
+use super::http::{Http, is_loopback, read_token_answer};
 use super::impersonation::{Impersonation, lifetime_from};
 use super::json::Fields;
 use super::subject_token::SubjectTokenSource;
@@ -44,7 +43,7 @@ pub(super) struct ExternalAccountSource {
 
 impl ExternalAccountSource {
     /// The configuration in `value`, whose `type` is `external_account`.
-    pub(super) fn from_value(value: &Value, timeout: Duration) -> Result<ExternalAccountSource> {
+    pub(super) fn from_value(value: &Value, http: &Http) -> Result<ExternalAccountSource> {
         let fields = Fields::new(value, "external_account");
         let audience = fields.string("audience")?;
         let subject_token_type = fields.string("subject_token_type")?;
@@ -55,7 +54,7 @@ impl ExternalAccountSource {
         let source = fields
             .object("credential_source")?
             .ok_or_else(|| fields.invalid("credential_source", "is missing (an object)"))?;
-        let subject = SubjectTokenSource::from_fields(&source, timeout)?;
+        let subject = SubjectTokenSource::from_fields(&source, http)?;
         let client_id = fields.optional_string("client_id")?;
         let client_secret = fields.optional_string("client_secret")?;
         let client = client_id.map(|id| (id, client_secret.unwrap_or_default()));
@@ -75,7 +74,7 @@ impl ExternalAccountSource {
                 url,
                 Vec::new(),
                 lifetime_from(&fields)?,
-                timeout,
+                http,
             )?),
             None => None,
         };
@@ -88,7 +87,7 @@ impl ExternalAccountSource {
             user_project,
             impersonation,
             // A proxy cannot reach an endpoint on this machine (a test double).
-            agent: agent(timeout, is_loopback(&url)),
+            agent: http.agent(is_loopback(&url)),
         })
     }
 
@@ -195,7 +194,7 @@ mod tests {
     fn parse_with(change: impl FnOnce(&mut Value)) -> Result<ExternalAccountSource> {
         let mut value = account();
         change(&mut value);
-        ExternalAccountSource::from_value(&value, Duration::from_secs(1))
+        ExternalAccountSource::from_value(&value, &Http::for_tests())
     }
 
     #[test]

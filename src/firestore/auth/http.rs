@@ -58,23 +58,47 @@ pub(super) fn check_secret_endpoint(what: &str, uri: &str) -> Result<url::Url> {
     }
 }
 
-/// An agent of our own: token requests must not share a connection budget or timeouts with
-/// Firestore's, and error answers must be readable. `direct` bypasses any proxy configured in
-/// the environment.
-pub(super) fn agent(timeout: Duration, direct: bool) -> ureq::Agent {
-    let mut config = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        // Token endpoints do not redirect; following one would send the credentials elsewhere.
-        .max_redirects(0)
-        .max_redirects_will_error(false)
-        .user_agent(concat!("syncguard/", env!("CARGO_PKG_VERSION")))
-        // The system's roots and an explicit provider (crate::tls), never the process default.
-        .tls_config(crate::tls::system_ureq_config());
-    if direct {
-        config = config.proxy(None);
+/// How token requests are made: their deadline and whom they trust over TLS (the backend's
+/// one policy, `crate::tls`: the system's roots plus its CA file, so that a TLS-inspecting
+/// proxy's CA works for token endpoints exactly as for Firestore).
+#[derive(Clone)]
+pub(crate) struct Http {
+    timeout: Duration,
+    tls: ureq::tls::TlsConfig,
+}
+
+impl Http {
+    pub(crate) fn new(timeout: Duration, tls: ureq::tls::TlsConfig) -> Http {
+        Http { timeout, tls }
     }
-    ureq::Agent::new_with_config(config.build())
+
+    /// An agent of our own: token requests must not share a connection budget or timeouts
+    /// with Firestore's, and error answers must be readable. `direct` bypasses any proxy
+    /// configured in the environment.
+    pub(super) fn agent(&self, direct: bool) -> ureq::Agent {
+        let mut config = ureq::Agent::config_builder()
+            .timeout_global(Some(self.timeout))
+            .http_status_as_error(false)
+            // Token endpoints do not redirect; following one would send the credentials
+            // elsewhere.
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .user_agent(concat!("syncguard/", env!("CARGO_PKG_VERSION")))
+            // Roots and an explicit provider from crate::tls, never the process default.
+            .tls_config(self.tls.clone());
+        if direct {
+            config = config.proxy(None);
+        }
+        ureq::Agent::new_with_config(config.build())
+    }
+}
+
+#[cfg(test)]
+impl Http {
+    /// Token requests of the unit tests: one second, the system's roots.
+    pub(super) fn for_tests() -> Http {
+        Http::new(Duration::from_secs(1), crate::tls::system_ureq_config())
+    }
 }
 
 /// Reads an answer whole: the body of a 2xx answer, else the error for the refusal or the

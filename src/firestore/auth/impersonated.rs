@@ -5,12 +5,12 @@
 //! the service account, through the `delegates` if any.
 
 use std::fmt;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use super::authorized_user::AuthorizedUserSource;
 use super::cache::{FetchToken, FetchedToken};
+use super::http::Http;
 use super::impersonation::{DEFAULT_LIFETIME_SECS, Impersonation};
 use super::json::{Fields, type_of, unsupported_type};
 use super::service_account::ServiceAccountSource;
@@ -28,7 +28,7 @@ pub(super) struct ImpersonatedSource {
 
 impl ImpersonatedSource {
     /// The credentials in `value`, whose `type` is `impersonated_service_account`.
-    pub(super) fn from_value(value: &Value, timeout: Duration) -> Result<ImpersonatedSource> {
+    pub(super) fn from_value(value: &Value, http: &Http) -> Result<ImpersonatedSource> {
         let fields = Fields::new(value, "impersonated_service_account");
         let url = fields.string("service_account_impersonation_url")?;
         let delegates = fields.strings("delegates")?;
@@ -43,16 +43,16 @@ impl ImpersonatedSource {
         };
         let source: Box<dyn FetchToken> = match type_of(source) {
             Some("authorized_user") => {
-                Box::new(AuthorizedUserSource::from_value(source, timeout).map_err(in_source)?)
+                Box::new(AuthorizedUserSource::from_value(source, http).map_err(in_source)?)
             }
             Some("service_account") => Box::new(
-                ServiceAccountSource::from_value(source, CLOUD_PLATFORM_SCOPE, timeout)
+                ServiceAccountSource::from_value(source, CLOUD_PLATFORM_SCOPE, http)
                     .map_err(in_source)?,
             ),
             kind => return Err(in_source(unsupported_type(kind, SOURCE_TYPES))),
         };
         let impersonation =
-            Impersonation::new(&fields, url, delegates, DEFAULT_LIFETIME_SECS, timeout)?;
+            Impersonation::new(&fields, url, delegates, DEFAULT_LIFETIME_SECS, http)?;
         Ok(ImpersonatedSource {
             source,
             impersonation,
@@ -107,7 +107,7 @@ mod tests {
     fn parse_with(change: impl FnOnce(&mut Value)) -> Result<ImpersonatedSource> {
         let mut value = impersonated();
         change(&mut value);
-        ImpersonatedSource::from_value(&value, Duration::from_secs(1))
+        ImpersonatedSource::from_value(&value, &Http::for_tests())
     }
 
     #[test]

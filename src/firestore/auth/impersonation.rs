@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use super::cache::FetchedToken;
-use super::http::{agent, is_header_safe, is_loopback, read_answer, unusable_answer};
+use super::http::{Http, is_header_safe, is_loopback, read_answer, unusable_answer};
 use super::json::Fields;
 use crate::error::Result;
 use crate::firestore::rest::parse_timestamp_ms;
@@ -41,7 +41,7 @@ impl Impersonation {
         url: String,
         delegates: Vec<String>,
         lifetime_secs: u64,
-        timeout: Duration,
+        http: &Http,
     ) -> Result<Impersonation> {
         const FIELD: &str = "service_account_impersonation_url";
         let parsed = fields.endpoint(FIELD, &url)?;
@@ -66,7 +66,7 @@ impl Impersonation {
             })
             .collect();
         Ok(Impersonation {
-            agent: agent(timeout, is_loopback(&parsed)),
+            agent: http.agent(is_loopback(&parsed)),
             url,
             service_account,
             delegates,

@@ -9,13 +9,13 @@
 
 use std::fmt;
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use super::authorized_user::AuthorizedUserSource;
 use super::cache::Cached;
 use super::external_account::ExternalAccountSource;
+use super::http::Http;
 use super::http::check_secret_endpoint;
 use super::impersonated::ImpersonatedSource;
 use super::impersonation::target_principal;
@@ -35,9 +35,9 @@ pub(super) struct Loaded {
 
 /// Reads the credentials file at `path`, of any supported type. `what` names the file in
 /// messages, which then give its path, never its contents.
-pub(super) fn load_file(path: &Path, what: &str, timeout: Duration) -> Result<Loaded> {
+pub(super) fn load_file(path: &Path, what: &str, http: &Http) -> Result<Loaded> {
     let json = read_credentials_file(path, what)?;
-    load_json(&json, timeout).map_err(|e| {
+    load_json(&json, http).map_err(|e| {
         LockError::new(
             e.code(),
             format!("{what} {}: {}", path.display(), e.message()),
@@ -46,21 +46,17 @@ pub(super) fn load_file(path: &Path, what: &str, timeout: Duration) -> Result<Lo
 }
 
 /// The credentials in `json`, of any supported type.
-pub(super) fn load_json(json: &str, timeout: Duration) -> Result<Loaded> {
+pub(super) fn load_json(json: &str, http: &Http) -> Result<Loaded> {
     let value = parse_object(json, "the credentials JSON")?;
     let kind = type_of(&value);
     let source = match kind {
         Some("service_account") => {
-            Cached::boxed(ServiceAccountSource::from_value(&value, SCOPE, timeout)?)
+            Cached::boxed(ServiceAccountSource::from_value(&value, SCOPE, http)?)
         }
-        Some("authorized_user") => {
-            Cached::boxed(AuthorizedUserSource::from_value(&value, timeout)?)
-        }
-        Some("external_account") => {
-            Cached::boxed(ExternalAccountSource::from_value(&value, timeout)?)
-        }
+        Some("authorized_user") => Cached::boxed(AuthorizedUserSource::from_value(&value, http)?),
+        Some("external_account") => Cached::boxed(ExternalAccountSource::from_value(&value, http)?),
         Some("impersonated_service_account") => {
-            Cached::boxed(ImpersonatedSource::from_value(&value, timeout)?)
+            Cached::boxed(ImpersonatedSource::from_value(&value, http)?)
         }
         kind => return Err(unsupported_type(kind, SUPPORTED_TYPES)),
     };
@@ -278,7 +274,7 @@ mod tests {
     use serde_json::json;
 
     fn load(value: Value) -> Result<Loaded> {
-        load_json(&value.to_string(), Duration::from_secs(1))
+        load_json(&value.to_string(), &Http::for_tests())
     }
 
     #[test]
@@ -318,7 +314,7 @@ mod tests {
                 "\"hunter2\"",
                 "[\"hunter2\"]",
             ],
-            |json| load_json(json, Duration::from_secs(1)),
+            |json| load_json(json, &Http::for_tests()),
         );
     }
 

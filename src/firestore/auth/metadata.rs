@@ -3,11 +3,10 @@
 //! [`Credentials::Default`](super::Credentials::Default)).
 
 use std::fmt;
-use std::time::Duration;
 
 use super::adc::Env;
 use super::cache::{FetchToken, FetchedToken};
-use super::http::{agent, read_token_answer};
+use super::http::{Http, read_token_answer};
 use crate::error::{LockError, Result};
 
 /// Where the metadata server is when `GCE_METADATA_HOST` does not say otherwise.
@@ -58,18 +57,18 @@ pub(super) struct MetadataSource {
 
 impl MetadataSource {
     /// The metadata server `GCE_METADATA_HOST` in `env` names, or the default one.
-    pub(super) fn from_env(env: Env<'_>, timeout: Duration) -> Result<MetadataSource> {
-        Ok(MetadataSource::new(metadata_host_from_env(env)?, timeout))
+    pub(super) fn from_env(env: Env<'_>, http: &Http) -> Result<MetadataSource> {
+        Ok(MetadataSource::new(metadata_host_from_env(env)?, http))
     }
 
     /// `host` is `host[:port]`, already checked.
-    pub(super) fn new(host: String, timeout: Duration) -> MetadataSource {
+    pub(super) fn new(host: String, http: &Http) -> MetadataSource {
         MetadataSource {
             url: format!("http://{host}{METADATA_TOKEN_PATH}"),
             host,
             // The metadata server is link-local: a proxy could not reach it, and must never
             // see its tokens.
-            agent: agent(timeout, true),
+            agent: http.agent(true),
         }
     }
 }

@@ -169,40 +169,50 @@ impl TokenProvider {
     /// an unsupported `type` or subject-token source (named), or a key that is not a usable
     /// service-account key.
     pub fn new(credentials: &Credentials, timeout: Duration) -> Result<TokenProvider> {
+        Self::with_tls(credentials, timeout, crate::tls::system_ureq_config())
+    }
+
+    /// As [`new`](TokenProvider::new), with token requests trusting what `tls` trusts (the
+    /// Firestore backend passes its own policy: the system's roots plus its CA file).
+    pub(crate) fn with_tls(
+        credentials: &Credentials,
+        timeout: Duration,
+        tls: ureq::tls::TlsConfig,
+    ) -> Result<TokenProvider> {
         if timeout.is_zero() {
             return Err(LockError::invalid_argument(
                 "the token request timeout must be above zero",
             ));
         }
+        let http = &http::Http::new(timeout, tls);
         let process_env = |name: &str| std::env::var_os(name);
         let only = |source| Loaded {
             source,
             quota_project_id: None,
         };
         let loaded = match credentials {
-            Credentials::Default => adc::load(&process_env, cfg!(windows), timeout)?,
+            Credentials::Default => adc::load(&process_env, cfg!(windows), http)?,
             Credentials::Json(json) if json.trim().is_empty() => {
                 return Err(LockError::invalid_argument(
                     "the Firestore credentials JSON is empty",
                 ));
             }
-            Credentials::Json(json) => json::load_json(json, timeout)?,
+            Credentials::Json(json) => json::load_json(json, http)?,
             Credentials::File(path) if path.as_os_str().is_empty() => {
                 return Err(LockError::invalid_argument(
                     "the Firestore credentials file path is empty",
                 ));
             }
-            Credentials::File(path) => json::load_file(path, "the credentials file", timeout)?,
+            Credentials::File(path) => json::load_file(path, "the credentials file", http)?,
             Credentials::ServiceAccountJson(json) => only(Cached::boxed(
-                ServiceAccountSource::from_json(json, SCOPE, timeout)?,
+                ServiceAccountSource::from_json(json, SCOPE, http)?,
             )),
             Credentials::ServiceAccountFile(path) => only(Cached::boxed(
-                ServiceAccountSource::from_file(path, SCOPE, timeout)?,
+                ServiceAccountSource::from_file(path, SCOPE, http)?,
             )),
-            Credentials::MetadataServer => only(Cached::boxed(MetadataSource::from_env(
-                &process_env,
-                timeout,
-            )?)),
+            Credentials::MetadataServer => {
+                only(Cached::boxed(MetadataSource::from_env(&process_env, http)?))
+            }
             Credentials::Token(token) => only(Box::new(FixedToken::new(token)?)),
         };
         Ok(TokenProvider {
@@ -288,7 +298,7 @@ mod tests {
             format!("{fixed:?}"),
             "TokenProvider(FixedToken(<redacted>))"
         );
-        let metadata = MetadataSource::new("127.0.0.1:1".into(), Duration::from_secs(1));
+        let metadata = MetadataSource::new("127.0.0.1:1".into(), &http::Http::for_tests());
         assert_eq!(
             format!("{metadata:?}"),
             "MetadataServer { host: \"127.0.0.1:1\", .. }"

@@ -5,13 +5,13 @@
 
 use std::fmt;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
-use super::http::{agent, check_secret_endpoint, is_loopback, read_token_answer};
+use super::http::{Http, check_secret_endpoint, is_loopback, read_token_answer};
 use super::json::{parse_object, read_credentials_file, type_of};
 use crate::error::{LockError, Result};
 
@@ -130,12 +130,12 @@ pub(super) struct ServiceAccountSource {
 }
 
 impl ServiceAccountSource {
-    fn new(key: ServiceAccountKey, scope: &'static str, timeout: Duration) -> ServiceAccountSource {
+    fn new(key: ServiceAccountKey, scope: &'static str, http: &Http) -> ServiceAccountSource {
         // A proxy cannot reach a token endpoint on this machine (a test double, a local
         // emulator of Google's endpoint).
         let local = url::Url::parse(&key.token_uri).is_ok_and(|url| is_loopback(&url));
         ServiceAccountSource {
-            agent: agent(timeout, local),
+            agent: http.agent(local),
             key,
             scope,
         }
@@ -146,12 +146,12 @@ impl ServiceAccountSource {
     pub(super) fn from_value(
         value: &Value,
         scope: &'static str,
-        timeout: Duration,
+        http: &Http,
     ) -> Result<ServiceAccountSource> {
         Ok(ServiceAccountSource::new(
             ServiceAccountKey::from_value(value)?,
             scope,
-            timeout,
+            http,
         ))
     }
 
@@ -159,12 +159,12 @@ impl ServiceAccountSource {
     pub(super) fn from_json(
         json: &str,
         scope: &'static str,
-        timeout: Duration,
+        http: &Http,
     ) -> Result<ServiceAccountSource> {
         Ok(ServiceAccountSource::new(
             ServiceAccountKey::parse(json)?,
             scope,
-            timeout,
+            http,
         ))
     }
 
@@ -172,13 +172,13 @@ impl ServiceAccountSource {
     pub(super) fn from_file(
         path: &Path,
         scope: &'static str,
-        timeout: Duration,
+        http: &Http,
     ) -> Result<ServiceAccountSource> {
         let json = read_credentials_file(path, "the service-account key file")?;
         let key = ServiceAccountKey::parse(&json).map_err(|e| {
             LockError::invalid_argument(format!("{}: {}", path.display(), e.message()))
         })?;
-        Ok(ServiceAccountSource::new(key, scope, timeout))
+        Ok(ServiceAccountSource::new(key, scope, http))
     }
 }
 

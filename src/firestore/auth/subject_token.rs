@@ -8,11 +8,10 @@
 use std::fmt;
 use std::io::Read as _;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde_json::Value;
 
-use super::http::{agent, is_header_safe, is_local, read_answer};
+use super::http::{Http, is_header_safe, is_local, read_answer};
 use super::json::Fields;
 use crate::error::{ErrorCode, LockError, Result};
 
@@ -46,10 +45,7 @@ pub(super) enum SubjectTokenSource {
 
 impl SubjectTokenSource {
     /// The source `source` (the `credential_source` object) describes.
-    pub(super) fn from_fields(
-        source: &Fields<'_>,
-        timeout: Duration,
-    ) -> Result<SubjectTokenSource> {
+    pub(super) fn from_fields(source: &Fields<'_>, http: &Http) -> Result<SubjectTokenSource> {
         for (field, what) in [
             ("environment_id", "AWS credential sources"),
             ("executable", "executable-sourced credentials"),
@@ -90,7 +86,7 @@ impl SubjectTokenSource {
                     shown: shown.to_string(),
                     format,
                     // A link-local metadata service is out of any proxy's reach.
-                    agent: agent(timeout, is_local(&parsed)),
+                    agent: http.agent(is_local(&parsed)),
                     url,
                 })
             }
@@ -218,7 +214,7 @@ mod tests {
         let value = json!({ "credential_source": credential_source });
         let fields = Fields::new(&value, "external_account");
         let source = fields.object("credential_source").unwrap().unwrap();
-        SubjectTokenSource::from_fields(&source, Duration::from_secs(1))
+        SubjectTokenSource::from_fields(&source, &Http::for_tests())
     }
 
     #[test]

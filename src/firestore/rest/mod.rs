@@ -102,10 +102,16 @@ impl RestClient {
         let url = format!("{}:{verb}", self.documents_url);
         self.requests.fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
-        let response = self
+        let mut request = self
             .agent
             .post(&url)
-            .header("Authorization", &authorization)
+            .header("Authorization", &authorization);
+        if let Some(project) = self.tokens.quota_project_id() {
+            // As Google's client libraries do: user credentials are billed to, and need, the
+            // quota project their file names.
+            request = request.header("x-goog-user-project", project);
+        }
+        let response = request
             .send_json(body)
             .map_err(|e| RestError::from_transport(e, self.timeout))?;
         let received = Instant::now();

@@ -256,6 +256,14 @@ fn an_authorized_user_refreshes_its_token_once_for_firestore() {
 
     let authorizations = firestore_authorizations(&stub, credentials);
     assert_eq!(authorizations, ["Bearer ya29.user-1"; 2]);
+    // User credentials bill their quota project: every Firestore request names it.
+    let quota_projects: Vec<Option<String>> = stub
+        .requests()
+        .into_iter()
+        .filter(|request| request.path.ends_with(":batchGet"))
+        .map(|request| request.header("x-goog-user-project").map(str::to_owned))
+        .collect();
+    assert_eq!(quota_projects, vec![Some("billing-project".to_owned()); 2]);
     let requests = requests_to(&stub, "/token");
     assert_eq!(requests.len(), 1, "the second read used the cached token");
     let request = &requests[0];
@@ -285,6 +293,12 @@ fn an_external_account_exchanges_a_file_sourced_subject_token_at_sts() {
 
     let authorizations = firestore_authorizations(&stub, credentials);
     assert_eq!(authorizations, ["Bearer ya29.federated-1"; 2]);
+    assert!(
+        stub.requests()
+            .iter()
+            .all(|request| request.header("x-goog-user-project").is_none()),
+        "no quota project in the file, none sent"
+    );
     let requests = requests_to(&stub, "/sts");
     assert_eq!(requests.len(), 1, "the second read used the cached token");
     let request = &requests[0];

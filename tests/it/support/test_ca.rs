@@ -1,7 +1,8 @@
 //! Certificates for the TLS tests, made at test time with the `openssl` command: a test CA, a
 //! server certificate it signs for `localhost` (SAN `DNS:localhost` only, so reaching the server
-//! as `127.0.0.1` is a name mismatch), one for `firestore.googleapis.com` (what a
-//! TLS-inspecting proxy presents), and a second, unrelated CA.
+//! as `127.0.0.1` is a name mismatch), one for `firestore.googleapis.com` and
+//! `oauth2.googleapis.com` (what a TLS-inspecting proxy presents for Firestore and for Google's
+//! token endpoint), and a second, unrelated CA.
 //!
 //! `openssl` rather than a certificate crate: it is on every machine that runs these tests
 //! (`.ci/run` installs it), and adds nothing to the crate's dependency tree.
@@ -26,7 +27,7 @@ pub struct TestCerts {
     pub other_ca: PathBuf,
     /// For `localhost` only.
     pub localhost: ServerCert,
-    /// For `firestore.googleapis.com` only.
+    /// For `firestore.googleapis.com` and `oauth2.googleapis.com`.
     pub firestore: ServerCert,
 }
 
@@ -40,8 +41,13 @@ fn make(dir: &Path) -> TestCerts {
     let ca = make_ca(dir, "ca", "syncguard test CA");
     let other_ca = make_ca(dir, "other-ca", "syncguard unrelated CA");
     TestCerts {
-        localhost: make_server(dir, "localhost", "localhost", &ca),
-        firestore: make_server(dir, "firestore", "firestore.googleapis.com", &ca),
+        localhost: make_server(dir, "localhost", &["localhost"], &ca),
+        firestore: make_server(
+            dir,
+            "firestore",
+            &["firestore.googleapis.com", "oauth2.googleapis.com"],
+            &ca,
+        ),
         ca: ca.cert,
         other_ca: other_ca.cert,
     }
@@ -85,14 +91,16 @@ fn make_ca(dir: &Path, name: &str, common_name: &str) -> ServerCert {
     files
 }
 
-/// A server certificate for `dns_name` alone, signed by `ca`.
-fn make_server(dir: &Path, name: &str, dns_name: &str, ca: &ServerCert) -> ServerCert {
+/// A server certificate for `dns_names` alone, signed by `ca`.
+fn make_server(dir: &Path, name: &str, dns_names: &[&str], ca: &ServerCert) -> ServerCert {
+    let alt_names: Vec<String> = dns_names.iter().map(|dns| format!("DNS:{dns}")).collect();
+    let alt_names = alt_names.join(",");
     let request = dir.join(format!("{name}.csr"));
     let extensions = dir.join(format!("{name}.ext"));
     std::fs::write(
         &extensions,
         format!(
-            "subjectAltName = DNS:{dns_name}\nbasicConstraints = critical, CA:FALSE\n\
+            "subjectAltName = {alt_names}\nbasicConstraints = critical, CA:FALSE\n\
              keyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n\
              subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n"
         ),
@@ -102,7 +110,7 @@ fn make_server(dir: &Path, name: &str, dns_name: &str, ca: &ServerCert) -> Serve
         cert: dir.join(format!("{name}.pem")),
         key: dir.join(format!("{name}.key")),
     };
-    let subject = format!("/CN={dns_name}");
+    let subject = format!("/CN={}", dns_names[0]);
     openssl(&[
         "req",
         "-new",
