@@ -195,6 +195,20 @@ pub(crate) fn assert_refused_without_secret<T>(inputs: &[&str], parse: impl Fn(&
     }
 }
 
+/// Test helper: `outcome` is refused as `InvalidArgument` with exactly `message`, which (nor
+/// the `Debug` form) does not repeat the secret (`hunter2` by convention).
+#[cfg(test)]
+pub(crate) fn assert_refused_with<T>(outcome: Result<T>, message: &str) {
+    let Err(err) = outcome else {
+        panic!("accepted, expected: {message}");
+    };
+    assert_eq!(
+        (err.code(), err.message()),
+        (ErrorCode::InvalidArgument, message)
+    );
+    assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1204,13 +1204,7 @@ mod tests {
             ),
         ];
         for (builder, message) in builders {
-            let shown = format!("{builder:?}");
-            let err = builder.build().expect_err(message);
-            assert_eq!(
-                (err.code(), err.message()),
-                (ErrorCode::InvalidArgument, message),
-                "{shown}"
-            );
+            crate::error::assert_refused_with(builder.build(), message);
         }
     }
 

@@ -1222,6 +1222,27 @@ impl GroupFiles {
         assert!(lines.len() > 1, "the grandchild wrote: {lines:?}");
     }
 
+    /// `run --key key extra… --` [`PARENT_OF_GRANDCHILD`] with `on_term` as the grandchild's
+    /// `$4`, started and ticking: the run, the command's pid and the grandchild's.
+    fn start_run(
+        &self,
+        url: &str,
+        key: &str,
+        extra: &[&str],
+        on_term: &str,
+    ) -> (Running, u32, u32) {
+        let paths = self.paths();
+        let (running, pid) = start_run(
+            url,
+            key,
+            extra,
+            &self.scratch.path("pid"),
+            PARENT_OF_GRANDCHILD,
+            &self.script_args(on_term, &paths),
+        );
+        (running, pid, self.grandchild_ticking())
+    }
+
     /// Ends any grandchild left behind by a failing implementation.
     fn stop(&self) {
         File::create(self.scratch.path("stop")).expect("create the stop file");
@@ -1255,16 +1276,7 @@ fn second_holder(url: &str, key: &str, log: &Path) -> Running {
 fn sigterm_ends_the_whole_group_before_the_release(url: &str) {
     let files = GroupFiles::new("run-term-group");
     let key = unique("run-term-group");
-    let paths = files.paths();
-    let (first, pid) = start_run(
-        url,
-        &key,
-        &["--grace", "20s"],
-        &files.scratch.path("pid"),
-        PARENT_OF_GRANDCHILD,
-        &files.script_args("25", &paths),
-    );
-    let grandchild = files.grandchild_ticking();
+    let (first, pid, grandchild) = files.start_run(url, &key, &["--grace", "20s"], "25");
     let second = second_holder(url, &key, &files.log());
 
     let out = first.terminate();
@@ -1316,16 +1328,8 @@ fn loss_ends_the_whole_group_before_another_holder_can_acquire(url: &str) {
     let key = unique("run-lost-group");
     let proxy = FaultProxy::start(server_addr(url));
     let through_proxy = proxied(url, &proxy);
-    let paths = files.paths();
-    let (first, pid) = start_run(
-        &through_proxy,
-        &key,
-        &["--ttl", "3s", "--grace", "1s"],
-        &files.scratch.path("pid"),
-        PARENT_OF_GRANDCHILD,
-        &files.script_args("0", &paths),
-    );
-    let grandchild = files.grandchild_ticking();
+    let (first, pid, grandchild) =
+        files.start_run(&through_proxy, &key, &["--ttl", "3s", "--grace", "1s"], "0");
 
     // Two renewals confirmed by the store after the latency began: the second was surely
     // delayed, so the local deadline is ahead of the store's expiry by the latency.
@@ -1412,16 +1416,7 @@ fn max_runtime_ends_the_whole_group_with_124(url: &str) {
 fn a_group_that_ignores_sigterm_is_killed_after_the_grace(url: &str) {
     let files = GroupFiles::new("run-grace-group");
     let key = unique("run-grace-group");
-    let paths = files.paths();
-    let (first, pid) = start_run(
-        url,
-        &key,
-        &["--grace", "1s"],
-        &files.scratch.path("pid"),
-        PARENT_OF_GRANDCHILD,
-        &files.script_args("ignore", &paths),
-    );
-    let grandchild = files.grandchild_ticking();
+    let (first, pid, grandchild) = files.start_run(url, &key, &["--grace", "1s"], "ignore");
     let out = first.terminate();
     files.stop();
     // The exit code is the command's: its parent shell died of the SIGTERM.

@@ -70,15 +70,8 @@ fn make_ca(dir: &Path, name: &str, common_name: &str) -> ServerCert {
         cert: dir.join(format!("{name}.pem")),
         key: dir.join(format!("{name}.key")),
     };
-    openssl(&[
-        "req",
+    request_with_new_key(&[
         "-x509",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
         "-days",
         "2",
         "-config",
@@ -111,14 +104,7 @@ fn make_server(dir: &Path, name: &str, dns_names: &[&str], ca: &ServerCert) -> S
         key: dir.join(format!("{name}.key")),
     };
     let subject = format!("/CN={}", dns_names[0]);
-    openssl(&[
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
+    request_with_new_key(&[
         "-subj",
         &subject,
         "-keyout",
@@ -152,6 +138,21 @@ fn path(path: &Path) -> &str {
 }
 
 /// Runs `openssl args`, failing the test with its output if it fails.
+/// `openssl req -new` with a new, unencrypted P-256 key, and `args`.
+fn request_with_new_key(args: &[&str]) {
+    let mut all = vec![
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    all.extend_from_slice(args);
+    openssl(&all);
+}
+
 fn openssl(args: &[&str]) {
     let program = require_program("openssl", "openssl");
     let output = Command::new(program)
