@@ -104,13 +104,38 @@ pub use crate::telemetry::{
 };
 pub use crate::time::{Clock, ManualClock, SystemClock};
 
-/// The README's examples, compiled and run as doctests so they stay true. The README
-/// describes the default build, so they need the default features.
-#[cfg(all(
-    doctest,
-    feature = "redis",
-    feature = "postgres",
-    feature = "firestore"
-))]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+/// The examples of the README and of the reference it links to (`docs/*.md`), compiled and
+/// run as doctests so they stay true. Each page is one item; a backend's page needs its
+/// feature, and its examples that need a server are `no_run`.
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/guide.md")]
+    struct Guide;
+    #[doc = include_str!("../docs/errors.md")]
+    struct Errors;
+    #[doc = include_str!("../docs/backends.md")]
+    struct Backends;
+    #[cfg(feature = "redis")]
+    #[doc = include_str!("../docs/redis.md")]
+    struct Redis;
+    #[cfg(feature = "postgres")]
+    #[doc = include_str!("../docs/postgres.md")]
+    struct Postgres;
+    #[cfg(feature = "firestore")]
+    #[doc = include_str!("../docs/firestore.md")]
+    struct Firestore;
+    #[doc = include_str!("../docs/compatibility.md")]
+    struct Compatibility;
+    #[doc = include_str!("../docs/reliability.md")]
+    struct Reliability;
+    #[doc = include_str!("../docs/cli.md")]
+    struct Cli;
+    #[doc = include_str!("../docs/troubleshooting.md")]
+    struct Troubleshooting;
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+    #[doc = include_str!("../docs/development.md")]
+    struct Development;
+}

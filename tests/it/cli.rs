@@ -1736,8 +1736,8 @@ fn help_for_every_command() {
     }
 }
 
-/// The exit codes and signals are one table: the README's CLI section shows exactly what
-/// `--help` and `run --help` print.
+/// The exit codes and signals are one table: the README's CLI section and the CLI reference
+/// (`docs/cli.md`) show exactly what `--help` and `run --help` print.
 #[test]
 fn the_exit_code_table_is_the_same_everywhere() {
     let help = Running::start(syncguard(&["--help"])).finish();
@@ -1750,12 +1750,14 @@ fn the_exit_code_table_is_the_same_everywhere() {
     assert!(table.contains("Signals (run):"), "{table}");
     let run_help = Running::start(syncguard(&["run", "--help"])).finish();
     assert!(run_help.stdout.contains(table), "{}", run_help.context());
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read the README");
-    assert!(
-        readme.contains(&format!("```text\n{table}\n```")),
-        "the README's CLI section shows the table --help prints:\n{table}"
-    );
+    for page in ["README.md", "docs/cli.md"] {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page))
+            .unwrap_or_else(|e| panic!("read {page}: {e}"));
+        assert!(
+            text.contains(&format!("```text\n{table}\n```")),
+            "{page} shows the table --help prints:\n{table}"
+        );
+    }
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod chaos;
 mod cli;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;
+mod docs;
 #[cfg(feature = "firestore")]
 mod firestore;
 #[cfg(feature = "firestore")]
