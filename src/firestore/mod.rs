@@ -80,8 +80,8 @@
 //! TLS-inspecting proxy whose CA is installed system-wide works as it does for every other
 //! program (ureq finds the proxy in `HTTPS_PROXY` or `ALL_PROXY`). A CA that is not installed
 //! — a PEM file of one or more certificates — is added with [`FirestoreBuilder::tls_ca_file`]
-//! or `?tls_ca_file=PATH` in the URL, for Firestore's own requests; service-account token
-//! requests trust the system's roots. Verification is always full (chain and host name). The
+//! or `?tls_ca_file=PATH` in the URL, for Firestore's requests and the token requests of
+//! every kind of credentials alike. Verification is always full (chain and host name). The
 //! crypto provider (*ring*) is given to each HTTP agent: rustls' process-wide default is never
 //! read or changed. The Redis and PostgreSQL backends follow the same policy. A certificate
 //! that is not trusted fails with `ServiceUnavailable`: `cannot reach Firestore at
@@ -261,8 +261,8 @@ impl FirestoreBuilder {
     /// certificates: the CA of a TLS-inspecting proxy, say (see [TLS](self#tls)).
     /// The URL can give the same (`?tls_ca_file=PATH`). A file that cannot be read or holds no
     /// valid certificate fails [`build`](Self::build) with `InvalidArgument` naming the path.
-    /// Not used with the emulator, which is plain HTTP. Token requests (service-account key
-    /// exchange) trust the system's roots.
+    /// Token requests (to Google's OAuth, STS and IAM endpoints) trust the same. With the
+    /// emulator, which is plain HTTP, only token requests use it.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls_ca_file = Some(path.into());
         self
