@@ -91,6 +91,7 @@
 mod auth;
 mod rest;
 mod skew;
+mod timestamp;
 
 use std::fmt;
 use std::path::PathBuf;

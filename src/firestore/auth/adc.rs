@@ -13,14 +13,12 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use super::Env;
 use super::cache::Cached;
 use super::http::Http;
 use super::json::{Loaded, load_file};
 use super::metadata::MetadataSource;
 use crate::error::Result;
-
-/// Reads an environment variable (`std::env::var_os` outside the tests).
-pub(super) type Env<'a> = &'a dyn Fn(&str) -> Option<OsString>;
 
 /// The well-known file's name in gcloud's configuration directory.
 const WELL_KNOWN_FILE: &str = "application_default_credentials.json";

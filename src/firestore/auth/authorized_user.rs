@@ -11,8 +11,8 @@ use std::fmt;
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
+use super::fields::Fields;
 use super::http::{Http, is_loopback, read_token_answer};
-use super::json::Fields;
 use crate::error::Result;
 
 /// Google's OAuth token endpoint, where a file without `token_uri` sends its refresh token.

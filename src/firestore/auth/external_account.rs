@@ -10,9 +10,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
+use super::fields::Fields;
 use super::http::{Http, is_loopback, read_token_answer};
 use super::impersonation::{Impersonation, lifetime_from};
-use super::json::Fields;
 use super::subject_token::SubjectTokenSource;
 use super::{CLOUD_PLATFORM_SCOPE, SCOPE};
 use crate::error::Result;

@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use super::authorized_user::AuthorizedUserSource;
 use super::cache::{FetchToken, FetchedToken};
+use super::fields::{Fields, type_of, unsupported_type};
 use super::http::Http;
 use super::impersonation::{DEFAULT_LIFETIME_SECS, Impersonation};
-use super::json::{Fields, type_of, unsupported_type};
 use super::service_account::ServiceAccountSource;
 use super::{CLOUD_PLATFORM_SCOPE, SCOPE};
 use crate::error::{LockError, Result};

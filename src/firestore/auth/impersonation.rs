@@ -7,10 +7,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use super::cache::FetchedToken;
+use super::fields::Fields;
 use super::http::{Http, is_header_safe, is_loopback, read_answer, unusable_answer};
-use super::json::Fields;
 use crate::error::Result;
-use crate::firestore::rest::parse_timestamp_ms;
+use crate::firestore::timestamp::parse_timestamp_ms;
 
 /// How long an impersonated token lives unless the credentials say otherwise.
 pub(super) const DEFAULT_LIFETIME_SECS: u64 = 3600;

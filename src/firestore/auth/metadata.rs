@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::adc::Env;
+use super::Env;
 use super::cache::{FetchToken, FetchedToken};
 use super::http::{Http, read_token_answer};
 use crate::error::{LockError, Result};

@@ -43,6 +43,7 @@ mod adc;
 mod authorized_user;
 mod cache;
 mod external_account;
+mod fields;
 mod fixed;
 mod http;
 mod impersonated;
@@ -64,6 +65,10 @@ use self::json::Loaded;
 use self::metadata::MetadataSource;
 use self::service_account::ServiceAccountSource;
 use crate::error::{LockError, Result};
+
+/// Reads an environment variable (`std::env::var_os` outside the tests): where credentials
+/// are looked for is decided over this, so tests need not touch the process environment.
+type Env<'a> = &'a dyn Fn(&str) -> Option<std::ffi::OsString>;
 
 /// The OAuth scope of Cloud Datastore and Firestore: what the tokens used on Firestore are for.
 const SCOPE: &str = "https://www.googleapis.com/auth/datastore";

@@ -11,8 +11,8 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
+use super::fields::{parse_object, read_credentials_file, type_of};
 use super::http::{Http, check_secret_endpoint, is_loopback, read_token_answer};
-use super::json::{parse_object, read_credentials_file, type_of};
 use crate::error::{LockError, Result};
 
 /// The OAuth grant that exchanges a signed JWT for an access token (RFC 7523).

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::fields::Fields;
 use super::http::{Http, is_header_safe, is_local, read_answer};
-use super::json::Fields;
 use crate::error::{ErrorCode, LockError, Result};
 
 /// The most of a subject token file that is read.

@@ -18,7 +18,7 @@
 use serde_json::{Map, Value};
 
 use super::error::RestError;
-use super::parse_timestamp_ms;
+use crate::firestore::timestamp::parse_timestamp_ms;
 
 /// A document as an answer carried it: its name and version are checked, its fields are
 /// Firestore typed values, read with [`Document::string`] and [`Document::integer`].

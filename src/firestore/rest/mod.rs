@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::auth::TokenProvider;
 use super::skew::SkewEstimator;
+use super::timestamp::parse_timestamp_ms;
 use crate::error::LockError;
 
 mod answer;
@@ -194,44 +195,6 @@ fn server_time_ms(value: &Value) -> Option<i64> {
     parse_timestamp_ms(time.as_str()?)
 }
 
-/// Parses an RFC 3339 UTC timestamp as Firestore writes it (`2026-11-22T14:17:00.514324Z`).
-pub(crate) fn parse_timestamp_ms(text: &str) -> Option<i64> {
-    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
-    let mut date = date.splitn(3, '-').map(str::parse::<i64>);
-    let (year, month, day) = (date.next()?.ok()?, date.next()?.ok()?, date.next()?.ok()?);
-    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
-    let mut clock = clock.splitn(3, ':').map(str::parse::<i64>);
-    let (hour, minute, second) = (
-        clock.next()?.ok()?,
-        clock.next()?.ok()?,
-        clock.next()?.ok()?,
-    );
-    let millis = fraction
-        .chars()
-        .chain(std::iter::repeat('0'))
-        .take(3)
-        .collect::<String>()
-        .parse::<i64>()
-        .ok()?;
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    // Days from the civil date (proleptic Gregorian), the classic era-based formula.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
-}
-
 // --- typed values -----------------------------------------------------------------------------
 
 pub(crate) fn string_value(value: &str) -> Value {
@@ -241,32 +204,4 @@ pub(crate) fn string_value(value: &str) -> Value {
 pub(crate) fn integer_value(value: i64) -> Value {
     // int64 travels as a decimal string in Firestore's JSON.
     json!({ "integerValue": value.to_string() })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps() {
-        assert_eq!(parse_timestamp_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_timestamp_ms("1970-01-01T00:00:01.5Z"), Some(1500));
-        assert_eq!(
-            parse_timestamp_ms("2026-11-22T14:17:00.514324Z"),
-            Some(1_795_357_020_514)
-        );
-        assert_eq!(
-            parse_timestamp_ms("2000-02-29T12:00:00.000Z"),
-            Some(951_825_600_000)
-        );
-        for bad in [
-            "",
-            "2026-11-22",
-            "2026-13-01T00:00:00Z",
-            "2026-11-22T14:17:00+01:00",
-            "x-y-zTa:b:cZ",
-        ] {
-            assert_eq!(parse_timestamp_ms(bad), None, "{bad}");
-        }
-    }
 }
