@@ -197,7 +197,10 @@ pub(crate) fn assert_refused_without_secret<T>(inputs: &[&str], parse: impl Fn(&
 
 /// Test helper: `outcome` is refused as `InvalidArgument` with exactly `message`, which (nor
 /// the `Debug` form) does not repeat the secret (`hunter2` by convention).
-#[cfg(test)]
+#[cfg(all(
+    test,
+    any(feature = "redis", feature = "postgres", feature = "firestore")
+))]
 pub(crate) fn assert_refused_with<T>(outcome: Result<T>, message: &str) {
     let Err(err) = outcome else {
         panic!("accepted, expected: {message}");
