@@ -222,10 +222,9 @@ pub(crate) fn find_rustls_error<'a>(
         if let Some(inner) = current
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::get_ref)
+            && let Some(tls) = find_rustls_error(inner)
         {
-            if let Some(tls) = find_rustls_error(inner) {
-                return Some(tls);
-            }
+            return Some(tls);
         }
         next = current.source();
     }
