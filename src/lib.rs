@@ -66,7 +66,8 @@
 //!   `jsonwebtoken`; service-account assertions are signed RS256 with *ring*, the crypto
 //!   library rustls uses here).
 //! - `cli`: the `syncguard` command, with all three backends.
-//! - `testing`: the contract suite ([`testing`]) for the tests of a backend written elsewhere.
+//! - `testing`: the contract suite (`syncguard::testing`) for the tests of a backend written
+//!   elsewhere.
 //!
 //! ```toml
 //! [dependencies]
