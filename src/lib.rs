@@ -121,8 +121,8 @@ pub use crate::telemetry::{
 };
 pub use crate::time::{Clock, ManualClock, SystemClock};
 
-/// The README's examples, compiled and run as doctests so they stay true. They show every
-/// backend, so they need all three backend features.
+/// The README's examples, compiled and run as doctests so they stay true. The README
+/// describes the default build, so they need the default features.
 #[cfg(all(
     doctest,
     feature = "redis",
