@@ -45,13 +45,13 @@ struct StaleWrite {
 impl FencedStore {
     fn write(&self, id: &str, fence: u64, value: String) -> Result<(), StaleWrite> {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&(stored, _)) = rows.get(id) {
-            if fence < stored {
-                return Err(StaleWrite {
-                    offered: fence,
-                    stored,
-                });
-            }
+        if let Some(&(stored, _)) = rows.get(id)
+            && fence < stored
+        {
+            return Err(StaleWrite {
+                offered: fence,
+                stored,
+            });
         }
         rows.insert(id.to_owned(), (fence, value));
         Ok(())

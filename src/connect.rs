@@ -18,8 +18,10 @@ const SCHEMES: &str =
 /// | `postgres://…`, `postgresql://…` | PostgreSQL (feature `postgres`) |
 /// | `firestore://PROJECT[/DATABASE]` | Firestore (feature `firestore`) |
 ///
-/// A malformed URL, an unknown scheme, or a backend this build lacks is `InvalidArgument`.
-/// Messages name the scheme only, never the rest of the URL (it may hold a password).
+/// Each backend is a Cargo feature, off by default: a build without the one a URL names answers
+/// `InvalidArgument` with the feature to enable (`cargo add syncguard --features redis`), as it
+/// does for a malformed URL or an unknown scheme. Messages name the scheme only, never the rest
+/// of the URL (it may hold a password).
 ///
 /// ```
 /// let backend = syncguard::connect("memory:")?;
@@ -60,14 +62,16 @@ pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
     }
 }
 
-/// The answer for a backend this build was compiled without.
+/// The answer for a backend this build was compiled without: which feature to enable, since
+/// backends are opt-in and a first try without one is the usual way to get here.
 #[cfg_attr(
     all(feature = "redis", feature = "postgres", feature = "firestore"),
     allow(dead_code)
 )]
-fn unavailable(backend: &str) -> Result<Box<dyn LockBackend>> {
+fn unavailable(feature: &str) -> Result<Box<dyn LockBackend>> {
     Err(LockError::invalid_argument(format!(
-        "this build of syncguard lacks the `{backend}` feature"
+        "this build of syncguard has no {feature} backend: enable the crate's `{feature}` \
+         feature (`cargo add syncguard --features {feature}`)"
     )))
 }
 
@@ -90,6 +94,38 @@ mod tests {
             );
         }
         assert!(connect("memory:foo").is_err());
+    }
+
+    /// Every backend this build lacks: its URLs say which feature to enable, and still quote no
+    /// password.
+    #[test]
+    fn a_missing_backend_names_its_feature() {
+        let missing: &[(&str, &str)] = &[
+            #[cfg(not(feature = "redis"))]
+            ("redis", "redis://user:hunter2@127.0.0.1:1/"),
+            #[cfg(not(feature = "redis"))]
+            ("redis", "rediss://user:hunter2@127.0.0.1:1/"),
+            #[cfg(not(feature = "redis"))]
+            ("redis", "redis+unix:///tmp/hunter2.sock"),
+            #[cfg(not(feature = "postgres"))]
+            ("postgres", "postgres://user:hunter2@127.0.0.1:1/db"),
+            #[cfg(not(feature = "postgres"))]
+            ("postgres", "POSTGRESQL://user:hunter2@127.0.0.1:1/db"),
+            #[cfg(not(feature = "firestore"))]
+            ("firestore", "firestore://hunter2-project"),
+        ];
+        for (feature, url) in missing {
+            let Err(err) = connect(url) else {
+                panic!("{url} connected without its backend");
+            };
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument, "{err}");
+            assert!(
+                err.message()
+                    .contains(&format!("cargo add syncguard --features {feature}")),
+                "{err}"
+            );
+            assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+        }
     }
 
     #[test]

@@ -56,8 +56,25 @@
 //!
 //! # Features
 //!
-//! `redis`, `postgres`, `firestore` (default): the backends. `cli`: the `syncguard` command.
-//! `testing`: the contract suite ([`testing`]) for the tests of a backend written elsewhere.
+//! The default build is the core and [`MemoryBackend`], with a handful of small dependencies.
+//! Each backend is a feature to opt into, and brings its client libraries only when enabled:
+//!
+//! - `redis`: `RedisBackend` (`redis`, `r2d2`, rustls).
+//! - `postgres`: `PostgresBackend` (`postgres`, `tokio-postgres`, `r2d2_postgres`,
+//!   rustls).
+//! - `firestore`: `FirestoreBackend` over the REST API (`ureq`, rustls,
+//!   `jsonwebtoken`; service-account assertions are signed RS256 with *ring*, the crypto
+//!   library rustls uses here).
+//! - `cli`: the `syncguard` command, with all three backends.
+//! - `testing`: the contract suite (`syncguard::testing`) for the tests of a backend written
+//!   elsewhere.
+//!
+//! ```toml
+//! [dependencies]
+//! syncguard = { version = "0.1", features = ["redis"] }
+//! ```
+//!
+//! [`connect`] with a URL whose backend is not compiled in says which feature to enable.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

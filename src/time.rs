@@ -68,7 +68,7 @@ impl Ttl {
 /// Converts a TTL to whole milliseconds, rejecting (`InvalidArgument`) anything under 1 ms,
 /// with a sub-millisecond part, or above [`MAX_TTL_MS`]. [`Ttl::new`] uses it.
 pub fn ttl_to_ms(ttl: Duration) -> Result<i64> {
-    if ttl.subsec_nanos() % 1_000_000 != 0 {
+    if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(LockError::invalid_argument(format!(
             "ttl must be a whole number of milliseconds, got {ttl:?}"
         )));

@@ -15,6 +15,7 @@
 
 use std::io::Read as _;
 use std::path::Path;
+#[cfg(any(feature = "postgres", feature = "firestore"))]
 use std::sync::Arc;
 
 use rustls::RootCertStore;
@@ -31,6 +32,8 @@ const MAX_CA_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// one accepted by rustls as a trust anchor.
 #[derive(Clone)]
 pub(crate) struct TlsRoots {
+    /// Only PostgreSQL's configuration reads it; filling it is what checks each root for all.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     store: RootCertStore,
     /// The same certificates, as read (for the clients that take them so).
     certs: Vec<CertificateDer<'static>>,
@@ -159,7 +162,8 @@ pub(crate) fn system_ureq_config() -> ureq::tls::TlsConfig {
     roots.ureq_config()
 }
 
-/// The crypto provider of every configuration built here.
+/// The crypto provider of every configuration built here (redis-rs takes none: src/redis).
+#[cfg(any(feature = "postgres", feature = "firestore"))]
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -218,10 +222,9 @@ pub(crate) fn find_rustls_error<'a>(
         if let Some(inner) = current
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::get_ref)
+            && let Some(tls) = find_rustls_error(inner)
         {
-            if let Some(tls) = find_rustls_error(inner) {
-                return Some(tls);
-            }
+            return Some(tls);
         }
         next = current.source();
     }

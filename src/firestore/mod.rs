@@ -619,17 +619,17 @@ impl FirestoreBackend {
     /// Fails while the measured clock skew is certainly beyond `max_clock_skew`. Every
     /// operation checks before it starts (and again when it reads the clock).
     fn check_skew(&self) -> Result<()> {
-        if let (Some(bound), Some(skew)) = (self.max_clock_skew, self.rest.skew.latest()) {
-            if skew.at_least() > bound {
-                return Err(LockError::new(
-                    ErrorCode::ServiceUnavailable,
-                    format!(
-                        "this machine's clock is off Firestore's by {} ms (±{} ms), beyond \
-                         max_clock_skew {bound:?}: synchronise it (NTP)",
-                        skew.offset_ms, skew.uncertainty_ms
-                    ),
-                ));
-            }
+        if let (Some(bound), Some(skew)) = (self.max_clock_skew, self.rest.skew.latest())
+            && skew.at_least() > bound
+        {
+            return Err(LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!(
+                    "this machine's clock is off Firestore's by {} ms (±{} ms), beyond \
+                     max_clock_skew {bound:?}: synchronise it (NTP)",
+                    skew.offset_ms, skew.uncertainty_ms
+                ),
+            ));
         }
         Ok(())
     }

@@ -200,13 +200,13 @@ impl LockOptions {
     }
 
     pub(crate) fn validated_heartbeat(&self) -> Result<Option<Duration>> {
-        if let Heartbeat::Every(every) = self.heartbeat {
-            if every.is_zero() || every >= self.ttl {
-                return Err(LockError::invalid_argument(format!(
-                    "heartbeat interval {every:?} must be above zero and below the ttl {:?}",
-                    self.ttl
-                )));
-            }
+        if let Heartbeat::Every(every) = self.heartbeat
+            && (every.is_zero() || every >= self.ttl)
+        {
+            return Err(LockError::invalid_argument(format!(
+                "heartbeat interval {every:?} must be above zero and below the ttl {:?}",
+                self.ttl
+            )));
         }
         Ok(self.heartbeat.interval_for(self.ttl))
     }

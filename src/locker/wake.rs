@@ -187,10 +187,8 @@ impl Drop for Waiting {
             }
             last_listener
         };
-        if last_listener {
-            if let Some(Some(watch)) = self.wakeups.watch.get() {
-                watch.unwatch(&self.key);
-            }
+        if last_listener && let Some(Some(watch)) = self.wakeups.watch.get() {
+            watch.unwatch(&self.key);
         }
     }
 }

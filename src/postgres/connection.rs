@@ -145,22 +145,49 @@ pub(crate) struct Listening {
 const PROBE_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a call on one of syncguard's own connections failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub(crate) enum CallError {
-    #[error(transparent)]
-    Postgres(#[from] tokio_postgres::Error),
+    Postgres(tokio_postgres::Error),
     /// The handshake (TCP, TLS, authentication) did not finish within its deadline.
-    #[error("could not connect: no answer within {0:?}")]
     HandshakeTimedOut(Duration),
     /// A statement had no answer within the deadline. The connection is in an unknown state (a
     /// reply may still arrive) and is never used again.
-    #[error(
-        "no answer within {0:?} (statement_timeout): the server was asked to cancel the \
-         statement and the connection was dropped"
-    )]
     TimedOut(Duration),
-    #[error("the backend's I/O thread has stopped")]
     Stopped,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Postgres(error) => error.fmt(f),
+            CallError::HandshakeTimedOut(after) => {
+                write!(f, "could not connect: no answer within {after:?}")
+            }
+            CallError::TimedOut(after) => write!(
+                f,
+                "no answer within {after:?} (statement_timeout): the server was asked to cancel \
+                 the statement and the connection was dropped"
+            ),
+            CallError::Stopped => f.write_str("the backend's I/O thread has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {
+    /// A PostgreSQL error stands for itself (its message is this one's), so its own cause
+    /// comes next.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CallError::Postgres(error) => error.source(),
+            _ => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for CallError {
+    fn from(error: tokio_postgres::Error) -> CallError {
+        CallError::Postgres(error)
+    }
 }
 
 impl From<Undone> for CallError {

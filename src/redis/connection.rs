@@ -95,12 +95,12 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.into_owned())
     };
-    if let Some(protocol) = query("protocol") {
-        if !matches!(protocol.as_str(), "2" | "3" | "resp2" | "resp3") {
-            return Err(LockError::invalid_argument(
-                "the Redis URL parameter `protocol` must be resp2 or resp3 (or 2 or 3)",
-            ));
-        }
+    if let Some(protocol) = query("protocol")
+        && !matches!(protocol.as_str(), "2" | "3" | "resp2" | "resp3")
+    {
+        return Err(LockError::invalid_argument(
+            "the Redis URL parameter `protocol` must be resp2 or resp3 (or 2 or 3)",
+        ));
     }
     let location = if unix {
         let db = match query("db") {

@@ -390,15 +390,7 @@ fn a_self_signed_jwt_is_accepted_by_the_emulator() {
         "iss": key["client_email"], "sub": key["client_email"],
         "aud": "https://firestore.googleapis.com/", "iat": now, "exp": now + 3600,
     });
-    let signing_key =
-        jsonwebtoken::EncodingKey::from_rsa_pem(key["private_key"].as_str().unwrap().as_bytes())
-            .unwrap();
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
-        &claims,
-        &signing_key,
-    )
-    .unwrap();
+    let token = support::jwt::sign_rs256(&claims, key["private_key"].as_str().unwrap());
     let backend = shared_firestore_builder()
         .credentials(Credentials::Token(token))
         .build()

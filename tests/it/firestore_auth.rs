@@ -11,8 +11,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod kinds;
 
 use crate::support::http::{StubRequest, StubResponse, StubServer};
+use crate::support::jwt;
 use crate::support::{self, child};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::Algorithm;
 use serde_json::{Value, json};
 use syncguard::ErrorCode;
 use syncguard::firestore::{Credentials, TokenProvider};
@@ -143,12 +144,7 @@ fn a_service_account_exchanges_a_signed_assertion_for_a_token() {
     assert_eq!(form[1].0, "assertion");
 
     // Verified with the public half only: the assertion was signed with the test key.
-    let public = DecodingKey::from_rsa_pem(PUBLIC_KEY.as_bytes()).unwrap();
-    let mut validation = Validation::new(Algorithm::RS256);
-    validation.set_audience(&[uri.as_str()]);
-    validation.set_issuer(&[EMAIL]);
-    validation.set_required_spec_claims(&["exp", "iat", "iss", "aud"]);
-    let decoded = jsonwebtoken::decode::<Claims>(&form[1].1, &public, &validation)
+    let decoded = jwt::verify_rs256::<Claims>(&form[1].1, PUBLIC_KEY)
         .unwrap_or_else(|e| panic!("the assertion does not verify: {e}"));
     assert_eq!(decoded.header.alg, Algorithm::RS256);
     assert_eq!(decoded.header.typ.as_deref(), Some("JWT"));
@@ -169,7 +165,7 @@ fn a_service_account_exchanges_a_signed_assertion_for_a_token() {
     let at = assertion.rfind('.').unwrap() + 100;
     let flipped = if &assertion[at..=at] == "A" { "B" } else { "A" };
     let tampered = format!("{}{flipped}{}", &assertion[..at], &assertion[at + 1..]);
-    assert!(jsonwebtoken::decode::<Claims>(&tampered, &public, &validation).is_err());
+    assert!(jwt::verify_rs256::<Claims>(&tampered, PUBLIC_KEY).is_err());
 }
 
 #[test]

@@ -11,7 +11,8 @@ mod support;
 
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod chaos;
-#[cfg(all(feature = "cli", feature = "redis", feature = "postgres"))]
+// `cli` brings every backend.
+#[cfg(feature = "cli")]
 mod cli;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;

@@ -380,10 +380,10 @@ fn racing_acquires_over_two_pools() {
                     }
                     // Everyone has tried before the winner lets go.
                     barrier.wait();
-                    if let Some(lease) = hot {
-                        if let Err(e) = backend.release(&lease.lock_id) {
-                            record(e);
-                        }
+                    if let Some(lease) = hot
+                        && let Err(e) = backend.release(&lease.lock_id)
+                    {
+                        record(e);
                     }
                     barrier.wait();
                 }

@@ -9,11 +9,14 @@
 //! *ring* only when the application has installed none. Those run in child processes of their
 //! own, whose rustls default nothing else has set.
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 use std::path::Path;
 
 use syncguard::{ErrorCode, LockError};
 
-use crate::support::{TestCerts, test_certs};
+#[cfg(feature = "postgres")]
+use crate::support::TestCerts;
+use crate::support::test_certs;
 
 /// Fails unless `err` is `ServiceUnavailable` and its message contains every one of `parts`.
 #[track_caller]
@@ -29,6 +32,7 @@ const UNTRUSTED: &str = "the server's certificate is not trusted (unknown issuer
 /// What a certificate for another name is reported as.
 const WRONG_NAME: &str = "the server's certificate is not valid for the name connected to";
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 fn path(path: &Path) -> String {
     path.display().to_string()
 }

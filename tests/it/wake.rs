@@ -3,17 +3,24 @@
 //! waiter in another (its own connections, as another process would have) long before its
 //! poll.
 
-use std::sync::{Mutex, mpsc};
+#[cfg(feature = "postgres")]
+use std::sync::Mutex;
+use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use std::time::Instant;
 
-use syncguard::{Jitter, LockBackend, LockOptions, Locker, owns};
+#[cfg(feature = "postgres")]
+use syncguard::owns;
+use syncguard::{Jitter, LockBackend, LockOptions, Locker};
 
 use crate::support::unique;
 
 /// Long enough for anything the test waits for; far shorter than the 30 s poll of the waiters.
 const PATIENCE: Duration = Duration::from_secs(20);
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 fn await_condition(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !condition() {

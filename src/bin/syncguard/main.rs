@@ -419,17 +419,10 @@ fn setup(url: &str) -> syncguard::Result<Outcome> {
     Ok(Outcome::Printed(json!({ "ok": true }), 0))
 }
 
-#[cfg(feature = "postgres")]
+// The `cli` feature brings every backend, PostgreSQL's among them.
 fn setup_postgres(url: &str) -> syncguard::Result<Outcome> {
     syncguard::postgres::PostgresBackend::connect(url.trim())?.setup_schema()?;
     Ok(Outcome::Printed(json!({ "ok": true }), 0))
-}
-
-#[cfg(not(feature = "postgres"))]
-fn setup_postgres(_url: &str) -> syncguard::Result<Outcome> {
-    Err(LockError::invalid_argument(
-        "this build of syncguard lacks the `postgres` feature",
-    ))
 }
 
 /// The URL's scheme, lowercased (`""` when it has none).

@@ -7,7 +7,15 @@ use std::fmt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::crypto::JwtSigner;
+use jsonwebtoken::signature::{self, Signer as _};
+use jsonwebtoken::{Algorithm, Header};
+use ring::rand::SystemRandom;
+use ring::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
+use rustls::pki_types::PrivateKeyDer;
+use rustls::pki_types::pem::PemObject as _;
 use serde_json::Value;
 
 use super::cache::{FetchToken, FetchedToken};
@@ -25,7 +33,7 @@ struct ServiceAccountKey {
     client_email: String,
     private_key_id: String,
     token_uri: String,
-    key: EncodingKey,
+    signer: Rs256Signer,
 }
 
 impl ServiceAccountKey {
@@ -64,35 +72,17 @@ impl ServiceAccountKey {
         let token_uri = field("token_uri")?;
         check_secret_endpoint("the service-account `token_uri`", &token_uri)?;
         let pem = field("private_key")?;
-        // jsonwebtoken's messages describe the parse failure, but none is needed to say the
-        // key is unusable, and they are kept out in case one ever quotes the input.
-        let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|_| {
-            LockError::invalid_argument(
-                "the service-account `private_key` is not an RSA private key in PEM form",
-            )
-        })?;
-        let key = ServiceAccountKey {
+        let signer = Rs256Signer::from_pem(&pem)?;
+        Ok(ServiceAccountKey {
             client_email,
             private_key_id,
             token_uri,
-            key,
-        };
-        // The PEM parser accepts some DER the signer later rejects: sign once now, so a bad
-        // key fails here rather than on the first lock operation.
-        key.assertion(0, "").map_err(|_| {
-            LockError::invalid_argument(
-                "the service-account `private_key` cannot sign: it is not a valid RSA key",
-            )
-        })?;
-        Ok(key)
+            signer,
+        })
     }
 
     /// The signed JWT asking for a token for `scope`, issued at `now` (Unix seconds).
-    fn assertion(
-        &self,
-        now: u64,
-        scope: &str,
-    ) -> std::result::Result<String, jsonwebtoken::errors::Error> {
+    fn assertion(&self, now: u64, scope: &str) -> Result<String> {
         #[derive(serde::Serialize)]
         struct Claims<'a> {
             iss: &'a str,
@@ -101,7 +91,7 @@ impl ServiceAccountKey {
             iat: u64,
             exp: u64,
         }
-        let mut header = Header::new(Algorithm::RS256);
+        let mut header = Header::new(self.signer.algorithm());
         header.kid = Some(self.private_key_id.clone());
         let claims = Claims {
             iss: &self.client_email,
@@ -110,7 +100,81 @@ impl ServiceAccountKey {
             iat: now,
             exp: now.saturating_add(ASSERTION_LIFETIME_SECS),
         };
-        jsonwebtoken::encode(&header, &claims, &self.key)
+        // JWS compact serialisation (RFC 7515 §7.1), as `jsonwebtoken::encode` builds it; that
+        // function signs with the process-wide provider only, which a library must not choose.
+        let unsigned = format!("{}.{}", json_part(&header)?, json_part(&claims)?);
+        let signature = self.signer.try_sign(unsigned.as_bytes()).map_err(|_| {
+            LockError::invalid_argument("the service-account key could not sign an assertion")
+        })?;
+        Ok(format!("{unsigned}.{}", URL_SAFE_NO_PAD.encode(signature)))
+    }
+}
+
+/// One part of a JWT: the value as JSON, in base64url without padding.
+fn json_part(value: &impl serde::Serialize) -> Result<String> {
+    let json = serde_json::to_vec(value)
+        .map_err(|_| LockError::internal("a JWT part could not be written as JSON"))?;
+    Ok(URL_SAFE_NO_PAD.encode(json))
+}
+
+/// RS256 (RSASSA-PKCS1-v1_5 with SHA-256) with *ring*, which rustls already brings, behind
+/// jsonwebtoken's signer trait.
+///
+/// jsonwebtoken's own backends are no option: `rust_crypto` pulls in `rsa` (RUSTSEC-2023-0071,
+/// no fixed release) and some sixty crates, `aws_lc_rs` a second C crypto library; and either
+/// one is chosen for the whole process (`CryptoProvider::install_default`), which a library
+/// must leave to the application. This signer is passed where it is needed and touches no
+/// process-wide state.
+struct Rs256Signer {
+    key: RsaKeyPair,
+    rng: SystemRandom,
+}
+
+impl Rs256Signer {
+    /// The RSA key in a PEM `PRIVATE KEY` (PKCS#8, as Google issues them) or
+    /// `RSA PRIVATE KEY` (PKCS#1) section. Messages never quote the PEM.
+    fn from_pem(pem: &str) -> Result<Rs256Signer> {
+        let not_rsa_pem = || {
+            LockError::invalid_argument(
+                "the service-account `private_key` is not an RSA private key in PEM form",
+            )
+        };
+        // The PEM parser's errors may quote a line of the input: none is passed on.
+        let der = PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|_| not_rsa_pem())?;
+        let key = match &der {
+            PrivateKeyDer::Pkcs8(der) => RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()),
+            PrivateKeyDer::Pkcs1(der) => RsaKeyPair::from_der(der.secret_pkcs1_der()),
+            _ => return Err(not_rsa_pem()),
+        };
+        // ring checks the whole key here (its parts are consistent, at least 2048 bits), so a
+        // bad key fails now rather than on the first lock operation. Its reasons are fixed
+        // words ("InvalidEncoding", "TooSmall"), never key material.
+        let key = key.map_err(|rejected| {
+            LockError::invalid_argument(format!(
+                "the service-account `private_key` cannot sign: it is not a valid RSA key \
+                 ({rejected})"
+            ))
+        })?;
+        Ok(Rs256Signer {
+            key,
+            rng: SystemRandom::new(),
+        })
+    }
+}
+
+impl signature::Signer<Vec<u8>> for Rs256Signer {
+    fn try_sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, signature::Error> {
+        let mut signature = vec![0; self.key.public().modulus_len()];
+        self.key
+            .sign(&RSA_PKCS1_SHA256, &self.rng, message, &mut signature)
+            .map_err(|_| signature::Error::new())?;
+        Ok(signature)
+    }
+}
+
+impl JwtSigner for Rs256Signer {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::RS256
     }
 }
 
@@ -184,9 +248,7 @@ impl ServiceAccountSource {
 
 impl FetchToken for ServiceAccountSource {
     fn fetch(&self) -> Result<FetchedToken> {
-        let assertion = self.key.assertion(unix_now()?, self.scope).map_err(|_| {
-            LockError::invalid_argument("the service-account key could not sign an assertion")
-        })?;
+        let assertion = self.key.assertion(unix_now()?, self.scope)?;
         let what = format!("the OAuth token endpoint {}", self.key.token_uri);
         let answer = self
             .agent
@@ -342,27 +404,58 @@ mod tests {
         );
     }
 
+    /// The DER header of a 2048-bit RSA key's SubjectPublicKeyInfo (the rsaEncryption
+    /// algorithm, then the bit string's tag, length and unused-bits byte): what follows is the
+    /// PKCS#1 `RSAPublicKey` that ring verifies with.
+    const RSA_2048_SPKI_HEADER: [u8; 24] = [
+        0x30, 0x82, 0x01, 0x22, 0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01,
+        0x01, 0x01, 0x05, 0x00, 0x03, 0x82, 0x01, 0x0f, 0x00,
+    ];
+
+    /// Whether `jwt` carries a valid RS256 signature by the key whose public half is in
+    /// `tests/data/test-service-account.pub.pem`.
+    fn signed_by_the_test_key(jwt: &str) -> bool {
+        use rustls::pki_types::SubjectPublicKeyInfoDer;
+        let spki = SubjectPublicKeyInfoDer::from_pem_slice(PUBLIC_KEY.as_bytes()).unwrap();
+        let public = spki.strip_prefix(&RSA_2048_SPKI_HEADER[..]).unwrap();
+        let (unsigned, signature) = jwt.rsplit_once('.').unwrap();
+        let Ok(signature) = URL_SAFE_NO_PAD.decode(signature) else {
+            return false;
+        };
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            public,
+        )
+        .verify(unsigned.as_bytes(), &signature)
+        .is_ok()
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        iss: String,
+        scope: String,
+        aud: String,
+        iat: u64,
+        exp: u64,
+    }
+
     #[test]
     fn the_assertion_is_signed_with_the_key_and_claims_its_scope() {
-        #[derive(serde::Deserialize)]
-        struct Claims {
-            iss: String,
-            scope: String,
-            aud: String,
-            iat: u64,
-            exp: u64,
-        }
         let mut json = key_json();
         json["token_uri"] = "https://oauth2.googleapis.com/token".into();
         let key = ServiceAccountKey::parse(&json.to_string()).unwrap();
         let now = unix_now().unwrap();
         let assertion = key.assertion(now, super::super::SCOPE).unwrap();
 
-        let public = jsonwebtoken::DecodingKey::from_rsa_pem(PUBLIC_KEY.as_bytes()).unwrap();
-        let mut validation = jsonwebtoken::Validation::new(Algorithm::RS256);
-        validation.set_audience(&["https://oauth2.googleapis.com/token"]);
-        validation.set_issuer(&[key.client_email.as_str()]);
-        let decoded = jsonwebtoken::decode::<Claims>(&assertion, &public, &validation).unwrap();
+        assert!(signed_by_the_test_key(&assertion), "{assertion}");
+        // The check can fail: one changed character of the signature breaks it.
+        let at = assertion.rfind('.').unwrap() + 100;
+        let flipped = if &assertion[at..=at] == "A" { "B" } else { "A" };
+        let tampered = format!("{}{flipped}{}", &assertion[..at], &assertion[at + 1..]);
+        assert!(!signed_by_the_test_key(&tampered));
+
+        // jsonwebtoken reads it back: the header and claims are a well-formed JWT.
+        let decoded = jsonwebtoken::dangerous::insecure_decode::<Claims>(&assertion).unwrap();
         assert_eq!(decoded.header.alg, Algorithm::RS256);
         assert_eq!(decoded.header.typ.as_deref(), Some("JWT"));
         assert_eq!(
@@ -375,5 +468,32 @@ mod tests {
         assert_eq!(claims.scope, super::super::SCOPE);
         assert_eq!(claims.iat, now);
         assert_eq!(claims.exp - claims.iat, 3600);
+    }
+
+    #[test]
+    fn a_pkcs1_key_signs_like_its_pkcs8_form() {
+        // The PKCS#8 wrapper of an RSA key (version, rsaEncryption, then the octet string's
+        // tag and length) around the PKCS#1 `RSAPrivateKey`.
+        let pkcs8 = PrivateKeyDer::from_pem_slice(private_key().as_bytes()).unwrap();
+        let pkcs8 = pkcs8.secret_der();
+        assert_eq!(
+            &pkcs8[4..22],
+            b"\x02\x01\x00\x30\x0d\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x01\x01\x05\x00"
+        );
+        assert_eq!(pkcs8[22..24], [0x04, 0x82]);
+        let pkcs1 = &pkcs8[26..];
+        let body = base64::engine::general_purpose::STANDARD.encode(pkcs1);
+        let lines: Vec<&str> = body
+            .as_bytes()
+            .chunks(64)
+            .map(|line| std::str::from_utf8(line).unwrap())
+            .collect();
+        let pem = format!(
+            "-----BEGIN RSA PRIVATE KEY-----\n{}\n-----END RSA PRIVATE KEY-----\n",
+            lines.join("\n")
+        );
+        let key = parse_with(|j| j["private_key"] = pem.into()).unwrap();
+        let assertion = key.assertion(unix_now().unwrap(), "scope").unwrap();
+        assert!(signed_by_the_test_key(&assertion), "{assertion}");
     }
 }

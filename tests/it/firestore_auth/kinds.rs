@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine as _;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use syncguard::firestore::{Credentials, FirestoreBackend, TokenProvider};
 use syncguard::{ErrorCode, LockBackend as _};
 
 use super::{KEY_FILE, PUBLIC_KEY, SCOPE, TIMEOUT, token_answer};
 use crate::support::http::{StubRequest, StubResponse, StubServer};
+use crate::support::jwt;
 use crate::support::{self, free_port};
 
 const CLOUD_PLATFORM: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -428,6 +428,7 @@ fn an_impersonating_service_account_key_asks_for_cloud_platform() {
     #[derive(serde::Deserialize)]
     struct Claims {
         scope: String,
+        aud: String,
     }
     let stub = google(None, FAR_FUTURE);
     let mut key: Value = serde_json::from_str(KEY_FILE).unwrap();
@@ -441,12 +442,10 @@ fn an_impersonating_service_account_key_asks_for_cloud_platform() {
 
     let form = requests_to(&stub, "/token")[0].form();
     let assertion = &form.iter().find(|(name, _)| name == "assertion").unwrap().1;
-    let public = DecodingKey::from_rsa_pem(PUBLIC_KEY.as_bytes()).unwrap();
-    let mut validation = Validation::new(Algorithm::RS256);
-    validation.set_audience(&[format!("{}/token", stub.url())]);
-    let claims = jsonwebtoken::decode::<Claims>(assertion, &public, &validation)
+    let claims = jwt::verify_rs256::<Claims>(assertion, PUBLIC_KEY)
         .unwrap()
         .claims;
+    assert_eq!(claims.aud, format!("{}/token", stub.url()));
     assert_eq!(claims.scope, CLOUD_PLATFORM);
     assert_eq!(
         requests_to(&stub, IAM_PATH)[0].header("authorization"),

@@ -198,6 +198,8 @@ mod firestore_faults;
 mod firestore_server;
 #[cfg(feature = "firestore")]
 pub mod http;
+#[cfg(feature = "firestore")]
+pub mod jwt;
 mod locks;
 #[cfg(feature = "postgres")]
 mod pgbouncer_server;
@@ -206,6 +208,7 @@ mod postgres_server;
 pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_server;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod server_store;
 mod test_ca;
 #[cfg(feature = "firestore")]
