@@ -11,8 +11,8 @@
 //!
 //! What the types guarantee, so a driver need not check again:
 //! - a [`Key`] is NFC-normalised and 1 to 512 bytes; a [`LockId`] has the lock-id shape; a
-//!   [`Ttl`] is a whole number of milliseconds from 1 ms to 2^52 ms — all checked before any
-//!   I/O, where they entered the crate;
+//!   [`Ttl`] is a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`] (10^13 ms) — all
+//!   checked before any I/O, where they entered the crate;
 //! - a [`LeaseRef`] names a lease by its lock id and, when its holder knows them, its key and
 //!   the [`Version`] the store reported for it, so a driver can go straight to the record.
 //!

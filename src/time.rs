@@ -13,9 +13,15 @@ use crate::error::{LockError, Result};
 /// TypeScript services sharing a lock must agree on it.
 pub const TIME_TOLERANCE_MS: i64 = 1000;
 
-/// Largest accepted TTL: 2^52 ms (about 142 000 years) keeps `now + ttl` an exact integer in
-/// the IEEE doubles that Lua and JavaScript read expiry times into.
-pub const MAX_TTL_MS: i64 = 1 << 52;
+/// Largest accepted TTL: 10^13 ms (about 317 years), the same on every backend.
+///
+/// Why this bound: Redis' Lua scripts write the lock record with `cjson`, which prints numbers
+/// with 14 significant digits, so an expiry of 10^14 ms or more (the year 5138) would be
+/// stored rounded — a lease answering one expiry and keeping another. With Unix time near
+/// 1.8 × 10^12 ms, `now + MAX_TTL_MS` stays below 10^14 until about the year 4800, so every
+/// store keeps the expiry it answered exactly (PostgreSQL `bigint` and Firestore integers are
+/// exact anyway, as is a double below 2^53 for Lua and JavaScript readers).
+pub const MAX_TTL_MS: i64 = 10_000_000_000_000;
 
 /// The one liveness predicate: a lock stored with `expires_at_ms` is live at `now_ms` when
 /// `expires_at_ms > now_ms - tolerance_ms`. Backends call it with [`TIME_TOLERANCE_MS`] and
@@ -30,13 +36,17 @@ pub fn is_live(expires_at_ms: i64, now_ms: i64, tolerance_ms: i64) -> bool {
     expires_at_ms > now_ms.saturating_sub(tolerance_ms)
 }
 
-/// A lease length, validated: a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`].
+/// A lease length, validated: a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`]
+/// (10^13 ms, about 317 years: the longest every backend stores exactly; see there).
+/// Anything else is refused with `InvalidArgument` before any I/O, the message naming the
+/// bound.
 ///
 /// ```
 /// use std::time::Duration;
-/// use syncguard::driver::Ttl;
+/// use syncguard::driver::{MAX_TTL_MS, Ttl};
 /// assert_eq!(Ttl::new(Duration::from_secs(30))?.as_millis(), 30_000);
 /// assert!(Ttl::new(Duration::from_micros(1500)).is_err());
+/// assert!(Ttl::new(Duration::from_millis(MAX_TTL_MS as u64 + 1)).is_err());
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -60,7 +70,7 @@ impl Ttl {
 
     /// The same length as a `Duration`.
     pub fn as_duration(self) -> Duration {
-        // At least 1 and at most 2^52: always a valid u64.
+        // At least 1 and at most MAX_TTL_MS: always a valid u64.
         Duration::from_millis(self.0.unsigned_abs())
     }
 }
@@ -77,7 +87,7 @@ pub fn ttl_to_ms(ttl: Duration) -> Result<i64> {
         Ok(ms) if (1..=MAX_TTL_MS).contains(&ms) => Ok(ms),
         Ok(0) => Err(LockError::invalid_argument("ttl must be at least 1 ms")),
         _ => Err(LockError::invalid_argument(format!(
-            "ttl must be at most {MAX_TTL_MS} ms"
+            "ttl must be at most {MAX_TTL_MS} ms (about 317 years), got {ttl:?}"
         ))),
     }
 }
@@ -161,6 +171,25 @@ mod tests {
         assert!(!is_live(1000, 2000, 1000));
         assert!(is_live(5000, 0, 1000));
         assert!(!is_live(i64::MIN, i64::MIN, 1000));
+    }
+
+    /// The bound is inclusive, and refusing above it names it.
+    #[test]
+    fn ttl_maximum_boundary() {
+        let max = Duration::from_millis(MAX_TTL_MS as u64);
+        assert_eq!(Ttl::new(max).unwrap().as_millis(), MAX_TTL_MS);
+        assert_eq!(Ttl::new(max).unwrap().as_duration(), max);
+        let err = Ttl::new(max + Duration::from_millis(1)).unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+        assert!(
+            err.message()
+                .starts_with("ttl must be at most 10000000000000 ms (about 317 years)"),
+            "{err}"
+        );
+        // Below 10^14 − now for centuries: what Redis' cjson (14 significant digits) keeps
+        // exactly.
+        let year_2500_ms = 16_725_225_600_000;
+        assert!(year_2500_ms + MAX_TTL_MS < 100_000_000_000_000);
     }
 
     #[test]

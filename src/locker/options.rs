@@ -100,9 +100,11 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
-    /// Lease length: a whole number of milliseconds, at least 1 ms. Keep it short (seconds to
-    /// a minute) and let the heartbeat renew it: a crashed holder then blocks others only
-    /// briefly.
+    /// Lease length: a whole number of milliseconds, from 1 ms to
+    /// [`MAX_TTL_MS`](crate::driver::MAX_TTL_MS) (10^13 ms, about 317 years: the longest every
+    /// backend stores exactly); anything else fails the lock call with `InvalidArgument`
+    /// before any I/O. Keep it short (seconds to a minute) and let the heartbeat renew it: a
+    /// crashed holder then blocks others only briefly.
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;

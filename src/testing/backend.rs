@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{
-    FENCE_DIGITS, LeaseRef, LockId, Outcome, Ttl, generate_lock_id, hash_key,
+    FENCE_DIGITS, LeaseRef, LockId, MAX_TTL_MS, Outcome, Ttl, generate_lock_id, hash_key,
     normalize_and_validate_key, validate_lock_id,
 };
 use crate::{
@@ -540,7 +540,8 @@ pub fn no_resurrection<B: LockBackend>(backend: &B) {
 pub fn extend_replaces_the_ttl<B: LockBackend>(backend: &B) {
     let key = unique_key("extend-replaces");
     let long = Duration::from_secs(60);
-    let short = Duration::from_secs(5);
+    // Long enough that the lock is still live when looked up, however slow the machine.
+    let short = Duration::from_secs(20);
     let lease = acquired(backend, &key, long);
     // The acquire's "now" on the backend's clock.
     let acquired_now = lease.expires_at_ms - 60_000;
@@ -551,13 +552,13 @@ pub fn extend_replaces_the_ttl<B: LockBackend>(backend: &B) {
         .expect("extend a live lock");
     assert!(
         shortened < lease.expires_at_ms,
-        "extend(5 s) must replace the 60 s TTL, not add to it: {shortened} >= {}",
+        "extend(20 s) must replace the 60 s TTL, not add to it: {shortened} >= {}",
         lease.expires_at_ms
     );
     assert!(
-        shortened >= acquired_now + 5_000 - CLOCK_SLACK_MS,
-        "extend(5 s) must expire about 5 s after a moment no earlier than the acquire: \
-         {shortened} < {acquired_now} + 5000"
+        shortened >= acquired_now + 20_000 - CLOCK_SLACK_MS,
+        "extend(20 s) must expire about 20 s after a moment no earlier than the acquire: \
+         {shortened} < {acquired_now} + 20000"
     );
     let info = backend
         .lookup(Lookup::LockId(&lease.lock_id))
@@ -977,9 +978,11 @@ pub fn lock_id_validation<B: LockBackend>(backend: &B) {
 }
 
 /// Seed 003 "ttlMs MUST be a positive integer": 0 / sub-ms TTLs are InvalidArgument; 1 ms OK.
+/// Above [`MAX_TTL_MS`] is InvalidArgument too.
 pub fn ttl_validation<B: LockBackend>(backend: &B) {
     let key = unique_key("ttl-validation");
     let bad_ttls = [
+        max_ttl() + Duration::from_millis(1),
         Duration::ZERO,
         Duration::from_micros(1500),
         Duration::from_micros(999),
@@ -1019,6 +1022,38 @@ pub fn ttl_validation<B: LockBackend>(backend: &B) {
     // Either may have expired by now; both must still answer without error.
     backend.release(&tiny.lock_id).unwrap();
     backend.release(&lease.lock_id).unwrap();
+}
+
+/// [`MAX_TTL_MS`] as a `Duration`.
+fn max_ttl() -> Duration {
+    Duration::from_millis(MAX_TTL_MS.unsigned_abs())
+}
+
+/// The longest TTL is stored exactly: the expiry an acquire or extend with [`MAX_TTL_MS`]
+/// answers is the one the store keeps (read back by key and by lock id), to the millisecond.
+/// (Redis' Lua `cjson` writes 14 significant digits: a bound that let `now + ttl` reach
+/// 10^14 would store a rounded expiry.)
+pub fn max_ttl_is_stored_exactly<B: LockBackend>(backend: &B) {
+    let key = unique_key("max-ttl");
+    let lease = acquired(backend, &key, max_ttl());
+    assert!(
+        lease.expires_at_ms - client_now_ms() > MAX_TTL_MS - 86_400_000,
+        "the expiry is about now + MAX_TTL_MS: {lease:?}"
+    );
+    let info = lookup_both(backend, &key, &lease);
+    assert_eq!(
+        info.expires_at_ms, lease.expires_at_ms,
+        "stored after acquire"
+    );
+
+    let extended = backend
+        .extend(&lease.lock_id, max_ttl())
+        .unwrap()
+        .expect("extend of a live lock");
+    assert!(extended >= lease.expires_at_ms - CLOCK_SLACK_MS);
+    let info = lookup_both(backend, &key, &lease);
+    assert_eq!(info.expires_at_ms, extended, "stored after extend");
+    assert!(backend.release(&lease.lock_id).unwrap());
 }
 
 /// Seed 003 "Capabilities": every bundled backend supports fencing and names itself.

@@ -82,6 +82,7 @@ macro_rules! __contract_tests {
             keys_with_nul_work,
             lock_id_validation,
             ttl_validation,
+            max_ttl_is_stored_exactly,
             capabilities,
         );
     };

@@ -1,13 +1,14 @@
 //! Chaos: every backend through a fault-injecting TCP proxy ([`support::proxy::FaultProxy`])
 //! that cuts connections, black-holes traffic, adds latency, and in front of servers that
 //! restart. What must hold: calls end (within their configured timeouts, checked by
-//! `within_a_minute` with timeouts far below a minute) with a result or a typed transient
-//! error, never a panic; a guard whose lease cannot be renewed is reported lost no later than
+//! `within_a_minute` with timeouts far below a minute: [`BRISK`]) with a result or a typed
+//! transient error, never a panic; a guard whose lease cannot be renewed is reported lost no later than
 //! the lease ends; no renewal follows a release; a small pool under load answers
 //! `RateLimited` instead of deadlocking.
 //!
 //! No assertion depends on how long anything took: waiting is polling a condition with a
-//! generous deadline.
+//! generous deadline, and a call that must succeed (before a fault, after it, or through mere
+//! latency) has timeouts no loaded machine's answer from a local server comes near.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -19,10 +20,10 @@ use std::time::Duration;
 
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
-    FIRESTORE_PROJECT, PG_PASSWORD, PG_USER, PgServer, RedisServer, impatient_postgres,
-    impatient_redis, shared_firestore, shared_firestore_backend, shared_postgres,
-    shared_postgres_backend, shared_postgres_with_tables, shared_redis, shared_redis_backend,
-    unique, within_a_minute,
+    BRISK, FIRESTORE_PROJECT, PATIENT, PG_PASSWORD, PG_USER, PgServer, RedisServer,
+    impatient_postgres, impatient_redis, shared_firestore, shared_firestore_backend,
+    shared_postgres, shared_postgres_backend, shared_postgres_with_tables, shared_redis,
+    shared_redis_backend, unique, within_a_minute,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::postgres::PostgresBackend;
@@ -34,6 +35,14 @@ use syncguard::{
 
 /// How long a test waits for something that should happen within a few seconds.
 const PATIENCE: Duration = Duration::from_secs(20);
+
+/// How long the storm of cuts in [`cuts_around_every_call`] starts new rounds (not an
+/// assertion: how many rounds fit changes nothing but the length of the test).
+const STORM: Duration = Duration::from_secs(3);
+
+/// The lease of a guard that must stay held until the test cuts it off: renewed every 300 ms,
+/// it survives any pause a loaded machine takes, and is short enough to watch run out.
+const HELD_TTL: Duration = Duration::from_secs(5);
 
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -54,15 +63,14 @@ fn redis_via(proxy: &FaultProxy, pool_size: u32) -> RedisBackend {
         .expect("a Redis backend through the proxy")
 }
 
-/// Two pooled connections soon exhausted (150 ms to wait for one); round trips may take 2 s,
-/// so that only the pool runs out.
+/// Two pooled connections soon exhausted (150 ms to wait for one); round trips have
+/// [`PATIENT`] timeouts, so that only the pool runs out.
 fn redis_pool_of_two(proxy: &FaultProxy) -> RedisBackend {
-    let io = Duration::from_secs(2);
     impatient_redis(&redis_url(proxy.port()))
         .pool_size(2)
-        .connect_timeout(io)
-        .read_timeout(io)
-        .write_timeout(io)
+        .connect_timeout(PATIENT)
+        .read_timeout(PATIENT)
+        .write_timeout(PATIENT)
         .pool_timeout(Duration::from_millis(150))
         .build()
         .expect("a Redis backend through the proxy")
@@ -75,7 +83,6 @@ fn pg_url(port: u16) -> String {
 fn pg_via(proxy: &FaultProxy, pool_size: u32) -> PostgresBackend {
     impatient_postgres(&pg_url(proxy.port()))
         .pool_size(pool_size)
-        .statement_timeout(Duration::from_millis(500))
         .build()
         .expect("a PostgreSQL backend through the proxy")
 }
@@ -84,7 +91,8 @@ fn pg_via(proxy: &FaultProxy, pool_size: u32) -> PostgresBackend {
 fn pg_pool_of_two(proxy: &FaultProxy) -> PostgresBackend {
     impatient_postgres(&pg_url(proxy.port()))
         .pool_size(2)
-        .connect_timeout(Duration::from_secs(2))
+        .connect_timeout(PATIENT)
+        .statement_timeout(PATIENT)
         .pool_timeout(Duration::from_millis(150))
         .build()
         .expect("a PostgreSQL backend through the proxy")
@@ -95,7 +103,7 @@ fn firestore_via(proxy: &FaultProxy, _pool_size: u32) -> FirestoreBackend {
     FirestoreBackend::builder()
         .project(FIRESTORE_PROJECT)
         .emulator_host(format!("127.0.0.1:{}", proxy.port()))
-        .timeout(Duration::from_millis(1500))
+        .timeout(BRISK)
         .build()
         .expect("a Firestore backend through the proxy")
 }
@@ -182,7 +190,9 @@ fn cuts_around_every_call<B: LockBackend + 'static>(proxy: FaultProxy, backend: 
     assert!(refused.is_err(), "nothing can get through: {refused:?}");
 
     // 3. Cuts every few milliseconds while calls are in flight (latency makes them land
-    //    mid-call).
+    //    mid-call), for up to 15 rounds or until STORM has passed: a call that cannot get
+    //    through may take a whole timeout (PostgreSQL's handshake never completes between
+    //    cuts), and BRISK timeouts must not make the storm outlast its minute.
     proxy.set_mode(Mode::Pass);
     proxy.set_latency(Duration::from_millis(15));
     let stop = Arc::new(AtomicBool::new(false));
@@ -198,7 +208,11 @@ fn cuts_around_every_call<B: LockBackend + 'static>(proxy: FaultProxy, backend: 
     let b = Arc::clone(&backend);
     let outcomes = bounded(move || {
         let mut seen = Vec::new();
+        let started = std::time::Instant::now();
         for i in 0..15 {
+            if i > 0 && started.elapsed() > STORM {
+                break;
+            }
             let key = unique(&format!("storm-{i}"));
             let acquired = b.acquire(&key, ttl);
             assert_transient("acquire during cuts", &acquired);
@@ -215,7 +229,7 @@ fn cuts_around_every_call<B: LockBackend + 'static>(proxy: FaultProxy, backend: 
     stop.store(true, Ordering::SeqCst);
     cutter.join().unwrap();
     assert!(proxy.faults() > 0, "the proxy injected faults");
-    assert_eq!(outcomes.len(), 15);
+    assert!((1..=15).contains(&outcomes.len()), "{outcomes:?}");
 
     // 4. Traffic passes again: the very next call works, on a fresh or a pooled connection.
     proxy.set_latency(Duration::ZERO);
@@ -251,7 +265,7 @@ where
     let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
     let lost_tx = std::sync::Mutex::new(lost_tx);
     let options = LockOptions::default()
-        .ttl(Duration::from_secs(2))
+        .ttl(HELD_TTL)
         .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
         .on_lock_lost(move |e| {
             let _ = lost_tx.lock().unwrap().send(e.code());
@@ -307,7 +321,7 @@ fn recovers_after_black_hole<B: LockBackend + 'static>(proxy: FaultProxy, backen
     let locker = Locker::with_defaults(
         backend,
         LockOptions::default()
-            .ttl(Duration::from_secs(2))
+            .ttl(HELD_TTL)
             .heartbeat(Heartbeat::Every(Duration::from_millis(300))),
     );
     let key = unique("after-black-hole");

@@ -29,6 +29,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_syncguard");
 
 /// How long anything may take before the test calls it a hang.
 const DEADLINE: Duration = Duration::from_secs(30);
+/// `--ttl` of a `run` whose lease must stay held until the test takes it away: renewed every
+/// third of it, it outlasts any pause of a loaded machine (a lease lost on its own would fail
+/// the test's "it was held" checks).
+const HELD_TTL: &str = "5s";
 
 /// Passwords the tests put in URLs; no output of the binary may ever contain them.
 const SECRETS: [&str; 2] = [PG_PASSWORD, "hunter2"];
@@ -872,7 +876,7 @@ fn run_terminates_the_command_when_the_lease_is_lost() {
     let (running, pid) = start_run(
         &redis_url(),
         &key,
-        &["--ttl", "1s"],
+        &["--ttl", HELD_TTL],
         &pid_file,
         "exec sleep 30",
         &[],
@@ -895,7 +899,7 @@ fn run_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
     let (running, pid) = start_run(
         &redis_url(),
         &key,
-        &["--ttl", "1s", "--grace", "2s"],
+        &["--ttl", HELD_TTL, "--grace", "2s"],
         &pid_file,
         &stubborn,
         &[&never, &got_term],
@@ -920,7 +924,7 @@ fn run_with_on_lost_warn_lets_the_command_finish() {
     let (mut running, pid) = start_run(
         &redis_url(),
         &key,
-        &["--ttl", "1s", "--on-lost=warn"],
+        &["--ttl", HELD_TTL, "--on-lost=warn"],
         &scratch.path("pid"),
         &script,
         &[&go, &done],
@@ -1046,7 +1050,7 @@ fn run_terminates_the_command_when_the_lease_is_lost_on_postgres() {
     let (running, pid) = start_run(
         &url,
         &key,
-        &["--ttl", "1s"],
+        &["--ttl", HELD_TTL],
         &scratch.path("pid"),
         r#"echo "$SYNCGUARD_LOCK_ID" > "$1"; exec sleep 30"#,
         &[&lock_id_file],

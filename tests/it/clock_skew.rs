@@ -233,24 +233,28 @@ fn firestore_client_two_seconds_behind_holds_a_lock_only_it_believes_in() {
 // Redis and PostgreSQL: the server clock decides; there is no client clock to skew.
 // ---------------------------------------------------------------------------------------------
 
-fn short_lease() -> LockOptions {
+/// The TTL of [`expiry_is_server_derived`]: long enough that the lock is still held when it is
+/// looked at, however slow the machine.
+const SERVER_TTL_MS: i64 = 60_000;
+
+fn server_lease() -> LockOptions {
     LockOptions::default()
-        .ttl(Duration::from_millis(2000))
+        .ttl(Duration::from_millis(SERVER_TTL_MS as u64))
         .heartbeat(Heartbeat::Off)
 }
 
-/// Acquires through a `Locker` with a 2000 ms TTL and checks that the expiry is the server's
-/// clock plus the TTL, bracketed by two readings of that clock.
+/// Acquires through a `Locker` with a [`SERVER_TTL_MS`] TTL and checks that the expiry is the
+/// server's clock plus the TTL, bracketed by two readings of that clock.
 fn expiry_is_server_derived<B: LockBackend + 'static>(backend: B, server_now_ms: impl Fn() -> i64) {
     assert_eq!(backend.capabilities().time_authority, TimeAuthority::Server);
-    let locker = Locker::with_defaults(backend, short_lease());
+    let locker = Locker::with_defaults(backend, server_lease());
     let key = unique("server");
     let before = server_now_ms();
     let guard = locker.lock(&key).unwrap();
     let after = server_now_ms();
     assert!(
-        (before + 2000..=after + 2000).contains(&guard.expires_at_ms()),
-        "{before} ≤ {} - 2000 ≤ {after}",
+        (before + SERVER_TTL_MS..=after + SERVER_TTL_MS).contains(&guard.expires_at_ms()),
+        "{before} ≤ {} - {SERVER_TTL_MS} ≤ {after}",
         guard.expires_at_ms()
     );
     assert!(locker.backend().is_locked(&key).unwrap());
@@ -260,7 +264,7 @@ fn expiry_is_server_derived<B: LockBackend + 'static>(backend: B, server_now_ms:
         .unwrap()
         .expect("held");
     assert_eq!(info.expires_at_ms, guard.expires_at_ms());
-    assert_eq!(info.acquired_at_ms + 2000, info.expires_at_ms);
+    assert_eq!(info.acquired_at_ms + SERVER_TTL_MS, info.expires_at_ms);
     assert!((before..=after).contains(&info.acquired_at_ms));
     assert!(guard.release().unwrap());
 }

@@ -2,13 +2,20 @@
 //! what the contract suites already cover.
 //!
 //! What it proves, on each backend:
-//! - one list of awkward keys — NUL, exactly `/`, `.`, `..`, `__x__`, RTL override/mark,
-//!   combining vs precomposed forms (including combining marks typed in either canonical order,
-//!   Hangul jamo, the Ω/Å signs), keys of exactly 512 bytes after NFC and keys that NFC
-//!   *lengthens* past 512 (U+0958), emoji with ZWJ and flags, and characters that mean something
-//!   to the store's query language or URL path (`%2F`, `?#`, `*`, `'`, `\`, `%_`) — goes through
-//!   acquire → is_locked → lookup (by key and by id) → release with either a typed
-//!   `InvalidArgument` (consistently for every operation) or the correct result; never a panic;
+//! - every malformed input — keys empty or too long after NFC (including one that NFC
+//!   *lengthens* past 512 bytes), lock ids of the wrong shape, TTLs that are not a whole number
+//!   of milliseconds from 1 ms to `MAX_TTL_MS`, and on PostgreSQL keys holding NUL — is refused
+//!   with `InvalidArgument` by every operation (backend, lookup helpers, `Locker`) *before any
+//!   I/O*: the backend talks to its server through a proxy that by then refuses every
+//!   connection and has cut the open ones, and the proxy (and, for Firestore, the backend's
+//!   request counter) sees nothing — so no answer depends on how fast a server replies;
+//! - one list of awkward but valid keys — NUL, exactly `/`, `.`, `..`, `__x__`, RTL
+//!   override/mark, combining vs precomposed forms (including combining marks typed in either
+//!   canonical order, Hangul jamo, the Ω/Å signs), keys of exactly 512 bytes after NFC, emoji
+//!   with ZWJ and flags, and characters that mean something to the store's query language or
+//!   URL path (`%2F`, `?#`, `*`, `'`, `\`, `%_`) — goes through acquire → is_locked → lookup
+//!   (by key and by id) → release with the correct result (or, for NUL on a store that cannot
+//!   hold it, the refusal above); never a panic;
 //! - canonically equivalent forms name one lock, and distinct keys never share a lock (no
 //!   collision between, say, `.` and `..`, or a key with and without an RTL mark);
 //! - with all of those locks held at once, extending or releasing under each lock id changes
@@ -16,14 +23,25 @@
 //! - malformed or foreign lock ids (NUL, newline, `%`, `*`, `'`, non-ASCII digits, a live id
 //!   with its case flipped or one character changed, all-`_`, all-`-`) are `InvalidArgument`
 //!   or not-found, and leave every held lock exactly as it was.
+//!
+//! The walk over valid keys talks to the servers through the shared backends, whose timeouts
+//! are hang guards only ([`support::PATIENT`]).
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::proxy::{FaultProxy, Mode};
 use syncguard::driver::Outcome;
-use syncguard::driver::{generate_lock_id, hash_key, normalize_and_validate_key};
-use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup, get_by_id_raw};
+use syncguard::driver::{MAX_TTL_MS, Ttl, generate_lock_id, hash_key, normalize_and_validate_key};
+use syncguard::firestore::FirestoreBackend;
+use syncguard::{
+    AcquireOutcome, ErrorCode, LockBackend, LockOptions, Locker, Lookup, get_by_id, get_by_id_raw,
+    get_by_key, get_by_key_raw, owns,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONGER: Duration = Duration::from_secs(90);
@@ -115,10 +133,13 @@ fn hostile_keys<B: LockBackend>(backend: &B) {
             let outcome = match backend.acquire(key, TTL) {
                 Ok(outcome) => outcome,
                 Err(err) => {
-                    // Only a store that cannot hold NUL may refuse a valid key, and then every
-                    // operation refuses it alike.
-                    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{shown}: {err:?}");
-                    assert!(key.contains('\0'), "{shown} refused: {err:?}");
+                    // Only a store that cannot hold NUL may refuse a valid key (before any I/O:
+                    // see `refused_before_any_io`), and then every operation refuses it alike.
+                    // Anything else is the call failing, not a refusal.
+                    assert!(
+                        key.contains('\0') && err.code() == ErrorCode::InvalidArgument,
+                        "{shown}: acquire failed: {err:?}"
+                    );
                     let is_locked = backend.is_locked(key).unwrap_err();
                     assert_eq!(is_locked.code(), ErrorCode::InvalidArgument, "{shown}");
                     let lookup = backend.lookup(Lookup::Key(key)).unwrap_err();
@@ -300,6 +321,232 @@ fn foreign_lock_ids<B: LockBackend>(backend: &B, held: &BTreeMap<String, (String
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Refused before any I/O
+// ---------------------------------------------------------------------------------------------
+
+/// Lock ids of the wrong shape, made from a well-formed one.
+fn malformed_lock_ids() -> Vec<String> {
+    let live = generate_lock_id();
+    vec![
+        String::new(),
+        "short".to_owned(),
+        format!("{}\0", &live[..21]),
+        format!("{}\n", &live[..21]),
+        format!("{}%", &live[..21]),
+        format!("{}*", &live[..21]),
+        format!("{}'", &live[..21]),
+        format!("{}\\", &live[..21]),
+        format!("{}+", &live[..21]),
+        format!("{}=", &live[..21]),
+        format!("{}/", &live[..21]),
+        format!("{}\u{202E}", &live[..20]),
+        format!("{}０", &live[..19]),
+        format!("{}٣", &live[..20]),
+        "%".repeat(22),
+        format!("{live}\0"),
+        format!("{live}%"),
+        format!("{} ", &live[..21]),
+        format!(" {}", &live[..21]),
+        live[..21].to_owned(),
+        format!("{live}A"),
+    ]
+}
+
+/// TTLs that are not a whole number of milliseconds from 1 ms to `MAX_TTL_MS`.
+fn malformed_ttls() -> Vec<Duration> {
+    vec![
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(999),
+        Duration::from_micros(1500),
+        Duration::from_nanos(30_000_000_001),
+        Duration::from_millis(MAX_TTL_MS as u64 + 1),
+        Duration::MAX,
+    ]
+}
+
+/// Keys no operation accepts on a store: empty or over 512 bytes after NFC (one typed in 511
+/// bytes that NFC lengthens past 512), and, where the store cannot hold NUL, keys with NUL.
+fn malformed_keys(refuses_nul: bool) -> Vec<String> {
+    let mut keys = vec![
+        String::new(),
+        "x".repeat(513),
+        "\u{958}".repeat(170),
+        format!("{}{}", "x".repeat(22), "\u{958}".repeat(163)),
+        "e\u{301}".repeat(257),
+    ];
+    if refuses_nul {
+        keys.extend(["\0".to_owned(), "nul\0key".to_owned(), "\0\0".to_owned()]);
+    }
+    keys
+}
+
+#[track_caller]
+fn assert_refused<T: Debug>(what: &str, result: Result<T, &syncguard::LockError>) {
+    match result {
+        Err(err) => assert_eq!(
+            err.code(),
+            ErrorCode::InvalidArgument,
+            "{what}: expected InvalidArgument, got {err:?}"
+        ),
+        Ok(value) => panic!("{what}: expected InvalidArgument, got Ok({value:?})"),
+    }
+}
+
+/// Every malformed input through every operation is `InvalidArgument`, and nothing reaches the
+/// network: `proxy`, the backend's only way to its server, refuses new connections and has cut
+/// the open ones (a call that did any I/O would fail with a transport error instead), and it
+/// counts no connection attempt. Returns how many calls were refused.
+fn refused_before_any_io<B: LockBackend + 'static>(
+    backend: Arc<B>,
+    proxy: &FaultProxy,
+    refuses_nul: bool,
+) -> usize {
+    // A first call through the proxy leaves a pooled connection behind: cut below, it would
+    // fail any call that used it.
+    assert!(!backend.is_locked(&support::unique("warm-up")).unwrap());
+    proxy.set_mode(Mode::Refuse);
+    proxy.cut_all();
+    let connections = proxy.connections();
+    let name = backend.capabilities().backend;
+    let locker = Locker::new(Arc::clone(&backend));
+    let b = &*backend;
+    // (what was called, its result)
+    let mut calls: Vec<(String, syncguard::Result<()>)> = Vec::new();
+    for key in malformed_keys(refuses_nul) {
+        let shown = format!(
+            "key {:?}… ({} bytes)",
+            key.chars().take(8).collect::<String>(),
+            key.len()
+        );
+        calls.extend(
+            [
+                ("acquire", b.acquire(&key, TTL).map(drop)),
+                ("is_locked", b.is_locked(&key).map(drop)),
+                ("lookup", b.lookup(Lookup::Key(&key)).map(drop)),
+                ("lookup_raw", b.lookup_raw(Lookup::Key(&key)).map(drop)),
+                ("get_by_key", get_by_key(b, &key).map(drop)),
+                ("get_by_key_raw", get_by_key_raw(b, &key).map(drop)),
+                ("Locker::lock", locker.lock(&key).map(drop)),
+                ("Locker::try_lock", locker.try_lock(&key).map(drop)),
+                (
+                    "Locker::with_lock",
+                    locker.with_lock(&key, |_| ()).map(drop),
+                ),
+            ]
+            .map(|(call, result)| (format!("{call} {shown}"), result)),
+        );
+    }
+    for lock_id in malformed_lock_ids() {
+        let shown = format!("lock id {lock_id:?}");
+        calls.extend(
+            [
+                ("release", b.release(&lock_id).map(drop)),
+                ("extend", b.extend(&lock_id, TTL).map(drop)),
+                ("lookup", b.lookup(Lookup::LockId(&lock_id)).map(drop)),
+                (
+                    "lookup_raw",
+                    b.lookup_raw(Lookup::LockId(&lock_id)).map(drop),
+                ),
+                ("get_by_id", get_by_id(b, &lock_id).map(drop)),
+                ("get_by_id_raw", get_by_id_raw(b, &lock_id).map(drop)),
+                ("owns", owns(b, &lock_id).map(drop)),
+                (
+                    "release_lease",
+                    support::release_outcome(b, &lock_id).map(drop),
+                ),
+                (
+                    "extend_lease",
+                    support::extend_outcome(b, &lock_id, TTL).map(drop),
+                ),
+            ]
+            .map(|(call, result)| (format!("{call} {shown}"), result)),
+        );
+    }
+    let (key, lock_id) = (support::unique("ttl"), generate_lock_id());
+    for ttl in malformed_ttls() {
+        let options = LockOptions::default().ttl(ttl);
+        calls.extend(
+            [
+                ("Ttl::new", Ttl::new(ttl).map(drop)),
+                ("acquire", b.acquire(&key, ttl).map(drop)),
+                ("extend", b.extend(&lock_id, ttl).map(drop)),
+                (
+                    "extend_lease",
+                    support::extend_outcome(b, &lock_id, ttl).map(drop),
+                ),
+                (
+                    "Locker::lock_with",
+                    locker.lock_with(&key, &options).map(drop),
+                ),
+            ]
+            .map(|(call, result)| (format!("{call} ttl {ttl:?}"), result)),
+        );
+    }
+    for (call, result) in &calls {
+        assert_refused(&format!("{name}: {call}"), result.as_ref());
+    }
+    assert_eq!(
+        proxy.connections(),
+        connections,
+        "{name}: a refused call opened a connection"
+    );
+    calls.len()
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+#[test]
+fn redis_refuses_malformed_input_before_any_io() {
+    let proxy = FaultProxy::start(local(support::shared_redis().port));
+    let backend = support::patient_redis(&format!("redis://127.0.0.1:{}/", proxy.port()))
+        .build()
+        .unwrap();
+    refused_before_any_io(Arc::new(backend), &proxy, false);
+}
+
+#[test]
+fn postgres_refuses_malformed_input_before_any_io() {
+    support::shared_postgres_with_tables();
+    let proxy = FaultProxy::start(local(support::shared_postgres().port));
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/postgres",
+        support::PG_USER,
+        support::PG_PASSWORD,
+        proxy.port()
+    );
+    let backend = support::patient_postgres(&url).build().unwrap();
+    refused_before_any_io(Arc::new(backend), &proxy, true);
+}
+
+#[test]
+fn firestore_refuses_malformed_input_before_any_io() {
+    let proxy = FaultProxy::start(local(support::shared_firestore().port));
+    let backend = Arc::new(
+        FirestoreBackend::builder()
+            .project(support::FIRESTORE_PROJECT)
+            .emulator_host(format!("127.0.0.1:{}", proxy.port()))
+            .timeout(support::PATIENT)
+            .build()
+            .unwrap(),
+    );
+    let before = backend.stats().requests;
+    let refused = refused_before_any_io(Arc::clone(&backend), &proxy, false);
+    // The warm-up is the one request.
+    assert_eq!(
+        backend.stats().requests,
+        before + 1,
+        "after {refused} refusals"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The walk over valid keys, on real servers
+// ---------------------------------------------------------------------------------------------
 
 #[test]
 fn redis_hostile_keys_and_lock_ids() {

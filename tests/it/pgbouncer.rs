@@ -29,16 +29,19 @@ use syncguard::driver::generate_lock_id;
 use syncguard::postgres::PostgresBackend;
 use syncguard::{AcquireOutcome, LockBackend, LockInfo, Lookup};
 
-/// A backend connected through the shared PgBouncer (transaction mode, 4 server connections).
+/// A backend connected through the shared PgBouncer (transaction mode, 4 server connections),
+/// its timeouts [`PATIENT`](crate::support::PATIENT) hang guards.
 fn backend_through_pgbouncer() -> PostgresBackend {
     shared_postgres_with_tables();
     let bouncer = shared_pgbouncer();
-    PostgresBackend::connect(&bouncer.url()).unwrap_or_else(|error| {
-        panic!(
-            "connecting through PgBouncer failed: {error}\nPgBouncer's log:\n{}",
-            bouncer.log_tail()
-        )
-    })
+    crate::support::patient_postgres(&bouncer.url())
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "connecting through PgBouncer failed: {error}\nPgBouncer's log:\n{}",
+                bouncer.log_tail()
+            )
+        })
 }
 
 syncguard::backend_contract!(backend_through_pgbouncer);

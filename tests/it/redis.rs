@@ -13,7 +13,7 @@ use crate::support::{
 };
 use redis::Commands as _;
 use serde_json::Value as Json;
-use syncguard::driver::{generate_lock_id, make_storage_key};
+use syncguard::driver::{MAX_TTL_MS, generate_lock_id, make_storage_key};
 use syncguard::redis::RedisBackend;
 use syncguard::testing::backend as contract;
 use syncguard::{ErrorCode, LockBackend};
@@ -75,6 +75,29 @@ fn stores_the_three_keys_of_the_syncguard_layout() {
     assert_eq!(counter, 1);
     let fence_ttl: i64 = conn.pttl(&fence_key).unwrap();
     assert_eq!(fence_ttl, -1, "fence counters never expire");
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+/// The longest TTL survives Redis' Lua `cjson` (14 significant digits): the record holds the
+/// expiry the acquire and the extend answered, digit for digit, as a plain integer that the
+/// TypeScript SyncGuard's `JSON.parse` reads back exactly.
+#[test]
+fn the_longest_ttl_is_stored_digit_for_digit() {
+    let (backend, mut conn) = shared_redis_with_connection();
+    let key = unique("max-ttl");
+    let max = Duration::from_millis(MAX_TTL_MS as u64);
+    let lease = lease(backend.acquire(&key, max));
+    let lock_key = backend.lock_key(&key).unwrap();
+    let stored_expiry = |conn: &mut redis::Connection| -> String {
+        let record: String = conn.get(&lock_key).unwrap();
+        let record: serde_json::Map<String, Json> = serde_json::from_str(&record).unwrap();
+        // The number as written, not as parsed: `1.2345678901235e+13` would parse close.
+        record["expiresAtMs"].to_string()
+    };
+    assert_eq!(stored_expiry(&mut conn), lease.expires_at_ms.to_string());
+
+    let extended = backend.extend(&lease.lock_id, max).unwrap().unwrap();
+    assert_eq!(stored_expiry(&mut conn), extended.to_string());
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
@@ -167,7 +190,7 @@ fn url_prefix_option_and_connect() {
 // fence counters outlive their locks, and locks the TypeScript SyncGuard wrote are honoured
 // ---------------------------------------------------------------------------------------------
 
-server_store_tests!(RedisBackend, shared_redis(), connection);
+server_store_tests!(support::patient_redis, shared_redis(), connection);
 
 /// Redis as another client (the TypeScript SyncGuard) sees it: `TIME`, and the keys of the
 /// SyncGuard layout under the default prefix.
@@ -436,13 +459,20 @@ fn connect_failures_name_the_server_and_the_cause() {
         ),
     ];
     for (url, code, message) in rows {
+        // Short timeouts only where no answer is the point; a peer that answers gets as long as
+        // a loaded machine needs.
+        let timeout = if code == ErrorCode::NetworkTimeout {
+            Duration::from_millis(300)
+        } else {
+            support::PATIENT
+        };
         let err = support::within_a_minute({
             let url = url.clone();
             move || {
                 RedisBackend::builder()
                     .url(url)
-                    .connect_timeout(Duration::from_millis(300))
-                    .read_timeout(Duration::from_millis(300))
+                    .connect_timeout(timeout)
+                    .read_timeout(timeout)
                     .build()
             }
         })

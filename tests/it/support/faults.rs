@@ -16,14 +16,22 @@ pub fn unavailable_within_a_minute<T: std::fmt::Debug + Send + 'static>(
 }
 
 #[cfg(any(feature = "redis", feature = "postgres"))]
-/// An application's pool of one connection, whose checkout gives up after 300 ms.
+/// An application's pool of one connection, whose checkout gives up after 300 ms, returned
+/// once its connection is open: opening it is not bound by those 300 ms (a loaded machine may
+/// take longer), only waiting for it once it is taken.
 pub fn pool_of_one<M: r2d2::ManageConnection>(manager: M) -> r2d2::Pool<M> {
-    r2d2::Pool::builder()
+    let pool = r2d2::Pool::builder()
         .max_size(1)
         .test_on_check_out(false)
         .connection_timeout(std::time::Duration::from_millis(300))
-        .build(manager)
-        .expect("a pool of one connection")
+        .build_unchecked(manager);
+    // The pool opens its connection in the background, retrying until it is open.
+    syncguard::testing::guard::await_condition(
+        "the pool's connection to open",
+        super::PATIENT,
+        || pool.state().idle_connections == 1,
+    );
+    pool
 }
 
 /// `backend` works through the application's [`pool_of_one`]: while `hog` holds its one

@@ -109,12 +109,13 @@ impl FaultyFirestore {
         self.stub.host()
     }
 
-    /// A builder for a backend that talks to the emulator through this stub.
+    /// A builder for a backend that talks to the emulator through this stub, with a
+    /// [`PATIENT`](super::PATIENT) timeout.
     pub fn builder(&self) -> FirestoreBuilder {
         FirestoreBackend::builder()
             .project(FIRESTORE_PROJECT)
             .emulator_host(self.host())
-            .timeout(Duration::from_secs(10))
+            .timeout(super::PATIENT)
     }
 
     /// The next `times` requests for `verb` (`runQuery`, `batchGet`, `commit`, `batchWrite`)

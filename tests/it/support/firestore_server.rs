@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use syncguard::firestore::{FirestoreBackend, FirestoreBuilder};
 
-use super::{Instance, Service, free_port, require_program};
+use super::{Instance, PATIENT, Service, free_port, require_program};
 
 /// Where the Google Cloud SDK puts the emulator (override with `SYNCGUARD_FIRESTORE_EMULATOR_JAR`).
 const EMULATOR_JAR: &str =
@@ -91,11 +91,13 @@ pub fn shared_firestore() -> &'static FirestoreEmulator {
     EMULATOR.get_or_init(FirestoreEmulator::start)
 }
 
-/// A builder for a backend on [`shared_firestore`].
+/// A builder for a backend on [`shared_firestore`], whose request timeout is a [`PATIENT`]
+/// hang guard: the emulator, a JVM, can pause for seconds on a loaded machine.
 pub fn shared_firestore_builder() -> FirestoreBuilder {
     FirestoreBackend::builder()
         .project(FIRESTORE_PROJECT)
         .emulator_host(shared_firestore().host())
+        .timeout(PATIENT)
 }
 
 /// A backend on [`shared_firestore`].

@@ -49,6 +49,18 @@ pub fn require_program(program: &str, package: &str) -> PathBuf {
     })
 }
 
+/// The timeouts of every backend the tests share (and of the plain clients that look at what
+/// they stored): a hang guard only, far above what a loaded machine takes to answer a local
+/// server, so that no test depends on how fast a server answers. Tests of timeouts set short
+/// ones of their own, and only where no answer is the point.
+pub const PATIENT: Duration = Duration::from_secs(30);
+
+/// The timeouts of backends in fault tests, where calls into a black hole or a stopped server
+/// must end within them: still far above what a loaded machine takes to answer a healthy local
+/// server (the calls before and after the fault must not be cut off), and short enough that
+/// several such calls fit in [`within_a_minute`].
+pub const BRISK: Duration = Duration::from_secs(5);
+
 /// Runs `call` on another thread and fails the test if it has not returned after a minute:
 /// a hang shows up as a failure, not as a stuck test run.
 pub fn within_a_minute<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {

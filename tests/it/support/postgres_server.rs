@@ -8,7 +8,7 @@ use std::time::Duration;
 use syncguard::driver::generate_lock_id;
 use syncguard::postgres::{PostgresBackend, PostgresBuilder, TableNames, setup_schema};
 
-use super::{Instance, Service, free_port};
+use super::{BRISK, Instance, PATIENT, Service, free_port};
 
 /// Whether this process runs as root (then servers that refuse root run as `postgres`).
 pub(super) fn running_as_root() -> bool {
@@ -194,7 +194,9 @@ impl PgServer {
             &dir.join("postgres.log"),
             "INT",
         );
-        service.await_ready(Duration::from_secs(30), || self.try_client().is_ok());
+        service.await_ready(Duration::from_secs(30), || {
+            self.try_client(Duration::from_millis(500)).is_ok()
+        });
         self.instance.running(service);
     }
 
@@ -214,15 +216,16 @@ impl PgServer {
         )
     }
 
-    fn try_client(&self) -> Result<postgres::Client, postgres::Error> {
+    fn try_client(&self, timeout: Duration) -> Result<postgres::Client, postgres::Error> {
         let mut config: postgres::Config = self.url().parse()?;
-        config.connect_timeout(Duration::from_millis(500));
+        config.connect_timeout(timeout);
         config.connect(postgres::NoTls)
     }
 
     /// A plain client for looking at (or tampering with) what syncguard stored.
     pub fn client(&self) -> postgres::Client {
-        self.try_client().expect("connect to the test PostgreSQL")
+        self.try_client(PATIENT)
+            .expect("connect to the test PostgreSQL")
     }
 
     pub fn stop(&mut self) {
@@ -271,10 +274,21 @@ pub fn shared_postgres_with_tables() -> &'static PgServer {
     server
 }
 
-/// A backend on [`shared_postgres`], whose default tables exist.
+/// A backend on [`shared_postgres`], whose default tables exist; its timeouts are [`PATIENT`]
+/// hang guards.
 pub fn shared_postgres_backend() -> PostgresBackend {
-    PostgresBackend::connect(&shared_postgres_with_tables().url())
+    patient_postgres(&shared_postgres_with_tables().url())
+        .build()
         .expect("connect to the test PostgreSQL")
+}
+
+/// A builder for a backend on `url` whose timeouts are [`PATIENT`] hang guards.
+pub fn patient_postgres(url: &str) -> PostgresBuilder {
+    PostgresBackend::builder()
+        .url(url)
+        .connect_timeout(PATIENT)
+        .statement_timeout(PATIENT)
+        .pool_timeout(PATIENT)
 }
 
 /// A backend on [`shared_postgres`] (its default tables exist), and a plain client for looking
@@ -299,14 +313,14 @@ pub fn postgres_now_ms(client: &mut postgres::Client) -> i64 {
         .get(0)
 }
 
-/// A builder for a backend on `url` that gives up quickly: 500 ms to connect, two seconds per
-/// statement, one second to wait for a pooled connection.
+/// A builder for a backend on `url` for fault tests: [`BRISK`] to connect, per statement, and
+/// to wait for a pooled connection.
 pub fn impatient_postgres(url: &str) -> PostgresBuilder {
     PostgresBackend::builder()
         .url(url)
-        .connect_timeout(Duration::from_millis(500))
-        .statement_timeout(Duration::from_secs(2))
-        .pool_timeout(Duration::from_secs(1))
+        .connect_timeout(BRISK)
+        .statement_timeout(BRISK)
+        .pool_timeout(BRISK)
 }
 
 /// A backend on `url` with fresh tables of its own (their names made unique), set up with their

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use syncguard::redis::{RedisBackend, RedisBuilder};
 
-use super::{Instance, Service, free_port, require_program};
+use super::{BRISK, Instance, PATIENT, Service, free_port, require_program};
 
 /// A `redis-server` of its own: no persistence, loopback only, optional password, optionally
 /// TLS only.
@@ -132,7 +132,7 @@ impl RedisServer {
     /// A plain connection for looking at (or tampering with) what syncguard stored.
     pub fn connection(&self) -> redis::Connection {
         redis::Client::open(self.admin_url())
-            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+            .and_then(|client| client.get_connection_with_timeout(PATIENT))
             .expect("connect to the test Redis")
     }
 
@@ -155,9 +155,21 @@ pub fn shared_redis() -> &'static RedisServer {
     SERVER.get_or_init(RedisServer::start)
 }
 
-/// A backend on [`shared_redis`].
+/// A backend on [`shared_redis`], whose timeouts are [`PATIENT`] hang guards.
 pub fn shared_redis_backend() -> RedisBackend {
-    RedisBackend::connect(&shared_redis().url()).expect("connect to the test Redis")
+    patient_redis(&shared_redis().url())
+        .build()
+        .expect("connect to the test Redis")
+}
+
+/// A builder for a backend on `url` whose timeouts are [`PATIENT`] hang guards.
+pub fn patient_redis(url: &str) -> RedisBuilder {
+    RedisBackend::builder()
+        .url(url)
+        .connect_timeout(PATIENT)
+        .read_timeout(PATIENT)
+        .write_timeout(PATIENT)
+        .pool_timeout(PATIENT)
 }
 
 /// A backend on [`shared_redis`], and a plain connection for looking at (or tampering with)
@@ -177,14 +189,13 @@ pub fn redis_now_ms(conn: &mut redis::Connection) -> i64 {
     secs * 1000 + micros / 1000
 }
 
-/// A builder for a backend on `url` that gives up quickly: 500 ms to connect, read or write,
-/// one second to wait for a pooled connection.
+/// A builder for a backend on `url` for fault tests: [`BRISK`] to connect, read, write or wait
+/// for a pooled connection.
 pub fn impatient_redis(url: &str) -> RedisBuilder {
-    let io = Duration::from_millis(500);
     RedisBackend::builder()
         .url(url)
-        .connect_timeout(io)
-        .read_timeout(io)
-        .write_timeout(io)
-        .pool_timeout(Duration::from_secs(1))
+        .connect_timeout(BRISK)
+        .read_timeout(BRISK)
+        .write_timeout(BRISK)
+        .pool_timeout(BRISK)
 }
