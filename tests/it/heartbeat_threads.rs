@@ -73,10 +73,11 @@ fn a_thousand_guards_share_a_bounded_heartbeat_alone() {
     let more = clone.lock(&format!("many:{run}:clone")).unwrap();
     assert_eq!(all_threads(), before + 1);
 
-    // Many leases due all the time: renewals go to workers, never more than four.
+    // Many leases due all the time (5 000 renewals a second): renewals go to workers, never
+    // more than four. Leases of 3 s, so that a loaded machine's pauses cannot end one.
     let busy = Locker::with_defaults(
         MemoryBackend::new(),
-        LockOptions::default().ttl(Duration::from_millis(300)),
+        LockOptions::default().ttl(Duration::from_secs(3)),
     );
     let busy_guards: Vec<LockGuard> = (0..5000)
         .map(|i| busy.lock(&format!("busy:{run}:{i}")).unwrap())
