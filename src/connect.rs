@@ -6,8 +6,9 @@ use crate::error::{LockError, Result};
 use crate::memory::MemoryBackend;
 
 /// The URL schemes [`connect`] knows, for messages.
-const SCHEMES: &str =
-    "memory:, redis://, rediss://, redis+unix://, postgres://, postgresql://, firestore://";
+const SCHEMES: &str = "memory:, redis://, rediss://, redis+unix://, redis-cluster://, \
+                       rediss-cluster://, redis-sentinel://, rediss-sentinel://, postgres://, \
+                       postgresql://, firestore://";
 
 /// Opens the backend a URL names:
 ///
@@ -15,6 +16,8 @@ const SCHEMES: &str =
 /// |---|---|
 /// | `memory:` | a new, empty [`MemoryBackend`] (each call its own) |
 /// | `redis://…`, `rediss://…`, `redis+unix://…` | Redis (feature `redis`) |
+/// | `redis-cluster://h1:p1,h2:p2/`, `rediss-cluster://…` | a Redis Cluster (feature `redis`) |
+/// | `redis-sentinel://s1:p1,s2:p2/NAME`, `rediss-sentinel://…` | the Redis primary Sentinels name (feature `redis`) |
 /// | `postgres://…`, `postgresql://…` | PostgreSQL (feature `postgres`) |
 /// | `firestore://PROJECT[/DATABASE]` | Firestore (feature `firestore`) |
 ///
@@ -42,11 +45,13 @@ pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
             "memory: URLs take no host, path or options",
         )),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+unix" => {
+        "redis" | "rediss" | "redis+unix" | "redis-cluster" | "rediss-cluster"
+        | "redis-sentinel" | "rediss-sentinel" => {
             Ok(Box::new(crate::redis::RedisBackend::connect(url)?))
         }
         #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+unix" => unavailable("redis"),
+        "redis" | "rediss" | "redis+unix" | "redis-cluster" | "rediss-cluster"
+        | "redis-sentinel" | "rediss-sentinel" => unavailable("redis"),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Box::new(crate::postgres::PostgresBackend::connect(url)?)),
         #[cfg(not(feature = "postgres"))]

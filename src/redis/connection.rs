@@ -1,4 +1,4 @@
-//! Connections: URL handling, the r2d2 connection manager with timeouts, and checkout.
+//! Connections: URL handling, the r2d2 connection managers with timeouts, and checkout.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -7,7 +7,11 @@ use std::time::Duration;
 use r2d2::{ManageConnection, PooledConnection};
 use redis::{Client, Connection, ConnectionLike, RedisError, RedisResult};
 
+use super::cluster::{ClusterConnection, ClusterConnector, spoils_the_connection};
 use super::errors::{Phase, Server, is_dropped_connection, map_error};
+use super::hosts::{HostsKind, MULTI_HOST_SCHEMES, MultiHostUrl, split_hosts};
+use super::layout::KeyLayout;
+use super::sentinel::{PrimaryUrl, SentinelPrimary, SentinelSpec};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{UrlParams, split_url, with_one_reconnect};
 use crate::tls::{TlsRoots, ensure_process_provider_for_redis};
@@ -27,13 +31,53 @@ pub(crate) struct ParsedUrl {
     pub tls: bool,
     /// `?tls_ca_file=`: CA certificates to trust besides the system's (`rediss://` only).
     pub ca_file: Option<PathBuf>,
+    /// `?layout=`.
+    pub layout: Option<KeyLayout>,
+    /// `?min_replicas=`.
+    pub min_replicas: Option<u32>,
+    /// `?replica_timeout=`.
+    pub replica_timeout: Option<Duration>,
+    /// One server, a Cluster, or a primary behind Sentinels.
+    pub topology: Topology,
+}
+
+/// What a URL connects to.
+pub(crate) enum Topology {
+    /// One server (`redis://`, `rediss://`, sockets): `client_url`.
+    Single,
+    /// A Cluster, through these seed nodes (`redis[s]://` URLs, and `host:port` each).
+    Cluster {
+        nodes: Vec<String>,
+        addresses: Vec<String>,
+    },
+    /// The primary the Sentinels name.
+    Sentinel(SentinelSpec),
 }
 
 /// The port the `redis` crate uses when a URL names none.
 const DEFAULT_PORT: u16 = 6379;
 
-/// The schemes a Redis URL may have.
+/// The schemes a single-server Redis URL may have.
 const SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+
+/// The query parameters syncguard reads from every Redis URL.
+const OURS: &[&str] = &[
+    "prefix",
+    "tls_ca_file",
+    "layout",
+    "min_replicas",
+    "replica_timeout",
+];
+/// … and from a Sentinel URL: the Sentinels' own credentials.
+const SENTINEL_OURS: &[&str] = &[
+    "prefix",
+    "tls_ca_file",
+    "layout",
+    "min_replicas",
+    "replica_timeout",
+    "sentinel_user",
+    "sentinel_password",
+];
 
 /// What the `redis` crate reads from the query of a TCP URL (`redis://`, `rediss://`).
 const TCP_PARAMS: &[&str] = &["protocol"];
@@ -44,12 +88,148 @@ const UNIX_PARAMS: &[&str] = &["protocol", "db", "user", "pass"];
 /// otherwise ignore or only refuse when connecting: parameters it does not read for this kind
 /// of URL, a fragment, a database that is not a number, an unknown protocol.
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
+    match split_hosts(url)? {
+        Some(multi) => parse_multi_host(&multi),
+        None => parse_single(url, OURS).map(|(parsed, _)| parsed),
+    }
+}
+
+/// A `redis-cluster://` or `redis-sentinel://` URL: its options are checked as those of a
+/// `redis://` URL to its first host would be.
+fn parse_multi_host(multi: &MultiHostUrl) -> Result<ParsedUrl> {
+    let (first_host, first_port) = &multi.hosts[0];
+    let ours = match multi.kind {
+        HostsKind::Cluster => OURS,
+        HostsKind::Sentinel => SENTINEL_OURS,
+    };
+    let stand_in = multi.single_url(first_host, *first_port, "", multi.query.as_deref());
+    let (mut parsed, options) = parse_single(&stand_in, ours)?;
+    // The client's own parameters (`protocol`), as they stand in the stand-in's URL.
+    let client_query = parsed.client_url.split_once('?').map(|(_, q)| q.to_owned());
+    let shown_query = parsed.display.split_once('?').map(|(_, q)| q.to_owned());
+    parsed.display = multi.display(shown_query.as_deref());
+    match multi.kind {
+        HostsKind::Cluster => {
+            if !multi.path.is_empty() {
+                return Err(LockError::invalid_argument(
+                    "a redis-cluster:// URL takes no path: a Cluster has database 0 only \
+                     (redis-cluster://h1:p1,h2:p2/?prefix=…)",
+                ));
+            }
+            parsed.location = format!("at cluster nodes {}", multi.host_list());
+            parsed.topology = Topology::Cluster {
+                nodes: multi
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| multi.single_url(host, *port, "", client_query.as_deref()))
+                    .collect(),
+                addresses: multi
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| format!("{host}:{port}"))
+                    .collect(),
+            };
+        }
+        HostsKind::Sentinel => {
+            let mut segments = multi.path.split('/');
+            let master = percent_encoding::percent_decode_str(segments.next().unwrap_or(""))
+                .decode_utf8_lossy()
+                .into_owned();
+            if master.trim().is_empty() {
+                return Err(LockError::invalid_argument(
+                    "a redis-sentinel:// URL names the primary as its path: \
+                     redis-sentinel://s1:26379,s2:26379/mymaster",
+                ));
+            }
+            let db = match segments.next() {
+                None | Some("") => 0,
+                Some(db) => database_number(
+                    db,
+                    "the database of a Sentinel URL",
+                    "redis-sentinel://s1:26379/mymaster/2",
+                )?,
+            };
+            if segments.next().is_some_and(|rest| !rest.is_empty()) {
+                return Err(LockError::invalid_argument(
+                    "the path of a redis-sentinel:// URL is /NAME or /NAME/DB",
+                ));
+            }
+            let option = |name: &str| {
+                options
+                    .iter()
+                    .find(|(key, _)| key == name)
+                    .map(|(_, value)| value.clone())
+            };
+            let sentinel_user = option("sentinel_user");
+            let sentinel_password = option("sentinel_password");
+            if let Some(password) = &sentinel_password {
+                parsed.secrets.push(password.clone());
+                parsed.secrets.push(encode_userinfo(password));
+            }
+            let sentinel_userinfo = match (&sentinel_user, &sentinel_password) {
+                (_, None) if sentinel_user.is_some() => {
+                    return Err(LockError::invalid_argument(
+                        "the Redis URL parameter `sentinel_user` needs `sentinel_password`",
+                    ));
+                }
+                (user, Some(password)) => Some(format!(
+                    "{}:{}",
+                    encode_userinfo(user.as_deref().unwrap_or("")),
+                    encode_userinfo(password)
+                )),
+                (_, None) => None,
+            };
+            let sentinel_urls = MultiHostUrl {
+                userinfo: sentinel_userinfo,
+                hosts: Vec::new(),
+                path: String::new(),
+                query: None,
+                scheme: String::new(),
+                ..*multi
+            };
+            parsed.location = with_db(
+                format!("at primary `{master}` of sentinels {}", multi.host_list()),
+                db,
+            );
+            parsed.topology = Topology::Sentinel(SentinelSpec {
+                sentinels: multi
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| sentinel_urls.single_url(host, *port, "", None))
+                    .collect(),
+                sentinel_addresses: multi
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| format!("{host}:{port}"))
+                    .collect(),
+                master,
+                primary_url: PrimaryUrl {
+                    tls: multi.tls,
+                    userinfo: multi.userinfo.clone(),
+                    db,
+                    query: client_query,
+                },
+            });
+        }
+    }
+    Ok(parsed)
+}
+
+/// Percent-encodes a user name or password for a URL's userinfo.
+fn encode_userinfo(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// A single-server URL (or a multi-host URL's stand-in), with `ours` as syncguard's own
+/// parameters; also returns those parameters as given.
+fn parse_single(url: &str, ours: &[&str]) -> Result<(ParsedUrl, Vec<(String, String)>)> {
     let unix = match url::Url::parse(url.trim()) {
         Ok(parsed) if !SCHEMES.contains(&parsed.scheme()) => {
             return Err(LockError::invalid_argument(format!(
-                "not a Redis URL (scheme {:?}); expected redis://, rediss://, redis+unix:// or \
-                 unix://",
-                parsed.scheme().chars().take(32).collect::<String>()
+                "not a Redis URL (scheme {:?}); expected redis://, rediss://, redis+unix://, \
+                 unix://, {}",
+                parsed.scheme().chars().take(32).collect::<String>(),
+                MULTI_HOST_SCHEMES.map(|s| format!("{s}://")).join(", ")
             )));
         }
         Ok(parsed) => {
@@ -66,7 +246,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
         url,
         "Redis",
         &UrlParams {
-            ours: &["prefix", "tls_ca_file"],
+            ours,
             client: if unix { UNIX_PARAMS } else { TCP_PARAMS },
         },
     )?;
@@ -140,15 +320,58 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
             "the Redis URL parameter `tls_ca_file` needs TLS: use a rediss:// URL",
         ));
     }
-    Ok(ParsedUrl {
-        tls,
-        client_url: split.url.to_string(),
-        display: split.display,
-        location,
-        prefix: option("prefix"),
-        secrets: split.secrets,
-        ca_file,
-    })
+    let layout = option("layout")
+        .map(|value| KeyLayout::from_url_value(&value))
+        .transpose()?;
+    let min_replicas = option("min_replicas")
+        .map(|value| match value.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(LockError::invalid_argument(
+                "the Redis URL parameter `min_replicas` must be a number of replicas, at least 1",
+            )),
+        })
+        .transpose()?;
+    let replica_timeout = option("replica_timeout")
+        .map(|value| {
+            parse_millis(&value).ok_or_else(|| {
+                LockError::invalid_argument(
+                    "the Redis URL parameter `replica_timeout` must be a duration such as 500ms, \
+                     2s or 1500 (milliseconds)",
+                )
+            })
+        })
+        .transpose()?;
+    let options = split.options.clone();
+    Ok((
+        ParsedUrl {
+            tls,
+            client_url: split.url.to_string(),
+            display: split.display,
+            location,
+            prefix: option("prefix"),
+            secrets: split.secrets,
+            ca_file,
+            layout,
+            min_replicas,
+            replica_timeout,
+            topology: Topology::Single,
+        },
+        options,
+    ))
+}
+
+/// `500ms`, `2s` or a plain number of milliseconds.
+fn parse_millis(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 1)
+    } else if let Some(s) = text.strip_suffix('s') {
+        (s, 1000)
+    } else {
+        (text, 1)
+    };
+    let value: u64 = number.trim().parse().ok()?;
+    value.checked_mul(scale).map(Duration::from_millis)
 }
 
 /// `db`, `user` and `pass` in the query of a TCP URL: the `redis` crate reads them only for
@@ -186,34 +409,50 @@ fn with_db(location: String, db: u32) -> String {
     }
 }
 
-/// The client for a URL (the `client_url` of a [`ParsedUrl`]). For `rediss://` (`tls`): TLS by the shared policy of [`crate::tls`]
-/// (the system's roots plus `ca_file`, given to redis-rs as one PEM bundle, since roots it is
-/// given replace the system's), and rustls' process-default provider, which redis-rs insists
-/// on (see [`ensure_process_provider_for_redis`]).
-pub(crate) fn client(
-    url: &str,
-    tls: bool,
-    ca_file: Option<&Path>,
-    server: &Server,
-) -> Result<Client> {
-    let client = if tls {
+/// Makes `redis::Client`s for one backend's URLs. For TLS (`rediss://` and friends): the
+/// shared policy of [`crate::tls`] (the system's roots plus `ca_file`, given to redis-rs as one
+/// PEM bundle, since roots it is given replace the system's, loaded once), and rustls'
+/// process-default provider, which redis-rs insists on (see
+/// [`ensure_process_provider_for_redis`]).
+#[derive(Clone)]
+pub(crate) struct ClientFactory {
+    roots: Option<Arc<Vec<u8>>>,
+}
+
+impl ClientFactory {
+    pub fn new(tls: bool, ca_file: Option<&Path>) -> Result<ClientFactory> {
+        if !tls {
+            return Ok(ClientFactory { roots: None });
+        }
         let roots = TlsRoots::load(ca_file, true)?;
         roots.require_any("tls_ca_file")?;
         ensure_process_provider_for_redis();
-        let certificates = redis::TlsCertificates {
+        Ok(ClientFactory {
+            roots: Some(Arc::new(roots.pem_bundle())),
+        })
+    }
+
+    /// The certificates to give redis-rs, for TLS.
+    pub fn certificates(&self) -> Option<redis::TlsCertificates> {
+        self.roots.as_ref().map(|pem| redis::TlsCertificates {
             client_tls: None,
-            root_cert: Some(roots.pem_bundle()),
+            root_cert: Some(pem.as_ref().clone()),
+        })
+    }
+
+    /// The client for `url`.
+    pub fn client(&self, url: &str, server: &Server) -> Result<Client> {
+        let client = match self.certificates() {
+            Some(certificates) => Client::build_with_tls(url, certificates),
+            None => Client::open(url),
         };
-        Client::build_with_tls(url, certificates)
-    } else {
-        Client::open(url)
-    };
-    client.map_err(|e| {
-        LockError::invalid_argument(format!(
-            "invalid Redis URL: {}",
-            server.clean(&e.to_string())
-        ))
-    })
+        client.map_err(|e| {
+            LockError::invalid_argument(format!(
+                "invalid Redis URL: {}",
+                server.clean(&e.to_string())
+            ))
+        })
+    }
 }
 
 /// Timeouts applied to every connection.
@@ -225,10 +464,16 @@ pub(crate) struct Timeouts {
     pub checkout: Duration,
 }
 
+/// Where a [`Connector`] connects: one fixed server, or the primary the Sentinels name.
+pub(crate) enum Target {
+    Fixed(Box<Client>),
+    Sentinel(Arc<SentinelPrimary>),
+}
+
 /// The r2d2 manager for connections syncguard opens itself: connect with a timeout, then set
 /// read and write timeouts, and remember why the last connect failed (r2d2 reports only text).
 pub(crate) struct Connector {
-    client: Client,
+    target: Target,
     server: Arc<Server>,
     timeouts: Timeouts,
     last_failure: LastFailure,
@@ -241,7 +486,7 @@ pub(crate) struct Connector {
 pub(crate) struct LastFailure(Arc<Mutex<Option<(ErrorCode, String)>>>);
 
 impl LastFailure {
-    fn set(&self, failure: Option<(ErrorCode, String)>) {
+    pub(crate) fn set(&self, failure: Option<(ErrorCode, String)>) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = failure;
     }
 
@@ -255,13 +500,13 @@ impl LastFailure {
 
 impl Connector {
     pub fn new(
-        client: Client,
+        target: Target,
         server: Arc<Server>,
         timeouts: Timeouts,
         last_failure: LastFailure,
     ) -> Self {
         Connector {
-            client,
+            target,
             server,
             timeouts,
             last_failure,
@@ -272,11 +517,9 @@ impl Connector {
     /// connection and refuses the first command), for `build()`: a wrong address or password
     /// fails there, with its cause, instead of as a pool timeout on first use.
     pub fn probe(&self) -> Result<()> {
-        let mut connection = self
-            .open()
-            .map_err(|e| map_error(e, &self.server, Phase::Connect))?;
+        let mut connection = self.open_checked()?;
         redis::cmd("PING")
-            .query::<String>(&mut connection)
+            .query::<String>(&mut connection.connection)
             .map(drop)
             .map_err(|e| map_error(e, &self.server, Phase::Connect))
     }
@@ -288,6 +531,8 @@ impl Connector {
 pub(crate) struct OwnConnection {
     connection: Connection,
     poisoned: bool,
+    /// The Sentinel resolution it was opened under (0 for a fixed server).
+    generation: u64,
 }
 
 impl ManageConnection for Connector {
@@ -295,10 +540,8 @@ impl ManageConnection for Connector {
     type Error = RedisError;
 
     fn connect(&self) -> RedisResult<OwnConnection> {
-        self.open().map(|connection| OwnConnection {
-            connection,
-            poisoned: false,
-        })
+        self.open_checked()
+            .map_err(|error| RedisError::from(std::io::Error::other(error.message().to_owned())))
     }
 
     fn is_valid(&self, conn: &mut OwnConnection) -> RedisResult<()> {
@@ -308,54 +551,119 @@ impl ManageConnection for Connector {
     }
 
     fn has_broken(&self, conn: &mut OwnConnection) -> bool {
-        conn.poisoned || !conn.connection.is_open()
+        conn.poisoned || !conn.connection.is_open() || self.is_stale(conn)
     }
 }
 
 impl Connector {
-    fn open(&self) -> RedisResult<Connection> {
-        let connected = self
-            .client
+    /// Whether `conn` belongs to a Sentinel resolution that has since been dropped.
+    fn is_stale(&self, conn: &OwnConnection) -> bool {
+        match &self.target {
+            Target::Fixed(_) => false,
+            Target::Sentinel(primary) => conn.generation != primary.generation(),
+        }
+    }
+
+    /// A new connection with its timeouts set; the failure, mapped, is also remembered for
+    /// checkouts that time out.
+    fn open_checked(&self) -> Result<OwnConnection> {
+        let opened = match &self.target {
+            Target::Fixed(client) => self.open(client).map(|connection| (connection, 0)),
+            Target::Sentinel(primary) => {
+                primary
+                    .client(&self.server)
+                    .and_then(|(client, generation)| match self.open(&client) {
+                        Ok(connection) => Ok((connection, generation)),
+                        Err(error) => {
+                            // The primary the Sentinels named is gone: ask them again next time.
+                            primary.invalidate(generation);
+                            Err(error)
+                        }
+                    })
+            }
+        };
+        self.last_failure.set(
+            opened
+                .as_ref()
+                .err()
+                .map(|error| (error.code(), error.message().to_owned())),
+        );
+        opened.map(|(connection, generation)| OwnConnection {
+            connection,
+            poisoned: false,
+            generation,
+        })
+    }
+
+    fn open(&self, client: &Client) -> Result<Connection> {
+        client
             .get_connection_with_timeout(self.timeouts.connect)
             .and_then(|conn| {
                 conn.set_read_timeout(Some(self.timeouts.read))?;
                 conn.set_write_timeout(Some(self.timeouts.write))?;
                 Ok(conn)
-            });
-        self.last_failure.set(connected.as_ref().err().map(|error| {
-            let error = map_error(error.clone(), &self.server, Phase::Connect);
-            (error.code(), error.message().to_owned())
-        }));
-        connected
+            })
+            .map_err(|error| map_error(error, &self.server, Phase::Connect))
     }
 }
 
 /// Where connections come from.
 pub(crate) enum Pool {
-    /// Opened by syncguard, through [`Connector`].
-    Own(r2d2::Pool<Connector>, LastFailure),
+    /// Opened by syncguard, through [`Connector`]: to one server, or to the primary the
+    /// Sentinels name (`sentinel`, to drop a stale resolution).
+    Own {
+        pool: r2d2::Pool<Connector>,
+        last_failure: LastFailure,
+        sentinel: Option<Arc<SentinelPrimary>>,
+    },
     /// The application's pool of `redis::Client` connections: timeouts are set on checkout.
     External(r2d2::Pool<Client>, Timeouts),
+    /// Cluster connections opened by syncguard, through [`ClusterConnector`].
+    Cluster(r2d2::Pool<ClusterConnector>, LastFailure),
 }
 
+/// A checked-out connection, as calls that need to know the kind see it.
+pub(crate) enum Conn<'a> {
+    Single(&'a mut Connection),
+    Cluster(&'a mut ClusterConnection),
+}
+
+impl Conn<'_> {
+    /// For calls any connection can make (a script, a command routed by its key).
+    pub fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(conn) => *conn,
+            Conn::Cluster(conn) => *conn,
+        }
+    }
+}
+
+// A short-lived value on the caller's stack: boxing the large variant would cost an
+// allocation per call.
+#[allow(clippy::large_enum_variant)]
 enum Checkout {
     Own(PooledConnection<Connector>),
     External(PooledConnection<Client>),
+    Cluster(PooledConnection<ClusterConnector>),
 }
 
 impl Checkout {
-    fn connection(&mut self) -> &mut Connection {
+    fn connection(&mut self) -> Conn<'_> {
         match self {
-            Checkout::Own(conn) => &mut conn.connection,
-            Checkout::External(conn) => conn,
+            Checkout::Own(conn) => Conn::Single(&mut conn.connection),
+            Checkout::External(conn) => Conn::Single(conn),
+            Checkout::Cluster(conn) => Conn::Cluster(&mut conn.connection),
         }
     }
 
-    /// Keeps a connection that timed out from going back into the pool (own pool only: an
-    /// application's `redis::Client` pool cannot be told; see `RedisBuilder::pool`).
+    /// Keeps a connection that timed out (or, on a Cluster, one whose slot map may be stale)
+    /// from going back into the pool (own pools only: an application's `redis::Client` pool
+    /// cannot be told; see `RedisBuilder::pool`).
     fn poison(&mut self) {
-        if let Checkout::Own(conn) = self {
-            conn.poisoned = true;
+        match self {
+            Checkout::Own(conn) => conn.poisoned = true,
+            Checkout::Cluster(conn) => conn.poisoned = true,
+            Checkout::External(_) => {}
         }
     }
 }
@@ -363,15 +671,17 @@ impl Checkout {
 impl Pool {
     pub fn state(&self) -> r2d2::State {
         match self {
-            Pool::Own(pool, _) => pool.state(),
+            Pool::Own { pool, .. } => pool.state(),
             Pool::External(pool, _) => pool.state(),
+            Pool::Cluster(pool, _) => pool.state(),
         }
     }
 
     pub fn max_size(&self) -> u32 {
         match self {
-            Pool::Own(pool, _) => pool.max_size(),
+            Pool::Own { pool, .. } => pool.max_size(),
             Pool::External(pool, _) => pool.max_size(),
+            Pool::Cluster(pool, _) => pool.max_size(),
         }
     }
 
@@ -379,14 +689,23 @@ impl Pool {
     pub fn run<T>(
         &self,
         server: &Server,
-        mut call: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut call: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.run_on(server, |mut conn| call(conn.as_dyn()))
+    }
+
+    /// [`run`](Self::run), for calls that need to know the kind of connection.
+    pub fn run_on<T>(
+        &self,
+        server: &Server,
+        mut call: impl FnMut(Conn<'_>) -> RedisResult<T>,
     ) -> Result<T> {
         with_one_reconnect(
             || self.checkout(server),
             |checkout| {
                 let result = call(checkout.connection());
-                if result.as_ref().is_err_and(RedisError::is_timeout) {
-                    checkout.poison();
+                if let Err(error) = &result {
+                    self.after_failure(checkout, error);
                 }
                 result
             },
@@ -395,12 +714,56 @@ impl Pool {
         )
     }
 
+    /// What a failed call says about its connection: a timeout leaves it out of step; on a
+    /// Cluster, anything but the server's answer to the request may have left the slot map
+    /// stale; behind Sentinels, a read-only answer, a lost connection or a timeout means the
+    /// primary may have moved.
+    fn after_failure(&self, checkout: &mut Checkout, error: &RedisError) {
+        if error.is_timeout() {
+            checkout.poison();
+        }
+        match (self, &*checkout) {
+            (Pool::Cluster(..), _) if spoils_the_connection(error) => checkout.poison(),
+            (
+                Pool::Own {
+                    sentinel: Some(primary),
+                    ..
+                },
+                Checkout::Own(conn),
+            ) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                || error.is_timeout()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal() =>
+            {
+                primary.invalidate(conn.generation);
+                checkout.poison();
+            }
+            _ => {}
+        }
+    }
+
     fn checkout(&self, server: &Server) -> Result<Checkout> {
         match self {
-            Pool::Own(pool, last_failure) => pool
-                .get()
-                .map(Checkout::Own)
-                .map_err(|_| checkout_error(pool, last_failure.get(), server)),
+            Pool::Own {
+                pool,
+                last_failure,
+                sentinel,
+            } => {
+                // Connections to a primary the Sentinels no longer name are let go (each is
+                // dropped as broken when it returns); at most one pool's worth.
+                for _ in 0..=pool.max_size() {
+                    let mut conn = pool
+                        .get()
+                        .map_err(|_| checkout_error(pool, last_failure.get(), server))?;
+                    match sentinel {
+                        Some(primary) if conn.generation != primary.generation() => {
+                            conn.poisoned = true;
+                        }
+                        _ => return Ok(Checkout::Own(conn)),
+                    }
+                }
+                Err(checkout_error(pool, last_failure.get(), server))
+            }
             Pool::External(pool, timeouts) => {
                 let conn = pool.get().map_err(|e| {
                     let failure = external_failure(&e.to_string()).map(|code| {
@@ -415,6 +778,10 @@ impl Pool {
                     .map_err(|e| map_error(e, server, Phase::Call))?;
                 Ok(Checkout::External(conn))
             }
+            Pool::Cluster(pool, last_failure) => pool
+                .get()
+                .map(Checkout::Cluster)
+                .map_err(|_| checkout_error(pool, last_failure.get(), server)),
         }
     }
 }
@@ -482,6 +849,66 @@ mod tests {
         assert_eq!(p.ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
         assert_eq!(p.prefix.as_deref(), Some("jobs"));
         assert_eq!(p.client_url, "rediss://h/");
+    }
+
+    #[test]
+    fn cluster_and_sentinel_urls_are_taken_apart_without_showing_secrets() {
+        let p = parse_url(
+            "redis-cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2/?prefix=jobs&protocol=resp3\
+             &min_replicas=1&replica_timeout=250ms",
+        )
+        .unwrap();
+        assert_eq!(
+            p.display,
+            "redis-cluster://app:***@10.0.0.1:7000,10.0.0.2:6379/?protocol=resp3"
+        );
+        assert_eq!(p.location, "at cluster nodes 10.0.0.1:7000, 10.0.0.2:6379");
+        assert_eq!(p.prefix.as_deref(), Some("jobs"));
+        assert_eq!(p.min_replicas, Some(1));
+        assert_eq!(p.replica_timeout, Some(Duration::from_millis(250)));
+        assert!(p.secrets.contains(&"s@cret".to_owned()));
+        let Topology::Cluster { nodes, addresses } = &p.topology else {
+            panic!("a cluster URL");
+        };
+        assert_eq!(
+            nodes,
+            &[
+                "redis://app:s%40cret@10.0.0.1:7000/?protocol=resp3",
+                "redis://app:s%40cret@10.0.0.2:6379/?protocol=resp3"
+            ]
+        );
+        assert_eq!(addresses, &["10.0.0.1:7000", "10.0.0.2:6379"]);
+
+        let p = parse_url(
+            "rediss-sentinel://:data-pw@s1,s2:26380/my%20primary/3?sentinel_password=sent-pw\
+             &layout=cluster",
+        )
+        .unwrap();
+        assert_eq!(
+            p.display,
+            "rediss-sentinel://:***@s1:26379,s2:26380/my%20primary/3"
+        );
+        assert!(!p.display.contains("sent-pw"));
+        assert_eq!(
+            p.location,
+            "at primary `my primary` of sentinels s1:26379, s2:26380 (db 3)"
+        );
+        assert_eq!(p.layout, Some(KeyLayout::Cluster));
+        for secret in ["data-pw", "sent-pw"] {
+            assert!(p.secrets.contains(&secret.to_owned()), "{secret}");
+        }
+        let Topology::Sentinel(spec) = &p.topology else {
+            panic!("a Sentinel URL");
+        };
+        assert_eq!(
+            spec.sentinels,
+            [
+                "rediss://:sent%2Dpw@s1:26379/",
+                "rediss://:sent%2Dpw@s2:26380/"
+            ]
+        );
+        assert_eq!(spec.master, "my primary");
+        assert!(p.tls);
     }
 
     #[test]

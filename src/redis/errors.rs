@@ -16,7 +16,7 @@ pub(crate) fn classify(error: &RedisError) -> ErrorCode {
     if matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM")) {
         return ErrorCode::AuthFailed;
     }
-    if error.code() == Some("WRONGTYPE") {
+    if error.code() == Some("WRONGTYPE") || is_not_a_cluster(error) {
         return ErrorCode::InvalidArgument;
     }
     match error.kind() {
@@ -32,11 +32,22 @@ pub(crate) fn classify(error: &RedisError) -> ErrorCode {
             | ServerErrorKind::ReadOnly,
         ) => ErrorCode::ServiceUnavailable,
         ErrorKind::InvalidClientConfig => ErrorCode::InvalidArgument,
+        // The cluster client found no node for a slot, or no slot map: a failover or a
+        // resharding is under way, or every node is down.
+        ErrorKind::ClusterConnectionNotFound => ErrorCode::ServiceUnavailable,
+        ErrorKind::Client if error.to_string().to_ascii_lowercase().contains("slot") => {
+            ErrorCode::ServiceUnavailable
+        }
         _ if error.is_io_error() || error.is_connection_refusal() => ErrorCode::ServiceUnavailable,
         _ if error.code() == Some("OOM") => ErrorCode::ServiceUnavailable,
         _ if is_syntax_error(error) => ErrorCode::InvalidArgument,
         _ => ErrorCode::Internal,
     }
+}
+
+/// A `redis-cluster://` URL that names a server without cluster support.
+fn is_not_a_cluster(error: &RedisError) -> bool {
+    error.to_string().contains("cluster support disabled")
 }
 
 fn is_syntax_error(error: &RedisError) -> bool {
@@ -173,7 +184,16 @@ fn cause(error: &RedisError, code: ErrorCode, server: &Server, phase: Phase) -> 
             },
         };
     }
+    if is_not_a_cluster(error) {
+        return format!(
+            "the server is not a Redis Cluster node ({detail}); use redis:// for a single server"
+        );
+    }
     match (error.kind(), error.code()) {
+        (ErrorKind::Server(ServerErrorKind::ReadOnly), _) => format!(
+            "the server is a read-only replica now, so a failover has moved the primary \
+             ({detail})"
+        ),
         (_, Some("NOAUTH")) if server.from_url => format!(
             "authentication required ({detail}): the server has a password; give it in the URL \
              (redis://:PASSWORD@host:port/)"

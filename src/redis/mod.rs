@@ -1,5 +1,6 @@
 //! The Redis backend: one Lua script per operation over a pooled blocking connection, with
-//! Redis `TIME` as the clock, storing locks exactly as the TypeScript SyncGuard does.
+//! Redis `TIME` as the clock — on one server (storing locks exactly as the TypeScript
+//! SyncGuard does), on a Redis Cluster, or on a primary behind Sentinels.
 //!
 //! ```no_run
 //! use syncguard::{Locker, redis::RedisBackend};
@@ -7,13 +8,21 @@
 //! let locker = Locker::new(RedisBackend::connect("redis://127.0.0.1/")?);
 //! let guard = locker.lock("nightly-report")?;
 //! println!("fence {}", guard.fence());
+//!
+//! // A Cluster (any of its nodes; the client finds the rest), or the primary three
+//! // Sentinels know as `mymaster`, waiting for one replica after each acquisition:
+//! let cluster = RedisBackend::connect("redis-cluster://10.0.0.1:7000,10.0.0.2:7000/")?;
+//! let sentinel = RedisBackend::connect(
+//!     "redis-sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/mymaster?min_replicas=1",
+//! )?;
 //! # Ok::<(), syncguard::LockError>(())
 //! ```
 //!
 //! # Storage
 //!
 //! For a key `K` under the prefix `P` (default `syncguard`), with `msk` =
-//! [`make_storage_key`] at Redis' limit of 1000 bytes with 26 reserved:
+//! [`make_storage_key`](crate::driver::make_storage_key) at Redis' limit of 1000 bytes with 26
+//! reserved, in the default, TypeScript-compatible layout ([`KeyLayout::TypeScript`]):
 //!
 //! | Redis key | value | TTL |
 //! |---|---|---|
@@ -25,6 +34,89 @@
 //! Redis key as the fence counter of `job`. Every script checks what it finds before writing:
 //! such a collision fails with `Internal` instead of overwriting the counter or an index
 //! entry, and a fence counter is never deleted.
+//!
+//! # Key layouts
+//!
+//! Those three keys of a lock lie in different hash slots, and a Cluster runs a script only on
+//! keys of one slot (`CROSSSLOT` otherwise). The cluster layout ([`KeyLayout::Cluster`]) names
+//! them with a shared hash tag instead: `P:{T}` (the record), `P:fence:{T}` (the counter) and
+//! `P:id:{lockId}` (the index entry), where the tag `T` is the key itself (or its hash, for
+//! long keys and keys with braces) and lock ids are chosen so that they hash to their lock's
+//! slot. Every operation stays one script in one slot — one round trip, for a guard and for a
+//! bare lock id (`syncguard release --lock-id`) alike. The rules, exactly, are in
+//! [`KeyLayout`]'s docs; `tests/data/redis_cluster_keys.json` pins them.
+//!
+//! | | one server / Sentinel | Cluster |
+//! |---|---|---|
+//! | TypeScript layout (default on one server) | yes: shares locks with the TypeScript SyncGuard | refused |
+//! | cluster layout (`?layout=cluster`, [`RedisBuilder::layout`]) | yes: the same keys a Cluster would hold | the only one (default) |
+//!
+//! **The TypeScript SyncGuard cannot share locks on a Cluster** (its keys are not
+//! hash-tagged), nor with a backend in the cluster layout anywhere. Choosing the cluster layout
+//! on a single server lets a deployment move to a Cluster without a flag day: keys keep their
+//! names, and a migration (`redis-cli --cluster import`, or replication into a Cluster) carries
+//! locks and fence counters over. Switching layouts on live data is not such a move: the two
+//! layouts name different keys, so locks held under one are invisible to the other and fence
+//! counters start again; drain the locks and rotate the prefix, or keep the layout.
+//!
+//! # Cluster
+//!
+//! `redis-cluster://[user:password@]h1:p1,h2:p2[/?prefix=…]` (`rediss-cluster://` with TLS,
+//! verified as below): any nodes of the Cluster; redis-rs' cluster client reads the slot map
+//! and follows `MOVED`/`ASK`, reconnects to nodes and refreshes the map after a failover,
+//! repeating a request up to three times with short waits. Connections are pooled (each pooled
+//! connection holds one connection per node) and every step has the connect, read and write
+//! timeouts; a cluster connection that met a timeout, a lost node or a redirection it could
+//! not follow is replaced. Renewals are pipelined per hash slot. Waiters hear of releases
+//! through any one node (a Cluster delivers `PUBLISH` everywhere). A node that is no Cluster
+//! node is refused at `build()` (`InvalidArgument`).
+//!
+//! # Sentinel
+//!
+//! `redis-sentinel://[user:password@]s1:p1,s2:p2/NAME[/db][?sentinel_user=…&sentinel_password=…]`
+//! (`rediss-sentinel://`: TLS to the Sentinels and to the primary): the credentials before the
+//! hosts are the primary's, the `sentinel_*` parameters the Sentinels' own. Each Sentinel in
+//! turn is asked for the primary named `NAME` (`SENTINEL get-master-addr-by-name`), and the
+//! server it names must answer `ROLE` as a primary; each step has the connect, read and write
+//! timeouts. The address is kept until a connection shows it stale: a `READONLY` answer (the
+//! server was demoted), a lost or refused connection, or a timeout drops it, with every pooled
+//! connection to it, and the next call asks the Sentinels again. Until a Sentinel names a
+//! server that acts as primary, calls fail with `ServiceUnavailable` (transient: a `Locker`
+//! keeps retrying); a name no Sentinel knows is `InvalidArgument`.
+//!
+//! # Failover
+//!
+//! Redis replicates asynchronously: a primary that dies can take its last writes with it, and
+//! the replica that replaces it continues from what it had. For locks that means a granted
+//! lock can vanish (a second holder gets in), and — worse for whoever relies on fences — the
+//! fence counter's last `INCR` can be lost, so the promoted replica **hands out a fence
+//! again**. None of the peer libraries (Redisson, rslock, the TypeScript SyncGuard) guards
+//! against this.
+//!
+//! `min_replicas=N` (`?min_replicas=N&replica_timeout=D`, or [`RedisBuilder::min_replicas`]):
+//! after each successful acquisition, `WAIT N D` on the same connection (on a Cluster, on the
+//! primary of the lock's slot). With fewer than `N` acknowledgements within `D`, the lock is
+//! released again and the acquisition fails with `ServiceUnavailable` (transient). So every
+//! lock and fence a caller is handed is on at least `N` replicas. What that does guarantee:
+//! if the replica promoted after a failover is one of those that acknowledged, it has the lock
+//! and the counter: the lock stays held and no fence repeats. Sentinel and Cluster promote the
+//! replica with the most replicated data, which has everything any acknowledged replica has as
+//! long as one of those is still reachable; with `N` equal to the number of replicas, every
+//! replica has it. What it does **not** guarantee:
+//! - renewals and releases are not waited for: a failover can lose the last renewal (the lock
+//!   then expires earlier than its holder was told: the fence grows, so a resource that checks
+//!   fences rejects the former holder) or a release (the lock lingers until its TTL);
+//! - `WAIT` is not durability: replicas hold the write in memory; losing the primary and those
+//!   replicas at once loses it;
+//! - a primary cut off from the Sentinels keeps accepting writes until it learns it was
+//!   replaced; Redis' own `min-replicas-to-write` on the server bounds that window;
+//! - an acquisition that is refused has still consumed a fence number on the old primary:
+//!   fences grow, but not always by one.
+//!
+//! A single server, no replicas: fences survive its restart only if the counter's `INCR` was
+//! on disk. That takes `appendonly yes` with `appendfsync always`; with `appendfsync everysec`
+//! (Redis' default for AOF) a crash can lose the last second of increments, and RDB snapshots
+//! (`save`) alone lose everything since the last snapshot — and the fences with it.
 //!
 //! # Errors
 //!
@@ -72,26 +164,41 @@
 //! it then trusts the roots syncguard gives it), and refuses to connect when that store
 //! reports an error.
 
+mod cluster;
 mod connection;
 mod errors;
+mod hosts;
+mod layout;
+mod replicas;
 mod scripts;
+mod sentinel;
+mod slot;
 mod watch;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use std::sync::Arc;
-
-use self::connection::{Connector, LastFailure, Pool, Timeouts, client, parse_url};
+use self::cluster::ClusterConnector;
+use self::connection::{
+    ClientFactory, Conn, Connector, LastFailure, Pool, Target, Timeouts, Topology, parse_url,
+};
 use self::errors::Server;
+pub use self::layout::KeyLayout;
+use self::layout::Keys;
+use self::replicas::ReplicaAcks;
 use self::scripts::{Reply, SCRIPTS, Status};
-use self::watch::RedisWatch;
+use self::sentinel::SentinelPrimary;
+use self::slot::key_slot;
+use self::watch::{Opener, RedisWatch};
 use crate::backend::{Capabilities, TimeAuthority};
+#[cfg(test)]
+use crate::driver::make_storage_key;
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LOCK_ID_LENGTH, LeaseRef, LockId,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -99,7 +206,7 @@ use crate::net::{Source, pool_source};
 
 /// Redis' storage-key limit in bytes.
 pub const STORAGE_KEY_LIMIT: usize = 1000;
-/// Bytes [`make_storage_key`] keeps free for derived suffixes.
+/// Bytes [`make_storage_key`](crate::driver::make_storage_key) keeps free for derived suffixes.
 pub const STORAGE_KEY_RESERVE: usize = 26;
 /// The default key prefix, shared with the TypeScript SyncGuard.
 pub const DEFAULT_PREFIX: &str = "syncguard";
@@ -110,34 +217,79 @@ pub const CLEANUP_GUARD_MS: i64 = 2000;
 /// The namespaces under the prefix that hold index entries and fence counters.
 const RESERVED_SEGMENTS: [&str; 2] = ["id", "fence"];
 
-/// Distributed locks in Redis. See the [module docs](self) for the storage layout.
+/// Distributed locks in Redis: one server, a Cluster, or a primary behind Sentinels. See the
+/// [module docs](self) for the storage layouts and what each topology guarantees.
 ///
 /// Built with [`RedisBackend::connect`] or [`RedisBackend::builder`]; cheap to share behind a
 /// [`Locker`](crate::Locker) across threads (connections come from an r2d2 pool).
 pub struct RedisBackend {
     pool: Pool,
-    /// For the release watch's own connection (`None` with the application's pool, whose
-    /// waiters poll).
-    watch_client: Option<(redis::Client, Duration)>,
-    prefix: String,
-    /// `msk(prefix, "id:")` without the lock id: the index key prefix (never hashed, see
-    /// [`RedisBuilder::key_prefix`]).
-    index_prefix: String,
+    /// Where the release watch gets its own connection (`None` with the application's pool,
+    /// whose waiters poll).
+    watch: Option<WatchSource>,
+    keys: Keys,
     cleanup_in_is_locked: bool,
+    /// `min_replicas`: the acknowledgements each acquisition waits for.
+    replicas: Option<ReplicaAcks>,
     /// Where the server is and what messages must not show.
     server: Arc<Server>,
     display_url: String,
 }
 
-/// Options for a [`RedisBackend`]. Defaults: prefix `syncguard`, 8 pooled connections,
-/// connect/read/write timeouts of 2 s, pool checkout timeout of 3 s, no cleanup in
-/// `is_locked`.
+/// Where the release watch connects.
+enum WatchSource {
+    Server(Box<redis::Client>, Timeouts),
+    Sentinel(Arc<SentinelPrimary>, Arc<Server>, Timeouts),
+    Cluster(Vec<redis::Client>, Timeouts),
+}
+
+impl WatchSource {
+    fn opener(&self) -> Opener {
+        fn open(client: &redis::Client, t: Timeouts) -> redis::RedisResult<redis::Connection> {
+            let connection = client.get_connection_with_timeout(t.connect)?;
+            connection.set_write_timeout(Some(t.write))?;
+            Ok(connection)
+        }
+        match self {
+            WatchSource::Server(client, t) => {
+                let (client, t) = (client.as_ref().clone(), *t);
+                Box::new(move || open(&client, t))
+            }
+            WatchSource::Sentinel(primary, server, t) => {
+                let (primary, server, t) = (Arc::clone(primary), Arc::clone(server), *t);
+                Box::new(move || {
+                    let (client, _) = primary.client(&server).map_err(|e| {
+                        redis::RedisError::from(std::io::Error::other(e.message().to_owned()))
+                    })?;
+                    open(&client, t)
+                })
+            }
+            WatchSource::Cluster(clients, t) => {
+                // One node after another: any node hears every PUBLISH of the Cluster.
+                let (clients, t) = (clients.clone(), *t);
+                let mut next = 0;
+                Box::new(move || {
+                    let client = &clients[next % clients.len()];
+                    next += 1;
+                    open(client, t)
+                })
+            }
+        }
+    }
+}
+
+/// Options for a [`RedisBackend`]. Defaults: prefix `syncguard`, the TypeScript-compatible
+/// layout (the cluster layout on a Cluster), 8 pooled connections, connect/read/write timeouts
+/// of 2 s, pool checkout timeout of 3 s, no cleanup in `is_locked`, no `min_replicas`.
 #[derive(Clone)]
 #[must_use = "call build() to get a backend"]
 pub struct RedisBuilder {
     url: Option<String>,
     pool: Option<r2d2::Pool<redis::Client>>,
     key_prefix: Option<String>,
+    layout: Option<KeyLayout>,
+    min_replicas: Option<u32>,
+    replica_timeout: Option<Duration>,
     cleanup_in_is_locked: bool,
     pool_size: u32,
     timeouts: Timeouts,
@@ -150,6 +302,9 @@ impl Default for RedisBuilder {
             url: None,
             pool: None,
             key_prefix: None,
+            layout: None,
+            min_replicas: None,
+            replica_timeout: None,
             cleanup_in_is_locked: false,
             pool_size: 8,
             timeouts: Timeouts {
@@ -164,21 +319,31 @@ impl Default for RedisBuilder {
 }
 
 impl RedisBuilder {
-    /// The server: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, verified
-    /// against the system's root certificates and any [`tls_ca_file`](Self::tls_ca_file); see
-    /// [TLS](self#tls)) or `redis+unix:///path/to/socket[?db=N]`. `?prefix=NAME` sets the key
-    /// prefix; `?tls_ca_file=PATH` (`rediss://` only) adds a CA file; `?protocol=` is passed on; `?db=`, `?user=` and
-    /// `?pass=` are read for sockets only. [`build`](RedisBuilder::build) refuses any other
-    /// parameter, an empty or repeated `prefix`, a fragment (`#insecure`) and a path that is not
-    /// a database number, naming what is wrong.
+    /// Where Redis is:
+    /// - one server: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, verified
+    ///   against the system's root certificates and any [`tls_ca_file`](Self::tls_ca_file); see
+    ///   [TLS](self#tls)) or `redis+unix:///path/to/socket[?db=N]`;
+    /// - a Cluster: `redis-cluster://[user:password@]h1:p1,h2:p2[/]` (`rediss-cluster://` with
+    ///   TLS), any reachable nodes of it (see [Cluster](self#cluster));
+    /// - a primary behind Sentinels: `redis-sentinel://[user:password@]s1:p1,s2:p2/NAME[/db]`
+    ///   (`rediss-sentinel://`: TLS to the Sentinels and the primary; the credentials are the
+    ///   primary's, `?sentinel_user=&sentinel_password=` the Sentinels' own; see
+    ///   [Sentinel](self#sentinel)).
+    ///
+    /// Parameters: `?prefix=NAME` (the key prefix), `?layout=typescript|cluster` (see
+    /// [`KeyLayout`]), `?min_replicas=N&replica_timeout=D` (see [`min_replicas`](Self::min_replicas);
+    /// `D` as `500ms`, `2s` or milliseconds), `?tls_ca_file=PATH` (TLS only) adds a CA file;
+    /// `?protocol=` is passed on; `?db=`, `?user=` and `?pass=` are read for sockets only.
+    /// [`build`](RedisBuilder::build) refuses any other parameter, an empty or repeated one, a
+    /// fragment (`#insecure`) and a path that is not a database number, naming what is wrong.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
     }
 
-    /// Use the application's r2d2 pool of `redis::Client` connections instead of a URL. Read
-    /// and write timeouts are applied to each connection as it is checked out. Turn
-    /// `test_on_check_out` off in that pool, or every operation pays an extra round trip.
+    /// Use the application's r2d2 pool of `redis::Client` connections (to one server) instead
+    /// of a URL. Read and write timeouts are applied to each connection as it is checked out.
+    /// Turn `test_on_check_out` off in that pool, or every operation pays an extra round trip.
     /// Unlike syncguard's own pool, such a pool keeps a connection whose read timed out; if
     /// that request was lost on the way, the connection stays out of step until the pool
     /// drops it, so prefer [`url`](RedisBuilder::url) where timeouts are expected.
@@ -190,9 +355,38 @@ impl RedisBuilder {
     /// The namespace of every key (default `syncguard`; one trailing `:` is dropped). Must
     /// not be empty, and must leave room for keys: at most 948 bytes, so that index keys are
     /// never hashed. It may not end in an `id` or `fence` segment, which would overlap those
-    /// namespaces of a shorter prefix.
+    /// namespaces of a shorter prefix, and with the cluster layout it may not contain `{` or
+    /// `}`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// How keys are named (see [`KeyLayout`]; the URL's `?layout=` otherwise). Default: the
+    /// TypeScript-compatible layout on one server or behind Sentinels, the cluster layout on a
+    /// Cluster, which refuses the other.
+    pub fn layout(mut self, layout: KeyLayout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    /// After each acquisition, wait until at least `replicas` replicas have it (`WAIT`), for at
+    /// most [`replica_timeout`](Self::replica_timeout); with fewer acknowledgements the lock
+    /// is released again and the acquisition fails with `ServiceUnavailable` (transient: the
+    /// `Locker` retries). This keeps fences from repeating after a failover; see
+    /// [Failover](self#failover) for exactly what it does and does not guarantee. Default: no
+    /// waiting (the URL's `?min_replicas=` otherwise).
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.min_replicas = Some(replicas);
+        self
+    }
+
+    /// How long an acquisition waits for [`min_replicas`](Self::min_replicas)
+    /// acknowledgements (default: half the read timeout, 1 s with the defaults; the URL's
+    /// `?replica_timeout=` otherwise). Must be shorter than the read timeout, which the
+    /// `WAIT` runs under.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = Some(timeout);
         self
     }
 
@@ -211,9 +405,10 @@ impl RedisBuilder {
     }
 
     /// Validates the options (`InvalidArgument`, before any I/O) and, for a URL, opens one
-    /// connection to check the server and the credentials (`ServiceUnavailable`, `AuthFailed`,
-    /// `NetworkTimeout` otherwise, with a message naming the server's `host:port` and the
-    /// cause).
+    /// connection to check the servers and the credentials (`ServiceUnavailable`,
+    /// `AuthFailed`, `NetworkTimeout` otherwise, with a message naming the server's
+    /// `host:port` and the cause): for a Cluster, one node and its slot map; behind Sentinels,
+    /// the primary they name.
     pub fn build(self) -> Result<RedisBackend> {
         let source = pool_source(
             "Redis",
@@ -231,75 +426,150 @@ impl RedisBuilder {
             Some(prefix) => Some(validate_prefix(prefix, "key_prefix")?),
             None => None,
         };
-        let (pool, watch_client, url_prefix, server, display_url) = match source {
+        let timeouts = self.timeouts;
+        // Everything is checked before any I/O; the builder's options win over the URL's.
+        let (source, parsed) = match source {
             Source::Pool(_) if self.tls_ca_file.is_some() => {
                 return Err(LockError::invalid_argument(
                     "tls_ca_file applies to connections syncguard opens from a URL; the \
                      application's pool has TLS settings of its own",
                 ));
             }
-            Source::Pool(pool) => (
-                Pool::External(pool, self.timeouts),
-                None,
-                None,
-                Arc::new(Server::application_pool(self.timeouts)),
-                "<application pool>".to_owned(),
-            ),
-            Source::Url(url) => {
-                let parsed = parse_url(&url)?;
-                let url_prefix = match &parsed.prefix {
-                    Some(prefix) => Some(validate_prefix(prefix, "URL parameter `prefix`")?),
-                    None => None,
-                };
-                let server = Arc::new(Server::from_url(
-                    parsed.location,
-                    parsed.secrets,
-                    self.timeouts,
-                    parsed.tls,
-                ));
-                // The builder's CA file wins over the URL's, as for every option.
-                let ca_file = self.tls_ca_file.as_deref().or(parsed.ca_file.as_deref());
-                let client = client(&parsed.client_url, parsed.tls, ca_file, &server)?;
-                let last_failure = LastFailure::default();
-                let watch_client = Some((client.clone(), self.timeouts.connect));
-                let connector = Connector::new(
-                    client,
-                    Arc::clone(&server),
-                    self.timeouts,
-                    last_failure.clone(),
-                );
-                connector.probe()?;
-                let pool = r2d2::Pool::builder()
-                    .max_size(self.pool_size)
-                    .min_idle(Some(0))
-                    .test_on_check_out(false)
-                    .connection_timeout(self.timeouts.checkout)
-                    .error_handler(Box::new(r2d2::NopErrorHandler))
-                    .build_unchecked(connector);
-                (
-                    Pool::Own(pool, last_failure),
-                    watch_client,
-                    url_prefix,
-                    server,
-                    parsed.display,
-                )
-            }
+            Source::Pool(pool) => (Some(pool), None),
+            Source::Url(url) => (None, Some(parse_url(&url)?)),
+        };
+        let url_prefix = match parsed.as_ref().and_then(|p| p.prefix.as_deref()) {
+            Some(prefix) => Some(validate_prefix(prefix, "URL parameter `prefix`")?),
+            None => None,
         };
         let prefix = key_prefix
             .or(url_prefix)
             .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
-        // validate_prefix guarantees `prefix:id:<lock id>` fits unhashed.
-        let index_prefix = format!("{prefix}:id:");
+        let cluster = parsed
+            .as_ref()
+            .is_some_and(|p| matches!(p.topology, Topology::Cluster { .. }));
+        let layout = self
+            .layout
+            .or(parsed.as_ref().and_then(|p| p.layout))
+            .unwrap_or(if cluster {
+                KeyLayout::Cluster
+            } else {
+                KeyLayout::TypeScript
+            });
+        if cluster && layout != KeyLayout::Cluster {
+            return Err(LockError::invalid_argument(
+                "a Redis Cluster needs the cluster layout: the TypeScript layout puts a lock's \
+                 keys in different hash slots (leave `layout` out, or set it to cluster)",
+            ));
+        }
+        let keys = Keys::new(prefix, layout)?;
+        let replicas = ReplicaAcks::from_options(
+            self.min_replicas
+                .or(parsed.as_ref().and_then(|p| p.min_replicas)),
+            self.replica_timeout
+                .or(parsed.as_ref().and_then(|p| p.replica_timeout)),
+            timeouts.read,
+        )?;
+
+        let (pool, watch, server, display_url) = match (source, parsed) {
+            (Some(pool), _) => (
+                Pool::External(pool, timeouts),
+                None,
+                Arc::new(Server::application_pool(timeouts)),
+                "<application pool>".to_owned(),
+            ),
+            (None, Some(parsed)) => {
+                let ca_file = self.tls_ca_file.as_deref().or(parsed.ca_file.as_deref());
+                let (pool, watch, server) = connect(&parsed, ca_file, timeouts, self.pool_size)?;
+                (pool, Some(watch), server, parsed.display)
+            }
+            (None, None) => {
+                return Err(LockError::internal("a Redis backend without a source"));
+            }
+        };
         Ok(RedisBackend {
             pool,
-            watch_client,
-            prefix,
-            index_prefix,
+            watch,
+            keys,
             cleanup_in_is_locked: self.cleanup_in_is_locked,
+            replicas,
             server,
             display_url,
         })
     }
+}
+
+/// Opens syncguard's own pool for a parsed URL, after checking one connection.
+fn connect(
+    parsed: &connection::ParsedUrl,
+    ca_file: Option<&std::path::Path>,
+    timeouts: Timeouts,
+    pool_size: u32,
+) -> Result<(Pool, WatchSource, Arc<Server>)> {
+    let server = Arc::new(Server::from_url(
+        parsed.location.clone(),
+        parsed.secrets.clone(),
+        timeouts,
+        parsed.tls,
+    ));
+    let clients = ClientFactory::new(parsed.tls, ca_file)?;
+    let last_failure = LastFailure::default();
+    fn pool_builder<M: r2d2::ManageConnection>(size: u32, checkout: Duration) -> r2d2::Builder<M> {
+        r2d2::Pool::builder()
+            .max_size(size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(checkout)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+    }
+    let own = |target: Target, sentinel: Option<Arc<SentinelPrimary>>| -> Result<Pool> {
+        let connector = Connector::new(target, Arc::clone(&server), timeouts, last_failure.clone());
+        connector.probe()?;
+        Ok(Pool::Own {
+            pool: pool_builder(pool_size, timeouts.checkout).build_unchecked(connector),
+            last_failure: last_failure.clone(),
+            sentinel,
+        })
+    };
+    let (pool, watch) = match &parsed.topology {
+        Topology::Single => {
+            let client = clients.client(&parsed.client_url, &server)?;
+            let watch = WatchSource::Server(Box::new(client.clone()), timeouts);
+            (own(Target::Fixed(Box::new(client)), None)?, watch)
+        }
+        Topology::Sentinel(spec) => {
+            let primary = Arc::new(SentinelPrimary::new(spec.clone(), clients, timeouts));
+            let watch = WatchSource::Sentinel(Arc::clone(&primary), Arc::clone(&server), timeouts);
+            let target = Target::Sentinel(Arc::clone(&primary));
+            (own(target, Some(primary))?, watch)
+        }
+        Topology::Cluster { nodes, addresses } => {
+            let node_clients = nodes
+                .iter()
+                .map(|node| clients.client(node, &server))
+                .collect::<Result<Vec<_>>>()?;
+            let seeds = addresses
+                .iter()
+                .cloned()
+                .zip(node_clients.iter().cloned())
+                .collect();
+            let connector = ClusterConnector::new(
+                nodes,
+                seeds,
+                &clients,
+                Arc::clone(&server),
+                timeouts,
+                last_failure.clone(),
+            )?;
+            connector.probe()?;
+            let pool = Pool::Cluster(
+                pool_builder(pool_size, timeouts.checkout).build_unchecked(connector),
+                last_failure,
+            );
+            (pool, WatchSource::Cluster(node_clients, timeouts))
+        }
+    };
+    Ok((pool, watch, server))
 }
 
 /// Checks a key prefix (given as `option`, for messages) and returns it without its trailing
@@ -360,40 +630,32 @@ impl RedisBackend {
 
     /// The key prefix in use (without trailing `:`).
     pub fn key_prefix(&self) -> &str {
-        &self.prefix
+        self.keys.prefix()
+    }
+
+    /// The key layout in use.
+    pub fn layout(&self) -> KeyLayout {
+        self.keys.layout()
     }
 
     /// The Redis key holding the lock on `key` (for inspection and tests).
     pub fn lock_key(&self, key: &str) -> Result<String> {
-        self.storage_key(Key::new(key)?.as_str())
+        Ok(self.keys.lock_keys(Key::new(key)?.as_str())?.lock)
     }
 
     /// The Redis key of the reverse index entry of `lock_id`.
     pub fn index_key(&self, lock_id: &str) -> Result<String> {
-        Ok(self.index_key_of(&LockId::new(lock_id)?))
-    }
-
-    fn index_key_of(&self, lock_id: &LockId) -> String {
-        format!("{}{}", self.index_prefix, lock_id.as_str())
+        Ok(self.keys.index_key(&LockId::new(lock_id)?))
     }
 
     /// The Redis key of the fence counter of `key`.
     pub fn fence_key(&self, key: &str) -> Result<String> {
-        self.fence_key_of(&self.lock_key(key)?)
-    }
-
-    /// The fence counter key that belongs to a lock key.
-    fn fence_key_of(&self, lock_key: &str) -> Result<String> {
-        self.storage_key(&format!("fence:{lock_key}"))
-    }
-
-    fn storage_key(&self, key: &str) -> Result<String> {
-        make_storage_key(&self.prefix, key, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE)
+        Ok(self.keys.lock_keys(Key::new(key)?.as_str())?.fence)
     }
 
     fn run(
         &self,
-        call: impl FnMut(&mut redis::Connection) -> redis::RedisResult<redis::Value>,
+        call: impl FnMut(&mut dyn redis::ConnectionLike) -> redis::RedisResult<redis::Value>,
     ) -> Result<Reply> {
         Reply::parse(self.pool.run(&self.server, call)?)
     }
@@ -452,134 +714,93 @@ fn whole_ms(value: f64) -> Result<i64> {
     }
 }
 
-impl Driver for RedisBackend {
-    fn describe(&self) -> Capabilities {
-        Capabilities::new("redis", true, TimeAuthority::Server)
-    }
-
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
-        let lock_key = self.storage_key(key.as_str())?;
-        let fence_key = self.fence_key_of(&lock_key)?;
-        let lock_id = LockId::generate();
-        let index_key = self.index_key_of(&lock_id);
-        let mut reply = self.run(|conn| {
-            SCRIPTS
-                .acquire
-                .key(&lock_key)
-                .key(&index_key)
-                .key(&fence_key)
-                .arg(lock_id.as_str())
-                .arg(ttl.as_millis())
-                .arg(TIME_TOLERANCE_MS)
-                .arg(key.as_str())
-                .arg(FENCE_MAX)
-                .invoke(conn)
-        })?;
-        match reply.status {
-            Status::Ok => {
-                let fence: Fence = reply.string()?.parse()?;
-                // Re-issuing through from_counter applies the warning threshold.
-                let fence =
-                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
-                let expires_at_ms = reply.int()?;
-                Ok(Acquisition::granted(
-                    lock_id.into_string(),
-                    fence,
-                    expires_at_ms,
-                    None,
-                ))
-            }
-            Status::Absent => Ok(Acquisition::Locked),
-            Status::FenceOverflow => Err(LockError::internal(format!(
-                "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
-            ))
-            .with_key(key.as_str())),
-            Status::Foreign | Status::NotFound | Status::Expired => {
-                Err(self.foreign(Some(key.as_str())))
-            }
+impl RedisBackend {
+    /// Releases a lock whose acquisition did not reach enough replicas, and says so.
+    fn undo_unreplicated(
+        &self,
+        key: &Key,
+        lock_id: &LockId,
+        why: std::result::Result<i64, LockError>,
+    ) -> LockError {
+        if let Err(error) = self.release_lease(LeaseRef::new(lock_id)) {
+            log::warn!(
+                "syncguard: could not release the lock on {key:?} after too few replicas \
+                 acknowledged it; it expires with its TTL: {error}"
+            );
         }
+        let Some(policy) = &self.replicas else {
+            return LockError::internal("replica acknowledgements without min_replicas");
+        };
+        let error = match why {
+            Ok(acknowledged) => LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!(
+                    "only {acknowledged} of the {} replicas required (min_replicas) acknowledged \
+                     the acquisition within {:?} (Redis {}); the lock was released so that its \
+                     fence cannot be handed out again after a failover",
+                    policy.replicas,
+                    policy.timeout,
+                    self.server.location()
+                ),
+            ),
+            Err(error) => LockError::new(
+                if error.code().is_transient() {
+                    error.code()
+                } else {
+                    ErrorCode::ServiceUnavailable
+                },
+                format!(
+                    "could not confirm that {} replicas (min_replicas) have the acquisition; the \
+                     lock was released: {}",
+                    policy.replicas,
+                    error.message()
+                ),
+            ),
+        };
+        error.with_key(key.as_str())
     }
 
-    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        let index_key = self.index_key_of(lease.lock_id);
-        let mut reply = self.run(|conn| {
-            SCRIPTS
-                .release
-                .key(&index_key)
-                .arg(lease.lock_id.as_str())
-                .arg(TIME_TOLERANCE_MS)
-                .invoke(conn)
-        })?;
-        self.outcome(&mut reply, lease.lock_id, |_| Ok(()))
-    }
-
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        let index_key = self.index_key_of(lease.lock_id);
-        let mut reply = self.run(|conn| {
-            SCRIPTS
-                .extend
-                .key(&index_key)
-                .arg(lease.lock_id.as_str())
-                .arg(TIME_TOLERANCE_MS)
-                .arg(ttl.as_millis())
-                .invoke(conn)
-        })?;
-        self.outcome(&mut reply, lease.lock_id, |reply| {
-            Ok(Extension {
-                expires_at_ms: reply.int()?,
-                version: None,
-            })
-        })
-    }
-
-    fn key_is_locked(&self, key: &Key) -> Result<bool> {
-        let lock_key = self.storage_key(key.as_str())?;
-        let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
-        let reply = self.run(|conn| {
-            SCRIPTS
-                .is_locked
-                .key(&lock_key)
-                .arg(TIME_TOLERANCE_MS)
-                .arg(cleanup)
-                .arg(&self.index_prefix)
-                .arg(CLEANUP_GUARD_MS)
-                .invoke(conn)
-        })?;
-        match reply.status {
-            Status::Ok => Ok(true),
-            Status::Foreign => Err(self.foreign(Some(key.as_str()))),
-            _ => Ok(false),
-        }
-    }
-
-    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        // One pipeline: every renewal is still its own atomic script, but the batch costs
-        // one round trip.
+    /// Renews leases that live in one hash slot (or, on one server, any leases): one pipeline,
+    /// one round trip; every renewal is still its own atomic script.
+    fn extend_group(&self, leases: &[&(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
         let invocations: Vec<_> = leases
             .iter()
             .map(|(lease, ttl)| {
                 let mut invocation = SCRIPTS.extend.prepare_invoke();
                 invocation
-                    .key(self.index_key_of(lease.lock_id))
+                    .key(self.keys.index_key(lease.lock_id))
                     .arg(lease.lock_id.as_str())
                     .arg(TIME_TOLERANCE_MS)
                     .arg(ttl.as_millis());
                 invocation
             })
             .collect();
-        let replies = self.pool.run(&self.server, |conn| {
-            let mut pipe = redis::pipe();
-            for invocation in &invocations {
-                pipe.invoke_script(invocation);
-            }
-            match pipe.query::<Vec<redis::Value>>(conn) {
+        let mut pipe = redis::pipe();
+        for invocation in &invocations {
+            pipe.invoke_script(invocation);
+        }
+        let replies = self.pool.run_on(&self.server, |mut conn| {
+            let send = |conn: &mut Conn<'_>| -> redis::RedisResult<Vec<redis::Value>> {
+                match conn {
+                    Conn::Single(conn) => pipe.query::<Vec<redis::Value>>(*conn),
+                    // The cluster connection does not pipeline through `Pipeline::query`, but
+                    // it routes packed commands by the first one's key: all share its slot.
+                    Conn::Cluster(conn) => redis::ConnectionLike::req_packed_commands(
+                        *conn,
+                        &pipe.get_packed_pipeline(),
+                        0,
+                        invocations.len(),
+                    ),
+                }
+            };
+            match send(&mut conn) {
                 // A pipeline does not load scripts by itself (after a server restart, say).
                 Err(error)
                     if error.kind()
                         == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    SCRIPTS.extend.prepare_invoke().load(conn)?;
-                    pipe.query::<Vec<redis::Value>>(conn)
+                    SCRIPTS.extend.prepare_invoke().load(conn.as_dyn())?;
+                    send(&mut conn)
                 }
                 answer => answer,
             }
@@ -608,25 +829,169 @@ impl Driver for RedisBackend {
                 .collect(),
         }
     }
+}
+
+impl Driver for RedisBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("redis", true, TimeAuthority::Server)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+        let keys = self.keys.lock_keys(key.as_str())?;
+        let lock_id = self.keys.new_lock_id(&keys.lock);
+        let index_key = self.keys.index_key(&lock_id);
+        let slot = key_slot(keys.lock.as_bytes());
+        let (value, acknowledged) = self.pool.run_on(&self.server, |mut conn| {
+            let value: redis::Value = SCRIPTS
+                .acquire
+                .key(&keys.lock)
+                .key(&index_key)
+                .key(&keys.fence)
+                .arg(lock_id.as_str())
+                .arg(ttl.as_millis())
+                .arg(TIME_TOLERANCE_MS)
+                .arg(key.as_str())
+                .arg(FENCE_MAX)
+                .invoke(conn.as_dyn())?;
+            // WAIT counts the acknowledgements of this connection's writes, so it goes on the
+            // same connection; its failure is an answer, not a reason to repeat the script.
+            let acknowledged = match &self.replicas {
+                Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, slot)),
+                _ => None,
+            };
+            Ok((value, acknowledged))
+        })?;
+        let mut reply = Reply::parse(value)?;
+        match reply.status {
+            Status::Ok => {
+                let fence: Fence = reply.string()?.parse()?;
+                // Re-issuing through from_counter applies the warning threshold.
+                let fence =
+                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+                let expires_at_ms = reply.int()?;
+                if let (Some(policy), Some(acknowledged)) = (&self.replicas, acknowledged) {
+                    let acknowledged = acknowledged
+                        .map_err(|e| errors::map_error(e, &self.server, errors::Phase::Call));
+                    if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
+                        return Err(self.undo_unreplicated(key, &lock_id, acknowledged));
+                    }
+                }
+                Ok(Acquisition::granted(
+                    lock_id.into_string(),
+                    fence,
+                    expires_at_ms,
+                    None,
+                ))
+            }
+            Status::Absent => Ok(Acquisition::Locked),
+            Status::FenceOverflow => Err(LockError::internal(format!(
+                "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
+            ))
+            .with_key(key.as_str())),
+            Status::Foreign | Status::NotFound | Status::Expired => {
+                Err(self.foreign(Some(key.as_str())))
+            }
+        }
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let index_key = self.keys.index_key(lease.lock_id);
+        let mut reply = self.run(|conn| {
+            SCRIPTS
+                .release
+                .key(&index_key)
+                .arg(lease.lock_id.as_str())
+                .arg(TIME_TOLERANCE_MS)
+                .invoke(conn)
+        })?;
+        self.outcome(&mut reply, lease.lock_id, |_| Ok(()))
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let index_key = self.keys.index_key(lease.lock_id);
+        let mut reply = self.run(|conn| {
+            SCRIPTS
+                .extend
+                .key(&index_key)
+                .arg(lease.lock_id.as_str())
+                .arg(TIME_TOLERANCE_MS)
+                .arg(ttl.as_millis())
+                .invoke(conn)
+        })?;
+        self.outcome(&mut reply, lease.lock_id, |reply| {
+            Ok(Extension {
+                expires_at_ms: reply.int()?,
+                version: None,
+            })
+        })
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        let lock_key = self.keys.lock_keys(key.as_str())?.lock;
+        let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
+        let (index_head, index_tail) = self.keys.index_key_parts();
+        let reply = self.run(|conn| {
+            SCRIPTS
+                .is_locked
+                .key(&lock_key)
+                .arg(TIME_TOLERANCE_MS)
+                .arg(cleanup)
+                .arg(&index_head)
+                .arg(CLEANUP_GUARD_MS)
+                .arg(index_tail)
+                .invoke(conn)
+        })?;
+        match reply.status {
+            Status::Ok => Ok(true),
+            Status::Foreign => Err(self.foreign(Some(key.as_str()))),
+            _ => Ok(false),
+        }
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        if !matches!(self.pool, Pool::Cluster(..)) {
+            return self.extend_group(&leases.iter().collect::<Vec<_>>());
+        }
+        // On a Cluster, one pipeline per hash slot: a pipeline goes to one node.
+        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, (lease, _)) in leases.iter().enumerate() {
+            let slot = key_slot(self.keys.index_key(lease.lock_id).as_bytes());
+            groups.entry(slot).or_default().push(i);
+        }
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+            leases.iter().map(|_| None).collect();
+        for members in groups.values() {
+            let group: Vec<_> = members.iter().map(|&i| &leases[i]).collect();
+            for (&i, answer) in members.iter().zip(self.extend_group(&group)) {
+                answers[i] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| Err(LockError::internal("a renewal got no answer")))
+            })
+            .collect()
+    }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
-        let Some((client, connect_timeout)) = &self.watch_client else {
+        let Some(source) = &self.watch else {
             return Ok(None);
         };
-        let watch = RedisWatch::start(client.clone(), *connect_timeout, &self.prefix, on_release)
-            .map_err(|e| {
-            LockError::new(
-                ErrorCode::ServiceUnavailable,
-                format!("could not start the Redis release watch: {e}"),
-            )
-        })?;
+        let watch =
+            RedisWatch::start(source.opener(), self.keys.prefix(), on_release).map_err(|e| {
+                LockError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!("could not start the Redis release watch: {e}"),
+                )
+            })?;
         Ok(Some(Box::new(watch)))
     }
 
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
         let mut reply = match by {
             Find::Key(key) => {
-                let lock_key = self.storage_key(key.as_str())?;
+                let lock_key = self.keys.lock_keys(key.as_str())?.lock;
                 let reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_key
@@ -640,7 +1005,7 @@ impl Driver for RedisBackend {
                 reply
             }
             Find::LockId(lock_id) => {
-                let index_key = self.index_key_of(lock_id);
+                let index_key = self.keys.index_key(lock_id);
                 let reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_id
@@ -668,7 +1033,9 @@ impl fmt::Debug for RedisBackend {
         let state = self.pool.state();
         f.debug_struct("RedisBackend")
             .field("url", &self.display_url)
-            .field("key_prefix", &self.prefix)
+            .field("key_prefix", &self.keys.prefix())
+            .field("layout", &self.keys.layout())
+            .field("min_replicas", &self.replicas.map(|r| r.replicas))
             .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
             .field("pool_size", &self.pool.max_size())
             .field("connections", &state.connections)
@@ -687,6 +1054,9 @@ impl fmt::Debug for RedisBuilder {
             .field("url", &url)
             .field("pool", &self.pool.as_ref().map(|_| "<application pool>"))
             .field("key_prefix", &self.key_prefix)
+            .field("layout", &self.layout)
+            .field("min_replicas", &self.min_replicas)
+            .field("replica_timeout", &self.replica_timeout)
             .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
             .field("pool_size", &self.pool_size)
             .field("timeouts", &self.timeouts)
@@ -741,7 +1111,7 @@ mod tests {
             (
                 url("redis://:hunter2@127.0.0.1:1/?prefx=myapp"),
                 "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
-                 prefix, tls_ca_file, protocol",
+                 prefix, tls_ca_file, layout, min_replicas, replica_timeout, protocol",
             ),
             (
                 url("redis://:hunter2@127.0.0.1:1/?prefix="),
@@ -763,8 +1133,9 @@ mod tests {
             ),
             (
                 url("http://:hunter2@127.0.0.1:1/"),
-                "not a Redis URL (scheme \"http\"); expected redis://, rediss://, redis+unix:// \
-                 or unix://",
+                "not a Redis URL (scheme \"http\"); expected redis://, rediss://, redis+unix://, \
+                 unix://, redis-cluster://, rediss-cluster://, redis-sentinel://, \
+                 rediss-sentinel://",
             ),
             (url("  "), "the Redis URL is empty"),
             (
@@ -803,9 +1174,78 @@ mod tests {
             (
                 url("redis+unix:///run/redis.sock?pass=hunter2&prefx=a"),
                 "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
-                 prefix, tls_ca_file, protocol, db, user, pass",
+                 prefix, tls_ca_file, layout, min_replicas, replica_timeout, protocol, db, user, \
+                 pass",
             ),
             (url("redis:///"), "the Redis URL names no host"),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?layout=flat"),
+                "the Redis URL parameter `layout` must be typescript or cluster",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?min_replicas=0"),
+                "the Redis URL parameter `min_replicas` must be a number of replicas, at least 1",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?min_replicas=1&replica_timeout=soon"),
+                "the Redis URL parameter `replica_timeout` must be a duration such as 500ms, 2s \
+                 or 1500 (milliseconds)",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?replica_timeout=5ms"),
+                "replica_timeout applies only with min_replicas",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?min_replicas=1&replica_timeout=2s"),
+                "replica_timeout (2s) must be shorter than read_timeout (2s): the WAIT for \
+                 replicas runs under the read timeout",
+            ),
+            (
+                url("redis-cluster://:hunter2@127.0.0.1:1,127.0.0.1:2/?layout=typescript"),
+                "a Redis Cluster needs the cluster layout: the TypeScript layout puts a lock's \
+                 keys in different hash slots (leave `layout` out, or set it to cluster)",
+            ),
+            (
+                RedisBackend::builder()
+                    .url("redis-cluster://:hunter2@127.0.0.1:1/")
+                    .layout(KeyLayout::TypeScript),
+                "a Redis Cluster needs the cluster layout: the TypeScript layout puts a lock's \
+                 keys in different hash slots (leave `layout` out, or set it to cluster)",
+            ),
+            (
+                url("redis-cluster://:hunter2@127.0.0.1:1/0"),
+                "a redis-cluster:// URL takes no path: a Cluster has database 0 only \
+                 (redis-cluster://h1:p1,h2:p2/?prefix=…)",
+            ),
+            (
+                url("redis-cluster://:hunter2@127.0.0.1:1/?prefix=a%7Bb"),
+                "a Redis key prefix for the cluster layout may not contain `{` or `}`: they \
+                 would become the keys' hash tag",
+            ),
+            (
+                url("redis-cluster://:hunter2@127.0.0.1:1/?sentinel_password=x"),
+                "unknown Redis URL parameter `sentinel_password`; known parameters: prefix, \
+                 tls_ca_file, layout, min_replicas, replica_timeout, protocol",
+            ),
+            (
+                url("redis-sentinel://:hunter2@127.0.0.1:1/"),
+                "a redis-sentinel:// URL names the primary as its path: \
+                 redis-sentinel://s1:26379,s2:26379/mymaster",
+            ),
+            (
+                url("redis-sentinel://:hunter2@127.0.0.1:1/mymaster/x"),
+                "the database of a Sentinel URL must be a database number (0, 1, …): \
+                 redis-sentinel://s1:26379/mymaster/2",
+            ),
+            (
+                url("redis-sentinel://:hunter2@127.0.0.1:1/mymaster?sentinel_user=u"),
+                "the Redis URL parameter `sentinel_user` needs `sentinel_password`",
+            ),
+            (
+                url("redis-sentinel://:hunter2@127.0.0.1:1/mymaster?db=2"),
+                "the Redis URL parameter `db` is read only for unix sockets (redis+unix://); for \
+                 redis:// and rediss:// give the database as the path: redis://host:port/2",
+            ),
             (
                 at(RedisBackend::builder().key_prefix("")),
                 "the Redis key_prefix is empty: leave it out for the default `syncguard`, or give \

@@ -48,6 +48,11 @@ pub(crate) enum Status {
     Foreign,
 }
 
+/// Whether a raw acquire reply says the lock was granted (before it is parsed).
+pub(crate) fn granted(value: &Value) -> bool {
+    matches!(value, Value::Array(values) if matches!(values.first(), Some(Value::Int(1))))
+}
+
 /// A parsed script reply: the status and the values after it.
 pub(crate) struct Reply {
     pub status: Status,

@@ -13,9 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::Client;
+use redis::Connection;
 
 use crate::driver::{Key, OnRelease, ReleaseWatch};
+
+/// Opens the watch's connection, with its write timeout set: to the server, to the primary the
+/// Sentinels name now, or to one Cluster node after another (a Cluster delivers `PUBLISH` to
+/// subscribers on every node).
+pub(crate) type Opener = Box<dyn FnMut() -> redis::RedisResult<Connection> + Send>;
 
 /// How often the watch thread looks at its stop flag while no message arrives.
 const IDLE_READ: Duration = Duration::from_millis(500);
@@ -41,10 +46,9 @@ pub(crate) struct RedisWatch {
 }
 
 impl RedisWatch {
-    /// Starts the watch thread on a connection of its own from `client`.
+    /// Starts the watch thread on a connection of its own from `open`.
     pub(crate) fn start(
-        client: Client,
-        connect_timeout: Duration,
+        mut open: Opener,
         prefix: &str,
         on_release: OnRelease,
     ) -> std::io::Result<RedisWatch> {
@@ -53,15 +57,7 @@ impl RedisWatch {
         let thread_stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("syncguard-rwatch".to_owned())
-            .spawn(move || {
-                listen(
-                    &client,
-                    connect_timeout,
-                    &pattern,
-                    &thread_stop,
-                    &on_release,
-                )
-            })?;
+            .spawn(move || listen(&mut open, &pattern, &thread_stop, &on_release))?;
         Ok(RedisWatch { stop })
     }
 }
@@ -80,15 +76,9 @@ impl Drop for RedisWatch {
 }
 
 /// The watch thread: subscribe, read, report; reconnect after failures until stopped.
-fn listen(
-    client: &Client,
-    connect_timeout: Duration,
-    pattern: &str,
-    stop: &AtomicBool,
-    on_release: &OnRelease,
-) {
+fn listen(open: &mut Opener, pattern: &str, stop: &AtomicBool, on_release: &OnRelease) {
     while !stop.load(Ordering::Acquire) {
-        if let Err(error) = subscribed(client, connect_timeout, pattern, stop, on_release) {
+        if let Err(error) = subscribed(open, pattern, stop, on_release) {
             log::debug!("syncguard: Redis release watch reconnects: {error}");
             std::thread::sleep(RECONNECT_GAP);
         }
@@ -97,14 +87,12 @@ fn listen(
 
 /// One subscribed connection, read until it fails or the watch stops.
 fn subscribed(
-    client: &Client,
-    connect_timeout: Duration,
+    open: &mut Opener,
     pattern: &str,
     stop: &AtomicBool,
     on_release: &OnRelease,
 ) -> redis::RedisResult<()> {
-    let mut connection = client.get_connection_with_timeout(connect_timeout)?;
-    connection.set_write_timeout(Some(connect_timeout))?;
+    let mut connection = open()?;
     let mut pubsub = connection.as_pubsub();
     pubsub.psubscribe(pattern)?;
     pubsub.set_read_timeout(Some(IDLE_READ))?;

@@ -35,6 +35,10 @@ mod pgbouncer;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+mod redis_cluster;
+#[cfg(feature = "redis")]
+mod redis_sentinel;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
 mod stress;

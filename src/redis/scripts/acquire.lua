@@ -11,7 +11,10 @@ if raw then
   if not held then return {FOREIGN} end
   if held.expiresAtMs > now - tolerance then
     if held.lockId == lock_id then
-      -- This very acquisition, retried after its reply was lost: the same lease again.
+      -- This very acquisition, retried after its reply was lost: the same lease again. The
+      -- record is written again, unchanged, so that a WAIT after this reply (min_replicas)
+      -- counts replicas that have everything the first attempt wrote.
+      redis.call('SET', lock_key, raw, 'KEEPTTL')
       return {OK, held.fence, held.expiresAtMs}
     end
     return {ABSENT}

@@ -1,5 +1,6 @@
 -- KEYS: lock key
--- ARGV: tolerance ms, cleanup ('1' or '0'), index key prefix, cleanup guard ms
+-- ARGV: tolerance ms, cleanup ('1' or '0'), what precedes a lock id in its index key, cleanup
+-- guard ms, what follows it
 -- Reply: {OK} (live) | {ABSENT} | {FOREIGN}
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {ABSENT} end
@@ -9,7 +10,7 @@ local now = now_ms()
 if lock.expiresAtMs > now - tonumber(ARGV[1]) then return {OK} end
 -- Opt-in cleanup, only well past expiry so that it can never race a renewal.
 if ARGV[2] == '1' and now - lock.expiresAtMs > tonumber(ARGV[4]) then
-  redis.call('DEL', KEYS[1], ARGV[3] .. lock.lockId)
+  redis.call('DEL', KEYS[1], ARGV[3] .. lock.lockId .. (ARGV[5] or ''))
   announce_release(KEYS[1], lock.key)
 end
 return {ABSENT}

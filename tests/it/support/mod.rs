@@ -203,6 +203,8 @@ impl Drop for Instance {
 }
 
 pub mod child;
+#[cfg(feature = "redis")]
+pub mod failover;
 mod faults;
 #[cfg(feature = "firestore")]
 mod firestore_faults;
@@ -219,7 +221,13 @@ mod pgbouncer_server;
 mod postgres_server;
 pub mod proxy;
 #[cfg(feature = "redis")]
+mod redis_cluster;
+#[cfg(feature = "redis")]
+mod redis_sentinel;
+#[cfg(feature = "redis")]
 mod redis_server;
+#[cfg(feature = "redis")]
+pub mod redis_topology;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod server_store;
 mod test_ca;
@@ -242,6 +250,12 @@ pub use pgbouncer_server::*;
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use postgres_server::*;
+#[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use redis_cluster::*;
+#[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use redis_sentinel::*;
 #[cfg(feature = "redis")]
 #[allow(unused_imports)]
 pub use redis_server::*;

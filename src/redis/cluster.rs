@@ -1,0 +1,257 @@
+//! Redis Cluster connections: redis-rs' cluster client does the routing (hash slots, `MOVED`,
+//! `ASK`, reconnecting to nodes, refreshing the slot map after a failover); this file gives it
+//! syncguard's deadlines and pools its connections with r2d2.
+//!
+//! Deadlines: every node connection is opened with the connect timeout, and its first command
+//! (the client's `PING`) runs under that timeout too; after that, reads and writes have their
+//! own timeouts. A node connection whose request timed out refuses further requests at once
+//! (its reply may still arrive and would be taken for the next one's), so the client's
+//! immediate retries after a timeout cost nothing, and the cluster connection is dropped from
+//! the pool. The client itself retries a few times ([`RETRIES`], short waits) for redirections
+//! and failovers; what still fails is reported, and the `Locker` retries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use r2d2::ManageConnection;
+use redis::cluster::{ClusterClient, Connect};
+use redis::{Cmd, Connection, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult, Value};
+
+use super::connection::{ClientFactory, LastFailure, Timeouts};
+use super::errors::{Phase, Server, map_error};
+use crate::error::{LockError, Result};
+
+/// How often the cluster client repeats a request itself (after `MOVED`, `ASK`, `TRYAGAIN`,
+/// `CLUSTERDOWN`, a dropped node connection, a stale slot map).
+const RETRIES: u32 = 3;
+/// The bounds of its waits between repetitions, in milliseconds.
+const RETRY_WAIT_MS: (u64, u64) = (10, 200);
+
+/// A cluster connection over [`NodeConnection`]s.
+pub(crate) type ClusterConnection = redis::cluster::ClusterConnection<NodeConnection>;
+
+/// A connection to one node, with deadlines from its first byte; see the module docs.
+pub(crate) struct NodeConnection {
+    connection: Connection,
+    /// A request timed out: the connection is out of step and takes no more requests.
+    timed_out: bool,
+}
+
+impl NodeConnection {
+    fn guard<T>(&mut self, call: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+        if self.timed_out {
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "an earlier request on this node connection timed out",
+            )));
+        }
+        let result = call(&mut self.connection);
+        if result.as_ref().is_err_and(RedisError::is_timeout) {
+            self.timed_out = true;
+        }
+        result
+    }
+}
+
+impl Connect for NodeConnection {
+    fn connect<T: IntoConnectionInfo>(info: T, timeout: Option<Duration>) -> RedisResult<Self> {
+        let connection = <Connection as Connect>::connect(info, timeout)?;
+        // The cluster client sends a PING before it sets its own timeouts: bound it too.
+        connection.set_read_timeout(timeout)?;
+        connection.set_write_timeout(timeout)?;
+        Ok(NodeConnection {
+            connection,
+            timed_out: false,
+        })
+    }
+
+    fn send_packed_command(&mut self, cmd: &[u8]) -> RedisResult<()> {
+        self.guard(|c| c.send_packed_command(cmd))
+    }
+
+    fn set_write_timeout(&self, dur: Option<Duration>) -> RedisResult<()> {
+        self.connection.set_write_timeout(dur)
+    }
+
+    fn set_read_timeout(&self, dur: Option<Duration>) -> RedisResult<()> {
+        self.connection.set_read_timeout(dur)
+    }
+
+    fn recv_response(&mut self) -> RedisResult<Value> {
+        self.guard(Connection::recv_response)
+    }
+}
+
+impl ConnectionLike for NodeConnection {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.guard(|c| c.req_packed_command(cmd))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.guard(|c| c.req_packed_commands(cmd, offset, count))
+    }
+
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.guard(|c| c.req_command(cmd))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.connection.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        !self.timed_out && self.connection.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        !self.timed_out && self.connection.is_open()
+    }
+}
+
+/// The r2d2 manager of cluster connections: each is redis-rs' cluster connection (one
+/// connection per node, the slot map).
+pub(crate) struct ClusterConnector {
+    client: ClusterClient,
+    /// A plain client for each seed node, to tell a server without cluster support.
+    seeds: Vec<(String, redis::Client)>,
+    server: Arc<Server>,
+    timeouts: Timeouts,
+    last_failure: LastFailure,
+}
+
+/// A pooled cluster connection; `poisoned` after a failure that may have left the slot map
+/// or a node connection stale, so that the pool replaces it.
+pub(crate) struct OwnCluster {
+    pub connection: ClusterConnection,
+    pub poisoned: bool,
+}
+
+impl ClusterConnector {
+    /// A manager for the cluster behind the seed `nodes` (one `redis[s]://` URL each).
+    pub fn new(
+        nodes: &[String],
+        seeds: Vec<(String, redis::Client)>,
+        clients: &ClientFactory,
+        server: Arc<Server>,
+        timeouts: Timeouts,
+        last_failure: LastFailure,
+    ) -> Result<Self> {
+        let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.read)
+            .retries(RETRIES)
+            .min_retry_wait(RETRY_WAIT_MS.0)
+            .max_retry_wait(RETRY_WAIT_MS.1);
+        if let Some(certificates) = clients.certificates() {
+            builder = builder.certs(certificates);
+        }
+        let client = builder.build().map_err(|e| {
+            LockError::invalid_argument(format!(
+                "invalid Redis Cluster URL: {}",
+                server.clean(&e.to_string())
+            ))
+        })?;
+        Ok(ClusterConnector {
+            client,
+            seeds,
+            server,
+            timeouts,
+            last_failure,
+        })
+    }
+
+    /// Opens one cluster connection (which reads the slot map) and sends a `PING`, for
+    /// `build()`: a wrong address, a password or a server that is no Cluster fails there.
+    pub fn probe(&self) -> Result<()> {
+        let probed = self.open().and_then(|mut connection| {
+            redis::cmd("PING")
+                .query::<String>(&mut connection)
+                .map(drop)
+        });
+        probed.map_err(|error| {
+            self.not_a_cluster()
+                .unwrap_or_else(|| map_error(error, &self.server, Phase::Connect))
+        })
+    }
+
+    /// The error for a seed node without cluster support, if one is (the cluster client only
+    /// finds no slots there).
+    fn not_a_cluster(&self) -> Option<LockError> {
+        self.seeds.iter().find_map(|(address, client)| {
+            let mut connection = client
+                .get_connection_with_timeout(self.timeouts.connect)
+                .ok()?;
+            connection.set_read_timeout(Some(self.timeouts.read)).ok()?;
+            let info: String = redis::cmd("INFO")
+                .arg("cluster")
+                .query(&mut connection)
+                .ok()?;
+            info.contains("cluster_enabled:0").then(|| {
+                LockError::invalid_argument(format!(
+                    "the Redis server at {address} is not a Cluster node (cluster support \
+                     disabled): use a redis:// URL for a single server"
+                ))
+            })
+        })
+    }
+
+    fn open(&self) -> RedisResult<ClusterConnection> {
+        let connected = self
+            .client
+            .get_generic_connection::<NodeConnection>()
+            .and_then(|conn| {
+                conn.set_write_timeout(Some(self.timeouts.write))?;
+                Ok(conn)
+            });
+        self.last_failure.set(connected.as_ref().err().map(|error| {
+            let error = map_error(error.clone(), &self.server, Phase::Connect);
+            (error.code(), error.message().to_owned())
+        }));
+        connected
+    }
+}
+
+impl ManageConnection for ClusterConnector {
+    type Connection = OwnCluster;
+    type Error = RedisError;
+
+    fn connect(&self) -> RedisResult<OwnCluster> {
+        self.open().map(|connection| OwnCluster {
+            connection,
+            poisoned: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut OwnCluster) -> RedisResult<()> {
+        redis::cmd("PING")
+            .query::<String>(&mut conn.connection)
+            .map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut OwnCluster) -> bool {
+        conn.poisoned || !conn.connection.is_open()
+    }
+}
+
+/// Whether a failed cluster call leaves its cluster connection worth replacing: anything but
+/// an answer the server gave to the request itself.
+pub(crate) fn spoils_the_connection(error: &RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match error.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly,
+        ) => true,
+        ErrorKind::Server(_) => false,
+        _ => true,
+    }
+}

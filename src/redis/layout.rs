@@ -1,0 +1,237 @@
+//! Key layouts: how a lock's record, its lock-id index entry and its fence counter are named
+//! (the rules are on [`KeyLayout`]).
+
+use crate::driver::{LockId, make_storage_key};
+use crate::error::{LockError, Result};
+use crate::hash::truncated_hash;
+
+use super::slot::{key_slot, lock_id_in_slot};
+use super::{STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
+
+/// How a [`RedisBackend`](super::RedisBackend) names its keys (see also [Key
+/// layouts](super#key-layouts)).
+///
+/// For a user key `K` (NFC) under the prefix `P`, with `msk` =
+/// [`make_storage_key`](crate::driver::make_storage_key) at Redis' limit (1000 bytes, 26
+/// reserved):
+///
+/// | | [`TypeScript`](KeyLayout::TypeScript) | [`Cluster`](KeyLayout::Cluster) |
+/// |---|---|---|
+/// | lock record | `L = msk(P, K)` | `P:{T}` |
+/// | lock-id index | `msk(P, "id:" + lockId)` (= `P:id:lockId`) | `P:id:{lockId}` |
+/// | fence counter | `msk(P, "fence:" + L)` | `P:fence:{T}` |
+///
+/// The cluster layout's *tag* `T` is `K` itself when `P:K` stays unhashed under `msk` and `K`
+/// contains neither `{` nor `}`; otherwise it is the 22-character hash `msk` uses for long
+/// keys (the first 16 bytes of SHA-256 of `P:K`, base64url without padding). So every tag is
+/// non-empty and brace-free, and Redis hashes exactly `T`: the record and the counter share a
+/// hash slot. The index entry's tag is the lock id, and in this layout lock ids are made to
+/// hash to their lock's slot — their first 19 characters are random (114 bits from the OS
+/// CSPRNG), the last three are chosen to complete the slot — so all three keys of a lock live
+/// in one slot, and a lock id alone still finds its lock. The layout also keeps the three
+/// namespaces apart (a user key can never name another lock's counter or index entry, as it
+/// can in the TypeScript layout), and its prefix may not contain `{` or `}`.
+///
+/// ```
+/// use syncguard::redis::KeyLayout;
+/// assert_eq!(KeyLayout::Cluster.lock_key("syncguard", "job")?, "syncguard:{job}");
+/// assert_eq!(KeyLayout::Cluster.fence_key("syncguard", "job")?, "syncguard:fence:{job}");
+/// assert_eq!(KeyLayout::TypeScript.fence_key("syncguard", "job")?, "syncguard:fence:syncguard:job");
+/// # Ok::<(), syncguard::LockError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyLayout {
+    /// The TypeScript SyncGuard's keys, byte for byte: Rust and Node services share locks on a
+    /// single server. The default there. A Cluster refuses it (its three keys of a lock lie in
+    /// different hash slots).
+    #[default]
+    TypeScript,
+    /// Hash-tagged keys: a lock's record, index entry and fence counter in one hash slot. The
+    /// only layout on a Cluster; choosable on a single server (or behind Sentinel) so that a
+    /// deployment can move to a Cluster later without renaming its keys. The TypeScript
+    /// SyncGuard cannot share these locks.
+    Cluster,
+}
+
+impl KeyLayout {
+    /// The name used in URLs (`?layout=typescript|cluster`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyLayout::TypeScript => "typescript",
+            KeyLayout::Cluster => "cluster",
+        }
+    }
+
+    /// The Redis key of the lock record of `key` under `prefix` in this layout (the prefix
+    /// checked as [`RedisBuilder::key_prefix`](super::RedisBuilder::key_prefix) checks it).
+    pub fn lock_key(self, prefix: &str, key: &str) -> Result<String> {
+        let key = crate::driver::Key::new(key)?;
+        Ok(self.keys(prefix)?.lock_keys(key.as_str())?.lock)
+    }
+
+    /// The Redis key of the fence counter of `key` under `prefix` in this layout.
+    pub fn fence_key(self, prefix: &str, key: &str) -> Result<String> {
+        let key = crate::driver::Key::new(key)?;
+        Ok(self.keys(prefix)?.lock_keys(key.as_str())?.fence)
+    }
+
+    /// The Redis key of the index entry of `lock_id` under `prefix` in this layout.
+    pub fn index_key(self, prefix: &str, lock_id: &str) -> Result<String> {
+        let lock_id = LockId::new(lock_id)?;
+        Ok(self.keys(prefix)?.index_key(&lock_id))
+    }
+
+    fn keys(self, prefix: &str) -> Result<Keys> {
+        Keys::new(super::validate_prefix(prefix, "key_prefix")?, self)
+    }
+
+    /// Reads a URL's `layout` parameter.
+    pub(crate) fn from_url_value(value: &str) -> Result<KeyLayout> {
+        match value {
+            "typescript" => Ok(KeyLayout::TypeScript),
+            "cluster" => Ok(KeyLayout::Cluster),
+            _ => Err(LockError::invalid_argument(
+                "the Redis URL parameter `layout` must be typescript or cluster",
+            )),
+        }
+    }
+}
+
+/// The key names of one backend: its prefix (validated, without trailing `:`) and layout.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+    layout: KeyLayout,
+}
+
+/// A lock's record and fence counter keys.
+pub(crate) struct LockKeys {
+    pub lock: String,
+    pub fence: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (already validated) in `layout`; `InvalidArgument` for a prefix the
+    /// cluster layout cannot use.
+    pub fn new(prefix: String, layout: KeyLayout) -> Result<Keys> {
+        if layout == KeyLayout::Cluster && prefix.contains(['{', '}']) {
+            return Err(LockError::invalid_argument(
+                "a Redis key prefix for the cluster layout may not contain `{` or `}`: they \
+                 would become the keys' hash tag",
+            ));
+        }
+        Ok(Keys { prefix, layout })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn layout(&self) -> KeyLayout {
+        self.layout
+    }
+
+    /// The record and fence counter keys of the (normalised) user key `key`.
+    pub fn lock_keys(&self, key: &str) -> Result<LockKeys> {
+        let prefix = &self.prefix;
+        match self.layout {
+            KeyLayout::TypeScript => {
+                let lock = self.storage_key(key)?;
+                let fence = self.storage_key(&format!("fence:{lock}"))?;
+                Ok(LockKeys { lock, fence })
+            }
+            KeyLayout::Cluster => {
+                let tag = self.tag(key)?;
+                Ok(LockKeys {
+                    lock: format!("{prefix}:{{{tag}}}"),
+                    fence: format!("{prefix}:fence:{{{tag}}}"),
+                })
+            }
+        }
+    }
+
+    /// The index entry of `lock_id`.
+    pub fn index_key(&self, lock_id: &LockId) -> String {
+        let (head, tail) = self.index_key_parts();
+        format!("{head}{}{tail}", lock_id.as_str())
+    }
+
+    /// What goes before and after a lock id in its index key (for scripts that rebuild it).
+    /// The prefix validation guarantees that `msk(P, "id:" + lockId)` is never hashed.
+    pub fn index_key_parts(&self) -> (String, &'static str) {
+        match self.layout {
+            KeyLayout::TypeScript => (format!("{}:id:", self.prefix), ""),
+            KeyLayout::Cluster => (format!("{}:id:{{", self.prefix), "}"),
+        }
+    }
+
+    /// A fresh lock id for a lock stored under `lock_key`: in the cluster layout one that
+    /// hashes to the lock's slot.
+    pub fn new_lock_id(&self, lock_key: &str) -> LockId {
+        match self.layout {
+            KeyLayout::TypeScript => LockId::generate(),
+            KeyLayout::Cluster => lock_id_in_slot(key_slot(lock_key.as_bytes())),
+        }
+    }
+
+    /// The cluster layout's hash tag of `key` (see the module docs).
+    fn tag(&self, key: &str) -> Result<String> {
+        let storage_key = self.storage_key(key)?;
+        let prefixed = format!("{}:{key}", self.prefix);
+        if storage_key == prefixed && !key.contains(['{', '}']) {
+            Ok(key.to_owned())
+        } else {
+            Ok(truncated_hash(&prefixed))
+        }
+    }
+
+    fn storage_key(&self, key: &str) -> Result<String> {
+        make_storage_key(&self.prefix, key, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(layout: KeyLayout) -> Keys {
+        Keys::new("syncguard".to_owned(), layout).unwrap()
+    }
+
+    #[test]
+    fn typescript_layout_is_the_typescript_one() {
+        let keys = keys(KeyLayout::TypeScript);
+        let lock = keys.lock_keys("job").unwrap();
+        assert_eq!(lock.lock, "syncguard:job");
+        assert_eq!(lock.fence, "syncguard:fence:syncguard:job");
+        let id = LockId::new("AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        assert_eq!(keys.index_key(&id), "syncguard:id:AAAAAAAAAAAAAAAAAAAAAA");
+    }
+
+    #[test]
+    fn cluster_layout_keeps_a_lock_in_one_slot() {
+        let keys = keys(KeyLayout::Cluster);
+        for key in ["job", "a{b}c", "}x", "{}", "é", &"k".repeat(512)] {
+            let lock = keys.lock_keys(key).unwrap();
+            let slot = key_slot(lock.lock.as_bytes());
+            assert_eq!(key_slot(lock.fence.as_bytes()), slot, "{key}");
+            let id = keys.new_lock_id(&lock.lock);
+            assert_eq!(key_slot(keys.index_key(&id).as_bytes()), slot, "{key}");
+        }
+        assert_eq!(keys.lock_keys("job").unwrap().lock, "syncguard:{job}");
+        assert_eq!(
+            keys.lock_keys("job").unwrap().fence,
+            "syncguard:fence:{job}"
+        );
+        let hashed = keys.lock_keys("a{b}").unwrap().lock;
+        assert_eq!(hashed.len(), "syncguard:{}".len() + 22, "{hashed}");
+    }
+
+    #[test]
+    fn cluster_prefixes_have_no_braces() {
+        for prefix in ["a{b", "a}b"] {
+            assert!(Keys::new(prefix.to_owned(), KeyLayout::Cluster).is_err());
+            assert!(Keys::new(prefix.to_owned(), KeyLayout::TypeScript).is_ok());
+        }
+    }
+}

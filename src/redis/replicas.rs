@@ -1,0 +1,120 @@
+//! `min_replicas`: after an acquisition, `WAIT` until enough replicas acknowledge it, so that a
+//! failover cannot lose the fence counter's increment (see [Failover](super#failover)).
+
+use std::time::Duration;
+
+use redis::RedisResult;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+
+use super::connection::Conn;
+use crate::error::{LockError, Result};
+
+/// How many replicas must acknowledge an acquisition, and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAcks {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+impl ReplicaAcks {
+    /// The policy from the options, checked: `None` without `min_replicas`. The timeout
+    /// defaults to half of `read_timeout` and must stay below it: `WAIT` holds the reply back
+    /// for up to that long.
+    pub fn from_options(
+        replicas: Option<u32>,
+        timeout: Option<Duration>,
+        read_timeout: Duration,
+    ) -> Result<Option<ReplicaAcks>> {
+        let Some(replicas) = replicas else {
+            if timeout.is_some() {
+                return Err(LockError::invalid_argument(
+                    "replica_timeout applies only with min_replicas",
+                ));
+            }
+            return Ok(None);
+        };
+        if replicas == 0 {
+            return Err(LockError::invalid_argument(
+                "min_replicas must be at least 1 (leave it out not to wait for replicas)",
+            ));
+        }
+        let timeout = timeout.unwrap_or(read_timeout / 2);
+        // WAIT takes whole milliseconds, and 0 would mean forever.
+        if timeout.as_millis() == 0 || timeout.subsec_nanos() % 1_000_000 != 0 {
+            return Err(LockError::invalid_argument(
+                "replica_timeout must be a whole number of milliseconds, at least 1 ms",
+            ));
+        }
+        if timeout >= read_timeout {
+            return Err(LockError::invalid_argument(format!(
+                "replica_timeout ({timeout:?}) must be shorter than read_timeout \
+                 ({read_timeout:?}): the WAIT for replicas runs under the read timeout"
+            )));
+        }
+        Ok(Some(ReplicaAcks { replicas, timeout }))
+    }
+
+    /// `WAIT replicas timeout` on the connection that made the write: on a Cluster, on the
+    /// primary of `slot`, through the same node connection. The number of replicas that
+    /// acknowledged.
+    pub fn wait(&self, conn: Conn<'_>, slot: u16) -> RedisResult<i64> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.replicas).arg(self.timeout.as_millis() as u64);
+        match conn {
+            Conn::Single(conn) => wait.query(conn),
+            Conn::Cluster(conn) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                let value = conn.route_command(&wait, route)?;
+                Ok(redis::from_redis_value(value)?)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_checked() {
+        let read = Duration::from_secs(2);
+        let ms = Duration::from_millis;
+        assert_eq!(ReplicaAcks::from_options(None, None, read).unwrap(), None);
+        assert_eq!(
+            ReplicaAcks::from_options(Some(1), None, read).unwrap(),
+            Some(ReplicaAcks {
+                replicas: 1,
+                timeout: ms(1000)
+            })
+        );
+        for (replicas, timeout, message) in [
+            (
+                None,
+                Some(ms(5)),
+                "replica_timeout applies only with min_replicas",
+            ),
+            (
+                Some(0),
+                None,
+                "min_replicas must be at least 1 (leave it out not to wait for replicas)",
+            ),
+            (
+                Some(1),
+                Some(Duration::from_micros(1500)),
+                "replica_timeout must be a whole number of milliseconds, at least 1 ms",
+            ),
+            (
+                Some(1),
+                Some(ms(2000)),
+                "replica_timeout (2s) must be shorter than read_timeout (2s): the WAIT for \
+                 replicas runs under the read timeout",
+            ),
+        ] {
+            let err = ReplicaAcks::from_options(replicas, timeout, read).unwrap_err();
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+            assert_eq!(err.message(), message);
+        }
+    }
+}

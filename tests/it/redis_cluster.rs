@@ -1,0 +1,324 @@
+//! The Redis backend on a Redis Cluster (3 primaries, 3 replicas) started by the tests: the
+//! contract suites, the cluster key layout (against `tests/data/redis_cluster_keys.json` and
+//! the Cluster's own `CLUSTER KEYSLOT`), `min_replicas`, and a failover in the middle of
+//! contention.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+use syncguard::redis::{KeyLayout, RedisBackend};
+use syncguard::{ErrorCode, LockBackend};
+
+use crate::support::failover::{FailoverRun, Topology};
+use crate::support::{RedisCluster, TTL, lease, shared_cluster, shared_redis, unique};
+
+fn cluster_backend() -> RedisBackend {
+    RedisBackend::connect(&shared_cluster().url()).expect("connect to the test Cluster")
+}
+
+syncguard::backend_contract!(cluster_backend);
+syncguard::guard_contract!(cluster_backend);
+
+const VECTORS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/redis_cluster_keys.json"
+);
+
+fn vectors() -> serde_json::Map<String, Value> {
+    let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("{VECTORS}: {e}"));
+    match serde_json::from_str(&text).expect("vectors are JSON") {
+        Value::Object(map) => map,
+        other => panic!("vectors must be a JSON object, got {other}"),
+    }
+}
+
+fn text<'a>(entry: &'a Value, name: &str) -> &'a str {
+    entry[name]
+        .as_str()
+        .unwrap_or_else(|| panic!("vector field {name:?} must be a string in {entry}"))
+}
+
+fn fields(entry: &Value) -> BTreeSet<&str> {
+    entry
+        .as_object()
+        .unwrap_or_else(|| panic!("vector must be an object: {entry}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+/// Every vector of the cluster layout: the keys `KeyLayout::Cluster` names, and the hash slot
+/// each lands in according to the Cluster itself. A section or field this test does not know
+/// fails it.
+#[test]
+fn every_cluster_layout_vector_matches() {
+    let vectors = vectors();
+    assert_eq!(
+        vectors.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+        BTreeSet::from(["about", "locks", "lock_ids", "errors"]),
+        "a section this test does not check would be silently skipped"
+    );
+    let cluster = shared_cluster();
+    let mut mismatches = Vec::new();
+    let mut checked = 0;
+    let mut expect = |what: String, actual: String, expected: &str| {
+        if actual != expected {
+            mismatches.push(format!("{what} = {actual:?}, expected {expected:?}"));
+        }
+    };
+    for entry in vectors["locks"].as_array().expect("locks is an array") {
+        assert_eq!(
+            fields(entry),
+            BTreeSet::from(["prefix", "key", "lock_key", "fence_key", "slot"])
+        );
+        let (prefix, key) = (text(entry, "prefix"), text(entry, "key"));
+        let slot = entry["slot"].as_u64().expect("slot is a number");
+        let lock_key = KeyLayout::Cluster.lock_key(prefix, key).unwrap();
+        let fence_key = KeyLayout::Cluster.fence_key(prefix, key).unwrap();
+        let call = format!("({prefix:?}, {key:.40?})");
+        expect(
+            format!("lock_key{call}"),
+            lock_key.clone(),
+            text(entry, "lock_key"),
+        );
+        expect(
+            format!("fence_key{call}"),
+            fence_key.clone(),
+            text(entry, "fence_key"),
+        );
+        for redis_key in [&lock_key, &fence_key] {
+            expect(
+                format!("slot of {redis_key:.50?}"),
+                cluster.key_slot(redis_key).to_string(),
+                &slot.to_string(),
+            );
+        }
+        checked += 1;
+    }
+    for entry in vectors["lock_ids"]
+        .as_array()
+        .expect("lock_ids is an array")
+    {
+        assert_eq!(
+            fields(entry),
+            BTreeSet::from(["prefix", "lock_id", "index_key", "slot"])
+        );
+        let (prefix, lock_id) = (text(entry, "prefix"), text(entry, "lock_id"));
+        let index_key = KeyLayout::Cluster.index_key(prefix, lock_id).unwrap();
+        expect(
+            format!("index_key({prefix:?}, {lock_id:?})"),
+            index_key.clone(),
+            text(entry, "index_key"),
+        );
+        expect(
+            format!("slot of {index_key:?}"),
+            cluster.key_slot(&index_key).to_string(),
+            &entry["slot"]
+                .as_u64()
+                .expect("slot is a number")
+                .to_string(),
+        );
+        checked += 1;
+    }
+    for entry in vectors["errors"].as_array().expect("errors is an array") {
+        assert_eq!(fields(entry), BTreeSet::from(["prefix", "key", "error"]));
+        let (prefix, key) = (text(entry, "prefix"), text(entry, "key"));
+        match KeyLayout::Cluster.lock_key(prefix, key) {
+            Err(error) if error.code().as_str() == text(entry, "error") => {}
+            other => mismatches.push(format!(
+                "lock_key({prefix:?}, {key:?}) = {other:?}, expected {}",
+                text(entry, "error")
+            )),
+        }
+        checked += 1;
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} vectors disagree:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    assert!(
+        checked >= 20,
+        "expected the full vector file, found {checked}"
+    );
+}
+
+/// A lock's record, index entry and fence counter share one hash slot on the Cluster, and the
+/// lock id alone leads there.
+#[test]
+fn a_lock_lives_in_one_slot() {
+    let cluster = shared_cluster();
+    let backend = cluster_backend();
+    assert_eq!(backend.layout(), KeyLayout::Cluster);
+    for name in ["plain", "with{braces}", "}starts-with-a-brace"] {
+        let key = unique(name);
+        let lease = lease(backend.acquire(&key, TTL));
+        let lock_key = backend.lock_key(&key).unwrap();
+        let slot = cluster.key_slot(&lock_key);
+        for redis_key in [
+            backend.index_key(&lease.lock_id).unwrap(),
+            backend.fence_key(&key).unwrap(),
+        ] {
+            assert_eq!(cluster.key_slot(&redis_key), slot, "{redis_key}");
+        }
+        // A backend that knows nothing but the lock id (as `syncguard release --lock-id`).
+        let other = cluster_backend();
+        assert!(other.extend(&lease.lock_id, TTL).unwrap().is_some());
+        assert!(other.release(&lease.lock_id).unwrap());
+        assert!(!backend.is_locked(&key).unwrap());
+    }
+}
+
+/// A `redis-cluster://` URL naming a server without cluster support is refused at `build()`,
+/// saying so.
+#[test]
+fn a_single_server_is_no_cluster() {
+    let url = format!("redis-cluster://127.0.0.1:{}/", shared_redis().port);
+    let err = RedisBackend::connect(&url).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+    assert_eq!(
+        err.message(),
+        format!(
+            "the Redis server at 127.0.0.1:{} is not a Cluster node (cluster support disabled): \
+             use a redis:// URL for a single server",
+            shared_redis().port
+        )
+    );
+}
+
+/// With `min_replicas=1` acquisitions wait for the replica and succeed; asking for more
+/// replicas than the Cluster has fails with a transient code and leaves the key free.
+#[test]
+fn min_replicas_waits_for_the_replica() {
+    let url = shared_cluster().url();
+    let backend = RedisBackend::builder()
+        .url(format!("{url}?min_replicas=1&replica_timeout=1000ms"))
+        .build()
+        .unwrap();
+    let key = unique("replicated");
+    let lease = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&lease.lock_id).unwrap());
+
+    let demanding = RedisBackend::builder()
+        .url(url)
+        .min_replicas(2)
+        .replica_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let err = demanding.acquire(&key, TTL).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    assert!(err.code().is_transient());
+    assert!(
+        err.message().contains("of the 2 replicas required"),
+        "{err}"
+    );
+    assert!(!backend.is_locked(&key).unwrap(), "the lock was released");
+}
+
+/// A primary dies in the middle of contention; its replica takes over; the dead node comes
+/// back as a replica. With `min_replicas=1`: never two holders at once, fences strictly grow,
+/// every error is a typed transient one, and operations resume.
+#[test]
+fn failover_in_the_middle_of_contention() {
+    let mut cluster = RedisCluster::start();
+    let key = unique("failover");
+    let url = format!("{}?min_replicas=1&replica_timeout=500ms", cluster.url());
+    let slot = cluster.key_slot(&KeyLayout::Cluster.lock_key("syncguard", &key).unwrap());
+    let observer = cluster.url();
+    FailoverRun::new(&url, &key).run(
+        &observer,
+        &mut ClusterFailover {
+            cluster: &mut cluster,
+            slot,
+            killed: None,
+        },
+    );
+}
+
+struct ClusterFailover<'a> {
+    cluster: &'a mut RedisCluster,
+    slot: u16,
+    killed: Option<(u16, u16)>,
+}
+
+impl Topology for ClusterFailover<'_> {
+    fn kill_primary(&mut self) {
+        let asked = self.cluster.nodes[0].port;
+        let primary = self
+            .cluster
+            .primary_of(self.slot, asked)
+            .expect("a primary serves the slot");
+        let survivor = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| n.port)
+            .find(|&p| p != primary)
+            .expect("another node");
+        self.cluster.node_mut(primary).kill();
+        self.killed = Some((primary, survivor));
+    }
+
+    fn await_promotion(&mut self) {
+        let (killed, survivor) = self.killed.expect("a primary was killed");
+        let slot = self.slot;
+        let cluster = &*self.cluster;
+        cluster.await_condition("a replica to take over the slot", || {
+            cluster
+                .primary_of(slot, survivor)
+                .is_some_and(|p| p != killed)
+                && crate::support::cluster_info(survivor)
+                    .get("cluster_state")
+                    .map(String::as_str)
+                    == Some("ok")
+        });
+    }
+
+    fn restart_killed(&mut self) {
+        let (killed, _) = self.killed.expect("a primary was killed");
+        self.cluster.node_mut(killed).start();
+        let ports: Vec<u16> = self.cluster.nodes.iter().map(|n| n.port).collect();
+        self.cluster.await_healthy(&ports);
+    }
+}
+
+/// A batch of renewals whose locks lie in many hash slots (so on every node): one answer per
+/// lease, in order, the unknown one included.
+#[test]
+fn renewals_in_one_batch_span_slots() {
+    use syncguard::driver::{Driver, LeaseRef, LockId, Outcome, Ttl};
+
+    let backend = cluster_backend();
+    let leases: Vec<_> = (0..24)
+        .map(|n| lease(backend.acquire(&unique(&format!("batch-{n}")), TTL)))
+        .collect();
+    let slots: BTreeSet<u16> = leases
+        .iter()
+        .map(|l| shared_cluster().key_slot(&backend.index_key(&l.lock_id).unwrap()))
+        .collect();
+    assert!(slots.len() > 3, "the keys spread over slots");
+    let unknown = LockId::generate();
+    let mut ids: Vec<LockId> = leases
+        .iter()
+        .map(|l| LockId::new(&l.lock_id).unwrap())
+        .collect();
+    ids.insert(5, unknown);
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    let batch: Vec<_> = ids.iter().map(|id| (LeaseRef::new(id), ttl)).collect();
+    let answers = backend.extend_leases(&batch);
+    assert_eq!(answers.len(), batch.len());
+    for (i, answer) in answers.into_iter().enumerate() {
+        match answer.unwrap() {
+            Outcome::NotFound if i == 5 => {}
+            Outcome::Applied(extension) if i != 5 => {
+                assert!(extension.expires_at_ms > 0)
+            }
+            other => panic!("lease {i}: {other:?}"),
+        }
+    }
+    for l in &leases {
+        assert!(backend.release(&l.lock_id).unwrap());
+    }
+}
