@@ -40,7 +40,7 @@ impl ReplicaAcks {
         }
         let timeout = timeout.unwrap_or(read_timeout / 2);
         // WAIT takes whole milliseconds, and 0 would mean forever.
-        if timeout.as_millis() == 0 || timeout.subsec_nanos() % 1_000_000 != 0 {
+        if timeout.as_millis() == 0 || !timeout.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(LockError::invalid_argument(
                 "replica_timeout must be a whole number of milliseconds, at least 1 ms",
             ));

@@ -52,10 +52,10 @@ fn crc16_update(mut crc: u16, bytes: &[u8]) -> u16 {
 pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         let rest = &key[open + 1..];
-        if let Some(close) = rest.iter().position(|&b| b == b'}') {
-            if close > 0 {
-                return &rest[..close];
-            }
+        if let Some(close) = rest.iter().position(|&b| b == b'}')
+            && close > 0
+        {
+            return &rest[..close];
         }
     }
     key
@@ -109,10 +109,10 @@ pub(crate) fn lock_id_in_slot(slot: u16) -> LockId {
             let mut id = head.to_vec();
             id.extend_from_slice(&[a, b, c]);
             let id = String::from_utf8(id).unwrap_or_default();
-            if key_slot(id.as_bytes()) == slot {
-                if let Ok(id) = LockId::new(&id) {
-                    return id;
-                }
+            if key_slot(id.as_bytes()) == slot
+                && let Ok(id) = LockId::new(&id)
+            {
+                return id;
             }
         }
         // No pair completes this head (about one head in ten million): draw another.
