@@ -79,7 +79,8 @@ Examples:
     disable_help_subcommand = true
 )]
 struct Cli {
-    /// Backend: redis://…, rediss://…, postgres://…, firestore://PROJECT[/DATABASE]
+    /// Backend: redis://…, rediss://…, redis-cluster://h1:p1,h2:p2/,
+    /// redis-sentinel://s1:p1,s2:p2/NAME, postgres://…, firestore://PROJECT[/DATABASE]
     /// (memory: is refused: its locks live inside one process)
     #[arg(long, global = true, env = "SYNCGUARD_URL", hide_env_values = true)]
     url: Option<String>,
