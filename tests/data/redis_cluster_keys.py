@@ -1,5 +1,5 @@
 # Independent reference for the cluster key layout (DESIGN §4.5, src/redis/layout.rs docs):
-# regenerates tests/data/redis_cluster_keys.json (`python3 tests/data/redis_cluster_keys.py`).
+# regenerates tests/data/redis_cluster_keys.json (`python3 tests/data/redis_cluster_keys.py > tests/data/redis_cluster_keys.json`).
 import hashlib, base64, json, unicodedata
 
 def crc16(data: bytes) -> int:
