@@ -5,7 +5,6 @@ use crate::driver::{LockId, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::hash::truncated_hash;
 
-use super::slot::{key_slot, lock_id_in_slot};
 use super::{STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
 
 /// How a [`RedisBackend`](super::RedisBackend) names its keys (see also [Key
@@ -25,10 +24,14 @@ use super::{STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
 /// contains neither `{` nor `}`; otherwise it is the 22-character hash `msk` uses for long
 /// keys (the first 16 bytes of SHA-256 of `P:K`, base64url without padding). So every tag is
 /// non-empty and brace-free, and Redis hashes exactly `T`: the record and the counter share a
-/// hash slot. The index entry's tag is the lock id, and in this layout lock ids are made to
-/// hash to their lock's slot — their first 19 characters are random (114 bits from the OS
-/// CSPRNG), the last three are chosen to complete the slot — so all three keys of a lock live
-/// in one slot, and a lock id alone still finds its lock. The layout also keeps the three
+/// hash slot. The index entry's tag is the lock id, an ordinary lock id (16 bytes from the OS
+/// CSPRNG, 22 base64url characters, 128 bits, as the specification requires): the index entry
+/// lives in the lock id's own slot, generally not the lock's. So no script touches it: the
+/// scripts work on the record and the counter, and the index entry is written, extended and
+/// deleted by plain commands beside them (pipelined on one server; see the module's
+/// [Key layouts](super#key-layouts) for the requests per operation and why a stale or missing
+/// index entry is safe). A lock id alone still finds its lock: `GET P:id:{lockId}` names the
+/// record, whose stored lock id every script compares. The layout also keeps the three
 /// namespaces apart (a user key can never name another lock's counter or index entry, as it
 /// can in the TypeScript layout), and its prefix may not contain `{` or `}`.
 ///
@@ -46,8 +49,8 @@ pub enum KeyLayout {
     /// different hash slots).
     #[default]
     TypeScript,
-    /// Hash-tagged keys: a lock's record, index entry and fence counter in one hash slot. The
-    /// only layout on a Cluster; choosable on a single server (or behind Sentinel) so that a
+    /// Hash-tagged keys: a lock's record and fence counter in the key's hash slot, its index
+    /// entry in the lock id's. The only layout on a Cluster; choosable on a single server (or behind Sentinel) so that a
     /// deployment can move to a Cluster later without renaming its keys. The TypeScript
     /// SyncGuard cannot share these locks.
     Cluster,
@@ -152,26 +155,27 @@ impl Keys {
 
     /// The index entry of `lock_id`.
     pub fn index_key(&self, lock_id: &LockId) -> String {
-        let (head, tail) = self.index_key_parts();
-        format!("{head}{}{tail}", lock_id.as_str())
-    }
-
-    /// What goes before and after a lock id in its index key (for scripts that rebuild it).
-    /// The prefix validation guarantees that `msk(P, "id:" + lockId)` is never hashed.
-    pub fn index_key_parts(&self) -> (String, &'static str) {
         match self.layout {
-            KeyLayout::TypeScript => (format!("{}:id:", self.prefix), ""),
-            KeyLayout::Cluster => (format!("{}:id:{{", self.prefix), "}"),
+            KeyLayout::TypeScript => format!("{}:id:{}", self.prefix, lock_id.as_str()),
+            KeyLayout::Cluster => format!("{}:id:{{{}}}", self.prefix, lock_id.as_str()),
         }
     }
 
-    /// A fresh lock id for a lock stored under `lock_key`: in the cluster layout one that
-    /// hashes to the lock's slot.
-    pub fn new_lock_id(&self, lock_key: &str) -> LockId {
+    /// What precedes a lock id in its index key, for the `is_locked` cleanup to rebuild it in
+    /// the script; empty in the cluster layout, whose index entry lies in another hash slot and
+    /// expires alone. The prefix validation guarantees that `msk(P, "id:" + lockId)` is never
+    /// hashed.
+    pub fn cleanup_index_head(&self) -> String {
         match self.layout {
-            KeyLayout::TypeScript => LockId::generate(),
-            KeyLayout::Cluster => lock_id_in_slot(key_slot(lock_key.as_bytes())),
+            KeyLayout::TypeScript => format!("{}:id:", self.prefix),
+            KeyLayout::Cluster => String::new(),
         }
+    }
+
+    /// A fresh lock id: 16 bytes from the OS CSPRNG in every layout (the specification's 128
+    /// bits; nothing about it depends on the key or its slot).
+    pub fn new_lock_id(&self) -> LockId {
+        LockId::generate()
     }
 
     /// The cluster layout's hash tag of `key` (see the module docs).
@@ -209,14 +213,13 @@ mod tests {
     }
 
     #[test]
-    fn cluster_layout_keeps_a_lock_in_one_slot() {
+    fn cluster_layout_keeps_record_and_counter_in_one_slot() {
+        use super::super::slot::key_slot;
         let keys = keys(KeyLayout::Cluster);
         for key in ["job", "a{b}c", "}x", "{}", "é", &"k".repeat(512)] {
             let lock = keys.lock_keys(key).unwrap();
             let slot = key_slot(lock.lock.as_bytes());
             assert_eq!(key_slot(lock.fence.as_bytes()), slot, "{key}");
-            let id = keys.new_lock_id(&lock.lock);
-            assert_eq!(key_slot(keys.index_key(&id).as_bytes()), slot, "{key}");
         }
         assert_eq!(keys.lock_keys("job").unwrap().lock, "syncguard:{job}");
         assert_eq!(
@@ -225,6 +228,52 @@ mod tests {
         );
         let hashed = keys.lock_keys("a{b}").unwrap().lock;
         assert_eq!(hashed.len(), "syncguard:{}".len() + 22, "{hashed}");
+        let id = LockId::new("AAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        assert_eq!(keys.index_key(&id), "syncguard:id:{AAAAAAAAAAAAAAAAAAAAAA}");
+    }
+
+    /// The specification's lock ids (16 CSPRNG bytes, 22 characters) in the cluster layout too:
+    /// nothing in them depends on the lock, so ids for one key spread over the slots.
+    #[test]
+    fn cluster_lock_ids_are_plain_ids() {
+        use super::super::slot::key_slot;
+        let keys = keys(KeyLayout::Cluster);
+        let lock_slot = key_slot(keys.lock_keys("job").unwrap().lock.as_bytes());
+        let ids: Vec<LockId> = (0..200).map(|_| keys.new_lock_id()).collect();
+        let slots: std::collections::HashSet<u16> = ids
+            .iter()
+            .map(|id| key_slot(keys.index_key(id).as_bytes()))
+            .collect();
+        // 200 uniform draws over 16384 slots: well over 150 distinct (a chosen slot gives 1).
+        assert!(slots.len() > 150, "{} distinct slots", slots.len());
+        assert!(
+            ids.iter()
+                .filter(|id| key_slot(keys.index_key(id).as_bytes()) == lock_slot)
+                .count()
+                < 10
+        );
+        for id in &ids {
+            assert_eq!(id.as_str().len(), 22);
+            let decoded = base64::Engine::decode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                id.as_str(),
+            )
+            .unwrap();
+            assert_eq!(decoded.len(), 16);
+        }
+        // Every one of the 128 bits varies across ids (a fixed or derived tail would not).
+        let mut ones = [0u32; 128];
+        for id in &ids {
+            let bytes = base64::Engine::decode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                id.as_str(),
+            )
+            .unwrap();
+            for (bit, count) in ones.iter_mut().enumerate() {
+                *count += u32::from(bytes[bit / 8] >> (7 - bit % 8) & 1);
+            }
+        }
+        assert!(ones.iter().all(|&n| (40..=160).contains(&n)), "{ones:?}");
     }
 
     #[test]

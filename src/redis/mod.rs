@@ -173,6 +173,7 @@ mod replicas;
 mod scripts;
 mod sentinel;
 mod slot;
+mod split;
 mod watch;
 
 use std::fmt;
@@ -722,7 +723,7 @@ impl RedisBackend {
         lock_id: &LockId,
         why: std::result::Result<i64, LockError>,
     ) -> LockError {
-        if let Err(error) = self.release_lease(LeaseRef::new(lock_id)) {
+        if let Err(error) = self.release_lease(LeaseRef::new(lock_id).with_key(key)) {
             log::warn!(
                 "syncguard: could not release the lock on {key:?} after too few replicas \
                  acknowledged it; it expires with its TTL: {error}"
@@ -760,37 +761,60 @@ impl RedisBackend {
         error.with_key(key.as_str())
     }
 
-    /// Renews leases that live in one hash slot (or, on one server, any leases): one pipeline,
-    /// one round trip; every renewal is still its own atomic script.
+    /// Renews leases on one server: one pipeline, one round trip; every renewal is still its own
+    /// atomic script (in the cluster layout, the record's script and a `PEXPIRE` of its index
+    /// entry, so every lease here carries its key).
     fn extend_group(&self, leases: &[&(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        let invocations: Vec<_> = leases
-            .iter()
-            .map(|(lease, ttl)| {
-                let mut invocation = SCRIPTS.extend.prepare_invoke();
-                invocation
-                    .key(self.keys.index_key(lease.lock_id))
-                    .arg(lease.lock_id.as_str())
-                    .arg(TIME_TOLERANCE_MS)
-                    .arg(ttl.as_millis());
-                invocation
-            })
-            .collect();
+        let split = self.keys.layout() == KeyLayout::Cluster;
+        let script = if split {
+            &SCRIPTS.extend_record
+        } else {
+            &SCRIPTS.extend
+        };
+        let mut invocations = Vec::with_capacity(leases.len());
+        for (lease, ttl) in leases {
+            let target = match (split, lease.key) {
+                (false, _) => self.keys.index_key(lease.lock_id),
+                (true, Some(key)) => match self.keys.lock_keys(key.as_str()) {
+                    Ok(keys) => keys.lock,
+                    Err(error) => {
+                        return leases
+                            .iter()
+                            .map(|_| Err(LockError::new(error.code(), error.message())))
+                            .collect();
+                    }
+                },
+                (true, None) => {
+                    return leases
+                        .iter()
+                        .map(|_| Err(LockError::internal("a batched renewal without its key")))
+                        .collect();
+                }
+            };
+            let mut invocation = script.prepare_invoke();
+            invocation
+                .key(target)
+                .arg(lease.lock_id.as_str())
+                .arg(TIME_TOLERANCE_MS)
+                .arg(ttl.as_millis());
+            invocations.push(invocation);
+        }
         let mut pipe = redis::pipe();
-        for invocation in &invocations {
+        for (invocation, (lease, ttl)) in invocations.iter().zip(leases) {
             pipe.invoke_script(invocation);
+            if split {
+                pipe.cmd("PEXPIRE")
+                    .arg(self.keys.index_key(lease.lock_id))
+                    .arg(ttl.as_millis())
+                    .ignore();
+            }
         }
         let replies = self.pool.run_on(&self.server, |mut conn| {
             let send = |conn: &mut Conn<'_>| -> redis::RedisResult<Vec<redis::Value>> {
                 match conn {
                     Conn::Single(conn) => pipe.query::<Vec<redis::Value>>(*conn),
-                    // The cluster connection does not pipeline through `Pipeline::query`, but
-                    // it routes packed commands by the first one's key: all share its slot.
-                    Conn::Cluster(conn) => redis::ConnectionLike::req_packed_commands(
-                        *conn,
-                        &pipe.get_packed_pipeline(),
-                        0,
-                        invocations.len(),
-                    ),
+                    // Not batched on a Cluster (see `extend_leases`); correct all the same.
+                    Conn::Cluster(conn) => invocations.iter().map(|i| i.invoke(*conn)).collect(),
                 }
             };
             match send(&mut conn) {
@@ -799,7 +823,7 @@ impl RedisBackend {
                     if error.kind()
                         == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    SCRIPTS.extend.prepare_invoke().load(conn.as_dyn())?;
+                    script.prepare_invoke().load(conn.as_dyn())?;
                     send(&mut conn)
                 }
                 answer => answer,
@@ -838,21 +862,38 @@ impl Driver for RedisBackend {
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
         let keys = self.keys.lock_keys(key.as_str())?;
-        let lock_id = self.keys.new_lock_id(&keys.lock);
+        let lock_id = self.keys.new_lock_id();
         let index_key = self.keys.index_key(&lock_id);
         let slot = key_slot(keys.lock.as_bytes());
+        let split = self.keys.layout() == KeyLayout::Cluster;
+        let mut invocation = SCRIPTS.acquire.key(&keys.lock);
+        invocation.key(&keys.fence);
+        if !split {
+            invocation.key(&index_key);
+        }
+        invocation
+            .arg(lock_id.as_str())
+            .arg(ttl.as_millis())
+            .arg(TIME_TOLERANCE_MS)
+            .arg(key.as_str())
+            .arg(FENCE_MAX);
+        let mut set_index = redis::cmd("SET");
+        set_index
+            .arg(&index_key)
+            .arg(&keys.lock)
+            .arg("PX")
+            .arg(ttl.as_millis());
         let (value, acknowledged) = self.pool.run_on(&self.server, |mut conn| {
-            let value: redis::Value = SCRIPTS
-                .acquire
-                .key(&keys.lock)
-                .key(&index_key)
-                .key(&keys.fence)
-                .arg(lock_id.as_str())
-                .arg(ttl.as_millis())
-                .arg(TIME_TOLERANCE_MS)
-                .arg(key.as_str())
-                .arg(FENCE_MAX)
-                .invoke(conn.as_dyn())?;
+            let value: redis::Value = if split {
+                split::script_with_index(
+                    &mut conn,
+                    &invocation,
+                    &set_index,
+                    split::OnCluster::AfterSuccess,
+                )?
+            } else {
+                invocation.invoke(conn.as_dyn())?
+            };
             // WAIT counts the acknowledgements of this connection's writes, so it goes on the
             // same connection; its failure is an answer, not a reason to repeat the script.
             let acknowledged = match &self.replicas {
@@ -895,6 +936,9 @@ impl Driver for RedisBackend {
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        if self.keys.layout() == KeyLayout::Cluster {
+            return self.release_split(lease);
+        }
         let index_key = self.keys.index_key(lease.lock_id);
         let mut reply = self.run(|conn| {
             SCRIPTS
@@ -908,6 +952,9 @@ impl Driver for RedisBackend {
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        if self.keys.layout() == KeyLayout::Cluster {
+            return self.extend_split(lease, ttl);
+        }
         let index_key = self.keys.index_key(lease.lock_id);
         let mut reply = self.run(|conn| {
             SCRIPTS
@@ -929,7 +976,7 @@ impl Driver for RedisBackend {
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         let lock_key = self.keys.lock_keys(key.as_str())?.lock;
         let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
-        let (index_head, index_tail) = self.keys.index_key_parts();
+        let index_head = self.keys.cleanup_index_head();
         let reply = self.run(|conn| {
             SCRIPTS
                 .is_locked
@@ -938,7 +985,6 @@ impl Driver for RedisBackend {
                 .arg(cleanup)
                 .arg(&index_head)
                 .arg(CLEANUP_GUARD_MS)
-                .arg(index_tail)
                 .invoke(conn)
         })?;
         match reply.status {
@@ -949,22 +995,26 @@ impl Driver for RedisBackend {
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        if !matches!(self.pool, Pool::Cluster(..)) {
-            return self.extend_group(&leases.iter().collect::<Vec<_>>());
-        }
-        // On a Cluster, one pipeline per hash slot: a pipeline goes to one node.
-        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (i, (lease, _)) in leases.iter().enumerate() {
-            let slot = key_slot(self.keys.index_key(lease.lock_id).as_bytes());
-            groups.entry(slot).or_default().push(i);
-        }
+        let batched = match self.keys.layout() {
+            KeyLayout::TypeScript => true,
+            // A Cluster renews each lease with its own requests (see `split`); one server
+            // pipelines them all, except the leases known only by their lock id.
+            KeyLayout::Cluster => !matches!(self.pool, Pool::Cluster(..)),
+        };
+        let (group, alone): (Vec<usize>, Vec<usize>) = (0..leases.len()).partition(|&i| {
+            batched && (self.keys.layout() == KeyLayout::TypeScript || leases[i].0.key.is_some())
+        });
         let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
             leases.iter().map(|_| None).collect();
-        for members in groups.values() {
-            let group: Vec<_> = members.iter().map(|&i| &leases[i]).collect();
-            for (&i, answer) in members.iter().zip(self.extend_group(&group)) {
+        if !group.is_empty() {
+            let members: Vec<_> = group.iter().map(|&i| &leases[i]).collect();
+            for (&i, answer) in group.iter().zip(self.extend_group(&members)) {
                 answers[i] = Some(answer);
             }
+        }
+        for i in alone {
+            let (lease, ttl) = &leases[i];
+            answers[i] = Some(self.extend_lease(*lease, *ttl));
         }
         answers
             .into_iter()
@@ -1003,6 +1053,9 @@ impl Driver for RedisBackend {
                     return Err(self.foreign(Some(key.as_str())));
                 }
                 reply
+            }
+            Find::LockId(lock_id) if self.keys.layout() == KeyLayout::Cluster => {
+                return self.find_split(lock_id);
             }
             Find::LockId(lock_id) => {
                 let index_key = self.keys.index_key(lock_id);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use syncguard::redis::{KeyLayout, RedisBackend};
-use syncguard::{ErrorCode, LockBackend};
+use syncguard::{ErrorCode, LockBackend, Lookup};
 
 use crate::support::failover::{FailoverRun, Topology};
 use crate::support::{RedisCluster, TTL, lease, shared_cluster, shared_redis, unique};
@@ -145,10 +145,11 @@ fn every_cluster_layout_vector_matches() {
     );
 }
 
-/// A lock's record, index entry and fence counter share one hash slot on the Cluster, and the
-/// lock id alone leads there.
+/// A lock's record and fence counter share one hash slot on the Cluster; its index entry is in
+/// the lock id's own slot, and the lock id alone (two requests: the index, then the record)
+/// still extends and releases the lock.
 #[test]
-fn a_lock_lives_in_one_slot() {
+fn a_lock_id_alone_finds_its_lock() {
     let cluster = shared_cluster();
     let backend = cluster_backend();
     assert_eq!(backend.layout(), KeyLayout::Cluster);
@@ -157,18 +158,143 @@ fn a_lock_lives_in_one_slot() {
         let lease = lease(backend.acquire(&key, TTL));
         let lock_key = backend.lock_key(&key).unwrap();
         let slot = cluster.key_slot(&lock_key);
-        for redis_key in [
-            backend.index_key(&lease.lock_id).unwrap(),
-            backend.fence_key(&key).unwrap(),
-        ] {
-            assert_eq!(cluster.key_slot(&redis_key), slot, "{redis_key}");
-        }
+        assert_eq!(
+            cluster.key_slot(&backend.fence_key(&key).unwrap()),
+            slot,
+            "{key}"
+        );
+        let index_key = backend.index_key(&lease.lock_id).unwrap();
+        assert_eq!(
+            cluster.key_slot(&index_key),
+            cluster.key_slot(&lease.lock_id),
+            "the index entry lies in the lock id's own slot"
+        );
+        let indexed: Option<String> = redis::cmd("GET")
+            .arg(&index_key)
+            .query(&mut cluster.raw())
+            .unwrap();
+        assert_eq!(indexed.as_deref(), Some(lock_key.as_str()));
         // A backend that knows nothing but the lock id (as `syncguard release --lock-id`).
         let other = cluster_backend();
+        let found = other
+            .lookup_raw(Lookup::LockId(&lease.lock_id))
+            .unwrap()
+            .expect("found by id");
+        assert_eq!(found.key, key);
         assert!(other.extend(&lease.lock_id, TTL).unwrap().is_some());
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&index_key)
+            .query(&mut cluster.raw())
+            .unwrap();
+        assert!(
+            ttl > 0,
+            "the index entry keeps a TTL after an extend: {ttl}"
+        );
         assert!(other.release(&lease.lock_id).unwrap());
         assert!(!backend.is_locked(&key).unwrap());
+        assert!(!other.release(&lease.lock_id).unwrap(), "released once");
     }
+}
+
+/// Lock ids on a Cluster are the specification's plain ids: many locks of one key get ids
+/// whose index entries spread over the slots (ids chosen to hash to the lock's slot would all
+/// share it).
+#[test]
+fn cluster_lock_ids_have_no_structure() {
+    let cluster = shared_cluster();
+    let backend = cluster_backend();
+    let key = unique("one-key-many-ids");
+    let slot = cluster.key_slot(&backend.lock_key(&key).unwrap());
+    let mut slots = BTreeSet::new();
+    let mut in_lock_slot = 0;
+    for _ in 0..40 {
+        let lease = lease(backend.acquire(&key, TTL));
+        assert_eq!(lease.lock_id.len(), 22);
+        let index_slot = cluster.key_slot(&backend.index_key(&lease.lock_id).unwrap());
+        in_lock_slot += usize::from(index_slot == slot);
+        slots.insert(index_slot);
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+    assert!(slots.len() > 30, "{} distinct index slots", slots.len());
+    assert!(
+        in_lock_slot < 5,
+        "{in_lock_slot} ids hashed to the lock's slot"
+    );
+}
+
+/// The windows between the script and the index command: an index entry without its record
+/// (or pointing at another holder's) releases nothing, and a record whose index entry is
+/// missing still releases and extends through its guard, which knows the key.
+#[test]
+fn index_and_record_out_of_step_are_safe() {
+    use syncguard::driver::{Driver, Key, LeaseRef, LockId, Outcome, Ttl};
+
+    let cluster = shared_cluster();
+    let backend = cluster_backend();
+    let mut raw = cluster.raw();
+
+    // An index entry written for an acquisition that was refused: it names a lock held by
+    // another lock id.
+    let key = unique("held-by-another");
+    let holder = lease(backend.acquire(&key, TTL));
+    let stray = LockId::generate();
+    let stray_index = backend.index_key(stray.as_str()).unwrap();
+    redis::cmd("SET")
+        .arg(&stray_index)
+        .arg(backend.lock_key(&key).unwrap())
+        .arg("PX")
+        .arg(60_000)
+        .exec(&mut raw)
+        .unwrap();
+    assert!(
+        !backend.release(stray.as_str()).unwrap(),
+        "not held by the stray id"
+    );
+    assert!(backend.extend(stray.as_str(), TTL).unwrap().is_none());
+    assert!(
+        backend
+            .lookup(Lookup::LockId(stray.as_str()))
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        backend.is_locked(&key).unwrap(),
+        "the holder's lock survives"
+    );
+
+    // An index entry whose record never came (or is gone).
+    let orphan = LockId::generate();
+    redis::cmd("SET")
+        .arg(backend.index_key(orphan.as_str()).unwrap())
+        .arg(backend.lock_key(&unique("never-locked")).unwrap())
+        .arg("PX")
+        .arg(60_000)
+        .exec(&mut raw)
+        .unwrap();
+    assert!(!backend.release(orphan.as_str()).unwrap());
+
+    // A record whose index entry is missing (the process died before writing it).
+    redis::cmd("DEL")
+        .arg(backend.index_key(&holder.lock_id).unwrap())
+        .exec(&mut raw)
+        .unwrap();
+    assert!(
+        !backend.release(&holder.lock_id).unwrap(),
+        "a bare id cannot find it"
+    );
+    let lock_id = LockId::new(&holder.lock_id).unwrap();
+    let user_key = Key::new(&key).unwrap();
+    let guard = LeaseRef::new(&lock_id).with_key(&user_key);
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    assert!(matches!(
+        backend.extend_lease(guard, ttl).unwrap(),
+        Outcome::Applied(_)
+    ));
+    assert!(matches!(
+        backend.release_lease(guard).unwrap(),
+        Outcome::Applied(())
+    ));
+    assert!(!backend.is_locked(&key).unwrap());
 }
 
 /// A `redis-cluster://` URL naming a server without cluster support is refused at `build()`,
@@ -291,12 +417,14 @@ fn renewals_in_one_batch_span_slots() {
     use syncguard::driver::{Driver, LeaseRef, LockId, Outcome, Ttl};
 
     let backend = cluster_backend();
-    let leases: Vec<_> = (0..24)
-        .map(|n| lease(backend.acquire(&unique(&format!("batch-{n}")), TTL)))
-        .collect();
-    let slots: BTreeSet<u16> = leases
+    let keys: Vec<String> = (0..24).map(|n| unique(&format!("batch-{n}"))).collect();
+    let leases: Vec<_> = keys
         .iter()
-        .map(|l| shared_cluster().key_slot(&backend.index_key(&l.lock_id).unwrap()))
+        .map(|key| lease(backend.acquire(key, TTL)))
+        .collect();
+    let slots: BTreeSet<u16> = keys
+        .iter()
+        .map(|key| shared_cluster().key_slot(&backend.lock_key(key).unwrap()))
         .collect();
     assert!(slots.len() > 3, "the keys spread over slots");
     let unknown = LockId::generate();

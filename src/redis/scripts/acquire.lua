@@ -1,7 +1,8 @@
--- KEYS: lock key, index key of the new lock id, fence counter key
+-- KEYS: lock key, fence counter key, and in the TypeScript layout the index key of the new lock
+-- id (the cluster layout writes its index entry, in another hash slot, outside the script)
 -- ARGV: lock id, ttl ms, tolerance ms, user key (NFC), largest fence allowed
 -- Reply: {OK, fence, expiresAtMs} | {ABSENT} (held by another) | {FENCE_OVERFLOW} | {FOREIGN}
-local lock_key, index_key, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local lock_key, fence_key, index_key = KEYS[1], KEYS[2], KEYS[3]
 local lock_id, ttl, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 
@@ -30,5 +31,5 @@ local record = cjson.encode({
   lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = ARGV[4], fence = fence
 })
 redis.call('SET', lock_key, record, 'PX', ttl)
-redis.call('SET', index_key, lock_key, 'PX', ttl)
+if index_key then redis.call('SET', index_key, lock_key, 'PX', ttl) end
 return {OK, fence, expires_at}

@@ -1,6 +1,6 @@
 -- KEYS: lock key
--- ARGV: tolerance ms, cleanup ('1' or '0'), what precedes a lock id in its index key, cleanup
--- guard ms, what follows it
+-- ARGV: tolerance ms, cleanup ('1' or '0'), what precedes a lock id in its index key (empty:
+-- leave the index entry alone), cleanup guard ms
 -- Reply: {OK} (live) | {ABSENT} | {FOREIGN}
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {ABSENT} end
@@ -10,7 +10,9 @@ local now = now_ms()
 if lock.expiresAtMs > now - tonumber(ARGV[1]) then return {OK} end
 -- Opt-in cleanup, only well past expiry so that it can never race a renewal.
 if ARGV[2] == '1' and now - lock.expiresAtMs > tonumber(ARGV[4]) then
-  redis.call('DEL', KEYS[1], ARGV[3] .. lock.lockId .. (ARGV[5] or ''))
+  redis.call('DEL', KEYS[1])
+  -- The cluster layout's index entry lies in another slot (ARGV[3] empty): it expires alone.
+  if ARGV[3] ~= '' then redis.call('DEL', ARGV[3] .. lock.lockId) end
   announce_release(KEYS[1], lock.key)
 end
 return {ABSENT}

@@ -49,3 +49,21 @@ local function resolve_owned(index_key, lock_id, tolerance)
   end
   return lock_key, lock
 end
+
+-- The live record under lock_key, verified to belong to lock_id (the cluster layout, where the
+-- caller found lock_key through the key or the index entry). Returns the lock key and record,
+-- or nil and the reply code; an expired record of lock_id is removed on the way. Another
+-- holder's record is never touched: a stale index entry cannot release someone else's lock.
+local function owned_record(lock_key, lock_id, tolerance)
+  local raw = redis.call('GET', lock_key)
+  if not raw then return nil, NOT_FOUND end
+  local lock = decode_lock(raw)
+  if not lock then return nil, FOREIGN end
+  if lock.lockId ~= lock_id then return nil, NOT_FOUND end
+  if lock.expiresAtMs <= now_ms() - tolerance then
+    redis.call('DEL', lock_key)
+    announce_release(lock_key, lock.key)
+    return nil, EXPIRED
+  end
+  return lock_key, lock
+end

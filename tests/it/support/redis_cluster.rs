@@ -165,6 +165,22 @@ impl RedisCluster {
             .expect("a node of this Cluster")
     }
 
+    /// A plain redis-rs cluster connection, for tests that read or write keys behind the
+    /// backend's back.
+    pub fn raw(&self) -> redis::cluster::ClusterConnection {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+            .collect();
+        redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(Duration::from_secs(10))
+            .response_timeout(Duration::from_secs(10))
+            .build()
+            .and_then(|client| client.get_connection())
+            .expect("a raw connection to the test Cluster")
+    }
+
     /// The hash slot of `key`, as the Cluster computes it.
     pub fn key_slot(&self, key: &str) -> u16 {
         let mut conn = self.nodes[0].connection();
