@@ -505,3 +505,73 @@ fn an_application_pool_works_and_pool_exhaustion_is_rate_limited() {
 // ---------------------------------------------------------------------------------------------
 // Many threads through one Locker
 // ---------------------------------------------------------------------------------------------
+
+/// The cluster layout on one server: the index entry (in the lock id's slot, outside the
+/// scripts) is written with the record, follows every renewal — a guard's, a batch's — and
+/// goes with a guard's release, all in the same pipelines; a bare lock id still finds the lock.
+mod cluster_layout_on_one_server {
+    use super::*;
+    use syncguard::driver::{Driver, Key, LeaseRef, LockId, Outcome, Ttl};
+    use syncguard::redis::KeyLayout;
+
+    fn backend() -> RedisBackend {
+        support::patient_redis(&shared_redis().url())
+            .layout(KeyLayout::Cluster)
+            .build()
+            .expect("connect to the test Redis")
+    }
+
+    syncguard::backend_contract!(backend);
+    syncguard::guard_contract!(backend);
+
+    #[test]
+    fn the_index_entry_follows_the_record() {
+        let backend = backend();
+        let mut conn = shared_redis().connection();
+        let key = unique("cluster-layout-index");
+        let granted = lease(backend.acquire(&key, TTL));
+        let index_key = backend.index_key(&granted.lock_id).unwrap();
+        let indexed: Option<String> = conn.get(&index_key).unwrap();
+        assert_eq!(indexed, Some(backend.lock_key(&key).unwrap()));
+
+        let lock_id = LockId::new(&granted.lock_id).unwrap();
+        let user_key = Key::new(&key).unwrap();
+        let guard = LeaseRef::new(&lock_id).with_key(&user_key);
+        let long = Ttl::new(Duration::from_secs(600)).unwrap();
+        assert!(matches!(
+            backend.extend_lease(guard, long).unwrap(),
+            Outcome::Applied(_)
+        ));
+        let pttl: i64 = conn.pttl(&index_key).unwrap();
+        assert!(
+            pttl > 300_000,
+            "a guard's extend renews the index entry: {pttl}"
+        );
+
+        let longer = Ttl::new(Duration::from_secs(1200)).unwrap();
+        let answers = backend.extend_leases(&[(guard, longer)]);
+        assert!(
+            matches!(answers[..], [Ok(Outcome::Applied(_))]),
+            "{answers:?}"
+        );
+        let pttl: i64 = conn.pttl(&index_key).unwrap();
+        assert!(
+            pttl > 900_000,
+            "a batch renewal renews the index entry: {pttl}"
+        );
+
+        let found = backend
+            .lookup_raw(syncguard::Lookup::LockId(&granted.lock_id))
+            .unwrap()
+            .expect("found by its lock id");
+        assert_eq!(found.key, key);
+
+        assert!(matches!(
+            backend.release_lease(guard).unwrap(),
+            Outcome::Applied(())
+        ));
+        let exists: bool = conn.exists(&index_key).unwrap();
+        assert!(!exists, "a guard's release deletes the index entry");
+        assert!(!backend.release(&granted.lock_id).unwrap());
+    }
+}
