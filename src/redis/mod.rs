@@ -39,11 +39,32 @@
 //!
 //! Those three keys of a lock lie in different hash slots, and a Cluster runs a script only on
 //! keys of one slot (`CROSSSLOT` otherwise). The cluster layout ([`KeyLayout::Cluster`]) names
-//! them with a shared hash tag instead: `P:{T}` (the record), `P:fence:{T}` (the counter) and
-//! `P:id:{lockId}` (the index entry), where the tag `T` is the key itself (or its hash, for
-//! long keys and keys with braces) and lock ids are chosen so that they hash to their lock's
-//! slot. Every operation stays one script in one slot — one round trip, for a guard and for a
-//! bare lock id (`syncguard release --lock-id`) alike. The rules, exactly, are in
+//! them with hash tags instead: `P:{T}` (the record) and `P:fence:{T}` (the counter) share the
+//! slot of the tag `T`, the key itself (or its hash, for long keys and keys with braces), and
+//! `P:id:{lockId}` (the index entry) lies in the lock id's own slot. Lock ids are the
+//! specification's in every layout — 16 bytes from the OS CSPRNG, 22 base64url characters, 128
+//! bits — never chosen to hash to their lock's slot (that would cost 14 of the 128 bits). So
+//! the scripts touch the record and counter only, and the index entry is written, renewed and
+//! deleted by a plain command beside each script:
+//!
+//! | operation (cluster layout) | one server / Sentinel | Cluster |
+//! |---|---|---|
+//! | acquire | 1 request: pipeline [script, `SET I L PX ttl`] | 1 if refused; 2 if granted: script, then `SET I` |
+//! | release through a guard (key known) | 1: pipeline [script, `DEL I`] | 1: the script; `I` expires with its TTL |
+//! | extend through a guard | 1: pipeline [script, `PEXPIRE I ttl`] | 2: script, then `PEXPIRE I` |
+//! | by bare lock id (`release --lock-id`, lookup) | `GET I` first, then as above | `GET I` first, then as above |
+//! | batch renewal | 1 pipeline | per lease, as extend |
+//!
+//! (redis-rs' cluster pipeline, which would send both commands of a Cluster row at once, only
+//! runs over its own node connections, not over syncguard's, which carry the deadlines.)
+//!
+//! Crash windows: an index entry may point at a record it does not own (written beside a
+//! refused acquisition, or stale after a release whose `DEL I` was not sent); every script
+//! compares the lock id stored in the record, so such an entry answers "not found" and never
+//! releases or extends another holder's lock, and it expires with its TTL. An index entry may
+//! be missing (the process died between the script and `SET I`); then a bare lock id cannot
+//! find its lock until the lock expires, while a guard, which knows its key, never reads the
+//! index. The rules, exactly, are in
 //! [`KeyLayout`]'s docs; `tests/data/redis_cluster_keys.json` pins them.
 //!
 //! | | one server / Sentinel | Cluster |
@@ -67,7 +88,7 @@
 //! repeating a request up to three times with short waits. Connections are pooled (each pooled
 //! connection holds one connection per node) and every step has the connect, read and write
 //! timeouts; a cluster connection that met a timeout, a lost node or a redirection it could
-//! not follow is replaced. Renewals are pipelined per hash slot. Waiters hear of releases
+//! not follow is replaced. Renewals go lease by lease (see the table above). Waiters hear of releases
 //! through any one node (a Cluster delivers `PUBLISH` everywhere). A node that is no Cluster
 //! node is refused at `build()` (`InvalidArgument`).
 //!

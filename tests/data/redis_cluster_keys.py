@@ -69,7 +69,7 @@ errors = [
     {"prefix": "", "key": "job", "error": "InvalidArgument"},
 ]
 out = {
- "about": "Expected keys of the Redis cluster layout (KeyLayout::Cluster, DESIGN §4.5), computed by an independent Python implementation: lock_key = P:{T}, fence_key = P:fence:{T}, index_key = P:id:{lockId}, where P is the prefix without trailing ':' and T is the NFC key when P:K stays unhashed under make_storage_key(P, K, 1000, 26) and K has no '{' or '}', else base64url(sha256(P:K)[0..16]) without padding. 'slot' is the Redis Cluster hash slot (CRC16-XMODEM of the hash tag mod 16384) of every key of the entry; the tests also ask a real Cluster (CLUSTER KEYSLOT). 'errors' are inputs the layout refuses, with the error code.",
+ "about": "Expected keys of the Redis cluster layout (KeyLayout::Cluster, DESIGN §4.5), computed by an independent Python implementation: lock_key = P:{T}, fence_key = P:fence:{T}, index_key = P:id:{lockId}, where P is the prefix without trailing ':' and T is the NFC key when P:K stays unhashed under make_storage_key(P, K, 1000, 26) and K has no '{' or '}', else base64url(sha256(P:K)[0..16]) without padding. 'slot' is the Redis Cluster hash slot (CRC16-XMODEM of the hash tag mod 16384) of every key of the entry: for 'locks' the record's and the counter's, for 'lock_ids' the index entry's, which is the lock id's own slot (lock ids are plain 16-byte CSPRNG ids, 128 bits, chosen by nobody, so an index entry generally lies in another slot than its lock); the tests also ask a real Cluster (CLUSTER KEYSLOT). 'errors' are inputs the layout refuses, with the error code.",
  "locks": locks, "lock_ids": ids, "errors": errors,
 }
 print(json.dumps(out, indent=1, ensure_ascii=False))
