@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::redis_topology::{Node, connection, data_node_args, info};
+use super::redis_topology::{Node, connection, data_node_args, fields, info};
 use super::require_program;
 
 /// How long a node may be unreachable before the Cluster fails it over.
@@ -196,12 +196,7 @@ impl RedisCluster {
 pub fn cluster_info(port: u16) -> std::collections::HashMap<String, String> {
     connection(port)
         .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c))
-        .map(|text| {
-            text.lines()
-                .filter_map(|line| line.split_once(':'))
-                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                .collect()
-        })
+        .map(|text| fields(&text))
         .unwrap_or_default()
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use syncguard::redis::{RedisBackend, RedisBuilder};
 
+use super::redis_topology::data_node_args;
 use super::{BRISK, Instance, PATIENT, Service, free_port, require_program};
 
 /// A `redis-server` of its own: no persistence, loopback only, optional password, optionally
@@ -57,24 +58,8 @@ impl RedisServer {
         let program = require_program("redis-server", "redis-server");
         let port = self.port.to_string();
         // A TLS server listens on its TLS port alone.
-        let plain_port = if self.tls.is_some() { "0" } else { &port };
-        let mut args: Vec<String> = [
-            "--port",
-            plain_port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--dir",
-            &self.instance.dir().to_string_lossy(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let plain_port = if self.tls.is_some() { 0 } else { self.port };
+        let mut args = data_node_args(plain_port, self.instance.dir());
         if let Some(password) = &self.password {
             args.extend(["--requirepass".to_owned(), password.clone()]);
         }

@@ -111,13 +111,16 @@ fn ping(port: u16) -> bool {
 pub fn info(port: u16, section: &str) -> std::collections::HashMap<String, String> {
     connection(port)
         .and_then(|mut conn| redis::cmd("INFO").arg(section).query::<String>(&mut conn))
-        .map(|text| {
-            text.lines()
-                .filter_map(|line| line.split_once(':'))
-                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                .collect()
-        })
+        .map(|text| fields(&text))
         .unwrap_or_default()
+}
+
+/// The `field:value` lines of an `INFO` or `CLUSTER INFO` answer.
+pub fn fields(text: &str) -> std::collections::HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
 }
 
 /// The arguments every data node shares: loopback, no persistence, its own directory.
