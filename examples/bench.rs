@@ -22,7 +22,8 @@
 //! - `contended`: every thread locks the same key through `Locker::lock_with` (retry delay
 //!   1 ms, timeout 60 s, unlimited retries); one operation is one acquisition + release, waits
 //!   included.
-//! - `extend`: each thread holds one lease and extends it over and over.
+//! - `extend`: each thread holds one guard (`Locker::lock`) and extends it over and over
+//!   (`LockGuard::extend`: the key is known, as for every renewal of a held lock).
 //! - `lookup`: each thread holds one lease and looks it up by key over and over.
 //!
 //! - `handoff`: a holder releases a lock another `Locker` (its own connections, as another
@@ -547,16 +548,21 @@ fn scenario_thread(
             })
         }
         Scenario::Extend => {
-            with_held_lease(
-                ctx,
-                scenario,
-                thread,
-                start,
-                |backend, _, lease| match backend.extend(&lease.lock_id, TTL)? {
-                    Some(_) => Ok(()),
-                    None => Err(unexpected("a held lease was gone when extended")),
-                },
-            )
+            let key = ctx.key(scenario, thread);
+            let guard = ctx.locker.lock(&key);
+            start.wait();
+            let guard = guard?;
+            let result = timed_loop(ctx.duration, || {
+                if guard.extend(TTL)? {
+                    Ok(())
+                } else {
+                    Err(unexpected("a held guard's lock was gone when extended"))
+                }
+            });
+            let released = release_guard(guard);
+            let samples = result?;
+            released?;
+            Ok(samples)
         }
         Scenario::Lookup => {
             with_held_lease(

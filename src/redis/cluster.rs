@@ -1,24 +1,18 @@
 //! Redis Cluster connections: redis-rs' cluster client does the routing (hash slots, `MOVED`,
-//! `ASK`, reconnecting to nodes, refreshing the slot map after a failover); this file gives it
-//! syncguard's deadlines and pools its connections with r2d2.
-//!
-//! Deadlines: every node connection is opened with the connect timeout, and its first command
-//! (the client's `PING`) runs under that timeout too; after that, reads and writes have their
-//! own timeouts. A node connection whose request timed out refuses further requests at once
-//! (its reply may still arrive and would be taken for the next one's), so the client's
-//! immediate retries after a timeout cost nothing, and the cluster connection is dropped from
-//! the pool. The client itself retries a few times ([`RETRIES`], short waits) for redirections
-//! and failovers; what still fails is reported, and the `Locker` retries.
+//! `ASK`, reconnecting to nodes, refreshing the slot map after a failover) over syncguard's node
+//! connections (`node.rs`: deadlines, pipelines across slots); this file pools the cluster
+//! connections with r2d2. The client retries a few times itself ([`RETRIES`], short waits) for
+//! redirections and failovers; what still fails is reported, and the `Locker` retries.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use r2d2::ManageConnection;
-use redis::cluster::{ClusterClient, Connect};
-use redis::{Cmd, Connection, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult, Value};
+use redis::cluster::ClusterClient;
+use redis::{ConnectionLike, RedisError, RedisResult};
 
 use super::connection::{ClientFactory, LastFailure, Timeouts};
 use super::errors::{Phase, Server, map_error};
+use super::node::{ClusterConnection, NodeConnection};
 use crate::error::{LockError, Result};
 
 /// How often the cluster client repeats a request itself (after `MOVED`, `ASK`, `TRYAGAIN`,
@@ -26,92 +20,6 @@ use crate::error::{LockError, Result};
 const RETRIES: u32 = 3;
 /// The bounds of its waits between repetitions, in milliseconds.
 const RETRY_WAIT_MS: (u64, u64) = (10, 200);
-
-/// A cluster connection over [`NodeConnection`]s.
-pub(crate) type ClusterConnection = redis::cluster::ClusterConnection<NodeConnection>;
-
-/// A connection to one node, with deadlines from its first byte; see the module docs.
-pub(crate) struct NodeConnection {
-    connection: Connection,
-    /// A request timed out: the connection is out of step and takes no more requests.
-    timed_out: bool,
-}
-
-impl NodeConnection {
-    fn guard<T>(&mut self, call: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
-        if self.timed_out {
-            return Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "an earlier request on this node connection timed out",
-            )));
-        }
-        let result = call(&mut self.connection);
-        if result.as_ref().is_err_and(RedisError::is_timeout) {
-            self.timed_out = true;
-        }
-        result
-    }
-}
-
-impl Connect for NodeConnection {
-    fn connect<T: IntoConnectionInfo>(info: T, timeout: Option<Duration>) -> RedisResult<Self> {
-        let connection = <Connection as Connect>::connect(info, timeout)?;
-        // The cluster client sends a PING before it sets its own timeouts: bound it too.
-        connection.set_read_timeout(timeout)?;
-        connection.set_write_timeout(timeout)?;
-        Ok(NodeConnection {
-            connection,
-            timed_out: false,
-        })
-    }
-
-    fn send_packed_command(&mut self, cmd: &[u8]) -> RedisResult<()> {
-        self.guard(|c| c.send_packed_command(cmd))
-    }
-
-    fn set_write_timeout(&self, dur: Option<Duration>) -> RedisResult<()> {
-        self.connection.set_write_timeout(dur)
-    }
-
-    fn set_read_timeout(&self, dur: Option<Duration>) -> RedisResult<()> {
-        self.connection.set_read_timeout(dur)
-    }
-
-    fn recv_response(&mut self) -> RedisResult<Value> {
-        self.guard(Connection::recv_response)
-    }
-}
-
-impl ConnectionLike for NodeConnection {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.guard(|c| c.req_packed_command(cmd))
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        self.guard(|c| c.req_packed_commands(cmd, offset, count))
-    }
-
-    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        self.guard(|c| c.req_command(cmd))
-    }
-
-    fn get_db(&self) -> i64 {
-        self.connection.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        !self.timed_out && self.connection.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        !self.timed_out && self.connection.is_open()
-    }
-}
 
 /// The r2d2 manager of cluster connections: each is redis-rs' cluster connection (one
 /// connection per node, the slot map).

@@ -5,12 +5,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use r2d2::{ManageConnection, PooledConnection};
-use redis::{Client, Connection, ConnectionLike, RedisError, RedisResult};
+use redis::{
+    Client, Connection, ConnectionLike, ErrorKind, Pipeline, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
+};
 
-use super::cluster::{ClusterConnection, ClusterConnector, spoils_the_connection};
+use super::cluster::{ClusterConnector, spoils_the_connection};
 use super::errors::{Phase, Server, is_dropped_connection, map_error};
 use super::hosts::{HostsKind, MULTI_HOST_SCHEMES, MultiHostUrl, split_hosts};
 use super::layout::KeyLayout;
+use super::node::{self, ClusterConnection};
 use super::sentinel::{PrimaryUrl, SentinelPrimary, SentinelSpec};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{UrlParams, split_url, with_one_reconnect};
@@ -634,6 +638,39 @@ impl Conn<'_> {
         match self {
             Conn::Single(conn) => *conn,
             Conn::Cluster(conn) => *conn,
+        }
+    }
+
+    /// Runs `pipe`, whose scripts are all `script`: one round trip on one server; on a
+    /// Cluster, whose commands may lie in different slots, one per node, all at once
+    /// ([`node::pipeline`]). Each command's own answer, in order; `Err` only when the
+    /// pipeline could not be sent at all. A server that does not know the script (restarted,
+    /// or new to the Cluster) ran none of its invocations: the script is loaded and the
+    /// pipeline sent again, which is safe because every command syncguard pipelines can be
+    /// repeated.
+    pub fn pipeline(
+        &mut self,
+        pipe: &mut Pipeline,
+        script: &Script,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        pipe.ignore_errors();
+        let answers = self.send(pipe)?;
+        let unknown = |answer: &RedisResult<Value>| {
+            answer
+                .as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+        };
+        if !answers.iter().any(unknown) {
+            return Ok(answers);
+        }
+        script.prepare_invoke().load(self.as_dyn())?;
+        self.send(pipe)
+    }
+
+    fn send(&mut self, pipe: &Pipeline) -> RedisResult<Vec<RedisResult<Value>>> {
+        match self {
+            Conn::Single(conn) => pipe.query(*conn),
+            Conn::Cluster(conn) => Ok(node::pipeline(conn, &pipe.cmd_iter().collect::<Vec<_>>())),
         }
     }
 }

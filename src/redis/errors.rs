@@ -39,7 +39,9 @@ pub(crate) fn classify(error: &RedisError) -> ErrorCode {
             ErrorCode::ServiceUnavailable
         }
         _ if error.is_io_error() || error.is_connection_refusal() => ErrorCode::ServiceUnavailable,
-        _ if error.code() == Some("OOM") => ErrorCode::ServiceUnavailable,
+        // Out of memory; fewer replicas than `min-replicas-to-write` (a failover, a lagging
+        // replica): both pass.
+        _ if matches!(error.code(), Some("OOM" | "NOREPLICAS")) => ErrorCode::ServiceUnavailable,
         _ if is_syntax_error(error) => ErrorCode::InvalidArgument,
         _ => ErrorCode::Internal,
     }

@@ -45,25 +45,31 @@
 //! specification's in every layout — 16 bytes from the OS CSPRNG, 22 base64url characters, 128
 //! bits — never chosen to hash to their lock's slot (that would cost 14 of the 128 bits). So
 //! the scripts touch the record and counter only, and the index entry is written, renewed and
-//! deleted by a plain command beside each script:
+//! deleted by a plain command sent together with each script — one round trip in both cases:
 //!
 //! | operation (cluster layout) | one server / Sentinel | Cluster |
 //! |---|---|---|
-//! | acquire | 1 request: pipeline [script, `SET I L PX ttl`] | 1 if refused; 2 if granted: script, then `SET I` |
-//! | release through a guard (key known) | 1: pipeline [script, `DEL I`] | 1: the script; `I` expires with its TTL |
-//! | extend through a guard | 1: pipeline [script, `PEXPIRE I ttl`] | 2: script, then `PEXPIRE I` |
+//! | acquire | 1 pipeline [script, `SET I L PX ttl`] | both at once, one to each node |
+//! | release through a guard (key known) | 1 pipeline [script, `DEL I`] | both at once |
+//! | extend through a guard | 1 pipeline [script, `PEXPIRE I ttl`] | both at once |
 //! | by bare lock id (`release --lock-id`, lookup) | `GET I` first, then as above | `GET I` first, then as above |
-//! | batch renewal | 1 pipeline | per lease, as extend |
+//! | batch renewal (heartbeat) | 1 pipeline for all | 1 pipeline per node, all at once |
 //!
-//! (redis-rs' cluster pipeline, which would send both commands of a Cluster row at once, only
-//! runs over its own node connections, not over syncguard's, which carry the deadlines.)
+//! On a Cluster, every command is written to its node before any reply is read; redis-rs'
+//! cluster client still routes, redirects and retries each command (its own cross-node
+//! pipeline only runs over its node connections, not over syncguard's, which carry the
+//! deadlines).
 //!
 //! Crash windows: an index entry may point at a record it does not own (written beside a
-//! refused acquisition, or stale after a release whose `DEL I` was not sent); every script
-//! compares the lock id stored in the record, so such an entry answers "not found" and never
-//! releases or extends another holder's lock, and it expires with its TTL. An index entry may
-//! be missing (the process died between the script and `SET I`); then a bare lock id cannot
-//! find its lock until the lock expires, while a guard, which knows its key, never reads the
+//! refused acquisition, or left by a release whose `DEL I` failed); every script compares the
+//! lock id stored in the record, so such an entry answers "not found" and never releases or
+//! extends another holder's lock, and it expires with its TTL. On a Cluster the record and the
+//! index entry live on different nodes, so one write can fail while the other applies: a
+//! granted acquisition whose index entry could not be written is released again and fails with
+//! a transient code (nothing stays locked that its lock id cannot find); an extension or release
+//! whose index command failed stands, with a warning in the log, and until the lock expires a
+//! bare lock id may not find it. A process that dies between the two writes leaves the same
+//! states; a guard, which knows its key, never reads the index.
 //! index. The rules, exactly, are in
 //! [`KeyLayout`]'s docs; `tests/data/redis_cluster_keys.json` pins them.
 //!
@@ -190,6 +196,7 @@ mod connection;
 mod errors;
 mod hosts;
 mod layout;
+mod node;
 mod replicas;
 mod scripts;
 mod sentinel;
@@ -205,7 +212,7 @@ use serde::Deserialize;
 
 use self::cluster::ClusterConnector;
 use self::connection::{
-    ClientFactory, Conn, Connector, LastFailure, Pool, Target, Timeouts, Topology, parse_url,
+    ClientFactory, Connector, LastFailure, Pool, Target, Timeouts, Topology, parse_url,
 };
 use self::errors::Server;
 pub use self::layout::KeyLayout;
@@ -723,6 +730,16 @@ impl RedisBackend {
             }
         }
     }
+
+    /// What an extend script's raw reply says.
+    fn extension(&self, value: redis::Value, lock_id: &LockId) -> Result<Outcome<Extension>> {
+        self.outcome(&mut Reply::parse(value)?, lock_id, |reply| {
+            Ok(Extension {
+                expires_at_ms: reply.int()?,
+                version: None,
+            })
+        })
+    }
 }
 
 /// Timestamps come back from Lua's cjson as JSON numbers, possibly written as floats.
@@ -737,6 +754,31 @@ fn whole_ms(value: f64) -> Result<i64> {
 }
 
 impl RedisBackend {
+    /// Releases a lock granted on a Cluster whose index entry could not be written (the lock
+    /// could not be found by its lock id), and says so; see `split`.
+    fn undo_unindexed(&self, key: &Key, lock_id: &LockId, error: redis::RedisError) -> LockError {
+        if let Err(undo) = self.release_lease(LeaseRef::new(lock_id).with_key(key)) {
+            log::warn!(
+                "syncguard: could not release the lock on {key:?} after its index entry could \
+                 not be written; it expires with its TTL: {undo}"
+            );
+        }
+        let error = errors::map_error(error, &self.server, errors::Phase::Call);
+        LockError::new(
+            if error.code().is_transient() {
+                error.code()
+            } else {
+                ErrorCode::ServiceUnavailable
+            },
+            format!(
+                "the lock was granted but its index entry (by which its lock id finds it) could \
+                 not be written, so it was released again: {}",
+                error.message()
+            ),
+        )
+        .with_key(key.as_str())
+    }
+
     /// Releases a lock whose acquisition did not reach enough replicas, and says so.
     fn undo_unreplicated(
         &self,
@@ -782,9 +824,9 @@ impl RedisBackend {
         error.with_key(key.as_str())
     }
 
-    /// Renews leases on one server: one pipeline, one round trip; every renewal is still its own
-    /// atomic script (in the cluster layout, the record's script and a `PEXPIRE` of its index
-    /// entry, so every lease here carries its key).
+    /// Renews leases in one pipeline: one round trip on one server, one per node (all at once)
+    /// on a Cluster. Every renewal is still its own atomic script (in the cluster layout, the
+    /// record's script and a `PEXPIRE` of its index entry, so every lease here carries its key).
     fn extend_group(&self, leases: &[&(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
         let split = self.keys.layout() == KeyLayout::Cluster;
         let script = if split {
@@ -792,7 +834,7 @@ impl RedisBackend {
         } else {
             &SCRIPTS.extend
         };
-        let mut invocations = Vec::with_capacity(leases.len());
+        let mut pipe = redis::pipe();
         for (lease, ttl) in leases {
             let target = match (split, lease.key) {
                 (false, _) => self.keys.index_key(lease.lock_id),
@@ -818,52 +860,38 @@ impl RedisBackend {
                 .arg(lease.lock_id.as_str())
                 .arg(TIME_TOLERANCE_MS)
                 .arg(ttl.as_millis());
-            invocations.push(invocation);
-        }
-        let mut pipe = redis::pipe();
-        for (invocation, (lease, ttl)) in invocations.iter().zip(leases) {
-            pipe.invoke_script(invocation);
+            pipe.invoke_script(&invocation);
             if split {
-                pipe.cmd("PEXPIRE")
-                    .arg(self.keys.index_key(lease.lock_id))
-                    .arg(ttl.as_millis())
-                    .ignore();
+                pipe.add_command(self.index_pexpire(lease.lock_id, *ttl));
             }
         }
-        let replies = self.pool.run_on(&self.server, |mut conn| {
-            let send = |conn: &mut Conn<'_>| -> redis::RedisResult<Vec<redis::Value>> {
-                match conn {
-                    Conn::Single(conn) => pipe.query::<Vec<redis::Value>>(*conn),
-                    // Not batched on a Cluster (see `extend_leases`); correct all the same.
-                    Conn::Cluster(conn) => invocations.iter().map(|i| i.invoke(*conn)).collect(),
+        let answers = self
+            .pool
+            .run_on(&self.server, |mut conn| conn.pipeline(&mut pipe, script));
+        let per_lease = if split { 2 } else { 1 };
+        match answers {
+            Ok(answers) if answers.len() == leases.len() * per_lease => {
+                let mut scripts = Vec::with_capacity(leases.len());
+                let mut unfollowed = Vec::new();
+                let mut answers = answers.into_iter();
+                while let Some(script) = answers.next() {
+                    scripts.push(script);
+                    if let (true, Some(Err(error))) = (split, answers.next()) {
+                        unfollowed.push(error);
+                    }
                 }
-            };
-            match send(&mut conn) {
-                // A pipeline does not load scripts by itself (after a server restart, say).
-                Err(error)
-                    if error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    script.prepare_invoke().load(conn.as_dyn())?;
-                    send(&mut conn)
-                }
-                answer => answer,
-            }
-        });
-        match replies {
-            Ok(replies) if replies.len() == leases.len() => replies
-                .into_iter()
-                .zip(leases)
-                .map(|(value, (lease, _))| {
-                    let mut reply = Reply::parse(value)?;
-                    self.outcome(&mut reply, lease.lock_id, |reply| {
-                        Ok(Extension {
-                            expires_at_ms: reply.int()?,
-                            version: None,
-                        })
+                self.index_not_followed(None, "renewal", unfollowed);
+                scripts
+                    .into_iter()
+                    .zip(leases)
+                    .map(|(script, (lease, _))| match script {
+                        Ok(value) => self.extension(value, lease.lock_id),
+                        Err(error) => {
+                            Err(errors::map_error(error, &self.server, errors::Phase::Call))
+                        }
                     })
-                })
-                .collect(),
+                    .collect()
+            }
             Ok(_) => leases
                 .iter()
                 .map(|_| Err(LockError::internal("Redis answered a pipeline short")))
@@ -904,16 +932,17 @@ impl Driver for RedisBackend {
             .arg(&keys.lock)
             .arg("PX")
             .arg(ttl.as_millis());
-        let (value, acknowledged) = self.pool.run_on(&self.server, |mut conn| {
-            let value: redis::Value = if split {
-                split::script_with_index(
+        let (value, index, acknowledged) = self.pool.run_on(&self.server, |mut conn| {
+            let (value, index) = if split {
+                let answers = split::script_with_index(
                     &mut conn,
                     &invocation,
-                    &set_index,
-                    split::OnCluster::AfterSuccess,
-                )?
+                    &SCRIPTS.acquire,
+                    set_index.clone(),
+                )?;
+                (answers.script, answers.index)
             } else {
-                invocation.invoke(conn.as_dyn())?
+                (invocation.invoke(conn.as_dyn())?, Ok(redis::Value::Okay))
             };
             // WAIT counts the acknowledgements of this connection's writes, so it goes on the
             // same connection; its failure is an answer, not a reason to repeat the script.
@@ -921,7 +950,7 @@ impl Driver for RedisBackend {
                 Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, slot)),
                 _ => None,
             };
-            Ok((value, acknowledged))
+            Ok((value, index, acknowledged))
         })?;
         let mut reply = Reply::parse(value)?;
         match reply.status {
@@ -931,6 +960,9 @@ impl Driver for RedisBackend {
                 let fence =
                     Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
                 let expires_at_ms = reply.int()?;
+                if let Err(error) = index {
+                    return Err(self.undo_unindexed(key, &lock_id, error));
+                }
                 if let (Some(policy), Some(acknowledged)) = (&self.replicas, acknowledged) {
                     let acknowledged = acknowledged
                         .map_err(|e| errors::map_error(e, &self.server, errors::Phase::Call));
@@ -977,7 +1009,7 @@ impl Driver for RedisBackend {
             return self.extend_split(lease, ttl);
         }
         let index_key = self.keys.index_key(lease.lock_id);
-        let mut reply = self.run(|conn| {
+        let value = self.pool.run(&self.server, |conn| {
             SCRIPTS
                 .extend
                 .key(&index_key)
@@ -986,12 +1018,7 @@ impl Driver for RedisBackend {
                 .arg(ttl.as_millis())
                 .invoke(conn)
         })?;
-        self.outcome(&mut reply, lease.lock_id, |reply| {
-            Ok(Extension {
-                expires_at_ms: reply.int()?,
-                version: None,
-            })
-        })
+        self.extension(value, lease.lock_id)
     }
 
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
@@ -1016,14 +1043,10 @@ impl Driver for RedisBackend {
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        let batched = match self.keys.layout() {
-            KeyLayout::TypeScript => true,
-            // A Cluster renews each lease with its own requests (see `split`); one server
-            // pipelines them all, except the leases known only by their lock id.
-            KeyLayout::Cluster => !matches!(self.pool, Pool::Cluster(..)),
-        };
+        // One pipeline for all, except (in the cluster layout) the leases known only by their
+        // lock id, whose record is found through their index entry first.
         let (group, alone): (Vec<usize>, Vec<usize>) = (0..leases.len()).partition(|&i| {
-            batched && (self.keys.layout() == KeyLayout::TypeScript || leases[i].0.key.is_some())
+            self.keys.layout() == KeyLayout::TypeScript || leases[i].0.key.is_some()
         });
         let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
             leases.iter().map(|_| None).collect();

@@ -3,83 +3,68 @@
 //! the index entry. Lock ids are plain 16-byte CSPRNG ids (128 bits), never chosen to hash
 //! anywhere.
 //!
-//! Requests per operation:
+//! Every operation sends its script and the command on its index entry together: one pipeline
+//! on one server, and on a Cluster one round trip across the two nodes (`node::pipeline`).
 //!
-//! | operation | one server / Sentinel | Cluster |
-//! |---|---|---|
-//! | acquire | 1: pipeline [acquire script on the record, `SET I L PX ttl`] | 1 when refused; 2 when granted: the script, then `SET I` |
-//! | release through a guard (key known) | 1: pipeline [release script, `DEL I`] | 1: the script; `I` expires with its TTL |
-//! | extend through a guard (key known) | 1: pipeline [extend script, `PEXPIRE I ttl`] | 2: the script, then `PEXPIRE I` when applied |
-//! | by bare lock id (`release/extend --lock-id`, lookup) | `GET I`, then as above | `GET I`, then as above |
-//! | batch renewal | 1 pipeline for all | per lease, as extend |
+//! | operation | requests (round trips) |
+//! |---|---|
+//! | acquire | [acquire script on the record, `SET I L PX ttl`] |
+//! | release through a guard (key known) | [release script, `DEL I`] |
+//! | extend through a guard (key known) | [extend script, `PEXPIRE I ttl`] |
+//! | by bare lock id (`release/extend --lock-id`, lookup) | `GET I`, then as above |
+//! | batch renewal | all leases' [extend script, `PEXPIRE I`] in one pipeline |
 //!
-//! A Cluster pipeline across slots would save the second request, but redis-rs' cluster
-//! pipeline only runs over its own node connection type, not over ours with its deadlines.
+//! The script is the truth; the index entry follows it. A refused acquire's `SET I` leaves an
+//! entry pointing at a record another lock id owns, and every script compares the lock id
+//! stored in the record, so such an entry (or any stale one) can never release or extend that
+//! lock: it answers "not found" and expires with its TTL. On a Cluster the two commands reach
+//! different nodes, and one can fail while the other applies:
+//! - acquire granted, `SET I` failed: the lock could not be found by its lock id, so it is
+//!   released again and the acquire fails (transient), leaving nothing locked;
+//! - extend or release applied, its index command failed: the answer stands (a guard knows its
+//!   key and never reads the index) and a warning is logged; until the lock's new expiry, a bare
+//!   lock id may then not find it (after an extension), or find an entry that answers "not
+//!   found" (after a release).
 //!
-//! Crash windows, and why they are safe: every script compares the lock id stored in the
-//! record, so an index entry that points at a record another holder owns (a stale entry, or
-//! one written by a pipelined acquire that was refused) can never release or extend that lock;
-//! it answers "not found" and expires with its TTL. An index entry that is missing (a crash
-//! between the script and `SET I` on a Cluster, a release whose `DEL I` was skipped) only
-//! means that a bare lock id cannot find its lock until the lock expires; a guard, which knows
-//! its key, never reads the index.
+//! A crash between the two writes leaves the same states.
 
-use redis::{Cmd, RedisResult, ScriptInvocation, Value};
+use redis::{Cmd, RedisError, RedisResult, ScriptInvocation, Value};
 
 use super::RedisBackend;
 use super::connection::Conn;
-use super::scripts::{self, Reply, SCRIPTS, Status};
-use crate::driver::{Extension, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl};
+use super::errors::{Phase, map_error};
+use super::scripts::{Reply, SCRIPTS, Status};
+use crate::driver::{
+    Extension, Key, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl,
+};
 use crate::error::Result;
 
-/// What a Cluster does with the index command after the script.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum OnCluster {
-    /// Nothing: the index entry expires with its TTL.
-    Skip,
-    /// Send it when the script applied (granted, extended).
-    AfterSuccess,
+/// The answers of a script on a record and of a command on its index entry, sent together.
+pub(super) struct WithIndex {
+    pub script: Value,
+    pub index: RedisResult<Value>,
 }
 
-/// Runs `invocation` (a script on one record) and `index` (a command on its index entry): in
-/// one pipeline on one server, one after the other on a Cluster (see the module docs).
+/// Sends `invocation` (a script on one record) and `index` (a command on its index entry)
+/// together: one round trip (see the module docs). `Err` when the script has no answer.
 pub(super) fn script_with_index(
     conn: &mut Conn<'_>,
     invocation: &ScriptInvocation<'_>,
-    index: &Cmd,
-    on_cluster: OnCluster,
-) -> RedisResult<Value> {
-    match conn {
-        Conn::Single(conn) => {
-            let mut pipe = redis::pipe();
-            pipe.invoke_script(invocation)
-                .add_command(index.clone())
-                .ignore();
-            let sent = |conn: &mut redis::Connection| -> RedisResult<Value> {
-                let mut values: Vec<Value> = pipe.query(conn)?;
-                values.pop().ok_or_else(|| {
-                    redis::RedisError::from((redis::ErrorKind::Client, "empty reply"))
-                })
-            };
-            match sent(conn) {
-                // A pipeline does not load scripts by itself (after a server restart, say).
-                Err(error)
-                    if error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    invocation.load(*conn)?;
-                    sent(conn)
-                }
-                answer => answer,
-            }
-        }
-        Conn::Cluster(conn) => {
-            let value = invocation.invoke(*conn)?;
-            if on_cluster == OnCluster::AfterSuccess && scripts::granted(&value) {
-                index.query::<Value>(*conn)?;
-            }
-            Ok(value)
-        }
+    script: &redis::Script,
+    index: Cmd,
+) -> RedisResult<WithIndex> {
+    let mut pipe = redis::pipe();
+    pipe.invoke_script(invocation).add_command(index);
+    let mut answers = conn.pipeline(&mut pipe, script)?.into_iter();
+    match (answers.next(), answers.next()) {
+        (Some(script), Some(index)) => Ok(WithIndex {
+            script: script?,
+            index,
+        }),
+        _ => Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "Redis answered a pipeline short",
+        ))),
     }
 }
 
@@ -109,10 +94,22 @@ impl RedisBackend {
             .arg(TIME_TOLERANCE_MS);
         let mut delete = redis::cmd("DEL");
         delete.arg(self.keys.index_key(lease.lock_id));
-        let value = self.pool.run_on(&self.server, |mut conn| {
-            script_with_index(&mut conn, &invocation, &delete, OnCluster::Skip)
+        let answers = self.pool.run_on(&self.server, |mut conn| {
+            script_with_index(
+                &mut conn,
+                &invocation,
+                &SCRIPTS.release_record,
+                delete.clone(),
+            )
         })?;
-        self.outcome(&mut Reply::parse(value)?, lease.lock_id, |_| Ok(()))
+        if let Err(error) = answers.index {
+            self.index_not_followed(lease.key, "release", vec![error]);
+        }
+        self.outcome(
+            &mut Reply::parse(answers.script)?,
+            lease.lock_id,
+            |_| Ok(()),
+        )
     }
 
     /// Extend in the cluster layout.
@@ -125,19 +122,51 @@ impl RedisBackend {
             .arg(lease.lock_id.as_str())
             .arg(TIME_TOLERANCE_MS)
             .arg(ttl.as_millis());
+        let answers = self.pool.run_on(&self.server, |mut conn| {
+            script_with_index(
+                &mut conn,
+                &invocation,
+                &SCRIPTS.extend_record,
+                self.index_pexpire(lease.lock_id, ttl),
+            )
+        })?;
+        if let Err(error) = answers.index {
+            self.index_not_followed(lease.key, "extension", vec![error]);
+        }
+        self.extension(answers.script, lease.lock_id)
+    }
+
+    /// `PEXPIRE` of a lock id's index entry.
+    pub(super) fn index_pexpire(&self, lock_id: &LockId, ttl: Ttl) -> Cmd {
         let mut pexpire = redis::cmd("PEXPIRE");
         pexpire
-            .arg(self.keys.index_key(lease.lock_id))
+            .arg(self.keys.index_key(lock_id))
             .arg(ttl.as_millis());
-        let value = self.pool.run_on(&self.server, |mut conn| {
-            script_with_index(&mut conn, &invocation, &pexpire, OnCluster::AfterSuccess)
-        })?;
-        self.outcome(&mut Reply::parse(value)?, lease.lock_id, |reply| {
-            Ok(Extension {
-                expires_at_ms: reply.int()?,
-                version: None,
-            })
-        })
+        pexpire
+    }
+
+    /// Logs index commands that failed after their scripts answered (one line for a batch):
+    /// the answers stand (see the module docs).
+    pub(super) fn index_not_followed(
+        &self,
+        key: Option<&Key>,
+        operation: &str,
+        failures: Vec<RedisError>,
+    ) {
+        let count = failures.len();
+        let Some(first) = failures.into_iter().next() else {
+            return;
+        };
+        let error = map_error(first, &self.server, Phase::Call);
+        let locks = match key {
+            Some(key) => format!("the lock on {:?}", key.as_str()),
+            None if count == 1 => "a lock".to_owned(),
+            None => format!("{count} locks"),
+        };
+        log::warn!(
+            "syncguard: the {operation} of {locks} applied, but the index entry could not \
+             follow ({error}); until the lock expires its bare lock id may not find it"
+        );
     }
 
     /// Lookup by lock id in the cluster layout: the index entry, then the record, which must

@@ -38,6 +38,8 @@ mod redis;
 #[cfg(feature = "redis")]
 mod redis_cluster;
 #[cfg(feature = "redis")]
+mod redis_cluster_pipelines;
+#[cfg(feature = "redis")]
 mod redis_sentinel;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]

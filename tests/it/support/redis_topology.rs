@@ -92,12 +92,13 @@ impl Node {
     }
 }
 
-/// A connection to `127.0.0.1:port` with short timeouts.
+/// A connection to `127.0.0.1:port`. Its deadlines are hang guards, generous for a loaded
+/// machine: a stopped node refuses at once, and callers that wait for a state poll.
 pub fn connection(port: u16) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
-    let connection = client.get_connection_with_timeout(Duration::from_millis(500))?;
-    connection.set_read_timeout(Some(Duration::from_secs(2)))?;
-    connection.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let connection = client.get_connection_with_timeout(Duration::from_secs(5))?;
+    connection.set_read_timeout(Some(Duration::from_secs(10)))?;
+    connection.set_write_timeout(Some(Duration::from_secs(10)))?;
     Ok(connection)
 }
 
