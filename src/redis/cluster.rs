@@ -11,7 +11,7 @@ use redis::cluster::ClusterClient;
 use redis::{ConnectionLike, RedisError, RedisResult};
 
 use super::connection::{ClientFactory, LastFailure, Timeouts};
-use super::errors::{Phase, Server, map_error};
+use super::errors::{Phase, Server, is_tls_failure, map_error};
 use super::node::{ClusterConnection, NodeConnection};
 use crate::error::{LockError, Result};
 
@@ -82,18 +82,23 @@ impl ClusterConnector {
                 .map(drop)
         });
         probed.map_err(|error| {
-            self.not_a_cluster()
+            self.diagnose_seeds()
                 .unwrap_or_else(|| map_error(error, &self.server, Phase::Connect))
         })
     }
 
-    /// The error for a seed node without cluster support, if one is (the cluster client only
-    /// finds no slots there).
-    fn not_a_cluster(&self) -> Option<LockError> {
+    /// What the seed nodes tell about a failed probe that the cluster client's error hides: a
+    /// server without cluster support (the client only finds no slots there), or a TLS failure
+    /// (the client keeps only rustls' text, not the reason to explain).
+    fn diagnose_seeds(&self) -> Option<LockError> {
         self.seeds.iter().find_map(|(address, client)| {
-            let mut connection = client
-                .get_connection_with_timeout(self.timeouts.connect)
-                .ok()?;
+            let mut connection = match client.get_connection_with_timeout(self.timeouts.connect) {
+                Ok(connection) => connection,
+                Err(error) if is_tls_failure(&error) => {
+                    return Some(map_error(error, &self.server, Phase::Connect));
+                }
+                Err(_) => return None,
+            };
             connection.set_read_timeout(Some(self.timeouts.read)).ok()?;
             let info: String = redis::cmd("INFO")
                 .arg("cluster")

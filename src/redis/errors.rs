@@ -229,6 +229,11 @@ fn io_error(error: &RedisError) -> Option<&std::io::Error> {
     wrapped(error)?.downcast_ref::<std::io::Error>()
 }
 
+/// Whether TLS is what failed (see `tls_failure`).
+pub(crate) fn is_tls_failure(error: &RedisError) -> bool {
+    tls_failure(error).is_some()
+}
+
 /// rustls' reason, when TLS is what failed: the handshake (inside an I/O error), the
 /// configuration, or a server name TLS cannot check. A certificate that is not trusted or names
 /// another host is explained (see [`crate::tls::describe`]).

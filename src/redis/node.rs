@@ -21,8 +21,9 @@
 //! Every written command carries a tag (its pipeline, its place in it), and a node connection
 //! reads replies strictly in the order it wrote, so a reply only ever goes to the command it
 //! answers:
-//! - a reply read before its collection (the client sent something else on that node
-//!   connection in between, such as the `PING` of a slot-map refresh) is kept for it;
+//! - a reply read before its collection (another request on that node connection came first:
+//!   the `PING` of a slot-map refresh, or the collection of a command written after it) is kept
+//!   for it;
 //! - a collection routed to another node connection (the slot moved between the passes, the
 //!   node connection was replaced) finds no reply there and runs the command again — the
 //!   commands syncguard pipelines are safe to repeat: an acquire by its own lock id, an
@@ -57,7 +58,10 @@ pub(crate) fn pipeline(conn: &mut ClusterConnection, commands: &[&Cmd]) -> Vec<R
             (answer, _) => answers[command] = Some(answer),
         }
     }
-    for command in written {
+    // Last to first: the first command's node connection is the last one used, so that a
+    // `WAIT` sent after a pipeline that opens with its write goes to the connection that made
+    // it, even when a later command's redirection refreshed the slot map in between.
+    for command in written.into_iter().rev() {
         let cmd = commands[command];
         let tag = Tag { pipeline, command };
         let (answer, _) = deferred(Pass::Collect, tag, cmd, || cmd.query::<Value>(conn));
@@ -91,8 +95,8 @@ pub(crate) struct NodeConnection {
 static PIPELINES: AtomicU64 = AtomicU64::new(0);
 
 /// A deferred command: its pipeline, its place in it. Pipelines are numbered in the order they
-/// start, so on one node connection a smaller tag was written earlier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// start, so on one node connection a reply of an older pipeline is one nobody collects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Tag {
     pipeline: u64,
     command: usize,
@@ -212,22 +216,25 @@ impl NodeConnection {
         self.guard(|c| c.req_packed_command(packed))
     }
 
-    /// The reply of the deferred command `tag`, if this connection wrote it; replies written
-    /// before it and never collected are dropped.
+    /// The reply of the deferred command `tag`, if this connection wrote it. Replies read on the
+    /// way that belong to the same pipeline are kept for their own collection; older ones (a
+    /// pipeline given up) are dropped.
     fn collect(&mut self, tag: Tag) -> RedisResult<Option<Value>> {
-        while self.early.front().is_some_and(|(early, _)| *early < tag) {
-            self.early.pop_front();
+        self.early
+            .retain(|(early, _)| early.pipeline >= tag.pipeline);
+        if let Some(at) = self.early.iter().position(|(early, _)| *early == tag) {
+            return Ok(self.early.remove(at).map(|(_, reply)| reply));
         }
-        if self.early.front().is_some_and(|(early, _)| *early == tag) {
-            return Ok(self.early.pop_front().map(|(_, reply)| reply));
+        if !self.unread.contains(&tag) {
+            return Ok(None);
         }
         while let Some(&next) = self.unread.front() {
-            if next > tag {
-                break;
-            }
             let reply = self.read_one()?;
             if next == tag {
                 return Ok(Some(reply));
+            }
+            if next.pipeline == tag.pipeline {
+                self.early.push_back((next, reply));
             }
         }
         Ok(None)

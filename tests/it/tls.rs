@@ -1,4 +1,5 @@
-//! TLS: one trust policy for every backend (`src/tls.rs`), against real TLS servers — Redis and
+//! TLS: one trust policy for every backend (`src/tls.rs`), against real TLS servers — Redis (one
+//! server and a Cluster) and
 //! PostgreSQL with TLS on, and Firestore behind a TLS-inspecting proxy — whose certificates come
 //! from a test CA made at test time (`support::test_ca`).
 //!
@@ -41,10 +42,10 @@ fn path(path: &Path) -> String {
 mod redis {
     use std::sync::OnceLock;
 
-    use syncguard::redis::RedisBackend;
+    use syncguard::redis::{KeyLayout, RedisBackend};
 
     use super::*;
-    use crate::support::{RedisServer, assert_lock_cycle, unique};
+    use crate::support::{ClusterTls, RedisCluster, RedisServer, assert_lock_cycle, unique};
 
     /// A TLS-only Redis presenting the `localhost` certificate, shared by these tests.
     pub(super) fn tls_redis() -> &'static RedisServer {
@@ -86,6 +87,56 @@ mod redis {
             .build()
             .unwrap_err();
         assert_tls_error(&err, &[UNTRUSTED, "tls_ca_file"]);
+    }
+
+    /// A Cluster of three primaries that serve TLS (bus included) with the `localhost`
+    /// certificate and announce themselves by that name.
+    fn tls_cluster() -> &'static RedisCluster {
+        static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+        CLUSTER.get_or_init(|| {
+            let certs = test_certs();
+            RedisCluster::start_tls(ClusterTls {
+                cert: &certs.localhost.cert,
+                key: &certs.localhost.key,
+                ca: &certs.ca,
+            })
+        })
+    }
+
+    #[test]
+    fn a_cluster_trusts_the_ca_file() {
+        let (cluster, certs) = (tls_cluster(), test_certs());
+        let backend = RedisBackend::builder()
+            .url(cluster.tls_url())
+            .tls_ca_file(&certs.ca)
+            .build()
+            .unwrap();
+        // A lock on every primary: the client opens a TLS connection to each node it is sent to.
+        let mut reached = std::collections::BTreeSet::new();
+        for n in 0.. {
+            let key = unique(&format!("tls-cluster-{n}"));
+            let record = KeyLayout::Cluster.lock_key("syncguard", &key).unwrap();
+            let asked = cluster.nodes[0].port;
+            let primary = cluster.primary_of(cluster.key_slot(&record), asked);
+            if reached.insert(primary.expect("a primary serves the slot")) {
+                assert_lock_cycle(&backend, &key);
+            }
+            if reached.len() == cluster.nodes.len() {
+                break;
+            }
+        }
+        // The same, from the URL.
+        let url = format!("{}?tls_ca_file={}", cluster.tls_url(), path(&certs.ca));
+        assert_lock_cycle(
+            &RedisBackend::connect(&url).unwrap(),
+            &unique("tls-cluster-url"),
+        );
+    }
+
+    #[test]
+    fn a_cluster_without_the_ca_is_not_trusted() {
+        let err = RedisBackend::connect(&tls_cluster().tls_url()).unwrap_err();
+        assert_tls_error(&err, &["Redis at cluster nodes localhost:", UNTRUSTED]);
     }
 
     #[test]

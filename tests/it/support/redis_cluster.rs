@@ -1,7 +1,10 @@
 //! A Redis Cluster for the tests: 3 primaries and 3 replicas, created with
 //! `redis-cli --cluster create … --cluster-replicas 1`, ready once every node reports
-//! `cluster_state:ok`, knows all six nodes, and every replica's link to its primary is up.
+//! `cluster_state:ok`, knows all six nodes, and every replica's link to its primary is up. Or,
+//! for TLS, 3 primaries that also serve TLS (their bus too), announcing themselves as
+//! `localhost`, the name their certificate lists.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -15,6 +18,9 @@ const NODE_TIMEOUT_MS: u32 = 1000;
 /// A running Cluster; dropping it stops every node.
 pub struct RedisCluster {
     pub nodes: Vec<Node>,
+    /// Each node's TLS port, for a TLS Cluster (empty otherwise).
+    tls_ports: Vec<u16>,
+    replicas: bool,
 }
 
 /// A node's line of `CLUSTER NODES`.
@@ -26,13 +32,37 @@ pub struct ClusterNodeInfo {
     pub slots: Vec<(u16, u16)>,
 }
 
+/// The certificate, key and CA of a TLS Cluster's nodes.
+pub struct ClusterTls<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub ca: &'a Path,
+}
+
 impl RedisCluster {
     /// Starts six nodes and makes them one Cluster.
     pub fn start() -> RedisCluster {
-        let mut nodes: Vec<Node> = (0..6)
-            .map(|_| {
+        RedisCluster::create(6, None)
+    }
+
+    /// Starts three primaries (no replicas) that also serve TLS, cluster bus included, and
+    /// announce themselves as `localhost`; [`tls_url`](Self::tls_url) names their TLS ports.
+    pub fn start_tls(tls: ClusterTls<'_>) -> RedisCluster {
+        RedisCluster::create(3, Some(tls))
+    }
+
+    fn create(size: usize, tls: Option<ClusterTls<'_>>) -> RedisCluster {
+        let tls_ports: Vec<u16> = match tls {
+            Some(_) => (0..size).map(|_| super::free_port()).collect(),
+            None => Vec::new(),
+        };
+        let tls_files: Option<[PathBuf; 3]> =
+            tls.map(|t| [t.cert.to_owned(), t.key.to_owned(), t.ca.to_owned()]);
+        let mut nodes: Vec<Node> = (0..size)
+            .map(|n| {
                 // The bus port stays with the node's port: a restarted node keeps both.
                 let bus = std::sync::Mutex::new((0, 0));
+                let tls = tls_files.clone().map(|files| (tls_ports[n], files));
                 Node::new("redis-cluster", move |port, dir| {
                     let mut args = data_node_args(port, dir);
                     let mut bus = bus.lock().unwrap();
@@ -51,6 +81,21 @@ impl RedisCluster {
                     ] {
                         args.extend([option.to_owned(), value.to_owned()]);
                     }
+                    if let Some((tls_port, [cert, key, ca])) = &tls {
+                        for (option, value) in [
+                            ("--tls-port", tls_port.to_string()),
+                            ("--tls-cert-file", cert.display().to_string()),
+                            ("--tls-key-file", key.display().to_string()),
+                            ("--tls-ca-cert-file", ca.display().to_string()),
+                            ("--tls-auth-clients", "no".to_owned()),
+                            ("--tls-cluster", "yes".to_owned()),
+                            ("--tls-replication", "yes".to_owned()),
+                            ("--cluster-announce-hostname", "localhost".to_owned()),
+                            ("--cluster-preferred-endpoint-type", "hostname".to_owned()),
+                        ] {
+                            args.extend([option.to_owned(), value]);
+                        }
+                    }
                     args
                 })
             })
@@ -58,12 +103,17 @@ impl RedisCluster {
         for node in &mut nodes {
             node.start();
         }
+        let replicas = tls_ports.is_empty();
         let cli = require_program("redis-cli", "redis-tools");
         let output = Command::new(cli)
             .arg("--cluster")
             .arg("create")
             .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(if replicas {
+                &["--cluster-replicas", "1", "--cluster-yes"][..]
+            } else {
+                &["--cluster-yes"][..]
+            })
             .output()
             .expect("run redis-cli --cluster create");
         assert!(
@@ -72,9 +122,23 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster {
+            nodes,
+            tls_ports,
+            replicas,
+        };
         cluster.await_healthy(&cluster.ports());
         cluster
+    }
+
+    /// `rediss-cluster://` URL naming every node's TLS port by the name its certificate lists.
+    pub fn tls_url(&self) -> String {
+        let hosts: Vec<String> = self
+            .tls_ports
+            .iter()
+            .map(|port| format!("localhost:{port}"))
+            .collect();
+        format!("rediss-cluster://{}/", hosts.join(","))
     }
 
     fn ports(&self) -> Vec<u16> {
@@ -99,8 +163,9 @@ impl RedisCluster {
                 let info = cluster_info(port);
                 info.get("cluster_state").map(String::as_str) == Some("ok")
                     && info.get("cluster_slots_ok").map(String::as_str) == Some("16384")
-                    && info.get("cluster_known_nodes").map(String::as_str) == Some("6")
-            }) && self.replicas_linked(ports)
+                    && info.get("cluster_known_nodes").map(String::as_str)
+                        == Some(self.nodes.len().to_string().as_str())
+            }) && (!self.replicas || self.replicas_linked(ports))
         });
     }
 

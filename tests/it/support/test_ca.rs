@@ -84,7 +84,8 @@ fn make_ca(dir: &Path, name: &str, common_name: &str) -> ServerCert {
     files
 }
 
-/// A server certificate for `dns_names` alone, signed by `ca`.
+/// A server certificate for `dns_names` alone, signed by `ca`. Good for TLS clients too
+/// (`clientAuth`): the nodes of a TLS Redis Cluster present it to each other on their bus.
 fn make_server(dir: &Path, name: &str, dns_names: &[&str], ca: &ServerCert) -> ServerCert {
     let alt_names: Vec<String> = dns_names.iter().map(|dns| format!("DNS:{dns}")).collect();
     let alt_names = alt_names.join(",");
@@ -94,7 +95,7 @@ fn make_server(dir: &Path, name: &str, dns_names: &[&str], ca: &ServerCert) -> S
         &extensions,
         format!(
             "subjectAltName = {alt_names}\nbasicConstraints = critical, CA:FALSE\n\
-             keyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n\
+             keyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth, clientAuth\n\
              subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n"
         ),
     )
