@@ -57,6 +57,14 @@ impl ReplicaAcks {
     /// `WAIT replicas timeout` on the connection that made the write: on a Cluster, on the
     /// primary of `slot`, through the same node connection. The number of replicas that
     /// acknowledged.
+    ///
+    /// `WAIT` waits for the replication offset its own connection last recorded. A fresh
+    /// connection that never wrote has none recorded on servers that record it only after
+    /// commands that replicate (the current Redis source; 7.0 records it after any command):
+    /// there, `WAIT` returns at once counting every connected replica, including one that
+    /// lacks the acquisition. So on a Cluster the client must not resend it on a new node
+    /// connection, as it does after a dropped one when reconnecting is on: for the `WAIT` it is
+    /// off, and a dropped connection fails the `WAIT` (the acquisition is then undone).
     pub fn wait(&self, conn: Conn<'_>, slot: u16) -> RedisResult<i64> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.replicas).arg(self.timeout.as_millis() as u64);
@@ -66,8 +74,11 @@ impl ReplicaAcks {
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(slot, SlotAddr::Master),
                 ));
-                let value = conn.route_command(&wait, route)?;
-                Ok(redis::from_redis_value(value)?)
+                conn.set_auto_reconnect(false);
+                let value = conn.route_command(&wait, route);
+                // The default, which syncguard never changes elsewhere.
+                conn.set_auto_reconnect(true);
+                Ok(redis::from_redis_value(value?)?)
             }
         }
     }

@@ -448,3 +448,91 @@ fn renewals_in_one_batch_span_slots() {
         assert!(backend.release(&l.lock_id).unwrap());
     }
 }
+
+/// A `WAIT` whose node connection is cut off fails the acquisition (transient, the lock
+/// released); the cluster client must not resend it on a new connection, where a server that
+/// records offsets only after replicated commands would count, at once, a replica that never
+/// got the acquisition (Redis 7.0 records one after the connection's first `PING`, so there a
+/// resent `WAIT` only waits again, in vain). Staged: the key's replica is stopped (SIGSTOP), so
+/// the acquisition's `WAIT` blocks; the test then kills that client on the primary.
+#[test]
+fn a_wait_cut_off_is_not_resent_on_a_fresh_connection() {
+    use crate::support::redis_topology::{connection, info};
+
+    let cluster = RedisCluster::start();
+    let key = unique("cut-wait");
+    let slot = cluster.key_slot(&KeyLayout::Cluster.lock_key("syncguard", &key).unwrap());
+    let primary = cluster
+        .primary_of(slot, cluster.nodes[0].port)
+        .expect("a primary serves the slot");
+    // Long enough that the WAIT is still blocked when the test finds it: a hang guard only.
+    let backend = RedisBackend::builder()
+        .url(format!(
+            "{}?min_replicas=1&replica_timeout=20000ms",
+            cluster.url()
+        ))
+        .read_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Once acknowledged by the replica (so that it has acknowledged something, as a replica
+    // that was up for a while has), and the pool's connections exist.
+    let first = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&first.lock_id).unwrap());
+    let replication = info(primary, "replication");
+    let replica = replication
+        .get("slave0")
+        .and_then(|s| s.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("the primary has a replica");
+    let pid = info(replica, "server")
+        .get("process_id")
+        .cloned()
+        .expect("the replica's process id");
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(&pid)
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} {pid}");
+    };
+    signal("STOP");
+    let acquiring = {
+        let key = key.clone();
+        std::thread::spawn(move || backend.acquire(&key, TTL).map(|_| ()))
+    };
+    let mut admin = connection(primary).unwrap();
+    cluster.await_condition("the acquisition's WAIT to block", || {
+        let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+        let waiting = clients
+            .lines()
+            .find(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                fields.contains(&"cmd=wait") && fields.contains(&"flags=b")
+            })
+            .and_then(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_owned);
+        match waiting {
+            Some(id) => {
+                let killed: i64 = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(&id)
+                    .query(&mut admin)
+                    .unwrap();
+                killed == 1
+            }
+            None => false,
+        }
+    });
+    let outcome = acquiring.join().unwrap();
+    signal("CONT");
+    let err = outcome.expect_err("a WAIT whose connection was cut off confirmed nothing");
+    assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+    assert!(
+        err.message().contains("could not confirm that 1 replicas"),
+        "{err}"
+    );
+    let plain = RedisBackend::connect(&cluster.url()).unwrap();
+    assert!(!plain.is_locked(&key).unwrap(), "the lock was released");
+}

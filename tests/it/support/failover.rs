@@ -1,15 +1,17 @@
 //! A failover in the middle of contention, audited: threads contend for one key on a
 //! deployment (Cluster or Sentinel) while its primary is killed, a replica takes over and the
-//! dead node comes back. Every holder marks its entry and exit in a shared audit, so the test
-//! sees two holders at once, a fence that does not grow, an untyped or permanent error, or
-//! operations that never resume.
+//! dead node comes back. Every holder marks its entry and exit in a shared [`LeaseAudit`], so
+//! the test sees two holders at once, a fence that does not grow, an untyped or permanent error,
+//! or operations that never resume.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use syncguard::redis::RedisBackend;
-use syncguard::{AcquireOutcome, ErrorCode, LockBackend};
+use syncguard::{AcquireOutcome, LockBackend};
+
+use super::lease_audit::LeaseAudit;
 
 /// What a deployment does for the run.
 pub trait Topology {
@@ -19,15 +21,6 @@ pub trait Topology {
     fn await_promotion(&mut self);
     /// Starts the killed node again (it rejoins as a replica) and waits until it has.
     fn restart_killed(&mut self);
-}
-
-/// What the holders saw.
-#[derive(Default)]
-struct Audit {
-    holder: Option<usize>,
-    last_fence: Option<u64>,
-    violations: Vec<String>,
-    errors: Vec<(ErrorCode, String)>,
 }
 
 /// One audited run against the backend built from `url`, on the key `key`.
@@ -50,6 +43,8 @@ fn deployment_backend(url: &str) -> RedisBackend {
 }
 
 const THREADS: usize = 4;
+/// Short leases: a release that a failover loses only blocks the key this long.
+const LEASE: Duration = Duration::from_secs(3);
 /// Acquisitions to see before the kill, and again after the deployment is whole.
 const ROUNDS: usize = 40;
 
@@ -69,7 +64,7 @@ impl FailoverRun {
         observer
             .is_locked(&self.key)
             .expect("the observer reaches the primary");
-        let audit = Arc::new(Mutex::new(Audit::default()));
+        let audit = Arc::new(LeaseAudit::new(LEASE));
         let acquired = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..THREADS)
@@ -88,20 +83,21 @@ impl FailoverRun {
         let await_rounds = |what: &str, from: usize| {
             let deadline = Instant::now() + Duration::from_secs(90);
             while acquired.load(Ordering::SeqCst) < from + ROUNDS {
-                let audit = audit.lock().unwrap();
                 assert!(
                     Instant::now() < deadline,
                     "operations did not {what}: {} acquisitions; last errors: {:?}",
                     acquired.load(Ordering::SeqCst),
-                    &audit.errors[audit.errors.len().saturating_sub(5)..]
+                    audit.last_errors(5)
                 );
-                drop(audit);
                 std::thread::sleep(Duration::from_millis(20));
             }
+            audit.note(&format!("{ROUNDS} acquisitions: operations did {what}"));
         };
         await_rounds("start", 0);
         topology.kill_primary();
+        audit.note("the primary was killed");
         topology.await_promotion();
+        audit.note("a replica was promoted");
         let deadline = Instant::now() + Duration::from_secs(60);
         while let Err(error) = observer.is_locked(&self.key) {
             assert!(error.code().is_transient(), "{error}");
@@ -111,30 +107,43 @@ impl FailoverRun {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        audit.note("the observer found the new primary");
         topology.restart_killed();
+        audit.note("the killed node is back, as a replica");
         await_rounds("resume", acquired.load(Ordering::SeqCst));
         stop.store(true, Ordering::SeqCst);
         for worker in workers {
             worker.join().expect("a contending thread panicked");
         }
 
-        let audit = audit.lock().unwrap();
+        let errors = audit.errors();
         let mut codes = std::collections::BTreeMap::<&str, usize>::new();
-        for (code, _) in &audit.errors {
+        for (code, _) in &errors {
             *codes.entry(code.as_str()).or_default() += 1;
         }
+        let stale = audit.stale_holders();
         eprintln!(
-            "failover run: {} acquisitions, errors by code {codes:?}, first errors {:?}",
-            acquired.load(Ordering::SeqCst),
-            &audit.errors[..audit.errors.len().min(3)]
+            "failover run: {} acquisitions, errors by code {codes:?}, first errors {:?}; \
+             the oldest lease to leave: {}; {} overlaps of holders explained by expired leases{}",
+            audit.entries(),
+            &errors[..errors.len().min(3)],
+            audit.oldest_exit(),
+            stale.len(),
+            stale
+                .iter()
+                .take(5)
+                .map(|s| format!("\n  stale holder: {s}"))
+                .collect::<String>()
         );
+        let violations = audit.violations();
         assert!(
-            audit.violations.is_empty(),
-            "the lock was not exclusive, or fences did not grow:\n{}",
-            audit.violations.join("\n")
+            violations.is_empty(),
+            "the lock was not exclusive, or fences did not grow (lease TTL {LEASE:?}); {} \
+             violations, the first ones:\n{}",
+            violations.len(),
+            violations[..violations.len().min(3)].join("\n")
         );
-        let permanent: Vec<_> = audit
-            .errors
+        let permanent: Vec<_> = errors
             .iter()
             .filter(|(code, _)| !code.is_transient())
             .collect();
@@ -143,7 +152,7 @@ impl FailoverRun {
             "errors during the failover must be transient: {permanent:?}"
         );
         assert!(
-            !audit.errors.is_empty(),
+            !errors.is_empty(),
             "killing the primary went unnoticed: the test did not test a failover"
         );
     }
@@ -154,50 +163,30 @@ fn contend(
     id: usize,
     backend: &RedisBackend,
     key: &str,
-    audit: &Mutex<Audit>,
+    audit: &LeaseAudit,
     acquired: &AtomicUsize,
     stop: &AtomicBool,
 ) {
-    // Short leases: a release that a failover loses only blocks the key this long.
-    let ttl = Duration::from_secs(3);
     while !stop.load(Ordering::SeqCst) {
-        match backend.acquire(key, ttl) {
+        let asked = Instant::now();
+        match backend.acquire(key, LEASE) {
             Ok(AcquireOutcome::Acquired(lease)) => {
-                {
-                    let mut audit = audit.lock().unwrap();
-                    if let Some(other) = audit.holder {
-                        audit
-                            .violations
-                            .push(format!("thread {id} acquired while thread {other} held"));
-                    }
-                    let fence = lease.fence.value();
-                    if audit.last_fence.is_some_and(|last| fence <= last) {
-                        let last = audit.last_fence;
-                        audit
-                            .violations
-                            .push(format!("fence {fence} after fence {last:?}"));
-                    }
-                    audit.holder = Some(id);
-                    audit.last_fence = Some(fence);
-                }
+                audit.enter(id, &lease, asked.elapsed());
                 std::thread::yield_now();
-                audit.lock().unwrap().holder = None;
+                audit.exit(id);
                 acquired.fetch_add(1, Ordering::SeqCst);
-                if let Err(error) = backend.release(&lease.lock_id) {
-                    audit
-                        .lock()
-                        .unwrap()
-                        .errors
-                        .push((error.code(), error.to_string()));
+                match backend.release(&lease.lock_id) {
+                    Ok(true) => {}
+                    Ok(false) => audit.note(&format!(
+                        "thread {id}: fence {} was no longer held when released",
+                        lease.fence.value()
+                    )),
+                    Err(error) => audit.error(id, error.code(), error.to_string()),
                 }
             }
             Ok(AcquireOutcome::Locked) => std::thread::sleep(Duration::from_millis(1)),
             Err(error) => {
-                audit
-                    .lock()
-                    .unwrap()
-                    .errors
-                    .push((error.code(), error.to_string()));
+                audit.error(id, error.code(), error.to_string());
                 std::thread::sleep(Duration::from_millis(20));
             }
         }

@@ -214,6 +214,7 @@ mod firestore_server;
 pub mod http;
 #[cfg(feature = "firestore")]
 pub mod jwt;
+pub mod lease_audit;
 mod locks;
 #[cfg(feature = "postgres")]
 mod pgbouncer_server;
