@@ -58,18 +58,25 @@ mod redis {
 
     #[test]
     fn the_ca_file_is_trusted() {
-        let (server, certs) = (tls_redis(), test_certs());
+        trusted_with_the_ca_file(&tls_redis().url(), "tls-redis", |backend| {
+            assert_lock_cycle(backend, &unique("tls-redis"))
+        });
+    }
+
+    /// The test CA as a CA file, given to the builder (`cycles` runs on that backend) and in
+    /// the URL (one lock cycle).
+    fn trusted_with_the_ca_file(url: &str, name: &str, cycles: impl FnOnce(&RedisBackend)) {
+        let ca = &test_certs().ca;
         let backend = RedisBackend::builder()
-            .url(server.url())
-            .tls_ca_file(&certs.ca)
+            .url(url)
+            .tls_ca_file(ca)
             .build()
             .unwrap();
-        assert_lock_cycle(&backend, &unique("tls-redis"));
-        // The same, from the URL.
-        let url = format!("{}?tls_ca_file={}", server.url(), path(&certs.ca));
+        cycles(&backend);
+        let url = format!("{url}?tls_ca_file={}", path(ca));
         assert_lock_cycle(
             &RedisBackend::connect(&url).unwrap(),
-            &unique("tls-redis-url"),
+            &unique(&format!("{name}-url")),
         );
     }
 
@@ -105,32 +112,24 @@ mod redis {
 
     #[test]
     fn a_cluster_trusts_the_ca_file() {
-        let (cluster, certs) = (tls_cluster(), test_certs());
-        let backend = RedisBackend::builder()
-            .url(cluster.tls_url())
-            .tls_ca_file(&certs.ca)
-            .build()
-            .unwrap();
-        // A lock on every primary: the client opens a TLS connection to each node it is sent to.
-        let mut reached = std::collections::BTreeSet::new();
-        for n in 0.. {
-            let key = unique(&format!("tls-cluster-{n}"));
-            let record = KeyLayout::Cluster.lock_key("syncguard", &key).unwrap();
-            let asked = cluster.nodes[0].port;
-            let primary = cluster.primary_of(cluster.key_slot(&record), asked);
-            if reached.insert(primary.expect("a primary serves the slot")) {
-                assert_lock_cycle(&backend, &key);
+        let cluster = tls_cluster();
+        trusted_with_the_ca_file(&cluster.tls_url(), "tls-cluster", |backend| {
+            // A lock on every primary: the client opens a TLS connection to each node it is
+            // sent to.
+            let mut reached = std::collections::BTreeSet::new();
+            for n in 0.. {
+                let key = unique(&format!("tls-cluster-{n}"));
+                let record = KeyLayout::Cluster.lock_key("syncguard", &key).unwrap();
+                let asked = cluster.nodes[0].port;
+                let primary = cluster.primary_of(cluster.key_slot(&record), asked);
+                if reached.insert(primary.expect("a primary serves the slot")) {
+                    assert_lock_cycle(backend, &key);
+                }
+                if reached.len() == cluster.nodes.len() {
+                    break;
+                }
             }
-            if reached.len() == cluster.nodes.len() {
-                break;
-            }
-        }
-        // The same, from the URL.
-        let url = format!("{}?tls_ca_file={}", cluster.tls_url(), path(&certs.ca));
-        assert_lock_cycle(
-            &RedisBackend::connect(&url).unwrap(),
-            &unique("tls-cluster-url"),
-        );
+        });
     }
 
     #[test]
