@@ -42,8 +42,9 @@ fn primary(cluster: &RedisCluster, storage_key: &str) -> u16 {
         .expect("a primary serves the slot")
 }
 
-fn pttl(cluster: &RedisCluster, storage_key: &str) -> i64 {
-    let mut conn = connection(primary(cluster, storage_key)).expect("reach the primary");
+/// The PTTL of `storage_key` on the primary at `port` (which serves its slot).
+fn pttl(port: u16, storage_key: &str) -> i64 {
+    let mut conn = connection(port).expect("reach the primary");
     redis::cmd("PTTL")
         .arg(storage_key)
         .query(&mut conn)
@@ -119,7 +120,8 @@ fn a_guards_extension_is_one_round_trip(
     backend: &std::sync::Arc<RedisBackend>,
 ) {
     let (key, held) = split_lock(cluster, backend, "pipeline-extend");
-    let paused = Paused::new(primary(cluster, &record_key(&key)));
+    let record_port = primary(cluster, &record_key(&key));
+    let paused = Paused::new(record_port);
     let extension = {
         let (backend, key, lock_id) = (backend.clone(), key.clone(), held.lock_id.clone());
         std::thread::spawn(move || {
@@ -132,16 +134,17 @@ fn a_guards_extension_is_one_round_trip(
         })
     };
     let index = index_key(&held.lock_id);
+    let index_port = primary(cluster, &index);
     cluster.await_condition(
         "the index entry's PEXPIRE while the record's node is paused",
-        || pttl(cluster, &index) > SHORT.as_millis() as i64,
+        || pttl(index_port, &index) > SHORT.as_millis() as i64,
     );
     drop(paused);
     match extension.join().expect("the extension returns") {
         Ok(Outcome::Applied(extension)) => assert!(extension.expires_at_ms > 0),
         other => panic!("expected the extension applied, got {other:?}"),
     }
-    assert!(pttl(cluster, &record_key(&key)) > SHORT.as_millis() as i64);
+    assert!(pttl(record_port, &record_key(&key)) > SHORT.as_millis() as i64);
     assert!(backend.release(&held.lock_id).unwrap());
 }
 
@@ -151,29 +154,31 @@ fn a_batch_of_renewals_is_one_round_trip(
     cluster: &RedisCluster,
     backend: &std::sync::Arc<RedisBackend>,
 ) {
-    let mut held: Vec<(String, String)> = (0..24)
+    // (key, lock id, the record's primary)
+    let mut held: Vec<(String, String, u16)> = (0..24)
         .map(|n| {
             let key = unique(&format!("pipeline-batch-{n}"));
             let lock_id = lease(backend.acquire(&key, SHORT)).lock_id;
-            (key, lock_id)
+            let port = primary(cluster, &record_key(&key));
+            (key, lock_id, port)
         })
         .collect();
-    let paused_port = primary(cluster, &record_key(&held[0].0));
-    let others: Vec<String> = held
+    let paused_port = held[0].2;
+    let others: Vec<(String, u16)> = held
         .iter()
-        .map(|(key, _)| record_key(key))
-        .filter(|record| primary(cluster, record) != paused_port)
+        .filter(|(_, _, port)| *port != paused_port)
+        .map(|(key, _, port)| (record_key(key), *port))
         .collect();
     assert!(others.len() > 4, "the locks spread over the primaries");
-    held.sort_by_key(|(key, _)| primary(cluster, &record_key(key)) != paused_port);
+    held.sort_by_key(|(_, _, port)| *port != paused_port);
     let paused = Paused::new(paused_port);
     let renewals = {
         let (backend, held) = (backend.clone(), held.clone());
         std::thread::spawn(move || {
-            let keys: Vec<Key> = held.iter().map(|(k, _)| Key::new(k).unwrap()).collect();
+            let keys: Vec<Key> = held.iter().map(|(k, _, _)| Key::new(k).unwrap()).collect();
             let ids: Vec<LockId> = held
                 .iter()
-                .map(|(_, id)| LockId::new(id).unwrap())
+                .map(|(_, id, _)| LockId::new(id).unwrap())
                 .collect();
             let ttl = Ttl::new(LONGER).unwrap();
             let batch: Vec<_> = ids
@@ -193,13 +198,13 @@ fn a_batch_of_renewals_is_one_round_trip(
         || {
             others
                 .iter()
-                .all(|record| pttl(cluster, record) > SHORT.as_millis() as i64)
+                .all(|(record, port)| pttl(*port, record) > SHORT.as_millis() as i64)
         },
     );
     drop(paused);
     let applied = renewals.join().expect("the renewals return");
     assert_eq!(applied, vec![true; held.len()], "every renewal applied");
-    for (_, lock_id) in &held {
+    for (_, lock_id, _) in &held {
         assert!(backend.release(lock_id).unwrap());
     }
 }
@@ -295,7 +300,7 @@ fn an_index_entry_that_cannot_be_written(
         backend.extend_lease(guard, Ttl::new(LONGER).unwrap()),
         Ok(Outcome::Applied(_))
     ));
-    assert!(pttl(cluster, &record_key(&key)) > SHORT.as_millis() as i64);
+    assert!(pttl(record_node, &record_key(&key)) > SHORT.as_millis() as i64);
 
     let refused = (0..200).find_map(|_| {
         let other = unique("pipeline-unindexed-acquire");
