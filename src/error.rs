@@ -94,6 +94,7 @@ pub struct LockError {
     message: String,
     key: Option<String>,
     lock_id: Option<String>,
+    in_doubt: bool,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
 
@@ -119,6 +120,7 @@ impl LockError {
             message: message.into(),
             key: None,
             lock_id: None,
+            in_doubt: false,
             source: None,
         }
     }
@@ -146,6 +148,25 @@ impl LockError {
     pub fn with_lock_id(mut self, lock_id: impl Into<String>) -> Self {
         self.lock_id = Some(lock_id.into());
         self
+    }
+
+    /// Marks a failed acquisition whose request may still have been applied by the store
+    /// under `lock_id` (it was sent, but no answer came back: a timeout, a connection lost
+    /// mid-call). A driver's `try_acquire` says so; the [`Locker`](crate::Locker) then
+    /// releases that lock id in the background, so that an acquisition the store applies late
+    /// does not hold the key, owned by nobody, for its whole TTL. Implies
+    /// [`with_lock_id`](LockError::with_lock_id).
+    #[must_use]
+    pub fn in_doubt(mut self, lock_id: impl Into<String>) -> Self {
+        self.lock_id = Some(lock_id.into());
+        self.in_doubt = true;
+        self
+    }
+
+    /// Whether this error is a failed acquisition that may still have taken the lock under
+    /// [`lock_id`](LockError::lock_id) (see [`in_doubt`](LockError::in_doubt)).
+    pub fn is_in_doubt(&self) -> bool {
+        self.in_doubt && self.lock_id.is_some()
     }
 
     /// Attaches the underlying cause, reachable through [`std::error::Error::source`].
@@ -185,6 +206,9 @@ impl fmt::Debug for LockError {
         }
         if let Some(lock_id) = &self.lock_id {
             d.field("lock_id_hash", &crate::hash::hash_key(lock_id));
+        }
+        if self.in_doubt {
+            d.field("in_doubt", &true);
         }
         if let Some(source) = &self.source {
             d.field("source", source);
