@@ -132,6 +132,39 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.extend_lease(lease, ttl)
     }
 
+    /// Records and fails each lease as `extend_lease` does, and hands the rest to the inner
+    /// store's own batch renewal, so the contracts exercise it (a store's batch path is where
+    /// each lease must get its own answer).
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> = Vec::new();
+        let mut forwarded = Vec::new();
+        for (lease, ttl) in leases {
+            self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
+            self.wait_while_renewals_hang();
+            let budget = self.failing_extends.load(Ordering::SeqCst);
+            if budget > 0 {
+                self.failing_extends.store(budget - 1, Ordering::SeqCst);
+                answers.push(Some(Err(injected(ErrorCode::NetworkTimeout))));
+            } else if self.extends_down.load(Ordering::SeqCst) {
+                answers.push(Some(Err(injected(ErrorCode::NetworkTimeout))));
+            } else {
+                answers.push(None);
+                forwarded.push((*lease, *ttl));
+            }
+        }
+        let mut inner = self.inner.extend_leases(&forwarded).into_iter();
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    inner.next().unwrap_or_else(|| {
+                        Err(LockError::internal("the store answered fewer renewals than sent"))
+                    })
+                })
+            })
+            .collect()
+    }
+
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.record(Call::IsLocked(key.to_string()));
         self.inner.key_is_locked(key)
@@ -789,4 +822,82 @@ pub fn a_release_wakes_the_waiter<B: LockBackend + 'static>(backend: B) {
         .recv_timeout(PATIENCE)
         .expect("the release woke the waiter before its 30 s poll");
     assert!(waiter.join().unwrap());
+}
+
+/// Many guards on one `Locker` are renewed together, through the store's batch renewal. When
+/// some of their locks are removed or taken over from outside, exactly those guards are
+/// reported lost, at their next renewal, and every other guard keeps its lease — each lease
+/// gets its own answer from a batch, never a neighbour's.
+pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
+    const GUARDS: usize = 20;
+    let removed = [1, 6, 13];
+    let taken_over = [3, 10, 19];
+    let (locker, recorder) = recorded_locker(backend, short_lease(6_000, 200));
+    let keys: Vec<String> = (0..GUARDS)
+        .map(|i| unique_key(&format!("batch-{i}")))
+        .collect();
+    let guards: Vec<LockGuard> = keys.iter().map(|key| locker.lock(key).unwrap()).collect();
+    let ids: Vec<String> = guards.iter().map(|g| g.lock_id().to_owned()).collect();
+    let renewals_since = |from: usize, i: usize| {
+        recorder.calls()[from..]
+            .iter()
+            .filter(|call| **call == Call::Extend(ids[i].clone()))
+            .count()
+    };
+    await_condition("a renewal of every guard", PATIENCE, || {
+        (0..GUARDS).all(|i| renewals_since(0, i) >= 1)
+    });
+
+    // From outside: some locks released by lock id, some released and taken by someone else.
+    let mut takers = Vec::new();
+    for i in removed.iter().chain(&taken_over) {
+        assert!(locker.backend().release(&ids[*i]).unwrap(), "guard {i}");
+    }
+    for i in taken_over {
+        let lease = locker
+            .backend()
+            .acquire(&keys[i], Duration::from_secs(60))
+            .unwrap()
+            .lease()
+            .expect("the freed key can be taken");
+        takers.push((i, lease));
+    }
+    let disturbed: Vec<usize> = removed.iter().chain(&taken_over).copied().collect();
+    let kept: Vec<usize> = (0..GUARDS).filter(|i| !disturbed.contains(i)).collect();
+    let from = recorder.calls().len();
+    let expiry_then: Vec<i64> = guards.iter().map(LockGuard::expires_at_ms).collect();
+
+    // Each disturbed guard is lost by its next renewal or the one after (one may have been in
+    // flight while its lock was removed).
+    await_condition("two renewals of each disturbed guard, or its loss", PATIENCE, || {
+        disturbed
+            .iter()
+            .all(|&i| guards[i].is_lost() || renewals_since(from, i) >= 2)
+    });
+    for &i in &disturbed {
+        assert!(
+            guards[i].is_lost(),
+            "guard {i}: its lock was removed, yet {} renewals later it was not reported lost",
+            renewals_since(from, i)
+        );
+        assert_eq!(guards[i].check().unwrap_err().code(), ErrorCode::LockLost);
+    }
+    // Every other guard renewed successfully since, and holds its lock.
+    await_condition("a successful renewal of every undisturbed guard", PATIENCE, || {
+        kept.iter()
+            .all(|&i| guards[i].is_lost() || guards[i].expires_at_ms() > expiry_then[i])
+    });
+    for &i in &kept {
+        assert!(!guards[i].is_lost(), "guard {i} was not disturbed but is lost");
+        guards[i].check().unwrap();
+        assert!(owns(locker.backend(), &ids[i]).unwrap(), "guard {i}");
+    }
+    // Releasing the lost guards touches nobody's lock; the new holders were left alone.
+    for (i, guard) in guards.into_iter().enumerate() {
+        assert_eq!(guard.release().unwrap(), kept.contains(&i), "guard {i}");
+    }
+    for (i, lease) in takers {
+        assert!(owns(locker.backend(), &lease.lock_id).unwrap(), "key {i}");
+        assert!(locker.backend().release(&lease.lock_id).unwrap(), "key {i}");
+    }
 }

@@ -112,6 +112,7 @@ macro_rules! __contract_tests {
             loss_is_reported_while_a_renewal_hangs,
             max_hold_ends_renewals,
             a_release_wakes_the_waiter,
+            batch_renewals_answer_each_lease,
         );
     };
     (
