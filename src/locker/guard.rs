@@ -7,23 +7,19 @@ use std::time::Duration;
 
 use crate::backend::Lease;
 use crate::cancel::CancelToken;
-use crate::driver::Driver;
-use crate::error::{LockError, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
-use crate::key::Key;
 use crate::locker::heartbeat::Scheduler;
 use crate::locker::lease::{HeldLease, Renewal};
 use crate::locker::options::ReleaseErrorCallback;
+use crate::locker::store::{Origin, Store};
 use crate::time::Ttl;
 
-/// What a guard needs of its `Locker`: the driver and the heartbeat. Holding it keeps the
+/// What a guard needs of its `Locker`: the store and the heartbeat. Holding it keeps the
 /// locker's shared state alive.
-pub(crate) trait Store: Send + Sync {
-    fn driver(&self) -> &dyn Driver;
+pub(crate) trait GuardStore: Store {
     fn scheduler(&self) -> &Scheduler;
-    /// One of this locker's guards released `key`: its waiters may try now.
-    fn released(&self, key: &Key);
 }
 
 /// A held lock. Dropping it releases the lock; [`release`](LockGuard::release) does the same
@@ -49,14 +45,14 @@ pub(crate) trait Store: Send + Sync {
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     lease: Arc<HeldLease>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn GuardStore>,
     on_release_error: Option<ReleaseErrorCallback>,
 }
 
 impl LockGuard {
     pub(crate) fn new(
         lease: Arc<HeldLease>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn GuardStore>,
         on_release_error: Option<ReleaseErrorCallback>,
     ) -> Self {
         LockGuard {
@@ -137,7 +133,10 @@ impl LockGuard {
                 self.store.scheduler().renewed(&self.lease);
                 Ok(true)
             }
-            Renewal::Ended => Ok(false),
+            Renewal::Ended => {
+                self.lease.release_if_lapsed(self.store.as_ref());
+                Ok(false)
+            }
             Renewal::Failed(error) => Err(error),
         }
     }
@@ -150,8 +149,18 @@ impl LockGuard {
 
     fn release_now(&self) -> Result<bool> {
         let released = self.lease.release(self.store.driver());
-        if matches!(released, Ok(true)) {
-            self.store.released(self.lease.key());
+        match &released {
+            Ok(true) => self.store.released(self.lease.key()),
+            Ok(false) => {}
+            // The store may not have heard it: try again in the background while the lease
+            // could still be live, so the key is not left locked for nobody.
+            Err(error) if error.code() != ErrorCode::InvalidArgument => self.store.release_later(
+                self.lease.key(),
+                self.lease.lock_id(),
+                self.lease.ttl().as_duration(),
+                Origin::FailedRelease,
+            ),
+            Err(_) => {}
         }
         released
     }

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use crate::driver::{LeaseRef, Ttl};
 use crate::error::{LockError, Result};
-use crate::locker::guard::Store;
 use crate::locker::lease::{Begin, HeldLease, Renewal, Ticket};
+use crate::locker::store::Store;
 
 /// Name of the scheduler thread (one per `Locker` and its clones). At most 15 bytes: Linux
 /// truncates longer thread names.
@@ -198,7 +198,7 @@ impl Scheduler {
     /// The scheduler thread: deadlines here, renewals to the workers.
     fn run(self: Arc<Self>, store: Weak<dyn Store>) {
         loop {
-            let Some(batch) = self.next_batch() else {
+            let Some(batch) = self.next_batch(&store) else {
                 return;
             };
             if !batch.is_empty() && !self.dispatch(batch, &store) {
@@ -209,7 +209,7 @@ impl Scheduler {
 
     /// Blocks until something is due; runs the due deadline checks and returns the due
     /// renewals (possibly none). `None` on shutdown.
-    fn next_batch(&self) -> Option<Vec<Arc<HeldLease>>> {
+    fn next_batch(&self, store: &Weak<dyn Store>) -> Option<Vec<Arc<HeldLease>>> {
         let mut queue = self.queue();
         loop {
             if queue.shutdown {
@@ -256,10 +256,18 @@ impl Scheduler {
             }
         }
         drop(queue);
+        let store = if deadlines.is_empty() {
+            None
+        } else {
+            store.upgrade()
+        };
         for lease in deadlines {
             // Runs callbacks: guard against their panics here too.
             if catch_unwind(AssertUnwindSafe(|| lease.expire_if_overdue())).is_err() {
                 log::error!("syncguard: a lease deadline check panicked");
+            }
+            if let Some(store) = &store {
+                lease.release_if_lapsed(store.as_ref());
             }
         }
         Some(renewals)
@@ -347,7 +355,7 @@ impl Scheduler {
                 // A guard's own extension is in flight: it reschedules when done; look again
                 // shortly in case it fails.
                 Begin::Busy => self.retry(lease),
-                Begin::Done(_) => {}
+                Begin::Done(_) => lease.release_if_lapsed(store),
             }
         }
         if sending.is_empty() {
@@ -368,7 +376,7 @@ impl Scheduler {
             });
             match lease.finish_renewal(ticket, answer) {
                 Renewal::Renewed => self.renewed(lease),
-                Renewal::Ended => {}
+                Renewal::Ended => lease.release_if_lapsed(store),
                 Renewal::Failed(error) => {
                     log::warn!(
                         "syncguard: renewing the lease on key {} failed, will retry: {error}",

@@ -29,6 +29,7 @@ use crate::fence::Fence;
 use crate::key::Key;
 use crate::lock_id::LockId;
 use crate::locker::options::Heartbeat;
+use crate::locker::store::{Origin, Store};
 use crate::time::Ttl;
 
 /// Called with a `LockLost` error when a guard's lease is found lost.
@@ -117,6 +118,9 @@ pub(crate) struct HeldLease {
     lost_reported: AtomicBool,
     /// A renewal was cut short, or refused, by `max_hold`: the lease ends at it.
     at_max_hold: AtomicBool,
+    /// Ran out before a renewal was confirmed, and not yet handed to the background release
+    /// (a renewal may still have been applied: the lock may be in the store for nobody).
+    lapsed: AtomicBool,
     /// Set when the phase leaves `Held`; readable without the state lock.
     finished: AtomicBool,
     state: Mutex<State>,
@@ -161,6 +165,7 @@ impl HeldLease {
             lost: AtomicBool::new(false),
             lost_reported: AtomicBool::new(false),
             at_max_hold: AtomicBool::new(false),
+            lapsed: AtomicBool::new(false),
             finished: AtomicBool::new(false),
             state: Mutex::new(State {
                 phase: Phase::Held,
@@ -454,8 +459,21 @@ impl HeldLease {
 
     fn mark_lost(&self, state: &mut State, confirmed: bool) {
         self.lost.store(true, Ordering::Release);
+        if state.phase == Phase::Held && !confirmed {
+            self.lapsed.store(true, Ordering::Release);
+        }
         if matches!(state.phase, Phase::Held | Phase::Lost { confirmed: false }) {
             self.set_phase(state, Phase::Lost { confirmed });
+        }
+    }
+
+    /// A lease that ran out unconfirmed is released in the background at once, rather than
+    /// left in the store until the guard is dropped: the program has been told it is lost,
+    /// and a renewal applied late may have kept it alive there. Once per lease.
+    pub(crate) fn release_if_lapsed(&self, store: &dyn Store) {
+        if self.lapsed.swap(false, Ordering::AcqRel) {
+            let ttl = self.ttl().as_duration();
+            store.release_later(&self.key, &self.lock_id, ttl, Origin::Lapsed);
         }
     }
 

@@ -1,10 +1,13 @@
 //! [`Locker`]: acquisition with retries, RAII guards, and the shared heartbeat.
 
+mod fences;
 mod guard;
 mod heartbeat;
 mod lease;
 mod options;
+pub(crate) mod orphans;
 mod retry;
+mod store;
 mod wake;
 
 use std::fmt;
@@ -17,12 +20,15 @@ pub use self::guard::LockGuard;
 pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
 
-use self::guard::Store;
+use self::fences::FenceWatch;
+use self::guard::GuardStore;
 use self::heartbeat::Scheduler;
 use self::lease::{Grant, HeldLease, Terms};
+use self::orphans::Orphans;
+use self::store::{Origin, Store};
 use self::wake::{Waiting, Wakeups};
 use crate::cancel::CancelToken;
-use crate::driver::{Acquisition, Driver};
+use crate::driver::{Acquisition, Driver, LeaseRef};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
 use crate::lock_id::LockId;
@@ -56,6 +62,10 @@ struct Shared<B> {
     defaults: LockOptions,
     scheduler: Arc<Scheduler>,
     wakeups: Arc<Wakeups>,
+    orphans: Arc<Orphans>,
+    fences: FenceWatch,
+    /// Itself, for the thread that releases orphaned locks.
+    this: Weak<Shared<B>>,
 }
 
 impl<B> Drop for Shared<B> {
@@ -70,12 +80,20 @@ impl<B: Driver + 'static> Store for Shared<B> {
         &self.backend
     }
 
-    fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
-    }
-
     fn released(&self, key: &Key) {
         self.wakeups.released(key.as_str());
+    }
+
+    fn release_later(&self, key: &Key, lock_id: &LockId, ttl: Duration, origin: Origin) {
+        if let Some(this) = self.this.upgrade() {
+            self.orphans.adopt(key, lock_id, ttl, origin, this);
+        }
+    }
+}
+
+impl<B: Driver + 'static> GuardStore for Shared<B> {
+    fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
     }
 }
 
@@ -106,11 +124,14 @@ impl<B: Driver + 'static> Locker<B> {
     /// and [`with_lock`](Locker::with_lock) use `defaults`.
     pub fn with_defaults(backend: B, defaults: LockOptions) -> Self {
         Locker {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|this| Shared {
                 backend,
                 defaults,
                 scheduler: Arc::new(Scheduler::new()),
                 wakeups: Arc::new(Wakeups::default()),
+                orphans: Arc::new(Orphans::default()),
+                fences: FenceWatch::default(),
+                this: this.clone(),
             }),
         }
     }
@@ -188,8 +209,7 @@ impl<B: Driver + 'static> Locker<B> {
         options.validated_heartbeat()?;
         // Before acquiring: a thread that cannot start must not leave a lock behind. It renews
         // leases and reports them lost at their deadlines, also with the heartbeat off.
-        let store: Weak<Shared<B>> = Arc::downgrade(&self.shared);
-        let store: Weak<dyn Store> = store;
+        let store: Weak<dyn Store> = self.shared.this.clone();
         self.shared.scheduler.ensure_running(store)?;
         let aborted =
             || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(key.as_str());
@@ -202,21 +222,39 @@ impl<B: Driver + 'static> Locker<B> {
         // once. The driver's watch (other processes' releases) starts only on contention.
         let waiting = (options.max_retries > 0 && !options.timeout.is_zero())
             .then(|| self.shared.wakeups.enter(&key));
+        // A transient failure (timeout, unreachable store) does not end the wait: it is tried
+        // again like contention, and reported only if the wait ends with it.
+        let mut failure: Option<LockError> = None;
         let (lease, version, sent) = loop {
             if cancel.is_some_and(CancelToken::is_cancelled) {
                 return Err(aborted());
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
             let sent = Instant::now();
-            match self.shared.backend.try_acquire(&key, ttl)? {
-                Acquisition::Acquired { lease, version } => break (lease, version, sent),
-                Acquisition::Locked => {}
+            match self.shared.backend.try_acquire(&key, ttl) {
+                Ok(Acquisition::Acquired { lease, version }) => break (lease, version, sent),
+                Ok(Acquisition::Locked) => {
+                    failure = None;
+                    if let Some(waiting) = &waiting {
+                        waiting.listen(&self.shared.backend);
+                    }
+                }
+                Err(error) => {
+                    self.release_if_in_doubt(&key, ttl, &error);
+                    if !error.code().is_transient() {
+                        return Err(error);
+                    }
+                    if failure.is_none() {
+                        log::warn!(
+                            "syncguard: acquiring the lock on key {key} failed, will retry: {error}"
+                        );
+                    }
+                    failure = Some(error);
+                }
             }
-            if let Some(waiting) = &waiting {
-                waiting.listen(&self.shared.backend);
-            }
+            let mut gave_up = || failure.take().map_or(Ok(None), Err);
             if attempts >= options.max_retries {
-                return Ok(None);
+                return gave_up();
             }
             attempts = attempts.saturating_add(1);
             let delay_ms = retry::retry_delay_ms(
@@ -229,7 +267,7 @@ impl<B: Driver + 'static> Locker<B> {
             );
             let Some(delay) = retry::clamp_to_timeout(delay_ms, start.elapsed(), options.timeout)
             else {
-                return Ok(None);
+                return gave_up();
             };
             if let Some(waiting) = &waiting {
                 waiting.sleep(heard, delay, cancel);
@@ -240,6 +278,16 @@ impl<B: Driver + 'static> Locker<B> {
         let lock_id = LockId::new(&lease.lock_id).map_err(|_| {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
         })?;
+        if let Err(error) = self.shared.fences.check(&key, lease.fence) {
+            let lease = LeaseRef::new(&lock_id)
+                .with_key(&key)
+                .with_version(version.as_ref());
+            if self.shared.backend.release_lease(lease).is_err() {
+                self.shared
+                    .release_later(&key, &lock_id, ttl.as_duration(), Origin::FailedRelease);
+            }
+            return Err(error);
+        }
         let held = Arc::new(HeldLease::new(
             Grant {
                 key,
@@ -256,12 +304,29 @@ impl<B: Driver + 'static> Locker<B> {
             },
         ));
         self.shared.scheduler.adopt(&held);
-        let store: Arc<dyn Store> = self.shared.clone();
+        let store: Arc<dyn GuardStore> = self.shared.clone();
         Ok(Some(LockGuard::new(
             held,
             store,
             options.on_release_error.clone(),
         )))
+    }
+}
+
+impl<B: Driver + 'static> Locker<B> {
+    /// An acquisition that failed without an answer may still be applied by the store: its
+    /// lock id is released in the background ([`LockError::in_doubt`]).
+    fn release_if_in_doubt(&self, key: &Key, ttl: Ttl, error: &LockError) {
+        let Some(lock_id) = error.lock_id().filter(|_| error.is_in_doubt()) else {
+            return;
+        };
+        match LockId::new(lock_id) {
+            Ok(lock_id) => {
+                self.shared
+                    .release_later(key, &lock_id, ttl.as_duration(), Origin::InDoubt);
+            }
+            Err(_) => log::error!("syncguard: a backend reported a malformed lock id in doubt"),
+        }
     }
 }
 

@@ -44,6 +44,10 @@ pub struct Recorder<B> {
     extends_down: AtomicBool,
     /// Fail every release with `ServiceUnavailable` while set.
     releases_down: AtomicBool,
+    /// Fail this many upcoming acquisitions with `ServiceUnavailable`, sending nothing.
+    failing_acquires: AtomicU32,
+    /// Send this many upcoming acquisitions, then lose their answers: `NetworkTimeout`, in doubt.
+    lost_acquire_answers: AtomicU32,
     /// Hold every renewal (blocked in the call, as behind a stalled network) while set.
     renewals_hang: (Mutex<bool>, Condvar),
 }
@@ -57,6 +61,8 @@ impl<B: Driver> Recorder<B> {
             failing_extends: AtomicU32::new(0),
             extends_down: AtomicBool::new(false),
             releases_down: AtomicBool::new(false),
+            failing_acquires: AtomicU32::new(0),
+            lost_acquire_answers: AtomicU32::new(0),
             renewals_hang: (Mutex::new(false), Condvar::new()),
         })
     }
@@ -96,6 +102,13 @@ impl<B: Driver> Recorder<B> {
     }
 }
 
+/// Counts one down, if any are left.
+fn take_one(budget: &AtomicU32) -> bool {
+    budget
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 fn injected(code: ErrorCode) -> LockError {
     LockError::new(code, "injected by the test")
 }
@@ -107,7 +120,16 @@ impl<B: Driver> Driver for Recorder<B> {
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
         self.record(Call::Acquire(key.to_string()));
-        self.inner.try_acquire(key, ttl)
+        if take_one(&self.failing_acquires) {
+            return Err(injected(ErrorCode::ServiceUnavailable));
+        }
+        let acquisition = self.inner.try_acquire(key, ttl)?;
+        match acquisition {
+            Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
+                Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
+            }
+            acquisition => Ok(acquisition),
+        }
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
@@ -158,7 +180,9 @@ impl<B: Driver> Driver for Recorder<B> {
             .map(|answer| {
                 answer.unwrap_or_else(|| {
                     inner.next().unwrap_or_else(|| {
-                        Err(LockError::internal("the store answered fewer renewals than sent"))
+                        Err(LockError::internal(
+                            "the store answered fewer renewals than sent",
+                        ))
                     })
                 })
             })
@@ -748,6 +772,14 @@ pub fn loss_is_reported_while_a_renewal_hangs<B: LockBackend + 'static>(backend:
         "the message names the key: {message}"
     );
     assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
+    // A renewal may have reached the store: the lapsed lease is released in the background at
+    // once, while the guard still lives.
+    let release = Call::Release(guard.lock_id().to_owned());
+    await_condition(
+        "the lapsed lease released in the background",
+        PATIENCE,
+        || recorder.count(&release) >= 1,
+    );
     let _ = guard.release();
 }
 
@@ -869,11 +901,15 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
 
     // Each disturbed guard is lost by its next renewal or the one after (one may have been in
     // flight while its lock was removed).
-    await_condition("two renewals of each disturbed guard, or its loss", PATIENCE, || {
-        disturbed
-            .iter()
-            .all(|&i| guards[i].is_lost() || renewals_since(from, i) >= 2)
-    });
+    await_condition(
+        "two renewals of each disturbed guard, or its loss",
+        PATIENCE,
+        || {
+            disturbed
+                .iter()
+                .all(|&i| guards[i].is_lost() || renewals_since(from, i) >= 2)
+        },
+    );
     for &i in &disturbed {
         assert!(
             guards[i].is_lost(),
@@ -883,12 +919,19 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
         assert_eq!(guards[i].check().unwrap_err().code(), ErrorCode::LockLost);
     }
     // Every other guard renewed successfully since, and holds its lock.
-    await_condition("a successful renewal of every undisturbed guard", PATIENCE, || {
-        kept.iter()
-            .all(|&i| guards[i].is_lost() || guards[i].expires_at_ms() > expiry_then[i])
-    });
+    await_condition(
+        "a successful renewal of every undisturbed guard",
+        PATIENCE,
+        || {
+            kept.iter()
+                .all(|&i| guards[i].is_lost() || guards[i].expires_at_ms() > expiry_then[i])
+        },
+    );
     for &i in &kept {
-        assert!(!guards[i].is_lost(), "guard {i} was not disturbed but is lost");
+        assert!(
+            !guards[i].is_lost(),
+            "guard {i} was not disturbed but is lost"
+        );
         guards[i].check().unwrap();
         assert!(owns(locker.backend(), &ids[i]).unwrap(), "guard {i}");
     }
@@ -900,4 +943,100 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
         assert!(owns(locker.backend(), &lease.lock_id).unwrap(), "key {i}");
         assert!(locker.backend().release(&lease.lock_id).unwrap(), "key {i}");
     }
+}
+
+/// Waiting goes on through transient failures (an unreachable or stalled store) as through
+/// contention; a single attempt reports the failure, a wait that ends reports the last one,
+/// and a failure that is not transient ends the wait at once.
+pub fn transient_acquire_failures_are_waited_through<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("transient");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let attempts = || recorder.count(&Call::Acquire(key.clone()));
+
+    recorder.failing_acquires.store(1, Ordering::SeqCst);
+    let once = locker.try_lock(&key).unwrap_err();
+    assert_eq!(once.code(), ErrorCode::ServiceUnavailable, "{once}");
+
+    recorder.failing_acquires.store(3, Ordering::SeqCst);
+    let guard = locker
+        .try_lock_for(&key, Duration::from_secs(60))
+        .unwrap()
+        .expect("held once the store answers again");
+    assert_eq!(
+        attempts(),
+        5,
+        "one attempt, then three failures and a success"
+    );
+    assert!(guard.release().unwrap());
+
+    // The wait ends while the store still fails: the last failure, not a timeout.
+    recorder.failing_acquires.store(u32::MAX, Ordering::SeqCst);
+    let before = attempts();
+    let brief = LockOptions::default()
+        .timeout(Duration::from_millis(300))
+        .retry_delay(Duration::from_millis(20));
+    let error = locker.lock_with(&key, &brief).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+    assert!(attempts() - before >= 2, "retried within the timeout");
+    recorder.failing_acquires.store(0, Ordering::SeqCst);
+
+    // Contention after a failure: the wait ends as a timeout again.
+    let holder = locker.lock(&key).unwrap();
+    recorder.failing_acquires.store(1, Ordering::SeqCst);
+    let contended = locker.lock_with(&key, &brief).unwrap_err();
+    assert_eq!(
+        contended.code(),
+        ErrorCode::AcquisitionTimeout,
+        "{contended}"
+    );
+    assert!(holder.release().unwrap());
+}
+
+/// An acquisition that was sent but whose answer was lost may have taken the lock: the
+/// `Locker` releases its lock id in the background, so the key is not held for nobody until
+/// the TTL ends, and a wait that retries gets the lock.
+pub fn acquisitions_in_doubt_are_released<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("in-doubt");
+    let long = LockOptions::default().ttl(Duration::from_secs(120));
+    let (locker, recorder) = recorded_locker(backend, long);
+
+    recorder.lost_acquire_answers.store(1, Ordering::SeqCst);
+    let error = locker.try_lock(&key).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    assert!(error.is_in_doubt());
+    let lock_id = error.lock_id().expect("the lock id in doubt").to_owned();
+    // Released long before its 120 s TTL.
+    await_condition("the acquisition in doubt released", PATIENCE, || {
+        recorder.count(&Call::Release(lock_id.clone())) >= 1
+            && !locker.backend().is_locked(&key).unwrap()
+    });
+
+    // Inside a wait: the next attempts find the key free again.
+    recorder.lost_acquire_answers.store(1, Ordering::SeqCst);
+    let guard = locker
+        .try_lock_for(&key, PATIENCE)
+        .unwrap()
+        .expect("held after the lost answer");
+    guard.check().unwrap();
+    assert!(guard.release().unwrap());
+}
+
+/// A release that failed is tried again in the background, so the key is free long before the
+/// lease's TTL would have ended; the caller still hears of the failure.
+pub fn failed_releases_are_retried<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("failed-release");
+    let long = LockOptions::default().ttl(Duration::from_secs(120));
+    let (locker, recorder) = recorded_locker(backend, long);
+    let guard = locker.lock(&key).unwrap();
+    let release = Call::Release(guard.lock_id().to_owned());
+    recorder.releases_down.store(true, Ordering::SeqCst);
+    let error = guard.release().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+    await_condition("a second release, from the background", PATIENCE, || {
+        recorder.count(&release) >= 2
+    });
+    recorder.releases_down.store(false, Ordering::SeqCst);
+    await_condition("the lock released in the background", PATIENCE, || {
+        !locker.backend().is_locked(&key).unwrap()
+    });
 }

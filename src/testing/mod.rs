@@ -113,6 +113,9 @@ macro_rules! __contract_tests {
             max_hold_ends_renewals,
             a_release_wakes_the_waiter,
             batch_renewals_answer_each_lease,
+            transient_acquire_failures_are_waited_through,
+            acquisitions_in_doubt_are_released,
+            failed_releases_are_retried,
         );
     };
     (
