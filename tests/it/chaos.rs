@@ -498,8 +498,26 @@ fn redis_restart_loses_held_locks() {
     assert!(guard.is_lost());
     assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
     assert!(!bounded(move || guard.release()).expect("release of a lost lock is no error"));
-    let again = bounded(move || locker.try_lock(&key).map(|g| g.is_some()));
-    assert!(again.unwrap(), "the key is free on the restarted server");
+    // The empty server counts fences from 1 again. The Locker saw fence 1 for this key
+    // already: the repeated fence is refused, and the lock it came with released.
+    let again = bounded({
+        let (locker, key) = (locker.clone(), key.clone());
+        move || locker.try_lock(&key).map(|g| g.map(|g| g.fence().value()))
+    });
+    let error = again.expect_err("a fence that went backwards is refused");
+    assert_eq!(error.code(), ErrorCode::Internal, "{error}");
+    assert_eq!(error.key(), Some(key.as_str()));
+    assert!(error.message().contains("went backwards"), "{error}");
+    let free = bounded({
+        let (locker, key) = (locker.clone(), key.clone());
+        move || locker.backend().is_locked(&key)
+    });
+    assert!(!free.unwrap(), "the refused acquisition left no lock behind");
+    // The refused acquisition took fence 1 of the new count; another process (a fresh Locker)
+    // is granted the next one and cannot tell: only the store's persistence keeps fences.
+    let fresh = Locker::new(redis_via(&proxy, 1));
+    let fence = bounded(move || fresh.try_lock(&key).map(|g| g.map(|g| g.fence().value())));
+    assert_eq!(fence.unwrap(), Some(2));
 }
 
 // ---------------------------------------------------------------------------------------------
