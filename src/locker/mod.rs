@@ -151,11 +151,18 @@ impl<B: Driver + 'static> Locker<B> {
     /// a [`cancel`](LockOptions::cancel) token (then `AcquisitionTimeout` or `Aborted`). A
     /// release the backend announces wakes the wait at once; otherwise it polls with capped
     /// backoff.
+    ///
+    /// Transient failures (`NetworkTimeout`, `ServiceUnavailable`, `RateLimited`: a store
+    /// that is down or stalled) do not end the wait: they are retried like contention, and the
+    /// last one is returned if the wait ends with it. Any other failure ends it at once. An
+    /// acquisition whose answer was lost ([`LockError::is_in_doubt`]) is released in the
+    /// background, so it never holds the key for nobody.
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
         self.lock_with(key, &self.shared.defaults)
     }
 
-    /// Takes the lock on `key` if it is free right now (one attempt, no waiting).
+    /// Takes the lock on `key` if it is free right now (one attempt, no waiting; a failure is
+    /// returned as it is).
     pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         let once = self.shared.defaults.clone().max_retries(0);
         self.acquire(key, &once)
