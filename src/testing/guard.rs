@@ -660,9 +660,11 @@ pub fn release_errors_go_to_the_callback<B: LockBackend + 'static>(backend: B) {
 
     // Once releases work again, the background retry frees the key.
     recorder.releases_down.store(false, Ordering::SeqCst);
-    await_condition("the failed release retried in the background", PATIENCE, || {
-        !locker.backend().is_locked(&key).unwrap()
-    });
+    await_condition(
+        "the failed release retried in the background",
+        PATIENCE,
+        || !locker.backend().is_locked(&key).unwrap(),
+    );
 }
 
 /// A guard can move to another thread (and be released there).

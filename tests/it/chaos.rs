@@ -512,7 +512,10 @@ fn redis_restart_loses_held_locks() {
         let (locker, key) = (locker.clone(), key.clone());
         move || locker.backend().is_locked(&key)
     });
-    assert!(!free.unwrap(), "the refused acquisition left no lock behind");
+    assert!(
+        !free.unwrap(),
+        "the refused acquisition left no lock behind"
+    );
     // The refused acquisition took fence 1 of the new count; another process (a fresh Locker)
     // is granted the next one and cannot tell: only the store's persistence keeps fences.
     let fresh = Locker::new(redis_via(&proxy, 1));

@@ -41,6 +41,8 @@ mod redis_cluster;
 mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
 mod redis_sentinel;
+#[cfg(feature = "redis")]
+mod redis_stalls;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
 mod stress;

@@ -1,0 +1,90 @@
+//! A Redis server that stalls (SIGSTOP: the kernel keeps accepting its connections and
+//! buffering requests, which it runs once continued): a wait goes on through the timeouts
+//! and ends with the lock held, leaving nothing behind. (Acquisitions whose answers were
+//! lost but that the server ran later: `redis_records`.)
+
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use crate::support::{PATIENT, RedisServer};
+use syncguard::redis::RedisBackend;
+use syncguard::testing::guard::{Call, Recorder, await_condition};
+use syncguard::{LockBackend, LockOptions, Locker};
+
+/// Calls that give up quickly, so a stall is a timeout.
+fn brisk(server: &RedisServer) -> RedisBackend {
+    RedisBackend::builder()
+        .url(server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .read_timeout(Duration::from_millis(300))
+        .write_timeout(Duration::from_millis(300))
+        .pool_timeout(Duration::from_secs(5))
+        .build()
+        .expect("a backend for the test server")
+}
+
+/// The server stopped (SIGSTOP) until this is dropped (SIGCONT), also when the test fails.
+struct Stopped(String);
+
+impl Stopped {
+    fn stop(server: &RedisServer) -> Stopped {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut server.connection())
+            .expect("INFO server");
+        let pid = info
+            .lines()
+            .find_map(|line| line.strip_prefix("process_id:"))
+            .expect("INFO names the server's pid")
+            .trim()
+            .to_owned();
+        signal("STOP", &pid);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal("CONT", &self.0);
+    }
+}
+
+fn signal(name: &str, pid: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid)
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{name} {pid}");
+}
+
+#[test]
+fn a_wait_goes_on_through_a_stall() {
+    let server = RedisServer::start();
+    let key = format!("stall:{}", syncguard::driver::generate_lock_id());
+    let recorder = Recorder::new(brisk(&server));
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(600))
+        .timeout(Duration::from_secs(120));
+    let locker = Locker::with_defaults(recorder.clone(), options);
+
+    let stopped = Stopped::stop(&server);
+    let waiter = thread::spawn({
+        let (locker, key) = (locker.clone(), key.clone());
+        move || locker.lock(&key).map(|guard| guard.release())
+    });
+    await_condition("two attempts timed out in the stall", PATIENT, || {
+        recorder.count(&Call::Acquire(key.clone())) >= 2
+    });
+    // The server now runs what it buffered.
+    drop(stopped);
+
+    let released = waiter
+        .join()
+        .expect("the waiter did not panic")
+        .expect("the wait ended with the lock held, not with the stall's timeout");
+    assert_eq!(released.ok(), Some(true), "the waiter's own lock released");
+    await_condition("no lock left behind", PATIENT, || {
+        !locker.backend().is_locked(&key).unwrap_or(true)
+    });
+}
