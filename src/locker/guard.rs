@@ -83,6 +83,28 @@ impl LockGuard {
         self.lease.expires_at_ms()
     }
 
+    /// The lease's local deadline: when the last acquisition or renewal the store confirmed
+    /// was sent, plus its TTL. The store counts from when the request arrived, so its record
+    /// expires no earlier; the guard is lost at this instant unless a renewal is confirmed
+    /// first. Moves forward with each renewal. Work that must be over before anyone else can
+    /// hold the lock (as `syncguard run --on-lost kill` ends its command `--grace` before it)
+    /// is timed against it. Costs no I/O.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use syncguard::{LockOptions, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let before = Instant::now();
+    /// let guard = locker.lock_with("job", &LockOptions::default().ttl(Duration::from_secs(30)))?;
+    /// assert!(guard.deadline() >= before + Duration::from_secs(30));
+    /// assert!(guard.deadline() <= Instant::now() + Duration::from_secs(30));
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    pub fn deadline(&self) -> std::time::Instant {
+        self.lease.deadline()
+    }
+
     /// Whether the lease is lost: a renewal found the lock gone, or the TTL ran out without a
     /// successful renewal. Once true, stays true. Costs no I/O.
     pub fn is_lost(&self) -> bool {
