@@ -11,7 +11,7 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
 use crate::locker::heartbeat::Scheduler;
-use crate::locker::lease::{HeldLease, Renewal};
+use crate::locker::lease::{HeldLease, Released, Renewal};
 use crate::locker::options::ReleaseErrorCallback;
 use crate::locker::store::{Origin, Store};
 use crate::time::Ttl;
@@ -163,28 +163,39 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock. `Ok(true)` when this call removed it, `Ok(false)` when it was
-    /// already gone (expired, or taken over). No renewal is sent once this has begun.
+    /// Releases the lock. `Ok(true)` when this call removed it (or, before a
+    /// [`min_hold`](crate::LockOptions::min_hold) ended, set it to expire when the hold ends),
+    /// `Ok(false)` when it was already gone (expired, or taken over). No renewal is sent once
+    /// this has begun.
     pub fn release(self) -> Result<bool> {
         self.release_now()
     }
 
     fn release_now(&self) -> Result<bool> {
-        let released = self.lease.release(self.store.driver());
-        match &released {
-            Ok(true) => self.store.released(self.lease.key()),
-            Ok(false) => {}
-            // The store may not have heard it: try again in the background while the lease
-            // could still be live, so the key is not left locked for nobody.
-            Err(error) if error.code() != ErrorCode::InvalidArgument => self.store.release_later(
-                self.lease.key(),
-                self.lease.lock_id(),
-                self.lease.ttl().as_duration(),
-                Origin::FailedRelease,
-            ),
-            Err(_) => {}
+        match self.lease.release(self.store.driver()) {
+            Ok(Released::Removed) => {
+                self.store.released(self.lease.key());
+                Ok(true)
+            }
+            Ok(Released::Kept) => Ok(true),
+            Ok(Released::Absent) => Ok(false),
+            Err(error) => {
+                // The store may not have heard it: try again in the background while the lease
+                // could still be live, so the key is not left locked for nobody (but never
+                // before a min_hold ends: the lock is to stay until then).
+                if error.code() != ErrorCode::InvalidArgument
+                    && self.lease.min_hold_left().is_none()
+                {
+                    self.store.release_later(
+                        self.lease.key(),
+                        self.lease.lock_id(),
+                        self.lease.ttl().as_duration(),
+                        Origin::FailedRelease,
+                    );
+                }
+                Err(error)
+            }
         }
-        released
     }
 
     /// Keeps the lock but lets go of it here: the heartbeat stops renewing it and dropping

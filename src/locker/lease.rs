@@ -6,6 +6,7 @@
 //!   Held ──renewal: gone────▶ Lost{confirmed}   (the store said so: nothing to release)
 //!   Held ──deadline passed──▶ Lost{unconfirmed} (releasing is still worth a try)
 //!   Held | Lost{unconfirmed} ──release──▶ Releasing ──▶ Released
+//!                   (before min_hold ends: the release is an extension to the hold's end)
 //!   Held ──detach──▶ Detached              (kept in the store, forgotten here)
 //! ```
 //!
@@ -60,6 +61,17 @@ struct State {
     renewing: bool,
 }
 
+/// What a release came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The lock was deleted.
+    Removed,
+    /// Released before its `min_hold` ended: set to expire then, and left in the store.
+    Kept,
+    /// It was gone already (or released before).
+    Absent,
+}
+
 /// What a renewal came to.
 pub(crate) enum Renewal {
     /// The store renewed it: the lease goes on.
@@ -103,6 +115,8 @@ pub(crate) struct HeldLease {
     lost_token: CancelToken,
     /// When renewals stop (`LockOptions::max_hold`): the lease then ends at its last expiry.
     hold_until: Option<Instant>,
+    /// Until when a release keeps the lock (`LockOptions::min_hold`).
+    hold_at_least_until: Option<Instant>,
     /// Instants below are stored as nanoseconds since `base`, so readers never block.
     base: Instant,
     ttl_ms: AtomicI64,
@@ -143,6 +157,7 @@ pub(crate) struct Grant {
 pub(crate) struct Terms {
     pub heartbeat: Heartbeat,
     pub max_hold: Option<Duration>,
+    pub min_hold: Option<Duration>,
     pub on_lock_lost: Option<LostCallback>,
 }
 
@@ -156,6 +171,7 @@ impl HeldLease {
             on_lock_lost: terms.on_lock_lost,
             lost_token: CancelToken::new(),
             hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
+            hold_at_least_until: terms.min_hold.and_then(|hold| grant.sent.checked_add(hold)),
             base: grant.sent,
             ttl_ms: AtomicI64::new(0),
             deadline_ns: AtomicU64::new(0),
@@ -397,10 +413,10 @@ impl HeldLease {
         self.report_lost(why);
     }
 
-    /// Releases the lease through `driver`, once: `Ok(true)` when this removed the lock,
-    /// `Ok(false)` when it was gone already (or released before). Waits for a renewal in
-    /// flight to come back first, so that none is sent after the release.
-    pub(crate) fn release(&self, driver: &dyn Driver) -> Result<bool> {
+    /// Releases the lease through `driver`, once. Waits for a renewal in flight to come back
+    /// first, so that none is sent after the release. Before `min_hold` has passed the lock is
+    /// kept: one extension sets it to expire when the hold ends.
+    pub(crate) fn release(&self, driver: &dyn Driver) -> Result<Released> {
         let version = {
             let mut state = self.settled_state();
             match state.phase {
@@ -410,21 +426,45 @@ impl HeldLease {
                 }
                 Phase::Lost { confirmed: true } | Phase::Releasing | Phase::Released => {
                     self.set_phase(&mut state, Phase::Released);
-                    return Ok(false);
+                    return Ok(Released::Absent);
                 }
-                Phase::Detached => return Ok(false),
+                Phase::Detached => return Ok(Released::Absent),
             }
         };
         let lease = LeaseRef::new(&self.lock_id)
             .with_key(&self.key)
             .with_version(version.as_ref());
-        let result = driver.release_lease(lease);
+        let result = match self.min_hold_left() {
+            Some(left) => driver
+                .extend_lease(lease, left)
+                .map(|outcome| match outcome {
+                    Outcome::Applied(extension) => {
+                        self.expires_at_ms
+                            .store(extension.expires_at_ms, Ordering::Release);
+                        Released::Kept
+                    }
+                    _ => Released::Absent,
+                }),
+            None => driver.release_lease(lease).map(|outcome| match outcome {
+                Outcome::Applied(()) => Released::Removed,
+                _ => Released::Absent,
+            }),
+        };
         self.set_phase(&mut self.state(), Phase::Released);
         match result {
-            Ok(outcome) => Ok(outcome.is_applied()),
             Err(error) if error.key().is_none() => Err(error.with_key(self.key.as_str())),
-            Err(error) => Err(error),
+            result => result,
         }
+    }
+
+    /// What is left of `min_hold`, rounded up to a whole millisecond; `None` once it is over
+    /// (or without one).
+    pub(crate) fn min_hold_left(&self) -> Option<Ttl> {
+        let left = self
+            .hold_at_least_until?
+            .saturating_duration_since(Instant::now());
+        let ms = i64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
+        (ms >= 1).then(|| Ttl::from_checked_millis(ms.min(crate::time::MAX_TTL_MS)))
     }
 
     /// Stops renewing and releasing: the lock stays in the store until its expiry, under the
@@ -470,8 +510,9 @@ impl HeldLease {
     /// A lease that ran out unconfirmed is released in the background at once, rather than
     /// left in the store until the guard is dropped: the program has been told it is lost,
     /// and a renewal applied late may have kept it alive there. Once per lease.
+    /// Not during a `min_hold`: the record must then stay until the hold ends.
     pub(crate) fn release_if_lapsed(&self, store: &dyn Store) {
-        if self.lapsed.swap(false, Ordering::AcqRel) {
+        if self.lapsed.swap(false, Ordering::AcqRel) && self.min_hold_left().is_none() {
             let ttl = self.ttl().as_duration();
             store.release_later(&self.key, &self.lock_id, ttl, Origin::Lapsed);
         }

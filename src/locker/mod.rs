@@ -214,6 +214,7 @@ impl<B: Driver + 'static> Locker<B> {
         let key = Key::new(key)?;
         let ttl = Ttl::new(options.ttl)?;
         options.validated_heartbeat()?;
+        options.validated_holds()?;
         // Before acquiring: a thread that cannot start must not leave a lock behind. It renews
         // leases and reports them lost at their deadlines, also with the heartbeat off.
         let store: Weak<dyn Store> = self.shared.this.clone();
@@ -307,6 +308,7 @@ impl<B: Driver + 'static> Locker<B> {
             Terms {
                 heartbeat: options.heartbeat,
                 max_hold: options.max_hold,
+                min_hold: options.min_hold,
                 on_lock_lost: options.on_lock_lost.clone(),
             },
         ));

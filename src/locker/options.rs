@@ -53,6 +53,7 @@ impl Heartbeat {
 /// | [`jitter`](LockOptions::jitter) | [`Jitter::Equal`] |
 /// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] (every ttl/3) |
 /// | [`max_hold`](LockOptions::max_hold) | none |
+/// | [`min_hold`](LockOptions::min_hold) | none |
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,6 +77,7 @@ pub struct LockOptions {
     pub(crate) heartbeat: Heartbeat,
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
     pub(crate) on_lock_lost: Option<LostCallback>,
     pub(crate) on_release_error: Option<ReleaseErrorCallback>,
 }
@@ -93,6 +95,7 @@ impl Default for LockOptions {
             heartbeat: Heartbeat::Auto,
             cancel: None,
             max_hold: None,
+            min_hold: None,
             on_lock_lost: None,
             on_release_error: None,
         }
@@ -172,6 +175,34 @@ impl LockOptions {
         self
     }
 
+    /// The shortest the lock is held (ShedLock's `lockAtLeastFor`): a guard released — dropped,
+    /// [`release`](crate::LockGuard::release)d, or at the end of
+    /// [`with_lock`](crate::Locker::with_lock) — before `min_hold` has passed since the
+    /// acquisition deletes nothing: its lease is set to end `min_hold` after the acquisition
+    /// (one extension with the time left), renewals stop, and the record expires by itself;
+    /// `release()` reports `true`. Released later, the lock is deleted as usual. This is how a
+    /// job that cron starts on several machines runs once per schedule: the first machine holds
+    /// the key for at least `min_hold`, so the others, starting a moment later, find it held
+    /// and skip. Must be at least 1 ms and, with [`max_hold`](LockOptions::max_hold), no more
+    /// than it (else `InvalidArgument` before any I/O). Default: none.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{LockBackend, LockOptions, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let once = LockOptions::default().min_hold(Duration::from_secs(60));
+    /// let guard = locker.lock_with("nightly-report", &once)?;
+    /// assert!(guard.release()?); // the job was quick…
+    /// assert!(locker.backend().is_locked("nightly-report")?); // …the key stays held
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    #[must_use]
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = Some(min_hold);
+        self
+    }
+
     /// A token that ends the wait with `Aborted` when cancelled.
     #[must_use]
     pub fn cancel(mut self, cancel: CancelToken) -> Self {
@@ -201,6 +232,26 @@ impl LockOptions {
         self
     }
 
+    /// Checks `min_hold` against `max_hold`, before any I/O.
+    pub(crate) fn validated_holds(&self) -> Result<()> {
+        let Some(min_hold) = self.min_hold else {
+            return Ok(());
+        };
+        if min_hold < Duration::from_millis(1) {
+            return Err(LockError::invalid_argument(format!(
+                "min_hold {min_hold:?} must be at least 1 ms"
+            )));
+        }
+        if let Some(max_hold) = self.max_hold
+            && min_hold > max_hold
+        {
+            return Err(LockError::invalid_argument(format!(
+                "min_hold {min_hold:?} must not exceed max_hold {max_hold:?}"
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn validated_heartbeat(&self) -> Result<Option<Duration>> {
         if let Heartbeat::Every(every) = self.heartbeat
             && (every.is_zero() || every >= self.ttl)
@@ -227,6 +278,7 @@ impl fmt::Debug for LockOptions {
             .field("heartbeat", &self.heartbeat)
             .field("cancel", &self.cancel)
             .field("max_hold", &self.max_hold)
+            .field("min_hold", &self.min_hold)
             .field("on_lock_lost", &self.on_lock_lost.is_some())
             .field("on_release_error", &self.on_release_error.is_some())
             .finish()

@@ -1042,3 +1042,122 @@ pub fn failed_releases_are_retried<B: LockBackend + 'static>(backend: B) {
         !locker.backend().is_locked(&key).unwrap()
     });
 }
+
+/// `min_hold`: a lock released before its hold ends stays in the store — `release()`, drop,
+/// the end of `with_lock` and a panic in its closure alike — set to expire when the hold ends:
+/// one extension, no delete, no renewal after it; then it expires by itself.
+pub fn min_hold_keeps_an_early_release<B: LockBackend + 'static>(backend: B) {
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(60))
+        .min_hold(Duration::from_secs(2));
+    let (locker, recorder) = recorded_locker(backend, options);
+    let keys =
+        ["release", "drop", "with-lock", "panic"].map(|how| unique_key(&format!("min-hold-{how}")));
+
+    let guard = locker.lock(&keys[0]).unwrap();
+    let (lock_id, expiry) = (guard.lock_id().to_owned(), guard.expires_at_ms());
+    assert!(guard.release().unwrap(), "an early release reports success");
+    drop(locker.lock(&keys[1]).unwrap());
+    assert_eq!(locker.with_lock(&keys[2], |_| 7).unwrap(), 7);
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        locker.with_lock(&keys[3], |_| panic!("the job failed"))
+    }));
+    assert!(panicked.is_err());
+
+    for key in &keys {
+        assert!(
+            locker.backend().is_locked(key).unwrap(),
+            "{key}: held until its min_hold ends"
+        );
+        assert!(locker.try_lock(key).unwrap().is_none(), "{key}");
+    }
+    let info = crate::get_by_id_raw(locker.backend(), &lock_id)
+        .unwrap()
+        .expect("the released lock is still stored under its lock id");
+    assert!(
+        info.info.expires_at_ms < expiry,
+        "set to end with the hold, not with the 60 s lease"
+    );
+    let extends = recorder.count(&Call::Extend(lock_id.clone()));
+    assert_eq!(extends, 1, "one extension to the hold's end");
+    assert!(
+        !recorder
+            .calls()
+            .iter()
+            .any(|call| matches!(call, Call::Release(_))),
+        "nothing deleted"
+    );
+    await_condition("the kept locks to expire by themselves", PATIENCE, || {
+        keys.iter()
+            .all(|key| !locker.backend().is_locked(key).unwrap())
+    });
+    assert_eq!(
+        recorder.count(&Call::Extend(lock_id)),
+        extends,
+        "no renewal after the release"
+    );
+}
+
+/// `min_hold`: released after the hold has passed, a lock is deleted as usual; lost during
+/// the hold, a release reports `false` and leaves the new holder alone.
+pub fn min_hold_after_the_hold_and_on_loss<B: LockBackend + 'static>(backend: B) {
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let short = LockOptions::default().min_hold(Duration::from_millis(200));
+    let key = unique_key("min-hold-over");
+    let acquired = Instant::now();
+    let guard = locker.lock_with(&key, &short).unwrap();
+    await_condition("the min_hold to pass", PATIENCE, || {
+        acquired.elapsed() > Duration::from_millis(250)
+    });
+    let lock_id = guard.lock_id().to_owned();
+    assert!(guard.release().unwrap());
+    assert_eq!(recorder.count(&Call::Release(lock_id)), 1);
+    assert!(
+        !locker.backend().is_locked(&key).unwrap(),
+        "deleted at once"
+    );
+
+    let long = short_lease(10_000, 100).min_hold(Duration::from_secs(60));
+    let key = unique_key("min-hold-lost");
+    let guard = locker.lock_with(&key, &long).unwrap();
+    assert!(locker.backend().release(guard.lock_id()).unwrap());
+    let taker = locker
+        .backend()
+        .acquire(&key, Duration::from_secs(60))
+        .unwrap()
+        .lease()
+        .expect("the freed key can be taken");
+    await_condition("the loss to be noticed", PATIENCE, || guard.is_lost());
+    assert!(!guard.release().unwrap(), "nothing of ours left to keep");
+    assert!(
+        owns(locker.backend(), &taker.lock_id).unwrap(),
+        "the new holder is untouched"
+    );
+    assert!(locker.backend().release(&taker.lock_id).unwrap());
+}
+
+/// A `min_hold` below 1 ms, or above `max_hold`, is refused before anything is sent.
+pub fn min_hold_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let key = unique_key("min-hold-invalid");
+    for options in [
+        LockOptions::default().min_hold(Duration::ZERO),
+        LockOptions::default().min_hold(Duration::from_micros(999)),
+        LockOptions::default()
+            .min_hold(Duration::from_secs(2))
+            .max_hold(Duration::from_secs(1)),
+    ] {
+        let error = locker.lock_with(&key, &options).unwrap_err();
+        assert_eq!(
+            error.code(),
+            ErrorCode::InvalidArgument,
+            "{options:?}: {error}"
+        );
+    }
+    assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
+    let fine = LockOptions::default()
+        .min_hold(Duration::from_secs(1))
+        .max_hold(Duration::from_secs(1));
+    let guard = locker.lock_with(&key, &fine).unwrap();
+    drop(guard);
+}

@@ -116,6 +116,9 @@ macro_rules! __contract_tests {
             transient_acquire_failures_are_waited_through,
             acquisitions_in_doubt_are_released,
             failed_releases_are_retried,
+            min_hold_keeps_an_early_release,
+            min_hold_after_the_hold_and_on_loss,
+            min_hold_is_validated_before_any_io,
         );
     };
     (
