@@ -866,7 +866,8 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
     const GUARDS: usize = 20;
     let removed = [1, 6, 13];
     let taken_over = [3, 10, 19];
-    let (locker, recorder) = recorded_locker(backend, short_lease(6_000, 200));
+    // Renewed often, so batches form; a long TTL, so that a slow store loses no lease.
+    let (locker, recorder) = recorded_locker(backend, short_lease(30_000, 200));
     let keys: Vec<String> = (0..GUARDS)
         .map(|i| unique_key(&format!("batch-{i}")))
         .collect();
@@ -1047,9 +1048,10 @@ pub fn failed_releases_are_retried<B: LockBackend + 'static>(backend: B) {
 /// the end of `with_lock` and a panic in its closure alike — set to expire when the hold ends:
 /// one extension, no delete, no renewal after it; then it expires by itself.
 pub fn min_hold_keeps_an_early_release<B: LockBackend + 'static>(backend: B) {
+    // A hold long enough for the four acquisitions on a slow store, and a TTL far beyond it.
     let options = LockOptions::default()
-        .ttl(Duration::from_secs(60))
-        .min_hold(Duration::from_secs(2));
+        .ttl(Duration::from_secs(120))
+        .min_hold(Duration::from_secs(10));
     let (locker, recorder) = recorded_locker(backend, options);
     let keys =
         ["release", "drop", "with-lock", "panic"].map(|how| unique_key(&format!("min-hold-{how}")));
@@ -1076,7 +1078,7 @@ pub fn min_hold_keeps_an_early_release<B: LockBackend + 'static>(backend: B) {
         .expect("the released lock is still stored under its lock id");
     assert!(
         info.info.expires_at_ms < expiry,
-        "set to end with the hold, not with the 60 s lease"
+        "set to end with the hold, not with the 120 s lease"
     );
     let extends = recorder.count(&Call::Extend(lock_id.clone()));
     assert_eq!(extends, 1, "one extension to the hold's end");
@@ -1087,10 +1089,14 @@ pub fn min_hold_keeps_an_early_release<B: LockBackend + 'static>(backend: B) {
             .any(|call| matches!(call, Call::Release(_))),
         "nothing deleted"
     );
-    await_condition("the kept locks to expire by themselves", PATIENCE, || {
-        keys.iter()
-            .all(|key| !locker.backend().is_locked(key).unwrap())
-    });
+    await_condition(
+        "the kept locks to expire by themselves",
+        2 * PATIENCE,
+        || {
+            keys.iter()
+                .all(|key| !locker.backend().is_locked(key).unwrap())
+        },
+    );
     assert_eq!(
         recorder.count(&Call::Extend(lock_id)),
         extends,
@@ -1117,7 +1123,7 @@ pub fn min_hold_after_the_hold_and_on_loss<B: LockBackend + 'static>(backend: B)
         "deleted at once"
     );
 
-    let long = short_lease(10_000, 100).min_hold(Duration::from_secs(60));
+    let long = short_lease(10_000, 500).min_hold(Duration::from_secs(60));
     let key = unique_key("min-hold-lost");
     let guard = locker.lock_with(&key, &long).unwrap();
     assert!(locker.backend().release(guard.lock_id()).unwrap());
