@@ -699,6 +699,34 @@ impl RedisBackend {
         }
     }
 
+    /// The error for a script that refused what it found, before writing anything: a key
+    /// holding no SyncGuard record (`{FOREIGN, key, why}`), a fence counter that is no
+    /// counter (`{BAD_COUNTER, key, why}`) or that reached the limit (`{FENCE_OVERFLOW, key}`).
+    /// Always `Internal`, naming the Redis key; `key` is the user key, where known.
+    fn refusal(&self, reply: &mut Reply, key: Option<&Key>) -> LockError {
+        let redis_key = reply.string().unwrap_or_default();
+        let why = reply.string().unwrap_or_default();
+        let at = self.server.location();
+        let error = LockError::internal(match reply.status {
+            Status::FenceOverflow => format!(
+                "the fence counter {redis_key:?} has reached {FENCE_MAX}, the largest fence \
+                 (Redis {at}); nothing was written: rotate the key namespace (key_prefix)"
+            ),
+            Status::BadCounter => format!(
+                "the fence counter {redis_key:?} holds no fence counter: {why} (Redis {at}); \
+                 nothing was written: repair or remove it"
+            ),
+            _ => format!(
+                "the Redis key {redis_key:?} holds no SyncGuard lock record: {why} (Redis \
+                 {at}); syncguard never overwrites it: remove it, or use another key_prefix"
+            ),
+        });
+        match key {
+            Some(key) => error.with_key(key.as_str()),
+            None => error,
+        }
+    }
+
     fn decode(&self, raw: &str) -> Result<LockRecord> {
         let stored: StoredLock = serde_json::from_str(raw).map_err(|_| self.foreign(None))?;
         let fence = stored
@@ -725,8 +753,8 @@ impl RedisBackend {
             Status::Ok => applied(reply).map(Outcome::Applied),
             Status::NotFound | Status::Absent => Ok(Outcome::NotFound),
             Status::Expired => Ok(Outcome::Expired),
-            Status::Foreign | Status::FenceOverflow => {
-                Err(self.foreign(None).with_lock_id(lock_id.as_str()))
+            Status::Foreign | Status::FenceOverflow | Status::BadCounter => {
+                Err(self.refusal(reply, None).with_lock_id(lock_id.as_str()))
             }
         }
     }
@@ -777,6 +805,20 @@ impl RedisBackend {
             ),
         )
         .with_key(key.as_str())
+    }
+
+    /// Deletes the index entry of a lock id that holds no lock (best effort: it expires with
+    /// its TTL anyway).
+    fn drop_index_entry(&self, index_key: &str) {
+        let deleted = self
+            .pool
+            .run(&self.server, |conn| redis::cmd("DEL").arg(index_key).query::<i64>(conn));
+        if let Err(error) = deleted {
+            log::warn!(
+                "syncguard: could not delete the index entry of a refused acquisition; it \
+                 expires with its TTL: {error}"
+            );
+        }
     }
 
     /// Releases a lock whose acquisition did not reach enough replicas, and says so.
@@ -978,13 +1020,16 @@ impl Driver for RedisBackend {
                 ))
             }
             Status::Absent => Ok(Acquisition::Locked),
-            Status::FenceOverflow => Err(LockError::internal(format!(
-                "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
-            ))
-            .with_key(key.as_str())),
-            Status::Foreign | Status::NotFound | Status::Expired => {
-                Err(self.foreign(Some(key.as_str())))
+            Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
+                let error = self.refusal(&mut reply, Some(key));
+                if split && index.is_ok() {
+                    // The index entry went out beside the script (one round trip) and points
+                    // at no lock of this lock id: a refusal leaves nothing behind.
+                    self.drop_index_entry(&index_key);
+                }
+                Err(error)
             }
+            Status::NotFound | Status::Expired => Err(self.foreign(Some(key.as_str()))),
         }
     }
 
@@ -1025,7 +1070,7 @@ impl Driver for RedisBackend {
         let lock_key = self.keys.lock_keys(key.as_str())?.lock;
         let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
         let index_head = self.keys.cleanup_index_head();
-        let reply = self.run(|conn| {
+        let mut reply = self.run(|conn| {
             SCRIPTS
                 .is_locked
                 .key(&lock_key)
@@ -1037,7 +1082,7 @@ impl Driver for RedisBackend {
         })?;
         match reply.status {
             Status::Ok => Ok(true),
-            Status::Foreign => Err(self.foreign(Some(key.as_str()))),
+            Status::Foreign => Err(self.refusal(&mut reply, Some(key))),
             _ => Ok(false),
         }
     }
@@ -1086,7 +1131,7 @@ impl Driver for RedisBackend {
         let mut reply = match by {
             Find::Key(key) => {
                 let lock_key = self.keys.lock_keys(key.as_str())?.lock;
-                let reply = self.run(|conn| {
+                let mut reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_key
                         .key(&lock_key)
@@ -1094,7 +1139,7 @@ impl Driver for RedisBackend {
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.foreign(Some(key.as_str())));
+                    return Err(self.refusal(&mut reply, Some(key)));
                 }
                 reply
             }
@@ -1103,7 +1148,7 @@ impl Driver for RedisBackend {
             }
             Find::LockId(lock_id) => {
                 let index_key = self.keys.index_key(lock_id);
-                let reply = self.run(|conn| {
+                let mut reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_id
                         .key(&index_key)
@@ -1112,7 +1157,7 @@ impl Driver for RedisBackend {
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.foreign(None).with_lock_id(lock_id.as_str()));
+                    return Err(self.refusal(&mut reply, None).with_lock_id(lock_id.as_str()));
                 }
                 reply
             }
