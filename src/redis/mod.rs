@@ -974,17 +974,31 @@ impl Driver for RedisBackend {
             .arg(&keys.lock)
             .arg("PX")
             .arg(ttl.as_millis());
-        let (value, index, acknowledged) = self.pool.run_on(&self.server, |mut conn| {
+        // Whether the script may have run although no answer came back (a timeout, a
+        // connection lost after the request went out): then the lock may be held under
+        // `lock_id`, and the error says so (`in_doubt`), so that the Locker can release it.
+        let unanswered = std::cell::Cell::new(false);
+        let note = |error: redis::RedisError| {
+            if error.code().is_none() {
+                unanswered.set(true);
+            }
+            error
+        };
+        let answer = self.pool.run_on(&self.server, |mut conn| {
             let (value, index) = if split {
                 let answers = split::script_with_index(
                     &mut conn,
                     &invocation,
                     &SCRIPTS.acquire,
                     set_index.clone(),
-                )?;
+                )
+                .map_err(note)?;
                 (answers.script, answers.index)
             } else {
-                (invocation.invoke(conn.as_dyn())?, Ok(redis::Value::Okay))
+                (
+                    invocation.invoke(conn.as_dyn()).map_err(note)?,
+                    Ok(redis::Value::Okay),
+                )
             };
             // WAIT counts the acknowledgements of this connection's writes, so it goes on the
             // same connection; its failure is an answer, not a reason to repeat the script.
@@ -993,6 +1007,14 @@ impl Driver for RedisBackend {
                 _ => None,
             };
             Ok((value, index, acknowledged))
+        });
+        let (value, index, acknowledged) = answer.map_err(|error| {
+            let error = error.with_key(key.as_str());
+            if unanswered.get() {
+                error.in_doubt(lock_id.as_str())
+            } else {
+                error
+            }
         })?;
         let mut reply = Reply::parse(value)?;
         match reply.status {
