@@ -555,7 +555,8 @@ fn connect(
         let connector = Connector::new(target, Arc::clone(&server), timeouts, last_failure.clone());
         connector.probe()?;
         Ok(Pool::Own {
-            pool: pool_builder(pool_size, timeouts.checkout).build_unchecked(connector),
+            pool: pool_builder(pool_size, timeouts.checkout).build_unchecked(connector.clone()),
+            connector,
             last_failure: last_failure.clone(),
             sentinel,
         })

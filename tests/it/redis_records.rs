@@ -349,7 +349,8 @@ fn a_server_that_never_answers_costs_one_connect_attempt() {
     let key = unique("black-hole");
     assert!(!backend.is_locked(&key).unwrap());
     proxy.set_mode(Mode::BlackHole);
-    proxy.cut_all();
+    let cut = proxy.cut_all();
+    eprintln!("cut {cut}, connections {}", proxy.connections());
     let before = proxy.connections();
     let started = std::time::Instant::now();
     let err = within_a_minute(move || backend.is_locked(&key).map(|_| backend)).unwrap_err();
