@@ -148,13 +148,31 @@
 //! # Errors
 //!
 //! Connection refused, reset or dropped, DNS failure, a server loading or read-only →
-//! `ServiceUnavailable`; `NOAUTH`/`WRONGPASS`/`NOPERM` → `AuthFailed`; `WRONGTYPE` and syntax
-//! errors → `InvalidArgument`; read, write or connect timeouts → `NetworkTimeout`; no pooled
-//! connection free within the pool timeout while the server is reachable → `RateLimited`
-//! (when connecting is what fails, the connect error's code instead); a lock key holding
-//! something that is not a SyncGuard lock record, or a fence counter past
-//! [`FENCE_MAX`] → `Internal`. A pooled connection found dead (a restarted
-//! server) is replaced and the call repeated once, which every script is safe against.
+//! `ServiceUnavailable`; `NOAUTH`/`WRONGPASS`/`NOPERM` → `AuthFailed`; syntax errors →
+//! `InvalidArgument`; read, write or connect timeouts, and a server that accepts connections
+//! but never answers → `NetworkTimeout`; no pooled connection free within the pool timeout
+//! while the server is reachable → `RateLimited` (when connecting is what fails, the connect
+//! error's code instead). A pooled connection found dead (a restarted server) is replaced and
+//! the call repeated once, which every script is safe against.
+//!
+//! **What is stored is checked by one rule, in every operation** (the scripts' shared prelude):
+//! a lock record is a JSON object with a 22-character base64url `lockId`, whole-millisecond
+//! `expiresAtMs` and `acquiredAtMs` in `0..9e15`, a non-empty `key` and a 15-digit `fence`
+//! other than zero; further fields are kept. Anything else under a lock key (another shape,
+//! a malformed field, `Infinity`, text that is not JSON, a hash — `WRONGTYPE`), a fence counter
+//! that is not a non-negative integer, or one at [`FENCE_MAX`] → `Internal`, naming the
+//! Redis key and what is wrong, before anything is written (in the cluster layout, the index
+//! entry sent beside a refused acquisition is deleted again).
+//!
+//! An acquisition whose script was sent but got no answer (a timeout, a connection lost after
+//! the request went out) fails marked [in doubt](LockError::in_doubt), with the lock id it was
+//! sent under: the server may still apply it.
+//!
+//! A new connection is opened within `connect_timeout`, all included: TCP and TLS, `AUTH` or
+//! `HELLO`, `SELECT`, and one answered command (`PING` without `SELECT`). The call that needs
+//! it opens it: one attempt, whose failure is the call's error (not a wait for the pool
+//! timeout). `CLIENT SETINFO` is not sent: redis-rs would wait a whole connect timeout for
+//! each of its replies from a server that does not answer.
 //!
 //! Messages name the server (`host:port`, and the database when it is not 0) and the cause:
 //! connection refused, host name not resolved, the TLS reason, authentication failed or

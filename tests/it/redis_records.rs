@@ -360,6 +360,54 @@ fn a_server_that_never_answers_costs_one_connect_attempt() {
     assert_eq!(proxy.connections() - before, 1, "one connect attempt");
 }
 
+/// A listener whose accept queue is full: the kernel drops the SYNs of further connections.
+/// Returns it with the connections that fill it.
+fn full_listener(port: u16) -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("take the port");
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    // std listens with a backlog of 128; a connection that is not completed at once is one
+    // whose SYN went unanswered (and if one still completes later, it is never answered:
+    // nobody accepts).
+    while queued.len() < 1024 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(stream) => queued.push(stream),
+            Err(_) => break,
+        }
+    }
+    (listener, queued)
+}
+
+/// The server goes away and its port is taken by a listener that never accepts (the SYN goes
+/// unanswered): the next call's connect attempt is its answer, `NetworkTimeout` naming
+/// connect_timeout, even when the pool timeout is shorter (it bounds the wait for a busy
+/// pool's connection, not a connect).
+#[test]
+fn a_listener_that_never_accepts_is_a_network_timeout() {
+    let mut server = RedisServer::start();
+    let backend = RedisBackend::builder()
+        .url(server.url())
+        .connect_timeout(Duration::from_secs(2))
+        .read_timeout(BRISK)
+        .write_timeout(BRISK)
+        .pool_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let key = unique("never-accepts");
+    assert!(!backend.is_locked(&key).unwrap());
+    server.stop();
+    let _full = full_listener(server.port);
+    let err = within_a_minute(move || backend.is_locked(&key).map(|_| backend)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
+    assert!(
+        err.message().starts_with(&format!(
+            "cannot connect to Redis at 127.0.0.1:{}: no answer in time (connect_timeout 2s",
+            server.port
+        )),
+        "{err}"
+    );
+}
+
 /// `build()` against a server that accepts and never answers: `NetworkTimeout`, one attempt.
 #[test]
 fn building_against_a_server_that_never_answers_is_a_network_timeout() {
