@@ -871,8 +871,7 @@ impl Pool {
                             // not r2d2's repeated attempts until the pool timeout. The pool's
                             // next connect takes it.
                             let state = pool.state();
-                            if state.idle_connections == 0 && state.connections < pool.max_size()
-                            {
+                            if state.idle_connections == 0 && state.connections < pool.max_size() {
                                 connector.open_spare(pool.max_size())?;
                             }
                             pool.get()

@@ -829,9 +829,9 @@ impl RedisBackend {
     /// Deletes the index entry of a lock id that holds no lock (best effort: it expires with
     /// its TTL anyway).
     fn drop_index_entry(&self, index_key: &str) {
-        let deleted = self
-            .pool
-            .run(&self.server, |conn| redis::cmd("DEL").arg(index_key).query::<i64>(conn));
+        let deleted = self.pool.run(&self.server, |conn| {
+            redis::cmd("DEL").arg(index_key).query::<i64>(conn)
+        });
         if let Err(error) = deleted {
             log::warn!(
                 "syncguard: could not delete the index entry of a refused acquisition; it \
@@ -1198,7 +1198,9 @@ impl Driver for RedisBackend {
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.refusal(&mut reply, None).with_lock_id(lock_id.as_str()));
+                    return Err(self
+                        .refusal(&mut reply, None)
+                        .with_lock_id(lock_id.as_str()));
                 }
                 reply
             }

@@ -185,7 +185,9 @@ impl RedisBackend {
         match reply.status {
             Status::Ok => {}
             Status::Foreign => {
-                return Err(self.refusal(&mut reply, None).with_lock_id(lock_id.as_str()));
+                return Err(self
+                    .refusal(&mut reply, None)
+                    .with_lock_id(lock_id.as_str()));
             }
             _ => return Ok(None),
         }

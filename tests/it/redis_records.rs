@@ -110,7 +110,12 @@ fn a_corrupt_fence_counter_stops_acquire_before_anything_is_written() {
         assert_eq!(last.fence.value(), limit, "{layout:?}");
         assert!(backend.release(&last.lock_id).unwrap());
         let err = backend.acquire(&key, TTL).unwrap_err();
-        assert_internal_naming(&err, Some(&key), &fence_key, &format!("{layout:?}, at limit"));
+        assert_internal_naming(
+            &err,
+            Some(&key),
+            &fence_key,
+            &format!("{layout:?}, at limit"),
+        );
         let _: () = conn.del(&fence_key).unwrap();
         assert!(keys_under(&mut conn, &prefix).is_empty(), "{layout:?}");
     }
@@ -257,8 +262,16 @@ fn assert_every_operation_is_internal(
     let index_key = backend.index_key(lock_id).unwrap();
     type Call<'a> = Box<dyn Fn() -> syncguard::Result<()> + 'a>;
     let calls: Vec<(&str, Option<&str>, Call<'_>)> = vec![
-        ("acquire", Some(key), Box::new(|| backend.acquire(key, TTL).map(drop))),
-        ("is_locked", Some(key), Box::new(|| backend.is_locked(key).map(drop))),
+        (
+            "acquire",
+            Some(key),
+            Box::new(|| backend.acquire(key, TTL).map(drop)),
+        ),
+        (
+            "is_locked",
+            Some(key),
+            Box::new(|| backend.is_locked(key).map(drop)),
+        ),
         (
             "lookup by key",
             Some(key),
@@ -269,10 +282,26 @@ fn assert_every_operation_is_internal(
             None,
             Box::new(|| backend.lookup(Lookup::LockId(lock_id)).map(drop)),
         ),
-        ("release by lock id", None, Box::new(|| backend.release(lock_id).map(drop))),
-        ("extend by lock id", None, Box::new(|| backend.extend(lock_id, TTL).map(drop))),
-        ("guard release", None, Box::new(|| backend.release_lease(guard).map(drop))),
-        ("guard extend", None, Box::new(|| backend.extend_lease(guard, ttl).map(drop))),
+        (
+            "release by lock id",
+            None,
+            Box::new(|| backend.release(lock_id).map(drop)),
+        ),
+        (
+            "extend by lock id",
+            None,
+            Box::new(|| backend.extend(lock_id, TTL).map(drop)),
+        ),
+        (
+            "guard release",
+            None,
+            Box::new(|| backend.release_lease(guard).map(drop)),
+        ),
+        (
+            "guard extend",
+            None,
+            Box::new(|| backend.extend_lease(guard, ttl).map(drop)),
+        ),
         (
             "batched renewal",
             None,
@@ -349,8 +378,7 @@ fn a_server_that_never_answers_costs_one_connect_attempt() {
     let key = unique("black-hole");
     assert!(!backend.is_locked(&key).unwrap());
     proxy.set_mode(Mode::BlackHole);
-    let cut = proxy.cut_all();
-    eprintln!("cut {cut}, connections {}", proxy.connections());
+    proxy.cut_all();
     let before = proxy.connections();
     let started = std::time::Instant::now();
     let err = within_a_minute(move || backend.is_locked(&key).map(|_| backend)).unwrap_err();
@@ -507,7 +535,10 @@ fn an_acquisition_without_an_answer_is_in_doubt_with_its_lock_id() {
     let err = backend.acquire(&key, TTL).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
     assert!(err.is_in_doubt(), "{err:?}");
-    let lock_id = err.lock_id().expect("the lock id it was sent under").to_owned();
+    let lock_id = err
+        .lock_id()
+        .expect("the lock id it was sent under")
+        .to_owned();
     drop(stopped);
 
     syncguard::testing::guard::await_condition("the late acquisition", PATIENT, || {
