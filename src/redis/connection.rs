@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use r2d2::{ManageConnection, PooledConnection};
 use redis::{
@@ -469,18 +469,41 @@ pub(crate) struct Timeouts {
 }
 
 /// Where a [`Connector`] connects: one fixed server, or the primary the Sentinels name.
+#[derive(Clone)]
 pub(crate) enum Target {
     Fixed(Box<Client>),
     Sentinel(Arc<SentinelPrimary>),
 }
 
-/// The r2d2 manager for connections syncguard opens itself: connect with a timeout, then set
-/// read and write timeouts, and remember why the last connect failed (r2d2 reports only text).
+/// The r2d2 manager for connections syncguard opens itself: connect within the connect
+/// timeout, then set read and write timeouts, and remember why the last connect failed (r2d2
+/// reports only text). Clones share the spare connections and the last failure: the pool owns
+/// one, [`Pool::Own`] keeps another to open connections on the caller's thread.
+#[derive(Clone)]
 pub(crate) struct Connector {
     target: Target,
     server: Arc<Server>,
     timeouts: Timeouts,
     last_failure: LastFailure,
+    spares: Spares,
+}
+
+/// Connections a caller opened itself (see [`Pool::checkout`]), which the pool's next connect
+/// takes instead of opening one. At most a pool's worth.
+#[derive(Clone, Default)]
+struct Spares(Arc<Mutex<Vec<OwnConnection>>>);
+
+impl Spares {
+    fn put(&self, connection: OwnConnection, limit: u32) {
+        let mut spares = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if spares.len() < limit as usize {
+            spares.push(connection);
+        }
+    }
+
+    fn take(&self) -> Option<OwnConnection> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).pop()
+    }
 }
 
 /// Why the last connection attempt failed, as the code and message of its [`LockError`]
@@ -514,19 +537,39 @@ impl Connector {
             server,
             timeouts,
             last_failure,
+            spares: Spares::default(),
         }
     }
 
-    /// Opens one connection and checks it with a `PING` (a server with a password accepts the
-    /// connection and refuses the first command), for `build()`: a wrong address or password
-    /// fails there, with its cause, instead of as a pool timeout on first use.
+    /// Opens one connection (which answers a command, see [`open`](Self::open)), for
+    /// `build()`: a wrong address or password fails there, with its cause, instead of as a
+    /// pool timeout on first use.
     pub fn probe(&self) -> Result<()> {
-        let mut connection = self.open_checked()?;
-        redis::cmd("PING")
-            .query::<String>(&mut connection.connection)
-            .map(drop)
-            .map_err(|e| map_error(e, &self.server, Phase::Connect))
+        self.open_checked().map(drop)
     }
+
+    /// Opens a connection on the caller's thread, for the pool to take (see
+    /// [`Pool::checkout`]): the caller meets the failure of this one attempt.
+    fn open_spare(&self, limit: u32) -> Result<()> {
+        let connection = self.open_checked()?;
+        self.spares.put(connection, limit);
+        Ok(())
+    }
+}
+
+/// Bounds the next reads and writes on `conn` by `deadline`; a timeout if it has passed.
+fn until(conn: &Connection, deadline: Instant) -> RedisResult<()> {
+    let left = deadline
+        .checked_duration_since(Instant::now())
+        .filter(|left| !left.is_zero())
+        .ok_or_else(|| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timeout",
+            ))
+        })?;
+    conn.set_read_timeout(Some(left))?;
+    conn.set_write_timeout(Some(left))
 }
 
 /// A connection of syncguard's own pool. After a timeout it is `poisoned`: the reply it
@@ -544,6 +587,11 @@ impl ManageConnection for Connector {
     type Error = RedisError;
 
     fn connect(&self) -> RedisResult<OwnConnection> {
+        while let Some(spare) = self.spares.take() {
+            if spare.connection.is_open() && !self.is_stale(&spare) {
+                return Ok(spare);
+            }
+        }
         self.open_checked()
             .map_err(|error| RedisError::from(std::io::Error::other(error.message().to_owned())))
     }
@@ -599,10 +647,33 @@ impl Connector {
         })
     }
 
+    /// Connects to `client`'s server within the connect timeout, everything included: TCP (and
+    /// TLS), authentication, the database, and one answered command — `SELECT`, or `PING` (a
+    /// server with a password accepts the connection and refuses the first command; a black
+    /// hole accepts it and never answers: both fail here, before any request of a caller is
+    /// sent on it). redis-rs bounds its handshake by the connect timeout per reply, not in all
+    /// (a pipeline of n replies from a silent server takes n timeouts), so it is left one
+    /// reply at most (`AUTH` or `HELLO`): `CLIENT SETINFO` is not sent, and the rest is sent
+    /// here, bounded by what is left.
     fn open(&self, client: &Client) -> Result<Connection> {
-        client
-            .get_connection_with_timeout(self.timeouts.connect)
-            .and_then(|conn| {
+        let deadline = Instant::now() + self.timeouts.connect;
+        let info = client.get_connection_info();
+        let db = info.redis_settings().db();
+        let bare = info.clone().set_redis_settings(
+            info.redis_settings()
+                .clone()
+                .set_db(0)
+                .set_skip_set_lib_name(),
+        );
+        Client::open(bare)
+            .and_then(|bare| bare.get_connection_with_timeout(self.timeouts.connect))
+            .and_then(|mut conn| {
+                until(&conn, deadline)?;
+                if db != 0 {
+                    redis::cmd("SELECT").arg(db).exec(&mut conn)?;
+                } else {
+                    redis::cmd("PING").exec(&mut conn)?;
+                }
                 conn.set_read_timeout(Some(self.timeouts.read))?;
                 conn.set_write_timeout(Some(self.timeouts.write))?;
                 Ok(conn)
@@ -617,6 +688,8 @@ pub(crate) enum Pool {
     /// Sentinels name (`sentinel`, to drop a stale resolution).
     Own {
         pool: r2d2::Pool<Connector>,
+        /// A clone of the pool's connector, to open connections on the caller's thread.
+        connector: Connector,
         last_failure: LastFailure,
         sentinel: Option<Arc<SentinelPrimary>>,
     },
@@ -783,15 +856,28 @@ impl Pool {
         match self {
             Pool::Own {
                 pool,
+                connector,
                 last_failure,
                 sentinel,
             } => {
                 // Connections to a primary the Sentinels no longer name are let go (each is
                 // dropped as broken when it returns); at most one pool's worth.
                 for _ in 0..=pool.max_size() {
-                    let mut conn = pool
-                        .get()
-                        .map_err(|_| checkout_error(pool, last_failure.get(), server))?;
+                    let mut conn = match pool.try_get() {
+                        Some(conn) => conn,
+                        None => {
+                            // Nothing idle and room for one more: this call opens it, so that
+                            // it meets the failure of one attempt within the connect timeout,
+                            // not r2d2's repeated attempts until the pool timeout. The pool's
+                            // next connect takes it.
+                            let state = pool.state();
+                            if state.idle_connections == 0 && state.connections < pool.max_size() {
+                                connector.open_spare(pool.max_size())?;
+                            }
+                            pool.get()
+                                .map_err(|_| checkout_error(pool, last_failure.get(), server))?
+                        }
+                    };
                     match sentinel {
                         Some(primary) if conn.generation != primary.generation() => {
                             conn.poisoned = true;

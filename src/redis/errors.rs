@@ -16,7 +16,12 @@ pub(crate) fn classify(error: &RedisError) -> ErrorCode {
     if matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM")) {
         return ErrorCode::AuthFailed;
     }
-    if error.code() == Some("WRONGTYPE") || is_not_a_cluster(error) {
+    // A key syncguard uses holds another Redis type: data in the store, not the caller's
+    // input, so no "bad usage" (the scripts refuse such keys by name before Redis does).
+    if error.code() == Some("WRONGTYPE") {
+        return ErrorCode::Internal;
+    }
+    if is_not_a_cluster(error) {
         return ErrorCode::InvalidArgument;
     }
     match error.kind() {
@@ -130,7 +135,7 @@ pub(crate) fn map_error(error: RedisError, server: &Server, phase: Phase) -> Loc
         (Phase::Call, ErrorCode::ServiceUnavailable) => {
             format!("Redis {at} is unavailable: {cause}")
         }
-        (Phase::Call, ErrorCode::InvalidArgument) if error.code() == Some("WRONGTYPE") => {
+        (Phase::Call, _) if error.code() == Some("WRONGTYPE") => {
             format!(
                 "a key syncguard uses holds a Redis value of another type (Redis {at}): {cause}"
             )
@@ -297,7 +302,7 @@ mod tests {
             ("WRONGPASS", "invalid username-password pair", AuthFailed),
             ("NOAUTH", "Authentication required.", AuthFailed),
             ("NOPERM", "no permissions", AuthFailed),
-            ("WRONGTYPE", wrong_kind, InvalidArgument),
+            ("WRONGTYPE", wrong_kind, Internal),
             ("ERR", "syntax error", InvalidArgument),
             ("LOADING", "Redis is loading", ServiceUnavailable),
             ("READONLY", "replica", ServiceUnavailable),
@@ -443,7 +448,7 @@ mod tests {
                 ),
                 &plain,
                 Phase::Call,
-                ErrorCode::InvalidArgument,
+                ErrorCode::Internal,
                 "a key syncguard uses holds a Redis value of another type (Redis at cache:6379 \
                  (db 2)): \"WRONGTYPE\": Operation against a key holding the wrong kind of value",
             ),

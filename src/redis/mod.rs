@@ -148,13 +148,31 @@
 //! # Errors
 //!
 //! Connection refused, reset or dropped, DNS failure, a server loading or read-only →
-//! `ServiceUnavailable`; `NOAUTH`/`WRONGPASS`/`NOPERM` → `AuthFailed`; `WRONGTYPE` and syntax
-//! errors → `InvalidArgument`; read, write or connect timeouts → `NetworkTimeout`; no pooled
-//! connection free within the pool timeout while the server is reachable → `RateLimited`
-//! (when connecting is what fails, the connect error's code instead); a lock key holding
-//! something that is not a SyncGuard lock record, or a fence counter past
-//! [`FENCE_MAX`] → `Internal`. A pooled connection found dead (a restarted
-//! server) is replaced and the call repeated once, which every script is safe against.
+//! `ServiceUnavailable`; `NOAUTH`/`WRONGPASS`/`NOPERM` → `AuthFailed`; syntax errors →
+//! `InvalidArgument`; read, write or connect timeouts, and a server that accepts connections
+//! but never answers → `NetworkTimeout`; no pooled connection free within the pool timeout
+//! while the server is reachable → `RateLimited` (when connecting is what fails, the connect
+//! error's code instead). A pooled connection found dead (a restarted server) is replaced and
+//! the call repeated once, which every script is safe against.
+//!
+//! **What is stored is checked by one rule, in every operation** (the scripts' shared prelude):
+//! a lock record is a JSON object with a 22-character base64url `lockId`, whole-millisecond
+//! `expiresAtMs` and `acquiredAtMs` in `0..9e15`, a non-empty `key` and a 15-digit `fence`
+//! other than zero; further fields are kept. Anything else under a lock key (another shape,
+//! a malformed field, `Infinity`, text that is not JSON, a hash — `WRONGTYPE`), a fence counter
+//! that is not a non-negative integer, or one at [`FENCE_MAX`] → `Internal`, naming the
+//! Redis key and what is wrong, before anything is written (in the cluster layout, the index
+//! entry sent beside a refused acquisition is deleted again).
+//!
+//! An acquisition whose script was sent but got no answer (a timeout, a connection lost after
+//! the request went out) fails marked [in doubt](LockError::in_doubt), with the lock id it was
+//! sent under: the server may still apply it.
+//!
+//! A new connection is opened within `connect_timeout`, all included: TCP and TLS, `AUTH` or
+//! `HELLO`, `SELECT`, and one answered command (`PING` without `SELECT`). The call that needs
+//! it opens it: one attempt, whose failure is the call's error (not a wait for the pool
+//! timeout). `CLIENT SETINFO` is not sent: redis-rs would wait a whole connect timeout for
+//! each of its replies from a server that does not answer.
 //!
 //! Messages name the server (`host:port`, and the database when it is not 0) and the cause:
 //! connection refused, host name not resolved, the TLS reason, authentication failed or
@@ -555,7 +573,8 @@ fn connect(
         let connector = Connector::new(target, Arc::clone(&server), timeouts, last_failure.clone());
         connector.probe()?;
         Ok(Pool::Own {
-            pool: pool_builder(pool_size, timeouts.checkout).build_unchecked(connector),
+            pool: pool_builder(pool_size, timeouts.checkout).build_unchecked(connector.clone()),
+            connector,
             last_failure: last_failure.clone(),
             sentinel,
         })
@@ -699,6 +718,34 @@ impl RedisBackend {
         }
     }
 
+    /// The error for a script that refused what it found, before writing anything: a key
+    /// holding no SyncGuard record (`{FOREIGN, key, why}`), a fence counter that is no
+    /// counter (`{BAD_COUNTER, key, why}`) or that reached the limit (`{FENCE_OVERFLOW, key}`).
+    /// Always `Internal`, naming the Redis key; `key` is the user key, where known.
+    fn refusal(&self, reply: &mut Reply, key: Option<&Key>) -> LockError {
+        let redis_key = reply.string().unwrap_or_default();
+        let why = reply.string().unwrap_or_default();
+        let at = self.server.location();
+        let error = LockError::internal(match reply.status {
+            Status::FenceOverflow => format!(
+                "the fence counter {redis_key:?} has reached {FENCE_MAX}, the largest fence \
+                 (Redis {at}); nothing was written: rotate the key namespace (key_prefix)"
+            ),
+            Status::BadCounter => format!(
+                "the fence counter {redis_key:?} holds no fence counter: {why} (Redis {at}); \
+                 nothing was written: repair or remove it"
+            ),
+            _ => format!(
+                "the Redis key {redis_key:?} holds no SyncGuard lock record: {why} (Redis \
+                 {at}); syncguard never overwrites it: remove it, or use another key_prefix"
+            ),
+        });
+        match key {
+            Some(key) => error.with_key(key.as_str()),
+            None => error,
+        }
+    }
+
     fn decode(&self, raw: &str) -> Result<LockRecord> {
         let stored: StoredLock = serde_json::from_str(raw).map_err(|_| self.foreign(None))?;
         let fence = stored
@@ -725,8 +772,8 @@ impl RedisBackend {
             Status::Ok => applied(reply).map(Outcome::Applied),
             Status::NotFound | Status::Absent => Ok(Outcome::NotFound),
             Status::Expired => Ok(Outcome::Expired),
-            Status::Foreign | Status::FenceOverflow => {
-                Err(self.foreign(None).with_lock_id(lock_id.as_str()))
+            Status::Foreign | Status::FenceOverflow | Status::BadCounter => {
+                Err(self.refusal(reply, None).with_lock_id(lock_id.as_str()))
             }
         }
     }
@@ -777,6 +824,20 @@ impl RedisBackend {
             ),
         )
         .with_key(key.as_str())
+    }
+
+    /// Deletes the index entry of a lock id that holds no lock (best effort: it expires with
+    /// its TTL anyway).
+    fn drop_index_entry(&self, index_key: &str) {
+        let deleted = self.pool.run(&self.server, |conn| {
+            redis::cmd("DEL").arg(index_key).query::<i64>(conn)
+        });
+        if let Err(error) = deleted {
+            log::warn!(
+                "syncguard: could not delete the index entry of a refused acquisition; it \
+                 expires with its TTL: {error}"
+            );
+        }
     }
 
     /// Releases a lock whose acquisition did not reach enough replicas, and says so.
@@ -932,17 +993,31 @@ impl Driver for RedisBackend {
             .arg(&keys.lock)
             .arg("PX")
             .arg(ttl.as_millis());
-        let (value, index, acknowledged) = self.pool.run_on(&self.server, |mut conn| {
+        // Whether the script may have run although no answer came back (a timeout, a
+        // connection lost after the request went out): then the lock may be held under
+        // `lock_id`, and the error says so (`in_doubt`), so that the Locker can release it.
+        let unanswered = std::cell::Cell::new(false);
+        let note = |error: redis::RedisError| {
+            if error.code().is_none() {
+                unanswered.set(true);
+            }
+            error
+        };
+        let answer = self.pool.run_on(&self.server, |mut conn| {
             let (value, index) = if split {
                 let answers = split::script_with_index(
                     &mut conn,
                     &invocation,
                     &SCRIPTS.acquire,
                     set_index.clone(),
-                )?;
+                )
+                .map_err(note)?;
                 (answers.script, answers.index)
             } else {
-                (invocation.invoke(conn.as_dyn())?, Ok(redis::Value::Okay))
+                (
+                    invocation.invoke(conn.as_dyn()).map_err(note)?,
+                    Ok(redis::Value::Okay),
+                )
             };
             // WAIT counts the acknowledgements of this connection's writes, so it goes on the
             // same connection; its failure is an answer, not a reason to repeat the script.
@@ -951,6 +1026,14 @@ impl Driver for RedisBackend {
                 _ => None,
             };
             Ok((value, index, acknowledged))
+        });
+        let (value, index, acknowledged) = answer.map_err(|error| {
+            let error = error.with_key(key.as_str());
+            if unanswered.get() {
+                error.in_doubt(lock_id.as_str())
+            } else {
+                error
+            }
         })?;
         let mut reply = Reply::parse(value)?;
         match reply.status {
@@ -978,13 +1061,16 @@ impl Driver for RedisBackend {
                 ))
             }
             Status::Absent => Ok(Acquisition::Locked),
-            Status::FenceOverflow => Err(LockError::internal(format!(
-                "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
-            ))
-            .with_key(key.as_str())),
-            Status::Foreign | Status::NotFound | Status::Expired => {
-                Err(self.foreign(Some(key.as_str())))
+            Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
+                let error = self.refusal(&mut reply, Some(key));
+                if split && index.is_ok() {
+                    // The index entry went out beside the script (one round trip) and points
+                    // at no lock of this lock id: a refusal leaves nothing behind.
+                    self.drop_index_entry(&index_key);
+                }
+                Err(error)
             }
+            Status::NotFound | Status::Expired => Err(self.foreign(Some(key.as_str()))),
         }
     }
 
@@ -1025,7 +1111,7 @@ impl Driver for RedisBackend {
         let lock_key = self.keys.lock_keys(key.as_str())?.lock;
         let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
         let index_head = self.keys.cleanup_index_head();
-        let reply = self.run(|conn| {
+        let mut reply = self.run(|conn| {
             SCRIPTS
                 .is_locked
                 .key(&lock_key)
@@ -1037,7 +1123,7 @@ impl Driver for RedisBackend {
         })?;
         match reply.status {
             Status::Ok => Ok(true),
-            Status::Foreign => Err(self.foreign(Some(key.as_str()))),
+            Status::Foreign => Err(self.refusal(&mut reply, Some(key))),
             _ => Ok(false),
         }
     }
@@ -1086,7 +1172,7 @@ impl Driver for RedisBackend {
         let mut reply = match by {
             Find::Key(key) => {
                 let lock_key = self.keys.lock_keys(key.as_str())?.lock;
-                let reply = self.run(|conn| {
+                let mut reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_key
                         .key(&lock_key)
@@ -1094,7 +1180,7 @@ impl Driver for RedisBackend {
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.foreign(Some(key.as_str())));
+                    return Err(self.refusal(&mut reply, Some(key)));
                 }
                 reply
             }
@@ -1103,7 +1189,7 @@ impl Driver for RedisBackend {
             }
             Find::LockId(lock_id) => {
                 let index_key = self.keys.index_key(lock_id);
-                let reply = self.run(|conn| {
+                let mut reply = self.run(|conn| {
                     SCRIPTS
                         .lookup_id
                         .key(&index_key)
@@ -1112,7 +1198,9 @@ impl Driver for RedisBackend {
                         .invoke(conn)
                 })?;
                 if reply.status == Status::Foreign {
-                    return Err(self.foreign(None).with_lock_id(lock_id.as_str()));
+                    return Err(self
+                        .refusal(&mut reply, None)
+                        .with_lock_id(lock_id.as_str()));
                 }
                 reply
             }

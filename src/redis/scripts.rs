@@ -47,8 +47,12 @@ pub(crate) enum Status {
     Absent,
     NotFound,
     Expired,
+    /// Acquire: the fence counter reached the limit; then the counter's key.
     FenceOverflow,
-    /// The key holds a value that is not a SyncGuard lock record.
+    /// Acquire: the fence counter holds no counter; then its key and why.
+    BadCounter,
+    /// A key holds a value that is not a SyncGuard lock record (or, for an index entry, not
+    /// a key name); then that key and why. Every script answers so before writing anything.
     Foreign,
 }
 
@@ -75,6 +79,7 @@ impl Reply {
             Some(Value::Int(-1)) => Status::NotFound,
             Some(Value::Int(-2)) => Status::Expired,
             Some(Value::Int(-3)) => Status::FenceOverflow,
+            Some(Value::Int(-4)) => Status::BadCounter,
             Some(Value::Int(-9)) => Status::Foreign,
             _ => return Err(unexpected("a script replied with an unknown status")),
         };

@@ -184,7 +184,11 @@ impl RedisBackend {
         })?)?;
         match reply.status {
             Status::Ok => {}
-            Status::Foreign => return Err(self.foreign(None).with_lock_id(lock_id.as_str())),
+            Status::Foreign => {
+                return Err(self
+                    .refusal(&mut reply, None)
+                    .with_lock_id(lock_id.as_str()));
+            }
             _ => return Ok(None),
         }
         let record = self.decode(&reply.string()?)?;

@@ -40,6 +40,8 @@ mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
+mod redis_records;
+#[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "redis")]
 mod redis_stalls;

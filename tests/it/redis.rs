@@ -253,7 +253,7 @@ fn values_that_are_not_syncguard_locks_give_typed_errors() {
     let key = unique("wrong-type");
     let lock_key = backend.lock_key(&key).unwrap();
     let _: () = conn.hset(&lock_key, "field", "value").unwrap();
-    support::assert_acquire_fails(&backend, &key, ErrorCode::InvalidArgument);
+    support::assert_acquire_fails(&backend, &key, ErrorCode::Internal);
 
     let key = unique("json-but-not-ours");
     let lock_key = backend.lock_key(&key).unwrap();

@@ -1,31 +1,39 @@
 -- KEYS: lock key, fence counter key, and in the TypeScript layout the index key of the new lock
 -- id (the cluster layout writes its index entry, in another hash slot, outside the script)
 -- ARGV: lock id, ttl ms, tolerance ms, user key (NFC), largest fence allowed
--- Reply: {OK, fence, expiresAtMs} | {ABSENT} (held by another) | {FENCE_OVERFLOW} | {FOREIGN}
+-- Reply: {OK, fence, expiresAtMs} | {ABSENT} (held by another) | {FENCE_OVERFLOW, counter key}
+-- | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local lock_key, fence_key, index_key = KEYS[1], KEYS[2], KEYS[3]
 local lock_id, ttl, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 
-local raw = redis.call('GET', lock_key)
-if raw then
-  local held = decode_lock(raw)
-  if not held then return {FOREIGN} end
-  if held.expiresAtMs > now - tolerance then
-    if held.lockId == lock_id then
-      -- This very acquisition, retried after its reply was lost: the same lease again. The
-      -- record is written again, unchanged, so that a WAIT after this reply (min_replicas)
-      -- counts replicas that have everything the first attempt wrote.
-      redis.call('SET', lock_key, raw, 'KEEPTTL')
-      return {OK, held.fence, held.expiresAtMs}
-    end
-    return {ABSENT}
+local held, raw = read_lock(lock_key)
+if held == nil then return raw end
+if held and held.expiresAtMs > now - tolerance then
+  if held.lockId == lock_id then
+    -- This very acquisition, retried after its reply was lost: the same lease again. The
+    -- record is written again, unchanged, so that a WAIT after this reply (min_replicas)
+    -- counts replicas that have everything the first attempt wrote.
+    redis.call('SET', lock_key, raw, 'KEEPTTL')
+    return {OK, held.fence, held.expiresAtMs}
   end
+  return {ABSENT}
 end
 
--- The counter only ever grows, has no TTL and is never deleted.
-local counter = redis.call('INCR', fence_key)
-if counter > tonumber(ARGV[5]) then return {FENCE_OVERFLOW} end
-local fence = string.format('%015d', counter)
+-- The counter only ever grows, has no TTL and is never deleted. It is checked before
+-- anything is written: a counter that is not one (negative, not an integer, another type)
+-- or has reached the limit leaves every key as it was.
+local counter, why = get_string(fence_key)
+if counter == nil then return {BAD_COUNTER, fence_key, why} end
+if counter then
+  if not (counter == '0' or counter:match('^[1-9]%d*$')) then
+    return {BAD_COUNTER, fence_key, 'it is not a non-negative integer'}
+  end
+  if #counter > 15 or tonumber(counter) >= tonumber(ARGV[5]) then
+    return {FENCE_OVERFLOW, fence_key}
+  end
+end
+local fence = string.format('%015d', redis.call('INCR', fence_key))
 local expires_at = now + ttl
 local record = cjson.encode({
   lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = ARGV[4], fence = fence

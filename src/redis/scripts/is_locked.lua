@@ -1,11 +1,10 @@
 -- KEYS: lock key
 -- ARGV: tolerance ms, cleanup ('1' or '0'), what precedes a lock id in its index key (empty:
 -- leave the index entry alone), cleanup guard ms
--- Reply: {OK} (live) | {ABSENT} | {FOREIGN}
-local raw = redis.call('GET', KEYS[1])
-if not raw then return {ABSENT} end
-local lock = decode_lock(raw)
-if not lock then return {FOREIGN} end
+-- Reply: {OK} (live) | {ABSENT} | {FOREIGN, key, why}
+local lock, refusal = read_lock(KEYS[1])
+if lock == nil then return refusal end
+if not lock then return {ABSENT} end
 local now = now_ms()
 if lock.expiresAtMs > now - tonumber(ARGV[1]) then return {OK} end
 -- Opt-in cleanup, only well past expiry so that it can never race a renewal.

@@ -1,9 +1,8 @@
 -- KEYS: lock key
 -- ARGV: tolerance ms
--- Reply: {OK, record} | {ABSENT} | {FOREIGN}. Read-only.
-local raw = redis.call('GET', KEYS[1])
-if not raw then return {ABSENT} end
-local lock = decode_lock(raw)
-if not lock then return {FOREIGN} end
+-- Reply: {OK, record} | {ABSENT} | {FOREIGN, key, why}. Read-only.
+local lock, raw = read_lock(KEYS[1])
+if lock == nil then return raw end
+if not lock then return {ABSENT} end
 if lock.expiresAtMs <= now_ms() - tonumber(ARGV[1]) then return {ABSENT} end
 return {OK, raw}

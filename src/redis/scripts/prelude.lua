@@ -1,21 +1,74 @@
 -- Shared by every syncguard script (prepended at build time): reply codes, the clock, and the
--- decoder of lock records. Redis TIME is the only clock; liveness is
+-- one rule for what a lock record is. Redis TIME is the only clock; liveness is
 -- expiresAtMs > now - tolerance, as everywhere in SyncGuard.
-local OK, ABSENT, NOT_FOUND, EXPIRED, FENCE_OVERFLOW, FOREIGN = 1, 0, -1, -2, -3, -9
+--
+-- A key that holds no SyncGuard record answers {FOREIGN, key, why} from every script, before
+-- anything is written; a fence counter that is not a counter answers {BAD_COUNTER, key, why}.
+local OK, ABSENT, NOT_FOUND, EXPIRED, FENCE_OVERFLOW, BAD_COUNTER, FOREIGN = 1, 0, -1, -2, -3, -4, -9
+
+-- Timestamps are whole milliseconds in [0, 9e15): what JavaScript and the Rust side read
+-- exactly. Infinity, NaN, fractions and strings are not.
+local MAX_MS = 9e15
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The lock record stored under a lock key, or nil when the value is not a SyncGuard lock.
+-- The string stored at key (false when there is none), or nil and the reason when the key
+-- holds another Redis type: a WRONGTYPE error would abort the script without saying which key.
+local function get_string(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' and value.err then
+    return nil, 'it holds a Redis ' .. redis.call('TYPE', key).ok .. ', not a string'
+  end
+  return value
+end
+
+local function whole_ms(value)
+  return type(value) == 'number' and value == value and value >= 0 and value < MAX_MS
+    and math.floor(value) == value
+end
+
+-- The lock record in raw (the text stored under a lock key), or nil and why it is none. A
+-- SyncGuard record (the TypeScript SyncGuard's, field for field) is a JSON object with a
+-- 22-character base64url lockId, whole-millisecond expiresAtMs and acquiredAtMs, a non-empty
+-- key and a 15-digit fence other than zero; further fields are kept as they are.
 local function decode_lock(raw)
   local decoded, lock = pcall(cjson.decode, raw)
-  if decoded and type(lock) == 'table' and type(lock.lockId) == 'string'
-      and type(lock.expiresAtMs) == 'number' then
-    return lock
+  if not decoded then return nil, 'it is not JSON' end
+  if type(lock) ~= 'table' then return nil, 'it is not a JSON object' end
+  local id = lock.lockId
+  if type(id) ~= 'string' or #id ~= 22 or not id:match('^[A-Za-z0-9_%-]+$') then
+    return nil, 'its lockId is missing or not a lock id'
   end
-  return nil
+  if not whole_ms(lock.expiresAtMs) then
+    return nil, 'its expiresAtMs is missing or not a whole number of milliseconds'
+  end
+  if not whole_ms(lock.acquiredAtMs) then
+    return nil, 'its acquiredAtMs is missing or not a whole number of milliseconds'
+  end
+  if type(lock.key) ~= 'string' or lock.key == '' then
+    return nil, 'its key is missing or not a string'
+  end
+  local fence = lock.fence
+  if type(fence) ~= 'string' or #fence ~= 15 or not fence:match('^%d+$')
+      or fence == '000000000000000' then
+    return nil, 'its fence is missing or not 15 digits'
+  end
+  return lock
+end
+
+-- The record under lock_key: the record, false when the key is empty, or nil and the reply
+-- that refuses it ({FOREIGN, lock_key, why}).
+local function read_lock(lock_key)
+  local raw, why = get_string(lock_key)
+  if raw == nil then return nil, {FOREIGN, lock_key, why} end
+  if not raw then return false end
+  local lock
+  lock, why = decode_lock(raw)
+  if not lock then return nil, {FOREIGN, lock_key, why} end
+  return lock, raw
 end
 
 -- Tells waiting lockers (subscribed to `<lock key>:released`) that the lock on the user key
@@ -25,45 +78,44 @@ local function announce_release(lock_key, key)
 end
 
 -- The live lock an index key points to, verified to belong to lock_id.
--- Returns the lock key and record, or nil and the reply code saying why not; an expired or
--- stale entry is removed on the way (never anything that belongs to another holder).
+-- Returns the lock key and record, or nil and the reply saying why not; an expired or stale
+-- entry is removed on the way (never anything that belongs to another holder).
 local function resolve_owned(index_key, lock_id, tolerance)
-  local lock_key = redis.call('GET', index_key)
-  if not lock_key then return nil, NOT_FOUND end
-  local raw = redis.call('GET', lock_key)
-  if not raw then
+  local lock_key, why = get_string(index_key)
+  if lock_key == nil then return nil, {FOREIGN, index_key, why} end
+  if not lock_key then return nil, {NOT_FOUND} end
+  local lock, refusal = read_lock(lock_key)
+  if lock == nil then return nil, refusal end
+  if not lock then
     redis.call('DEL', index_key)
-    return nil, NOT_FOUND
+    return nil, {NOT_FOUND}
   end
-  local lock = decode_lock(raw)
-  if not lock then return nil, FOREIGN end
   if lock.lockId ~= lock_id then
     -- The key was taken over since: only our own stale index entry goes.
     redis.call('DEL', index_key)
-    return nil, NOT_FOUND
+    return nil, {NOT_FOUND}
   end
   if lock.expiresAtMs <= now_ms() - tolerance then
     redis.call('DEL', lock_key, index_key)
     announce_release(lock_key, lock.key)
-    return nil, EXPIRED
+    return nil, {EXPIRED}
   end
   return lock_key, lock
 end
 
 -- The live record under lock_key, verified to belong to lock_id (the cluster layout, where the
 -- caller found lock_key through the key or the index entry). Returns the lock key and record,
--- or nil and the reply code; an expired record of lock_id is removed on the way. Another
+-- or nil and the reply; an expired record of lock_id is removed on the way. Another
 -- holder's record is never touched: a stale index entry cannot release someone else's lock.
 local function owned_record(lock_key, lock_id, tolerance)
-  local raw = redis.call('GET', lock_key)
-  if not raw then return nil, NOT_FOUND end
-  local lock = decode_lock(raw)
-  if not lock then return nil, FOREIGN end
-  if lock.lockId ~= lock_id then return nil, NOT_FOUND end
+  local lock, refusal = read_lock(lock_key)
+  if lock == nil then return nil, refusal end
+  if not lock then return nil, {NOT_FOUND} end
+  if lock.lockId ~= lock_id then return nil, {NOT_FOUND} end
   if lock.expiresAtMs <= now_ms() - tolerance then
     redis.call('DEL', lock_key)
     announce_release(lock_key, lock.key)
-    return nil, EXPIRED
+    return nil, {EXPIRED}
   end
   return lock_key, lock
 end
