@@ -1,7 +1,7 @@
 //! A Redis server that stalls (SIGSTOP: the kernel keeps accepting its connections and
-//! buffering requests, which it runs once continued): a wait goes on through the timeouts
-//! and ends with the lock held, leaving nothing behind. (Acquisitions whose answers were
-//! lost but that the server ran later: `redis_records`.)
+//! buffering requests, which it runs once continued — also those whose clients gave up): a
+//! wait goes on through the timeouts, the acquisition the server ran late for nobody is
+//! released, and the wait ends with the lock held, leaving nothing behind.
 
 use std::process::Command;
 use std::thread;
@@ -59,15 +59,21 @@ fn signal(name: &str, pid: &str) {
 }
 
 #[test]
-fn a_wait_goes_on_through_a_stall() {
+fn a_wait_goes_on_through_a_stall_and_what_the_stall_took_is_released() {
     let server = RedisServer::start();
     let key = format!("stall:{}", syncguard::driver::generate_lock_id());
     let recorder = Recorder::new(brisk(&server));
+    // A lease longer than the wait: only the release of the stalled attempt's lock lets the
+    // wait succeed.
     let options = LockOptions::default()
         .ttl(Duration::from_secs(600))
         .timeout(Duration::from_secs(120));
     let locker = Locker::with_defaults(recorder.clone(), options);
 
+    // A pooled connection and a loaded script before the stall: the first attempt's request
+    // reaches the server's socket buffer whole (later attempts' new connections cannot finish
+    // their handshake), to be run when the server goes on.
+    drop(locker.try_lock("stall:warm-up").unwrap());
     let stopped = Stopped::stop(&server);
     let waiter = thread::spawn({
         let (locker, key) = (locker.clone(), key.clone());
@@ -84,6 +90,13 @@ fn a_wait_goes_on_through_a_stall() {
         .expect("the waiter did not panic")
         .expect("the wait ended with the lock held, not with the stall's timeout");
     assert_eq!(released.ok(), Some(true), "the waiter's own lock released");
+    let released_ids: Vec<Call> = recorder
+        .calls()
+        .into_iter()
+        .filter(|call| matches!(call, Call::Release(_)))
+        .collect();
+    // The warm-up's, the stalled attempt's (in doubt, from the background) and the waiter's.
+    assert!(released_ids.len() >= 3, "{released_ids:?}");
     await_condition("no lock left behind", PATIENT, || {
         !locker.backend().is_locked(&key).unwrap_or(true)
     });
