@@ -42,6 +42,38 @@ pub fn become_subreaper() {
     }
 }
 
+/// Has the command (the group's leader) get SIGKILL from the kernel when `run` dies (Linux
+/// only), so that a `run` killed with SIGKILL, which can pass nothing on, does not leave its
+/// command running unwatched while the lease runs out. Only the leader gets it: other members
+/// of the group, the leader's own children among them, run on (see docs/cli.md).
+///
+/// The kernel sends it when the *thread* that forked the child ends: `run` spawns the command
+/// from its main thread, which lives as long as the process.
+fn set_parent_death_signal(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpid takes nothing and touches no memory.
+        let parent = unsafe { libc::getpid() };
+        let arm = move || {
+            // SAFETY: runs in the forked child before exec, where only async-signal-safe
+            // calls are allowed: prctl and getppid are system calls on plain integers, and
+            // `from_raw_os_error` allocates nothing.
+            unsafe {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // `run` died before the signal was armed: it will never come.
+                if libc::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: the closure only makes async-signal-safe calls (see above).
+        unsafe { command.pre_exec(arm) };
+    }
+}
+
 impl Group {
     /// Starts `command` as the leader of a new process group and a thread that reaps every
     /// child of this process; `on_exit` gets the command's own exit status.
@@ -51,6 +83,7 @@ impl Group {
         command: &mut Command,
         on_exit: impl FnOnce(io::Result<ExitStatus>) + Send + 'static,
     ) -> io::Result<Group> {
+        set_parent_death_signal(command);
         let child = command.process_group(0).spawn()?;
         let pgid = libc::pid_t::try_from(child.id())
             .map_err(|_| io::Error::other("the command's process id is out of range"))?;

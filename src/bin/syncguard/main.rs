@@ -5,10 +5,11 @@
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
 //! Modules: [`duration`] parses durations; [`run`] is the `run` supervisor; [`group`] the
-//! process group it runs the command in.
+//! process group it runs the command in; [`keeper`] renews and releases its lease.
 
 mod duration;
 mod group;
+mod keeper;
 mod run;
 
 use std::io::Write as _;
@@ -166,10 +167,12 @@ enum Command {
         /// What to do if the lock is lost while the command runs.
         #[arg(long, value_enum, default_value = "kill")]
         on_lost: OnLost,
-        /// After SIGTERM (on loss, --max-runtime, or a signal run got), how long the command's
-        /// process group has before SIGKILL.
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
-        grace: Duration,
+        /// How long the command's process group has between SIGTERM and SIGKILL. With --on-lost
+        /// kill, SIGTERM goes out --grace before the lease's local deadline, so --grace may be
+        /// at most half of --ttl (the rest is for renewals). [default: 5s, or half of --ttl if
+        /// that is less]
+        #[arg(long, value_parser = parse_duration)]
+        grace: Option<Duration>,
         /// Longest the command may run (timeout(1)'s limit): then its process group is ended
         /// as on loss, run exits 124 and the lock is released. Default: no limit.
         #[arg(long, value_parser = parse_duration)]
@@ -326,7 +329,10 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             max_runtime,
             conflict_exit_code,
             command,
-        } => run::run(
+        } => {
+            // Checked before the backend is reached: bad usage acquires nothing.
+            let grace = grace_for(grace, lock.ttl, on_lost)?;
+            run::run(
             backend()?,
             run::RunArgs {
                 key: lock.key,
@@ -338,7 +344,8 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 conflict_exit_code,
                 command,
             },
-        ),
+            )
+        }
         Command::Setup => setup(&url),
     }
 }
@@ -371,6 +378,29 @@ fn acquire(
         "expiresAtMs": lease.expires_at_ms,
     });
     Ok(Outcome::Printed(printed, 0))
+}
+
+/// `--grace` when not given.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// `run`'s `--grace`: as given, or [`DEFAULT_GRACE`] capped at half of `ttl`. With `--on-lost
+/// kill` the group gets SIGTERM `grace` before the lease's local deadline, and the renewals
+/// have the rest of the TTL: a grace above half of it would leave them less than the grace.
+fn grace_for(grace: Option<Duration>, ttl: Duration, on_lost: OnLost) -> syncguard::Result<Duration> {
+    let most = ttl / 2;
+    match grace {
+        None => Ok(DEFAULT_GRACE.min(most)),
+        Some(grace) if on_lost == OnLost::Kill && grace > most => {
+            Err(LockError::invalid_argument(format!(
+                "--grace {} is more than half of --ttl {}: with --on-lost kill, run sends SIGTERM \
+                 --grace before the lease could run out, and the rest of the ttl is for renewals; \
+                 give a shorter --grace or a longer --ttl",
+                humantime::format_duration(grace),
+                humantime::format_duration(ttl)
+            )))
+        }
+        Some(grace) => Ok(grace),
+    }
 }
 
 /// Long `--wait`s poll at a steady pace: exponential backoff would leave minutes between
