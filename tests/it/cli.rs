@@ -1162,7 +1162,9 @@ fn the_command_ends_when_run_is_killed() {
     let deadline = Instant::now() + DEADLINE;
     while process_running(pid) {
         if Instant::now() >= deadline {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("the command ({pid}) outlived the killed run by {DEADLINE:?}");
         }
         thread::sleep(Duration::from_millis(10));
@@ -1326,7 +1328,9 @@ fn second_holder(url: &str, key: &str, log: &Path) -> Running {
 fn sigterm_ends_the_whole_group_before_the_release(url: &str) {
     let files = GroupFiles::new("run-term-group");
     let key = unique("run-term-group");
-    let (first, pid, grandchild) = files.start_run(url, &key, &["--grace", "20s"], "25");
+    // --grace may be at most half of --ttl.
+    let (first, pid, grandchild) =
+        files.start_run(url, &key, &["--ttl", "60s", "--grace", "20s"], "25");
     let second = second_holder(url, &key, &files.log());
 
     let out = first.terminate();
@@ -1506,6 +1510,8 @@ fn max_runtime_ends_the_whole_group_with_124(url: &str) {
         &key,
         "--max-runtime",
         "3s",
+        "--ttl",
+        "60s",
         "--grace",
         "20s",
         "--",

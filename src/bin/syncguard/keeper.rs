@@ -6,8 +6,8 @@
 //! the TTL — to end the command's group `--grace` before it, and the library keeps that instant
 //! to itself. The store counts a renewal from when it arrives, so it expires the record no
 //! earlier than this deadline: a group killed by then is gone before anyone else can take the
-//! lock. The library still watches its own deadline (a renewal it sent a moment later, so never
-//! an earlier one) and reports the loss through `on_lock_lost`.
+//! lock. The library still watches its own deadline (it times each renewal a moment after `run`
+//! does, so its deadline is never the earlier one) and reports the loss through `on_lock_lost`.
 
 use std::sync::mpsc;
 use std::thread;
@@ -38,7 +38,8 @@ pub struct Schedule {
     pub ttl: Duration,
     /// How long after a confirmed renewal was sent the next one goes out.
     pub interval: Duration,
-    /// When the last renewal the store confirmed (or the acquisition) was sent, at the latest.
+    /// When the last renewal the store confirmed (or the acquisition) was sent, or a moment
+    /// before: never after, so that a deadline reckoned from it is never late.
     pub confirmed: Instant,
 }
 

@@ -33,9 +33,11 @@ Exit codes:
   0        success (run: the command's own exit code, passed through, whatever it is)
   1        a negative answer: acquire found the lock held; release/extend/status found none
   2        bad usage or argument (including a memory: URL, which means nothing across processes)
-  3        a backend error: unreachable, credentials refused, tables missing
+  3        a backend error: unreachable, credentials refused, tables missing, a record or key
+           the backend holds that syncguard cannot use (e.g. a Redis key of another type)
   75 or N  run: the lock was not acquired within --wait (N from -E/--conflict-exit-code)
-  76       run: the lock was lost while the command ran (--on-lost kill)
+  76       run: the lock was lost (or about to be: no renewal confirmed --grace before the
+           lease's deadline) while the command ran (--on-lost kill)
   124      run: the command reached --max-runtime
   126/127  run: the command could not be executed / was not found
   128+n    run: the command was killed by signal n (or run got signal n while waiting)
@@ -46,7 +48,8 @@ Signals (run):
                      while the command runs: sent on to its whole process group (with SIGCONT);
                      SIGKILL to the group if it is still there --grace later; exit with the
                      command's code once every process of the group is gone; then release.
-  KILL               cannot be passed on: the group runs on unwatched; the lock expires at --ttl.
+  KILL               cannot be passed on: the kernel kills the command with run (Linux); the rest
+                     of its group runs on unwatched; the lock expires at --ttl.
   others             their default effect on run itself."
     };
 }
@@ -98,12 +101,16 @@ Example:
 
 The command runs in a process group of its own (so, from an interactive shell, it cannot read
 the terminal: give it input from a file or a pipe), with SYNCGUARD_FENCE, SYNCGUARD_LOCK_ID
-and SYNCGUARD_KEY in its environment, while the lease is renewed every --ttl/3. The lock is
-released only once every process of the group has exited, background jobs included. On loss
-(at the lease's local deadline: the last renewal the backend confirmed, plus --ttl) and at
---max-runtime, the group gets SIGTERM, then SIGKILL after --grace. The release at the end
-waits at most 2s for the backend (after a loss there is nothing to release); if it does not
-answer, run says so and exits, and the lock expires at its ttl.
+and SYNCGUARD_KEY in its environment, while run renews the lease every third of --ttl minus
+--grace (--on-lost warn: of --ttl). The lock is released only once every process of the group
+has exited, background jobs included. With --on-lost kill, the lease's local deadline (the send
+time of the last renewal the backend confirmed, plus --ttl; the backend's record never expires
+earlier) bounds the group: SIGTERM at the deadline minus --grace, SIGKILL at the deadline, so
+that it is gone before another holder can take the lock; a renewal that finds the lock gone
+ends it at once the same way. At --max-runtime and on a signal, the group gets SIGTERM, then
+SIGKILL after --grace. At the end run releases the lock, after a loss too (a renewal may have
+been applied although its answer never came), waiting at most 2s for the backend; if it does
+not answer, run says so and exits, and the lock expires at its ttl.
 
 "
     };
@@ -200,7 +207,8 @@ struct LockArgs {
     /// The lock's key.
     #[arg(long, allow_hyphen_values = true)]
     key: String,
-    /// Lease length: 500ms, 30s, 1m30s, 2h, 1d, or milliseconds (`run` renews it every third).
+    /// Lease length: 500ms, 30s, 1m30s, 2h, 1d, or milliseconds (`run` renews it every third of
+    /// ttl minus --grace).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     ttl: Duration,
     /// How long to wait while someone else holds it.
@@ -211,7 +219,8 @@ struct LockArgs {
 /// What `run` does when the lease is lost.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnLost {
-    /// End the command's process group (SIGTERM, SIGKILL after --grace) and exit 76.
+    /// End the command's process group (SIGTERM --grace before the lease's local deadline,
+    /// SIGKILL at it) and exit 76.
     Kill,
     /// Only warn on stderr; the command runs on.
     Warn,
@@ -333,17 +342,17 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             // Checked before the backend is reached: bad usage acquires nothing.
             let grace = grace_for(grace, lock.ttl, on_lost)?;
             run::run(
-            backend()?,
-            run::RunArgs {
-                key: lock.key,
-                ttl: lock.ttl,
-                wait: lock.wait,
-                on_lost,
-                grace,
-                max_runtime,
-                conflict_exit_code,
-                command,
-            },
+                backend()?,
+                run::RunArgs {
+                    key: lock.key,
+                    ttl: lock.ttl,
+                    wait: lock.wait,
+                    on_lost,
+                    grace,
+                    max_runtime,
+                    conflict_exit_code,
+                    command,
+                },
             )
         }
         Command::Setup => setup(&url),
@@ -386,7 +395,11 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// `run`'s `--grace`: as given, or [`DEFAULT_GRACE`] capped at half of `ttl`. With `--on-lost
 /// kill` the group gets SIGTERM `grace` before the lease's local deadline, and the renewals
 /// have the rest of the TTL: a grace above half of it would leave them less than the grace.
-fn grace_for(grace: Option<Duration>, ttl: Duration, on_lost: OnLost) -> syncguard::Result<Duration> {
+fn grace_for(
+    grace: Option<Duration>,
+    ttl: Duration,
+    on_lost: OnLost,
+) -> syncguard::Result<Duration> {
     let most = ttl / 2;
     match grace {
         None => Ok(DEFAULT_GRACE.min(most)),

@@ -178,7 +178,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         guard.lock_id().to_owned(),
         guard.key().to_owned(),
     );
-    let renewed = Mutex::new(events.clone());
+    let renewed = events.clone();
     let Some(keeper) = Keeper::start(
         guard,
         locker,
@@ -188,13 +188,13 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             confirmed,
         },
         Box::new(move |deadline| {
-            if let Ok(sender) = renewed.lock() {
-                let _ = sender.send(Event::Renewed(deadline));
-            }
+            let _ = renewed.send(Event::Renewed(deadline));
         }),
     ) else {
         stop_forwarding();
-        return Err(LockError::internal("could not start the thread that renews the lease"));
+        return Err(LockError::internal(
+            "could not start the thread that renews the lease",
+        ));
     };
 
     become_subreaper();
