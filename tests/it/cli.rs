@@ -1171,6 +1171,28 @@ fn the_command_ends_when_run_is_killed() {
     }
 }
 
+/// After a `--wait` longer than the TTL, `run` confirms the lease with a renewal before it
+/// starts the command: counted from when the wait began, the lease would be over already.
+#[test]
+fn run_after_a_wait_longer_than_the_ttl_runs_the_command() {
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("run-long-wait");
+    let holder = acquire(&url, &key, &["--ttl", "60s"]);
+    let marker = scratch.arg("ran");
+    let waiting = Running::start(syncguard(&[
+        "--url", &url, "run", "--key", &key, "--ttl", "2s", "--wait", "60s", "--", "touch", &marker,
+    ]));
+    let began = Instant::now();
+    wait_for("a wait longer than the ttl", || {
+        began.elapsed() > Duration::from_secs(3)
+    });
+    release(&url, str_field(&holder, "lockId"));
+    let out = waiting.finish();
+    out.expect_code(0);
+    assert!(Path::new(&marker).exists(), "{}", out.context());
+    expect_unlocked(&url, &key);
+}
+
 /// Like the shells (and `env`, `nice`, `timeout`): 127 when the command is not found, 126 when
 /// it cannot be executed, with an error line; the lock is released.
 #[test]

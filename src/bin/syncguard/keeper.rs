@@ -26,7 +26,11 @@ pub type OnRenewed = Box<dyn Fn(Instant) + Send>;
 /// The running keeper thread; [`Keeper::release_within`] ends it.
 pub struct Keeper {
     stop: mpsc::Sender<()>,
+    /// Told when the release begins: no renewal is in flight any more.
+    releasing: mpsc::Receiver<()>,
     released: mpsc::Receiver<Released>,
+    /// The lease's TTL: the longest a renewal in flight is waited for.
+    ttl: Duration,
 }
 
 /// What the release at the end came to.
@@ -54,15 +58,23 @@ impl Keeper {
         on_renewed: OnRenewed,
     ) -> Option<Keeper> {
         let (stop, stopped) = mpsc::channel();
+        let (begin, releasing) = mpsc::channel();
         let (done, released) = mpsc::channel();
+        let ttl = schedule.ttl;
         let started = thread::Builder::new()
             .name("syncguard-keep".to_owned())
             .spawn(move || {
                 renew_until_stopped(&guard, &schedule, &on_renewed, &stopped);
+                let _ = begin.send(());
                 let _ = done.send(release(guard, locker));
             });
         match started {
-            Ok(_) => Some(Keeper { stop, released }),
+            Ok(_) => Some(Keeper {
+                stop,
+                releasing,
+                released,
+                ttl,
+            }),
             Err(error) => {
                 eprintln!("syncguard: could not start renewing the lease: {error}");
                 None
@@ -70,10 +82,20 @@ impl Keeper {
         }
     }
 
-    /// Stops renewing and releases the lease, waiting at most `limit` (after a renewal that
-    /// hangs, if one does) before `run` exits anyway.
+    /// Stops renewing and releases the lease, waiting at most `limit` for the release before
+    /// `run` exits anyway. A renewal still in flight comes back first (the library sends
+    /// nothing for a lease after its release began): that wait is bounded by the backend's
+    /// own timeouts, and here by the TTL, past which the renewal could not matter.
     pub fn release_within(self, limit: Duration) {
         let _ = self.stop.send(());
+        if self.releasing.recv_timeout(self.ttl).is_err() {
+            eprintln!(
+                "syncguard: a renewal of the lease did not come back within {}; exiting without \
+                 the release (the lock expires at its ttl)",
+                humantime::format_duration(self.ttl)
+            );
+            return;
+        }
         report(self.released.recv_timeout(limit), limit);
     }
 }

@@ -109,8 +109,9 @@ earlier) bounds the group: SIGTERM at the deadline minus --grace, SIGKILL at the
 that it is gone before another holder can take the lock; a renewal that finds the lock gone
 ends it at once the same way. At --max-runtime and on a signal, the group gets SIGTERM, then
 SIGKILL after --grace. At the end run releases the lock, after a loss too (a renewal may have
-been applied although its answer never came), waiting at most 2s for the backend; if it does
-not answer, run says so and exits, and the lock expires at its ttl.
+been applied although its answer never came), waiting at most 2s for the backend (once a
+renewal in flight has come back); if it does not answer, run says so and exits, and the lock
+expires at its ttl.
 
 "
     };
