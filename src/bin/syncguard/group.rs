@@ -11,6 +11,9 @@
 //!
 //! Processes that leave the group (`setsid`, `setpgid`) leave the lock's protection too, as a
 //! process that closes its descriptors does under `flock(1)`.
+//!
+//! If `run` itself is killed (SIGKILL passes nothing on), the kernel kills the group's leader
+//! with it on Linux (a parent-death signal); the rest of the group runs on.
 
 use std::io;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -72,6 +75,8 @@ fn set_parent_death_signal(command: &mut Command) {
         // SAFETY: the closure only makes async-signal-safe calls (see above).
         unsafe { command.pre_exec(arm) };
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
 }
 
 impl Group {

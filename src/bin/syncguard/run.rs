@@ -293,6 +293,7 @@ impl Supervisor<'_> {
             }
             if deadline_kill.is_some_and(|at| now >= at) {
                 killed_at_deadline = true;
+                kill_at = None;
                 if !self.group.is_gone() {
                     eprintln!(
                         "syncguard: the lease ran out here (no renewal confirmed for {}); \
