@@ -477,3 +477,40 @@ fn scheme(url: &str) -> String {
         .map(|(scheme, _)| scheme.to_ascii_lowercase())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn grace_defaults_to_5s_or_half_the_ttl() {
+        assert_eq!(grace_for(None, secs(30), OnLost::Kill).ok(), Some(secs(5)));
+        assert_eq!(
+            grace_for(None, secs(3), OnLost::Kill).ok(),
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(
+            grace_for(None, secs(3), OnLost::Warn).ok(),
+            Some(Duration::from_millis(1_500))
+        );
+    }
+
+    #[test]
+    fn grace_above_half_the_ttl_is_refused_with_on_lost_kill_only() {
+        assert_eq!(
+            grace_for(Some(secs(15)), secs(30), OnLost::Kill).ok(),
+            Some(secs(15))
+        );
+        let refused = grace_for(Some(secs(16)), secs(30), OnLost::Kill).unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::InvalidArgument);
+        assert!(refused.message().contains("--grace 16s"), "{refused}");
+        assert_eq!(
+            grace_for(Some(secs(60)), secs(30), OnLost::Warn).ok(),
+            Some(secs(60))
+        );
+    }
+}

@@ -409,3 +409,29 @@ fn exit_code(status: ExitStatus) -> u8 {
         (None, None) => 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewals_fit_three_times_before_the_sigterm() {
+        let (ttl, grace) = (Duration::from_secs(30), Duration::from_secs(6));
+        assert_eq!(
+            renewal_interval(ttl, grace, OnLost::Kill),
+            Duration::from_secs(8)
+        );
+        assert_eq!(
+            renewal_interval(ttl, grace, OnLost::Warn),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            renewal_interval(
+                Duration::from_millis(2),
+                Duration::from_millis(1),
+                OnLost::Kill
+            ),
+            Duration::from_millis(1)
+        );
+    }
+}
