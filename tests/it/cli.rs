@@ -1138,20 +1138,15 @@ fn run_passes_stdin_through() {
     assert_eq!(out.stdout, "line one\nline two\n", "{}", out.context());
 }
 
-/// `run` killed with SIGKILL can pass nothing on: the kernel ends its command (the group's
-/// leader) with it, by the parent-death signal (Linux).
+/// `run` killed with SIGKILL can pass nothing on: its whole group ends with it (Linux) — the
+/// command by the parent-death signal, its orphaned grandchild (which ignores SIGTERM) by
+/// `run`'s watcher.
 #[cfg(target_os = "linux")]
 #[test]
-fn the_command_ends_when_run_is_killed() {
-    let (scratch, key) = scratch_and_key("run-killed");
-    let (running, pid) = start_run(
-        &redis_url(),
-        &key,
-        &[],
-        &scratch.path("pid"),
-        "exec sleep 300",
-        &[],
-    );
+fn the_whole_group_ends_when_run_is_killed() {
+    let files = GroupFiles::new("run-killed");
+    let key = unique("run-killed");
+    let (running, pid, grandchild) = files.start_run(&redis_url(), &key, &[], "ignore");
     let sent = Command::new("kill")
         .args(["-KILL", &running.pid()])
         .status()
@@ -1160,12 +1155,18 @@ fn the_command_ends_when_run_is_killed() {
     let out = running.finish();
     assert_eq!(out.status.signal(), Some(9), "{}", out.context());
     let deadline = Instant::now() + DEADLINE;
-    while process_running(pid) {
+    while process_running(pid) || process_running(grandchild) {
         if Instant::now() >= deadline {
+            files.stop();
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
-            panic!("the command ({pid}) outlived the killed run by {DEADLINE:?}");
+            panic!(
+                "the command ({pid}: {}) or its grandchild ({grandchild}: {}) outlived the \
+                 killed run by {DEADLINE:?}",
+                process_running(pid),
+                process_running(grandchild)
+            );
         }
         thread::sleep(Duration::from_millis(10));
     }

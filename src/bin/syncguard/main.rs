@@ -48,8 +48,8 @@ Signals (run):
                      while the command runs: sent on to its whole process group (with SIGCONT);
                      SIGKILL to the group if it is still there --grace later; exit with the
                      command's code once every process of the group is gone; then release.
-  KILL               cannot be passed on: the kernel kills the command with run (Linux); the rest
-                     of its group runs on unwatched; the lock expires at --ttl.
+  KILL               cannot be passed on: the whole group is killed with run (Linux: by a watcher
+                     process and a parent-death signal); the lock expires at --ttl.
   others             their default effect on run itself."
     };
 }

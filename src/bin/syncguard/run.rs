@@ -222,6 +222,8 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
     };
 
+    // If run dies from here on (SIGKILL), the watcher ends the whole group.
+    let watcher = group.watch();
     let code = Supervisor {
         group: &group,
         on_lost: args.on_lost,
@@ -229,6 +231,9 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         ttl: args.ttl,
     }
     .supervise(&inbox, args.max_runtime, deadline);
+    if let Some(watcher) = watcher {
+        watcher.dismiss();
+    }
     stop_forwarding();
     // The group is gone: release in every case, a lost lease included (see `keeper`).
     keeper.release_within(RELEASE_LIMIT);
