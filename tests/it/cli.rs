@@ -76,6 +76,8 @@ on_redis_and_postgres!(
     run_when_held_exits_75_without_running,
     sigterm_ends_the_whole_group_before_the_release,
     loss_ends_the_whole_group_before_another_holder_can_acquire,
+    loss_ends_a_group_that_ignores_sigterm_before_another_holder_can_acquire,
+    a_lease_that_ran_out_unanswered_is_released_at_the_end,
     max_runtime_ends_the_whole_group_with_124,
     a_group_that_ignores_sigterm_is_killed_after_the_grace,
     conflict_exit_code_is_chosen,
@@ -139,6 +141,19 @@ fn pid_alive(pid: u32) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
+}
+
+/// Whether `pid` is a live process: it exists and is not a zombie (a process killed after its
+/// parent died may stay a zombie until init reaps it, and init in a container may never do).
+fn process_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state …`: the state follows the last `)` (comm may contain one).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1123,6 +1138,62 @@ fn run_passes_stdin_through() {
     assert_eq!(out.stdout, "line one\nline two\n", "{}", out.context());
 }
 
+/// `run` killed with SIGKILL can pass nothing on: its whole group ends with it (Linux) — the
+/// command by the parent-death signal, its orphaned grandchild (which ignores SIGTERM) by
+/// `run`'s watcher.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_whole_group_ends_when_run_is_killed() {
+    let files = GroupFiles::new("run-killed");
+    let key = unique("run-killed");
+    let (running, pid, grandchild) = files.start_run(&redis_url(), &key, &[], "ignore");
+    let sent = Command::new("kill")
+        .args(["-KILL", &running.pid()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    let out = running.finish();
+    assert_eq!(out.status.signal(), Some(9), "{}", out.context());
+    let deadline = Instant::now() + DEADLINE;
+    while process_running(pid) || process_running(grandchild) {
+        if Instant::now() >= deadline {
+            files.stop();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!(
+                "the command ({pid}: {}) or its grandchild ({grandchild}: {}) outlived the \
+                 killed run by {DEADLINE:?}",
+                process_running(pid),
+                process_running(grandchild)
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// After a `--wait` longer than the TTL, `run` confirms the lease with a renewal before it
+/// starts the command: counted from when the wait began, the lease would be over already.
+#[test]
+fn run_after_a_wait_longer_than_the_ttl_runs_the_command() {
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("run-long-wait");
+    let holder = acquire(&url, &key, &["--ttl", "60s"]);
+    let marker = scratch.arg("ran");
+    let waiting = Running::start(syncguard(&[
+        "--url", &url, "run", "--key", &key, "--ttl", "2s", "--wait", "60s", "--", "touch", &marker,
+    ]));
+    let began = Instant::now();
+    wait_for("a wait longer than the ttl", || {
+        began.elapsed() > Duration::from_secs(3)
+    });
+    release(&url, str_field(&holder, "lockId"));
+    let out = waiting.finish();
+    out.expect_code(0);
+    assert!(Path::new(&marker).exists(), "{}", out.context());
+    expect_unlocked(&url, &key);
+}
+
 /// Like the shells (and `env`, `nice`, `timeout`): 127 when the command is not found, 126 when
 /// it cannot be executed, with an error line; the lock is released.
 #[test]
@@ -1280,7 +1351,9 @@ fn second_holder(url: &str, key: &str, log: &Path) -> Running {
 fn sigterm_ends_the_whole_group_before_the_release(url: &str) {
     let files = GroupFiles::new("run-term-group");
     let key = unique("run-term-group");
-    let (first, pid, grandchild) = files.start_run(url, &key, &["--grace", "20s"], "25");
+    // --grace may be at most half of --ttl.
+    let (first, pid, grandchild) =
+        files.start_run(url, &key, &["--ttl", "60s", "--grace", "20s"], "25");
     let second = second_holder(url, &key, &files.log());
 
     let out = first.terminate();
@@ -1317,8 +1390,33 @@ fn stored_expiry(url: &str, key: &str) -> i64 {
     int_field(&status.json(), "expiresAtMs")
 }
 
-/// On loss, the group gets SIGTERM at the lease's local deadline — before the store's record
-/// expires, so before anyone else can take the lock — and `run` exits 76 once it is gone.
+/// On loss, the group gets SIGTERM --grace before the lease's local deadline — which is before
+/// the store's record expires, so before anyone else can take the lock — and `run` exits 76
+/// once it is gone: here the grandchild obeys the SIGTERM.
+fn loss_ends_the_whole_group_before_another_holder_can_acquire(url: &str) {
+    loss_ends_the_group_before_another_holder_can_acquire(
+        url,
+        "run-lost-group",
+        &["--ttl", "3s", "--grace", "1s"],
+        "0",
+    );
+}
+
+/// As above, with a group that ignores SIGTERM: the SIGKILL at the lease's local deadline
+/// (not --grace after it) ends it before the store's record expires. A grace of 2 s is far
+/// longer than the 500 ms between the local deadline and the record's expiry plus the second
+/// holder's polling: a group killed --grace after the deadline would be caught writing.
+fn loss_ends_a_group_that_ignores_sigterm_before_another_holder_can_acquire(url: &str) {
+    loss_ends_the_group_before_another_holder_can_acquire(
+        url,
+        "run-lost-stubborn",
+        &["--ttl", "6s", "--grace", "2s"],
+        "ignore",
+    );
+}
+
+/// `run extra…` loses its lease, its grandchild doing `on_term` on SIGTERM; the grandchild
+/// must have written its last tick before the second holder writes its marker.
 ///
 /// `run` reaches the server through a proxy that delays each request by 500 ms, then swallows
 /// everything; the second holder connects directly. The store counts a lease from when a
@@ -1327,13 +1425,17 @@ fn stored_expiry(url: &str, key: &str) -> i64 {
 /// signal later than the local deadline (such as when the stuck renewal finally fails), one
 /// to the command alone, or a release before the group is gone, lets the grandchild write
 /// after the marker.
-fn loss_ends_the_whole_group_before_another_holder_can_acquire(url: &str) {
-    let files = GroupFiles::new("run-lost-group");
-    let key = unique("run-lost-group");
+fn loss_ends_the_group_before_another_holder_can_acquire(
+    url: &str,
+    name: &str,
+    extra: &[&str],
+    on_term: &str,
+) {
+    let files = GroupFiles::new(name);
+    let key = unique(name);
     let proxy = FaultProxy::start(server_addr(url));
     let through_proxy = proxied(url, &proxy);
-    let (first, pid, grandchild) =
-        files.start_run(&through_proxy, &key, &["--ttl", "3s", "--grace", "1s"], "0");
+    let (first, pid, grandchild) = files.start_run(&through_proxy, &key, extra, on_term);
 
     // Two renewals confirmed by the store after the latency began: the second was surely
     // delayed, so the local deadline is ahead of the store's expiry by the latency.
@@ -1351,6 +1453,7 @@ fn loss_ends_the_whole_group_before_another_holder_can_acquire(url: &str) {
     proxy.set_mode(Mode::BlackHole);
 
     let out = first.finish();
+    files.stop();
     out.expect_code(76);
     assert!(
         out.stderr.to_lowercase().contains("lost"),
@@ -1363,8 +1466,54 @@ fn loss_ends_the_whole_group_before_another_holder_can_acquire(url: &str) {
         out.context()
     );
     second.finish().expect_code(0);
-    files.stop();
     files.expect_marker_last(&out.context());
+}
+
+/// A renewal can be applied by the store although its answer never comes back: the lease then
+/// runs out here while the store keeps the record. `run` releases the lease once the command
+/// is gone (here with `--on-lost warn`, so that the command outlives the loss), rather than
+/// leaving the record to a TTL that such a renewal may have extended — as the test does here,
+/// by extending the lock by its lock id while `run`'s own renewals are refused.
+fn a_lease_that_ran_out_unanswered_is_released_at_the_end(url: &str) {
+    let (scratch, key) = scratch_and_key("run-lost-release");
+    let proxy = FaultProxy::start(server_addr(url));
+    let through_proxy = proxied(url, &proxy);
+    let (go, lock_id_file) = (scratch.arg("go"), scratch.arg("lock-id"));
+    let script = format!(r#"echo "$SYNCGUARD_LOCK_ID" > "$2"; {WAIT_FOR_GO_FILE}"#);
+    let (running, _) = start_run(
+        &through_proxy,
+        &key,
+        &["--ttl", "3s", "--on-lost=warn"],
+        &scratch.path("pid"),
+        &script,
+        &[&go, &lock_id_file],
+    );
+    wait_for("the lock id", || {
+        read(Path::new(&lock_id_file)).ends_with('\n')
+    });
+    let lock_id = read(Path::new(&lock_id_file)).trim().to_owned();
+
+    // From now on nothing of `run`'s reaches the server; the store keeps the lease for 60 s.
+    proxy.set_mode(Mode::Refuse);
+    proxy.cut_all();
+    sg(url, &["extend", "--lock-id", &lock_id, "--ttl", "60s"]).expect_code(0);
+    wait_for("run to report the loss", || {
+        running.stderr_so_far().contains("lost the lock")
+    });
+
+    // The release at the end gets through again.
+    proxy.set_mode(Mode::Pass);
+    File::create(&go).expect("create the go file");
+    let out = running.finish();
+    out.expect_code(0);
+    let status = sg(url, &["status", "--key", &key]);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the lease was released when run ended: {}\n{}",
+        status.context(),
+        out.context()
+    );
 }
 
 /// `--max-runtime`: the group is ended as on loss, `run` exits 124 (as timeout(1) does) once it
@@ -1384,6 +1533,8 @@ fn max_runtime_ends_the_whole_group_with_124(url: &str) {
         &key,
         "--max-runtime",
         "3s",
+        "--ttl",
+        "60s",
         "--grace",
         "20s",
         "--",
@@ -1608,6 +1759,11 @@ fn invalid_arguments_exit_2_and_acquire_nothing() {
         ],
         vec![
             "--url", &url, "run", "--key", &key, "--ttl", "abc", "--", "touch", &marker,
+        ],
+        // --grace more than half of --ttl (with --on-lost kill, the default)
+        vec![
+            "--url", &url, "run", "--key", &key, "--ttl", "3s", "--grace", "2s", "--", "touch",
+            &marker,
         ],
         // keys and lock ids
         vec!["--url", &url, "acquire", "--ttl", "30s"],

@@ -11,8 +11,13 @@
 //!
 //! Processes that leave the group (`setsid`, `setpgid`) leave the lock's protection too, as a
 //! process that closes its descriptors does under `flock(1)`.
+//!
+//! If `run` itself is killed (SIGKILL passes nothing on), the kernel kills the group's leader
+//! with it on Linux (a parent-death signal), and a [`Watcher`] — a forked child of `run` that
+//! only waits for `run` to go — kills the rest of the group.
 
 use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::{Command, ExitStatus};
 use std::thread;
@@ -42,6 +47,40 @@ pub fn become_subreaper() {
     }
 }
 
+/// Has the command (the group's leader) get SIGKILL from the kernel when `run` dies (Linux
+/// only), so that a `run` killed with SIGKILL, which can pass nothing on, does not leave its
+/// command running unwatched while the lease runs out. Only the leader gets it: other members
+/// of the group, the leader's own children among them, run on (see docs/cli.md).
+///
+/// The kernel sends it when the *thread* that forked the child ends: `run` spawns the command
+/// from its main thread, which lives as long as the process.
+fn set_parent_death_signal(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpid takes nothing and touches no memory.
+        let parent = unsafe { libc::getpid() };
+        let arm = move || {
+            // SAFETY: runs in the forked child before exec, where only async-signal-safe
+            // calls are allowed: prctl and getppid are system calls on plain integers, and
+            // `from_raw_os_error` allocates nothing.
+            unsafe {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // `run` died before the signal was armed: it will never come.
+                if libc::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: the closure only makes async-signal-safe calls (see above).
+        unsafe { command.pre_exec(arm) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
+}
+
 impl Group {
     /// Starts `command` as the leader of a new process group and a thread that reaps every
     /// child of this process; `on_exit` gets the command's own exit status.
@@ -51,6 +90,7 @@ impl Group {
         command: &mut Command,
         on_exit: impl FnOnce(io::Result<ExitStatus>) + Send + 'static,
     ) -> io::Result<Group> {
+        set_parent_death_signal(command);
         let child = command.process_group(0).spawn()?;
         let pgid = libc::pid_t::try_from(child.id())
             .map_err(|_| io::Error::other("the command's process id is out of range"))?;
@@ -81,12 +121,108 @@ impl Group {
         }
     }
 
+    /// Starts a [`Watcher`] that kills the whole group if `run` dies before
+    /// [`Watcher::dismiss`]. `None` (with a warning) if it cannot start: the leader's
+    /// parent-death signal is still armed.
+    pub fn watch(&self) -> Option<Watcher> {
+        match Watcher::start(self.pgid) {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                eprintln!(
+                    "syncguard: could not start the watcher that ends the command's process \
+                     group if run dies ({error}); only the command itself would be killed then"
+                );
+                None
+            }
+        }
+    }
+
     /// Whether no process is left in the group (zombies count until they are reaped).
     pub fn is_gone(&self) -> bool {
         // SAFETY: signal 0 only checks that the group exists; see `signal`.
         let result = unsafe { libc::kill(-self.pgid, 0) };
         // EPERM: a member exists that we may not signal (it changed its user): still there.
         result != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+}
+
+/// A forked child of `run` that SIGKILLs the command's whole group if `run` dies while the
+/// group runs — SIGKILL to `run` passes nothing on, and the parent-death signal reaches only
+/// the group's leader. It holds the read end of a pipe whose write end only `run` holds: `run`
+/// dying closes it (end of file: kill the group); [`Watcher::dismiss`] writes a byte first
+/// (leave it be). It ignores the signals `run` forwards, so a Ctrl-C to the terminal's group
+/// does not end it, and it stays in `run`'s own process group.
+pub struct Watcher {
+    dismiss: OwnedFd,
+}
+
+impl Watcher {
+    #[cfg(not(target_os = "linux"))]
+    fn start(_pgid: libc::pid_t) -> io::Result<Watcher> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn start(pgid: libc::pid_t) -> io::Result<Watcher> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given, which lives across
+        // the call. O_CLOEXEC: no program `run` starts inherits them.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned by nothing else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: in the child, only async-signal-safe calls follow (`watch`), ending in
+        // `_exit`: nothing of the parent's other threads (locks, allocator) is touched.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => watch(read.as_raw_fd(), write.as_raw_fd(), pgid),
+            _ => {
+                drop(read);
+                Ok(Watcher { dismiss: write })
+            }
+        }
+    }
+
+    /// The group is gone (or no longer ours to end): tells the watcher to exit without a
+    /// signal.
+    pub fn dismiss(self) {
+        let byte = 1u8;
+        // SAFETY: write reads one byte from a local that lives across the call.
+        let _ = unsafe {
+            libc::write(
+                self.dismiss.as_raw_fd(),
+                (&raw const byte).cast::<libc::c_void>(),
+                1,
+            )
+        };
+    }
+}
+
+/// The watcher's life, in the forked child: async-signal-safe calls only, no allocation.
+#[cfg(target_os = "linux")]
+fn watch(read: libc::c_int, write: libc::c_int, pgid: libc::pid_t) -> ! {
+    // SAFETY: plain system calls on integers and on a local byte that lives across them;
+    // `_exit` never returns.
+    unsafe {
+        libc::close(write);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        let mut byte = 0u8;
+        let got = loop {
+            let got = libc::read(read, (&raw mut byte).cast::<libc::c_void>(), 1);
+            // Reads errno; allocates nothing.
+            if got < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break got;
+        };
+        if got == 0 {
+            // End of file: `run` died without dismissing us.
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        libc::_exit(0)
     }
 }
 

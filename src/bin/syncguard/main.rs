@@ -5,10 +5,11 @@
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
 //! Modules: [`duration`] parses durations; [`run`] is the `run` supervisor; [`group`] the
-//! process group it runs the command in.
+//! process group it runs the command in; [`keeper`] renews and releases its lease.
 
 mod duration;
 mod group;
+mod keeper;
 mod run;
 
 use std::io::Write as _;
@@ -32,9 +33,11 @@ Exit codes:
   0        success (run: the command's own exit code, passed through, whatever it is)
   1        a negative answer: acquire found the lock held; release/extend/status found none
   2        bad usage or argument (including a memory: URL, which means nothing across processes)
-  3        a backend error: unreachable, credentials refused, tables missing
+  3        a backend error: unreachable, credentials refused, tables missing, a record or key
+           the backend holds that syncguard cannot use (e.g. a Redis key of another type)
   75 or N  run: the lock was not acquired within --wait (N from -E/--conflict-exit-code)
-  76       run: the lock was lost while the command ran (--on-lost kill)
+  76       run: the lock was lost (or about to be: no renewal confirmed --grace before the
+           lease's deadline) while the command ran (--on-lost kill)
   124      run: the command reached --max-runtime
   126/127  run: the command could not be executed / was not found
   128+n    run: the command was killed by signal n (or run got signal n while waiting)
@@ -45,7 +48,8 @@ Signals (run):
                      while the command runs: sent on to its whole process group (with SIGCONT);
                      SIGKILL to the group if it is still there --grace later; exit with the
                      command's code once every process of the group is gone; then release.
-  KILL               cannot be passed on: the group runs on unwatched; the lock expires at --ttl.
+  KILL               cannot be passed on: the whole group is killed with run (Linux: by a watcher
+                     process and a parent-death signal); the lock expires at --ttl.
   others             their default effect on run itself."
     };
 }
@@ -97,12 +101,17 @@ Example:
 
 The command runs in a process group of its own (so, from an interactive shell, it cannot read
 the terminal: give it input from a file or a pipe), with SYNCGUARD_FENCE, SYNCGUARD_LOCK_ID
-and SYNCGUARD_KEY in its environment, while the lease is renewed every --ttl/3. The lock is
-released only once every process of the group has exited, background jobs included. On loss
-(at the lease's local deadline: the last renewal the backend confirmed, plus --ttl) and at
---max-runtime, the group gets SIGTERM, then SIGKILL after --grace. The release at the end
-waits at most 2s for the backend (after a loss there is nothing to release); if it does not
-answer, run says so and exits, and the lock expires at its ttl.
+and SYNCGUARD_KEY in its environment, while run renews the lease every third of --ttl minus
+--grace (--on-lost warn: of --ttl). The lock is released only once every process of the group
+has exited, background jobs included. With --on-lost kill, the lease's local deadline (the send
+time of the last renewal the backend confirmed, plus --ttl; the backend's record never expires
+earlier) bounds the group: SIGTERM at the deadline minus --grace, SIGKILL at the deadline, so
+that it is gone before another holder can take the lock; a renewal that finds the lock gone
+ends it at once the same way. At --max-runtime and on a signal, the group gets SIGTERM, then
+SIGKILL after --grace. At the end run releases the lock, after a loss too (a renewal may have
+been applied although its answer never came), waiting at most 2s for the backend (once a
+renewal in flight has come back); if it does not answer, run says so and exits, and the lock
+expires at its ttl.
 
 "
     };
@@ -166,10 +175,12 @@ enum Command {
         /// What to do if the lock is lost while the command runs.
         #[arg(long, value_enum, default_value = "kill")]
         on_lost: OnLost,
-        /// After SIGTERM (on loss, --max-runtime, or a signal run got), how long the command's
-        /// process group has before SIGKILL.
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
-        grace: Duration,
+        /// How long the command's process group has between SIGTERM and SIGKILL. With --on-lost
+        /// kill, SIGTERM goes out --grace before the lease's local deadline, so --grace may be
+        /// at most half of --ttl (the rest is for renewals). [default: 5s, or half of --ttl if
+        /// that is less]
+        #[arg(long, value_parser = parse_duration)]
+        grace: Option<Duration>,
         /// Longest the command may run (timeout(1)'s limit): then its process group is ended
         /// as on loss, run exits 124 and the lock is released. Default: no limit.
         #[arg(long, value_parser = parse_duration)]
@@ -197,7 +208,8 @@ struct LockArgs {
     /// The lock's key.
     #[arg(long, allow_hyphen_values = true)]
     key: String,
-    /// Lease length: 500ms, 30s, 1m30s, 2h, 1d, or milliseconds (`run` renews it every third).
+    /// Lease length: 500ms, 30s, 1m30s, 2h, 1d, or milliseconds (`run` renews it every third of
+    /// ttl minus --grace).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     ttl: Duration,
     /// How long to wait while someone else holds it.
@@ -208,7 +220,8 @@ struct LockArgs {
 /// What `run` does when the lease is lost.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnLost {
-    /// End the command's process group (SIGTERM, SIGKILL after --grace) and exit 76.
+    /// End the command's process group (SIGTERM --grace before the lease's local deadline,
+    /// SIGKILL at it) and exit 76.
     Kill,
     /// Only warn on stderr; the command runs on.
     Warn,
@@ -326,19 +339,23 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             max_runtime,
             conflict_exit_code,
             command,
-        } => run::run(
-            backend()?,
-            run::RunArgs {
-                key: lock.key,
-                ttl: lock.ttl,
-                wait: lock.wait,
-                on_lost,
-                grace,
-                max_runtime,
-                conflict_exit_code,
-                command,
-            },
-        ),
+        } => {
+            // Checked before the backend is reached: bad usage acquires nothing.
+            let grace = grace_for(grace, lock.ttl, on_lost)?;
+            run::run(
+                backend()?,
+                run::RunArgs {
+                    key: lock.key,
+                    ttl: lock.ttl,
+                    wait: lock.wait,
+                    on_lost,
+                    grace,
+                    max_runtime,
+                    conflict_exit_code,
+                    command,
+                },
+            )
+        }
         Command::Setup => setup(&url),
     }
 }
@@ -371,6 +388,33 @@ fn acquire(
         "expiresAtMs": lease.expires_at_ms,
     });
     Ok(Outcome::Printed(printed, 0))
+}
+
+/// `--grace` when not given.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// `run`'s `--grace`: as given, or [`DEFAULT_GRACE`] capped at half of `ttl`. With `--on-lost
+/// kill` the group gets SIGTERM `grace` before the lease's local deadline, and the renewals
+/// have the rest of the TTL: a grace above half of it would leave them less than the grace.
+fn grace_for(
+    grace: Option<Duration>,
+    ttl: Duration,
+    on_lost: OnLost,
+) -> syncguard::Result<Duration> {
+    let most = ttl / 2;
+    match grace {
+        None => Ok(DEFAULT_GRACE.min(most)),
+        Some(grace) if on_lost == OnLost::Kill && grace > most => {
+            Err(LockError::invalid_argument(format!(
+                "--grace {} is more than half of --ttl {}: with --on-lost kill, run sends SIGTERM \
+                 --grace before the lease could run out, and the rest of the ttl is for renewals; \
+                 give a shorter --grace or a longer --ttl",
+                humantime::format_duration(grace),
+                humantime::format_duration(ttl)
+            )))
+        }
+        Some(grace) => Ok(grace),
+    }
 }
 
 /// Long `--wait`s poll at a steady pace: exponential backoff would leave minutes between
@@ -432,4 +476,41 @@ fn scheme(url: &str) -> String {
         .split_once(':')
         .map(|(scheme, _)| scheme.to_ascii_lowercase())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn grace_defaults_to_5s_or_half_the_ttl() {
+        assert_eq!(grace_for(None, secs(30), OnLost::Kill).ok(), Some(secs(5)));
+        assert_eq!(
+            grace_for(None, secs(3), OnLost::Kill).ok(),
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(
+            grace_for(None, secs(3), OnLost::Warn).ok(),
+            Some(Duration::from_millis(1_500))
+        );
+    }
+
+    #[test]
+    fn grace_above_half_the_ttl_is_refused_with_on_lost_kill_only() {
+        assert_eq!(
+            grace_for(Some(secs(15)), secs(30), OnLost::Kill).ok(),
+            Some(secs(15))
+        );
+        let refused = grace_for(Some(secs(16)), secs(30), OnLost::Kill).unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::InvalidArgument);
+        assert!(refused.message().contains("--grace 16s"), "{refused}");
+        assert_eq!(
+            grace_for(Some(secs(60)), secs(30), OnLost::Warn).ok(),
+            Some(secs(60))
+        );
+    }
 }

@@ -1,12 +1,14 @@
 //! `syncguard run`: takes the lock, runs the command as a process group of its own while the
-//! heartbeat keeps the lease alive, and releases the lock once every process of the group is
-//! gone.
+//! keeper renews the lease, and releases the lock once every process of the group is gone.
 //!
 //! One thread (the supervisor, here) waits for events from the others: signals `run` receives,
-//! the lease's loss (reported by the library at the lease's local deadline), the command's
-//! exit (from the reaper), and its own timers (`--max-runtime`, `--grace`). Whatever ends the
-//! command — a signal, the loss, `--max-runtime` — ends it the same way: the signal to the
-//! whole group, `SIGKILL` to the group after `--grace`, then a wait until the group is empty.
+//! each renewal the store confirmed (from the keeper: the lease's new local deadline), the
+//! lease's loss (reported by the library), the command's exit (from the reaper), and its own
+//! timers (`--max-runtime`, `--grace`, the deadline). Whatever ends the command — a signal, the
+//! loss, `--max-runtime` — ends it the same way: the signal to the whole group, `SIGKILL` to the
+//! group after `--grace`, then a wait until the group is empty. With `--on-lost kill`, the
+//! deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that the group is
+//! gone before the store's record can expire and another holder take the lock.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
@@ -15,9 +17,10 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::{CancelToken, ErrorCode, LockBackend, LockError, LockGuard, LockOptions, Locker};
+use syncguard::{CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockOptions, Locker};
 
 use crate::group::{Group, become_subreaper};
+use crate::keeper::{Keeper, Schedule, release_within};
 use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
@@ -46,6 +49,8 @@ pub struct RunArgs {
 /// What the supervisor waits for.
 enum Event {
     Signal(libc::c_int),
+    /// A renewal was confirmed: the lease's local deadline is now this.
+    Renewed(Instant),
     Lost(String),
     Exited(io::Result<ExitStatus>),
 }
@@ -92,11 +97,13 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         let _ = forwarder.join();
     };
 
-    // The library reports the loss at the lease's local deadline (the send time of the last
-    // renewal the store confirmed, plus the TTL) even while a renewal hangs.
+    // The keeper renews the lease (see `keeper`), not the library's heartbeat. The library
+    // still reports the loss: at once when a renewal finds the lock gone, and at its own
+    // local deadline (a moment after `run`'s) even while a renewal hangs.
     let lost_events = Mutex::new(events.clone());
     let options = waiting(LockOptions::default())
         .ttl(args.ttl)
+        .heartbeat(Heartbeat::Off)
         .cancel(cancel)
         .on_lock_lost(move |error| {
             if let Ok(sender) = lost_events.lock() {
@@ -104,6 +111,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             }
         });
     let locker = Locker::with_defaults(backend, options);
+    let asked = Instant::now();
     let acquired = locker.try_lock_for(&args.key, args.wait);
     let early_signal = inbox.try_iter().find_map(|event| match event {
         Event::Signal(signal) => Some(signal),
@@ -139,8 +147,24 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
     };
 
-    if guard.is_lost() {
-        // The lease ran out before the command could start: it must not run unlocked.
+    // The acquisition went out after `asked`: the lease's local deadline is no earlier than
+    // `asked + ttl`. After a long --wait that bound is stale, so renew once before starting.
+    let interval = renewal_interval(args.ttl, args.grace, args.on_lost);
+    let mut confirmed = asked;
+    if Instant::now() >= asked + interval {
+        let sent = Instant::now();
+        match guard.extend(args.ttl) {
+            Ok(true) => confirmed = sent,
+            Ok(false) => {}
+            Err(error) => eprintln!("syncguard: renewing the lease failed: {error}"),
+        }
+    }
+    let deadline = confirmed + args.ttl;
+    let too_late = args.on_lost == OnLost::Kill
+        && Instant::now() >= deadline.checked_sub(args.grace).unwrap_or(deadline);
+    if guard.is_lost() || too_late {
+        // The lease ran out (or would be ending) before the command could start: it must not
+        // run unlocked.
         eprintln!(
             "syncguard: lost the lock on {:?} before the command started; not running it",
             args.key
@@ -149,20 +173,44 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         stop_forwarding();
         return Ok(Outcome::Exit(EXIT_LOST));
     }
+    let (fence, lock_id, key) = (
+        guard.fence().to_string(),
+        guard.lock_id().to_owned(),
+        guard.key().to_owned(),
+    );
+    let renewed = events.clone();
+    let Some(keeper) = Keeper::start(
+        guard,
+        locker,
+        Schedule {
+            ttl: args.ttl,
+            interval,
+            confirmed,
+        },
+        Box::new(move |deadline| {
+            let _ = renewed.send(Event::Renewed(deadline));
+        }),
+    ) else {
+        stop_forwarding();
+        return Err(LockError::internal(
+            "could not start the thread that renews the lease",
+        ));
+    };
+
     become_subreaper();
     let mut process = Process::new(program);
     process
         .args(program_args)
-        .env("SYNCGUARD_FENCE", guard.fence().to_string())
-        .env("SYNCGUARD_LOCK_ID", guard.lock_id())
-        .env("SYNCGUARD_KEY", guard.key());
+        .env("SYNCGUARD_FENCE", fence)
+        .env("SYNCGUARD_LOCK_ID", lock_id)
+        .env("SYNCGUARD_KEY", key);
     let exits = events.clone();
     let group = match Group::spawn(&mut process, move |status| {
         let _ = exits.send(Event::Exited(status));
     }) {
         Ok(group) => group,
         Err(error) => {
-            release_within(guard, locker, RELEASE_LIMIT);
+            keeper.release_within(RELEASE_LIMIT);
             stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
@@ -174,15 +222,33 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
     };
 
+    // If run dies from here on (SIGKILL), the watcher ends the whole group.
+    let watcher = group.watch();
     let code = Supervisor {
         group: &group,
         on_lost: args.on_lost,
         grace: args.grace,
+        ttl: args.ttl,
     }
-    .supervise(&inbox, args.max_runtime);
+    .supervise(&inbox, args.max_runtime, deadline);
+    if let Some(watcher) = watcher {
+        watcher.dismiss();
+    }
     stop_forwarding();
-    release_within(guard, locker, RELEASE_LIMIT);
+    // The group is gone: release in every case, a lost lease included (see `keeper`).
+    keeper.release_within(RELEASE_LIMIT);
     Ok(Outcome::Exit(code))
+}
+
+/// How often `run` renews the lease: a third of the time it may go unconfirmed before the
+/// command's group is told to stop (`ttl − grace` with `--on-lost kill`, the whole TTL with
+/// `warn`), so that two more renewals, and retries, fit in before that.
+fn renewal_interval(ttl: Duration, grace: Duration, on_lost: OnLost) -> Duration {
+    let window = match on_lost {
+        OnLost::Kill => ttl.saturating_sub(grace),
+        OnLost::Warn => ttl,
+    };
+    (window / 3).max(Duration::from_millis(1))
 }
 
 /// Watches the running group.
@@ -190,22 +256,58 @@ struct Supervisor<'a> {
     group: &'a Group,
     on_lost: OnLost,
     grace: Duration,
+    ttl: Duration,
 }
 
 impl Supervisor<'_> {
     /// Waits until the command has exited and every process of its group is gone, ending the
-    /// group on a signal, on loss or at `max_runtime`; returns `run`'s exit code.
-    fn supervise(&self, inbox: &mpsc::Receiver<Event>, max_runtime: Option<Duration>) -> u8 {
+    /// group on a signal, on loss, as the lease's local `deadline` nears (`--on-lost kill`:
+    /// SIGTERM `--grace` before it, SIGKILL at it) or at `max_runtime`; returns `run`'s exit
+    /// code.
+    fn supervise(
+        &self,
+        inbox: &mpsc::Receiver<Event>,
+        max_runtime: Option<Duration>,
+        mut deadline: Instant,
+    ) -> u8 {
+        let kill_on_loss = self.on_lost == OnLost::Kill;
         let started = Instant::now();
         let mut max_runtime_at = max_runtime.and_then(|limit| started.checked_add(limit));
         let mut stop: Option<Stop> = None;
         let mut kill_at: Option<Instant> = None;
+        let mut killed_at_deadline = false;
         let mut status: Option<io::Result<ExitStatus>> = None;
         loop {
             if status.is_some() && self.group.is_gone() {
                 break;
             }
             let now = Instant::now();
+            // With --on-lost kill, the lease's local deadline bounds everything: SIGTERM
+            // --grace before it, SIGKILL at it, whatever else is going on.
+            let term_at = (kill_on_loss && stop.is_none())
+                .then(|| deadline.checked_sub(self.grace).unwrap_or(deadline));
+            let deadline_kill = (kill_on_loss && !killed_at_deadline).then_some(deadline);
+            if term_at.is_some_and(|at| now >= at) {
+                eprintln!(
+                    "syncguard: the lease is about to be lost: no renewal confirmed for {}; \
+                     terminating the command's process group {} before the lease's deadline",
+                    humantime::format_duration(self.ttl.saturating_sub(self.grace)),
+                    humantime::format_duration(self.grace)
+                );
+                self.terminate(&mut stop, &mut kill_at, Stop::Lost, libc::SIGTERM);
+            }
+            if deadline_kill.is_some_and(|at| now >= at) {
+                killed_at_deadline = true;
+                kill_at = None;
+                if !self.group.is_gone() {
+                    eprintln!(
+                        "syncguard: the lease ran out here (no renewal confirmed for {}); \
+                         sending SIGKILL to the command's process group",
+                        humantime::format_duration(self.ttl)
+                    );
+                    self.group.signal(libc::SIGKILL);
+                }
+            }
             if max_runtime_at.is_some_and(|at| now >= at) {
                 max_runtime_at = None;
                 if let Some(limit) = max_runtime {
@@ -224,9 +326,14 @@ impl Supervisor<'_> {
                 );
                 self.group.signal(libc::SIGKILL);
             }
+            let term_at = (kill_on_loss && stop.is_none())
+                .then(|| deadline.checked_sub(self.grace).unwrap_or(deadline));
+            let deadline_kill = (kill_on_loss && !killed_at_deadline).then_some(deadline);
             let wake = [
                 max_runtime_at,
                 kill_at,
+                term_at,
+                deadline_kill,
                 status.as_ref().map(|_| now + GROUP_POLL),
             ]
             .into_iter()
@@ -247,6 +354,7 @@ impl Supervisor<'_> {
                 Event::Signal(signal) => {
                     self.terminate(&mut stop, &mut kill_at, Stop::Signal, signal);
                 }
+                Event::Renewed(renewed) => deadline = deadline.max(renewed),
                 Event::Lost(why) => match self.on_lost {
                     OnLost::Kill => {
                         eprintln!("syncguard: {why}; terminating the command's process group");
@@ -293,45 +401,6 @@ impl Supervisor<'_> {
     }
 }
 
-/// Releases the lock on a thread of its own and waits for it at most `limit`: if the backend
-/// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL.
-fn release_within(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, limit: Duration) {
-    // A lost lease has nothing to release: the record expired with the lease (its expiry is
-    // the local deadline plus at most one trip to the backend), or the backend said it was
-    // gone; and a backend that failed every renewal would only hold the exit up. Detached, it
-    // is neither renewed nor released.
-    let lost = guard.is_lost();
-    let guard = if lost {
-        let _expired = guard.detach();
-        None
-    } else {
-        Some(guard)
-    };
-    let (done, outcome) = mpsc::channel();
-    let releasing = thread::Builder::new()
-        .name("syncguard-release".to_owned())
-        .spawn(move || {
-            let released = guard.map(LockGuard::release);
-            // The backend's connections close here too, within the same limit.
-            drop(locker);
-            let _ = done.send(released);
-        });
-    if releasing.is_err() {
-        eprintln!("syncguard: could not start the release; the lock expires at its ttl");
-        return;
-    }
-    match outcome.recv_timeout(limit) {
-        Ok(None | Some(Ok(_))) => {}
-        Ok(Some(Err(error))) => {
-            eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
-        }
-        Err(_) => eprintln!(
-            "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires at its ttl)",
-            humantime::format_duration(limit)
-        ),
-    }
-}
-
 /// The exit code of a process ended by `signal`, as shells report it.
 fn signal_exit(signal: libc::c_int) -> u8 {
     u8::try_from(128 + signal).unwrap_or(255)
@@ -343,5 +412,31 @@ fn exit_code(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
         (None, Some(signal)) => signal_exit(signal),
         (None, None) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewals_fit_three_times_before_the_sigterm() {
+        let (ttl, grace) = (Duration::from_secs(30), Duration::from_secs(6));
+        assert_eq!(
+            renewal_interval(ttl, grace, OnLost::Kill),
+            Duration::from_secs(8)
+        );
+        assert_eq!(
+            renewal_interval(ttl, grace, OnLost::Warn),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            renewal_interval(
+                Duration::from_millis(2),
+                Duration::from_millis(1),
+                OnLost::Kill
+            ),
+            Duration::from_millis(1)
+        );
     }
 }
