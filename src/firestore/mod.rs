@@ -63,8 +63,14 @@
 //! every document asked for, a commit without `writeResults` or `commitTime`) →
 //! `ServiceUnavailable`, transient: such an answer is most likely a proxy's or a cut-short one,
 //! and it never reads as "no lock" — only a `batchGet`'s `missing`, or a `runQuery` stream of
-//! bare read times, says a lock is absent. A lock document whose fields are not SyncGuard's
-//! (wrong types, missing) is stored data, the same on every read → `Internal`.
+//! bare read times, says a lock is absent.
+//!
+//! A lock document that is not a SyncGuard lock record (a field missing or of another type, a
+//! fence that is not 15 digits, an expiry that is not an integer from 0 to 2^53 − 1) is
+//! stored data, the same on every read: every operation answers it with `Internal` naming the
+//! key, never "locked" and never "absent", and writes nothing over it. Extra fields are
+//! tolerated. A fence counter that is not 15 digits, or at the limit, stops acquire with
+//! `Internal` naming the key before the commit.
 //!
 //! A guard's release whose write meets such a failure (or a refused or lost connection) is
 //! tried once more by lock id, which re-reads and decides; if the first write did go through,
@@ -491,45 +497,95 @@ struct LockDoc {
     expires_at_ms: i64,
     acquired_at_ms: i64,
     key: String,
-    fence: String,
+    fence: Fence,
     name: String,
     update_time: String,
 }
 
+/// The largest integer a JavaScript number holds exactly: the TypeScript SyncGuard's times are
+/// numbers, and no clock this side of the year 287 000 reaches it. An expiry beyond it would
+/// hold a key forever.
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
 impl LockDoc {
-    /// `None` when the document is not a SyncGuard lock (fields missing or of other types).
-    /// That is the stored data, not the answer, being wrong: reading again finds the same, so
-    /// the caller's error is `Internal`, as for a malformed value in any backend's storage.
-    fn parse(document: &Document) -> Option<LockDoc> {
-        Some(LockDoc {
-            lock_id: document.string("lockId")?.to_owned(),
-            expires_at_ms: document.integer("expiresAtMs")?,
-            acquired_at_ms: document.integer("acquiredAtMs")?,
-            key: document.string("key")?.to_owned(),
-            fence: document.string("fence")?.to_owned(),
+    /// A SyncGuard lock record, or why the document is not one: `lockId` a non-empty string,
+    /// `expiresAtMs` and `acquiredAtMs` integers from 0 to 2^53 − 1, `key` a string, `fence`
+    /// 15 digits (not all zero). Other fields are tolerated (a later version may add some).
+    ///
+    /// Anything else is stored data that is not a lock — reading again finds the same — so
+    /// every operation answers it alike: `Internal`, naming the key (`key`, the key the
+    /// caller asked for when known), never "locked" and never "absent", and nothing is
+    /// written over it.
+    fn parse(document: &Document, key: Option<&str>) -> Result<LockDoc> {
+        let stored_key = document.string("key");
+        let not_a_lock = |problem: &str| {
+            let error = LockError::internal(format!(
+                "a Firestore lock document is not a SyncGuard lock record: {problem}"
+            ));
+            // The caller's key, or the one the document names, or its document id: whatever
+            // lets an operator find it.
+            match key.or(stored_key) {
+                Some(key) => error.with_key(key),
+                None => error.with_key(document.name().rsplit('/').next().unwrap_or_default()),
+            }
+        };
+        let lock_id = document
+            .string("lockId")
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| not_a_lock("`lockId` is not a non-empty string"))?;
+        let time = |field: &str| {
+            document
+                .integer(field)
+                .filter(|ms| (0..=MAX_SAFE_INTEGER).contains(ms))
+                .ok_or_else(|| {
+                    not_a_lock(&format!(
+                        "`{field}` is not an integer from 0 to 2^53 - 1 (milliseconds)"
+                    ))
+                })
+        };
+        let expires_at_ms = time("expiresAtMs")?;
+        let acquired_at_ms = time("acquiredAtMs")?;
+        let stored_key = stored_key.ok_or_else(|| not_a_lock("`key` is not a string"))?;
+        let fence = document
+            .string("fence")
+            .and_then(|fence| fence.parse::<Fence>().ok())
+            .ok_or_else(|| not_a_lock("`fence` is not 15 digits (not all zero)"))?;
+        Ok(LockDoc {
+            lock_id: lock_id.to_owned(),
+            expires_at_ms,
+            acquired_at_ms,
+            key: stored_key.to_owned(),
+            fence,
             name: document.name().to_owned(),
             update_time: document.update_time().to_owned(),
         })
     }
 
-    fn record(self) -> Result<LockRecord> {
-        let fence = self.fence.parse::<Fence>().map_err(|_| {
-            LockError::internal("a Firestore lock document holds a malformed fence")
-        })?;
-        Ok(LockRecord {
+    fn record(self) -> LockRecord {
+        LockRecord {
             key: self.key,
             lock_id: self.lock_id,
             expires_at_ms: self.expires_at_ms,
             acquired_at_ms: self.acquired_at_ms,
-            fence,
-        })
+            fence: self.fence,
+        }
     }
 }
 
-fn not_a_lock(what: &str) -> LockError {
-    LockError::internal(format!(
-        "a Firestore {what} document does not have the SyncGuard fields and types"
-    ))
+/// The fence counter a counter document holds: 15 digits (not all zero). Anything else stops
+/// the acquisition that read it, before it writes anything: `Internal`, naming the key.
+fn parse_counter(document: &Document, key: &str) -> Result<u64> {
+    document
+        .string("fence")
+        .and_then(|text| text.parse::<Fence>().ok())
+        .map(Fence::value)
+        .ok_or_else(|| {
+            LockError::internal(
+                "a Firestore fence counter document is not a SyncGuard fence counter: `fence` \
+                 is not 15 digits (not all zero)",
+            )
+            .with_key(key)
+        })
 }
 
 impl FirestoreBackend {
@@ -683,19 +739,16 @@ impl FirestoreBackend {
         let (lock_doc, counter_doc) = (lock_doc.as_ref(), counter_doc.as_ref());
         let now = self.now_ms()?;
         if let Some(doc) = lock_doc {
-            let held = LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock").with_key(user_key))?;
+            let held = LockDoc::parse(doc, Some(user_key))?;
             if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
         }
         let counter = match counter_doc {
             None => 0,
-            Some(doc) => doc
-                .string("fence")
-                .and_then(|text| text.parse::<Fence>().ok())
-                .map(|fence| fence.value())
-                .ok_or_else(|| not_a_lock("fence counter").with_key(user_key))?,
+            Some(doc) => parse_counter(doc, user_key)?,
         };
+        // Checked before the commit: a counter past the limit writes nothing.
         let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
         let lock_id = LockId::generate().into_string();
         let expires_at_ms = now.saturating_add(ttl_ms);
@@ -756,7 +809,7 @@ impl FirestoreBackend {
         match documents {
             [] => Ok(None),
             [document] => {
-                let lock = LockDoc::parse(document).ok_or_else(|| not_a_lock("lock"))?;
+                let lock = LockDoc::parse(document, None)?;
                 // Defence in depth: the query said so, the document must too; an answer that
                 // contradicts its query is not "no lock".
                 if lock.lock_id != lock_id {
@@ -864,9 +917,7 @@ impl FirestoreBackend {
         let [document] = self.rest.batch_get([&name])?;
         match document {
             None => Ok(None),
-            Some(doc) => Ok(Some(
-                LockDoc::parse(&doc).ok_or_else(|| not_a_lock("lock"))?,
-            )),
+            Some(doc) => Ok(Some(LockDoc::parse(&doc, Some(key.as_str()))?)),
         }
     }
 }
@@ -1052,7 +1103,7 @@ impl Driver for FirestoreBackend {
         if !is_live(lock.expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
             return Ok(None);
         }
-        lock.record().map(Some)
+        Ok(Some(lock.record()))
     }
 }
 
