@@ -72,6 +72,13 @@
 //! tolerated. A fence counter that is not 15 digits, or at the limit, stops acquire with
 //! `Internal` naming the key before the commit.
 //!
+//! An acquisition whose commit may have been applied although no answer says so (a timeout, a
+//! connection lost after the request, an unusable `200`, a status such as UNAVAILABLE or
+//! DEADLINE_EXCEEDED) fails with the error marked [in doubt](LockError::in_doubt), carrying
+//! the lock id the commit wrote: releasing that lock id frees the key if it was taken (the
+//! [`Locker`](crate::Locker) does so). A refusal, or a request never sent (connection refused,
+//! no token), is not in doubt.
+//!
 //! A guard's release whose write meets such a failure (or a refused or lost connection) is
 //! tried once more by lock id, which re-reads and decides; if the first write did go through,
 //! the lock is gone by then and the release answers `false`.
@@ -771,7 +778,16 @@ impl FirestoreBackend {
                 "currentDocument": unchanged_since(counter_doc),
             }),
         ];
-        let Some(times) = self.rest.commit_versions(writes)? else {
+        let committed = match self.rest.commit_versions(writes) {
+            // The commit may have been applied although no answer says so: the caller gets
+            // the lock id it would hold, to release it (the Locker does, in the background).
+            Err(error) if !error.is_aborted() && error.may_have_been_applied() => {
+                let error = self.rest.lock_error(error).with_key(user_key);
+                return Err(OpError::Lock(error.in_doubt(lock_id)));
+            }
+            committed => committed?,
+        };
+        let Some(times) = committed else {
             // Someone changed the lock or the counter since the read: another acquirer won.
             return Ok(Attempt::Done(Acquisition::Locked));
         };

@@ -22,6 +22,8 @@ mod firestore;
 #[cfg(feature = "firestore")]
 mod firestore_auth;
 #[cfg(feature = "firestore")]
+mod firestore_in_doubt;
+#[cfg(feature = "firestore")]
 mod firestore_records;
 #[cfg(feature = "firestore")]
 mod firestore_shapes;

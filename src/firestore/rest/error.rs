@@ -273,6 +273,41 @@ impl RestError {
         !matches!(self, RestError::Timeout { .. }) && self.code().is_transient()
     }
 
+    /// Whether a write whose request failed this way may have been applied all the same: the
+    /// request may have reached Firestore, and no answer says it was refused. True for a
+    /// timeout, a connection lost mid-call, an answer that could not be used (a `200` that
+    /// does not parse most likely means it was applied), an unknown client failure, and
+    /// statuses that do not say the write did not happen (DEADLINE_EXCEEDED, UNAVAILABLE,
+    /// INTERNAL, UNKNOWN, CANCELLED, or a 5xx page without a status, a gateway's). False when
+    /// nothing was sent (no token, connection refused, host not resolved, TLS refused) or the
+    /// answer is a refusal.
+    pub fn may_have_been_applied(&self) -> bool {
+        match self {
+            RestError::Timeout { .. }
+            | RestError::Transport { .. }
+            | RestError::BadAnswer { .. } => true,
+            RestError::Unreachable { source, .. } => matches!(
+                source,
+                ureq::Error::Io(io) if matches!(
+                    io.kind(),
+                    Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe | Io::UnexpectedEof
+                )
+            ),
+            RestError::Status { http, status, .. } => match status {
+                Some(status) => matches!(
+                    status,
+                    Status::DeadlineExceeded
+                        | Status::Unavailable
+                        | Status::Internal
+                        | Status::Unknown
+                        | Status::Cancelled
+                ),
+                None => *http >= 500,
+            },
+            RestError::Credentials(_) => false,
+        }
+    }
+
     /// The code the caller will see ([`into_lock_error`](RestError::into_lock_error)'s).
     fn code(&self) -> ErrorCode {
         match self {
@@ -559,6 +594,39 @@ mod tests {
             .into_lock_error(PLACE);
         assert!(err.message().ends_with(&"x".repeat(MAX_MESSAGE_CHARS)));
         assert!(!err.message().ends_with(&"x".repeat(MAX_MESSAGE_CHARS + 1)));
+    }
+
+    /// Which failed writes may have been applied (an acquisition's is then in doubt): those
+    /// that may have reached Firestore and got no refusal.
+    #[test]
+    fn what_may_have_been_applied() {
+        let io = |kind| ureq::Error::Io(std::io::Error::new(kind, "x"));
+        let second = Duration::from_secs(1);
+        let transport = |error| RestError::from_transport(error, second);
+        let rows = [
+            (transport(ureq::Error::Timeout(ureq::Timeout::Global)), true),
+            (transport(io(std::io::ErrorKind::UnexpectedEof)), true),
+            (transport(io(std::io::ErrorKind::ConnectionReset)), true),
+            (transport(io(std::io::ErrorKind::BrokenPipe)), true),
+            (RestError::bad_answer("commit", "no valid commitTime"), true),
+            (answer(503, "UNAVAILABLE"), true),
+            (answer(504, "DEADLINE_EXCEEDED"), true),
+            (answer(500, "INTERNAL"), true),
+            (RestError::from_answer(502, &Value::Null), true),
+            (transport(io(std::io::ErrorKind::ConnectionRefused)), false),
+            (transport(ureq::Error::HostNotFound), false),
+            (answer(403, "PERMISSION_DENIED"), false),
+            (answer(400, "INVALID_ARGUMENT"), false),
+            (answer(429, "RESOURCE_EXHAUSTED"), false),
+            (RestError::from_answer(404, &Value::Null), false),
+            (
+                RestError::Credentials(LockError::new(ErrorCode::AuthFailed, "no token")),
+                false,
+            ),
+        ];
+        for (error, applied) in rows {
+            assert_eq!(error.may_have_been_applied(), applied, "{error:?}");
+        }
     }
 
     /// What a release may try again at once: an answer that was a transient failure or not
