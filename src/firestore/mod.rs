@@ -1,7 +1,8 @@
-//! The Firestore backend: Firestore's v1 REST API over a blocking `ureq` agent (no gRPC, no
-//! async runtime), atomic compare-and-set commits of at most two HTTP requests per operation,
-//! client time with the 1000 ms tolerance and clock-skew monitoring, and the documents the
-//! TypeScript SyncGuard uses.
+//! The Firestore backend: Firestore's v1 REST API over a blocking HTTP/1.1 client of its own
+//! that logs nothing, since every request carries a secret (no gRPC, no async runtime), atomic
+//! compare-and-set commits of at most two HTTP requests per operation, client time with the
+//! 1000 ms tolerance and clock-skew monitoring, and the documents the TypeScript SyncGuard
+//! uses.
 //!
 //! ```no_run
 //! use syncguard::{Locker, firestore::FirestoreBackend};
@@ -91,8 +92,9 @@
 //!
 //! Requests to Google trust the system's root certificates (not a bundled list), so a
 //! TLS-inspecting proxy whose CA is installed system-wide works as it does for every other
-//! program (ureq finds the proxy in `HTTPS_PROXY` or `ALL_PROXY`). A CA that is not installed
-//! — a PEM file of one or more certificates — is added with [`FirestoreBuilder::tls_ca_file`]
+//! program (the proxy is taken from `HTTPS_PROXY` or `ALL_PROXY`, `http://` proxies only, with
+//! `NO_PROXY` honoured). A CA that is not installed — a PEM file of one or more certificates —
+//! is added with [`FirestoreBuilder::tls_ca_file`]
 //! or `?tls_ca_file=PATH` in the URL, for Firestore's requests and the token requests of
 //! every kind of credentials alike. Verification is always full (chain and host name). The
 //! crypto provider (*ring*) is given to each HTTP agent: rustls' process-wide default is never
@@ -105,6 +107,7 @@ mod auth;
 mod rest;
 mod skew;
 mod timestamp;
+mod transport;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -342,8 +345,8 @@ impl FirestoreBuilder {
             }
             roots
         };
-        let tls = roots.ureq_config();
-        let tokens = TokenProvider::with_tls(&credentials, self.timeout, tls.clone())?;
+        let tls = Arc::new(roots.client_config()?);
+        let tokens = TokenProvider::with_tls(&credentials, self.timeout, Arc::clone(&tls))?;
         let rest = RestClient::new(
             &project,
             &self.database,

@@ -27,6 +27,8 @@ mod firestore_in_doubt;
 mod firestore_records;
 #[cfg(feature = "firestore")]
 mod firestore_shapes;
+#[cfg(feature = "firestore")]
+mod firestore_trace;
 mod fuzz;
 #[cfg(target_os = "linux")]
 mod heartbeat_threads;
