@@ -74,6 +74,13 @@ pub(crate) struct Response {
     pub body: Vec<u8>,
 }
 
+/// The status and the body's length: the body may hold a token.
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Response({}, {} bytes)", self.status, self.body.len())
+    }
+}
+
 impl Agent {
     pub fn new(config: Config) -> Agent {
         Agent {
@@ -261,5 +268,98 @@ impl Request<'_> {
             status: head.status,
             body,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A server on this machine that answers every request `{}` on kept-alive connections,
+    /// and counts the connections it accepted.
+    fn counting_server() -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/x", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    loop {
+                        let mut length = 0;
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            if let Some(value) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = value.trim().parse().unwrap();
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        reader.read_exact(&mut body).unwrap();
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+                        if writer.write_all(answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    fn agent() -> Agent {
+        let tls = crate::tls::TlsRoots::load(None, false)
+            .unwrap()
+            .client_config()
+            .unwrap();
+        Agent::new(Config {
+            timeout: Duration::from_secs(30),
+            tls: Arc::new(tls),
+            direct: true,
+            body_limit: 1024,
+            max_idle: 4,
+        })
+    }
+
+    #[test]
+    fn connections_are_kept_alive_and_reused() {
+        let (url, accepted) = counting_server();
+        let agent = agent();
+        for _ in 0..5 {
+            let response = agent.post(&url).send_json(&serde_json::json!({})).unwrap();
+            assert_eq!(
+                (response.status, response.body.as_slice()),
+                (200, &b"{}"[..])
+            );
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection for all");
+    }
+
+    #[test]
+    fn headers_that_cannot_go_on_the_wire_are_refused_unquoted() {
+        let err = agent()
+            .get("http://127.0.0.1:1/")
+            .header("Authorization", "Bearer secret\r\nX: y")
+            .call()
+            .unwrap_err();
+        assert!(matches!(err, Error::BadRequest(_)), "{err:?}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let err = agent().get("ftp://secret@host/").call().unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 }
