@@ -62,7 +62,7 @@
 //! - `redis`: `RedisBackend` (`redis`, `r2d2`, rustls).
 //! - `postgres`: `PostgresBackend` (`postgres`, `tokio-postgres`, `r2d2_postgres`,
 //!   rustls).
-//! - `firestore`: `FirestoreBackend` over the REST API (`ureq`, rustls,
+//! - `firestore`: `FirestoreBackend` over the REST API (its own HTTP/1.1 client, rustls,
 //!   `jsonwebtoken`; service-account assertions are signed RS256 with *ring*, the crypto
 //!   library rustls uses here).
 //! - `cli`: the `syncguard` command, with all three backends.

@@ -11,7 +11,7 @@
 //! * **Verification**: always full (chain and host name); there is no switch to turn it off.
 //!
 //! Each backend takes the same [`TlsRoots`] in its client's form: a rustls `ClientConfig`
-//! (PostgreSQL), a PEM bundle (Redis), a ureq `TlsConfig` (Firestore).
+//! (PostgreSQL, Firestore), a PEM bundle (Redis).
 
 use std::io::Read as _;
 use std::path::Path;
@@ -32,8 +32,11 @@ const MAX_CA_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// one accepted by rustls as a trust anchor.
 #[derive(Clone)]
 pub(crate) struct TlsRoots {
-    /// Only PostgreSQL's configuration reads it; filling it is what checks each root for all.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// Only the rustls configuration reads it; filling it is what checks each root for all.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "firestore")),
+        allow(dead_code)
+    )]
     store: RootCertStore,
     /// The same certificates, as read (for the clients that take them so).
     certs: Vec<CertificateDer<'static>>,
@@ -100,7 +103,7 @@ impl TlsRoots {
     }
 
     /// A rustls client configuration trusting these roots, with *ring*.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "firestore"))]
     pub fn client_config(&self) -> Result<rustls::ClientConfig> {
         Ok(rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -129,29 +132,13 @@ impl TlsRoots {
         }
         pem.into_bytes()
     }
-
-    /// ureq's TLS settings trusting these roots, with *ring* given explicitly (ureq would
-    /// otherwise use the process default, or Mozilla's roots).
-    #[cfg(feature = "firestore")]
-    pub fn ureq_config(&self) -> ureq::tls::TlsConfig {
-        let roots: Vec<ureq::tls::Certificate<'static>> = self
-            .certs
-            .iter()
-            .map(|cert| ureq::tls::Certificate::from_der(cert.as_ref()).to_owned())
-            .collect();
-        ureq::tls::TlsConfig::builder()
-            .provider(ureq::tls::TlsProvider::Rustls)
-            .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots)))
-            .unversioned_rustls_crypto_provider(provider())
-            .build()
-    }
 }
 
-/// ureq's TLS settings with the system's roots only, for agents built where no CA file is
-/// known. Never fails: without any root, each TLS request fails instead (unknown issuer), and
-/// the reason is logged here.
+/// A rustls configuration with the system's roots only, for clients built where no CA file is
+/// known. Without any root, each TLS request fails instead (unknown issuer), and the reason is
+/// logged here.
 #[cfg(feature = "firestore")]
-pub(crate) fn system_ureq_config() -> ureq::tls::TlsConfig {
+pub(crate) fn system_client_config() -> Result<Arc<rustls::ClientConfig>> {
     let roots = TlsRoots::load(None, true).unwrap_or(TlsRoots {
         store: RootCertStore::empty(),
         certs: Vec::new(),
@@ -159,7 +146,7 @@ pub(crate) fn system_ureq_config() -> ureq::tls::TlsConfig {
     if let Err(error) = roots.require_any("CA file") {
         log::error!("syncguard: {}", error.message());
     }
-    roots.ureq_config()
+    Ok(Arc::new(roots.client_config()?))
 }
 
 /// The crypto provider of every configuration built here (redis-rs takes none: src/redis).

@@ -1,7 +1,8 @@
-//! The Firestore backend: Firestore's v1 REST API over a blocking `ureq` agent (no gRPC, no
-//! async runtime), atomic compare-and-set commits of at most two HTTP requests per operation,
-//! client time with the 1000 ms tolerance and clock-skew monitoring, and the documents the
-//! TypeScript SyncGuard uses.
+//! The Firestore backend: Firestore's v1 REST API over a blocking HTTP/1.1 client of its own
+//! that logs nothing, since every request carries a secret (no gRPC, no async runtime), atomic
+//! compare-and-set commits of at most two HTTP requests per operation, client time with the
+//! 1000 ms tolerance and clock-skew monitoring, and the documents the TypeScript SyncGuard
+//! uses.
 //!
 //! ```no_run
 //! use syncguard::{Locker, firestore::FirestoreBackend};
@@ -63,8 +64,21 @@
 //! every document asked for, a commit without `writeResults` or `commitTime`) →
 //! `ServiceUnavailable`, transient: such an answer is most likely a proxy's or a cut-short one,
 //! and it never reads as "no lock" — only a `batchGet`'s `missing`, or a `runQuery` stream of
-//! bare read times, says a lock is absent. A lock document whose fields are not SyncGuard's
-//! (wrong types, missing) is stored data, the same on every read → `Internal`.
+//! bare read times, says a lock is absent.
+//!
+//! A lock document that is not a SyncGuard lock record (a field missing or of another type, a
+//! fence that is not 15 digits, an expiry that is not an integer from 0 to 2^53 − 1) is
+//! stored data, the same on every read: every operation answers it with `Internal` naming the
+//! key, never "locked" and never "absent", and writes nothing over it. Extra fields are
+//! tolerated. A fence counter that is not 15 digits, or at the limit, stops acquire with
+//! `Internal` naming the key before the commit.
+//!
+//! An acquisition whose commit may have been applied although no answer says so (a timeout, a
+//! connection lost after the request, an unusable `200`, a status such as UNAVAILABLE or
+//! DEADLINE_EXCEEDED) fails with the error marked [in doubt](LockError::in_doubt), carrying
+//! the lock id the commit wrote: releasing that lock id frees the key if it was taken (the
+//! [`Locker`](crate::Locker) does so). A refusal, or a request never sent (connection refused,
+//! no token), is not in doubt.
 //!
 //! A guard's release whose write meets such a failure (or a refused or lost connection) is
 //! tried once more by lock id, which re-reads and decides; if the first write did go through,
@@ -78,8 +92,9 @@
 //!
 //! Requests to Google trust the system's root certificates (not a bundled list), so a
 //! TLS-inspecting proxy whose CA is installed system-wide works as it does for every other
-//! program (ureq finds the proxy in `HTTPS_PROXY` or `ALL_PROXY`). A CA that is not installed
-//! — a PEM file of one or more certificates — is added with [`FirestoreBuilder::tls_ca_file`]
+//! program (the proxy is taken from `HTTPS_PROXY` or `ALL_PROXY`, `http://` proxies only, with
+//! `NO_PROXY` honoured). A CA that is not installed — a PEM file of one or more certificates —
+//! is added with [`FirestoreBuilder::tls_ca_file`]
 //! or `?tls_ca_file=PATH` in the URL, for Firestore's requests and the token requests of
 //! every kind of credentials alike. Verification is always full (chain and host name). The
 //! crypto provider (*ring*) is given to each HTTP agent: rustls' process-wide default is never
@@ -92,6 +107,7 @@ mod auth;
 mod rest;
 mod skew;
 mod timestamp;
+mod transport;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -329,8 +345,8 @@ impl FirestoreBuilder {
             }
             roots
         };
-        let tls = roots.ureq_config();
-        let tokens = TokenProvider::with_tls(&credentials, self.timeout, tls.clone())?;
+        let tls = Arc::new(roots.client_config()?);
+        let tokens = TokenProvider::with_tls(&credentials, self.timeout, Arc::clone(&tls))?;
         let rest = RestClient::new(
             &project,
             &self.database,
@@ -491,45 +507,95 @@ struct LockDoc {
     expires_at_ms: i64,
     acquired_at_ms: i64,
     key: String,
-    fence: String,
+    fence: Fence,
     name: String,
     update_time: String,
 }
 
+/// The largest integer a JavaScript number holds exactly: the TypeScript SyncGuard's times are
+/// numbers, and no clock this side of the year 287 000 reaches it. An expiry beyond it would
+/// hold a key forever.
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
 impl LockDoc {
-    /// `None` when the document is not a SyncGuard lock (fields missing or of other types).
-    /// That is the stored data, not the answer, being wrong: reading again finds the same, so
-    /// the caller's error is `Internal`, as for a malformed value in any backend's storage.
-    fn parse(document: &Document) -> Option<LockDoc> {
-        Some(LockDoc {
-            lock_id: document.string("lockId")?.to_owned(),
-            expires_at_ms: document.integer("expiresAtMs")?,
-            acquired_at_ms: document.integer("acquiredAtMs")?,
-            key: document.string("key")?.to_owned(),
-            fence: document.string("fence")?.to_owned(),
+    /// A SyncGuard lock record, or why the document is not one: `lockId` a non-empty string,
+    /// `expiresAtMs` and `acquiredAtMs` integers from 0 to 2^53 − 1, `key` a string, `fence`
+    /// 15 digits (not all zero). Other fields are tolerated (a later version may add some).
+    ///
+    /// Anything else is stored data that is not a lock — reading again finds the same — so
+    /// every operation answers it alike: `Internal`, naming the key (`key`, the key the
+    /// caller asked for when known), never "locked" and never "absent", and nothing is
+    /// written over it.
+    fn parse(document: &Document, key: Option<&str>) -> Result<LockDoc> {
+        let stored_key = document.string("key");
+        let not_a_lock = |problem: &str| {
+            let error = LockError::internal(format!(
+                "a Firestore lock document is not a SyncGuard lock record: {problem}"
+            ));
+            // The caller's key, or the one the document names, or its document id: whatever
+            // lets an operator find it.
+            match key.or(stored_key) {
+                Some(key) => error.with_key(key),
+                None => error.with_key(document.name().rsplit('/').next().unwrap_or_default()),
+            }
+        };
+        let lock_id = document
+            .string("lockId")
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| not_a_lock("`lockId` is not a non-empty string"))?;
+        let time = |field: &str| {
+            document
+                .integer(field)
+                .filter(|ms| (0..=MAX_SAFE_INTEGER).contains(ms))
+                .ok_or_else(|| {
+                    not_a_lock(&format!(
+                        "`{field}` is not an integer from 0 to 2^53 - 1 (milliseconds)"
+                    ))
+                })
+        };
+        let expires_at_ms = time("expiresAtMs")?;
+        let acquired_at_ms = time("acquiredAtMs")?;
+        let stored_key = stored_key.ok_or_else(|| not_a_lock("`key` is not a string"))?;
+        let fence = document
+            .string("fence")
+            .and_then(|fence| fence.parse::<Fence>().ok())
+            .ok_or_else(|| not_a_lock("`fence` is not 15 digits (not all zero)"))?;
+        Ok(LockDoc {
+            lock_id: lock_id.to_owned(),
+            expires_at_ms,
+            acquired_at_ms,
+            key: stored_key.to_owned(),
+            fence,
             name: document.name().to_owned(),
             update_time: document.update_time().to_owned(),
         })
     }
 
-    fn record(self) -> Result<LockRecord> {
-        let fence = self.fence.parse::<Fence>().map_err(|_| {
-            LockError::internal("a Firestore lock document holds a malformed fence")
-        })?;
-        Ok(LockRecord {
+    fn record(self) -> LockRecord {
+        LockRecord {
             key: self.key,
             lock_id: self.lock_id,
             expires_at_ms: self.expires_at_ms,
             acquired_at_ms: self.acquired_at_ms,
-            fence,
-        })
+            fence: self.fence,
+        }
     }
 }
 
-fn not_a_lock(what: &str) -> LockError {
-    LockError::internal(format!(
-        "a Firestore {what} document does not have the SyncGuard fields and types"
-    ))
+/// The fence counter a counter document holds: 15 digits (not all zero). Anything else stops
+/// the acquisition that read it, before it writes anything: `Internal`, naming the key.
+fn parse_counter(document: &Document, key: &str) -> Result<u64> {
+    document
+        .string("fence")
+        .and_then(|text| text.parse::<Fence>().ok())
+        .map(Fence::value)
+        .ok_or_else(|| {
+            LockError::internal(
+                "a Firestore fence counter document is not a SyncGuard fence counter: `fence` \
+                 is not 15 digits (not all zero)",
+            )
+            .with_key(key)
+        })
 }
 
 impl FirestoreBackend {
@@ -683,19 +749,16 @@ impl FirestoreBackend {
         let (lock_doc, counter_doc) = (lock_doc.as_ref(), counter_doc.as_ref());
         let now = self.now_ms()?;
         if let Some(doc) = lock_doc {
-            let held = LockDoc::parse(doc).ok_or_else(|| not_a_lock("lock").with_key(user_key))?;
+            let held = LockDoc::parse(doc, Some(user_key))?;
             if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
         }
         let counter = match counter_doc {
             None => 0,
-            Some(doc) => doc
-                .string("fence")
-                .and_then(|text| text.parse::<Fence>().ok())
-                .map(|fence| fence.value())
-                .ok_or_else(|| not_a_lock("fence counter").with_key(user_key))?,
+            Some(doc) => parse_counter(doc, user_key)?,
         };
+        // Checked before the commit: a counter past the limit writes nothing.
         let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
         let lock_id = LockId::generate().into_string();
         let expires_at_ms = now.saturating_add(ttl_ms);
@@ -718,7 +781,16 @@ impl FirestoreBackend {
                 "currentDocument": unchanged_since(counter_doc),
             }),
         ];
-        let Some(times) = self.rest.commit_versions(writes)? else {
+        let committed = match self.rest.commit_versions(writes) {
+            // The commit may have been applied although no answer says so: the caller gets
+            // the lock id it would hold, to release it (the Locker does, in the background).
+            Err(error) if !error.is_aborted() && error.may_have_been_applied() => {
+                let error = self.rest.lock_error(error).with_key(user_key);
+                return Err(OpError::Lock(error.in_doubt(lock_id)));
+            }
+            committed => committed?,
+        };
+        let Some(times) = committed else {
             // Someone changed the lock or the counter since the read: another acquirer won.
             return Ok(Attempt::Done(Acquisition::Locked));
         };
@@ -756,7 +828,7 @@ impl FirestoreBackend {
         match documents {
             [] => Ok(None),
             [document] => {
-                let lock = LockDoc::parse(document).ok_or_else(|| not_a_lock("lock"))?;
+                let lock = LockDoc::parse(document, None)?;
                 // Defence in depth: the query said so, the document must too; an answer that
                 // contradicts its query is not "no lock".
                 if lock.lock_id != lock_id {
@@ -864,9 +936,7 @@ impl FirestoreBackend {
         let [document] = self.rest.batch_get([&name])?;
         match document {
             None => Ok(None),
-            Some(doc) => Ok(Some(
-                LockDoc::parse(&doc).ok_or_else(|| not_a_lock("lock"))?,
-            )),
+            Some(doc) => Ok(Some(LockDoc::parse(&doc, Some(key.as_str()))?)),
         }
     }
 }
@@ -1052,7 +1122,7 @@ impl Driver for FirestoreBackend {
         if !is_live(lock.expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
             return Ok(None);
         }
-        lock.record().map(Some)
+        Ok(Some(lock.record()))
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::support;
 use crate::support::http::{StubResponse, StubServer};
 use crate::support::{
-    FIRESTORE_PROJECT, TTL, lease, shared_firestore, shared_firestore_backend,
-    shared_firestore_builder, unique,
+    FIRESTORE_PROJECT, TTL, lease, raw_document, shared_firestore, shared_firestore_backend,
+    shared_firestore_builder, unique, write_document,
 };
 use serde_json::{Value, json};
 use syncguard::Clock as _;
@@ -23,45 +23,6 @@ use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_firestore_backend);
 syncguard::guard_contract!(shared_firestore_backend);
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::new_with_config(
-        ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(10)))
-            .http_status_as_error(false)
-            .build(),
-    )
-}
-
-/// A document as the emulator holds it (`None` when missing), read with a plain request.
-fn raw_document(collection: &str, id: &str) -> Option<Value> {
-    let name =
-        format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}");
-    let answer: Value = agent()
-        .post(format!("{}:batchGet", shared_firestore().documents_url()))
-        .header("Authorization", "Bearer owner")
-        .send_json(json!({ "documents": [name] }))
-        .unwrap()
-        .into_body()
-        .read_json()
-        .unwrap();
-    answer
-        .as_array()?
-        .iter()
-        .find_map(|item| item.get("found").cloned())
-}
-
-/// Writes a document directly, bypassing syncguard.
-fn write_document(collection: &str, id: &str, fields: Value) {
-    let name =
-        format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}");
-    let response = agent()
-        .post(format!("{}:commit", shared_firestore().documents_url()))
-        .header("Authorization", "Bearer owner")
-        .send_json(json!({ "writes": [{ "update": { "name": name, "fields": fields } }] }))
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Documents
@@ -351,7 +312,7 @@ fn aborted_transactions_are_retried() {
         "projects/{FIRESTORE_PROJECT}/databases/(default)/documents/locks/{}",
         backend.lock_document_id(&key).unwrap()
     );
-    let blocker: Value = agent()
+    let blocker: Value = support::emulator_agent()
         .post(format!("{}:batchGet", shared_firestore().documents_url()))
         .header("Authorization", "Bearer owner")
         .send_json(json!({ "documents": [lock_name], "newTransaction": { "readWrite": {} } }))
@@ -369,7 +330,7 @@ fn aborted_transactions_are_retried() {
         Duration::from_secs(60),
         || backend.stats().aborted_retries >= 1,
     );
-    let rollback = agent()
+    let rollback = support::emulator_agent()
         .post(format!("{}:rollback", shared_firestore().documents_url()))
         .header("Authorization", "Bearer owner")
         .send_json(json!({ "transaction": blocker }))

@@ -22,7 +22,13 @@ mod firestore;
 #[cfg(feature = "firestore")]
 mod firestore_auth;
 #[cfg(feature = "firestore")]
+mod firestore_in_doubt;
+#[cfg(feature = "firestore")]
+mod firestore_records;
+#[cfg(feature = "firestore")]
 mod firestore_shapes;
+#[cfg(feature = "firestore")]
+mod firestore_trace;
 mod fuzz;
 #[cfg(target_os = "linux")]
 mod heartbeat_threads;

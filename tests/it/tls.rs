@@ -233,8 +233,8 @@ mod postgres {
 }
 
 /// Firestore over HTTPS, through a TLS-inspecting proxy in front of the emulator: the backend
-/// talks to `firestore.googleapis.com` as in production, and the proxy answers for it. ureq
-/// finds the proxy in `HTTPS_PROXY`, so each test runs in a child process with its own
+/// talks to `firestore.googleapis.com` as in production, and the proxy answers for it. The
+/// backend finds the proxy in `HTTPS_PROXY`, so each test runs in a child process with its own
 /// environment.
 #[cfg(feature = "firestore")]
 mod firestore {

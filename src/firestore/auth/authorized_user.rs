@@ -24,7 +24,7 @@ pub(super) struct AuthorizedUserSource {
     client_secret: String,
     refresh_token: String,
     token_uri: String,
-    agent: ureq::Agent,
+    agent: crate::firestore::transport::Agent,
 }
 
 impl AuthorizedUserSource {

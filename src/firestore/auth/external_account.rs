@@ -38,7 +38,7 @@ pub(super) struct ExternalAccountSource {
     /// A workforce pool's `workforce_pool_user_project`, sent as the STS `options`.
     user_project: Option<String>,
     impersonation: Option<Impersonation>,
-    agent: ureq::Agent,
+    agent: crate::firestore::transport::Agent,
 }
 
 impl ExternalAccountSource {

@@ -1,12 +1,14 @@
 //! What every token request shares: an agent of its own, reading the answer (a token, or a
 //! refusal and why), and the messages for failures, which never quote a token or an assertion.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use super::cache::FetchedToken;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::firestore::transport::{self, Agent, Response};
 
 /// The most of a token or error answer that is read.
 const MAX_ANSWER_BYTES: u64 = 1 << 20;
@@ -64,32 +66,28 @@ pub(super) fn check_secret_endpoint(what: &str, uri: &str) -> Result<url::Url> {
 #[derive(Clone)]
 pub(crate) struct Http {
     timeout: Duration,
-    tls: ureq::tls::TlsConfig,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl Http {
-    pub(crate) fn new(timeout: Duration, tls: ureq::tls::TlsConfig) -> Http {
+    pub(crate) fn new(timeout: Duration, tls: Arc<rustls::ClientConfig>) -> Http {
         Http { timeout, tls }
     }
 
     /// An agent of our own: token requests must not share a connection budget or timeouts
-    /// with Firestore's, and error answers must be readable. `direct` bypasses any proxy
-    /// configured in the environment.
-    pub(super) fn agent(&self, direct: bool) -> ureq::Agent {
-        let mut config = ureq::Agent::config_builder()
-            .timeout_global(Some(self.timeout))
-            .http_status_as_error(false)
-            // Token endpoints do not redirect; following one would send the credentials
-            // elsewhere.
-            .max_redirects(0)
-            .max_redirects_will_error(false)
-            .user_agent(concat!("syncguard/", env!("CARGO_PKG_VERSION")))
+    /// with Firestore's. It follows no redirect (one would send the credentials elsewhere),
+    /// reads at most [`MAX_ANSWER_BYTES`] of an answer, and logs nothing (requests and
+    /// answers carry secrets). `direct` bypasses any proxy configured in the environment.
+    pub(super) fn agent(&self, direct: bool) -> Agent {
+        Agent::new(transport::Config {
+            timeout: self.timeout,
             // Roots and an explicit provider from crate::tls, never the process default.
-            .tls_config(self.tls.clone());
-        if direct {
-            config = config.proxy(None);
-        }
-        ureq::Agent::new_with_config(config.build())
+            tls: Arc::clone(&self.tls),
+            direct,
+            body_limit: MAX_ANSWER_BYTES,
+            // Tokens are fetched about once an hour: a connection would not stay open that long.
+            max_idle: 0,
+        })
     }
 }
 
@@ -97,7 +95,18 @@ impl Http {
 impl Http {
     /// Token requests of the unit tests: one second, the system's roots.
     pub(super) fn for_tests() -> Http {
-        Http::new(Duration::from_secs(1), crate::tls::system_ureq_config())
+        let tls = crate::tls::system_client_config().unwrap_or_else(|_| {
+            Arc::new(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default versions")
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            )
+        });
+        Http::new(Duration::from_secs(1), tls)
     }
 }
 
@@ -106,22 +115,15 @@ impl Http {
 /// message, in case the endpoint echoes them; `hint` ends the message when there is no answer.
 pub(super) fn read_answer(
     what: &str,
-    answer: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    answer: std::result::Result<Response, transport::Error>,
     secrets: &[&str],
     hint: &str,
 ) -> Result<Vec<u8>> {
-    let mut response = answer.map_err(|e| transport_error(what, e, hint))?;
-    let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(MAX_ANSWER_BYTES)
-        .read_to_vec()
-        .map_err(|e| transport_error(what, e, ""))?;
-    if !(200..300).contains(&status) {
-        return Err(refusal(what, status, &body, secrets));
+    let response = answer.map_err(|e| transport_error(what, e, hint))?;
+    if !(200..300).contains(&response.status) {
+        return Err(refusal(what, response.status, &response.body, secrets));
     }
-    Ok(body)
+    Ok(response.body)
 }
 
 /// The error for a 2xx answer that holds no usable token. Nothing of the answer goes into
@@ -137,7 +139,7 @@ pub(super) fn unusable_answer(what: &str, problem: &str) -> LockError {
 /// `expires_in`, `token_type`); see [`read_answer`] for `secrets` and `hint`.
 pub(super) fn read_token_answer(
     what: &str,
-    answer: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    answer: std::result::Result<Response, transport::Error>,
     secrets: &[&str],
     hint: &str,
 ) -> Result<FetchedToken> {
@@ -233,21 +235,11 @@ fn clean_detail(text: &str, secrets: &[&str]) -> String {
 
 /// The error for a request that got no (complete) answer; `hint` ends the message when the
 /// endpoint was not reached or did not answer in time.
-fn transport_error(what: &str, error: ureq::Error, hint: &str) -> LockError {
+fn transport_error(what: &str, error: transport::Error, hint: &str) -> LockError {
     let code = match &error {
-        ureq::Error::Timeout(_) => ErrorCode::NetworkTimeout,
-        ureq::Error::Io(io)
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-            ) =>
-        {
-            ErrorCode::NetworkTimeout
-        }
-        ureq::Error::BadUri(_) | ureq::Error::Http(_) | ureq::Error::InvalidProxyUrl => {
-            ErrorCode::InvalidArgument
-        }
-        ureq::Error::BodyExceedsLimit(_) => ErrorCode::AuthFailed,
+        transport::Error::Timeout => ErrorCode::NetworkTimeout,
+        transport::Error::BadRequest(_) => ErrorCode::InvalidArgument,
+        transport::Error::BodyExceedsLimit(_) => ErrorCode::AuthFailed,
         _ => ErrorCode::ServiceUnavailable,
     };
     let message = match code {
@@ -256,7 +248,7 @@ fn transport_error(what: &str, error: ureq::Error, hint: &str) -> LockError {
         ErrorCode::InvalidArgument => format!("could not make a request to {what}: {error}"),
         _ => format!("could not reach {what}: {error}{hint}"),
     };
-    // ureq's errors name the host or URL at most: the assertion is in the body, which they
+    // The transport's errors name the host at most: the assertion is in the body, which they
     // never quote.
     LockError::new(code, message).with_source(error)
 }
@@ -307,27 +299,28 @@ mod tests {
 
     #[test]
     fn transport_errors_are_classified() {
-        let io = |kind| ureq::Error::Io(std::io::Error::new(kind, "io"));
+        let io = |kind| transport::Error::Io(std::io::Error::new(kind, "io"));
         let code = |error| transport_error("x", error, "").code();
         assert_eq!(
             code(io(std::io::ErrorKind::ConnectionRefused)),
             ErrorCode::ServiceUnavailable
         );
+        assert_eq!(code(transport::Error::Timeout), ErrorCode::NetworkTimeout);
         assert_eq!(
-            code(io(std::io::ErrorKind::TimedOut)),
-            ErrorCode::NetworkTimeout
-        );
-        assert_eq!(
-            code(ureq::Error::HostNotFound),
+            code(transport::Error::HostNotFound("x".to_owned())),
             ErrorCode::ServiceUnavailable
         );
         assert_eq!(
-            code(ureq::Error::ConnectionFailed),
+            code(transport::Error::ProxyRefused(407)),
             ErrorCode::ServiceUnavailable
         );
         assert_eq!(
-            code(ureq::Error::BodyExceedsLimit(1)),
+            code(transport::Error::BodyExceedsLimit(1)),
             ErrorCode::AuthFailed
+        );
+        assert_eq!(
+            code(transport::Error::BadRequest("x".to_owned())),
+            ErrorCode::InvalidArgument
         );
     }
 }

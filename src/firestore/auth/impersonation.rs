@@ -29,7 +29,7 @@ pub(super) struct Impersonation {
     service_account: String,
     delegates: Vec<String>,
     lifetime_secs: u64,
-    agent: ureq::Agent,
+    agent: crate::firestore::transport::Agent,
 }
 
 impl Impersonation {

@@ -52,7 +52,7 @@ fn validate_metadata_host(host: &str) -> Result<String> {
 pub(super) struct MetadataSource {
     host: String,
     url: String,
-    agent: ureq::Agent,
+    agent: crate::firestore::transport::Agent,
 }
 
 impl MetadataSource {

@@ -174,7 +174,7 @@ impl TokenProvider {
     /// an unsupported `type` or subject-token source (named), or a key that is not a usable
     /// service-account key.
     pub fn new(credentials: &Credentials, timeout: Duration) -> Result<TokenProvider> {
-        Self::with_tls(credentials, timeout, crate::tls::system_ureq_config())
+        Self::with_tls(credentials, timeout, crate::tls::system_client_config()?)
     }
 
     /// As [`new`](TokenProvider::new), with token requests trusting what `tls` trusts (the
@@ -182,7 +182,7 @@ impl TokenProvider {
     pub(crate) fn with_tls(
         credentials: &Credentials,
         timeout: Duration,
-        tls: ureq::tls::TlsConfig,
+        tls: std::sync::Arc<rustls::ClientConfig>,
     ) -> Result<TokenProvider> {
         if timeout.is_zero() {
             return Err(LockError::invalid_argument(

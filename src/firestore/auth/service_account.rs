@@ -190,7 +190,7 @@ fn unix_now() -> Result<u64> {
 pub(super) struct ServiceAccountSource {
     key: ServiceAccountKey,
     scope: &'static str,
-    agent: ureq::Agent,
+    agent: crate::firestore::transport::Agent,
 }
 
 impl ServiceAccountSource {

@@ -39,7 +39,7 @@ pub(super) enum SubjectTokenSource {
         shown: String,
         headers: Vec<(String, String)>,
         format: Format,
-        agent: ureq::Agent,
+        agent: crate::firestore::transport::Agent,
     },
 }
 

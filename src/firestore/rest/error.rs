@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{ErrorCode, LockError};
+use crate::firestore::transport;
 
 /// The most of Firestore's error message that goes into a [`LockError`]'s message.
 const MAX_MESSAGE_CHARS: usize = 500;
@@ -27,14 +28,17 @@ pub(crate) enum RestError {
     },
     /// No answer: the connection was refused, the name not resolved, TLS failed, or the
     /// connection was lost. `cause` says which, for the message.
-    Unreachable { cause: String, source: ureq::Error },
+    Unreachable {
+        cause: String,
+        source: transport::Error,
+    },
     /// No answer within `after`.
     Timeout {
         after: Duration,
-        source: ureq::Error,
+        source: transport::Error,
     },
     /// Any other failure of the HTTP client.
-    Transport { source: ureq::Error },
+    Transport { source: transport::Error },
     /// Firestore answered success, but with something that is not the answer `verb` (e.g.
     /// `runQuery`) gives: a body that is not JSON, or JSON of another shape. `what` says how
     /// it differs; it never quotes the body.
@@ -199,11 +203,10 @@ impl RestError {
     }
 
     /// A request that got no (complete) answer; `timeout` is the one the request had.
-    pub fn from_transport(error: ureq::Error, timeout: Duration) -> RestError {
+    pub fn from_transport(error: transport::Error, timeout: Duration) -> RestError {
         // A refused certificate is explained as every backend explains it (crate::tls).
         let tls = match &error {
-            ureq::Error::Rustls(tls) => Some(tls),
-            ureq::Error::Io(io) => crate::tls::find_rustls_error(io),
+            transport::Error::Io(io) => crate::tls::find_rustls_error(io),
             _ => None,
         }
         .map(|tls| format!("TLS failure: {}", crate::tls::describe(tls, "tls_ca_file")));
@@ -214,36 +217,25 @@ impl RestError {
             };
         }
         let cause = match &error {
-            ureq::Error::Timeout(_) => None,
-            ureq::Error::Io(io) if matches!(io.kind(), Io::TimedOut | Io::WouldBlock) => None,
-            ureq::Error::Io(io) if io.kind() == Io::ConnectionRefused => {
+            transport::Error::Timeout => None,
+            transport::Error::Io(io) if matches!(io.kind(), Io::TimedOut | Io::WouldBlock) => None,
+            transport::Error::Io(io) if io.kind() == Io::ConnectionRefused => {
                 Some("connection refused".to_owned())
             }
-            ureq::Error::HostNotFound => Some("host name not resolved".to_owned()),
-            ureq::Error::Io(io) => {
-                // The resolver's failure reaches us as an untyped I/O error; its text is all
-                // that tells it apart.
-                let text = io.to_string();
-                Some(
-                    match text.split_once("failed to lookup address information: ") {
-                        Some((_, why)) => format!("host name not resolved ({why})"),
-                        None if matches!(
-                            io.kind(),
-                            Io::ConnectionReset
-                                | Io::ConnectionAborted
-                                | Io::BrokenPipe
-                                | Io::UnexpectedEof
-                        ) =>
-                        {
-                            format!("connection lost ({text})")
-                        }
-                        None => text,
-                    },
-                )
+            transport::Error::HostNotFound(why) => Some(format!("host name not resolved ({why})")),
+            transport::Error::Io(io)
+                if matches!(
+                    io.kind(),
+                    Io::ConnectionReset
+                        | Io::ConnectionAborted
+                        | Io::BrokenPipe
+                        | Io::UnexpectedEof
+                ) =>
+            {
+                Some(format!("connection lost ({io})"))
             }
-            ureq::Error::ConnectionFailed => Some("connection failed".to_owned()),
-            ureq::Error::Rustls(tls) => Some(format!("TLS failure: {tls}")),
-            ureq::Error::Tls(reason) => Some(format!("TLS failure: {reason}")),
+            transport::Error::Io(io) => Some(io.to_string()),
+            transport::Error::ProxyRefused(_) => Some(error.to_string()),
             _ => return RestError::Transport { source: error },
         };
         match cause {
@@ -271,6 +263,41 @@ impl RestError {
     /// whole time budget, and another would likely do the same.
     pub fn is_worth_retrying_now(&self) -> bool {
         !matches!(self, RestError::Timeout { .. }) && self.code().is_transient()
+    }
+
+    /// Whether a write whose request failed this way may have been applied all the same: the
+    /// request may have reached Firestore, and no answer says it was refused. True for a
+    /// timeout, a connection lost mid-call, an answer that could not be used (a `200` that
+    /// does not parse most likely means it was applied), an unknown client failure, and
+    /// statuses that do not say the write did not happen (DEADLINE_EXCEEDED, UNAVAILABLE,
+    /// INTERNAL, UNKNOWN, CANCELLED, or a 5xx page without a status, a gateway's). False when
+    /// nothing was sent (no token, connection refused, host not resolved, TLS refused) or the
+    /// answer is a refusal.
+    pub fn may_have_been_applied(&self) -> bool {
+        match self {
+            RestError::Timeout { .. }
+            | RestError::Transport { .. }
+            | RestError::BadAnswer { .. } => true,
+            RestError::Unreachable { source, .. } => matches!(
+                source,
+                transport::Error::Io(io) if matches!(
+                    io.kind(),
+                    Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe | Io::UnexpectedEof
+                )
+            ),
+            RestError::Status { http, status, .. } => match status {
+                Some(status) => matches!(
+                    status,
+                    Status::DeadlineExceeded
+                        | Status::Unavailable
+                        | Status::Internal
+                        | Status::Unknown
+                        | Status::Cancelled
+                ),
+                None => *http >= 500,
+            },
+            RestError::Credentials(_) => false,
+        }
     }
 
     /// The code the caller will see ([`into_lock_error`](RestError::into_lock_error)'s).
@@ -316,7 +343,7 @@ impl RestError {
                 ErrorCode::ServiceUnavailable,
                 format!("cannot reach {place}: {cause}"),
             )
-            // ureq's errors name the URL at most, which holds no secret (the token is a
+            // The transport's errors name the host at most, which holds no secret (the token is a
             // header).
             .with_source(source),
             RestError::Timeout { after, source } => LockError::new(
@@ -479,7 +506,8 @@ mod tests {
     /// Each transport failure: its code and message (place and cause).
     #[test]
     fn transport_failures_name_the_place_and_the_cause() {
-        let io = |kind, text: &str| ureq::Error::Io(std::io::Error::new(kind, text.to_owned()));
+        let io =
+            |kind, text: &str| transport::Error::Io(std::io::Error::new(kind, text.to_owned()));
         let second = Duration::from_secs(1);
         let rows = [
             (
@@ -488,30 +516,12 @@ mod tests {
                 format!("cannot reach {PLACE}: connection refused"),
             ),
             (
-                io(
-                    Io::Other,
-                    "failed to lookup address information: Name or service not known",
-                ),
+                transport::Error::HostNotFound("Name or service not known".to_owned()),
                 ErrorCode::ServiceUnavailable,
                 format!("cannot reach {PLACE}: host name not resolved (Name or service not known)"),
             ),
             (
-                ureq::Error::HostNotFound,
-                ErrorCode::ServiceUnavailable,
-                format!("cannot reach {PLACE}: host name not resolved"),
-            ),
-            (
-                ureq::Error::Tls("no root certificates"),
-                ErrorCode::ServiceUnavailable,
-                format!("cannot reach {PLACE}: TLS failure: no root certificates"),
-            ),
-            (
-                ureq::Error::Timeout(ureq::Timeout::Global),
-                ErrorCode::NetworkTimeout,
-                format!("{PLACE} did not answer in time: no answer within the timeout (1s)"),
-            ),
-            (
-                io(Io::TimedOut, "timed out"),
+                transport::Error::Timeout,
                 ErrorCode::NetworkTimeout,
                 format!("{PLACE} did not answer in time: no answer within the timeout (1s)"),
             ),
@@ -521,12 +531,14 @@ mod tests {
                 format!("cannot reach {PLACE}: connection lost (Connection reset by peer)"),
             ),
             (
-                ureq::Error::BodyExceedsLimit(1),
+                transport::Error::ProxyRefused(407),
+                ErrorCode::ServiceUnavailable,
+                format!("cannot reach {PLACE}: the proxy refused to open a tunnel (HTTP 407)"),
+            ),
+            (
+                transport::Error::BodyExceedsLimit(1),
                 ErrorCode::Internal,
-                format!(
-                    "request to {PLACE} failed: {}",
-                    ureq::Error::BodyExceedsLimit(1)
-                ),
+                format!("request to {PLACE} failed: the answer exceeds 1 bytes"),
             ),
         ];
         for (error, code, message) in rows {
@@ -561,11 +573,47 @@ mod tests {
         assert!(!err.message().ends_with(&"x".repeat(MAX_MESSAGE_CHARS + 1)));
     }
 
+    /// Which failed writes may have been applied (an acquisition's is then in doubt): those
+    /// that may have reached Firestore and got no refusal.
+    #[test]
+    fn what_may_have_been_applied() {
+        let io = |kind| transport::Error::Io(std::io::Error::new(kind, "x"));
+        let second = Duration::from_secs(1);
+        let failed = |error| RestError::from_transport(error, second);
+        let rows = [
+            (failed(transport::Error::Timeout), true),
+            (failed(io(std::io::ErrorKind::UnexpectedEof)), true),
+            (failed(io(std::io::ErrorKind::ConnectionReset)), true),
+            (failed(io(std::io::ErrorKind::BrokenPipe)), true),
+            (RestError::bad_answer("commit", "no valid commitTime"), true),
+            (answer(503, "UNAVAILABLE"), true),
+            (answer(504, "DEADLINE_EXCEEDED"), true),
+            (answer(500, "INTERNAL"), true),
+            (RestError::from_answer(502, &Value::Null), true),
+            (failed(io(std::io::ErrorKind::ConnectionRefused)), false),
+            (
+                failed(transport::Error::HostNotFound("x".to_owned())),
+                false,
+            ),
+            (answer(403, "PERMISSION_DENIED"), false),
+            (answer(400, "INVALID_ARGUMENT"), false),
+            (answer(429, "RESOURCE_EXHAUSTED"), false),
+            (RestError::from_answer(404, &Value::Null), false),
+            (
+                RestError::Credentials(LockError::new(ErrorCode::AuthFailed, "no token")),
+                false,
+            ),
+        ];
+        for (error, applied) in rows {
+            assert_eq!(error.may_have_been_applied(), applied, "{error:?}");
+        }
+    }
+
     /// What a release may try again at once: an answer that was a transient failure or not
     /// an answer at all, a connection refused or lost; not a timeout, nor a permanent error.
     #[test]
     fn what_is_worth_retrying_now() {
-        let io = |kind| ureq::Error::Io(std::io::Error::new(kind, "x"));
+        let io = |kind| transport::Error::Io(std::io::Error::new(kind, "x"));
         let second = Duration::from_secs(1);
         let rows = [
             (answer(503, "UNAVAILABLE"), true),

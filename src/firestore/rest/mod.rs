@@ -1,8 +1,9 @@
-//! Firestore's v1 REST API over one kept-alive `ureq` agent: requests, typed values, and server
+//! Firestore's v1 REST API over one agent with kept-alive connections (`super::transport`): requests, typed values, and server
 //! times for the clock-skew estimate. Every answer is decoded and checked in `answer.rs`;
 //! failures are [`RestError`]s (see `error.rs`), which the backend turns into `LockError`s at
 //! its edge.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use super::auth::TokenProvider;
 use super::skew::SkewEstimator;
 use super::timestamp::parse_timestamp_ms;
+use super::transport::{self, Agent};
 use crate::error::LockError;
 
 mod answer;
@@ -19,12 +21,15 @@ mod error;
 pub(crate) use self::answer::Document;
 pub(crate) use self::error::RestError;
 
+/// The longest answer read (a `runQuery` that matched many documents, at most).
+const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
 /// The production endpoint's host.
 const PRODUCTION_HOST: &str = "firestore.googleapis.com";
 
 /// One database's documents endpoint, and the means to call it.
 pub(crate) struct RestClient {
-    agent: ureq::Agent,
+    agent: Agent,
     /// `…/v1/projects/{project}/databases/{database}/documents`
     documents_url: String,
     /// `projects/{project}/databases/{database}/documents`: the prefix of document names.
@@ -44,15 +49,17 @@ impl RestClient {
         emulator_host: Option<&str>,
         tokens: TokenProvider,
         timeout: Duration,
-        tls: ureq::tls::TlsConfig,
+        tls: Arc<rustls::ClientConfig>,
     ) -> RestClient {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .max_idle_connections_per_host(16)
+        let agent = Agent::new(transport::Config {
+            timeout,
             // Roots and crypto provider from crate::tls: the process-wide default is not used.
-            .tls_config(tls)
-            .build();
+            tls,
+            direct: false,
+            // Answers are a few documents; a runQuery over a huge collection is bounded here.
+            body_limit: MAX_ANSWER_BYTES,
+            max_idle: 16,
+        });
         let base = match emulator_host {
             Some(host) => format!("http://{host}"),
             None => format!("https://{PRODUCTION_HOST}"),
@@ -60,7 +67,7 @@ impl RestClient {
         let host = emulator_host.unwrap_or(PRODUCTION_HOST);
         let documents_name = format!("projects/{project}/databases/{database}/documents");
         RestClient {
-            agent: ureq::Agent::new_with_config(config),
+            agent,
             documents_url: format!("{base}/v1/{documents_name}"),
             documents_name,
             place: format!("Firestore at {host} (project {project}, database {database})"),
@@ -116,11 +123,8 @@ impl RestClient {
             .send_json(body)
             .map_err(|e| RestError::from_transport(e, self.timeout))?;
         let received = Instant::now();
-        let status = response.status().as_u16();
-        let text = response
-            .into_body()
-            .read_to_string()
-            .map_err(|e| RestError::from_transport(e, self.timeout))?;
+        let status = response.status;
+        let text = String::from_utf8_lossy(&response.body);
         if !(200..300).contains(&status) {
             // An error page that is not JSON still has its HTTP status to go by.
             let value = serde_json::from_str(&text).unwrap_or(Value::Null);

@@ -10,7 +10,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -29,6 +29,13 @@ pub enum Injected {
     Replace { status: u16, body: Vec<u8> },
     /// The request goes to the emulator (a write happens); its `200` JSON answer is rewritten.
     Rewrite(Arc<Rewrite>),
+    /// The request goes to the emulator (a write happens), and the client gets no answer: the
+    /// connection is closed instead.
+    LoseAnswer,
+    /// The request goes to the emulator (a write happens), and the answer is held back until
+    /// [`FaultyFirestore::release_withheld`] (or the stub is dropped), then lost: the client
+    /// times out waiting for it.
+    Withhold,
 }
 
 impl Injected {
@@ -54,6 +61,30 @@ impl Injected {
     }
 }
 
+/// A gate that withheld answers wait at until it opens.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut open = lock(&self.open);
+        while !*open {
+            open = self
+                .opened
+                .wait(open)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn open(&self) {
+        *lock(&self.open) = true;
+        self.opened.notify_all();
+    }
+}
+
 /// An injection waiting for requests.
 struct Rule {
     /// The call it applies to (`runQuery`, `commit`, …): the path ends with `:{verb}`.
@@ -65,7 +96,15 @@ struct Rule {
 /// The stub and its injections. Dropping it stops the stub.
 pub struct FaultyFirestore {
     rules: Arc<Mutex<VecDeque<Rule>>>,
+    gate: Arc<Gate>,
     stub: StubServer,
+}
+
+impl Drop for FaultyFirestore {
+    /// Lets withheld answers go, so that the stub's connection threads end.
+    fn drop(&mut self) {
+        self.gate.open();
+    }
 }
 
 impl FaultyFirestore {
@@ -81,6 +120,8 @@ impl FaultyFirestore {
                 .build(),
         );
         let handler_rules = Arc::clone(&rules);
+        let gate = Arc::new(Gate::default());
+        let handler_gate = Arc::clone(&gate);
         let stub = StubServer::start(move |request| {
             let injected = take_rule(&handler_rules, &request.path);
             match injected {
@@ -98,10 +139,19 @@ impl FaultyFirestore {
                         ..real
                     }
                 }
+                Some(Injected::LoseAnswer) => {
+                    forward(&agent, &upstream, request);
+                    StubResponse::hang_up()
+                }
+                Some(Injected::Withhold) => {
+                    forward(&agent, &upstream, request);
+                    handler_gate.wait();
+                    StubResponse::hang_up()
+                }
                 None => forward(&agent, &upstream, request),
             }
         });
-        FaultyFirestore { rules, stub }
+        FaultyFirestore { rules, gate, stub }
     }
 
     /// `127.0.0.1:PORT`, for [`FirestoreBuilder::emulator_host`].
@@ -126,6 +176,12 @@ impl FaultyFirestore {
             remaining: times,
             answer,
         });
+    }
+
+    /// Lets the answers held back by [`Injected::Withhold`] go (they are lost: the client
+    /// has given up on them).
+    pub fn release_withheld(&self) {
+        self.gate.open();
     }
 
     /// Injected answers not yet sent.

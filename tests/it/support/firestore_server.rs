@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use syncguard::firestore::{FirestoreBackend, FirestoreBuilder};
 
 use super::{Instance, PATIENT, Service, free_port, require_program};
@@ -105,4 +106,46 @@ pub fn shared_firestore_backend() -> FirestoreBackend {
     shared_firestore_builder()
         .build()
         .expect("a Firestore backend for the emulator")
+}
+
+/// A plain HTTP client for looking at and changing what the emulator holds, bypassing
+/// syncguard.
+pub fn emulator_agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(PATIENT))
+            .http_status_as_error(false)
+            .build(),
+    )
+}
+
+/// A document as the shared emulator holds it (`None` when missing), read with a plain request.
+pub fn raw_document(collection: &str, id: &str) -> Option<Value> {
+    let name =
+        format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}");
+    let answer: Value = emulator_agent()
+        .post(format!("{}:batchGet", shared_firestore().documents_url()))
+        .header("Authorization", "Bearer owner")
+        .send_json(json!({ "documents": [name] }))
+        .unwrap()
+        .into_body()
+        .read_json()
+        .unwrap();
+    answer
+        .as_array()?
+        .iter()
+        .find_map(|item| item.get("found").cloned())
+}
+
+/// Writes a document of the shared emulator directly (whole: fields not given are removed),
+/// bypassing syncguard.
+pub fn write_document(collection: &str, id: &str, fields: Value) {
+    let name =
+        format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}");
+    let response = emulator_agent()
+        .post(format!("{}:commit", shared_firestore().documents_url()))
+        .header("Authorization", "Bearer owner")
+        .send_json(json!({ "writes": [{ "update": { "name": name, "fields": fields } }] }))
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
 }

@@ -5,7 +5,8 @@
 //! several requests over one connection), `Content-Length` and chunked request bodies,
 //! `Expect: 100-continue`, and responses with a `Content-Length`. One thread per connection.
 //! A request it cannot parse gets a 400 and its connection is closed; a handler that panics
-//! gets its client a 500 and the connection closed. Nothing here panics the test process.
+//! gets its client a 500 and the connection closed; [`StubResponse::hang_up`] closes it without
+//! an answer. Nothing here panics the test process.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -75,6 +76,21 @@ pub struct StubResponse {
 }
 
 impl StubResponse {
+    /// No answer at all: the server closes the connection instead of answering (the request
+    /// was received and handled, the answer is lost on the way back).
+    pub fn hang_up() -> Self {
+        StubResponse {
+            status: 0,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    /// Whether this is [`hang_up`](StubResponse::hang_up).
+    fn is_hang_up(&self) -> bool {
+        self.status == 0
+    }
+
     /// A response with `body` as JSON.
     pub fn json(status: u16, body: serde_json::Value) -> Self {
         StubResponse {
@@ -250,6 +266,9 @@ fn serve(stream: TcpStream, shared: &Shared) {
                 (response, false)
             }
         };
+        if response.is_hang_up() {
+            break;
+        }
         let head_only = request.method == "HEAD";
         if write_response(&mut writer, &response, head_only, keep_alive).is_err() || !keep_alive {
             break;

@@ -202,6 +202,7 @@ impl Drop for Instance {
     }
 }
 
+pub mod capture_log;
 pub mod child;
 #[cfg(feature = "redis")]
 pub mod failover;
