@@ -461,18 +461,28 @@ impl Driver for PostgresBackend {
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
         let fence_max = FENCE_MAX as i64;
-        let rows = self.query(
-            &self.statements.acquire,
-            vec![
-                storage_key.as_str().into(),
-                lock_id.as_str().into(),
-                ttl.as_millis().into(),
-                key.as_str().into(),
-                fence_key.as_str().into(),
-                fence_max.into(),
-                TIME_TOLERANCE_MS.into(),
-            ],
-        )?;
+        let rows = self
+            .query(
+                &self.statements.acquire,
+                vec![
+                    storage_key.as_str().into(),
+                    lock_id.as_str().into(),
+                    ttl.as_millis().into(),
+                    key.as_str().into(),
+                    fence_key.as_str().into(),
+                    fence_max.into(),
+                    TIME_TOLERANCE_MS.into(),
+                ],
+            )
+            .map_err(|error| {
+                // Sent without an answer: the server may still take the lock under this id
+                // (the Locker releases it).
+                if ServerError::is_unanswered(&error) {
+                    error.in_doubt(lock_id.as_str()).with_key(key.as_str())
+                } else {
+                    error
+                }
+            })?;
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("acquire returned no row"))?;

@@ -33,6 +33,8 @@ mod memory;
 mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_errors;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
