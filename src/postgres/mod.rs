@@ -410,7 +410,10 @@ impl ReleaseWatch for PgWatch {
 }
 
 /// One lease's row of the batch renewal.
-fn renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
+fn renewal_outcome(row: &Row, tables: &TableNames) -> Result<Outcome<Extension>> {
+    if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+        return Err(not_a_record(tables, &key));
+    }
     if let Some(expires_at_ms) = column::<Option<i64>>(row, "expires_at_ms")? {
         return Ok(Outcome::Applied(Extension {
             expires_at_ms,
@@ -431,18 +434,40 @@ fn renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
     }
 }
 
-/// A lock row as the lookups return it.
-fn lock_record(row: &Row) -> Result<LockRecord> {
-    let malformed = || LockError::internal("a lock row holds NULLs or values of unexpected types");
-    let fence: String = row.try_get("fence").map_err(|_| malformed())?;
-    Ok(LockRecord {
-        key: row.try_get("user_key").map_err(|_| malformed())?,
-        lock_id: row.try_get("lock_id").map_err(|_| malformed())?,
-        expires_at_ms: row.try_get("expires_at_ms").map_err(|_| malformed())?,
-        acquired_at_ms: row.try_get("acquired_at_ms").map_err(|_| malformed())?,
-        fence: fence
-            .parse::<Fence>()
-            .map_err(|_| LockError::internal("a lock row holds a malformed fence"))?,
+/// The error for a row that is not a SyncGuard lock record (see `statements::sound`, the same
+/// rule in SQL): `Internal`, naming the key, whichever operation came across it.
+fn not_a_record(tables: &TableNames, key: &str) -> LockError {
+    LockError::internal(format!(
+        "the row of key {key:?} in table {} is not a SyncGuard lock record (a fence that is not \
+         15 digits, a malformed lock id, or a NULL): syncguard neither takes it over nor \
+         changes it; repair or delete that row",
+        tables.lock_table()
+    ))
+    .with_key(key)
+}
+
+/// A lock row as the lookups return it; one that is not a SyncGuard record is an error naming
+/// `key` (or the row's own key, when the lookup was by lock id).
+fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<LockRecord> {
+    let decoded = || -> Option<LockRecord> {
+        let lock_id: String = row.try_get("lock_id").ok()?;
+        crate::driver::validate_lock_id(&lock_id).ok()?;
+        let fence: String = row.try_get("fence").ok()?;
+        Some(LockRecord {
+            key: row.try_get("user_key").ok()?,
+            lock_id,
+            expires_at_ms: row.try_get("expires_at_ms").ok()?,
+            acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
+            fence: fence.parse::<Fence>().ok()?,
+        })
+    };
+    decoded().ok_or_else(|| {
+        let stored = || -> Option<String> {
+            let user_key: Option<String> = row.try_get("user_key").ok()?;
+            user_key.or_else(|| row.try_get("key").ok())
+        };
+        let key = key.map(str::to_owned).or_else(stored).unwrap_or_default();
+        not_a_record(tables, &key)
     })
 }
 
@@ -489,6 +514,9 @@ impl Driver for PostgresBackend {
         let fence: Option<String> = column(row, "fence")?;
         let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
         let counter: Option<i64> = column(row, "counter")?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
         match (fence, expires_at_ms) {
             (Some(fence), Some(expires_at_ms)) => {
                 let fence: Fence = fence.parse()?;
@@ -510,10 +538,16 @@ impl Driver for PostgresBackend {
             &self.statements.release,
             vec![lease.lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
         )?;
-        Ok(match rows.first() {
-            None => Outcome::NotFound,
-            Some(row) if column::<bool>(row, "live")? => Outcome::Applied(()),
-            Some(_) => Outcome::Expired,
+        let Some(row) = rows.first() else {
+            return Ok(Outcome::NotFound);
+        };
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
+        Ok(if column::<bool>(row, "live")? {
+            Outcome::Applied(())
+        } else {
+            Outcome::Expired
         })
     }
 
@@ -529,6 +563,9 @@ impl Driver for PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("extend returned no row"))?;
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
         Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
             Some(expires_at_ms) => Outcome::Applied(Extension {
                 expires_at_ms,
@@ -561,7 +598,7 @@ impl Driver for PostgresBackend {
             .iter()
             .map(|row| {
                 let lock_id: String = column(row, "lock_id")?;
-                let outcome = renewal_outcome(row);
+                let outcome = renewal_outcome(row, &self.tables);
                 Ok((lock_id, outcome))
             })
             .collect::<Result<_>>()
@@ -609,10 +646,17 @@ impl Driver for PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("is_locked returned no row"))?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
         column(row, "locked")
     }
 
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        let key = match by {
+            Find::Key(key) => Some(key.as_str()),
+            Find::LockId(_) => None,
+        };
         let rows = match by {
             Find::Key(key) => {
                 let storage_key = storage_key_of(key)?;
@@ -626,7 +670,9 @@ impl Driver for PostgresBackend {
                 vec![lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
             )?,
         };
-        rows.first().map(lock_record).transpose()
+        rows.first()
+            .map(|row| lock_record(row, &self.tables, key))
+            .transpose()
     }
 }
 
