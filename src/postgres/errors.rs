@@ -378,4 +378,30 @@ mod tests {
         );
         assert_eq!(Site::unknown().message("x"), "PostgreSQL: x");
     }
+
+    /// Short passwords are not searched for in the text; long ones are, and URLs lose theirs.
+    #[test]
+    fn sites_and_messages_keep_their_words_whatever_the_password() {
+        for password in ["s", "a", "er", "postgres", "locks"] {
+            let url = format!("postgres://postgres:{password}@db.internal:5433/locks");
+            let config: Config = url.parse().unwrap();
+            let site = Site::of(&config, Redactor::new([password.to_owned()]));
+            let said = "password authentication failed for user \"postgres\"";
+            assert_eq!(
+                site.redactor().clean(&site.message(said)),
+                format!("PostgreSQL at db.internal:5433/locks: {said}")
+            );
+            assert_eq!(
+                site.redactor().clean(&format!("bad {url}")),
+                "bad postgres://postgres:***@db.internal:5433/locks"
+            );
+        }
+        let long = "correct-horse-battery-staple";
+        let config: Config = format!("postgres://app:{long}@h/db").parse().unwrap();
+        let site = Site::of(&config, Redactor::new([long.to_owned()]));
+        assert_eq!(
+            site.redactor().clean(&format!("echoed {long} here")),
+            "echoed *** here"
+        );
+    }
 }

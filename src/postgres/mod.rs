@@ -67,16 +67,30 @@
 //! # Errors
 //!
 //! By SQLSTATE: class 08 (PgBouncer's transient failures among them), 53, 57P01–03, 40001,
-//! 40P01 → `ServiceUnavailable`; 28000/28P01/42501 and a missing password →
-//! `AuthFailed`; classes 22 and 23 → `InvalidArgument`; 57014 (a cancelled statement) and
-//! client deadlines → `NetworkTimeout`; no pooled connection free within the pool timeout →
-//! `RateLimited` (when connecting is what fails: that error's code). Errors of the deployment,
-//! which retrying will not mend, are `Internal` with a message that says what to change: tables
-//! missing or outdated (42P01, 42703, 42883: run `syncguard setup` or [`setup_schema`]), a
-//! missing database (3D000), prepared statements lost to a transaction-mode pooler (26000,
-//! 42P05: a client sharing the pooler prepares statements), a startup parameter the pooler
-//! refuses (08P01 "unsupported startup parameter": PgBouncer's `ignore_startup_parameters`).
-//! Anything else → `Internal`.
+//! 40P01, 55P03 (the role's `lock_timeout`), 25006 (a read-only server during a failover) →
+//! `ServiceUnavailable`; 28000/28P01/42501 and a missing password → `AuthFailed`; 57014 (a
+//! cancelled statement) and client deadlines → `NetworkTimeout`; no pooled connection free
+//! within the pool timeout → `RateLimited` (when connecting is what fails: that error's code).
+//! `InvalidArgument` is only ever what the caller passed, refused before any I/O. Errors of the
+//! deployment, which retrying will not mend, are `Internal` with a message that says what to
+//! change: tables missing or outdated (42P01, 42703, 42883: run `syncguard setup` or
+//! [`setup_schema`]), tables changed by hand so that the server refuses syncguard's rows
+//! (classes 22 and 23, 42804, 42P10: a NOT NULL column or a constraint added, a type changed;
+//! the message names the table, column or constraint), a missing database (3D000), prepared
+//! statements lost to a transaction-mode pooler (26000, 42P05: a client sharing the pooler
+//! prepares statements), a startup parameter the pooler refuses (08P01 "unsupported startup
+//! parameter": PgBouncer's `ignore_startup_parameters`). Anything else → `Internal`.
+//!
+//! A row that is not a SyncGuard lock record (a fence that is not 15 digits or is zero, a lock
+//! id that is not 22 base64url characters, a NULL where the schema has NOT NULL), live or
+//! expired, is an `Internal` error naming its key from every operation — acquire, release,
+//! extend, the batch renewal, `is_locked` and the lookups — never "locked" nor "absent"; no
+//! operation takes it over, renews, releases or sweeps it, and acquire draws no fence number
+//! for it.
+//!
+//! An acquire whose statement was sent but got no answer (the statement deadline passed, the
+//! connection broke mid-call) fails marked [in doubt](crate::LockError::in_doubt), with the
+//! lock id it generated: the server may still carry it out.
 //!
 //! Messages name the server (`PostgreSQL at host:port/database: …`, never the password) and
 //! keep the cause:
@@ -95,6 +109,7 @@
 //! | no password | `AuthFailed` | PostgreSQL at …: the server asks for a password and the URL gives none |
 //! | missing database | `Internal` | PostgreSQL at …/nope: database "nope" does not exist (SQLSTATE 3D000): check the database name in the URL |
 //! | missing tables | `Internal` | PostgreSQL at …: the syncguard tables are missing or outdated: run `syncguard setup` (…) |
+//! | a NOT NULL column added to the lock table | `Internal` | PostgreSQL at …: the syncguard tables differ from what `syncguard setup` creates (…): drop what was added (…) (at table "syncguard_locks" column "owner"): null value in column "owner" … (SQLSTATE 23502) |
 //!
 //! PostgreSQL text cannot hold NUL characters, so keys containing one are refused with
 //! `InvalidArgument`.

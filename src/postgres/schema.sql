@@ -81,7 +81,7 @@ FROM gone, clock,
 LATERAL (SELECT pg_notify('syncguard_locks_released', gone.user_key)) AS announced
 UNION ALL
 SELECT NULL, COALESCE(l.user_key, l.key) FROM "syncguard_locks" l
-WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE;
+WHERE NOT EXISTS (SELECT 1 FROM gone) AND l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE;
 END
 $syncguard$;
 
@@ -96,8 +96,9 @@ WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3 AND (l.fence ~ '^[0-9]{
 RETURNING l.expires_at_ms)
 SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,
 EXISTS (SELECT 1 FROM "syncguard_locks" WHERE lock_id = $1) AS present,
+CASE WHEN NOT EXISTS (SELECT 1 FROM renewed) THEN
 (SELECT COALESCE(l.user_key, l.key) FROM "syncguard_locks" l
-WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE) AS malformed_key;
+WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE) END AS malformed_key;
 END
 $syncguard$;
 

@@ -239,7 +239,7 @@ impl Statements {
                      LATERAL (SELECT pg_notify('{released}', gone.user_key)) AS announced\n\
                  UNION ALL\n\
                  SELECT NULL, COALESCE(l.user_key, l.key) FROM {locks} l\n\
-                 WHERE l.lock_id = $1 AND NOT {sound_l}"
+                 WHERE NOT EXISTS (SELECT 1 FROM gone) AND l.lock_id = $1 AND NOT {sound_l}"
                 ),
             ),
             extend: op(
@@ -254,8 +254,9 @@ impl Statements {
                      RETURNING l.expires_at_ms)\n\
                  SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,\n\
                         EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1) AS present,\n\
-                        (SELECT COALESCE(l.user_key, l.key) FROM {locks} l\n\
-                         WHERE l.lock_id = $1 AND NOT {sound_l}) AS malformed_key"
+                        CASE WHEN NOT EXISTS (SELECT 1 FROM renewed) THEN\n\
+                            (SELECT COALESCE(l.user_key, l.key) FROM {locks} l\n\
+                             WHERE l.lock_id = $1 AND NOT {sound_l}) END AS malformed_key"
                 ),
             ),
             extend_many: op(
