@@ -47,9 +47,9 @@ impl Redactor {
     /// `text` without passwords.
     pub fn clean(&self, text: &str) -> String {
         let text = redact_parameters(&redact_url_passwords(text));
-        self.long_secrets.iter().fold(text, |text, secret| {
-            text.replace(secret.as_str(), MASK)
-        })
+        self.long_secrets
+            .iter()
+            .fold(text, |text, secret| text.replace(secret.as_str(), MASK))
     }
 
     /// A client library's error as a redacted `source` for a `LockError`: the original may
@@ -76,9 +76,7 @@ fn redact_url_passwords(text: &str) -> String {
         let (before, after) = rest.split_at(at + 3);
         out.push_str(before);
         let span_end = after.find(ends_url).unwrap_or(after.len());
-        let authority_end = after[..span_end]
-            .find(['/', '?', '#'])
-            .unwrap_or(span_end);
+        let authority_end = after[..span_end].find(['/', '?', '#']).unwrap_or(span_end);
         let authority = &after[..authority_end];
         match authority.rfind('@') {
             Some(userinfo_end) => {
@@ -478,7 +476,10 @@ mod tests {
                 "host=h PASSWORD = 'it\\'s a \\\\ x' port=5",
                 "host=h PASSWORD = *** port=5",
             ),
-            ("?pass=er&sslpassword=a&db=0", "?pass=***&sslpassword=***&db=0"),
+            (
+                "?pass=er&sslpassword=a&db=0",
+                "?pass=***&sslpassword=***&db=0",
+            ),
             ("?password=&user=x", "?password=&user=x"),
             ("compass=north", "compass=north"),
         ] {

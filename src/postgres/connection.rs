@@ -212,7 +212,10 @@ impl CallError {
             CallError::HandshakeTimedOut(_) => ErrorCode::NetworkTimeout,
             // Sent, and no answer within the deadline (or the I/O thread gone meanwhile).
             CallError::TimedOut(_) => {
-                return unanswered(LockError::new(ErrorCode::NetworkTimeout, site.message(self)));
+                return unanswered(LockError::new(
+                    ErrorCode::NetworkTimeout,
+                    site.message(self),
+                ));
             }
             CallError::Stopped => {
                 return unanswered(LockError::new(

@@ -417,7 +417,10 @@ mod tests {
                  the URL (redis://:PASSWORD@host:port/)",
             ),
             (
-                server("WRONGPASS", "invalid username-password pair (redis://:hunter2@cache)"),
+                server(
+                    "WRONGPASS",
+                    "invalid username-password pair (redis://:hunter2@cache)",
+                ),
                 &plain,
                 Phase::Call,
                 ErrorCode::AuthFailed,

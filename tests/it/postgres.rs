@@ -313,8 +313,14 @@ fn rows_edited_by_hand_give_typed_errors() {
         let err = backend.lookup(Lookup::Key(key)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Internal, "{err}");
         assert_eq!(err.key(), Some(key.as_str()));
-        assert_eq!(backend.is_locked(key).unwrap_err().code(), ErrorCode::Internal);
-        assert_eq!(backend.acquire(key, TTL).unwrap_err().code(), ErrorCode::Internal);
+        assert_eq!(
+            backend.is_locked(key).unwrap_err().code(),
+            ErrorCode::Internal
+        );
+        assert_eq!(
+            backend.acquire(key, TTL).unwrap_err().code(),
+            ErrorCode::Internal
+        );
     }
     // A lock id edited into something malformed cannot be addressed, and the row is reported.
     let key = unique("bad-id");

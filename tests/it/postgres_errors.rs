@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    self, BRISK, PATIENT, TTL, lease, postgres_now_ms, shared_postgres, shared_postgres_with_tables,
-    unique,
+    self, BRISK, PATIENT, TTL, lease, postgres_now_ms, shared_postgres,
+    shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{Driver, LeaseRef, LockId, Ttl, generate_lock_id};
 use syncguard::postgres::PostgresBackend;
@@ -45,14 +45,15 @@ fn short_passwords_leave_the_servers_messages_intact() {
     let at = format!("PostgreSQL at 127.0.0.1:{}/postgres", server.port);
     let long = "a-long-wrong-password-0123456789";
     for wrong in ["s", "er", "se", long] {
-        let url = format!("postgres://{role}:{wrong}@127.0.0.1:{}/postgres", server.port);
+        let url = format!(
+            "postgres://{role}:{wrong}@127.0.0.1:{}/postgres",
+            server.port
+        );
         let err = PostgresBackend::connect(&url).unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
         assert_eq!(
             err.message(),
-            format!(
-                "{at}: password authentication failed for user \"{role}\" (SQLSTATE 28P01)"
-            ),
+            format!("{at}: password authentication failed for user \"{role}\" (SQLSTATE 28P01)"),
             "password {wrong:?}"
         );
         assert!(!format!("{err} {err:?}").contains(long), "{err:?}");
@@ -123,7 +124,8 @@ fn a_lock_table_whose_schema_was_changed_is_a_deployment_error() {
             assert!(err.message().contains(part), "{part}: {err}");
         }
         assert!(
-            err.message().contains("differ from what `syncguard setup` creates"),
+            err.message()
+                .contains("differ from what `syncguard setup` creates"),
             "{err}"
         );
     };
@@ -183,8 +185,18 @@ fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
     let cases: Vec<(&str, String, Option<&str>, Option<i64>)> = vec![
         ("null-fence", generate_lock_id(), None, live),
         ("short-fence", generate_lock_id(), Some("12"), live),
-        ("letter-fence", generate_lock_id(), Some("00000000000001x"), live),
-        ("zero-fence", generate_lock_id(), Some("000000000000000"), live),
+        (
+            "letter-fence",
+            generate_lock_id(),
+            Some("00000000000001x"),
+            live,
+        ),
+        (
+            "zero-fence",
+            generate_lock_id(),
+            Some("000000000000000"),
+            live,
+        ),
         ("bad-lock-id", "not a lock id".to_owned(), one, live),
         ("null-expiry", generate_lock_id(), one, None),
         ("expired-short-fence", generate_lock_id(), Some("12"), past),
@@ -244,7 +256,11 @@ fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
                 Ok(answer) => panic!("{name}: {operation} answered {answer}"),
                 Err(err) => err,
             };
-            assert_eq!(err.code(), ErrorCode::Internal, "{name}: {operation}: {err}");
+            assert_eq!(
+                err.code(),
+                ErrorCode::Internal,
+                "{name}: {operation}: {err}"
+            );
             assert!(
                 err.message().contains(&key),
                 "{name}: {operation}: the message names the key: {err}"
@@ -320,7 +336,10 @@ fn an_acquire_without_an_answer_is_in_doubt_with_its_lock_id() {
         .build()
         .unwrap();
     let key = unique("in-doubt");
-    assert!(!backend.is_locked(&key).unwrap(), "opens the pool's connection");
+    assert!(
+        !backend.is_locked(&key).unwrap(),
+        "opens the pool's connection"
+    );
     let mut client = server.client();
     let mut sessions = || -> Vec<i32> {
         client
@@ -341,12 +360,16 @@ fn an_acquire_without_an_answer_is_in_doubt_with_its_lock_id() {
     let err = backend.acquire(&key, TTL).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
     assert!(err.is_in_doubt(), "{err:?}");
-    let lock_id = err.lock_id().expect("the lock id of the acquisition").to_owned();
+    let lock_id = err
+        .lock_id()
+        .expect("the lock id of the acquisition")
+        .to_owned();
     assert!(LockId::new(&lock_id).is_ok());
     assert!(!format!("{err} {err:?}").contains(&lock_id));
-    await_condition("the cancel request reaches the stopped server process", || {
-        sigint_pending(pid)
-    });
+    await_condition(
+        "the cancel request reaches the stopped server process",
+        || sigint_pending(pid),
+    );
     signal(pid, "CONT");
     // The server process ends once it has read what the dropped connection had sent.
     await_condition("the server process ends", || !sessions().contains(&pid));
