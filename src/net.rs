@@ -6,26 +6,50 @@ use std::fmt;
 
 use crate::error::{LockError, Result};
 
-/// Removes known secrets (passwords from URLs and configs) from text that came from a client
-/// library, before it reaches an error message.
+/// Removes passwords from text that came from a client library, before it reaches an error
+/// message: the password of every URL in the text (`scheme://user:PASSWORD@host`, whoever's),
+/// every `password=` / `pass=` / `sslpassword=` value (connection strings, URL queries), and a
+/// configured password of [`LONG_SECRET`] characters or more wherever it appears.
+///
+/// Shorter configured passwords are not searched for as bare text: `s`, `a` or `er` occur in
+/// every message (`pa***word authentication failed for u***er` is what that gave), and a
+/// password equal to a user or database name would hide those. Client libraries show a
+/// password only inside a URL or a connection string, which are redacted whatever it is.
 #[cfg(any(feature = "redis", feature = "postgres"))]
 #[derive(Clone, Default)]
 pub(crate) struct Redactor {
-    secrets: Vec<String>,
+    /// Configured passwords long enough to be searched for anywhere.
+    long_secrets: Vec<String>,
 }
+
+/// From this many characters on, a configured password is removed wherever it appears: no
+/// message holds such a string by chance.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+const LONG_SECRET: usize = 16;
+
+/// What a redacted password is replaced with.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+const MASK: &str = "***";
 
 #[cfg(any(feature = "redis", feature = "postgres"))]
 impl Redactor {
+    /// A redactor for the passwords of a configuration (raw and percent-decoded).
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
-        Redactor {
-            secrets: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
-        }
+        let mut long_secrets: Vec<String> = secrets
+            .into_iter()
+            .filter(|s| s.chars().count() >= LONG_SECRET)
+            .collect();
+        // Longest first: a secret that contains another is replaced whole.
+        long_secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Redactor { long_secrets }
     }
 
+    /// `text` without passwords.
     pub fn clean(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_owned(), |text, secret| {
-            text.replace(secret.as_str(), "***")
-        })
+        let text = redact_parameters(&redact_url_passwords(text));
+        self.long_secrets
+            .iter()
+            .fold(text, |text, secret| text.replace(secret.as_str(), MASK))
     }
 
     /// A client library's error as a redacted `source` for a `LockError`: the original may
@@ -34,6 +58,90 @@ impl Redactor {
     pub fn source(&self, error: &dyn std::error::Error) -> RedactedError {
         RedactedError(self.clean(&error.to_string()))
     }
+}
+
+/// Where a URL's authority (or the whole URL, in text) ends.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn ends_url(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`')
+}
+
+/// Every `scheme://user:password@` in `text` with the password replaced: userinfo is what
+/// precedes the last `@` of the authority (the text up to the first `/`, `?` or `#`).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn redact_url_passwords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        let span_end = after.find(ends_url).unwrap_or(after.len());
+        let authority_end = after[..span_end].find(['/', '?', '#']).unwrap_or(span_end);
+        let authority = &after[..authority_end];
+        match authority.rfind('@') {
+            Some(userinfo_end) => {
+                let userinfo = &authority[..userinfo_end];
+                match userinfo.find(':') {
+                    Some(colon) if colon + 1 < userinfo.len() => {
+                        out.push_str(&userinfo[..=colon]);
+                        out.push_str(MASK);
+                    }
+                    _ => out.push_str(userinfo),
+                }
+                out.push_str(&after[userinfo_end..authority_end]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &after[authority_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every value of a parameter named like a password (`password=…`, `pass=…`,
+/// `sslpassword=…`, any case; quoted as in a libpq connection string or not) replaced.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn redact_parameters(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find('=').map(|i| from + i) {
+        from = found + 1;
+        // libpq allows blanks around `=`.
+        let name_end = lower[..found].trim_end().len();
+        let name_start = lower[..name_end]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        if !SECRET_PARAMS.contains(&&lower[name_start..name_end]) {
+            continue;
+        }
+        let value_start = text.len() - text[found + 1..].trim_start().len();
+        let value = &text[value_start..];
+        let value_len = if let Some(quoted) = value.strip_prefix('\'') {
+            // libpq quoting: `\'` and `\\` are escapes; the value ends at the next bare `'`.
+            let mut escaped = false;
+            let close = quoted.char_indices().find(|&(_, c)| {
+                let closes = c == '\'' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes
+            });
+            close.map_or(value.len(), |(i, _)| i + 2)
+        } else {
+            value
+                .find(|c: char| ends_url(c) || matches!(c, '&' | ';' | ',' | ')'))
+                .unwrap_or(value.len())
+        };
+        if value_len == 0 {
+            continue;
+        }
+        out.push_str(&text[copied..value_start]);
+        out.push_str(MASK);
+        copied = value_start + value_len;
+        from = copied;
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// A client library's error, as redacted text.
@@ -144,8 +252,13 @@ pub(crate) use pooled_builder_options;
 pub(crate) struct SplitUrl {
     /// The URL for the client library: without syncguard's options.
     pub url: url::Url,
-    /// syncguard's options, as given.
+    /// syncguard's options, decoded as a form (`+` is a space, as for the Redis client).
+    #[cfg_attr(not(any(feature = "redis", feature = "firestore")), allow(dead_code))]
     pub options: Vec<(String, String)>,
+    /// syncguard's options with their values as written (for libpq's decoding, where `+` is a
+    /// plus sign).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub raw_options: Vec<(String, String)>,
     /// The URL with passwords replaced by `***`, for `Debug`.
     pub display: String,
     /// Passwords found in the URL (raw and percent-decoded), for a [`Redactor`].
@@ -176,9 +289,17 @@ pub(crate) fn split_url(raw: &str, what: &str, params: &UrlParams<'_>) -> Result
     let mut url = url::Url::parse(raw.trim())
         .map_err(|e| LockError::invalid_argument(format!("malformed {what} URL: {e}")))?;
     let mut options: Vec<(String, String)> = Vec::new();
-    let mut kept = Vec::new();
+    let mut raw_options: Vec<(String, String)> = Vec::new();
+    // The client's parameters as written: decoding and encoding them again would change them
+    // (a form-encoder writes a space as `+`, which libpq reads as a plus sign).
+    let mut kept: Vec<String> = Vec::new();
+    let mut shown_query: Vec<String> = Vec::new();
     let mut secrets = Vec::new();
-    for (name, value) in url.query_pairs() {
+    let query = url.query().unwrap_or("").to_owned();
+    for piece in query.split('&').filter(|piece| !piece.is_empty()) {
+        let Some((name, value)) = url::form_urlencoded::parse(piece.as_bytes()).next() else {
+            continue;
+        };
         if SECRET_PARAMS.contains(&name.as_ref()) {
             secrets.push(value.clone().into_owned());
         }
@@ -193,9 +314,17 @@ pub(crate) fn split_url(raw: &str, what: &str, params: &UrlParams<'_>) -> Result
                     "the {what} URL parameter `{name}` is given twice"
                 )));
             }
+            let raw_value = piece.split_once('=').map_or("", |(_, raw)| raw);
+            raw_options.push((name.clone().into_owned(), raw_value.to_owned()));
             options.push((name.into_owned(), value.into_owned()));
         } else if params.client.contains(&name.as_ref()) {
-            kept.push((name.into_owned(), value.into_owned()));
+            kept.push(piece.to_owned());
+            shown_query.push(if SECRET_PARAMS.contains(&name.as_ref()) {
+                let raw_name = piece.split_once('=').map_or(piece, |(raw, _)| raw);
+                format!("{raw_name}=***")
+            } else {
+                piece.to_owned()
+            });
         } else {
             return Err(unknown_param(what, &name, params));
         }
@@ -206,33 +335,18 @@ pub(crate) fn split_url(raw: &str, what: &str, params: &UrlParams<'_>) -> Result
             secrets.push(decoded.into_owned());
         }
     }
-    if kept.is_empty() {
-        url.set_query(None);
-    } else {
-        url.query_pairs_mut().clear().extend_pairs(&kept);
-    }
+    let query = |pieces: &[String]| (!pieces.is_empty()).then(|| pieces.join("&"));
+    url.set_query(query(&kept).as_deref());
     let mut shown = url.clone();
     if shown.password().is_some() {
         // Only URLs that cannot have a password refuse one, and this one has a password.
         let _ = shown.set_password(Some("***"));
     }
-    if shown.query().is_some() {
-        let masked: Vec<(String, String)> = kept
-            .iter()
-            .map(|(name, value)| {
-                let value = if SECRET_PARAMS.contains(&name.as_str()) {
-                    "***"
-                } else {
-                    value
-                };
-                (name.clone(), value.to_owned())
-            })
-            .collect();
-        shown.query_pairs_mut().clear().extend_pairs(&masked);
-    }
+    shown.set_query(query(&shown_query).as_deref());
     Ok(SplitUrl {
         url,
         options,
+        raw_options,
         display: shown.to_string(),
         secrets,
     })
@@ -309,13 +423,79 @@ mod tests {
 
     #[cfg(any(feature = "redis", feature = "postgres"))]
     #[test]
-    fn redactor_scrubs_every_occurrence() {
-        let r = Redactor::new(["hunter2".to_owned(), String::new()]);
+    fn short_passwords_leave_messages_intact() {
+        for secret in ["s", "a", "er", "user", "postgres", "hunter2"] {
+            let r = Redactor::new([secret.to_owned(), String::new()]);
+            for text in [
+                "password authentication failed for user \"user\" (SQLSTATE 28P01)",
+                "PostgreSQL at 127.0.0.1:5432/postgres: the syncguard tables are missing",
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            ] {
+                assert_eq!(r.clean(text), text, "{secret}");
+            }
+        }
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn url_passwords_are_redacted_whoever_they_belong_to() {
+        let r = Redactor::new(["s".to_owned()]);
+        for (text, clean) in [
+            (
+                "Failed to connect to redis://:s@127.0.0.1:7001: Connection refused",
+                "Failed to connect to redis://:***@127.0.0.1:7001: Connection refused",
+            ),
+            (
+                "node rediss://default:er@[::1]:6380/0 moved; redis://h:1 too",
+                "node rediss://default:***@[::1]:6380/0 moved; redis://h:1 too",
+            ),
+            (
+                "(postgres://app:a%40b@h1,h2:5432/db?x=1)",
+                "(postgres://app:***@h1,h2:5432/db?x=1)",
+            ),
+            (
+                "'redis://u:p@ss@host:1/2' and redis://user@host/",
+                "'redis://u:***@host:1/2' and redis://user@host/",
+            ),
+            ("redis://:@host:1", "redis://:@host:1"),
+        ] {
+            assert_eq!(r.clean(text), clean);
+        }
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn password_parameters_are_redacted() {
+        let r = Redactor::default();
+        for (text, clean) in [
+            (
+                "host=h password=s dbname=er user=a",
+                "host=h password=*** dbname=er user=a",
+            ),
+            (
+                "host=h PASSWORD = 'it\\'s a \\\\ x' port=5",
+                "host=h PASSWORD = *** port=5",
+            ),
+            (
+                "?pass=er&sslpassword=a&db=0",
+                "?pass=***&sslpassword=***&db=0",
+            ),
+            ("?password=&user=x", "?password=&user=x"),
+            ("compass=north", "compass=north"),
+        ] {
+            assert_eq!(r.clean(text), clean);
+        }
+    }
+
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[test]
+    fn long_passwords_are_redacted_anywhere() {
+        let long = "Zx9-very-long-secret-Qw7";
+        let r = Redactor::new([long.to_owned(), "s".to_owned()]);
         assert_eq!(
-            r.clean("auth hunter2 failed: hunter2"),
-            "auth *** failed: ***"
+            r.clean(&format!("auth {long} failed: {long}s")),
+            "auth *** failed: ***s"
         );
-        assert_eq!(r.clean("nothing"), "nothing");
     }
 
     #[test]

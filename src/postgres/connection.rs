@@ -29,7 +29,7 @@ use r2d2::ManageConnection;
 use r2d2_postgres::PostgresConnectionManager;
 use tokio_postgres::Config;
 
-use super::errors::{Site, chain, is_dead_connection, map_error};
+use super::errors::{Site, chain, is_dead_connection, map_error, unanswered};
 use super::io::{Io, IoThread, Undone};
 use super::statements::Sql;
 use crate::error::{ErrorCode, LockError, Result};
@@ -209,8 +209,20 @@ impl CallError {
     fn to_lock_error(&self, site: &Site) -> LockError {
         let code = match self {
             CallError::Postgres(error) => return map_error(error, site),
-            CallError::HandshakeTimedOut(_) | CallError::TimedOut(_) => ErrorCode::NetworkTimeout,
-            CallError::Stopped => ErrorCode::ServiceUnavailable,
+            CallError::HandshakeTimedOut(_) => ErrorCode::NetworkTimeout,
+            // Sent, and no answer within the deadline (or the I/O thread gone meanwhile).
+            CallError::TimedOut(_) => {
+                return unanswered(LockError::new(
+                    ErrorCode::NetworkTimeout,
+                    site.message(self),
+                ));
+            }
+            CallError::Stopped => {
+                return unanswered(LockError::new(
+                    ErrorCode::ServiceUnavailable,
+                    site.message(self),
+                ));
+            }
         };
         LockError::new(code, site.message(self))
     }
@@ -459,8 +471,11 @@ impl<T: Tls> OwnPool<OwnManager<T>> {
     /// Runs `call` on a pooled connection, with one reconnect if it was dead.
     fn on_pool<R>(
         &self,
-        call: impl FnMut(&mut r2d2::PooledConnection<OwnManager<T>>) -> Result<R, CallError>,
+        mut call: impl FnMut(&mut r2d2::PooledConnection<OwnManager<T>>) -> Result<R, CallError>,
     ) -> Result<R> {
+        // Whether a call died with its connection: it may have been carried out, so a failure
+        // to get a connection for the repeat leaves it unanswered.
+        let died = std::cell::Cell::new(false);
         with_one_reconnect(
             || {
                 self.pool.get().map_err(|_| {
@@ -469,14 +484,19 @@ impl<T: Tls> OwnPool<OwnManager<T>> {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .clone();
-                    match failure {
+                    let error = match failure {
                         // Connecting is what failed: say why.
                         Some((code, message)) => LockError::new(code, message),
                         None => all_busy(&self.site, self.pool.connection_timeout()),
-                    }
+                    };
+                    if died.get() { unanswered(error) } else { error }
                 })
             },
-            call,
+            |conn| {
+                let result = call(conn);
+                died.set(matches!(&result, Err(error) if error.is_dead_connection()));
+                result
+            },
             CallError::is_dead_connection,
             |error| error.to_lock_error(&self.site),
         )
@@ -519,13 +539,23 @@ impl<T: Tls> AppPool<PostgresConnectionManager<T>> {
             return Err(LockError::internal("the application's pool is gone"));
         };
         let site = Site::unknown();
+        let mut call = call;
         off_any_runtime(|| {
+            // As for syncguard's own pool: a call that died with its connection may have been
+            // carried out.
+            let died = std::cell::Cell::new(false);
             with_one_reconnect(
                 || {
-                    pool.get()
-                        .map_err(|e| checkout_error(pool.connection_timeout(), &e))
+                    pool.get().map_err(|e| {
+                        let error = checkout_error(pool.connection_timeout(), &e);
+                        if died.get() { unanswered(error) } else { error }
+                    })
                 },
-                call,
+                |client| {
+                    let result = call(client);
+                    died.set(matches!(&result, Err(error) if is_dead_connection(error)));
+                    result
+                },
                 is_dead_connection,
                 |error| map_error(&error, &site),
             )
@@ -666,13 +696,16 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
                 redactor.clean(&chain(&e))
             ))
         })?;
+    // Percent-decoded as libpq does (a `+` stays a plus sign), as the client's own parameters
+    // are.
     let option = |name: &str| {
         split
-            .options
+            .raw_options
             .iter()
             .rev()
             .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
+            .map(|(_, value)| percent_encoding::percent_decode_str(value).decode_utf8_lossy())
+            .map(|value| value.into_owned())
     };
     let tls = match option("sslmode").as_deref() {
         None | Some("disable" | "allow" | "prefer") => false,
@@ -831,6 +864,22 @@ mod tests {
         let parsed = parse_url("postgres://h/db?sslmode=require&sslrootcert=system").unwrap();
         assert_eq!(parsed.ca_file, None);
         assert!(parse_url("postgres://h/db?sslmode=disable&sslrootcert=/etc/ca.pem").is_err());
+    }
+
+    /// As libpq reads a URL: percent-decoded, and `+` is a plus sign, not a space.
+    #[test]
+    fn parameters_are_decoded_as_libpq_decodes_them() {
+        let parsed = parse_url(
+            "postgres://h/db?options=-c%20search_path%3Dx&application_name=a+b%20c\
+             &sslmode=require&sslrootcert=/etc/a+b%20c.pem",
+        )
+        .unwrap();
+        assert_eq!(parsed.config.get_options(), Some("-c search_path=x"));
+        assert_eq!(parsed.config.get_application_name(), Some("a+b c"));
+        assert_eq!(parsed.ca_file.as_deref(), Some(Path::new("/etc/a+b c.pem")));
+        let parsed = parse_url("postgres://u:p%2Bw@h/db?password=x+y").unwrap();
+        assert_eq!(parsed.config.get_password(), Some(&b"x+y"[..]));
+        assert!(!parsed.display.contains("x+y"), "{}", parsed.display);
     }
 
     #[test]

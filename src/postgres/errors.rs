@@ -72,6 +72,11 @@ const RUN_SETUP: &str = "the syncguard tables are missing or outdated: run `sync
      syncguard::postgres::setup_schema, or apply schema.sql) with the table names this backend \
      uses";
 
+/// What to tell an operator whose tables refuse syncguard's rows.
+const SCHEMA_CHANGED: &str = "the syncguard tables differ from what `syncguard setup` creates \
+     (a column, a type or a constraint was added or changed), so the server refuses syncguard's \
+     rows: drop what was added (or give an added column a default), or restore the type";
+
 /// What to tell an operator whose pooler loses prepared statements.
 const POOLER_STATEMENTS: &str = "prepared statements do not survive a connection pooler in \
      transaction mode (PgBouncer pool_mode = transaction, Supavisor, RDS Proxy): syncguard's own \
@@ -125,19 +130,30 @@ fn classify_state(state: &SqlState) -> ErrorCode {
         // (invalid_sql_statement_name, duplicate_prepared_statement). The message says what to
         // change.
         "42P01" | "42703" | "42883" | "26000" | "42P05" => ErrorCode::Internal,
-        // serialization_failure, deadlock_detected: transient conflicts.
-        "40001" | "40P01" => ErrorCode::ServiceUnavailable,
+        // serialization_failure, deadlock_detected, lock_not_available (the role's
+        // lock_timeout): transient conflicts. read_only_sql_transaction: a standby, or a
+        // primary being demoted, during a failover.
+        "40001" | "40P01" | "55P03" | "25006" => ErrorCode::ServiceUnavailable,
         _ => match &code[..2] {
             // connection_exception (PgBouncer reports its own transient failures as 08P01),
             // insufficient_resources (too many connections, disk full), operator_intervention
             // (shutdowns), system_error.
             "08" | "53" | "57" | "58" => ErrorCode::ServiceUnavailable,
-            // data_exception, integrity_constraint_violation.
-            "22" | "23" => ErrorCode::InvalidArgument,
-            // Everything else, a missing database (3D000) among them.
+            // Everything else, a missing database (3D000) among them. Data exceptions (22)
+            // and integrity constraint violations (23) too: every value syncguard writes was
+            // checked before any I/O, so the server refusing one means the tables differ from
+            // what setup creates (a NOT NULL column or a constraint added, a type changed) —
+            // never a mistake of the caller, whose InvalidArgument means "fix your call".
             _ => ErrorCode::Internal,
         },
     }
+}
+
+/// Whether the server refused a row syncguard wrote, or read one of an unexpected type: data
+/// exceptions, integrity constraint violations, a column of another type (42804), an
+/// `ON CONFLICT` without its unique index (42P10).
+fn is_schema_change(state: &str) -> bool {
+    state.starts_with("22") || state.starts_with("23") || matches!(state, "42804" | "42P10")
 }
 
 /// PgBouncer's answer to a startup parameter it does not know (`options`, say): SQLSTATE 08P01,
@@ -182,6 +198,24 @@ fn cause(error: &tokio_postgres::Error) -> String {
             _ if is_pooler_startup_refusal(db) => format!("{POOLER_STARTUP} ({server_said})"),
             "57014" => format!("the server cancelled the statement ({server_said})"),
             "3D000" => format!("{server_said}: check the database name in the URL"),
+            _ if is_schema_change(state) => {
+                let mut place = String::new();
+                if let Some(table) = db.table() {
+                    place.push_str(&format!(" table \"{table}\""));
+                }
+                if let Some(column) = db.column() {
+                    place.push_str(&format!(" column \"{column}\""));
+                }
+                if let Some(constraint) = db.constraint() {
+                    place.push_str(&format!(" constraint \"{constraint}\""));
+                }
+                let place = if place.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (at{place})")
+                };
+                format!("{SCHEMA_CHANGED}{place}: {server_said}")
+            }
             _ => server_said,
         };
     }
@@ -217,8 +251,21 @@ pub(crate) fn map_error(error: &tokio_postgres::Error, site: &Site) -> LockError
     let source = ServerError {
         text: site.redactor().clean(&chain(error)),
         state: error.code().cloned(),
+        unanswered: error.as_db_error().is_none()
+            && (error.is_closed() || io_error(error).is_some()),
     };
     LockError::new(code, message).with_source(source)
+}
+
+/// `error` marked as a call that was sent (or may have been) and got no answer: a timeout, a
+/// connection lost mid-call. What the server did with it is unknown.
+pub(crate) fn unanswered(error: LockError) -> LockError {
+    let text = error.message().to_owned();
+    error.with_source(ServerError {
+        text,
+        state: None,
+        unanswered: true,
+    })
 }
 
 /// What the PostgreSQL client reported, redacted: the `source` of the `LockError`s this backend
@@ -227,9 +274,20 @@ pub(crate) fn map_error(error: &tokio_postgres::Error, site: &Site) -> LockError
 pub(crate) struct ServerError {
     text: String,
     state: Option<SqlState>,
+    /// The call may have reached the server, but no answer came back: the connection broke or
+    /// the deadline passed. (A server's error is an answer: its transaction was rolled back.)
+    unanswered: bool,
 }
 
 impl ServerError {
+    /// Whether `error` is a call that got no answer (see [`unanswered`]): it may have been
+    /// carried out.
+    pub(crate) fn is_unanswered(error: &LockError) -> bool {
+        std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<ServerError>())
+            .is_some_and(|server| server.unanswered)
+    }
+
     /// The SQLSTATE behind `error`, if the server sent one.
     pub(crate) fn state_of(error: &LockError) -> Option<&SqlState> {
         std::error::Error::source(error)?
@@ -278,8 +336,14 @@ mod tests {
             (SqlState::INVALID_PASSWORD, AuthFailed),
             (SqlState::INVALID_AUTHORIZATION_SPECIFICATION, AuthFailed),
             (SqlState::INSUFFICIENT_PRIVILEGE, AuthFailed),
-            (SqlState::NUMERIC_VALUE_OUT_OF_RANGE, InvalidArgument),
-            (SqlState::UNIQUE_VIOLATION, InvalidArgument),
+            (SqlState::NUMERIC_VALUE_OUT_OF_RANGE, Internal),
+            (SqlState::UNIQUE_VIOLATION, Internal),
+            (SqlState::NOT_NULL_VIOLATION, Internal),
+            (SqlState::CHECK_VIOLATION, Internal),
+            (SqlState::STRING_DATA_RIGHT_TRUNCATION, Internal),
+            (SqlState::DATATYPE_MISMATCH, Internal),
+            (SqlState::LOCK_NOT_AVAILABLE, ServiceUnavailable),
+            (SqlState::READ_ONLY_SQL_TRANSACTION, ServiceUnavailable),
             (SqlState::QUERY_CANCELED, NetworkTimeout),
             (SqlState::TOO_MANY_CONNECTIONS, ServiceUnavailable),
             (SqlState::ADMIN_SHUTDOWN, ServiceUnavailable),
@@ -313,5 +377,31 @@ mod tests {
             "PostgreSQL at h1:5432,h2:6000/app: x"
         );
         assert_eq!(Site::unknown().message("x"), "PostgreSQL: x");
+    }
+
+    /// Short passwords are not searched for in the text; long ones are, and URLs lose theirs.
+    #[test]
+    fn sites_and_messages_keep_their_words_whatever_the_password() {
+        for password in ["s", "a", "er", "postgres", "locks"] {
+            let url = format!("postgres://postgres:{password}@db.internal:5433/locks");
+            let config: Config = url.parse().unwrap();
+            let site = Site::of(&config, Redactor::new([password.to_owned()]));
+            let said = "password authentication failed for user \"postgres\"";
+            assert_eq!(
+                site.redactor().clean(&site.message(said)),
+                format!("PostgreSQL at db.internal:5433/locks: {said}")
+            );
+            assert_eq!(
+                site.redactor().clean(&format!("bad {url}")),
+                "bad postgres://postgres:***@db.internal:5433/locks"
+            );
+        }
+        let long = "correct-horse-battery-staple";
+        let config: Config = format!("postgres://app:{long}@h/db").parse().unwrap();
+        let site = Site::of(&config, Redactor::new([long.to_owned()]));
+        assert_eq!(
+            site.redactor().clean(&format!("echoed {long} here")),
+            "echoed *** here"
+        );
     }
 }

@@ -67,16 +67,30 @@
 //! # Errors
 //!
 //! By SQLSTATE: class 08 (PgBouncer's transient failures among them), 53, 57P01–03, 40001,
-//! 40P01 → `ServiceUnavailable`; 28000/28P01/42501 and a missing password →
-//! `AuthFailed`; classes 22 and 23 → `InvalidArgument`; 57014 (a cancelled statement) and
-//! client deadlines → `NetworkTimeout`; no pooled connection free within the pool timeout →
-//! `RateLimited` (when connecting is what fails: that error's code). Errors of the deployment,
-//! which retrying will not mend, are `Internal` with a message that says what to change: tables
-//! missing or outdated (42P01, 42703, 42883: run `syncguard setup` or [`setup_schema`]), a
-//! missing database (3D000), prepared statements lost to a transaction-mode pooler (26000,
-//! 42P05: a client sharing the pooler prepares statements), a startup parameter the pooler
-//! refuses (08P01 "unsupported startup parameter": PgBouncer's `ignore_startup_parameters`).
-//! Anything else → `Internal`.
+//! 40P01, 55P03 (the role's `lock_timeout`), 25006 (a read-only server during a failover) →
+//! `ServiceUnavailable`; 28000/28P01/42501 and a missing password → `AuthFailed`; 57014 (a
+//! cancelled statement) and client deadlines → `NetworkTimeout`; no pooled connection free
+//! within the pool timeout → `RateLimited` (when connecting is what fails: that error's code).
+//! `InvalidArgument` is only ever what the caller passed, refused before any I/O. Errors of the
+//! deployment, which retrying will not mend, are `Internal` with a message that says what to
+//! change: tables missing or outdated (42P01, 42703, 42883: run `syncguard setup` or
+//! [`setup_schema`]), tables changed by hand so that the server refuses syncguard's rows
+//! (classes 22 and 23, 42804, 42P10: a NOT NULL column or a constraint added, a type changed;
+//! the message names the table, column or constraint), a missing database (3D000), prepared
+//! statements lost to a transaction-mode pooler (26000, 42P05: a client sharing the pooler
+//! prepares statements), a startup parameter the pooler refuses (08P01 "unsupported startup
+//! parameter": PgBouncer's `ignore_startup_parameters`). Anything else → `Internal`.
+//!
+//! A row that is not a SyncGuard lock record (a fence that is not 15 digits or is zero, a lock
+//! id that is not 22 base64url characters, a NULL where the schema has NOT NULL), live or
+//! expired, is an `Internal` error naming its key from every operation — acquire, release,
+//! extend, the batch renewal, `is_locked` and the lookups — never "locked" nor "absent"; no
+//! operation takes it over, renews, releases or sweeps it, and acquire draws no fence number
+//! for it.
+//!
+//! An acquire whose statement was sent but got no answer (the statement deadline passed, the
+//! connection broke mid-call) fails marked [in doubt](crate::LockError::in_doubt), with the
+//! lock id it generated: the server may still carry it out.
 //!
 //! Messages name the server (`PostgreSQL at host:port/database: …`, never the password) and
 //! keep the cause:
@@ -95,6 +109,7 @@
 //! | no password | `AuthFailed` | PostgreSQL at …: the server asks for a password and the URL gives none |
 //! | missing database | `Internal` | PostgreSQL at …/nope: database "nope" does not exist (SQLSTATE 3D000): check the database name in the URL |
 //! | missing tables | `Internal` | PostgreSQL at …: the syncguard tables are missing or outdated: run `syncguard setup` (…) |
+//! | a NOT NULL column added to the lock table | `Internal` | PostgreSQL at …: the syncguard tables differ from what `syncguard setup` creates (…): drop what was added (…) (at table "syncguard_locks" column "owner"): null value in column "owner" … (SQLSTATE 23502) |
 //!
 //! PostgreSQL text cannot hold NUL characters, so keys containing one are refused with
 //! `InvalidArgument`.
@@ -410,7 +425,10 @@ impl ReleaseWatch for PgWatch {
 }
 
 /// One lease's row of the batch renewal.
-fn renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
+fn renewal_outcome(row: &Row, tables: &TableNames) -> Result<Outcome<Extension>> {
+    if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+        return Err(not_a_record(tables, &key));
+    }
     if let Some(expires_at_ms) = column::<Option<i64>>(row, "expires_at_ms")? {
         return Ok(Outcome::Applied(Extension {
             expires_at_ms,
@@ -431,18 +449,40 @@ fn renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
     }
 }
 
-/// A lock row as the lookups return it.
-fn lock_record(row: &Row) -> Result<LockRecord> {
-    let malformed = || LockError::internal("a lock row holds NULLs or values of unexpected types");
-    let fence: String = row.try_get("fence").map_err(|_| malformed())?;
-    Ok(LockRecord {
-        key: row.try_get("user_key").map_err(|_| malformed())?,
-        lock_id: row.try_get("lock_id").map_err(|_| malformed())?,
-        expires_at_ms: row.try_get("expires_at_ms").map_err(|_| malformed())?,
-        acquired_at_ms: row.try_get("acquired_at_ms").map_err(|_| malformed())?,
-        fence: fence
-            .parse::<Fence>()
-            .map_err(|_| LockError::internal("a lock row holds a malformed fence"))?,
+/// The error for a row that is not a SyncGuard lock record (see `statements::sound`, the same
+/// rule in SQL): `Internal`, naming the key, whichever operation came across it.
+fn not_a_record(tables: &TableNames, key: &str) -> LockError {
+    LockError::internal(format!(
+        "the row of key {key:?} in table {} is not a SyncGuard lock record (a fence that is not \
+         15 digits, a malformed lock id, or a NULL): syncguard neither takes it over nor \
+         changes it; repair or delete that row",
+        tables.lock_table()
+    ))
+    .with_key(key)
+}
+
+/// A lock row as the lookups return it; one that is not a SyncGuard record is an error naming
+/// `key` (or the row's own key, when the lookup was by lock id).
+fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<LockRecord> {
+    let decoded = || -> Option<LockRecord> {
+        let lock_id: String = row.try_get("lock_id").ok()?;
+        crate::driver::validate_lock_id(&lock_id).ok()?;
+        let fence: String = row.try_get("fence").ok()?;
+        Some(LockRecord {
+            key: row.try_get("user_key").ok()?,
+            lock_id,
+            expires_at_ms: row.try_get("expires_at_ms").ok()?,
+            acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
+            fence: fence.parse::<Fence>().ok()?,
+        })
+    };
+    decoded().ok_or_else(|| {
+        let stored = || -> Option<String> {
+            let user_key: Option<String> = row.try_get("user_key").ok()?;
+            user_key.or_else(|| row.try_get("key").ok())
+        };
+        let key = key.map(str::to_owned).or_else(stored).unwrap_or_default();
+        not_a_record(tables, &key)
     })
 }
 
@@ -461,24 +501,37 @@ impl Driver for PostgresBackend {
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
         let fence_max = FENCE_MAX as i64;
-        let rows = self.query(
-            &self.statements.acquire,
-            vec![
-                storage_key.as_str().into(),
-                lock_id.as_str().into(),
-                ttl.as_millis().into(),
-                key.as_str().into(),
-                fence_key.as_str().into(),
-                fence_max.into(),
-                TIME_TOLERANCE_MS.into(),
-            ],
-        )?;
+        let rows = self
+            .query(
+                &self.statements.acquire,
+                vec![
+                    storage_key.as_str().into(),
+                    lock_id.as_str().into(),
+                    ttl.as_millis().into(),
+                    key.as_str().into(),
+                    fence_key.as_str().into(),
+                    fence_max.into(),
+                    TIME_TOLERANCE_MS.into(),
+                ],
+            )
+            .map_err(|error| {
+                // Sent without an answer: the server may still take the lock under this id
+                // (the Locker releases it).
+                if ServerError::is_unanswered(&error) {
+                    error.in_doubt(lock_id.as_str()).with_key(key.as_str())
+                } else {
+                    error
+                }
+            })?;
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("acquire returned no row"))?;
         let fence: Option<String> = column(row, "fence")?;
         let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
         let counter: Option<i64> = column(row, "counter")?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
         match (fence, expires_at_ms) {
             (Some(fence), Some(expires_at_ms)) => {
                 let fence: Fence = fence.parse()?;
@@ -500,10 +553,16 @@ impl Driver for PostgresBackend {
             &self.statements.release,
             vec![lease.lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
         )?;
-        Ok(match rows.first() {
-            None => Outcome::NotFound,
-            Some(row) if column::<bool>(row, "live")? => Outcome::Applied(()),
-            Some(_) => Outcome::Expired,
+        let Some(row) = rows.first() else {
+            return Ok(Outcome::NotFound);
+        };
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
+        Ok(if column::<bool>(row, "live")? {
+            Outcome::Applied(())
+        } else {
+            Outcome::Expired
         })
     }
 
@@ -519,6 +578,9 @@ impl Driver for PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("extend returned no row"))?;
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
         Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
             Some(expires_at_ms) => Outcome::Applied(Extension {
                 expires_at_ms,
@@ -551,7 +613,7 @@ impl Driver for PostgresBackend {
             .iter()
             .map(|row| {
                 let lock_id: String = column(row, "lock_id")?;
-                let outcome = renewal_outcome(row);
+                let outcome = renewal_outcome(row, &self.tables);
                 Ok((lock_id, outcome))
             })
             .collect::<Result<_>>()
@@ -599,10 +661,17 @@ impl Driver for PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("is_locked returned no row"))?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
         column(row, "locked")
     }
 
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        let key = match by {
+            Find::Key(key) => Some(key.as_str()),
+            Find::LockId(_) => None,
+        };
         let rows = match by {
             Find::Key(key) => {
                 let storage_key = storage_key_of(key)?;
@@ -616,7 +685,9 @@ impl Driver for PostgresBackend {
                 vec![lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
             )?,
         };
-        rows.first().map(lock_record).transpose()
+        rows.first()
+            .map(|row| lock_record(row, &self.tables, key))
+            .transpose()
     }
 }
 

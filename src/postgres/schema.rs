@@ -184,7 +184,7 @@ mod tests {
             "src/postgres/schema.sql is out of date: run SYNCGUARD_BLESS=1 cargo test --features \
              postgres --lib schema"
         );
-        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v1("));
+        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v2("));
     }
 
     #[test]

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
 -- statement of the backend with a plan cached per server connection: without them the
 -- statements are sent inline, planned on every call. Generated from the source; the
 -- version suffix changes with the statement.
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v1(text, text, bigint, text, text, bigint, bigint) RETURNS TABLE (fence text, expires_at_ms bigint, counter bigint)
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v2(text, text, bigint, text, text, bigint, bigint) RETURNS TABLE (fence text, expires_at_ms bigint, counter bigint, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -41,7 +41,8 @@ BEGIN
 clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms FROM serialized),
 free AS (SELECT now_ms FROM clock WHERE NOT EXISTS (
 SELECT 1 FROM "syncguard_locks" l WHERE l.key = $1
-AND l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)),
+AND ((l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)
+OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE))),
 counter AS (
 INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug)
 SELECT $5, 1, $4 FROM free
@@ -61,38 +62,48 @@ OR l.lock_id = EXCLUDED.lock_id
 RETURNING l.fence, l.expires_at_ms)
 SELECT (SELECT fence FROM taken) AS fence,
 (SELECT expires_at_ms FROM taken) AS expires_at_ms,
-(SELECT fence FROM counter) AS counter;
+(SELECT fence FROM counter) AS counter,
+CASE WHEN (SELECT fence FROM counter) IS NULL THEN
+(SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) END
+AS malformed;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v1(text, bigint) RETURNS TABLE (live boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v2(text, bigint) RETURNS TABLE (live boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
-gone AS (DELETE FROM "syncguard_locks" WHERE lock_id = $1
-RETURNING expires_at_ms, user_key)
-SELECT gone.expires_at_ms > clock.now_ms - $2 AS live
+gone AS (DELETE FROM "syncguard_locks" l WHERE l.lock_id = $1 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+RETURNING l.expires_at_ms, l.user_key)
+SELECT gone.expires_at_ms > clock.now_ms - $2 AS live, NULL::text AS malformed_key
 FROM gone, clock,
-LATERAL (SELECT pg_notify('syncguard_locks_released', gone.user_key)) AS announced;
+LATERAL (SELECT pg_notify('syncguard_locks_released', gone.user_key)) AS announced
+UNION ALL
+SELECT NULL, COALESCE(l.user_key, l.key) FROM "syncguard_locks" l
+WHERE NOT EXISTS (SELECT 1 FROM gone) AND l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v1(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v2(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
 renewed AS (
 UPDATE "syncguard_locks" AS l SET expires_at_ms = c.now_ms + $2 FROM clock c
-WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3
+WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
 RETURNING l.expires_at_ms)
 SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,
-EXISTS (SELECT 1 FROM "syncguard_locks" WHERE lock_id = $1) AS present;
+EXISTS (SELECT 1 FROM "syncguard_locks" WHERE lock_id = $1) AS present,
+CASE WHEN NOT EXISTS (SELECT 1 FROM renewed) THEN
+(SELECT COALESCE(l.user_key, l.key) FROM "syncguard_locks" l
+WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE) END AS malformed_key;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v1(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v2(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -102,7 +113,7 @@ FROM unnest($1::text[], $2::bigint[]) AS w(lock_id, ttl_ms)),
 target AS (
 SELECT l.key, l.lock_id, w.ttl_ms
 FROM "syncguard_locks" l JOIN wanted w ON l.lock_id = w.lock_id, clock c
-WHERE l.expires_at_ms > c.now_ms - $3
+WHERE l.expires_at_ms > c.now_ms - $3 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
 FOR UPDATE OF l SKIP LOCKED),
 renewed AS (
 UPDATE "syncguard_locks" AS l SET expires_at_ms = c.now_ms + t.ttl_ms
@@ -112,48 +123,54 @@ AND l.expires_at_ms > c.now_ms - $3
 RETURNING l.lock_id, l.expires_at_ms)
 SELECT w.lock_id, r.expires_at_ms,
 x.lock_id IS NOT NULL AS present,
-COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live
+COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live,
+CASE WHEN r.lock_id IS NULL AND x.lock_id IS NOT NULL AND NOT (x.fence ~ '^[0-9]{15}$' AND x.fence <> '000000000000000' AND x.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND x.expires_at_ms IS NOT NULL AND x.acquired_at_ms IS NOT NULL AND x.user_key IS NOT NULL) IS TRUE
+THEN COALESCE(x.user_key, x.key) END AS malformed_key
 FROM wanted w CROSS JOIN clock c
 LEFT JOIN renewed r ON r.lock_id = w.lock_id
 LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v1(text, bigint) RETURNS TABLE (locked boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v2(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY SELECT EXISTS (SELECT 1 FROM "syncguard_locks"
-WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2) AS locked;
+WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2) AS locked,
+(SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) AS malformed;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v1(text, bigint, bigint) RETURNS TABLE (locked boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v2(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
 swept AS (DELETE FROM "syncguard_locks" l USING clock c
-WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3)
+WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE)
 SELECT EXISTS (SELECT 1 FROM "syncguard_locks" l, clock c
-WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked;
+WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
+(SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) AS malformed;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v1(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v2(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
-  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2;
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" l WHERE l.key = $1
+AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v1(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v2(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
-  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" WHERE lock_id = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2;
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" l WHERE l.lock_id = $1
+AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
 END
 $syncguard$;

@@ -28,12 +28,12 @@
 //!
 //! Each statement is also installed by `setup_schema` as a PL/pgSQL function that runs exactly
 //! that statement (`RETURN QUERY <statement>`), named after the lock table and the operation
-//! (`syncguard_locks_acquire_v1`, …). Calling it is the same single statement, one transaction,
+//! (`syncguard_locks_acquire_v2`, …). Calling it is the same single statement, one transaction,
 //! with the same reasoning — but planned in microseconds: PL/pgSQL keeps the inner statement's
 //! plan for the life of the server connection, which survives behind a transaction-mode pooler
 //! where a client's prepared statements cannot. Sent inline, the acquire statement spends more
 //! time being parsed and planned than running. Without the functions (tables created by an older
-//! syncguard or by the TypeScript SyncGuard) the statements are sent inline. The `_v1` suffix
+//! syncguard or by the TypeScript SyncGuard) the statements are sent inline. The `_v2` suffix
 //! changes whenever a statement does, so an old function is never called for a new statement.
 
 use std::sync::Arc;
@@ -122,34 +122,51 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
 }
 
 /// Part of every function's name; bump it whenever a statement or its parameters change.
-const FUNCTION_VERSION: &str = "v1";
+const FUNCTION_VERSION: &str = "v2";
 
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// Whether the row `l` is a SyncGuard lock record: a fence of 15 digits (not all zero), a lock
+/// id of 22 base64url characters, no NULLs. The same rule as the decoding in Rust
+/// (`lock_record`). A row that is not is never taken over, renewed, released or swept: every
+/// operation reports it (`malformed` / `malformed_key` columns), as an `Internal` error.
+fn sound(l: &str) -> String {
+    format!(
+        "({l}.fence ~ '^[0-9]{{15}}$' AND {l}.fence <> '000000000000000' \
+         AND {l}.lock_id ~ '^[A-Za-z0-9_-]{{22}}$' AND {l}.expires_at_ms IS NOT NULL \
+         AND {l}.acquired_at_ms IS NOT NULL AND {l}.user_key IS NOT NULL) IS TRUE"
+    )
+}
 
 /// The statements for one pair of tables (names are validated identifiers).
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms → one row: `fence` (text, null unless acquired), `expires_at_ms`,
-    /// `counter` (the fence number drawn, null if the lock was seen held).
+    /// `counter` (the fence number drawn, null if the lock was seen held), `malformed` (true
+    /// when the key's row is not a SyncGuard record: then nothing was written).
     pub acquire: Op,
-    /// `$1` lock id, `$2` tolerance ms → no row (not found) or one row: `live` (bool).
+    /// `$1` lock id, `$2` tolerance ms → no row (not found) or one row: `live` (bool), or
+    /// `malformed_key` (the key of a row that is not a SyncGuard record, left in place).
     /// Announces the release on the table's release channel (`NOTIFY`), with the user key.
     pub release: Op,
     /// `$1` lock id, `$2` ttl ms, `$3` tolerance ms → one row: `expires_at_ms` (null unless
-    /// extended), `present` (bool).
+    /// extended), `present` (bool), `malformed_key` (see `release`).
     pub extend: Op,
     /// `$1` lock ids, `$2` their ttls ms, `$3` tolerance ms → one row per lock id: `lock_id`,
-    /// `expires_at_ms` (null unless extended), `present`, `live`. Rows locked by another
+    /// `expires_at_ms` (null unless extended), `present`, `live`, `malformed_key` (see
+    /// `release`). Rows locked by another
     /// transaction are skipped (`FOR UPDATE SKIP LOCKED`), not waited for: such a lease comes
     /// back present, live and not extended, and is tried again later.
     pub extend_many: Op,
-    /// `$1` key, `$2` tolerance ms → one row: `locked` (bool).
+    /// `$1` key, `$2` tolerance ms → one row: `locked` (bool), `malformed` (see `acquire`).
     pub is_locked: Op,
-    /// `$1` key, `$2` tolerance ms, `$3` cleanup guard ms → one row: `locked` (bool).
+    /// `$1` key, `$2` tolerance ms, `$3` cleanup guard ms → one row: `locked` (bool),
+    /// `malformed`.
     pub is_locked_with_cleanup: Op,
-    /// `$1` key, `$2` tolerance ms → the live row, if any.
+    /// `$1` key, `$2` tolerance ms → the live row, if any, or one that is not a SyncGuard
+    /// record (live or not).
     pub lookup_by_key: Op,
-    /// `$1` lock id, `$2` tolerance ms → the live row, if any.
+    /// `$1` lock id, `$2` tolerance ms → as `lookup_by_key`.
     pub lookup_by_id: Op,
 }
 
@@ -162,6 +179,7 @@ impl Statements {
         let op = |name, types, returns, text| Op::new(tables, name, types, returns, text);
         let row_columns = "key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,\n\
                            fence text, user_key text";
+        let (sound_l, sound_x) = (sound("l"), sound("x"));
         use Type as T;
         Statements {
             acquire: op(
@@ -175,13 +193,14 @@ impl Statements {
                     T::INT8,
                     T::INT8,
                 ],
-                "fence text, expires_at_ms bigint, counter bigint",
+                "fence text, expires_at_ms bigint, counter bigint, malformed boolean",
                 format!(
                     "WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),\n\
                  clock AS (SELECT {NOW_MS} AS now_ms FROM serialized),\n\
                  free AS (SELECT now_ms FROM clock WHERE NOT EXISTS (\n\
                      SELECT 1 FROM {locks} l WHERE l.key = $1\n\
-                     AND l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)),\n\
+                     AND ((l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)\n\
+                          OR NOT {sound_l}))),\n\
                  counter AS (\n\
                      INSERT INTO {fences} AS f (fence_key, fence, key_debug)\n\
                      SELECT $5, 1, $4 FROM free\n\
@@ -201,40 +220,50 @@ impl Statements {
                      RETURNING l.fence, l.expires_at_ms)\n\
                  SELECT (SELECT fence FROM taken) AS fence,\n\
                         (SELECT expires_at_ms FROM taken) AS expires_at_ms,\n\
-                        (SELECT fence FROM counter) AS counter"
+                        (SELECT fence FROM counter) AS counter,\n\
+                        CASE WHEN (SELECT fence FROM counter) IS NULL THEN\n\
+                            (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1) END\n\
+                            AS malformed"
                 ),
             ),
             release: op(
                 "release",
                 &[T::TEXT, T::INT8],
-                "live boolean",
+                "live boolean, malformed_key text",
                 format!(
                     "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
-                 gone AS (DELETE FROM {locks} WHERE lock_id = $1\n\
-                     RETURNING expires_at_ms, user_key)\n\
-                 SELECT gone.expires_at_ms > clock.now_ms - $2 AS live\n\
+                 gone AS (DELETE FROM {locks} l WHERE l.lock_id = $1 AND {sound_l}\n\
+                     RETURNING l.expires_at_ms, l.user_key)\n\
+                 SELECT gone.expires_at_ms > clock.now_ms - $2 AS live, NULL::text AS malformed_key\n\
                  FROM gone, clock,\n\
-                     LATERAL (SELECT pg_notify('{released}', gone.user_key)) AS announced"
+                     LATERAL (SELECT pg_notify('{released}', gone.user_key)) AS announced\n\
+                 UNION ALL\n\
+                 SELECT NULL, COALESCE(l.user_key, l.key) FROM {locks} l\n\
+                 WHERE NOT EXISTS (SELECT 1 FROM gone) AND l.lock_id = $1 AND NOT {sound_l}"
                 ),
             ),
             extend: op(
                 "extend",
                 &[T::TEXT, T::INT8, T::INT8],
-                "expires_at_ms bigint, present boolean",
+                "expires_at_ms bigint, present boolean, malformed_key text",
                 format!(
                     "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
                  renewed AS (\n\
                      UPDATE {locks} AS l SET expires_at_ms = c.now_ms + $2 FROM clock c\n\
-                     WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3\n\
+                     WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3 AND {sound_l}\n\
                      RETURNING l.expires_at_ms)\n\
                  SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,\n\
-                        EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1) AS present"
+                        EXISTS (SELECT 1 FROM {locks} WHERE lock_id = $1) AS present,\n\
+                        CASE WHEN NOT EXISTS (SELECT 1 FROM renewed) THEN\n\
+                            (SELECT COALESCE(l.user_key, l.key) FROM {locks} l\n\
+                             WHERE l.lock_id = $1 AND NOT {sound_l}) END AS malformed_key"
                 ),
             ),
             extend_many: op(
                 "renew",
                 &[T::TEXT_ARRAY, T::INT8_ARRAY, T::INT8],
-                "lock_id text, expires_at_ms bigint, present boolean, live boolean",
+                "lock_id text, expires_at_ms bigint, present boolean, live boolean,\n\
+                 malformed_key text",
                 format!(
                     "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
                  wanted AS (SELECT w.lock_id, w.ttl_ms\n\
@@ -242,7 +271,7 @@ impl Statements {
                  target AS (\n\
                      SELECT l.key, l.lock_id, w.ttl_ms\n\
                      FROM {locks} l JOIN wanted w ON l.lock_id = w.lock_id, clock c\n\
-                     WHERE l.expires_at_ms > c.now_ms - $3\n\
+                     WHERE l.expires_at_ms > c.now_ms - $3 AND {sound_l}\n\
                      FOR UPDATE OF l SKIP LOCKED),\n\
                  renewed AS (\n\
                      UPDATE {locks} AS l SET expires_at_ms = c.now_ms + t.ttl_ms\n\
@@ -252,7 +281,9 @@ impl Statements {
                      RETURNING l.lock_id, l.expires_at_ms)\n\
                  SELECT w.lock_id, r.expires_at_ms,\n\
                         x.lock_id IS NOT NULL AS present,\n\
-                        COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live\n\
+                        COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live,\n\
+                        CASE WHEN r.lock_id IS NULL AND x.lock_id IS NOT NULL AND NOT {sound_x}\n\
+                            THEN COALESCE(x.user_key, x.key) END AS malformed_key\n\
                  FROM wanted w CROSS JOIN clock c\n\
                  LEFT JOIN renewed r ON r.lock_id = w.lock_id\n\
                  LEFT JOIN {locks} x ON x.lock_id = w.lock_id"
@@ -261,22 +292,24 @@ impl Statements {
             is_locked: op(
                 "locked",
                 &[T::TEXT, T::INT8],
-                "locked boolean",
+                "locked boolean, malformed boolean",
                 format!(
                     "SELECT EXISTS (SELECT 1 FROM {locks}\n\
-                 WHERE key = $1 AND expires_at_ms > {NOW_MS} - $2) AS locked"
+                 WHERE key = $1 AND expires_at_ms > {NOW_MS} - $2) AS locked,\n\
+                 (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1) AS malformed"
                 ),
             ),
             is_locked_with_cleanup: op(
                 "sweep",
                 &[T::TEXT, T::INT8, T::INT8],
-                "locked boolean",
+                "locked boolean, malformed boolean",
                 format!(
                     "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
                  swept AS (DELETE FROM {locks} l USING clock c\n\
-                     WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3)\n\
+                     WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3 AND {sound_l})\n\
                  SELECT EXISTS (SELECT 1 FROM {locks} l, clock c\n\
-                     WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked"
+                     WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,\n\
+                 (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1) AS malformed"
                 ),
             ),
             lookup_by_key: op(
@@ -284,7 +317,8 @@ impl Statements {
                 &[T::TEXT, T::INT8],
                 row_columns,
                 format!(
-                    "SELECT {row} FROM {locks} WHERE key = $1 AND expires_at_ms > {NOW_MS} - $2"
+                    "SELECT {row} FROM {locks} l WHERE l.key = $1\n\
+                 AND (l.expires_at_ms > {NOW_MS} - $2 OR NOT {sound_l})"
                 ),
             ),
             lookup_by_id: op(
@@ -292,7 +326,8 @@ impl Statements {
                 &[T::TEXT, T::INT8],
                 row_columns,
                 format!(
-                    "SELECT {row} FROM {locks} WHERE lock_id = $1 AND expires_at_ms > {NOW_MS} - $2"
+                    "SELECT {row} FROM {locks} l WHERE l.lock_id = $1\n\
+                 AND (l.expires_at_ms > {NOW_MS} - $2 OR NOT {sound_l})"
                 ),
             ),
         }

@@ -422,13 +422,16 @@ mod tests {
                  the URL (redis://:PASSWORD@host:port/)",
             ),
             (
-                server("WRONGPASS", "invalid username-password pair hunter2"),
+                server(
+                    "WRONGPASS",
+                    "invalid username-password pair (redis://:hunter2@cache)",
+                ),
                 &plain,
                 Phase::Call,
                 ErrorCode::AuthFailed,
                 "Redis at cache:6379 (db 2) rejected the credentials: authentication failed: the \
                  server refused the user name or password (\"WRONGPASS\": invalid \
-                 username-password pair ***)",
+                 username-password pair (redis://:***@cache))",
             ),
             (
                 io(

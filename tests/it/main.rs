@@ -39,6 +39,8 @@ mod memory;
 mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_errors;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
