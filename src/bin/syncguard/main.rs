@@ -5,11 +5,10 @@
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
 //! Modules: [`duration`] parses durations; [`run`] is the `run` supervisor; [`group`] the
-//! process group it runs the command in; [`keeper`] renews and releases its lease.
+//! process group it runs the command in.
 
 mod duration;
 mod group;
-mod keeper;
 mod run;
 
 use std::io::Write as _;

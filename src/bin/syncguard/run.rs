@@ -1,10 +1,10 @@
 //! `syncguard run`: takes the lock, runs the command as a process group of its own while the
-//! keeper renews the lease, and releases the lock once every process of the group is gone.
+//! heartbeat renews the lease, and releases the lock once every process of the group is gone.
 //!
 //! One thread (the supervisor, here) waits for events from the others: signals `run` receives,
-//! each renewal the store confirmed (from the keeper: the lease's new local deadline), the
-//! lease's loss (reported by the library), the command's exit (from the reaper), and its own
-//! timers (`--max-runtime`, `--grace`, the deadline). Whatever ends the command — a signal, the
+//! the lease's loss (reported by the library), the command's exit (from the reaper), and its
+//! own timers (`--max-runtime`, `--grace`, and the lease's local deadline, which it reads from
+//! the guard whenever a timer fires: each renewal moves it on). Whatever ends the command — a signal, the
 //! loss, `--max-runtime` — ends it the same way: the signal to the whole group, `SIGKILL` to the
 //! group after `--grace`, then a wait until the group is empty. With `--on-lost kill`, the
 //! deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that the group is
@@ -17,10 +17,11 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::{CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockOptions, Locker};
+use syncguard::{
+    CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
+};
 
 use crate::group::{Group, become_subreaper};
-use crate::keeper::{Keeper, Schedule, release_within};
 use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
@@ -49,8 +50,6 @@ pub struct RunArgs {
 /// What the supervisor waits for.
 enum Event {
     Signal(libc::c_int),
-    /// A renewal was confirmed: the lease's local deadline is now this.
-    Renewed(Instant),
     Lost(String),
     Exited(io::Result<ExitStatus>),
 }
@@ -97,13 +96,14 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         let _ = forwarder.join();
     };
 
-    // The keeper renews the lease (see `keeper`), not the library's heartbeat. The library
-    // still reports the loss: at once when a renewal finds the lock gone, and at its own
-    // local deadline (a moment after `run`'s) even while a renewal hangs.
+    // The library's heartbeat renews the lease, often enough that two renewals and their
+    // retries fit before the group must be told to stop; it reports the loss at once when a
+    // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
+    let interval = renewal_interval(args.ttl, args.grace, args.on_lost);
     let lost_events = Mutex::new(events.clone());
     let options = waiting(LockOptions::default())
         .ttl(args.ttl)
-        .heartbeat(Heartbeat::Off)
+        .heartbeat(Heartbeat::Every(interval))
         .cancel(cancel)
         .on_lock_lost(move |error| {
             if let Ok(sender) = lost_events.lock() {
@@ -111,7 +111,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             }
         });
     let locker = Locker::with_defaults(backend, options);
-    let asked = Instant::now();
+    let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     let acquired = locker.try_lock_for(&args.key, args.wait);
     let early_signal = inbox.try_iter().find_map(|event| match event {
         Event::Signal(signal) => Some(signal),
@@ -120,7 +120,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     let guard = match (acquired, early_signal) {
         (Ok(Some(guard)), None) => guard,
         (Ok(Some(guard)), Some(signal)) => {
-            release_within(guard, locker, RELEASE_LIMIT);
+            release_within(guard, locker, release_limit);
             stop_forwarding();
             return Ok(Outcome::Exit(signal_exit(signal)));
         }
@@ -147,19 +147,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
     };
 
-    // The acquisition went out after `asked`: the lease's local deadline is no earlier than
-    // `asked + ttl`. After a long --wait that bound is stale, so renew once before starting.
-    let interval = renewal_interval(args.ttl, args.grace, args.on_lost);
-    let mut confirmed = asked;
-    if Instant::now() >= asked + interval {
-        let sent = Instant::now();
-        match guard.extend(args.ttl) {
-            Ok(true) => confirmed = sent,
-            Ok(false) => {}
-            Err(error) => eprintln!("syncguard: renewing the lease failed: {error}"),
-        }
-    }
-    let deadline = confirmed + args.ttl;
+    let deadline = guard.deadline();
     let too_late = args.on_lost == OnLost::Kill
         && Instant::now() >= deadline.checked_sub(args.grace).unwrap_or(deadline);
     if guard.is_lost() || too_late {
@@ -169,48 +157,24 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             "syncguard: lost the lock on {:?} before the command started; not running it",
             args.key
         );
-        release_within(guard, locker, RELEASE_LIMIT);
+        release_within(guard, locker, release_limit);
         stop_forwarding();
         return Ok(Outcome::Exit(EXIT_LOST));
     }
-    let (fence, lock_id, key) = (
-        guard.fence().to_string(),
-        guard.lock_id().to_owned(),
-        guard.key().to_owned(),
-    );
-    let renewed = events.clone();
-    let Some(keeper) = Keeper::start(
-        guard,
-        locker,
-        Schedule {
-            ttl: args.ttl,
-            interval,
-            confirmed,
-        },
-        Box::new(move |deadline| {
-            let _ = renewed.send(Event::Renewed(deadline));
-        }),
-    ) else {
-        stop_forwarding();
-        return Err(LockError::internal(
-            "could not start the thread that renews the lease",
-        ));
-    };
-
     become_subreaper();
     let mut process = Process::new(program);
     process
         .args(program_args)
-        .env("SYNCGUARD_FENCE", fence)
-        .env("SYNCGUARD_LOCK_ID", lock_id)
-        .env("SYNCGUARD_KEY", key);
+        .env("SYNCGUARD_FENCE", guard.fence().to_string())
+        .env("SYNCGUARD_LOCK_ID", guard.lock_id())
+        .env("SYNCGUARD_KEY", guard.key());
     let exits = events.clone();
     let group = match Group::spawn(&mut process, move |status| {
         let _ = exits.send(Event::Exited(status));
     }) {
         Ok(group) => group,
         Err(error) => {
-            keeper.release_within(RELEASE_LIMIT);
+            release_within(guard, locker, release_limit);
             stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
@@ -226,17 +190,19 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     let watcher = group.watch();
     let code = Supervisor {
         group: &group,
+        guard: &guard,
         on_lost: args.on_lost,
         grace: args.grace,
         ttl: args.ttl,
     }
-    .supervise(&inbox, args.max_runtime, deadline);
+    .supervise(&inbox, args.max_runtime);
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
     stop_forwarding();
-    // The group is gone: release in every case, a lost lease included (see `keeper`).
-    keeper.release_within(RELEASE_LIMIT);
+    // The group is gone: release in every case, a lost lease included: a renewal applied
+    // without its answer may have kept it alive in the store.
+    release_within(guard, locker, release_limit);
     Ok(Outcome::Exit(code))
 }
 
@@ -254,6 +220,8 @@ fn renewal_interval(ttl: Duration, grace: Duration, on_lost: OnLost) -> Duration
 /// Watches the running group.
 struct Supervisor<'a> {
     group: &'a Group,
+    /// The lease: its local deadline moves on with each renewal.
+    guard: &'a LockGuard,
     on_lost: OnLost,
     grace: Duration,
     ttl: Duration,
@@ -261,15 +229,10 @@ struct Supervisor<'a> {
 
 impl Supervisor<'_> {
     /// Waits until the command has exited and every process of its group is gone, ending the
-    /// group on a signal, on loss, as the lease's local `deadline` nears (`--on-lost kill`:
+    /// group on a signal, on loss, as the lease's local deadline nears (`--on-lost kill`:
     /// SIGTERM `--grace` before it, SIGKILL at it) or at `max_runtime`; returns `run`'s exit
     /// code.
-    fn supervise(
-        &self,
-        inbox: &mpsc::Receiver<Event>,
-        max_runtime: Option<Duration>,
-        mut deadline: Instant,
-    ) -> u8 {
+    fn supervise(&self, inbox: &mpsc::Receiver<Event>, max_runtime: Option<Duration>) -> u8 {
         let kill_on_loss = self.on_lost == OnLost::Kill;
         let started = Instant::now();
         let mut max_runtime_at = max_runtime.and_then(|limit| started.checked_add(limit));
@@ -283,7 +246,9 @@ impl Supervisor<'_> {
             }
             let now = Instant::now();
             // With --on-lost kill, the lease's local deadline bounds everything: SIGTERM
-            // --grace before it, SIGKILL at it, whatever else is going on.
+            // --grace before it, SIGKILL at it, whatever else is going on. Read afresh each
+            // time: a renewal since the timer was set moves it on.
+            let deadline = self.guard.deadline();
             let term_at = (kill_on_loss && stop.is_none())
                 .then(|| deadline.checked_sub(self.grace).unwrap_or(deadline));
             let deadline_kill = (kill_on_loss && !killed_at_deadline).then_some(deadline);
@@ -326,6 +291,7 @@ impl Supervisor<'_> {
                 );
                 self.group.signal(libc::SIGKILL);
             }
+            let deadline = self.guard.deadline();
             let term_at = (kill_on_loss && stop.is_none())
                 .then(|| deadline.checked_sub(self.grace).unwrap_or(deadline));
             let deadline_kill = (kill_on_loss && !killed_at_deadline).then_some(deadline);
@@ -354,7 +320,6 @@ impl Supervisor<'_> {
                 Event::Signal(signal) => {
                     self.terminate(&mut stop, &mut kill_at, Stop::Signal, signal);
                 }
-                Event::Renewed(renewed) => deadline = deadline.max(renewed),
                 Event::Lost(why) => match self.on_lost {
                     OnLost::Kill => {
                         eprintln!("syncguard: {why}; terminating the command's process group");
@@ -398,6 +363,50 @@ impl Supervisor<'_> {
             *stop = Some(reason);
             *kill_at = Instant::now().checked_add(self.grace);
         }
+    }
+}
+
+/// What the release at the end came to.
+type Released = syncguard::Result<bool>;
+
+/// Releases the lease, whatever became of it: one the store confirmed lost costs nothing (the
+/// library knows there is nothing to release), and one that ran out here unconfirmed may have
+/// been kept alive in the store by a renewal whose answer never came back (applied late, e.g.
+/// behind a PgBouncer `PAUSE`): releasing it frees the key now instead of a TTL later.
+fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>) -> Released {
+    let released = guard.release();
+    // The backend's connections close here too, within the same limit.
+    drop(locker);
+    released
+}
+
+/// Releases the lease on a thread of its own and waits for it at most `limit`: if the backend
+/// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL.
+pub fn release_within(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, limit: Duration) {
+    let (done, outcome) = mpsc::channel();
+    let releasing = thread::Builder::new()
+        .name("syncguard-release".to_owned())
+        .spawn(move || {
+            let _ = done.send(release(guard, locker));
+        });
+    if releasing.is_err() {
+        eprintln!("syncguard: could not start the release; the lock expires at its ttl");
+        return;
+    }
+    report(outcome.recv_timeout(limit), limit);
+}
+
+/// Says on stderr what went wrong with the release, if anything.
+fn report(outcome: Result<Released, mpsc::RecvTimeoutError>, limit: Duration) {
+    match outcome {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
+        }
+        Err(_) => eprintln!(
+            "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires at its ttl)",
+            humantime::format_duration(limit)
+        ),
     }
 }
 
