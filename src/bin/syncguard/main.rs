@@ -63,8 +63,11 @@ macro_rules! examples {
         "\
 Examples:
   export SYNCGUARD_URL=redis://127.0.0.1:6379/
-  # cron: one machine at a time, for at most 2 hours; a skipped run exits 0 (cron mails nothing)
-  syncguard run --key nightly-report --wait 1m --max-runtime 2h -E 0 -- ./make-report.sh
+  # cron on several machines: the report runs once per schedule (at most 2 hours); the key
+  # stays held 5 minutes at least, so the others skip it, exiting 0 (cron mails nothing)
+  syncguard run --key nightly-report --min-hold 5m --max-runtime 2h -E 0 -- ./make-report.sh
+  # every machine runs the job, one at a time
+  syncguard run --key reindex --wait 1h -- ./reindex.sh
   # several commands under one lock: nothing runs unless acquire succeeded
   if out=$(syncguard acquire --key deploy --ttl 5m); then
     ./deploy.sh
@@ -184,6 +187,13 @@ enum Command {
         /// as on loss, run exits 124 and the lock is released. Default: no limit.
         #[arg(long, value_parser = parse_duration)]
         max_runtime: Option<Duration>,
+        /// Hold the lock at least this long after acquiring it, even when the command ends
+        /// sooner, fails or is killed: run then sets the lease to end at acquisition + D and
+        /// exits at once, leaving the record to expire. Cron on several machines then runs a
+        /// job once per schedule: make D longer than the machines' clock skew plus cron's
+        /// start jitter, and shorter than the schedule's period. Default: none.
+        #[arg(long, value_parser = parse_duration, value_name = "D")]
+        min_hold: Option<Duration>,
         /// Exit code when the lock was not acquired within --wait (as flock(1)'s -E).
         #[arg(
             short = 'E',
@@ -336,11 +346,17 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             on_lost,
             grace,
             max_runtime,
+            min_hold,
             conflict_exit_code,
             command,
         } => {
             // Checked before the backend is reached: bad usage acquires nothing.
             let grace = grace_for(grace, lock.ttl, on_lost)?;
+            if min_hold.is_some_and(|hold| hold < Duration::from_millis(1)) {
+                return Err(LockError::invalid_argument(
+                    "--min-hold must be at least 1ms",
+                ));
+            }
             run::run(
                 backend()?,
                 run::RunArgs {
@@ -350,6 +366,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     on_lost,
                     grace,
                     max_runtime,
+                    min_hold,
                     conflict_exit_code,
                     command,
                 },

@@ -43,6 +43,7 @@ pub struct RunArgs {
     pub on_lost: OnLost,
     pub grace: Duration,
     pub max_runtime: Option<Duration>,
+    pub min_hold: Option<Duration>,
     pub conflict_exit_code: u8,
     pub command: Vec<String>,
 }
@@ -101,7 +102,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
     let interval = renewal_interval(args.ttl, args.grace, args.on_lost);
     let lost_events = Mutex::new(events.clone());
-    let options = waiting(LockOptions::default())
+    let mut options = waiting(LockOptions::default())
         .ttl(args.ttl)
         .heartbeat(Heartbeat::Every(interval))
         .cancel(cancel)
@@ -110,6 +111,10 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
                 let _ = sender.send(Event::Lost(error.message().to_owned()));
             }
         });
+    if let Some(hold) = args.min_hold {
+        // The release at the end then keeps the lock until the hold ends (see LockOptions).
+        options = options.min_hold(hold);
+    }
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     let acquired = locker.try_lock_for(&args.key, args.wait);
