@@ -412,6 +412,21 @@ fn storage_key_of(key: &Key) -> Result<String> {
     make_storage_key("", key.as_str(), STORAGE_KEY_LIMIT, 0)
 }
 
+/// The error for a fence counter no fence can follow (acquire wrote nothing).
+fn bad_counter_error(counter: i64) -> LockError {
+    if counter >= FENCE_MAX as i64 {
+        LockError::internal(format!(
+            "the fence counter of this key is {counter}, at the largest fence {FENCE_MAX}: \
+             rotate the key namespace"
+        ))
+    } else {
+        LockError::internal(format!(
+            "the fence counter of this key is {counter}, below 0: the counter row was edited; \
+             set it to at least the largest fence ever issued for the key"
+        ))
+    }
+}
+
 /// A listening connection: every release of the table is announced on one channel with the
 /// user key as payload, so there is nothing to subscribe per key.
 struct PgWatch {
@@ -528,7 +543,7 @@ impl Driver for PostgresBackend {
             .ok_or_else(|| LockError::internal("acquire returned no row"))?;
         let fence: Option<String> = column(row, "fence")?;
         let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
-        let counter: Option<i64> = column(row, "counter")?;
+        let bad_counter: Option<i64> = column(row, "bad_counter")?;
         if column::<Option<bool>>(row, "malformed")? == Some(true) {
             return Err(not_a_record(&self.tables, key.as_str()));
         }
@@ -540,10 +555,10 @@ impl Driver for PostgresBackend {
                     Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
                 Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
             }
-            _ if counter.is_some_and(|n| n > fence_max) => Err(LockError::internal(format!(
-                "the fence counter of this key passed {FENCE_MAX}; rotate the key namespace"
-            ))
-            .with_key(key.as_str())),
+            // Refused by the statement before anything was written.
+            _ if let Some(counter) = bad_counter => {
+                Err(bad_counter_error(counter).with_key(key.as_str()))
+            }
             _ => Ok(Acquisition::Locked),
         }
     }

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
 -- statement of the backend with a plan cached per server connection: without them the
 -- statements are sent inline, planned on every call. Generated from the source; the
 -- version suffix changes with the statement.
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v2(text, text, bigint, text, text, bigint, bigint) RETURNS TABLE (fence text, expires_at_ms bigint, counter bigint, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v2(text, text, bigint, text, text, bigint, bigint) RETURNS TABLE (fence text, expires_at_ms bigint, bad_counter bigint, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -47,6 +47,7 @@ counter AS (
 INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug)
 SELECT $5, 1, $4 FROM free
 ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
+WHERE f.fence >= 0 AND f.fence < $6
 RETURNING f.fence),
 taken AS (
 INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
@@ -62,7 +63,10 @@ OR l.lock_id = EXCLUDED.lock_id
 RETURNING l.fence, l.expires_at_ms)
 SELECT (SELECT fence FROM taken) AS fence,
 (SELECT expires_at_ms FROM taken) AS expires_at_ms,
-(SELECT fence FROM counter) AS counter,
+CASE WHEN EXISTS (SELECT 1 FROM free)
+AND NOT EXISTS (SELECT 1 FROM counter) THEN
+(SELECT f.fence FROM "syncguard_fence_counters" f WHERE f.fence_key = $5) END
+AS bad_counter,
 CASE WHEN (SELECT fence FROM counter) IS NULL THEN
 (SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) END
 AS malformed;

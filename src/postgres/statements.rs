@@ -142,8 +142,9 @@ fn sound(l: &str) -> String {
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms → one row: `fence` (text, null unless acquired), `expires_at_ms`,
-    /// `counter` (the fence number drawn, null if the lock was seen held), `malformed` (true
-    /// when the key's row is not a SyncGuard record: then nothing was written).
+    /// `bad_counter` (the key's fence counter when no fence can follow it — below 0, or at the
+    /// largest fence — checked before anything is written: then nothing was), `malformed`
+    /// (true when the key's row is not a SyncGuard record: then nothing was written).
     pub acquire: Op,
     /// `$1` lock id, `$2` tolerance ms → no row (not found) or one row: `live` (bool), or
     /// `malformed_key` (the key of a row that is not a SyncGuard record, left in place).
@@ -193,7 +194,7 @@ impl Statements {
                     T::INT8,
                     T::INT8,
                 ],
-                "fence text, expires_at_ms bigint, counter bigint, malformed boolean",
+                "fence text, expires_at_ms bigint, bad_counter bigint, malformed boolean",
                 format!(
                     "WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),\n\
                  clock AS (SELECT {NOW_MS} AS now_ms FROM serialized),\n\
@@ -205,6 +206,7 @@ impl Statements {
                      INSERT INTO {fences} AS f (fence_key, fence, key_debug)\n\
                      SELECT $5, 1, $4 FROM free\n\
                      ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1\n\
+                     WHERE f.fence >= 0 AND f.fence < $6\n\
                      RETURNING f.fence),\n\
                  taken AS (\n\
                      INSERT INTO {locks} AS l ({row})\n\
@@ -220,7 +222,10 @@ impl Statements {
                      RETURNING l.fence, l.expires_at_ms)\n\
                  SELECT (SELECT fence FROM taken) AS fence,\n\
                         (SELECT expires_at_ms FROM taken) AS expires_at_ms,\n\
-                        (SELECT fence FROM counter) AS counter,\n\
+                        CASE WHEN EXISTS (SELECT 1 FROM free)\n\
+                             AND NOT EXISTS (SELECT 1 FROM counter) THEN\n\
+                            (SELECT f.fence FROM {fences} f WHERE f.fence_key = $5) END\n\
+                            AS bad_counter,\n\
                         CASE WHEN (SELECT fence FROM counter) IS NULL THEN\n\
                             (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1) END\n\
                             AS malformed"

@@ -41,6 +41,8 @@ mod pgbouncer;
 mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_errors;
+#[cfg(feature = "postgres")]
+mod postgres_fences;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
