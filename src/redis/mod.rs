@@ -868,29 +868,33 @@ impl RedisBackend {
         let answers = self
             .pool
             .run_on(&self.server, |mut conn| conn.pipeline(&mut pipe, script));
+        // Each lease sent `per_lease` commands, its script first: the answers are taken in
+        // chunks of that size, so a lease can only ever read the answers of its own commands.
         let per_lease = if split { 2 } else { 1 };
         match answers {
             Ok(answers) if answers.len() == leases.len() * per_lease => {
-                let mut scripts = Vec::with_capacity(leases.len());
                 let mut unfollowed = Vec::new();
                 let mut answers = answers.into_iter();
-                while let Some(script) = answers.next() {
-                    scripts.push(script);
-                    if let (true, Some(Err(error))) = (split, answers.next()) {
-                        unfollowed.push(error);
-                    }
-                }
-                self.index_not_followed(None, "renewal", unfollowed);
-                scripts
-                    .into_iter()
-                    .zip(leases)
-                    .map(|(script, (lease, _))| match script {
-                        Ok(value) => self.extension(value, lease.lock_id),
-                        Err(error) => {
-                            Err(errors::map_error(error, &self.server, errors::Phase::Call))
+                let outcomes = leases
+                    .iter()
+                    .map(|(lease, _)| {
+                        let mut own = answers.by_ref().take(per_lease);
+                        let script = own.next();
+                        // The index entry's PEXPIRE, in the cluster layout.
+                        if let Some(Err(error)) = own.next() {
+                            unfollowed.push(error);
+                        }
+                        match script {
+                            Some(Ok(value)) => self.extension(value, lease.lock_id),
+                            Some(Err(error)) => {
+                                Err(errors::map_error(error, &self.server, errors::Phase::Call))
+                            }
+                            None => Err(LockError::internal("Redis answered a pipeline short")),
                         }
                     })
-                    .collect()
+                    .collect();
+                self.index_not_followed(None, "renewal", unfollowed);
+                outcomes
             }
             Ok(_) => leases
                 .iter()

@@ -40,6 +40,8 @@ mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
+mod redis_renewals;
+#[cfg(feature = "redis")]
 mod redis_sentinel;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
