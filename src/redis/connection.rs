@@ -10,11 +10,11 @@ use redis::{
     ServerErrorKind, Value,
 };
 
-use super::cluster::{ClusterConnector, spoils_the_connection};
+use super::cluster::{ClusterConnector, OwnCluster, spoils_the_connection};
 use super::errors::{Phase, Server, is_dropped_connection, map_error};
 use super::hosts::{HostsKind, MULTI_HOST_SCHEMES, MultiHostUrl, split_hosts};
 use super::layout::KeyLayout;
-use super::node::{self, ClusterConnection};
+use super::node;
 use super::sentinel::{PrimaryUrl, SentinelPrimary, SentinelSpec};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{UrlParams, split_url, with_one_reconnect};
@@ -626,10 +626,12 @@ pub(crate) enum Pool {
     Cluster(r2d2::Pool<ClusterConnector>, LastFailure),
 }
 
-/// A checked-out connection, as calls that need to know the kind see it.
+/// A checked-out connection, as calls that need to know the kind see it. A cluster connection
+/// comes with its `poisoned` flag: a call whose failure is an answer to it (a pipeline's
+/// commands fail one by one, and the pipeline as a whole succeeds) marks it there.
 pub(crate) enum Conn<'a> {
     Single(&'a mut Connection),
-    Cluster(&'a mut ClusterConnection),
+    Cluster(&'a mut OwnCluster),
 }
 
 impl Conn<'_> {
@@ -637,7 +639,7 @@ impl Conn<'_> {
     pub fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Conn::Single(conn) => *conn,
-            Conn::Cluster(conn) => *conn,
+            Conn::Cluster(own) => &mut own.connection,
         }
     }
 
@@ -670,7 +672,23 @@ impl Conn<'_> {
     fn send(&mut self, pipe: &Pipeline) -> RedisResult<Vec<RedisResult<Value>>> {
         match self {
             Conn::Single(conn) => pipe.query(*conn),
-            Conn::Cluster(conn) => Ok(node::pipeline(conn, &pipe.cmd_iter().collect::<Vec<_>>())),
+            Conn::Cluster(own) => {
+                let answers =
+                    node::pipeline(&mut own.connection, &pipe.cmd_iter().collect::<Vec<_>>());
+                // The failures stay inside the answers, out of `Pool::run_on`'s sight: a
+                // command that met a dead node or a stale slot map leaves the cluster connection
+                // to be replaced here. redis-rs' cluster client refreshes its slot map only on a
+                // redirection, never when a node refuses or drops the connection, so a pooled
+                // connection kept after a failover would send every later renewal to the dead
+                // primary until the lease ran out.
+                if answers
+                    .iter()
+                    .any(|answer| answer.as_ref().is_err_and(spoils_the_connection))
+                {
+                    own.poisoned = true;
+                }
+                Ok(answers)
+            }
         }
     }
 }
@@ -689,7 +707,7 @@ impl Checkout {
         match self {
             Checkout::Own(conn) => Conn::Single(&mut conn.connection),
             Checkout::External(conn) => Conn::Single(conn),
-            Checkout::Cluster(conn) => Conn::Cluster(&mut conn.connection),
+            Checkout::Cluster(conn) => Conn::Cluster(conn),
         }
     }
 
