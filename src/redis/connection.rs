@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use r2d2::{ManageConnection, PooledConnection};
 use redis::{
-    Client, Connection, ConnectionLike, ErrorKind, Pipeline, RedisError, RedisResult, Script,
-    ServerErrorKind, Value,
+    Client, Connection, ConnectionLike, ErrorKind, IntoConnectionInfo, Pipeline, RedisError,
+    RedisResult, Script, ServerErrorKind, Value,
 };
 
 use super::cluster::{ClusterConnector, OwnCluster, spoils_the_connection};
@@ -444,12 +444,20 @@ impl ClientFactory {
         })
     }
 
-    /// The client for `url`.
+    /// The client for `url`. Its connections skip `CLIENT SETINFO` (the library's name and
+    /// version) when they open: redis-rs sends it in one pipeline with `AUTH` and `SELECT` and
+    /// awaits every reply of that pipeline with the whole timeout, even after the first one
+    /// timed out: a server that accepts connections and never answers would hold each connect
+    /// for two timeouts more than those of `AUTH` and `SELECT` (the ones it needs).
     pub fn client(&self, url: &str, server: &Server) -> Result<Client> {
-        let client = match self.certificates() {
-            Some(certificates) => Client::build_with_tls(url, certificates),
-            None => Client::open(url),
-        };
+        let client = url.into_connection_info().and_then(|info| {
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let info = info.set_redis_settings(settings);
+            match self.certificates() {
+                Some(certificates) => Client::build_with_tls(info, certificates),
+                None => Client::open(info),
+            }
+        });
         client.map_err(|e| {
             LockError::invalid_argument(format!(
                 "invalid Redis URL: {}",
