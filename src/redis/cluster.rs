@@ -197,3 +197,36 @@ pub(crate) fn spoils_the_connection(error: &RedisError) -> bool {
         _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind as Io;
+
+    use super::*;
+
+    fn io(kind: Io) -> RedisError {
+        RedisError::from(std::io::Error::new(kind, "io"))
+    }
+
+    /// The failure that says why a cluster connection could not be opened: refused credentials
+    /// over anything else, a timeout only when nothing else happened, else the client's own.
+    #[test]
+    fn the_telling_failure_is_chosen() {
+        let composite = || RedisError::from((redis::ErrorKind::Io, "startup nodes", "all".into()));
+        let auth = || RedisError::from((redis::ErrorKind::AuthenticationFailed, "refused"));
+        let code = |failures: Vec<RedisError>| classify(&telling_failure(composite(), failures));
+        assert_eq!(
+            code(vec![io(Io::TimedOut), auth(), io(Io::ConnectionRefused)]),
+            ErrorCode::AuthFailed
+        );
+        assert_eq!(
+            code(vec![io(Io::TimedOut), io(Io::WouldBlock)]),
+            ErrorCode::NetworkTimeout
+        );
+        assert_eq!(
+            code(vec![io(Io::TimedOut), io(Io::ConnectionRefused)]),
+            ErrorCode::ServiceUnavailable
+        );
+        assert_eq!(code(Vec::new()), ErrorCode::ServiceUnavailable);
+    }
+}

@@ -94,9 +94,20 @@
 //! repeating a request up to three times with short waits. Connections are pooled (each pooled
 //! connection holds one connection per node) and every step has the connect, read and write
 //! timeouts; a cluster connection that met a timeout, a lost node or a redirection it could
-//! not follow is replaced. Renewals go lease by lease (see the table above). Waiters hear of releases
-//! through any one node (a Cluster delivers `PUBLISH` everywhere). A node that is no Cluster
-//! node is refused at `build()` (`InvalidArgument`).
+//! not follow is replaced — also when only some commands of a pipeline (a batch of renewals)
+//! met it, since redis-rs' cluster client refreshes its slot map only on a redirection, never
+//! when a node refuses the connection: a process whose only traffic is its heartbeat finds the
+//! promoted replica with its next renewal's fresh connection. Renewals go lease by lease (see
+//! the table above). Waiters hear of releases through any one node (a Cluster delivers
+//! `PUBLISH` everywhere). A node that is no Cluster node is refused at `build()`
+//! (`InvalidArgument`).
+//!
+//! Opening a cluster connection: credentials a node refuses → `AuthFailed`; nodes that never
+//! answer (or never complete the TCP handshake) → `NetworkTimeout`, after one connect timeout
+//! per node tried; otherwise `ServiceUnavailable`, naming each node and its failure.
+//! Connections skip redis-rs' `CLIENT SETINFO` (library name and version) when they open:
+//! redis-rs awaits each reply of a connection's setup with the whole timeout, also after one
+//! timed out, so a silent server would cost a timeout per setup command.
 //!
 //! # Sentinel
 //!
@@ -109,7 +120,8 @@
 //! server was demoted), a lost or refused connection, or a timeout drops it, with every pooled
 //! connection to it, and the next call asks the Sentinels again. Until a Sentinel names a
 //! server that acts as primary, calls fail with `ServiceUnavailable` (transient: a `Locker`
-//! keeps retrying); a name no Sentinel knows is `InvalidArgument`.
+//! keeps retrying); a name no Sentinel knows is `InvalidArgument`; credentials a Sentinel or
+//! the primary refuses are `AuthFailed`; Sentinels that all time out are `NetworkTimeout`.
 //!
 //! # Failover
 //!

@@ -3,8 +3,9 @@
 //! explain it), credentials the servers refuse are `AuthFailed`, and no message shows the
 //! password.
 
+use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,21 +16,60 @@ use crate::support::{impatient_redis, shared_cluster, shared_sentinels, within_a
 /// A password no server here knows, distinctive enough to find in a message.
 const PASSWORD: &str = "Hunter2-secret";
 
-/// A listener that accepts connections and never answers (nor reads): a node behind a black
-/// hole. Counts the connections it took; they stay open until the process ends.
-fn silent_node() -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a silent node");
-    let port = listener.local_addr().expect("its address").port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&accepted);
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            count.fetch_add(1, Ordering::SeqCst);
-            held.push(stream);
+/// A node behind a black hole: accepts connections, reads what it is sent, never answers.
+struct SilentNode {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    received: Arc<Mutex<Vec<u8>>>,
+}
+
+impl SilentNode {
+    /// Connections stay open until the test process ends.
+    fn start() -> SilentNode {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a silent node");
+        let port = listener.local_addr().expect("its address").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (count, log) = (Arc::clone(&accepted), Arc::clone(&received));
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    let mut buffer = [0; 4096];
+                    while let Ok(n @ 1..) = stream.read(&mut buffer) {
+                        log.lock().unwrap().extend_from_slice(&buffer[..n]);
+                    }
+                });
+            }
+        });
+        SilentNode {
+            port,
+            accepted,
+            received,
         }
-    });
-    (port, accepted)
+    }
+
+    /// Everything clients sent, as text.
+    fn received(&self) -> String {
+        String::from_utf8_lossy(&self.received.lock().unwrap()).into_owned()
+    }
+
+    /// One connection, and nothing sent on it that waits for a reply before the one that
+    /// matters: redis-rs awaits each reply of a connection's setup with the whole timeout,
+    /// also after one timed out, so every command there is one more wait.
+    fn assert_one_wait(&self, err: &syncguard::LockError) {
+        assert_eq!(
+            self.accepted.load(Ordering::SeqCst),
+            1,
+            "one connection to the silent node: {err}"
+        );
+        let received = self.received();
+        assert!(
+            !received.to_ascii_uppercase().contains("SETINFO"),
+            "no CLIENT SETINFO in a connection's setup: {received:?}"
+        );
+    }
 }
 
 /// A listener whose accept queue is full, so that the kernel drops every new `SYN`: a connect
@@ -52,10 +92,12 @@ fn never_accepting_node() -> (u16, TcpListener, Vec<TcpStream>) {
 }
 
 /// A Cluster URL whose only node accepts the connection and never answers: `NetworkTimeout`,
-/// after one attempt at it (one wait, not a second one to diagnose the first).
+/// after one wait (not one per command of the connection's setup, nor a second connection to
+/// diagnose the first).
 #[test]
 fn a_silent_cluster_node_is_a_network_timeout() {
-    let (port, accepted) = silent_node();
+    let node = SilentNode::start();
+    let port = node.port;
     let started = Instant::now();
     let err = within_a_minute(move || {
         impatient_redis(&format!("redis-cluster://:{PASSWORD}@127.0.0.1:{port}/"))
@@ -66,11 +108,43 @@ fn a_silent_cluster_node_is_a_network_timeout() {
     assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
     assert!(err.message().contains("no answer in time"), "{err}");
     assert!(!format!("{err} {err:?}").contains(PASSWORD), "{err:?}");
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        1,
-        "one connection to the silent node: {err}"
-    );
+    node.assert_one_wait(&err);
+}
+
+/// The same for one server, with a password (`AUTH` is the one command its setup needs).
+#[test]
+fn a_silent_server_is_a_network_timeout_after_one_wait() {
+    let node = SilentNode::start();
+    let port = node.port;
+    let started = Instant::now();
+    let err = within_a_minute(move || {
+        impatient_redis(&format!("redis://:{PASSWORD}@127.0.0.1:{port}/"))
+            .build()
+            .unwrap_err()
+    });
+    eprintln!("silent server: {:?}: {err}", started.elapsed());
+    assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
+    assert!(!format!("{err} {err:?}").contains(PASSWORD), "{err:?}");
+    node.assert_one_wait(&err);
+}
+
+/// A Sentinel URL whose only Sentinel never answers: `NetworkTimeout`, after one wait.
+#[test]
+fn a_silent_sentinel_is_a_network_timeout() {
+    let node = SilentNode::start();
+    let port = node.port;
+    let started = Instant::now();
+    let err = within_a_minute(move || {
+        impatient_redis(&format!(
+            "redis-sentinel://127.0.0.1:{port}/mymaster?sentinel_password={PASSWORD}"
+        ))
+        .build()
+        .unwrap_err()
+    });
+    eprintln!("silent Sentinel: {:?}: {err}", started.elapsed());
+    assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
+    assert!(!format!("{err} {err:?}").contains(PASSWORD), "{err:?}");
+    node.assert_one_wait(&err);
 }
 
 /// A Cluster URL whose only node never completes the TCP handshake: `NetworkTimeout`.
