@@ -122,9 +122,8 @@ impl ClusterConnector {
     /// Opens a cluster connection. When that fails, the error is the one that says why, from
     /// the node connections' own failures (see [`telling_failure`]).
     fn open(&self) -> RedisResult<ClusterConnection> {
-        let (connected, failures) = node::recording_failures(|| {
-            self.client.get_generic_connection::<NodeConnection>()
-        });
+        let (connected, failures) =
+            node::recording_failures(|| self.client.get_generic_connection::<NodeConnection>());
         let connected = connected
             .map_err(|error| telling_failure(error, failures))
             .and_then(|conn| {

@@ -5,8 +5,8 @@
 
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use syncguard::ErrorCode;
@@ -157,7 +157,10 @@ fn a_cluster_node_that_never_accepts_is_a_network_timeout() {
             .build()
             .unwrap_err()
     });
-    eprintln!("never-accepting Cluster node: {:?}: {err}", started.elapsed());
+    eprintln!(
+        "never-accepting Cluster node: {:?}: {err}",
+        started.elapsed()
+    );
     assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
     drop((listener, filling));
 }
@@ -165,9 +168,10 @@ fn a_cluster_node_that_never_accepts_is_a_network_timeout() {
 /// Credentials the Cluster's nodes refuse: `AuthFailed`, without the password.
 #[test]
 fn refused_cluster_credentials_are_auth_failed() {
-    let url = shared_cluster()
-        .url()
-        .replace("redis-cluster://", &format!("redis-cluster://nobody:{PASSWORD}@"));
+    let url = shared_cluster().url().replace(
+        "redis-cluster://",
+        &format!("redis-cluster://nobody:{PASSWORD}@"),
+    );
     let err = impatient_redis(&url).build().unwrap_err();
     assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
     assert!(!format!("{err} {err:?}").contains(PASSWORD), "{err:?}");

@@ -44,12 +44,7 @@ fn states(guards: &[LockGuard]) -> String {
     guards
         .iter()
         .enumerate()
-        .map(|(i, g)| {
-            format!(
-                "#{i}: {}",
-                if g.is_lost() { "lost" } else { "held" }
-            )
-        })
+        .map(|(i, g)| format!("#{i}: {}", if g.is_lost() { "lost" } else { "held" }))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -64,9 +59,7 @@ fn exactly_the_released_guards_are_lost(
     thief: RedisBackend,
 ) {
     let locker = Locker::new(backend);
-    let options = LockOptions::default()
-        .ttl(LEASE)
-        .heartbeat(Heartbeat::Auto);
+    let options = LockOptions::default().ttl(LEASE).heartbeat(Heartbeat::Auto);
     let keys: Vec<String> = (0..GUARDS).map(|n| unique(&format!("renew-{n}"))).collect();
     let guards: Vec<LockGuard> = keys
         .iter()
@@ -92,7 +85,9 @@ fn exactly_the_released_guards_are_lost(
 
     for &i in &RELEASED {
         assert!(
-            outside.release(guards[i].lock_id()).expect("release by lock id"),
+            outside
+                .release(guards[i].lock_id())
+                .expect("release by lock id"),
             "guard #{i}'s lock was held"
         );
     }
@@ -117,7 +112,11 @@ fn exactly_the_released_guards_are_lost(
     );
     for &i in &RELEASED {
         let error = guards[i].check().expect_err("a released guard is lost");
-        assert_eq!(error.code(), syncguard::ErrorCode::LockLost, "#{i}: {error}");
+        assert_eq!(
+            error.code(),
+            syncguard::ErrorCode::LockLost,
+            "#{i}: {error}"
+        );
     }
 
     // The others keep renewing: each renews RENEWALS_AFTER more times (or is lost, which fails
@@ -126,17 +125,21 @@ fn exactly_the_released_guards_are_lost(
     await_condition(
         "the kept guards to renew again",
         || {
-            guards.iter().zip(seen.iter_mut()).enumerate().all(|(i, (g, (last, count)))| {
-                if RELEASED.contains(&i) || g.is_lost() {
-                    return true;
-                }
-                let now = g.expires_at_ms();
-                if now > *last {
-                    *last = now;
-                    *count += 1;
-                }
-                *count >= RENEWALS_AFTER
-            })
+            guards
+                .iter()
+                .zip(seen.iter_mut())
+                .enumerate()
+                .all(|(i, (g, (last, count)))| {
+                    if RELEASED.contains(&i) || g.is_lost() {
+                        return true;
+                    }
+                    let now = g.expires_at_ms();
+                    if now > *last {
+                        *last = now;
+                        *count += 1;
+                    }
+                    *count >= RENEWALS_AFTER
+                })
         },
         || states(&guards),
     );
@@ -149,7 +152,9 @@ fn exactly_the_released_guards_are_lost(
     );
     for (i, guard) in guards.iter().enumerate() {
         if !RELEASED.contains(&i) {
-            guard.check().unwrap_or_else(|e| panic!("kept guard #{i}: {e}"));
+            guard
+                .check()
+                .unwrap_or_else(|e| panic!("kept guard #{i}: {e}"));
         }
     }
     taken.check().expect("the thief still holds the key");
@@ -248,7 +253,9 @@ fn cluster_renewals_alone_recover_from_a_failover() {
         .expect("another node");
     cluster.node_mut(primary).kill();
     cluster.await_condition("a replica to take over the slot", || {
-        cluster.primary_of(slot, survivor).is_some_and(|p| p != primary)
+        cluster
+            .primary_of(slot, survivor)
+            .is_some_and(|p| p != primary)
             && crate::support::cluster_info(survivor)
                 .get("cluster_state")
                 .map(String::as_str)
