@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! {"backend":"memory","scenario":"cycle","threads":1,"ops":…,"ops_per_s":…,"p50_us":…,"p99_us":…}
-//! {"backend":"memory","scenario":"hold","guards":10000,"bytes_per_guard":…,"heartbeat_threads":1}
+//! {"backend":"memory","scenario":"hold","guards":10000,"threads":1,…,"lost":0,…}
 //! ```
 //!
 //! Timed scenarios (each runs `--seconds` on `--threads` threads; latency is per operation, in
@@ -71,7 +71,8 @@ USAGE:
 
 OPTIONS:
     --url URL           backend to measure (default: $SYNCGUARD_URL, else memory:)
-    --threads N         client threads in each timed scenario (default: 1)
+    --threads N         client threads in each timed scenario, and the threads the hold
+                        scenario takes its guards from at once, a burst (default: 1)
     --seconds S         length of each timed scenario, in seconds (default: 3)
     --scenario NAMES    comma-separated scenarios to run (default: all), from:
                         cycle, guard, contended, extend, lookup, handoff, hold
@@ -397,6 +398,8 @@ struct HoldReport {
     backend: &'static str,
     scenario: &'static str,
     guards: usize,
+    /// Threads that took the guards at once (1: one by one).
+    threads: usize,
     ttl_ms: u128,
     hold_ms: u128,
     bytes_per_guard: i64,
@@ -687,9 +690,10 @@ fn percentile_us(sorted: &[u64], p: f64) -> Option<f64> {
 // The hold scenario
 // ---------------------------------------------------------------------------------------------
 
-/// Takes the planned guards with the heartbeat on, measures what they cost, holds them for the
-/// planned time, counts the ones lost, releases the rest.
-fn run_hold(ctx: &Ctx, plan: HoldPlan) -> Result<HoldReport, BenchError> {
+/// Takes the planned guards with the heartbeat on (one by one, or in a burst from `threads`
+/// threads at once, each taking its share of the keys), measures what they cost, holds them
+/// for the planned time, counts the ones lost, releases the rest.
+fn run_hold(ctx: &Ctx, plan: HoldPlan, threads: usize) -> Result<HoldReport, BenchError> {
     let lost = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&lost);
     let options = LockOptions::default()
@@ -707,10 +711,41 @@ fn run_hold(ctx: &Ctx, plan: HoldPlan) -> Result<HoldReport, BenchError> {
     let before = LIVE_BYTES.load(Ordering::SeqCst);
     // The vector is measured too: holding a guard takes room for the guard itself.
     let mut guards = Vec::with_capacity(plan.guards);
-    let acquired = keys.iter().try_for_each(|key| {
-        guards.push(ctx.locker.lock_with(key, &options)?);
-        Ok::<_, LockError>(())
-    });
+    let acquired = if threads <= 1 {
+        keys.iter().try_for_each(|key| {
+            guards.push(ctx.locker.lock_with(key, &options)?);
+            Ok::<_, LockError>(())
+        })
+    } else {
+        let share = keys.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let takers: Vec<_> = keys
+                .chunks(share)
+                .map(|chunk| {
+                    let options = &options;
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|key| ctx.locker.lock_with(key, options))
+                            .collect::<Result<Vec<_>, LockError>>()
+                    })
+                })
+                .collect();
+            let mut first_error = None;
+            for taker in takers {
+                match taker.join() {
+                    Ok(Ok(taken)) => guards.extend(taken),
+                    Ok(Err(error)) => {
+                        first_error.get_or_insert(error);
+                    }
+                    Err(_) => {
+                        first_error.get_or_insert(LockError::internal("a taker thread panicked"));
+                    }
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    };
     let after = LIVE_BYTES.load(Ordering::SeqCst);
     COUNTING.store(false, Ordering::SeqCst);
     acquired?;
@@ -731,6 +766,7 @@ fn run_hold(ctx: &Ctx, plan: HoldPlan) -> Result<HoldReport, BenchError> {
         backend: ctx.backend().capabilities().backend,
         scenario: Scenario::Hold.name(),
         guards: plan.guards,
+        threads: threads.max(1),
         ttl_ms: plan.ttl.as_millis(),
         hold_ms: plan.hold.as_millis(),
         bytes_per_guard: per_guard.round() as i64,
@@ -850,7 +886,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
     };
     for &scenario in &args.scenarios {
         let line = match scenario {
-            Scenario::Hold => serde_json::to_string(&run_hold(&ctx, args.hold)?),
+            Scenario::Hold => serde_json::to_string(&run_hold(&ctx, args.hold, args.threads)?),
             Scenario::Handoff => serde_json::to_string(&run_handoff(&ctx)?),
             timed => serde_json::to_string(&run_timed(&ctx, timed, args.threads)?),
         }

@@ -11,9 +11,9 @@ use redis::cluster::ClusterClient;
 use redis::{ConnectionLike, RedisError, RedisResult};
 
 use super::connection::{ClientFactory, LastFailure, Timeouts};
-use super::errors::{Phase, Server, is_tls_failure, map_error};
-use super::node::{ClusterConnection, NodeConnection};
-use crate::error::{LockError, Result};
+use super::errors::{Phase, Server, classify, is_tls_failure, map_error};
+use super::node::{self, ClusterConnection, NodeConnection};
+use crate::error::{ErrorCode, LockError, Result};
 
 /// How often the cluster client repeats a request itself (after `MOVED`, `ASK`, `TRYAGAIN`,
 /// `CLUSTERDOWN`, a dropped node connection, a stale slot map).
@@ -82,8 +82,14 @@ impl ClusterConnector {
                 .map(drop)
         });
         probed.map_err(|error| {
-            self.diagnose_seeds()
-                .unwrap_or_else(|| map_error(error, &self.server, Phase::Connect))
+            // A timeout or refused credentials say it all: asking the seeds again would only
+            // wait as long once more.
+            let told = matches!(
+                classify(&error),
+                ErrorCode::NetworkTimeout | ErrorCode::AuthFailed
+            );
+            let diagnosed = if told { None } else { self.diagnose_seeds() };
+            diagnosed.unwrap_or_else(|| map_error(error, &self.server, Phase::Connect))
         })
     }
 
@@ -113,10 +119,13 @@ impl ClusterConnector {
         })
     }
 
+    /// Opens a cluster connection. When that fails, the error is the one that says why, from
+    /// the node connections' own failures (see [`telling_failure`]).
     fn open(&self) -> RedisResult<ClusterConnection> {
-        let connected = self
-            .client
-            .get_generic_connection::<NodeConnection>()
+        let (connected, failures) =
+            node::recording_failures(|| self.client.get_generic_connection::<NodeConnection>());
+        let connected = connected
+            .map_err(|error| telling_failure(error, failures))
             .and_then(|conn| {
                 conn.set_write_timeout(Some(self.timeouts.write))?;
                 Ok(conn)
@@ -151,6 +160,25 @@ impl ManageConnection for ClusterConnector {
     }
 }
 
+/// What failed when a cluster connection could not be opened: redis-rs' error keeps only the
+/// text of each seed node's failure (and is always an "unavailable" I/O error), so the node
+/// connections' own `failures` are read instead. Refused credentials first (a configuration
+/// error, whatever else failed), then a TLS failure (its reason); a timeout if that is all
+/// that happened (every node tried was silent); otherwise the client's error, which names
+/// each node and its failure.
+fn telling_failure(error: RedisError, failures: Vec<RedisError>) -> RedisError {
+    let auth = failures
+        .iter()
+        .position(|f| classify(f) == ErrorCode::AuthFailed);
+    let tls = failures.iter().position(is_tls_failure);
+    let only_timeouts = !failures.is_empty() && failures.iter().all(RedisError::is_timeout);
+    match (auth, tls) {
+        (Some(at), _) | (None, Some(at)) => failures.into_iter().nth(at).unwrap_or(error),
+        (None, None) if only_timeouts => failures.into_iter().next().unwrap_or(error),
+        (None, None) => error,
+    }
+}
+
 /// Whether a failed cluster call leaves its cluster connection worth replacing: anything but
 /// an answer the server gave to the request itself.
 pub(crate) fn spoils_the_connection(error: &RedisError) -> bool {
@@ -166,5 +194,38 @@ pub(crate) fn spoils_the_connection(error: &RedisError) -> bool {
         ) => true,
         ErrorKind::Server(_) => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind as Io;
+
+    use super::*;
+
+    fn io(kind: Io) -> RedisError {
+        RedisError::from(std::io::Error::new(kind, "io"))
+    }
+
+    /// The failure that says why a cluster connection could not be opened: refused credentials
+    /// over anything else, a timeout only when nothing else happened, else the client's own.
+    #[test]
+    fn the_telling_failure_is_chosen() {
+        let composite = || RedisError::from((redis::ErrorKind::Io, "startup nodes", "all".into()));
+        let auth = || RedisError::from((redis::ErrorKind::AuthenticationFailed, "refused"));
+        let code = |failures: Vec<RedisError>| classify(&telling_failure(composite(), failures));
+        assert_eq!(
+            code(vec![io(Io::TimedOut), auth(), io(Io::ConnectionRefused)]),
+            ErrorCode::AuthFailed
+        );
+        assert_eq!(
+            code(vec![io(Io::TimedOut), io(Io::WouldBlock)]),
+            ErrorCode::NetworkTimeout
+        );
+        assert_eq!(
+            code(vec![io(Io::TimedOut), io(Io::ConnectionRefused)]),
+            ErrorCode::ServiceUnavailable
+        );
+        assert_eq!(code(Vec::new()), ErrorCode::ServiceUnavailable);
     }
 }

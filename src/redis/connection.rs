@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use r2d2::{ManageConnection, PooledConnection};
 use redis::{
-    Client, Connection, ConnectionLike, ErrorKind, Pipeline, RedisError, RedisResult, Script,
-    ServerErrorKind, Value,
+    Client, Connection, ConnectionLike, ErrorKind, IntoConnectionInfo, Pipeline, RedisError,
+    RedisResult, Script, ServerErrorKind, Value,
 };
 
-use super::cluster::{ClusterConnector, spoils_the_connection};
+use super::cluster::{ClusterConnector, OwnCluster, spoils_the_connection};
 use super::errors::{Phase, Server, is_dropped_connection, map_error};
 use super::hosts::{HostsKind, MULTI_HOST_SCHEMES, MultiHostUrl, split_hosts};
 use super::layout::KeyLayout;
-use super::node::{self, ClusterConnection};
+use super::node;
 use super::sentinel::{PrimaryUrl, SentinelPrimary, SentinelSpec};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{UrlParams, split_url, with_one_reconnect};
@@ -444,12 +444,20 @@ impl ClientFactory {
         })
     }
 
-    /// The client for `url`.
+    /// The client for `url`. Its connections skip `CLIENT SETINFO` (the library's name and
+    /// version) when they open: redis-rs sends it in one pipeline with `AUTH` and `SELECT` and
+    /// awaits every reply of that pipeline with the whole timeout, even after the first one
+    /// timed out: a server that accepts connections and never answers would hold each connect
+    /// for two timeouts more than those of `AUTH` and `SELECT` (the ones it needs).
     pub fn client(&self, url: &str, server: &Server) -> Result<Client> {
-        let client = match self.certificates() {
-            Some(certificates) => Client::build_with_tls(url, certificates),
-            None => Client::open(url),
-        };
+        let client = url.into_connection_info().and_then(|info| {
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let info = info.set_redis_settings(settings);
+            match self.certificates() {
+                Some(certificates) => Client::build_with_tls(info, certificates),
+                None => Client::open(info),
+            }
+        });
         client.map_err(|e| {
             LockError::invalid_argument(format!(
                 "invalid Redis URL: {}",
@@ -699,10 +707,12 @@ pub(crate) enum Pool {
     Cluster(r2d2::Pool<ClusterConnector>, LastFailure),
 }
 
-/// A checked-out connection, as calls that need to know the kind see it.
+/// A checked-out connection, as calls that need to know the kind see it. A cluster connection
+/// comes with its `poisoned` flag: a call whose failure is an answer to it (a pipeline's
+/// commands fail one by one, and the pipeline as a whole succeeds) marks it there.
 pub(crate) enum Conn<'a> {
     Single(&'a mut Connection),
-    Cluster(&'a mut ClusterConnection),
+    Cluster(&'a mut OwnCluster),
 }
 
 impl Conn<'_> {
@@ -710,7 +720,7 @@ impl Conn<'_> {
     pub fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Conn::Single(conn) => *conn,
-            Conn::Cluster(conn) => *conn,
+            Conn::Cluster(own) => &mut own.connection,
         }
     }
 
@@ -743,7 +753,23 @@ impl Conn<'_> {
     fn send(&mut self, pipe: &Pipeline) -> RedisResult<Vec<RedisResult<Value>>> {
         match self {
             Conn::Single(conn) => pipe.query(*conn),
-            Conn::Cluster(conn) => Ok(node::pipeline(conn, &pipe.cmd_iter().collect::<Vec<_>>())),
+            Conn::Cluster(own) => {
+                let answers =
+                    node::pipeline(&mut own.connection, &pipe.cmd_iter().collect::<Vec<_>>());
+                // The failures stay inside the answers, out of `Pool::run_on`'s sight: a
+                // command that met a dead node or a stale slot map leaves the cluster connection
+                // to be replaced here. redis-rs' cluster client refreshes its slot map only on a
+                // redirection, never when a node refuses or drops the connection, so a pooled
+                // connection kept after a failover would send every later renewal to the dead
+                // primary until the lease ran out.
+                if answers
+                    .iter()
+                    .any(|answer| answer.as_ref().is_err_and(spoils_the_connection))
+                {
+                    own.poisoned = true;
+                }
+                Ok(answers)
+            }
         }
     }
 }
@@ -762,7 +788,7 @@ impl Checkout {
         match self {
             Checkout::Own(conn) => Conn::Single(&mut conn.connection),
             Checkout::External(conn) => Conn::Single(conn),
-            Checkout::Cluster(conn) => Conn::Cluster(&mut conn.connection),
+            Checkout::Cluster(conn) => Conn::Cluster(conn),
         }
     }
 

@@ -94,9 +94,20 @@
 //! repeating a request up to three times with short waits. Connections are pooled (each pooled
 //! connection holds one connection per node) and every step has the connect, read and write
 //! timeouts; a cluster connection that met a timeout, a lost node or a redirection it could
-//! not follow is replaced. Renewals go lease by lease (see the table above). Waiters hear of releases
-//! through any one node (a Cluster delivers `PUBLISH` everywhere). A node that is no Cluster
-//! node is refused at `build()` (`InvalidArgument`).
+//! not follow is replaced — also when only some commands of a pipeline (a batch of renewals)
+//! met it, since redis-rs' cluster client refreshes its slot map only on a redirection, never
+//! when a node refuses the connection: a process whose only traffic is its heartbeat finds the
+//! promoted replica with its next renewal's fresh connection. Renewals go lease by lease (see
+//! the table above). Waiters hear of releases through any one node (a Cluster delivers
+//! `PUBLISH` everywhere). A node that is no Cluster node is refused at `build()`
+//! (`InvalidArgument`).
+//!
+//! Opening a cluster connection: credentials a node refuses → `AuthFailed`; nodes that never
+//! answer (or never complete the TCP handshake) → `NetworkTimeout`, after one connect timeout
+//! per node tried; otherwise `ServiceUnavailable`, naming each node and its failure.
+//! Connections skip redis-rs' `CLIENT SETINFO` (library name and version) when they open:
+//! redis-rs awaits each reply of a connection's setup with the whole timeout, also after one
+//! timed out, so a silent server would cost a timeout per setup command.
 //!
 //! # Sentinel
 //!
@@ -109,7 +120,8 @@
 //! server was demoted), a lost or refused connection, or a timeout drops it, with every pooled
 //! connection to it, and the next call asks the Sentinels again. Until a Sentinel names a
 //! server that acts as primary, calls fail with `ServiceUnavailable` (transient: a `Locker`
-//! keeps retrying); a name no Sentinel knows is `InvalidArgument`.
+//! keeps retrying); a name no Sentinel knows is `InvalidArgument`; credentials a Sentinel or
+//! the primary refuses are `AuthFailed`; Sentinels that all time out are `NetworkTimeout`.
 //!
 //! # Failover
 //!
@@ -929,29 +941,33 @@ impl RedisBackend {
         let answers = self
             .pool
             .run_on(&self.server, |mut conn| conn.pipeline(&mut pipe, script));
+        // Each lease sent `per_lease` commands, its script first: the answers are taken in
+        // chunks of that size, so a lease can only ever read the answers of its own commands.
         let per_lease = if split { 2 } else { 1 };
         match answers {
             Ok(answers) if answers.len() == leases.len() * per_lease => {
-                let mut scripts = Vec::with_capacity(leases.len());
                 let mut unfollowed = Vec::new();
                 let mut answers = answers.into_iter();
-                while let Some(script) = answers.next() {
-                    scripts.push(script);
-                    if let (true, Some(Err(error))) = (split, answers.next()) {
-                        unfollowed.push(error);
-                    }
-                }
-                self.index_not_followed(None, "renewal", unfollowed);
-                scripts
-                    .into_iter()
-                    .zip(leases)
-                    .map(|(script, (lease, _))| match script {
-                        Ok(value) => self.extension(value, lease.lock_id),
-                        Err(error) => {
-                            Err(errors::map_error(error, &self.server, errors::Phase::Call))
+                let outcomes = leases
+                    .iter()
+                    .map(|(lease, _)| {
+                        let mut own = answers.by_ref().take(per_lease);
+                        let script = own.next();
+                        // The index entry's PEXPIRE, in the cluster layout.
+                        if let Some(Err(error)) = own.next() {
+                            unfollowed.push(error);
+                        }
+                        match script {
+                            Some(Ok(value)) => self.extension(value, lease.lock_id),
+                            Some(Err(error)) => {
+                                Err(errors::map_error(error, &self.server, errors::Phase::Call))
+                            }
+                            None => Err(LockError::internal("Redis answered a pipeline short")),
                         }
                     })
-                    .collect()
+                    .collect();
+                self.index_not_followed(None, "renewal", unfollowed);
+                outcomes
             }
             Ok(_) => leases
                 .iter()

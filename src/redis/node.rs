@@ -121,6 +121,38 @@ struct Deferral {
 
 thread_local! {
     static DEFERRAL: RefCell<Option<Deferral>> = const { RefCell::new(None) };
+    /// The failures node connections met on this thread while [`recording_failures`] runs.
+    static FAILURES: RefCell<Option<Vec<RedisError>>> = const { RefCell::new(None) };
+}
+
+/// Runs `open` (which opens a cluster connection on this thread) and returns, with its result,
+/// every error its node connections met: connecting, and each request. The cluster client
+/// folds the failures of its seed nodes into one error of its own that keeps only their text,
+/// so without these a refused password or a node that never answers could only be reported as
+/// "unavailable".
+pub(crate) fn recording_failures<T>(open: impl FnOnce() -> T) -> (T, Vec<RedisError>) {
+    /// Stops recording even if `open` panics.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FAILURES.with_borrow_mut(|failures| *failures = None);
+        }
+    }
+    FAILURES.with_borrow_mut(|failures| *failures = Some(Vec::new()));
+    let reset = Reset;
+    let opened = open();
+    let failures = FAILURES.with_borrow_mut(|failures| failures.take().unwrap_or_default());
+    drop(reset);
+    (opened, failures)
+}
+
+/// Keeps `error` for [`recording_failures`], if it runs on this thread.
+fn record(error: &RedisError) {
+    FAILURES.with_borrow_mut(|failures| {
+        if let Some(failures) = failures {
+            failures.push(error.clone());
+        }
+    });
 }
 
 /// Runs `call` (which passes `cmd` through the cluster client) with `cmd` deferred; returns its
@@ -183,8 +215,11 @@ impl NodeConnection {
             )));
         }
         let result = call(&mut self.connection);
-        if result.as_ref().is_err_and(RedisError::is_timeout) {
-            self.timed_out = true;
+        if let Err(error) = &result {
+            if error.is_timeout() {
+                self.timed_out = true;
+            }
+            record(error);
         }
         result
     }
@@ -272,7 +307,17 @@ impl NodeConnection {
 
 impl Connect for NodeConnection {
     fn connect<T: IntoConnectionInfo>(info: T, timeout: Option<Duration>) -> RedisResult<Self> {
-        let connection = <Connection as Connect>::connect(info, timeout)?;
+        let connected = info.into_connection_info().and_then(|info| {
+            // Without `CLIENT SETINFO`: redis-rs awaits every reply of its setup pipeline with
+            // the whole timeout, even after the first one timed out, so a node that never
+            // answers would cost one timeout per command instead of one (see `ClientFactory`).
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            <Connection as Connect>::connect(info.set_redis_settings(settings), timeout)
+        });
+        if let Err(error) = &connected {
+            record(error);
+        }
+        let connection = connected?;
         // The cluster client sends a PING before it sets its own timeouts: bound it too.
         connection.set_read_timeout(timeout)?;
         connection.set_write_timeout(timeout)?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::RedisResult;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
+use super::cluster::spoils_the_connection;
 use super::connection::Conn;
 use crate::error::{LockError, Result};
 
@@ -70,7 +71,8 @@ impl ReplicaAcks {
         wait.arg(self.replicas).arg(self.timeout.as_millis() as u64);
         match conn {
             Conn::Single(conn) => wait.query(conn),
-            Conn::Cluster(conn) => {
+            Conn::Cluster(own) => {
+                let conn = &mut own.connection;
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(slot, SlotAddr::Master),
                 ));
@@ -78,6 +80,10 @@ impl ReplicaAcks {
                 let value = conn.route_command(&wait, route);
                 // The default, which syncguard never changes elsewhere.
                 conn.set_auto_reconnect(true);
+                // Its failure is the acquisition's answer, not the call's: see `Conn`.
+                if value.as_ref().is_err_and(spoils_the_connection) {
+                    own.poisoned = true;
+                }
                 Ok(redis::from_redis_value(value?)?)
             }
         }

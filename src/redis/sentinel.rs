@@ -134,9 +134,14 @@ impl SentinelPrimary {
     }
 
     /// Asks each Sentinel in turn; the first address that answers `ROLE` as a primary wins.
+    /// When none does, the code says what every step met: credentials a server refused →
+    /// `AuthFailed` (a configuration error, whatever else failed); nothing but timeouts →
+    /// `NetworkTimeout`; no Sentinel knows the name → `InvalidArgument`; otherwise
+    /// `ServiceUnavailable` (transient: a failover may be under way).
     fn resolve(&self, server: &Server) -> Result<(Client, String)> {
         let master = &self.spec.master;
         let mut failures = Vec::new();
+        let mut codes = Vec::new();
         let mut unknown = 0;
         for (url, address) in self
             .spec
@@ -151,7 +156,11 @@ impl SentinelPrimary {
                     match self.check_primary(&primary, server) {
                         Ok(client) => return Ok((client, shown)),
                         Err(why) => {
-                            failures.push(format!("sentinel {address} named {shown}, which {why}"))
+                            codes.push(why.code);
+                            failures.push(format!(
+                                "sentinel {address} named {shown}, which {}",
+                                why.text
+                            ));
                         }
                     }
                 }
@@ -159,12 +168,19 @@ impl SentinelPrimary {
                     unknown += 1;
                     failures.push(format!("sentinel {address} knows no primary `{master}`"));
                 }
-                Err(why) => failures.push(format!("sentinel {address}: {why}")),
+                Err(why) => {
+                    codes.push(why.code);
+                    failures.push(format!("sentinel {address}: {}", why.text));
+                }
             }
         }
         let code = if unknown == self.spec.sentinels.len() {
             // Every Sentinel answered, and none knows the name: a configuration error.
             ErrorCode::InvalidArgument
+        } else if codes.contains(&ErrorCode::AuthFailed) {
+            ErrorCode::AuthFailed
+        } else if unknown == 0 && codes.iter().all(|&code| code == ErrorCode::NetworkTimeout) {
+            ErrorCode::NetworkTimeout
         } else {
             ErrorCode::ServiceUnavailable
         };
@@ -182,7 +198,7 @@ impl SentinelPrimary {
         &self,
         url: &str,
         server: &Server,
-    ) -> std::result::Result<Option<(String, u16)>, String> {
+    ) -> std::result::Result<Option<(String, u16)>, Failure> {
         let mut connection = self.open(url, server)?;
         let answer: Option<(String, String)> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
@@ -193,45 +209,51 @@ impl SentinelPrimary {
             None => Ok(None),
             Some((host, port)) => match port.parse::<u16>() {
                 Ok(port) => Ok(Some((host, port))),
-                Err(_) => Err("answered with a port that is not a number".to_owned()),
+                Err(_) => Err(Failure::unavailable(
+                    "answered with a port that is not a number",
+                )),
             },
         }
     }
 
     /// A client for `url` if that server says it is a primary; why not otherwise.
-    fn check_primary(&self, url: &str, server: &Server) -> std::result::Result<Client, String> {
+    fn check_primary(&self, url: &str, server: &Server) -> std::result::Result<Client, Failure> {
         let client = self
             .clients
             .client(url, server)
-            .map_err(|e| e.message().to_owned())?;
+            .map_err(|e| Failure::from_error(&e))?;
         let mut connection = self
             .connect(&client, server)
-            .map_err(|why| format!("cannot be reached ({why})"))?;
-        let role: Value = redis::cmd("ROLE")
-            .query(&mut connection)
-            .map_err(|e| format!("did not answer ROLE ({})", short_cause(e, server)))?;
+            .map_err(|why| why.map(|text| format!("cannot be reached ({text})")))?;
+        let role: Value = redis::cmd("ROLE").query(&mut connection).map_err(|e| {
+            short_cause(e, server).map(|text| format!("did not answer ROLE ({text})"))
+        })?;
         match role {
             Value::Array(items) => match items.first() {
                 Some(Value::BulkString(role)) if role.as_slice() == b"master" => Ok(client),
-                Some(Value::BulkString(role)) => Err(format!(
+                Some(Value::BulkString(role)) => Err(Failure::unavailable(format!(
                     "says it is a {} (a failover is under way)",
                     String::from_utf8_lossy(role)
-                )),
-                _ => Err("answered ROLE strangely".to_owned()),
+                ))),
+                _ => Err(Failure::unavailable("answered ROLE strangely")),
             },
-            _ => Err("answered ROLE strangely".to_owned()),
+            _ => Err(Failure::unavailable("answered ROLE strangely")),
         }
     }
 
-    fn open(&self, url: &str, server: &Server) -> std::result::Result<Connection, String> {
+    fn open(&self, url: &str, server: &Server) -> std::result::Result<Connection, Failure> {
         let client = self
             .clients
             .client(url, server)
-            .map_err(|e| e.message().to_owned())?;
+            .map_err(|e| Failure::from_error(&e))?;
         self.connect(&client, server)
     }
 
-    fn connect(&self, client: &Client, server: &Server) -> std::result::Result<Connection, String> {
+    fn connect(
+        &self,
+        client: &Client,
+        server: &Server,
+    ) -> std::result::Result<Connection, Failure> {
         let connection = client
             .get_connection_with_timeout(self.timeouts.connect)
             .map_err(|e| short_cause(e, server))?;
@@ -243,13 +265,45 @@ impl SentinelPrimary {
     }
 }
 
+/// Why one step of a resolution failed: the code of its error, and the words for the message.
+struct Failure {
+    code: ErrorCode,
+    text: String,
+}
+
+impl Failure {
+    fn unavailable(text: impl Into<String>) -> Failure {
+        Failure {
+            code: ErrorCode::ServiceUnavailable,
+            text: text.into(),
+        }
+    }
+
+    fn from_error(error: &LockError) -> Failure {
+        Failure {
+            code: error.code(),
+            text: error.message().to_owned(),
+        }
+    }
+
+    fn map(self, words: impl FnOnce(String) -> String) -> Failure {
+        Failure {
+            code: self.code,
+            text: words(self.text),
+        }
+    }
+}
+
 /// The cause of a failed Sentinel step, without the "cannot connect to Redis at …" framing
-/// (the caller names the Sentinel).
-fn short_cause(error: redis::RedisError, server: &Server) -> String {
+/// (the caller names the Sentinel), and its code.
+fn short_cause(error: redis::RedisError, server: &Server) -> Failure {
     let error = map_error(error, server, Phase::Connect);
     let message = error.message();
     let at = format!("cannot connect to Redis {}: ", server.location());
-    message.strip_prefix(&at).unwrap_or(message).to_owned()
+    Failure {
+        code: error.code(),
+        text: message.strip_prefix(&at).unwrap_or(message).to_owned(),
+    }
 }
 
 #[cfg(test)]

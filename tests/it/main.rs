@@ -50,7 +50,11 @@ mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
+mod redis_deployment_errors;
+#[cfg(feature = "redis")]
 mod redis_records;
+#[cfg(feature = "redis")]
+mod redis_renewals;
 #[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "redis")]
