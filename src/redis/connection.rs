@@ -711,7 +711,10 @@ pub(crate) enum Pool {
 /// comes with its `poisoned` flag: a call whose failure is an answer to it (a pipeline's
 /// commands fail one by one, and the pipeline as a whole succeeds) marks it there.
 pub(crate) enum Conn<'a> {
+    /// One of syncguard's own, let go after a failed call.
     Single(&'a mut Connection),
+    /// One of the application's pool, kept after a failed call (its state must stay whole).
+    Lent(&'a mut Connection),
     Cluster(&'a mut OwnCluster),
 }
 
@@ -719,7 +722,7 @@ impl Conn<'_> {
     /// For calls any connection can make (a script, a command routed by its key).
     pub fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
         match self {
-            Conn::Single(conn) => *conn,
+            Conn::Single(conn) | Conn::Lent(conn) => *conn,
             Conn::Cluster(own) => &mut own.connection,
         }
     }
@@ -752,7 +755,8 @@ impl Conn<'_> {
 
     fn send(&mut self, pipe: &Pipeline) -> RedisResult<Vec<RedisResult<Value>>> {
         match self {
-            Conn::Single(conn) => pipe.query(*conn),
+            Conn::Single(conn) => pipe.query(&mut UntilFirstFailure(conn)),
+            Conn::Lent(conn) => pipe.query(*conn),
             Conn::Cluster(own) => {
                 let answers =
                     node::pipeline(&mut own.connection, &pipe.cmd_iter().collect::<Vec<_>>());
@@ -774,6 +778,52 @@ impl Conn<'_> {
     }
 }
 
+/// A connection whose pipelines stop reading at the first reply that did not come (a timeout,
+/// a dropped connection): redis-rs' own reads every reply, each with the whole read timeout,
+/// so a batch of 256 renewals to a stalled server would hold its heartbeat worker for 256
+/// timeouts. The error is the pipeline's; the connection is let go after it (the replies it
+/// did not read would answer later calls), so only syncguard's own connections read this way.
+struct UntilFirstFailure<'a>(&'a mut Connection);
+
+impl ConnectionLike for UntilFirstFailure<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.0.send_packed_command(cmd)?;
+        let mut replies = Vec::with_capacity(count);
+        let mut index = 0;
+        while index < offset + count {
+            match self.0.recv_response()? {
+                // RESP3 push data between replies is not a reply.
+                Value::Push { .. } => continue,
+                reply if index >= offset => replies.push(reply),
+                _ => {}
+            }
+            index += 1;
+        }
+        Ok(replies)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.0.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.0.is_open()
+    }
+}
+
 // A short-lived value on the caller's stack: boxing the large variant would cost an
 // allocation per call.
 #[allow(clippy::large_enum_variant)]
@@ -787,7 +837,7 @@ impl Checkout {
     fn connection(&mut self) -> Conn<'_> {
         match self {
             Checkout::Own(conn) => Conn::Single(&mut conn.connection),
-            Checkout::External(conn) => Conn::Single(conn),
+            Checkout::External(conn) => Conn::Lent(conn),
             Checkout::Cluster(conn) => Conn::Cluster(conn),
         }
     }
@@ -850,12 +900,14 @@ impl Pool {
         )
     }
 
-    /// What a failed call says about its connection: a timeout leaves it out of step; on a
+    /// What a failed call says about its connection: a timeout or any other I/O failure
+    /// leaves it out of step (a pipeline stops reading at the first; see
+    /// [`UntilFirstFailure`]); on a
     /// Cluster, anything but the server's answer to the request may have left the slot map
     /// stale; behind Sentinels, a read-only answer, a lost connection or a timeout means the
     /// primary may have moved.
     fn after_failure(&self, checkout: &mut Checkout, error: &RedisError) {
-        if error.is_timeout() {
+        if error.is_timeout() || error.is_io_error() {
             checkout.poison();
         }
         match (self, &*checkout) {

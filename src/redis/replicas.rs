@@ -70,7 +70,7 @@ impl ReplicaAcks {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.replicas).arg(self.timeout.as_millis() as u64);
         match conn {
-            Conn::Single(conn) => wait.query(conn),
+            Conn::Single(conn) | Conn::Lent(conn) => wait.query(conn),
             Conn::Cluster(own) => {
                 let conn = &mut own.connection;
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
