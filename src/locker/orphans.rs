@@ -93,7 +93,8 @@ impl Orphans {
             ttl,
             hard_stop: now + GIVE_UP_AFTER,
             give_up_at: now + ttl,
-            next_at: now,
+            // The store just failed (or was slow) to answer: not again at once.
+            next_at: now + FIRST_GAP,
             gap: FIRST_GAP,
         });
         if pending.running {

@@ -570,6 +570,7 @@ fn a_guard_whose_renewal_fails_is_lost_only_at_its_deadline_and_still_released()
     let err = guard.extend(Duration::from_secs(5)).unwrap_err();
     assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
     assert_eq!(faulty.pending(), 0, "the renewal met both answers");
+    let commits = faulty.count("commit");
     wait_until("the lease to run out", Duration::from_secs(60), || {
         !lost.lock().unwrap().is_empty()
     });
@@ -580,13 +581,11 @@ fn a_guard_whose_renewal_fails_is_lost_only_at_its_deadline_and_still_released()
         why[0].ends_with("it ran out before a renewal succeeded"),
         "{why:?}"
     );
-    let commits = faulty.count("commit");
+    // The lapsed lease is released in the background at once, while the guard still lives.
+    wait_until("the release write", Duration::from_secs(60), || {
+        faulty.count("commit") > commits
+    });
     guard.release().unwrap();
-    assert_eq!(
-        faulty.count("commit"),
-        commits + 1,
-        "the release write was sent"
-    );
 }
 
 /// Only an answer that decodes feeds the clock-skew estimate: a made-up time in a bad
@@ -693,13 +692,15 @@ fn a_guard_release_that_keeps_failing_is_reported() {
         errors.lock().unwrap().as_slice(),
         &[ErrorCode::ServiceUnavailable]
     );
-    assert_eq!(
-        (faulty.count("commit"), faulty.count("runQuery")),
-        (commits + 1, queries + 1)
+    assert!(faulty.count("commit") > commits && faulty.count("runQuery") > queries);
+    // The failed release is tried again in the background, and frees the key.
+    wait_until(
+        "the release retried in the background",
+        Duration::from_secs(60),
+        || get_by_key_raw(locker.backend(), &key).is_ok_and(|held| held.is_none()),
     );
-    let held = get_by_key_raw(locker.backend(), &key)
-        .unwrap()
-        .expect("still held");
-    assert_eq!(held.lock_id, lock_id);
-    assert!(locker.backend().release(&lock_id).unwrap());
+    assert!(
+        !locker.backend().release(&lock_id).unwrap(),
+        "released already"
+    );
 }
