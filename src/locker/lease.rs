@@ -19,7 +19,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::backend::Lease;
@@ -29,12 +29,9 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::Key;
 use crate::lock_id::LockId;
-use crate::locker::options::Heartbeat;
+use crate::locker::options::{Heartbeat, LostCallback};
 use crate::locker::store::{Origin, Store};
 use crate::time::Ttl;
-
-/// Called with a `LockLost` error when a guard's lease is found lost.
-pub(crate) type LostCallback = Arc<dyn Fn(&LockError) + Send + Sync>;
 
 /// Where a lease is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

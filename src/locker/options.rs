@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use crate::cancel::CancelToken;
 use crate::error::{LockError, Result};
-use crate::locker::lease::LostCallback;
 use crate::locker::retry::{Backoff, Jitter};
 
 /// Called with the error when a release fails (from `Drop`, or `with_lock`).
 pub(crate) type ReleaseErrorCallback = Arc<dyn Fn(&LockError) + Send + Sync>;
+
+/// Called with a `LockLost` error when a guard's lease is found lost.
+pub(crate) type LostCallback = Arc<dyn Fn(&LockError) + Send + Sync>;
 
 /// Whether and how often the heartbeat renews a guard's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
