@@ -5,7 +5,7 @@ mod guard;
 mod heartbeat;
 mod lease;
 mod options;
-pub(crate) mod orphans;
+mod orphans;
 mod retry;
 mod store;
 mod wake;
@@ -320,9 +320,7 @@ impl<B: Driver + 'static> Locker<B> {
             options.on_release_error.clone(),
         )))
     }
-}
 
-impl<B: Driver + 'static> Locker<B> {
     /// An acquisition that failed without an answer may still be applied by the store: its
     /// lock id is released in the background ([`LockError::in_doubt`]).
     fn release_if_in_doubt(&self, key: &Key, ttl: Ttl, error: &LockError) {
