@@ -47,10 +47,11 @@
 //! database's own setting applies (`ALTER ROLE app SET statement_timeout = '5s'`), and a
 //! statement it cancels fails with `NetworkTimeout` too.
 //!
-//! Connections run on the backend's own I/O thread, so calls may come from any thread,
-//! including one inside an async runtime (`block_on`, a `#[tokio::main]` task): they block that
-//! thread until the answer or the deadline, and never panic. In async code prefer
-//! `spawn_blocking`, as for any blocking call.
+//! Calls may come from any thread, including one inside an async runtime (`block_on`, a
+//! `#[tokio::main]` task): they block that thread until the answer or the deadline, and never
+//! panic. The calling thread drives the connection itself; a thread inside an async runtime,
+//! where that would panic, has the call made on a short-lived thread of its own. In async code
+//! prefer `spawn_blocking`, as for any blocking call.
 //!
 //! # Failover
 //!
@@ -127,6 +128,7 @@
 //! connections alone: rustls' process-wide default is never read or changed. An application's
 //! pool ([`PostgresBuilder::pool`]) brings its own TLS connector.
 
+mod client;
 mod connection;
 mod errors;
 mod io;
@@ -146,9 +148,8 @@ use r2d2_postgres::PostgresConnectionManager;
 
 pub use self::schema::{SCHEMA_SQL, TableNames, schema_sql, setup_schema};
 
-use self::connection::{
-    AppPool, Connections, Listening, OnNotify, Param, Timeouts, own_pool, parse_url,
-};
+use self::client::{Param, Timeouts};
+use self::connection::{AppPool, Connections, Listening, OnNotify, own_pool, parse_url};
 use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, TimeAuthority};
@@ -574,10 +575,11 @@ impl Driver for PostgresBackend {
         if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
             return Err(not_a_record(&self.tables, &key));
         }
-        Ok(if column::<bool>(row, "live")? {
-            Outcome::Applied(())
-        } else {
-            Outcome::Expired
+        // The statement answers no row when nothing was found, its function a row of NULLs.
+        Ok(match column::<Option<bool>>(row, "live")? {
+            Some(true) => Outcome::Applied(()),
+            Some(false) => Outcome::Expired,
+            None => Outcome::NotFound,
         })
     }
 

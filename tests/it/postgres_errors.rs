@@ -386,3 +386,49 @@ fn an_acquire_without_an_answer_is_in_doubt_with_its_lock_id() {
     assert!(backend.release(&lock_id).unwrap());
     assert!(!backend.is_locked(&key).unwrap());
 }
+
+/// The server ends a pooled connection while it sits idle (`pg_terminate_backend`, as an
+/// administrator, a restart or `idle_session_timeout` would): the next calls do not see it. The
+/// connection's end is found before a statement is sent on it, and the call goes to a fresh
+/// connection (a statement sent on it would be answered with the termination's error).
+#[test]
+fn a_connection_ended_while_idle_is_replaced_unseen() {
+    let server = shared_postgres_with_tables();
+    let application = format!("sg_idle_{}", suffix());
+    let backend = PostgresBackend::builder()
+        .url(format!("{}?application_name={application}", server.url()))
+        .pool_size(1)
+        .connect_timeout(PATIENT)
+        .pool_timeout(PATIENT)
+        .statement_timeout(PATIENT)
+        .build()
+        .unwrap();
+    let key = unique("idle-end");
+    let held = lease(backend.acquire(&key, TTL));
+    let mut client = server.client();
+    let mut sessions = || -> Vec<i32> {
+        client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+                &[&application],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    // The probe connection of build() may still be leaving.
+    await_condition("one session of the backend", || sessions().len() == 1);
+    let pid = sessions()[0];
+    let mut admin = server.client();
+    let terminated: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(terminated);
+    await_condition("the server process ends", || !sessions().contains(&pid));
+
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(backend.release(&held.lock_id).unwrap());
+    assert!(!backend.is_locked(&key).unwrap());
+}
