@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::backend::Capabilities;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, LeaseRef, LockRecord, OnRelease, Outcome, ReleaseWatch,
-    Ttl,
+    Acquisition, Driver, Extension, Find, KeyPrefix, LeaseRef, ListLimit, LockList, LockRecord,
+    OnRelease, Outcome, ReleaseWatch, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -77,6 +77,8 @@ pub enum LockOp {
     IsLocked,
     /// `lookup` (and `lookup_raw`)
     Lookup,
+    /// `list` (and `list_raw`): events carry no key or lock id.
+    List,
 }
 
 /// Whether the operation did what was asked.
@@ -337,6 +339,14 @@ impl<B: Driver> Driver for Telemetry<B> {
             },
         };
         self.emit_result(LockOp::Lookup, &outcome, ids, found);
+        outcome
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        let outcome = self.inner.list_records(prefix, limit);
+        self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
+            (EventResult::Ok, None)
+        });
         outcome
     }
 

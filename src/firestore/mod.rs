@@ -104,6 +104,7 @@
 //! certificate is not trusted (unknown issuer): …`. The emulator is plain HTTP.
 
 mod auth;
+mod list;
 mod rest;
 mod skew;
 mod timestamp;
@@ -118,13 +119,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub use self::auth::{Credentials, TokenProvider};
+pub use self::list::MAX_LIST_PAGES;
 pub use self::skew::ClockSkew;
 
 use self::rest::{Document, RestClient, RestError, integer_value, string_value};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Key, LeaseRef, LockId, LockRecord, Outcome,
-    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live, make_storage_key,
+    Acquisition, Driver, Extension, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockId, LockList,
+    LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live, make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -1123,6 +1125,10 @@ impl Driver for FirestoreBackend {
             return Ok(None);
         }
         Ok(Some(lock.record()))
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 

@@ -130,6 +130,7 @@
 mod connection;
 mod errors;
 mod io;
+mod list;
 mod schema;
 mod statements;
 
@@ -153,8 +154,9 @@ use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, OnRelease,
-    Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -703,6 +705,10 @@ impl Driver for PostgresBackend {
         rows.first()
             .map(|row| lock_record(row, &self.tables, key))
             .transpose()
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 

@@ -226,6 +226,7 @@ mod connection;
 mod errors;
 mod hosts;
 mod layout;
+mod list;
 mod node;
 mod replicas;
 mod scripts;
@@ -247,6 +248,7 @@ use self::connection::{
 use self::errors::Server;
 pub use self::layout::KeyLayout;
 use self::layout::Keys;
+pub use self::list::DEFAULT_LIST_SCAN_BUDGET;
 use self::replicas::ReplicaAcks;
 use self::scripts::{Reply, SCRIPTS, Status};
 use self::sentinel::SentinelPrimary;
@@ -256,8 +258,9 @@ use crate::backend::{Capabilities, TimeAuthority};
 #[cfg(test)]
 use crate::driver::make_storage_key;
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LOCK_ID_LENGTH, LeaseRef, LockId,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, KeyPrefix, LOCK_ID_LENGTH, LeaseRef,
+    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS,
+    Ttl,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -293,6 +296,8 @@ pub struct RedisBackend {
     /// Where the server is and what messages must not show.
     server: Arc<Server>,
     display_url: String,
+    /// The most keys one listing asks `SCAN` to examine.
+    list_scan_budget: usize,
 }
 
 /// Where the release watch connects.
@@ -353,6 +358,7 @@ pub struct RedisBuilder {
     pool_size: u32,
     timeouts: Timeouts,
     tls_ca_file: Option<std::path::PathBuf>,
+    list_scan_budget: usize,
 }
 
 impl Default for RedisBuilder {
@@ -373,6 +379,7 @@ impl Default for RedisBuilder {
                 checkout: Duration::from_secs(3),
             },
             tls_ca_file: None,
+            list_scan_budget: DEFAULT_LIST_SCAN_BUDGET,
         }
     }
 }
@@ -446,6 +453,16 @@ impl RedisBuilder {
     /// `WAIT` runs under.
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = Some(timeout);
+        self
+    }
+
+    /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list)) asks `SCAN`
+    /// to examine, in all (the sum of its `COUNT`s, across a Cluster's primaries; default
+    /// [`DEFAULT_LIST_SCAN_BUDGET`], at least 1). A listing that runs out says so
+    /// ([`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached)); see
+    /// [Listing](self#listing).
+    pub fn list_scan_budget(mut self, keys: usize) -> Self {
+        self.list_scan_budget = keys.max(1);
         self
     }
 
@@ -554,6 +571,7 @@ impl RedisBuilder {
             replicas,
             server,
             display_url,
+            list_scan_budget: self.list_scan_budget,
         })
     }
 }
@@ -1226,6 +1244,10 @@ impl Driver for RedisBackend {
         }
         let raw = reply.string()?;
         self.decode(&raw).map(Some)
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 
