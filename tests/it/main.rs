@@ -24,6 +24,8 @@ mod firestore_auth;
 #[cfg(feature = "firestore")]
 mod firestore_in_doubt;
 #[cfg(feature = "firestore")]
+mod firestore_list;
+#[cfg(feature = "firestore")]
 mod firestore_records;
 #[cfg(feature = "firestore")]
 mod firestore_shapes;
