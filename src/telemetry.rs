@@ -449,6 +449,20 @@ mod tests {
     }
 
     #[test]
+    fn listings_are_reported_without_identifiers() {
+        let (backend, events) = recorded(true);
+        let _ = backend.acquire("job", TTL).unwrap();
+        assert_eq!(backend.list("j", 10).unwrap().locks.len(), 1);
+        assert!(backend.list("j", 0).is_err(), "refused before the driver");
+        let events = events.lock().unwrap();
+        assert_eq!(events.len(), 2);
+        let listed = &events[1];
+        assert_eq!((listed.op, listed.result), (LockOp::List, EventResult::Ok));
+        assert_eq!((&listed.key, &listed.key_hash), (&None, &None));
+        assert_eq!((&listed.lock_id, &listed.lock_id_hash), (&None, &None));
+    }
+
+    #[test]
     fn refused_input_is_not_an_operation() {
         let (backend, events) = recorded(false);
         assert!(backend.release("bad").is_err());

@@ -42,6 +42,12 @@
 //! read. A commit that meets a TypeScript client's transaction (`ABORTED`) is retried a few
 //! times with jitter, then `ServiceUnavailable`.
 //!
+//! list ([`LockBackend::list`](crate::LockBackend::list)): `runQuery` on a range of the `key`
+//! field, ordered by it (the automatic single-field index serves it), liveness by the client
+//! clock, in pages of `limit + 1` documents, at most [`MAX_LIST_PAGES`] pages; a listing that
+//! runs out answers what it found, with
+//! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
+//!
 //! # Time
 //!
 //! The client clock decides expiry, as in the TypeScript SyncGuard; keep clocks synchronised.

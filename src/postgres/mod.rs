@@ -27,6 +27,15 @@
 //! and Node services on the same tables never both hold a key. The reasoning for each
 //! statement is written next to it in the source (`statements.rs`).
 //!
+//! # Listing
+//!
+//! [`LockBackend::list`](crate::LockBackend::list) is one inline statement (tables the
+//! TypeScript SyncGuard created work too): the live rows whose `user_key` starts with the
+//! prefix, in byte order, one more than the limit. The user key has no index: the server reads
+//! the whole lock table and keeps the first rows in a top-N sort, within the statement
+//! deadline ([`PostgresBuilder::statement_timeout`]); a row that is not a SyncGuard record
+//! among them is an `Internal` error, as everywhere.
+//!
 //! # Connection poolers (PgBouncer, Supavisor, RDS Proxy)
 //!
 //! Works behind a pooler in transaction mode with its default settings: every statement is

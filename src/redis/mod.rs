@@ -123,6 +123,18 @@
 //! keeps retrying); a name no Sentinel knows is `InvalidArgument`; credentials a Sentinel or
 //! the primary refuses are `AuthFailed`; Sentinels that all time out are `NetworkTimeout`.
 //!
+//! # Listing
+//!
+//! [`LockBackend::list`](crate::LockBackend::list) walks the keyspace with `SCAN` (on every
+//! primary of a Cluster, one after another; behind Sentinels, on the primary), `MATCH`ing the
+//! lock records' names as narrowly as the layout allows, `COUNT 1000`, and reads what it finds
+//! in batches of pipelined `GET`s with `TIME`. Only SyncGuard lock records stored under the name
+//! their `key` field gives are listed: index entries, fence counters and anything else are
+//! skipped, and hashed (long) keys are found by their record's `key`. The work is bounded: at
+//! most [`RedisBuilder::list_scan_budget`] keys examined by `SCAN` in all (default
+//! [`DEFAULT_LIST_SCAN_BUDGET`]); a listing that runs out answers what it found, with
+//! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
+//!
 //! # Failover
 //!
 //! Redis replicates asynchronously: a primary that dies can take its last writes with it, and
