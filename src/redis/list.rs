@@ -29,6 +29,7 @@ use super::node::{self, ClusterConnection};
 use super::{KeyLayout, RedisBackend, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
 use crate::driver::{
     KeyPrefix, ListLimit, LockList, LockRecord, MAX_KEY_LENGTH_BYTES, TIME_TOLERANCE_MS, is_live,
+    validate_lock_id,
 };
 use crate::error::Result;
 
@@ -138,7 +139,10 @@ impl RedisBackend {
         now_ms: i64,
     ) -> Option<LockRecord> {
         let text = String::from_utf8(value?).ok()?;
-        let record = self.decode(&text).ok()?;
+        let record = self
+            .decode(&text)
+            .ok()
+            .filter(|record| validate_lock_id(&record.lock_id).is_ok())?;
         let belongs = self
             .keys
             .lock_keys(&record.key)
