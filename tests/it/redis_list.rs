@@ -122,9 +122,10 @@ fn the_scan_budget_bounds_the_work_and_is_reported() {
         .list_scan_budget(10)
         .build()
         .expect("connect to the test Redis");
-    // 40 locks are 120 keys (record, index entry, fence counter): SCAN with COUNT 10 cannot
-    // walk them all in one call.
-    let keys: Vec<String> = (0..40).map(|n| format!("{prefix}:{n:02}")).collect();
+    // 60 locks are 180 keys (record, index entry, fence counter), in a table of at least 256
+    // buckets: SCAN with COUNT 10 cannot walk them all in one call (it stops after 10 keys, or
+    // after 100 buckets where the server filters as it walks).
+    let keys: Vec<String> = (0..60).map(|n| format!("{prefix}:{n:02}")).collect();
     let leases: Vec<_> = keys
         .iter()
         .map(|key| lease(backend.acquire(key, TTL)))
