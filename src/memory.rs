@@ -307,12 +307,20 @@ impl Driver for MemoryBackend {
     fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
         let now_ms = self.clock.now_ms();
         let state = self.state();
-        let found = state
+        let mut found: Vec<(&String, &Entry)> = state
             .locks
             .iter()
             .filter(|(key, entry)| {
                 prefix.matches(key) && is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS)
             })
+            .collect();
+        // Only the first `limit + 1` keys are copied out: one more tells the limit was reached.
+        if found.len() > limit.get() + 1 {
+            found.select_nth_unstable_by(limit.get(), |a, b| a.0.cmp(b.0));
+            found.truncate(limit.get() + 1);
+        }
+        let found = found
+            .into_iter()
             .map(|(key, entry)| entry.record(key))
             .collect();
         Ok(LockList::from_unsorted(found, limit, true))
@@ -384,6 +392,24 @@ mod tests {
         // b expired and was replaced by c: b's id must not touch c's lock.
         assert!(!backend.release(&b.lock_id).unwrap());
         assert!(backend.is_locked("k").unwrap());
+    }
+
+    #[test]
+    fn listings_copy_out_the_first_keys_only() {
+        let backend = MemoryBackend::new();
+        for n in (0..50).rev() {
+            let _ = acquired(
+                backend
+                    .acquire(&format!("k{n:02}"), Duration::from_secs(60))
+                    .unwrap(),
+            );
+        }
+        let listed = backend
+            .list_records(&KeyPrefix::new("k").unwrap(), ListLimit::new(3).unwrap())
+            .unwrap();
+        let keys: Vec<&str> = listed.locks.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, ["k00", "k01", "k02"]);
+        assert_eq!(listed.coverage, crate::driver::Coverage::LimitReached);
     }
 
     #[test]
