@@ -27,6 +27,15 @@
 //! and Node services on the same tables never both hold a key. The reasoning for each
 //! statement is written next to it in the source (`statements.rs`).
 //!
+//! # Listing
+//!
+//! [`LockBackend::list`](crate::LockBackend::list) is one inline statement (tables the
+//! TypeScript SyncGuard created work too): the live rows whose `user_key` starts with the
+//! prefix, in byte order, one more than the limit. The user key has no index: the server reads
+//! the whole lock table and keeps the first rows in a top-N sort, within the statement
+//! deadline ([`PostgresBuilder::statement_timeout`]); a row that is not a SyncGuard record
+//! among them is an `Internal` error, as everywhere.
+//!
 //! # Connection poolers (PgBouncer, Supavisor, RDS Proxy)
 //!
 //! Works behind a pooler in transaction mode with its default settings: every statement is
@@ -132,6 +141,7 @@ mod client;
 mod connection;
 mod errors;
 mod io;
+mod list;
 mod schema;
 mod statements;
 
@@ -154,8 +164,9 @@ use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, OnRelease,
-    Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -705,6 +716,10 @@ impl Driver for PostgresBackend {
         rows.first()
             .map(|row| lock_record(row, &self.tables, key))
             .transpose()
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 

@@ -171,13 +171,13 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
 /// Part of every function's name; bump it whenever a statement or its parameters change.
 const FUNCTION_VERSION: &str = "v3";
 
-const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+pub(super) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// Whether the row `l` is a SyncGuard lock record: a fence of 15 digits (not all zero), a lock
 /// id of 22 base64url characters, no NULLs. The same rule as the decoding in Rust
 /// (`lock_record`). A row that is not is never taken over, renewed, released or swept: every
 /// operation reports it (`malformed` / `malformed_key` columns), as an `Internal` error.
-fn sound(l: &str) -> String {
+pub(super) fn sound(l: &str) -> String {
     format!(
         "({l}.fence ~ '^[0-9]{{15}}$' AND {l}.fence <> '000000000000000' \
          AND {l}.lock_id ~ '^[A-Za-z0-9_-]{{22}}$' AND {l}.expires_at_ms IS NOT NULL \

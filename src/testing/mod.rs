@@ -75,6 +75,7 @@ macro_rules! __contract_tests {
             ownership_is_by_lock_id,
             lookup_both_modes,
             lookup_helpers,
+            listing,
             fence_format_and_monotonicity,
             key_length_validation,
             keys_are_nfc_normalised,

@@ -160,7 +160,8 @@ fn a_lock_table_whose_schema_was_changed_is_a_deployment_error() {
 
 /// One rule for every operation: a row that is not a SyncGuard record (a fence NULL, short,
 /// not digits or zero; a malformed lock id; no expiry), live or expired, is an `Internal` error
-/// naming its key — never "locked", "absent" or "not found" — and nothing changes it: acquire
+/// naming its key — never "locked", "absent" or "not found", nor left out of a listing — and
+/// nothing changes it: acquire
 /// neither takes it over nor draws a fence number, the opt-in cleanup leaves it.
 #[test]
 fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
@@ -225,6 +226,10 @@ fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
             (
                 "lookup by key",
                 backend.lookup(Lookup::Key(&key)).map(|l| format!("{l:?}")),
+            ),
+            (
+                "list by its key as prefix",
+                backend.list(&key, 10).map(|l| format!("{l:?}")),
             ),
         ];
         if let Ok(id) = LockId::new(&lock_id) {

@@ -45,6 +45,8 @@ pub fn assert_honours_a_foreign_lock(
     assert_eq!(info.key, key);
     assert_eq!(info.info.fence.to_string(), "000000000000007");
     assert_eq!(info.info.expires_at_ms, expires_at_ms);
+    let listed = backend.list_raw(key, 10).unwrap();
+    assert_eq!(listed.locks, [info], "listed as it is looked up");
     assert!(backend.extend(lock_id, TTL).unwrap().is_some());
     assert!(backend.release(lock_id).unwrap());
     let next = lease(backend.acquire(key, TTL));
