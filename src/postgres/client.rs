@@ -255,10 +255,10 @@ impl<T: Tls> OwnClient<T> {
         self.broken || self.client.is_closed()
     }
 
-    pub(crate) fn query(&mut self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>, CallError> {
+    pub(crate) fn query(&mut self, sql: &Sql, params: &[Param]) -> Result<Vec<Row>, CallError> {
         let deadline = self.timeouts.statement;
         let result = off_any_runtime(|| {
-            let typed = typed(sql, &params);
+            let typed = typed(sql, params);
             let OwnClient {
                 client,
                 connection,

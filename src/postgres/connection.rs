@@ -41,7 +41,7 @@ use crate::tls::TlsRoots;
 /// Where clients come from: a pool of either kind, behind one small interface.
 pub(crate) trait Connections: Send + Sync {
     /// Runs one statement, with one reconnect if the pooled connection was dead.
-    fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>>;
+    fn query(&self, sql: &Sql, params: &[Param]) -> Result<Vec<Row>>;
     /// Runs DDL (several statements, one implicit transaction).
     fn batch(&self, sql: &str) -> Result<()>;
     /// `None` while being dropped.
@@ -106,7 +106,8 @@ impl<T: Tls> ManageConnection for OwnManager<T> {
     }
 }
 
-/// syncguard's own pool, and the I/O thread that drives its connections (dropped after them).
+/// syncguard's own pool, and the I/O thread that drives its listening connection and sends cancel
+/// requests (dropped after the pool).
 struct OwnPool<T: ManageConnection> {
     pool: r2d2::Pool<T>,
     /// Opens the listening connection (the pool's manager cannot be reached through r2d2).
@@ -117,8 +118,8 @@ struct OwnPool<T: ManageConnection> {
 }
 
 impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
-    fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
-        self.on_pool(|conn| conn.query(sql, params.clone()))
+    fn query(&self, sql: &Sql, params: &[Param]) -> Result<Vec<Row>> {
+        self.on_pool(|conn| conn.query(sql, params))
     }
 
     fn listen(&self, channel: &str, on_notify: OnNotify) -> Result<Option<Listening>> {
@@ -319,8 +320,8 @@ impl<T: Tls> AppPool<PostgresConnectionManager<T>> {
 }
 
 impl<T: Tls> Connections for AppPool<PostgresConnectionManager<T>> {
-    fn query(&self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>> {
-        let params = typed(sql, &params);
+    fn query(&self, sql: &Sql, params: &[Param]) -> Result<Vec<Row>> {
+        let params = typed(sql, params);
         self.on_pool(|client| client.query_typed(&sql.text, &params))
     }
 

@@ -58,7 +58,7 @@ impl PostgresBackend {
             .saturating_add(1);
         let rows = self.connections.query(
             &statement(&self.tables),
-            vec![
+            &[
                 prefix.as_str().into(),
                 TIME_TOLERANCE_MS.into(),
                 rows_at_most.into(),

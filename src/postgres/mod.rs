@@ -386,7 +386,7 @@ impl PostgresBackend {
     /// Runs `op`: through its server function, or inline once the functions are found missing.
     fn query(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
         if !self.inline.load(Ordering::Relaxed) {
-            match self.connections.query(&op.call, params.clone()) {
+            match self.connections.query(&op.call, &params) {
                 // The call failed before anything ran: the same statement inline is safe.
                 Err(error)
                     if ServerError::state_of(&error) == Some(&SqlState::UNDEFINED_FUNCTION)
@@ -405,7 +405,7 @@ impl PostgresBackend {
                 result => return result,
             }
         }
-        self.connections.query(&op.inline, params)
+        self.connections.query(&op.inline, &params)
     }
 }
 
