@@ -256,26 +256,21 @@ impl<T: Tls> OwnClient<T> {
     }
 
     pub(crate) fn query(&mut self, sql: &Sql, params: &[Param]) -> Result<Vec<Row>, CallError> {
-        let deadline = self.timeouts.statement;
-        let result = off_any_runtime(|| {
-            let typed = typed(sql, params);
-            let OwnClient {
-                client,
-                connection,
-                runtime,
-                ..
-            } = &mut *self;
-            drive(
-                runtime.as_ref(),
-                connection,
-                deadline,
-                client.query_typed(&sql.text, &typed),
-            )
-        });
-        self.settle(result)
+        self.call(|client, drive| drive.run(client.query_typed(&sql.text, &typed(sql, params))))
     }
 
     pub(crate) fn batch(&mut self, sql: &str) -> Result<(), CallError> {
+        self.call(|client, drive| drive.run(client.batch_execute(sql)))
+    }
+
+    /// Makes one call: `work` is given the client and the means to drive a future of it to its
+    /// end or the statement deadline (see [`Drive`]), on this thread or, inside an async
+    /// runtime, on a short-lived one.
+    fn call<R, W>(&mut self, work: W) -> Result<R, CallError>
+    where
+        R: Send,
+        W: FnOnce(&tokio_postgres::Client, Drive<'_, T::Stream>) -> Result<R, CallError> + Send,
+    {
         let deadline = self.timeouts.statement;
         let result = off_any_runtime(|| {
             let OwnClient {
@@ -284,11 +279,13 @@ impl<T: Tls> OwnClient<T> {
                 runtime,
                 ..
             } = &mut *self;
-            drive(
-                runtime.as_ref(),
-                connection,
-                deadline,
-                client.batch_execute(sql),
+            work(
+                client,
+                Drive {
+                    runtime: runtime.as_ref(),
+                    connection,
+                    deadline,
+                },
             )
         });
         self.settle(result)
@@ -320,67 +317,79 @@ impl<T: Tls> Drop for OwnClient<T> {
     }
 }
 
-/// Runs `work` to its end or `deadline` on `runtime`, driving `connection` meanwhile.
-fn drive<S, R>(
-    runtime: Option<&Runtime>,
-    connection: &mut Option<Connection<Socket, S>>,
+/// What runs one future of a client to its end or the deadline: the connection's runtime, and
+/// the connection, which it drives meanwhile.
+struct Drive<'a, S> {
+    runtime: Option<&'a Runtime>,
+    connection: &'a mut Option<Connection<Socket, S>>,
     deadline: Duration,
-    work: impl Future<Output = Result<R, tokio_postgres::Error>>,
-) -> Result<R, CallError>
+}
+
+impl<S> Drive<'_, S>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let Some(runtime) = runtime else {
-        return Err(CallError::Panicked);
-    };
-    runtime.block_on(async {
-        // First hear what the server said while the connection sat idle: it may have closed it
-        // (a restart, `idle_session_timeout`). Yielding lets the runtime look at the socket;
-        // a connection found ended is dropped, so the call fails "closed" before anything is
-        // sent and the pool retries it on a fresh connection.
-        tokio::task::yield_now().await;
-        std::future::poll_fn(|cx| {
-            while let Some(open) = connection.as_mut() {
-                match open.poll_message(cx) {
-                    Poll::Ready(Some(Ok(message))) => log_message(&message),
-                    Poll::Ready(Some(Err(error))) => {
-                        log::debug!("syncguard: an idle PostgreSQL connection ended: {error}");
-                        *connection = None;
+    fn run<R>(
+        self,
+        work: impl Future<Output = Result<R, tokio_postgres::Error>>,
+    ) -> Result<R, CallError> {
+        let Drive {
+            runtime,
+            connection,
+            deadline,
+        } = self;
+        let Some(runtime) = runtime else {
+            return Err(CallError::Panicked);
+        };
+        runtime.block_on(async {
+            // First hear what the server said while the connection sat idle: it may have closed it
+            // (a restart, `idle_session_timeout`). Yielding lets the runtime look at the socket;
+            // a connection found ended is dropped, so the call fails "closed" before anything is
+            // sent and the pool retries it on a fresh connection.
+            tokio::task::yield_now().await;
+            std::future::poll_fn(|cx| {
+                while let Some(open) = connection.as_mut() {
+                    match open.poll_message(cx) {
+                        Poll::Ready(Some(Ok(message))) => log_message(&message),
+                        Poll::Ready(Some(Err(error))) => {
+                            log::debug!("syncguard: an idle PostgreSQL connection ended: {error}");
+                            *connection = None;
+                        }
+                        Poll::Ready(None) => *connection = None,
+                        Poll::Pending => break,
                     }
-                    Poll::Ready(None) => *connection = None,
-                    Poll::Pending => break,
                 }
-            }
-            Poll::Ready(())
-        })
-        .await;
+                Poll::Ready(())
+            })
+            .await;
 
-        let mut work = std::pin::pin!(work);
-        let answered = std::future::poll_fn(|cx| {
-            loop {
-                if let Poll::Ready(result) = work.as_mut().poll(cx) {
-                    return Poll::Ready(result.map_err(CallError::from));
-                }
-                // The connection writes the request and reads the answer into `work`.
-                let Some(open) = connection.as_mut() else {
-                    // Ended, which closed `work`'s channels and so woke it.
-                    return Poll::Pending;
-                };
-                match open.poll_message(cx) {
-                    Poll::Ready(Some(Ok(message))) => log_message(&message),
-                    Poll::Ready(Some(Err(error))) => {
-                        *connection = None;
-                        return Poll::Ready(Err(CallError::Postgres(error)));
+            let mut work = std::pin::pin!(work);
+            let answered = std::future::poll_fn(|cx| {
+                loop {
+                    if let Poll::Ready(result) = work.as_mut().poll(cx) {
+                        return Poll::Ready(result.map_err(CallError::from));
                     }
-                    Poll::Ready(None) => *connection = None,
-                    Poll::Pending => return Poll::Pending,
+                    // The connection writes the request and reads the answer into `work`.
+                    let Some(open) = connection.as_mut() else {
+                        // Ended, which closed `work`'s channels and so woke it.
+                        return Poll::Pending;
+                    };
+                    match open.poll_message(cx) {
+                        Poll::Ready(Some(Ok(message))) => log_message(&message),
+                        Poll::Ready(Some(Err(error))) => {
+                            *connection = None;
+                            return Poll::Ready(Err(CallError::Postgres(error)));
+                        }
+                        Poll::Ready(None) => *connection = None,
+                        Poll::Pending => return Poll::Pending,
+                    }
                 }
-            }
-        });
-        tokio::time::timeout(deadline, answered)
-            .await
-            .unwrap_or(Err(CallError::TimedOut(deadline)))
-    })
+            });
+            tokio::time::timeout(deadline, answered)
+                .await
+                .unwrap_or(Err(CallError::TimedOut(deadline)))
+        })
+    }
 }
 
 /// What a connection says outside any call: notices, and notifications (which syncguard's

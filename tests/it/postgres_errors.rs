@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    self, BRISK, PATIENT, TTL, lease, postgres_now_ms, shared_postgres,
+    self, BRISK, PATIENT, PgServer, TTL, lease, postgres_now_ms, shared_postgres,
     shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{Driver, LeaseRef, LockId, Ttl, generate_lock_id};
@@ -331,35 +331,16 @@ fn signal(pid: i32, signal: &str) {
 fn an_acquire_without_an_answer_is_in_doubt_with_its_lock_id() {
     let server = shared_postgres_with_tables();
     let application = format!("sg_doubt_{}", suffix());
-    let backend = PostgresBackend::builder()
-        .url(format!("{}?application_name={application}", server.url()))
-        .pool_size(1)
-        .connect_timeout(PATIENT)
-        .pool_timeout(PATIENT)
-        // Only the stopped call needs to miss it.
-        .statement_timeout(BRISK)
-        .build()
-        .unwrap();
+    // Only the stopped call needs to miss its deadline.
+    let backend = one_connection_backend(server, &application, BRISK);
     let key = unique("in-doubt");
     assert!(
         !backend.is_locked(&key).unwrap(),
         "opens the pool's connection"
     );
     let mut client = server.client();
-    let mut sessions = || -> Vec<i32> {
-        client
-            .query(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
-                &[&application],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
-    };
-    // The probe connection of build() may still be leaving.
-    await_condition("one session of the backend", || sessions().len() == 1);
-    let pid = sessions()[0];
+    let mut sessions = || sessions_of(&mut client, &application);
+    let pid = the_one_session(&mut sessions);
 
     signal(pid, "STOP");
     let err = backend.acquire(&key, TTL).unwrap_err();
@@ -400,31 +381,12 @@ fn an_acquire_without_an_answer_is_in_doubt_with_its_lock_id() {
 fn a_connection_ended_while_idle_is_replaced_unseen() {
     let server = shared_postgres_with_tables();
     let application = format!("sg_idle_{}", suffix());
-    let backend = PostgresBackend::builder()
-        .url(format!("{}?application_name={application}", server.url()))
-        .pool_size(1)
-        .connect_timeout(PATIENT)
-        .pool_timeout(PATIENT)
-        .statement_timeout(PATIENT)
-        .build()
-        .unwrap();
+    let backend = one_connection_backend(server, &application, PATIENT);
     let key = unique("idle-end");
     let held = lease(backend.acquire(&key, TTL));
     let mut client = server.client();
-    let mut sessions = || -> Vec<i32> {
-        client
-            .query(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
-                &[&application],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
-    };
-    // The probe connection of build() may still be leaving.
-    await_condition("one session of the backend", || sessions().len() == 1);
-    let pid = sessions()[0];
+    let mut sessions = || sessions_of(&mut client, &application);
+    let pid = the_one_session(&mut sessions);
     let mut admin = server.client();
     let terminated: bool = admin
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])
@@ -436,4 +398,40 @@ fn a_connection_ended_while_idle_is_replaced_unseen() {
     assert!(backend.is_locked(&key).unwrap());
     assert!(backend.release(&held.lock_id).unwrap());
     assert!(!backend.is_locked(&key).unwrap());
+}
+
+/// A backend of one pooled connection, found on the server by its `application_name`.
+fn one_connection_backend(
+    server: &PgServer,
+    application: &str,
+    statement_timeout: Duration,
+) -> PostgresBackend {
+    PostgresBackend::builder()
+        .url(format!("{}?application_name={application}", server.url()))
+        .pool_size(1)
+        .connect_timeout(PATIENT)
+        .pool_timeout(PATIENT)
+        .statement_timeout(statement_timeout)
+        .build()
+        .unwrap()
+}
+
+/// The server processes of the sessions named `application`.
+fn sessions_of(client: &mut postgres::Client, application: &str) -> Vec<i32> {
+    client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&application],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The server process of a one-connection backend's session, once it is the only one (the
+/// probe connection of `build()` may still be leaving).
+fn the_one_session(sessions: &mut impl FnMut() -> Vec<i32>) -> i32 {
+    await_condition("one session of the backend", || sessions().len() == 1);
+    sessions()[0]
 }
