@@ -8,19 +8,9 @@ use redis::Commands as _;
 use syncguard::redis::{DEFAULT_LIST_SCAN_BUDGET, KeyLayout, RedisBackend};
 use syncguard::{Coverage, LockBackend, MAX_LIST_LIMIT};
 
-use crate::support::{TTL, lease, patient_redis, shared_cluster, shared_redis, unique};
-
-/// A backend on the shared server with a key prefix of its own: its namespace holds only what
-/// the test puts there.
-fn own_namespace(layout: KeyLayout) -> (RedisBackend, String) {
-    let prefix = unique("list-ns").replace(':', "-");
-    let backend = patient_redis(&shared_redis().url())
-        .key_prefix(&prefix)
-        .layout(layout)
-        .build()
-        .expect("connect to the test Redis");
-    (backend, prefix)
-}
+use crate::support::{
+    TTL, lease, patient_redis, shared_cluster, shared_redis, shared_redis_namespace, unique,
+};
 
 fn listed_keys(backend: &RedisBackend, prefix: &str, limit: usize) -> (Vec<String>, Coverage) {
     let listed = backend.list_raw(prefix, limit).unwrap();
@@ -37,7 +27,7 @@ fn listed_keys(backend: &RedisBackend, prefix: &str, limit: usize) -> (Vec<Strin
 #[test]
 fn only_records_stored_where_they_belong_are_listed() {
     for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
-        let (backend, namespace) = own_namespace(layout);
+        let (backend, namespace) = shared_redis_namespace(layout);
         let mut conn = shared_redis().connection();
         let keys = ["job", "id:AAAAAAAAAAAAAAAAAAAAAA", "fence:x", "a{b}c", "é"];
         let leases: Vec<_> = keys

@@ -12,8 +12,8 @@ use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockError, Lookup};
 
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
-    BRISK, PATIENT, RedisServer, TTL, lease, patient_redis, redis_now_ms, shared_redis, unique,
-    within_a_minute,
+    BRISK, PATIENT, RedisServer, TTL, lease, redis_now_ms, shared_redis, shared_redis_namespace,
+    unique, within_a_minute,
 };
 
 /// Both layouts a single server can hold, each under a prefix of its own, so that every key
@@ -21,15 +21,7 @@ use crate::support::{
 fn backends() -> Vec<(RedisBackend, String)> {
     [KeyLayout::TypeScript, KeyLayout::Cluster]
         .into_iter()
-        .map(|layout| {
-            let prefix = format!("records-{}", generate_lock_id().replace(['-', '_'], "x"));
-            let backend = patient_redis(&shared_redis().url())
-                .key_prefix(&prefix)
-                .layout(layout)
-                .build()
-                .expect("connect to the test Redis");
-            (backend, prefix)
-        })
+        .map(shared_redis_namespace)
         .collect()
 }
 

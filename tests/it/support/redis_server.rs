@@ -157,6 +157,21 @@ pub fn patient_redis(url: &str) -> RedisBuilder {
         .pool_timeout(PATIENT)
 }
 
+/// A backend on [`shared_redis`] in `layout`, with a key prefix of its own (returned with it):
+/// its namespace holds only what the test puts there.
+pub fn shared_redis_namespace(layout: syncguard::redis::KeyLayout) -> (RedisBackend, String) {
+    let prefix = format!(
+        "ns-{}",
+        syncguard::driver::generate_lock_id().replace(['-', '_'], "x")
+    );
+    let backend = patient_redis(&shared_redis().url())
+        .key_prefix(&prefix)
+        .layout(layout)
+        .build()
+        .expect("connect to the test Redis");
+    (backend, prefix)
+}
+
 /// A backend on [`shared_redis`], and a plain connection for looking at (or tampering with)
 /// what it stored.
 pub fn shared_redis_with_connection() -> (RedisBackend, redis::Connection) {
