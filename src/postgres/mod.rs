@@ -153,8 +153,8 @@ use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, LeaseRef, LockId, LockRecord, OnRelease,
-    Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, LeaseRef, LockId, LockRecord,
+    OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -489,6 +489,7 @@ fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<Lock
             expires_at_ms: row.try_get("expires_at_ms").ok()?,
             acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
             fence: fence.parse::<Fence>().ok()?,
+            holder: None,
         })
     };
     decoded().ok_or_else(|| {
@@ -511,7 +512,8 @@ impl Driver for PostgresBackend {
         Capabilities::new("postgres", true, TimeAuthority::Server)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        let _ = holder;
         let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();

@@ -276,7 +276,7 @@ fn a_guard_renews_and_releases_in_one_request_each() {
     let ttl = Ttl::new(TTL).unwrap();
     let held: Vec<(LockId, Option<Version>)> = keys
         .iter()
-        .map(|k| match backend.try_acquire(k, ttl).unwrap() {
+        .map(|k| match backend.try_acquire(k, ttl, None).unwrap() {
             Acquisition::Acquired { lease, version } => {
                 (LockId::new(&lease.lock_id).unwrap(), version)
             }
