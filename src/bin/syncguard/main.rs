@@ -4,11 +4,12 @@
 //! `error: <Code>: <message>`. The exit codes, and what `run` does on each signal, are in one
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
-//! Modules: [`duration`] parses durations; [`run`] is the `run` supervisor; [`group`] the
-//! process group it runs the command in.
+//! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here; [`run`]
+//! is the `run` supervisor; [`group`] the process group it runs the command in.
 
 mod duration;
 mod group;
+mod holder;
 mod run;
 
 use std::io::Write as _;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
+use syncguard::driver::Holder;
 use syncguard::{
     Backoff, ErrorCode, Heartbeat, Jitter, LockBackend, LockError, LockOptions, Locker, get_by_id,
     get_by_id_raw, get_by_key, get_by_key_raw,
@@ -224,6 +226,11 @@ struct LockArgs {
     /// How long to wait while someone else holds it.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     wait: Duration,
+    /// Who holds the lock, as `status` shows it (at most 256 bytes, no control characters).
+    /// [default: run: HOST:PID COMMAND (run's own pid, the command line cut to fit); acquire:
+    /// HOST:PPID (the process that ran acquire)]
+    #[arg(long, allow_hyphen_values = true, value_name = "TEXT")]
+    holder: Option<String>,
 }
 
 /// What `run` does when the lease is lost.
@@ -324,7 +331,14 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
     }
     let backend = || syncguard::connect(&url);
     match cli.command {
-        Command::Acquire { lock } => acquire(backend()?, &lock.key, lock.ttl, lock.wait),
+        Command::Acquire { lock } => {
+            // Checked before the backend is reached: bad usage acquires nothing.
+            let holder = match lock.holder.as_deref() {
+                Some(given) => Some(holder::given(given)?),
+                None => holder::of_acquire(),
+            };
+            acquire(backend()?, &lock.key, lock.ttl, lock.wait, holder)
+        }
         Command::Release { lock_id } => {
             let released = backend()?.release(&lock_id)?;
             Ok(Outcome::Printed(
@@ -357,6 +371,10 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     "--min-hold must be at least 1ms",
                 ));
             }
+            let holder = match lock.holder.as_deref() {
+                Some(given) => Some(holder::given(given)?),
+                None => holder::of_run(&command),
+            };
             run::run(
                 backend()?,
                 run::RunArgs {
@@ -369,6 +387,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     min_hold,
                     conflict_exit_code,
                     command,
+                    holder,
                 },
             )
         }
@@ -381,14 +400,16 @@ fn acquire(
     key: &str,
     ttl: Duration,
     wait: Duration,
+    holder: Option<Holder>,
 ) -> syncguard::Result<Outcome> {
     // No heartbeat: this process ends now, and the lease must outlive it until --ttl.
-    let locker = Locker::with_defaults(
-        backend,
-        waiting(LockOptions::default())
-            .ttl(ttl)
-            .heartbeat(Heartbeat::Off),
-    );
+    let mut options = waiting(LockOptions::default())
+        .ttl(ttl)
+        .heartbeat(Heartbeat::Off);
+    if let Some(holder) = holder {
+        options = options.holder(holder.into_string());
+    }
+    let locker = Locker::with_defaults(backend, options);
     let Some(guard) = locker.try_lock_for(key, wait)? else {
         return Ok(Outcome::Printed(
             json!({ "ok": false, "reason": "locked" }),
