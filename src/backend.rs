@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::fence::Fence;
 use crate::hash::hash_key;
 use crate::key::Key;
+use crate::listing::{KeyPrefix, ListLimit, LockList};
 use crate::lock_id::LockId;
 use crate::time::Ttl;
 
@@ -91,6 +92,37 @@ pub trait LockBackend: Driver {
             }
         };
         Ok(record.map(LockInfoDebug::from))
+    }
+
+    /// The live locks whose key starts with `prefix` (`""`: every lock), sorted by key, at
+    /// most `limit` (1 to [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT);
+    /// [`DEFAULT_LIST_LIMIT`](crate::DEFAULT_LIST_LIMIT) is a good start), and whether
+    /// that is all of them ([`LockList::coverage`]). Sanitised: hashes only. For operators: the
+    /// work is bounded, and each backend's documentation says what a listing costs there.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{Coverage, LockBackend, MemoryBackend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// for key in ["report:b", "report:a", "backup"] {
+    ///     let _ = backend.acquire(key, Duration::from_secs(10))?;
+    /// }
+    /// let listed = backend.list("report:", 10)?;
+    /// assert_eq!(listed.locks.len(), 2);
+    /// assert_eq!(listed.locks[0].key_hash, syncguard::driver::hash_key("report:a"));
+    /// assert_eq!(listed.coverage, Coverage::Complete);
+    /// assert_eq!(backend.list("", 1)?.coverage, Coverage::LimitReached);
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    fn list(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfo>> {
+        Ok(self.list_raw(prefix, limit)?.map(|raw| raw.info))
+    }
+
+    /// [`list`](LockBackend::list) with the raw keys and lock ids, for debugging.
+    fn list_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
+        let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
+        Ok(self.list_records(&prefix, limit)?.map(LockInfoDebug::from))
     }
 
     /// What this backend is and guarantees.
@@ -317,6 +349,25 @@ pub fn get_by_id_raw<B: LockBackend + ?Sized>(
     lock_id: &str,
 ) -> Result<Option<LockInfoDebug>> {
     backend.lookup_raw(Lookup::LockId(lock_id))
+}
+
+/// The live locks under a key prefix, sanitised, sorted by key: [`LockBackend::list`].
+pub fn list_locks<B: LockBackend + ?Sized>(
+    backend: &B,
+    prefix: &str,
+    limit: usize,
+) -> Result<LockList<LockInfo>> {
+    backend.list(prefix, limit)
+}
+
+/// The live locks under a key prefix with raw keys and lock ids: [`LockBackend::list_raw`].
+/// For debugging.
+pub fn list_locks_raw<B: LockBackend + ?Sized>(
+    backend: &B,
+    prefix: &str,
+    limit: usize,
+) -> Result<LockList<LockInfoDebug>> {
+    backend.list_raw(prefix, limit)
 }
 
 /// Whether `lock_id` still holds a live lock: a read-only check, for diagnostics.

@@ -25,7 +25,7 @@
 //! - releasing and extending resolve the lease, check that the stored lock is live and has its
 //!   lock id, and mutate, in one atomic step; neither ever revives an expired lock, and an
 //!   extension replaces the expiry with *now + ttl*;
-//! - [`Driver::key_is_locked`] and [`Driver::find`] only read.
+//! - [`Driver::key_is_locked`], [`Driver::find`] and [`Driver::list_records`] only read.
 //!
 //! ```
 //! use std::collections::HashMap;
@@ -111,6 +111,9 @@ pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
 pub use crate::hash::hash_key;
 pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
+pub use crate::listing::{
+    Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
+};
 pub use crate::lock_id::{LOCK_ID_LENGTH, LockId, generate_lock_id, validate_lock_id};
 pub use crate::time::{
     Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, Ttl, is_live, ttl_to_ms,
@@ -154,6 +157,22 @@ pub trait Driver: Send + Sync {
     /// The live lock on a key, or stored under a lock id, with its raw values; `None` for
     /// expired and missing alike.
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>>;
+
+    /// The live locks whose key starts with `prefix`, with their raw values: sorted by key
+    /// (byte order), at most `limit`, and whether that is all of them ([`Coverage`]). Read
+    /// only, with bounded work: a store that cannot find keys by prefix cheaply stops at a
+    /// bound it documents and answers [`Coverage::WorkBoundReached`]. Each key appears at
+    /// most once.
+    ///
+    /// The default refuses (`InvalidArgument`: this backend cannot list locks); every bundled
+    /// backend lists.
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        let _ = (prefix, limit);
+        Err(crate::error::LockError::invalid_argument(format!(
+            "the {} backend cannot list locks",
+            self.describe().backend
+        )))
+    }
 
     /// Starts hearing of releases, from any process, so that a [`Locker`](crate::Locker)'s
     /// waiters try again at once instead of at their next poll: `on_release` is called with
@@ -213,6 +232,13 @@ macro_rules! forward_driver {
             }
             fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
                 (**self).find(by)
+            }
+            fn list_records(
+                &self,
+                prefix: &KeyPrefix,
+                limit: ListLimit,
+            ) -> Result<LockList<LockRecord>> {
+                (**self).list_records(prefix, limit)
             }
             fn watch_releases(
                 &self,

@@ -88,6 +88,7 @@ mod fence;
 mod hash;
 mod holder;
 mod key;
+mod listing;
 mod lock_id;
 mod locker;
 mod memory;
@@ -109,12 +110,14 @@ pub mod testing;
 
 pub use crate::backend::{
     AcquireOutcome, Capabilities, Lease, LockBackend, LockInfo, LockInfoDebug, Lookup,
-    TimeAuthority, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, owns,
+    TimeAuthority, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, list_locks,
+    list_locks_raw, owns,
 };
 pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
+pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};
 pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
 pub use crate::memory::MemoryBackend;
 pub use crate::telemetry::{

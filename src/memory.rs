@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, LeaseRef, LockRecord, OnRelease, Outcome,
-    ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
 };
 use crate::error::Result;
 use crate::fence::Fence;
@@ -22,7 +22,8 @@ use crate::time::{Clock, SystemClock};
 /// 1000 ms liveness tolerance, fences per key that only grow, lock-id ownership), with the
 /// client clock as time authority; [`MemoryBackend::with_clock`] takes a
 /// [`ManualClock`](crate::ManualClock) for deterministic expiry. Fence counters live as long as
-/// the process.
+/// the process. A listing ([`LockBackend::list`](crate::LockBackend::list)) looks at every lock
+/// held, under the backend's mutex: no work bound, it is always complete.
 ///
 /// ```
 /// use std::time::Duration;
@@ -74,6 +75,20 @@ struct Entry {
 }
 
 const MIN_SWEEP_AT: usize = 1024;
+
+impl Entry {
+    /// The raw record of this lock on `key`.
+    fn record(&self, key: &str) -> LockRecord {
+        LockRecord {
+            key: key.to_owned(),
+            lock_id: self.lock_id.clone(),
+            expires_at_ms: self.expires_at_ms,
+            acquired_at_ms: self.acquired_at_ms,
+            fence: self.fence,
+            holder: self.holder.clone(),
+        }
+    }
+}
 
 impl MemoryBackend {
     /// An empty backend on the system clock.
@@ -289,14 +304,29 @@ impl Driver for MemoryBackend {
                 None => return Ok(None),
             },
         };
-        Ok(state.live_entry(key, now_ms).map(|entry| LockRecord {
-            key: key.to_owned(),
-            lock_id: entry.lock_id.clone(),
-            expires_at_ms: entry.expires_at_ms,
-            acquired_at_ms: entry.acquired_at_ms,
-            fence: entry.fence,
-            holder: entry.holder.clone(),
-        }))
+        Ok(state.live_entry(key, now_ms).map(|entry| entry.record(key)))
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        let mut found: Vec<(&String, &Entry)> = state
+            .locks
+            .iter()
+            .filter(|(key, entry)| {
+                prefix.matches(key) && is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS)
+            })
+            .collect();
+        // Only the first `limit + 1` keys are copied out: one more tells the limit was reached.
+        if found.len() > limit.get() + 1 {
+            found.select_nth_unstable_by(limit.get(), |a, b| a.0.cmp(b.0));
+            found.truncate(limit.get() + 1);
+        }
+        let found = found
+            .into_iter()
+            .map(|(key, entry)| entry.record(key))
+            .collect();
+        Ok(LockList::from_unsorted(found, limit, true))
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
@@ -365,6 +395,24 @@ mod tests {
         // b expired and was replaced by c: b's id must not touch c's lock.
         assert!(!backend.release(&b.lock_id).unwrap());
         assert!(backend.is_locked("k").unwrap());
+    }
+
+    #[test]
+    fn listings_copy_out_the_first_keys_only() {
+        let backend = MemoryBackend::new();
+        for n in (0..50).rev() {
+            let _ = acquired(
+                backend
+                    .acquire(&format!("k{n:02}"), Duration::from_secs(60))
+                    .unwrap(),
+            );
+        }
+        let listed = backend
+            .list_records(&KeyPrefix::new("k").unwrap(), ListLimit::new(3).unwrap())
+            .unwrap();
+        let keys: Vec<&str> = listed.locks.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, ["k00", "k01", "k02"]);
+        assert_eq!(listed.coverage, crate::driver::Coverage::LimitReached);
     }
 
     #[test]

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::backend::Capabilities;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, LeaseRef, LockRecord, OnRelease, Outcome,
-    ReleaseWatch, Ttl,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -77,6 +77,8 @@ pub enum LockOp {
     IsLocked,
     /// `lookup` (and `lookup_raw`)
     Lookup,
+    /// `list` (and `list_raw`): events carry no key or lock id.
+    List,
 }
 
 /// Whether the operation did what was asked.
@@ -341,6 +343,14 @@ impl<B: Driver> Driver for Telemetry<B> {
         outcome
     }
 
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        let outcome = self.inner.list_records(prefix, limit);
+        self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
+            (EventResult::Ok, None)
+        });
+        outcome
+    }
+
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
         self.inner.watch_releases(on_release)
     }
@@ -463,6 +473,20 @@ mod tests {
         assert_eq!(events[0].error, Some(ErrorCode::ServiceUnavailable));
         assert_eq!(events[0].result, EventResult::Fail);
         assert_eq!(events[0].key_hash, Some(hash_key("job")));
+    }
+
+    #[test]
+    fn listings_are_reported_without_identifiers() {
+        let (backend, events) = recorded(true);
+        let _ = backend.acquire("job", TTL).unwrap();
+        assert_eq!(backend.list("j", 10).unwrap().locks.len(), 1);
+        assert!(backend.list("j", 0).is_err(), "refused before the driver");
+        let events = events.lock().unwrap();
+        assert_eq!(events.len(), 2);
+        let listed = &events[1];
+        assert_eq!((listed.op, listed.result), (LockOp::List, EventResult::Ok));
+        assert_eq!((&listed.key, &listed.key_hash), (&None, &None));
+        assert_eq!((&listed.lock_id, &listed.lock_id_hash), (&None, &None));
     }
 
     #[test]

@@ -44,6 +44,12 @@
 //! read. A commit that meets a TypeScript client's transaction (`ABORTED`) is retried a few
 //! times with jitter, then `ServiceUnavailable`.
 //!
+//! list ([`LockBackend::list`](crate::LockBackend::list)): `runQuery` on a range of the `key`
+//! field, ordered by it (the automatic single-field index serves it), liveness by the client
+//! clock, in pages of `limit + 1` documents, at most [`MAX_LIST_PAGES`] pages; a listing that
+//! runs out answers what it found, with
+//! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
+//!
 //! # Time
 //!
 //! The client clock decides expiry, as in the TypeScript SyncGuard; keep clocks synchronised.
@@ -106,6 +112,7 @@
 //! certificate is not trusted (unknown issuer): …`. The emulator is plain HTTP.
 
 mod auth;
+mod list;
 mod rest;
 mod skew;
 mod timestamp;
@@ -120,13 +127,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub use self::auth::{Credentials, TokenProvider};
+pub use self::list::MAX_LIST_PAGES;
 pub use self::skew::ClockSkew;
 
 use self::rest::{Document, RestClient, RestError, integer_value, string_value};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, LeaseRef, LockId, LockRecord, Outcome,
-    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live, make_storage_key,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+    make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -1142,6 +1151,10 @@ impl Driver for FirestoreBackend {
             return Ok(None);
         }
         Ok(Some(lock.record()))
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 

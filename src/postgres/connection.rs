@@ -2,9 +2,11 @@
 //!
 //! Two kinds of pool stand behind one small interface, [`Connections`]:
 //!
-//! * syncguard's own ([`own_pool`]): tokio-postgres clients driven by the backend's
-//!   [I/O thread](super::io), with a deadline on every call. At the deadline the server is sent
-//!   a cancel request (what its own `statement_timeout` would do) and the connection is dropped.
+//! * syncguard's own ([`own_pool`]): tokio-postgres clients that the calling thread drives
+//!   ([`client`](super::client)), with a deadline on every call. At the deadline the server is
+//!   sent a cancel request (what its own `statement_timeout` would do) and the connection is
+//!   dropped. The listening connection, which must be driven between calls, runs on the
+//!   backend's [I/O thread](super::io).
 //! * the application's r2d2 pool of blocking `postgres` clients ([`PostgresBuilder::pool`]).
 //!   Those have no deadline of their own; called from a thread inside an async runtime, the work
 //!   moves to a short-lived thread, because the blocking client would panic there.
@@ -22,96 +24,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use postgres::tls::{MakeTlsConnect, TlsConnect};
-use postgres::types::{ToSql, Type};
-use postgres::{NoTls, Row, Socket};
+use postgres::types::Type;
+use postgres::{NoTls, Row};
 use r2d2::ManageConnection;
 use r2d2_postgres::PostgresConnectionManager;
 use tokio_postgres::Config;
 
+use super::client::{CallError, OwnClient, Param, Timeouts, Tls, off_any_runtime, typed};
 use super::errors::{Site, chain, is_dead_connection, map_error, unanswered};
-use super::io::{Io, IoThread, Undone};
+use super::io::{Io, IoThread};
 use super::statements::Sql;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::{Redactor, UrlParams, split_url, with_one_reconnect};
 use crate::tls::TlsRoots;
-
-/// A statement parameter, owned: the statement runs on the I/O thread, not on the caller's
-/// stack.
-#[derive(Debug, Clone)]
-pub(crate) enum Param {
-    Text(String),
-    Int8(i64),
-    TextArray(Vec<String>),
-    Int8Array(Vec<i64>),
-}
-
-impl Param {
-    fn as_sql(&self) -> &(dyn ToSql + Sync) {
-        match self {
-            Param::Text(text) => text,
-            Param::Int8(number) => number,
-            Param::TextArray(texts) => texts,
-            Param::Int8Array(numbers) => numbers,
-        }
-    }
-}
-
-impl From<&str> for Param {
-    fn from(text: &str) -> Param {
-        Param::Text(text.to_owned())
-    }
-}
-
-impl From<i64> for Param {
-    fn from(number: i64) -> Param {
-        Param::Int8(number)
-    }
-}
-
-impl From<Vec<String>> for Param {
-    fn from(texts: Vec<String>) -> Param {
-        Param::TextArray(texts)
-    }
-}
-
-impl From<Vec<i64>> for Param {
-    fn from(numbers: Vec<i64>) -> Param {
-        Param::Int8Array(numbers)
-    }
-}
-
-/// The statement's parameters with the types it declares.
-fn typed<'a>(sql: &Sql, params: &'a [Param]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
-    params
-        .iter()
-        .map(Param::as_sql)
-        .zip(sql.types.iter().cloned())
-        .collect()
-}
-
-/// A TLS connector (or `NoTls`) whose connections can be driven on the I/O thread or, for the
-/// application's pool, by the blocking client: what [`PostgresBuilder::pool`] asks of its
-/// connector, in one name.
-///
-/// [`PostgresBuilder::pool`]: super::PostgresBuilder::pool
-pub(crate) trait Tls:
-    MakeTlsConnect<Socket, Stream: Send, TlsConnect: Send + TlsConnect<Socket, Future: Send>>
-    + Clone
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<T> Tls for T where
-    T: MakeTlsConnect<Socket, Stream: Send, TlsConnect: Send + TlsConnect<Socket, Future: Send>>
-        + Clone
-        + Send
-        + Sync
-        + 'static
-{
-}
 
 /// Where clients come from: a pool of either kind, behind one small interface.
 pub(crate) trait Connections: Send + Sync {
@@ -143,181 +68,6 @@ pub(crate) struct Listening {
 /// How long a new listener waits for its own probe notification before concluding that
 /// notifications do not reach it.
 const PROBE_WAIT: Duration = Duration::from_secs(2);
-
-/// Why a call on one of syncguard's own connections failed.
-#[derive(Debug)]
-pub(crate) enum CallError {
-    Postgres(tokio_postgres::Error),
-    /// The handshake (TCP, TLS, authentication) did not finish within its deadline.
-    HandshakeTimedOut(Duration),
-    /// A statement had no answer within the deadline. The connection is in an unknown state (a
-    /// reply may still arrive) and is never used again.
-    TimedOut(Duration),
-    Stopped,
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Postgres(error) => error.fmt(f),
-            CallError::HandshakeTimedOut(after) => {
-                write!(f, "could not connect: no answer within {after:?}")
-            }
-            CallError::TimedOut(after) => write!(
-                f,
-                "no answer within {after:?} (statement_timeout): the server was asked to cancel \
-                 the statement and the connection was dropped"
-            ),
-            CallError::Stopped => f.write_str("the backend's I/O thread has stopped"),
-        }
-    }
-}
-
-impl std::error::Error for CallError {
-    /// A PostgreSQL error stands for itself (its message is this one's), so its own cause
-    /// comes next.
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CallError::Postgres(error) => error.source(),
-            _ => None,
-        }
-    }
-}
-
-impl From<tokio_postgres::Error> for CallError {
-    fn from(error: tokio_postgres::Error) -> CallError {
-        CallError::Postgres(error)
-    }
-}
-
-impl From<Undone> for CallError {
-    fn from(undone: Undone) -> CallError {
-        match undone {
-            Undone::TimedOut(after) => CallError::TimedOut(after),
-            Undone::Stopped => CallError::Stopped,
-        }
-    }
-}
-
-impl CallError {
-    /// Whether the call may be made once more on a fresh connection (see
-    /// [`is_dead_connection`]). Timeouts never qualify.
-    fn is_dead_connection(&self) -> bool {
-        matches!(self, CallError::Postgres(error) if is_dead_connection(error))
-    }
-
-    fn to_lock_error(&self, site: &Site) -> LockError {
-        let code = match self {
-            CallError::Postgres(error) => return map_error(error, site),
-            CallError::HandshakeTimedOut(_) => ErrorCode::NetworkTimeout,
-            // Sent, and no answer within the deadline (or the I/O thread gone meanwhile).
-            CallError::TimedOut(_) => {
-                return unanswered(LockError::new(
-                    ErrorCode::NetworkTimeout,
-                    site.message(self),
-                ));
-            }
-            CallError::Stopped => {
-                return unanswered(LockError::new(
-                    ErrorCode::ServiceUnavailable,
-                    site.message(self),
-                ));
-            }
-        };
-        LockError::new(code, site.message(self))
-    }
-}
-
-/// Settings syncguard applies to connections it opens.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    /// Opening a TCP connection.
-    pub connect: Duration,
-    /// Each statement, measured by the client.
-    pub statement: Duration,
-    /// Waiting for a pooled connection.
-    pub checkout: Duration,
-}
-
-impl Timeouts {
-    /// The whole handshake: TCP, TLS and authentication.
-    fn handshake(&self) -> Duration {
-        self.connect.saturating_add(self.statement)
-    }
-}
-
-/// One of syncguard's own connections.
-pub(crate) struct OwnClient<T> {
-    client: Arc<tokio_postgres::Client>,
-    io: Io,
-    tls: T,
-    timeouts: Timeouts,
-    /// A call timed out: what the server will still send is unknown, so the pool drops it.
-    broken: bool,
-}
-
-impl<T: Tls> OwnClient<T> {
-    fn connect(io: &Io, config: &Config, tls: &T, timeouts: Timeouts) -> Result<Self, CallError> {
-        let (config, make_tls) = (config.clone(), tls.clone());
-        let handshake = timeouts.handshake();
-        let connected = io.run(handshake, async move {
-            let (client, connection) = config.connect(make_tls).await?;
-            // The connection task ends when the client is dropped (or the socket closes).
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    log::debug!("syncguard: PostgreSQL connection ended: {error}");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        let client = match connected {
-            Ok(client) => client?,
-            Err(Undone::TimedOut(_)) => return Err(CallError::HandshakeTimedOut(handshake)),
-            Err(Undone::Stopped) => return Err(CallError::Stopped),
-        };
-        Ok(OwnClient {
-            client: Arc::new(client),
-            io: io.clone(),
-            tls: tls.clone(),
-            timeouts,
-            broken: false,
-        })
-    }
-
-    /// Runs `work` on the I/O thread within the statement deadline. At the deadline the server
-    /// is asked to cancel what it is running, and the connection is marked broken.
-    fn within<R: Send + 'static>(
-        &mut self,
-        work: impl std::future::Future<Output = std::result::Result<R, tokio_postgres::Error>>
-        + Send
-        + 'static,
-    ) -> Result<R, CallError> {
-        match self.io.run(self.timeouts.statement, work) {
-            Ok(result) => Ok(result?),
-            Err(undone) => {
-                self.broken = true;
-                if let Undone::TimedOut(_) = undone {
-                    let token = self.client.cancel_token();
-                    let (tls, limit) = (self.tls.clone(), self.timeouts.connect);
-                    self.io.spawn_detached(async move {
-                        let _ = tokio::time::timeout(limit, token.cancel_query(tls)).await;
-                    });
-                }
-                Err(undone.into())
-            }
-        }
-    }
-
-    fn query(&mut self, sql: &Sql, params: Vec<Param>) -> Result<Vec<Row>, CallError> {
-        let (client, sql) = (Arc::clone(&self.client), sql.clone());
-        self.within(async move { client.query_typed(&sql.text, &typed(&sql, &params)).await })
-    }
-
-    fn batch(&mut self, sql: &str) -> Result<(), CallError> {
-        let (client, sql) = (Arc::clone(&self.client), sql.to_owned());
-        self.within(async move { client.batch_execute(&sql).await })
-    }
-}
 
 /// Opens [`OwnClient`]s for syncguard's own pool, and remembers why the last attempt failed:
 /// r2d2 reports a checkout that timed out with that error's text only.
@@ -352,7 +102,7 @@ impl<T: Tls> ManageConnection for OwnManager<T> {
     }
 
     fn has_broken(&self, conn: &mut OwnClient<T>) -> bool {
-        conn.broken || conn.client.is_closed()
+        conn.has_broken()
     }
 }
 
@@ -593,15 +343,6 @@ impl<M: ManageConnection> Drop for AppPool<M> {
         let pool = self.pool.take();
         let _ = off_any_runtime(move || drop(pool));
     }
-}
-
-/// Runs `work` here, or — on a thread inside an async runtime, where the blocking client would
-/// panic — on a short-lived thread of its own, waiting for it. `None` if `work` panicked.
-fn off_any_runtime<R: Send>(work: impl FnOnce() -> R + Send) -> Option<R> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Some(work());
-    }
-    std::thread::scope(|scope| scope.spawn(work).join()).ok()
 }
 
 /// The error for a checkout from the application's pool that timed out. r2d2 keeps only the

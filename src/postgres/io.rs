@@ -1,56 +1,23 @@
-//! The backend's I/O thread: one single-threaded tokio runtime that drives every connection of
-//! one [`PostgresBackend`](super::PostgresBackend), and hands results back to blocking callers.
-//!
-//! Why a thread of its own rather than a runtime per call or per connection: a tokio runtime
-//! cannot be entered from a thread that is already inside one (`block_on` panics with "Cannot
-//! start a runtime from within a runtime"), and the threads of an async program are exactly
-//! such threads. Callers here only send work to the I/O thread and wait on a plain channel,
-//! which blocks the calling thread — as a blocking library may — and never panics, whatever
-//! runtime the caller is in. The deadline of each call is kept on the I/O thread.
+//! The backend's I/O thread: one single-threaded tokio runtime for the work of one
+//! [`PostgresBackend`](super::PostgresBackend) that no caller waits for — the listening
+//! connection, which must be driven between calls to hear notifications, and cancel requests
+//! sent for statements whose deadline passed. The pooled connections are driven by their
+//! callers ([`client`](super::client)).
 
 use std::future::Future;
-use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
 
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
 
-/// Why work handed to the I/O thread produced no result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Undone {
-    /// The deadline passed first; the work was dropped where it stood.
-    TimedOut(Duration),
-    /// The I/O thread has stopped (the backend is being dropped).
-    Stopped,
-}
-
-/// A handle for sending work to the I/O thread. Cheap to clone.
+/// A handle for starting work on the I/O thread. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Io {
     handle: Handle,
 }
 
 impl Io {
-    /// Runs `work` on the I/O thread and waits for its result, at most `deadline`.
-    pub(crate) fn run<T, F>(&self, deadline: Duration, work: F) -> Result<T, Undone>
-    where
-        F: Future<Output = T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let (done, result) = mpsc::sync_channel(1);
-        self.handle.spawn(async move {
-            let outcome = tokio::time::timeout(deadline, work)
-                .await
-                .map_err(|_| Undone::TimedOut(deadline));
-            // The caller may be gone only if its thread died; nothing to tell then.
-            let _ = done.send(outcome);
-        });
-        // The task always sends before it ends, or is dropped unsent when the runtime stops.
-        result.recv().unwrap_or(Err(Undone::Stopped))
-    }
-
-    /// Starts `work` on the I/O thread and does not wait for it (a cancel request, say).
+    /// Starts `work` on the I/O thread and does not wait for it.
     pub(crate) fn spawn_detached(&self, work: impl Future<Output = ()> + Send + 'static) {
         drop(self.handle.spawn(work));
     }
@@ -114,23 +81,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn runs_work_and_keeps_the_deadline() {
+    fn runs_detached_work() {
         let thread = IoThread::start().unwrap();
-        assert_eq!(thread.io().run(Duration::from_secs(5), async { 7 }), Ok(7));
-        let stuck = thread
-            .io()
-            .run(Duration::from_millis(20), std::future::pending::<()>());
-        assert_eq!(stuck, Err(Undone::TimedOut(Duration::from_millis(20))));
-    }
-
-    #[test]
-    fn a_stopped_thread_answers_stopped() {
-        let thread = IoThread::start().unwrap();
-        let io = thread.io().clone();
-        drop(thread);
-        assert_eq!(
-            io.run(Duration::from_secs(5), async { 7 }),
-            Err(Undone::Stopped)
-        );
+        let (done, ran) = std::sync::mpsc::channel();
+        thread.io().spawn_detached(async move {
+            let _ = done.send(7);
+        });
+        assert_eq!(ran.recv(), Ok(7));
     }
 }

@@ -27,6 +27,15 @@
 //! and Node services on the same tables never both hold a key. The reasoning for each
 //! statement is written next to it in the source (`statements.rs`).
 //!
+//! # Listing
+//!
+//! [`LockBackend::list`](crate::LockBackend::list) is one inline statement (tables the
+//! TypeScript SyncGuard created work too): the live rows whose `user_key` starts with the
+//! prefix, in byte order, one more than the limit. The user key has no index: the server reads
+//! the whole lock table and keeps the first rows in a top-N sort, within the statement
+//! deadline ([`PostgresBuilder::statement_timeout`]); a row that is not a SyncGuard record
+//! among them is an `Internal` error, as everywhere.
+//!
 //! # Connection poolers (PgBouncer, Supavisor, RDS Proxy)
 //!
 //! Works behind a pooler in transaction mode with its default settings: every statement is
@@ -47,10 +56,11 @@
 //! database's own setting applies (`ALTER ROLE app SET statement_timeout = '5s'`), and a
 //! statement it cancels fails with `NetworkTimeout` too.
 //!
-//! Connections run on the backend's own I/O thread, so calls may come from any thread,
-//! including one inside an async runtime (`block_on`, a `#[tokio::main]` task): they block that
-//! thread until the answer or the deadline, and never panic. In async code prefer
-//! `spawn_blocking`, as for any blocking call.
+//! Calls may come from any thread, including one inside an async runtime (`block_on`, a
+//! `#[tokio::main]` task): they block that thread until the answer or the deadline, and never
+//! panic. The calling thread drives the connection itself; a thread inside an async runtime,
+//! where that would panic, has the call made on a short-lived thread of its own. In async code
+//! prefer `spawn_blocking`, as for any blocking call.
 //!
 //! # Failover
 //!
@@ -127,9 +137,11 @@
 //! connections alone: rustls' process-wide default is never read or changed. An application's
 //! pool ([`PostgresBuilder::pool`]) brings its own TLS connector.
 
+mod client;
 mod connection;
 mod errors;
 mod io;
+mod list;
 mod schema;
 mod statements;
 
@@ -146,15 +158,15 @@ use r2d2_postgres::PostgresConnectionManager;
 
 pub use self::schema::{SCHEMA_SQL, TableNames, schema_sql, setup_schema};
 
-use self::connection::{
-    AppPool, Connections, Listening, OnNotify, Param, Timeouts, own_pool, parse_url,
-};
+use self::client::{Param, Timeouts};
+use self::connection::{AppPool, Connections, Listening, OnNotify, own_pool, parse_url};
 use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, LeaseRef, LockId, LockRecord,
-    OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
+    LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -576,10 +588,11 @@ impl Driver for PostgresBackend {
         if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
             return Err(not_a_record(&self.tables, &key));
         }
-        Ok(if column::<bool>(row, "live")? {
-            Outcome::Applied(())
-        } else {
-            Outcome::Expired
+        // The statement answers no row when nothing was found, its function a row of NULLs.
+        Ok(match column::<Option<bool>>(row, "live")? {
+            Some(true) => Outcome::Applied(()),
+            Some(false) => Outcome::Expired,
+            None => Outcome::NotFound,
         })
     }
 
@@ -705,6 +718,10 @@ impl Driver for PostgresBackend {
         rows.first()
             .map(|row| lock_record(row, &self.tables, key))
             .transpose()
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 

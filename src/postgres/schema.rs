@@ -108,9 +108,9 @@ pub fn schema_sql(tables: &TableNames) -> String {
 /// Where `schema.sql` turns from the tables (as the TypeScript SyncGuard has them) to the server
 /// functions, which are generated from the statements.
 const FUNCTIONS_HEADING: &str = "-- Server functions (syncguard for Rust; the TypeScript \
-SyncGuard does not use them). Each runs one\n-- statement of the backend with a plan cached per \
-server connection: without them the\n-- statements are sent inline, planned on every call. \
-Generated from the source; the\n-- version suffix changes with the statement.\n";
+SyncGuard does not use them). Each does what\n-- one statement of the backend does, with plans \
+cached per server connection: without them\n-- the statements are sent inline, planned on every \
+call. Generated from the source; the\n-- version suffix changes with the statements.\n";
 
 /// Creates both tables and their indexes if they do not exist yet, in one transaction that
 /// concurrent callers take turns at. Safe to call at every start-up.
@@ -184,7 +184,7 @@ mod tests {
             "src/postgres/schema.sql is out of date: run SYNCGUARD_BLESS=1 cargo test --features \
              postgres --lib schema"
         );
-        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v2("));
+        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3("));
     }
 
     #[test]

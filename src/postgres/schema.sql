@@ -29,67 +29,65 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
   key_debug TEXT                   -- the user key, for people reading the table
 );
 
--- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each runs one
--- statement of the backend with a plan cached per server connection: without them the
--- statements are sent inline, planned on every call. Generated from the source; the
--- version suffix changes with the statement.
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v2(text, text, bigint, text, text, bigint, bigint) RETURNS TABLE (fence text, expires_at_ms bigint, bad_counter bigint, malformed boolean)
+-- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
+-- one statement of the backend does, with plans cached per server connection: without them
+-- the statements are sent inline, planned on every call. Generated from the source; the
+-- version suffix changes with the statements.
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
+DECLARE
+  now_ms bigint;
+  held boolean;
+  counter bigint;
 BEGIN
-  RETURN QUERY WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),
-clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms FROM serialized),
-free AS (SELECT now_ms FROM clock WHERE NOT EXISTS (
-SELECT 1 FROM "syncguard_locks" l WHERE l.key = $1
-AND ((l.expires_at_ms > clock.now_ms - $7 AND l.lock_id <> $2)
-OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE))),
-counter AS (
-INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug)
-SELECT $5, 1, $4 FROM free
+PERFORM pg_advisory_xact_lock(hashtext($1));
+now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2, NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+INTO held, malformed FROM "syncguard_locks" l WHERE l.key = $1;
+IF held OR malformed THEN RETURN; END IF;
+INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)
 ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
 WHERE f.fence >= 0 AND f.fence < $6
-RETURNING f.fence),
-taken AS (
+RETURNING f.fence INTO counter;
+IF counter IS NULL THEN
+SELECT f.fence INTO bad_counter FROM "syncguard_fence_counters" f WHERE f.fence_key = $5;
+RETURN;
+END IF;
 INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
-SELECT $1, $2, free.now_ms + $3, free.now_ms,
-lpad(counter.fence::text, 15, '0'), $4
-FROM free, counter WHERE counter.fence <= $6
+VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4)
 ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,
 expires_at_ms = EXCLUDED.expires_at_ms,
 acquired_at_ms = EXCLUDED.acquired_at_ms,
 fence = EXCLUDED.fence, user_key = EXCLUDED.user_key
 WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7
 OR l.lock_id = EXCLUDED.lock_id
-RETURNING l.fence, l.expires_at_ms)
-SELECT (SELECT fence FROM taken) AS fence,
-(SELECT expires_at_ms FROM taken) AS expires_at_ms,
-CASE WHEN EXISTS (SELECT 1 FROM free)
-AND NOT EXISTS (SELECT 1 FROM counter) THEN
-(SELECT f.fence FROM "syncguard_fence_counters" f WHERE f.fence_key = $5) END
-AS bad_counter,
-CASE WHEN (SELECT fence FROM counter) IS NULL THEN
-(SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) END
-AS malformed;
+RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v2(text, bigint) RETURNS TABLE (live boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v3(text, bigint,
+  OUT live boolean, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
+DECLARE
+  gone_expires_at_ms bigint;
+  gone_key text;
 BEGIN
-  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
-gone AS (DELETE FROM "syncguard_locks" l WHERE l.lock_id = $1 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
-RETURNING l.expires_at_ms, l.user_key)
-SELECT gone.expires_at_ms > clock.now_ms - $2 AS live, NULL::text AS malformed_key
-FROM gone, clock,
-LATERAL (SELECT pg_notify('syncguard_locks_released', gone.user_key)) AS announced
-UNION ALL
-SELECT NULL, COALESCE(l.user_key, l.key) FROM "syncguard_locks" l
-WHERE NOT EXISTS (SELECT 1 FROM gone) AND l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE;
+DELETE FROM "syncguard_locks" l WHERE l.lock_id = $1 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+RETURNING l.expires_at_ms, l.user_key INTO gone_expires_at_ms, gone_key;
+IF FOUND THEN
+live := gone_expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2;
+PERFORM pg_notify('syncguard_locks_released', gone_key);
+ELSE
+SELECT COALESCE(l.user_key, l.key) INTO malformed_key FROM "syncguard_locks" l
+WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE;
+END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v2(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v3(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -106,7 +104,7 @@ WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v2(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v3(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
 malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -136,7 +134,7 @@ LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v2(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v3(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -146,7 +144,7 @@ WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) *
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v2(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v3(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -159,7 +157,7 @@ WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v2(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -169,7 +167,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v2(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column

@@ -123,6 +123,18 @@
 //! keeps retrying); a name no Sentinel knows is `InvalidArgument`; credentials a Sentinel or
 //! the primary refuses are `AuthFailed`; Sentinels that all time out are `NetworkTimeout`.
 //!
+//! # Listing
+//!
+//! [`LockBackend::list`](crate::LockBackend::list) walks the keyspace with `SCAN` (on every
+//! primary of a Cluster, one after another; behind Sentinels, on the primary), `MATCH`ing the
+//! lock records' names as narrowly as the layout allows, `COUNT 1000`, and reads what it finds
+//! in batches of pipelined `GET`s with `TIME`. Only SyncGuard lock records stored under the name
+//! their `key` field gives are listed: index entries, fence counters and anything else are
+//! skipped, and hashed (long) keys are found by their record's `key`. The work is bounded: at
+//! most [`RedisBuilder::list_scan_budget`] keys examined by `SCAN` in all (default
+//! [`DEFAULT_LIST_SCAN_BUDGET`]); a listing that runs out answers what it found, with
+//! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
+//!
 //! # Failover
 //!
 //! Redis replicates asynchronously: a primary that dies can take its last writes with it, and
@@ -226,6 +238,7 @@ mod connection;
 mod errors;
 mod hosts;
 mod layout;
+mod list;
 mod node;
 mod replicas;
 mod scripts;
@@ -247,6 +260,7 @@ use self::connection::{
 use self::errors::Server;
 pub use self::layout::KeyLayout;
 use self::layout::Keys;
+pub use self::list::DEFAULT_LIST_SCAN_BUDGET;
 use self::replicas::ReplicaAcks;
 use self::scripts::{Reply, SCRIPTS, Status};
 use self::sentinel::SentinelPrimary;
@@ -256,8 +270,9 @@ use crate::backend::{Capabilities, TimeAuthority};
 #[cfg(test)]
 use crate::driver::make_storage_key;
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, LOCK_ID_LENGTH, LeaseRef, LockId,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LOCK_ID_LENGTH,
+    LeaseRef, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch,
+    TIME_TOLERANCE_MS, Ttl,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -293,6 +308,8 @@ pub struct RedisBackend {
     /// Where the server is and what messages must not show.
     server: Arc<Server>,
     display_url: String,
+    /// The most keys one listing asks `SCAN` to examine.
+    list_scan_budget: usize,
 }
 
 /// Where the release watch connects.
@@ -353,6 +370,7 @@ pub struct RedisBuilder {
     pool_size: u32,
     timeouts: Timeouts,
     tls_ca_file: Option<std::path::PathBuf>,
+    list_scan_budget: usize,
 }
 
 impl Default for RedisBuilder {
@@ -373,6 +391,7 @@ impl Default for RedisBuilder {
                 checkout: Duration::from_secs(3),
             },
             tls_ca_file: None,
+            list_scan_budget: DEFAULT_LIST_SCAN_BUDGET,
         }
     }
 }
@@ -446,6 +465,16 @@ impl RedisBuilder {
     /// `WAIT` runs under.
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = Some(timeout);
+        self
+    }
+
+    /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list)) asks `SCAN`
+    /// to examine, in all (the sum of its `COUNT`s, across a Cluster's primaries; default
+    /// [`DEFAULT_LIST_SCAN_BUDGET`], at least 1). A listing that runs out says so
+    /// ([`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached)); see
+    /// [Listing](self#listing).
+    pub fn list_scan_budget(mut self, keys: usize) -> Self {
+        self.list_scan_budget = keys.max(1);
         self
     }
 
@@ -554,6 +583,7 @@ impl RedisBuilder {
             replicas,
             server,
             display_url,
+            list_scan_budget: self.list_scan_budget,
         })
     }
 }
@@ -1235,6 +1265,10 @@ impl Driver for RedisBackend {
         }
         let raw = reply.string()?;
         self.decode(&raw).map(Some)
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
     }
 }
 

@@ -20,12 +20,14 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{
-    Acquisition, FENCE_DIGITS, Holder, Key, LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES, MAX_TTL_MS,
-    Outcome, Ttl, generate_lock_id, hash_key, normalize_and_validate_key, validate_lock_id,
+    Acquisition, FENCE_DIGITS, Holder, Key, LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES,
+    MAX_KEY_LENGTH_BYTES, MAX_TTL_MS, Outcome, Ttl, generate_lock_id, hash_key,
+    normalize_and_validate_key, validate_lock_id,
 };
 use crate::{
-    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, LockInfo, Lookup, Result, get_by_id,
-    get_by_id_raw, get_by_key, get_by_key_raw, owns,
+    AcquireOutcome, Coverage, ErrorCode, Fence, Lease, LockBackend, LockInfo, Lookup,
+    MAX_LIST_LIMIT, Result, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, list_locks,
+    list_locks_raw, owns,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -819,6 +821,144 @@ pub fn holders_are_stored_with_their_lock<B: LockBackend>(backend: &B) {
 // ---------------------------------------------------------------------------------------------
 // Fences
 // ---------------------------------------------------------------------------------------------
+
+/// Listing (`list`, `list_raw`, `list_locks`, `list_locks_raw`): exactly the live locks whose
+/// key starts with the prefix — not those under another prefix, not a released one, not an
+/// expired one — sorted by key (byte order), cut at the limit and saying so; sanitised unless
+/// raw; prefixes NFC-normalised; prefix and limit validated before any I/O.
+pub fn listing<B: LockBackend>(backend: &B) {
+    let root = unique_key("list");
+    let under = format!("{root}:a:");
+    let elsewhere = format!("{root}:b:");
+    let expired = acquired(backend, &format!("{under}0-expired"), SHORT_TTL);
+    // Taken out of order; `é` sorts after the ASCII ones by its bytes.
+    let names = ["3", "\u{e9}", "1", "2"];
+    let leases: Vec<(String, Lease)> = names
+        .iter()
+        .map(|name| {
+            let key = format!("{under}{name}");
+            let lease = acquired(backend, &key, LONG_TTL);
+            (key, lease)
+        })
+        .collect();
+    let released = acquired(backend, &format!("{under}0-released"), LONG_TTL);
+    assert!(backend.release(&released.lock_id).unwrap());
+    let other = acquired(backend, &format!("{elsewhere}1"), LONG_TTL);
+    let sibling = acquired(backend, &format!("{root}:a"), LONG_TTL);
+    // Left in place: a store that keeps expired records must still not list them.
+    wait_until_unlocked(backend, &format!("{under}0-expired"));
+
+    let mut expected = leases.clone();
+    expected.sort_by(|(a, _), (b, _)| a.as_bytes().cmp(b.as_bytes()));
+    let expected_keys: Vec<&str> = expected.iter().map(|(key, _)| key.as_str()).collect();
+
+    let raw = list_locks_raw(backend, &under, 10).unwrap();
+    let raw_keys: Vec<&str> = raw.locks.iter().map(|lock| lock.key.as_str()).collect();
+    assert_eq!(
+        raw_keys, expected_keys,
+        "the live locks under the prefix, sorted"
+    );
+    assert_eq!(raw.coverage, Coverage::Complete);
+    for (lock, (key, lease)) in raw.locks.iter().zip(&expected) {
+        assert_eq!(&lock.lock_id, &lease.lock_id, "{key}: the holder's lock id");
+        assert_eq!(
+            lock.info.fence, lease.fence,
+            "{key}: the acquisition's fence"
+        );
+        assert_info_describes(&lock.info, key, lease, lease.expires_at_ms);
+        let shown = format!("{lock:?}");
+        assert!(
+            !shown.contains(&lease.lock_id),
+            "Debug leaks the lock id: {shown}"
+        );
+    }
+
+    let sanitised = list_locks(backend, &under, 10).unwrap();
+    let infos: Vec<LockInfo> = raw.locks.iter().map(|lock| lock.info.clone()).collect();
+    assert_eq!(
+        sanitised.locks, infos,
+        "the sanitised list is the raw one's hashes"
+    );
+    assert_eq!(backend.list(&under, 10).unwrap(), sanitised);
+    let shown = format!("{sanitised:?}");
+    assert!(
+        leases
+            .iter()
+            .all(|(key, lease)| !shown.contains(&lease.lock_id) && !shown.contains(key.as_str())),
+        "a sanitised list shows raw keys or lock ids: {shown}"
+    );
+
+    let first_two = backend.list_raw(&under, 2).unwrap();
+    let first_keys: Vec<&str> = first_two
+        .locks
+        .iter()
+        .map(|lock| lock.key.as_str())
+        .collect();
+    assert_eq!(
+        first_keys,
+        expected_keys[..2],
+        "the limit keeps the first keys"
+    );
+    assert_eq!(first_two.coverage, Coverage::LimitReached);
+    let exactly = backend.list_raw(&under, expected.len()).unwrap();
+    assert_eq!(exactly.locks.len(), expected.len());
+    assert_eq!(
+        exactly.coverage,
+        Coverage::Complete,
+        "nothing beyond the limit"
+    );
+
+    let decomposed = backend.list_raw(&format!("{under}e\u{301}"), 10).unwrap();
+    let decomposed: Vec<&str> = decomposed
+        .locks
+        .iter()
+        .map(|lock| lock.key.as_str())
+        .collect();
+    assert_eq!(
+        decomposed,
+        [format!("{under}\u{e9}")],
+        "prefixes are NFC-normalised"
+    );
+
+    let whole = backend.list_raw(&format!("{root}:"), 10).unwrap();
+    let whole: Vec<&str> = whole.locks.iter().map(|lock| lock.key.as_str()).collect();
+    let mut everything: Vec<String> = expected_keys.iter().map(|key| (*key).to_owned()).collect();
+    everything.extend([format!("{root}:a"), format!("{elsewhere}1")]);
+    everything.sort();
+    assert_eq!(
+        whole, everything,
+        "both prefixes and the sibling under the root"
+    );
+    let none = backend.list_raw(&format!("{root}:c"), 10).unwrap();
+    assert!(none.locks.is_empty());
+    assert_eq!(none.coverage, Coverage::Complete);
+
+    // Every lock of the store: others' too, so only what holds whatever else is stored.
+    let any = backend.list_raw("", 1).unwrap();
+    assert!(any.locks.len() <= 1, "{any:?}");
+
+    assert_invalid(backend.list(&under, 0), "limit 0");
+    assert_invalid(
+        backend.list(&under, MAX_LIST_LIMIT + 1),
+        "limit above the maximum",
+    );
+    assert_invalid(
+        backend.list(&"x".repeat(MAX_KEY_LENGTH_BYTES + 1), 1),
+        "a prefix longer than the longest key",
+    );
+
+    for (_, lease) in &leases {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+    assert!(backend.release(&other.lock_id).unwrap());
+    assert!(backend.release(&sibling.lock_id).unwrap());
+    assert!(!backend.release(&expired.lock_id).unwrap());
+    let after = backend.list_raw(&format!("{root}:"), 10).unwrap();
+    assert!(
+        after.locks.is_empty(),
+        "released locks are not listed: {after:?}"
+    );
+}
 
 /// Seed 003 "Fence Token Conformance" (15 digits, DESIGN §1): format, start, order, JSON.
 pub fn fence_format_and_monotonicity<B: LockBackend>(backend: &B) {

@@ -11,8 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, LeaseRef, LockRecord, OnRelease, Outcome,
-    ReleaseWatch, Ttl, generate_lock_id,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl, generate_lock_id,
 };
 use crate::{
     Backoff, CancelToken, Capabilities, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
@@ -197,6 +197,10 @@ impl<B: Driver> Driver for Recorder<B> {
     fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
         self.record(Call::Lookup);
         self.inner.find(by)
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.inner.list_records(prefix, limit)
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

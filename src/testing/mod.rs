@@ -76,6 +76,7 @@ macro_rules! __contract_tests {
             lookup_both_modes,
             lookup_helpers,
             holders_are_stored_with_their_lock,
+            listing,
             fence_format_and_monotonicity,
             key_length_validation,
             keys_are_nfc_normalised,

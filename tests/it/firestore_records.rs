@@ -142,8 +142,9 @@ fn stored_lock_id(fields: &serde_json::Map<String, Value>) -> Option<&str> {
     fields.get("lockId")?.get("stringValue")?.as_str()
 }
 
-/// Every operation on every malformed record: `Internal`, naming the key, and the record is
-/// left as it was.
+/// Every operation on every malformed record: `Internal`, naming the key (a listing, when the
+/// record's `key` is a string under its prefix: it finds documents by that field), and the
+/// record is left as it was.
 #[test]
 fn records_that_are_not_syncguard_locks_are_internal_errors_everywhere() {
     let backend = shared_firestore_backend();
@@ -173,6 +174,16 @@ fn records_that_are_not_syncguard_locks_are_internal_errors_everywhere() {
             );
             assert_not_a_record(backend.release(id), &key, name, "release");
             assert_not_a_record(backend.extend(id, TTL), &key, name, "extend");
+        }
+        // A listing finds documents by their `key` string: those it finds, it reports.
+        match fields["key"].get("stringValue").and_then(Value::as_str) {
+            Some(stored) if stored.starts_with(key.as_str()) => {
+                assert_not_a_record(backend.list(&key, 10), stored, name, "list");
+            }
+            _ => {
+                let listed = backend.list(&key, 10).unwrap();
+                assert!(listed.locks.is_empty(), "{name}: list: {listed:?}");
+            }
         }
         let stored = raw_document("locks", &key).expect("the record is left in place");
         assert_eq!(

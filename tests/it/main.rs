@@ -24,6 +24,8 @@ mod firestore_auth;
 #[cfg(feature = "firestore")]
 mod firestore_in_doubt;
 #[cfg(feature = "firestore")]
+mod firestore_list;
+#[cfg(feature = "firestore")]
 mod firestore_records;
 #[cfg(feature = "firestore")]
 mod firestore_shapes;
@@ -51,6 +53,8 @@ mod redis_cluster;
 mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
 mod redis_deployment_errors;
+#[cfg(feature = "redis")]
+mod redis_list;
 #[cfg(feature = "redis")]
 mod redis_records;
 #[cfg(feature = "redis")]

@@ -160,7 +160,8 @@ fn a_lock_table_whose_schema_was_changed_is_a_deployment_error() {
 
 /// One rule for every operation: a row that is not a SyncGuard record (a fence NULL, short,
 /// not digits or zero; a malformed lock id; no expiry), live or expired, is an `Internal` error
-/// naming its key — never "locked", "absent" or "not found" — and nothing changes it: acquire
+/// naming its key — never "locked", "absent" or "not found", nor left out of a listing — and
+/// nothing changes it: acquire
 /// neither takes it over nor draws a fence number, the opt-in cleanup leaves it.
 #[test]
 fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
@@ -225,6 +226,10 @@ fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
             (
                 "lookup by key",
                 backend.lookup(Lookup::Key(&key)).map(|l| format!("{l:?}")),
+            ),
+            (
+                "list by its key as prefix",
+                backend.list(&key, 10).map(|l| format!("{l:?}")),
             ),
         ];
         if let Ok(id) = LockId::new(&lock_id) {
@@ -384,5 +389,51 @@ fn an_acquire_without_an_answer_is_in_doubt_with_its_lock_id() {
         .map(|row| row.get(0));
     assert_eq!(holder.as_deref(), Some(lock_id.as_str()), "applied late");
     assert!(backend.release(&lock_id).unwrap());
+    assert!(!backend.is_locked(&key).unwrap());
+}
+
+/// The server ends a pooled connection while it sits idle (`pg_terminate_backend`, as an
+/// administrator, a restart or `idle_session_timeout` would): the next calls do not see it. The
+/// connection's end is found before a statement is sent on it, and the call goes to a fresh
+/// connection (a statement sent on it would be answered with the termination's error).
+#[test]
+fn a_connection_ended_while_idle_is_replaced_unseen() {
+    let server = shared_postgres_with_tables();
+    let application = format!("sg_idle_{}", suffix());
+    let backend = PostgresBackend::builder()
+        .url(format!("{}?application_name={application}", server.url()))
+        .pool_size(1)
+        .connect_timeout(PATIENT)
+        .pool_timeout(PATIENT)
+        .statement_timeout(PATIENT)
+        .build()
+        .unwrap();
+    let key = unique("idle-end");
+    let held = lease(backend.acquire(&key, TTL));
+    let mut client = server.client();
+    let mut sessions = || -> Vec<i32> {
+        client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+                &[&application],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    // The probe connection of build() may still be leaving.
+    await_condition("one session of the backend", || sessions().len() == 1);
+    let pid = sessions()[0];
+    let mut admin = server.client();
+    let terminated: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(terminated);
+    await_condition("the server process ends", || !sessions().contains(&pid));
+
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(backend.release(&held.lock_id).unwrap());
     assert!(!backend.is_locked(&key).unwrap());
 }

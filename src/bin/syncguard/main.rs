@@ -1,6 +1,7 @@
 //! `syncguard`: distributed locks for shell scripts and cron jobs — a distributed `flock(1)`.
 //!
-//! Every command prints one JSON object on stdout; errors are one line on stderr,
+//! Every command prints one JSON object on stdout (`list`: one a line, for each lock); errors
+//! are one line on stderr,
 //! `error: <Code>: <message>`. The exit codes, and what `run` does on each signal, are in one
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
@@ -20,8 +21,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use syncguard::driver::Holder;
 use syncguard::{
-    Backoff, ErrorCode, Heartbeat, Jitter, LockBackend, LockError, LockOptions, Locker, get_by_id,
-    get_by_id_raw, get_by_key, get_by_key_raw,
+    Backoff, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
+    LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw,
 };
 
 use crate::duration::parse_duration;
@@ -170,6 +171,20 @@ enum Command {
         #[arg(long)]
         raw: bool,
     },
+    /// List the live locks, sorted by key: one JSON object a line, as `status` prints one
+    /// (exit 0, also when there are none).
+    #[command(after_help = LIST_HELP)]
+    List {
+        /// Only the locks whose key starts with this (default: every lock).
+        #[arg(long, default_value = "", allow_hyphen_values = true)]
+        prefix: String,
+        /// The most locks to print.
+        #[arg(long, default_value_t = DEFAULT_LIST_LIMIT, value_parser = parse_list_limit)]
+        limit: usize,
+        /// Include the raw keys and lock ids (otherwise only their hashes).
+        #[arg(long)]
+        raw: bool,
+    },
     /// Run a command while holding the lock (a distributed flock(1)); release once every
     /// process it started has exited.
     #[command(after_help = concat!(run_help!(), exit_codes!()))]
@@ -213,6 +228,24 @@ enum Command {
     Setup,
 }
 
+/// `list --help`'s epilogue.
+const LIST_HELP: &str = "\
+Example:
+  syncguard list --prefix report: --raw
+  → {\"keyHash\":\"…\",\"lockIdHash\":\"…\",\"expiresAtMs\":…,\"acquiredAtMs\":…,\"fence\":\"…\",\"key\":\"report:daily\",\"lockId\":\"…\"}
+
+The work is bounded: when more locks match than --limit, the first ones are printed and a note
+on stderr says so; a backend that stops at its own bound first (Redis: keys scanned; Firestore:
+pages read) prints what it found and says that locks may be missing. Both exit 0.";
+
+/// `list --limit`: a number from 1 to [`MAX_LIST_LIMIT`].
+fn parse_list_limit(text: &str) -> Result<usize, String> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|limit| (1..=MAX_LIST_LIMIT).contains(limit))
+        .ok_or_else(|| format!("must be a number from 1 to {MAX_LIST_LIMIT}"))
+}
+
 /// The lock a command takes: `acquire` and `run` share these.
 #[derive(clap::Args)]
 struct LockArgs {
@@ -247,6 +280,8 @@ pub enum OnLost {
 pub enum Outcome {
     /// One JSON line on stdout, then this exit code.
     Printed(Value, u8),
+    /// One JSON line on stdout for each value (perhaps none), then exit 0.
+    Lines(Vec<Value>),
     /// Only this exit code (`run`: the command wrote its own output).
     Exit(u8),
 }
@@ -269,6 +304,13 @@ fn main() -> ExitCode {
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "{value}");
             ExitCode::from(code)
+        }
+        Ok(Outcome::Lines(values)) => {
+            let mut stdout = std::io::stdout().lock();
+            for value in values {
+                let _ = writeln!(stdout, "{value}");
+            }
+            ExitCode::SUCCESS
         }
         Ok(Outcome::Exit(code)) => ExitCode::from(code),
         Err(error) => fail(&error),
@@ -355,6 +397,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         Command::Status { key, lock_id, raw } => {
             status(backend()?.as_ref(), key.as_deref(), lock_id.as_deref(), raw)
         }
+        Command::List { prefix, limit, raw } => list(backend()?.as_ref(), &prefix, limit, raw),
         Command::Run {
             lock,
             on_lost,
@@ -485,6 +528,41 @@ fn status(
         found.unwrap_or(Value::Null),
         u8::from(!live),
     ))
+}
+
+/// `list`: the locks, one JSON line each; a note on stderr when that is not all of them.
+fn list(
+    backend: &dyn LockBackend,
+    prefix: &str,
+    limit: usize,
+    raw: bool,
+) -> syncguard::Result<Outcome> {
+    let (lines, coverage) = if raw {
+        let listed = backend.list_raw(prefix, limit)?;
+        (
+            listed.locks.iter().map(|lock| json!(lock)).collect(),
+            listed.coverage,
+        )
+    } else {
+        let listed = backend.list(prefix, limit)?;
+        (
+            listed.locks.iter().map(|lock| json!(lock)).collect(),
+            listed.coverage,
+        )
+    };
+    match coverage {
+        Coverage::Complete => {}
+        Coverage::LimitReached => eprintln!(
+            "syncguard: more locks match than --limit {limit}: these are the first; raise \
+             --limit or narrow --prefix"
+        ),
+        _ => eprintln!(
+            "syncguard: the listing stopped at the {} backend's bound on its work: locks may \
+             be missing; narrow --prefix",
+            backend.capabilities().backend
+        ),
+    }
+    Ok(Outcome::Lines(lines))
 }
 
 /// `setup`: creates the PostgreSQL tables; the other backends need nothing, which it says.

@@ -70,6 +70,8 @@ pub fn assert_honours_a_foreign_lock(
         "the TypeScript SyncGuard stores no holder description"
     );
     assert_eq!(get_by_key_raw(backend, key).unwrap().unwrap(), info);
+    let listed = backend.list_raw(key, 10).unwrap();
+    assert_eq!(listed.locks, [info], "listed as it is looked up");
     assert!(backend.extend(lock_id, TTL).unwrap().is_some());
     assert!(backend.release(lock_id).unwrap());
     let next = lease(backend.acquire(key, TTL));

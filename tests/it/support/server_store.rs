@@ -161,8 +161,8 @@ fn inside_the_window<T>(
 }
 
 /// The 1000 ms tolerance is applied against the server's clock: a lock that expired 500 ms ago
-/// by that clock is still live (held, found, extendable) while less than 1000 ms have passed,
-/// one that expired 1500 ms ago is not (and can be taken).
+/// by that clock is still live (held, found, listed, extendable) while less than 1000 ms have
+/// passed, one that expired 1500 ms ago is not (and can be taken).
 pub fn tolerance_is_applied_against_the_server_clock(on: OnServer) {
     let backend = on.backend;
     let (lock_id, seen) = inside_the_window(on.store, 500, TIME_TOLERANCE_MS, |key, lock_id| {
@@ -170,13 +170,14 @@ pub fn tolerance_is_applied_against_the_server_clock(on: OnServer) {
             backend.is_locked(key).unwrap(),
             backend.lookup(Lookup::Key(key)).unwrap().is_some(),
             backend.lookup(Lookup::LockId(lock_id)).unwrap().is_some(),
+            backend.list(key, 1).unwrap().locks.len() == 1,
             backend.extend(lock_id, TTL).unwrap().is_some(),
         ];
         (lock_id.to_owned(), seen)
     });
     assert_eq!(
-        seen, [true; 4],
-        "expired 500 ms ago: is_locked, lookup by key and by id, extend"
+        seen, [true; 5],
+        "expired 500 ms ago: is_locked, lookup by key and by id, list, extend"
     );
     assert!(backend.release(&lock_id).unwrap());
 
@@ -192,6 +193,7 @@ pub fn tolerance_is_applied_against_the_server_clock(on: OnServer) {
         backend.lookup(Lookup::LockId(&lock_id)).unwrap().is_none(),
         "{why}"
     );
+    assert!(backend.list(&key, 1).unwrap().locks.is_empty(), "{why}");
     assert_eq!(backend.extend(&lock_id, TTL).unwrap(), None, "{why}");
     let taken = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&taken.lock_id).unwrap(), "{why}");

@@ -1,0 +1,105 @@
+//! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records)):
+//! `runQuery` on the lock collection by a range of the `key` field, in pages.
+//!
+//! The query asks for `key >= prefix` and `key <` the least string above every key that starts
+//! with the prefix ([`KeyPrefix::upper_bound`]), ordered by `key` (Firestore orders strings by
+//! their UTF-8 bytes, the order every backend lists in): Firestore's automatic single-field
+//! index on `key` serves it, no composite index is needed. Liveness is decided here, by the
+//! client clock (a second range, on `expiresAtMs`, would need a composite index), so expired
+//! documents take room in a page; pages of `limit + 1` documents follow one another (each
+//! starting after the last document of the one before) until `limit + 1` live locks are found
+//! or the range ends — at most [`MAX_LIST_PAGES`] pages, so one listing reads at most
+//! `MAX_LIST_PAGES × (limit + 1)` documents. When the pages run out first, the list holds the live
+//! locks of the keys read, which are the first keys under the prefix, and says so
+//! ([`Coverage::WorkBoundReached`]). A document in the range that is not a SyncGuard lock record
+//! is an `Internal` error naming its key, as in every other operation.
+
+use serde_json::{Value, json};
+
+use super::rest::string_value;
+use super::{FirestoreBackend, LockDoc};
+use crate::driver::{
+    Coverage, KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS, is_live,
+};
+use crate::error::Result;
+
+/// The most pages (`runQuery` requests) one listing reads.
+pub const MAX_LIST_PAGES: usize = 10;
+
+impl FirestoreBackend {
+    /// The live locks under `prefix`; see the module docs.
+    pub(super) fn list(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.check_skew()?;
+        let page_size = limit.get() + 1;
+        let mut found = Vec::new();
+        // The `key` and the name of the last document read.
+        let mut after: Option<(String, String)> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let query = self.range_query(prefix, page_size, after.as_ref());
+            let documents = self
+                .rest
+                .run_query(query)
+                .map_err(|e| self.rest.lock_error(e))?;
+            let now = self.now_ms()?;
+            let last_page = documents.len() < page_size;
+            for document in &documents {
+                let lock = LockDoc::parse(document, None)?;
+                after = Some((lock.key.clone(), lock.name.clone()));
+                // The range says so already; a document that contradicts its query is not
+                // listed.
+                if prefix.matches(&lock.key) && is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS)
+                {
+                    found.push(lock.record());
+                }
+            }
+            if last_page || found.len() >= page_size {
+                return Ok(LockList::from_sorted(found, limit));
+            }
+        }
+        Ok(LockList {
+            locks: found,
+            coverage: Coverage::WorkBoundReached,
+        })
+    }
+
+    /// The `structuredQuery` for a page of `page_size` documents under `prefix`, after the
+    /// document `after` (its `key` and name).
+    fn range_query(
+        &self,
+        prefix: &KeyPrefix,
+        page_size: usize,
+        after: Option<&(String, String)>,
+    ) -> Value {
+        let range = |op: &str, bound: &str| {
+            json!({ "fieldFilter": {
+                "field": { "fieldPath": "key" },
+                "op": op,
+                "value": string_value(bound),
+            }})
+        };
+        let mut filters = vec![range("GREATER_THAN_OR_EQUAL", prefix.as_str())];
+        if let Some(upper) = prefix.upper_bound() {
+            filters.push(range("LESS_THAN", &upper));
+        }
+        let mut query = json!({
+            "from": [{ "collectionId": self.collection }],
+            "where": { "compositeFilter": { "op": "AND", "filters": filters } },
+            "orderBy": [
+                { "field": { "fieldPath": "key" }, "direction": "ASCENDING" },
+                { "field": { "fieldPath": "__name__" }, "direction": "ASCENDING" },
+            ],
+            "limit": page_size,
+        });
+        if let Some((key, name)) = after {
+            query["startAt"] = json!({
+                "values": [string_value(key), { "referenceValue": name }],
+                "before": false,
+            });
+        }
+        query
+    }
+}

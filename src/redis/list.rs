@@ -1,0 +1,466 @@
+//! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records)):
+//! `SCAN` over the lock records, read in batches, with a bound on the work.
+//!
+//! Redis has no index by user key, so a listing walks the keyspace: `SCAN` with a `MATCH`
+//! pattern as narrow as the layout allows and a bounded `COUNT`, on the server (Sentinel: the
+//! primary it names) or on every primary of a Cluster, one after another. The names it returns
+//! are filtered (a record's name carries its user key, or the 22-character hash that replaces
+//! a long key or, in the cluster layout, a key with braces), then read in batches of `GET`s
+//! pipelined with `TIME`, the clock that decides liveness. What is read must be a SyncGuard
+//! lock record (the decoding every operation uses), stored under the very name its `key`
+//! field gives, under the prefix, and live; anything else — an index entry or a fence counter
+//! (in the TypeScript layout their names can look like records'), another application's value,
+//! a key of another type — is skipped. Hashed keys are found by their record's `key` field.
+//!
+//! The work bound: one listing asks `SCAN` to examine at most
+//! [`list_scan_budget`](super::RedisBuilder::list_scan_budget) keys in all (the sum of its
+//! `COUNT`s, across nodes; default [`DEFAULT_LIST_SCAN_BUDGET`]). When the budget runs out
+//! before the walk is over, the list holds what was found and says so
+//! ([`Coverage::WorkBoundReached`](crate::driver::Coverage::WorkBoundReached)).
+
+use std::collections::HashSet;
+
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
+
+use super::connection::Conn;
+use super::layout::Keys;
+use super::node::{self, ClusterConnection};
+use super::{KeyLayout, RedisBackend, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
+use crate::driver::{
+    KeyPrefix, ListLimit, LockList, LockRecord, MAX_KEY_LENGTH_BYTES, TIME_TOLERANCE_MS, is_live,
+    validate_lock_id,
+};
+use crate::error::Result;
+
+/// How many keys one listing asks `SCAN` to examine by default, in all.
+pub const DEFAULT_LIST_SCAN_BUDGET: usize = 100_000;
+
+/// The `COUNT` of one `SCAN` call: the keys it examines, roughly.
+const SCAN_COUNT: usize = 1000;
+
+/// The length of a hashed tag or storage key (base64url of 16 bytes).
+const HASH_LENGTH: usize = 22;
+
+impl RedisBackend {
+    /// The live locks under `prefix`; see the module docs.
+    pub(super) fn list(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let plan = Plan::new(&self.keys, prefix);
+        let (found, exhausted) = self
+            .pool
+            .run_on(&self.server, |conn| self.walk(conn, &plan))?;
+        Ok(LockList::from_unsorted(found, limit, exhausted))
+    }
+
+    /// Scans every node (one server, or each primary of a Cluster) while the budget lasts:
+    /// the records found, and whether the walk got to its end.
+    fn walk(&self, conn: Conn<'_>, plan: &Plan<'_>) -> RedisResult<(Vec<LockRecord>, bool)> {
+        let mut walk = Walk {
+            budget: self.list_scan_budget,
+            seen: HashSet::new(),
+            found: Vec::new(),
+        };
+        let exhausted = match conn {
+            Conn::Cluster(own) => {
+                let mut exhausted = true;
+                for (host, port) in primaries(&mut own.connection)? {
+                    let mut primary = Primary {
+                        connection: &mut own.connection,
+                        poisoned: &mut own.poisoned,
+                        routing: RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host,
+                            port,
+                        }),
+                    };
+                    if !self.walk_node(&mut primary, plan, &mut walk)? {
+                        exhausted = false;
+                        break;
+                    }
+                }
+                exhausted
+            }
+            mut conn => self.walk_node(&mut SingleServer(conn.as_dyn()), plan, &mut walk)?,
+        };
+        Ok((walk.found, exhausted))
+    }
+
+    /// Scans one node to its end, or until the budget runs out (then `false`).
+    fn walk_node(
+        &self,
+        node: &mut dyn Node,
+        plan: &Plan<'_>,
+        walk: &mut Walk,
+    ) -> RedisResult<bool> {
+        let mut cursor: u64 = 0;
+        loop {
+            if walk.budget == 0 {
+                return Ok(false);
+            }
+            let count = SCAN_COUNT.min(walk.budget);
+            walk.budget -= count;
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&plan.pattern)
+                .arg("COUNT")
+                .arg(count);
+            let (next, names): (u64, Vec<Vec<u8>>) = parse(node.scan(&scan)?)?;
+            let candidates: Vec<String> = names
+                .into_iter()
+                .filter_map(|name| String::from_utf8(name).ok())
+                .filter(|name| plan.is_candidate(name) && walk.seen.insert(name.clone()))
+                .collect();
+            if !candidates.is_empty() {
+                let (now_ms, values) = node.read(&candidates)?;
+                for (name, value) in candidates.iter().zip(values) {
+                    if let Some(record) = self.listed(name, value, plan, now_ms) {
+                        walk.found.push(record);
+                    }
+                }
+            }
+            if next == 0 {
+                return Ok(true);
+            }
+            cursor = next;
+        }
+    }
+
+    /// The record stored under `name`, if it is a live SyncGuard lock under the prefix that
+    /// belongs there.
+    fn listed(
+        &self,
+        name: &str,
+        value: Option<Vec<u8>>,
+        plan: &Plan<'_>,
+        now_ms: i64,
+    ) -> Option<LockRecord> {
+        let text = String::from_utf8(value?).ok()?;
+        let record = self
+            .decode(&text)
+            .ok()
+            .filter(|record| validate_lock_id(&record.lock_id).is_ok())?;
+        let belongs = self
+            .keys
+            .lock_keys(&record.key)
+            .is_ok_and(|keys| keys.lock == name);
+        (belongs
+            && plan.prefix.matches(&record.key)
+            && is_live(record.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
+        .then_some(record)
+    }
+}
+
+/// What one listing has used and found so far.
+struct Walk {
+    /// Keys `SCAN` may still examine.
+    budget: usize,
+    /// Names already read (`SCAN` may return a key more than once).
+    seen: HashSet<String>,
+    found: Vec<LockRecord>,
+}
+
+/// Which names a listing scans for and reads.
+struct Plan<'a> {
+    prefix: &'a KeyPrefix,
+    /// The `MATCH` pattern.
+    pattern: String,
+    /// What precedes a record's user key (or its hash) in its name: `P:` or `P:{`.
+    head: String,
+    /// `}` in the cluster layout.
+    tail: &'static str,
+    /// Whether a key under the prefix may be stored under its hash.
+    hashed: bool,
+}
+
+impl<'a> Plan<'a> {
+    fn new(keys: &Keys, prefix: &'a KeyPrefix) -> Plan<'a> {
+        let namespace = escape_glob(keys.prefix());
+        match keys.layout() {
+            KeyLayout::TypeScript => {
+                // `P:K` is hashed when it and the reserve exceed the limit; the longest key is
+                // MAX_KEY_LENGTH_BYTES.
+                let hashed = keys.prefix().len() + 1 + MAX_KEY_LENGTH_BYTES + STORAGE_KEY_RESERVE
+                    > STORAGE_KEY_LIMIT;
+                let pattern = if hashed {
+                    format!("{namespace}:*")
+                } else {
+                    format!("{namespace}:{}*", escape_glob(prefix.as_str()))
+                };
+                Plan {
+                    prefix,
+                    pattern,
+                    head: format!("{}:", keys.prefix()),
+                    tail: "",
+                    hashed,
+                }
+            }
+            // Any key with a brace is hashed, whatever its length: the pattern cannot narrow.
+            KeyLayout::Cluster => Plan {
+                prefix,
+                pattern: format!("{namespace}:{{*"),
+                head: format!("{}:{{", keys.prefix()),
+                tail: "}",
+                hashed: true,
+            },
+        }
+    }
+
+    /// Whether `name` may hold a record of a key under the prefix.
+    fn is_candidate(&self, name: &str) -> bool {
+        let Some(tag) = name
+            .strip_prefix(self.head.as_str())
+            .and_then(|rest| rest.strip_suffix(self.tail))
+        else {
+            return false;
+        };
+        self.prefix.matches(tag) || (self.hashed && looks_hashed(tag))
+    }
+}
+
+/// Whether `tag` could be a hashed key: 22 base64url characters.
+fn looks_hashed(tag: &str) -> bool {
+    tag.len() == HASH_LENGTH
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `text`, matched literally by a `MATCH` pattern.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+fn parse<T: FromRedisValue>(value: Value) -> RedisResult<T> {
+    T::from_redis_value(value).map_err(RedisError::from)
+}
+
+/// One server to scan and read from.
+trait Node {
+    /// Runs a `SCAN` on this node.
+    fn scan(&mut self, scan: &Cmd) -> RedisResult<Value>;
+    /// The node's time in Unix ms and the string value of each of `names` (`None`: absent, or
+    /// of another type).
+    fn read(&mut self, names: &[String]) -> RedisResult<(i64, Vec<Option<Vec<u8>>>)>;
+}
+
+/// A single server, or the primary behind Sentinels: one pipeline per batch.
+struct SingleServer<'a>(&'a mut dyn ConnectionLike);
+
+impl Node for SingleServer<'_> {
+    fn scan(&mut self, scan: &Cmd) -> RedisResult<Value> {
+        scan.query(self.0)
+    }
+
+    fn read(&mut self, names: &[String]) -> RedisResult<(i64, Vec<Option<Vec<u8>>>)> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("TIME");
+        for name in names {
+            pipe.cmd("GET").arg(name);
+        }
+        let mut answers: Vec<RedisResult<Value>> = pipe.query(self.0)?;
+        if answers.len() != names.len() + 1 {
+            return Err(short_answer());
+        }
+        let values = answers.split_off(1);
+        let now_ms = unix_ms(answers.remove(0)?)?;
+        Ok((
+            now_ms,
+            values
+                .into_iter()
+                .map(string_value)
+                .collect::<RedisResult<_>>()?,
+        ))
+    }
+}
+
+/// A primary of a Cluster, reached by its address through the cluster connection.
+struct Primary<'a> {
+    connection: &'a mut ClusterConnection,
+    /// The pooled connection's flag: set when a failure may have left it stale.
+    poisoned: &'a mut bool,
+    routing: RoutingInfo,
+}
+
+impl Primary<'_> {
+    fn routed(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        let answer = self.connection.route_command(cmd, self.routing.clone());
+        if answer
+            .as_ref()
+            .is_err_and(super::cluster::spoils_the_connection)
+        {
+            *self.poisoned = true;
+        }
+        answer
+    }
+}
+
+impl Node for Primary<'_> {
+    fn scan(&mut self, scan: &Cmd) -> RedisResult<Value> {
+        self.routed(scan)
+    }
+
+    /// The `GET`s go by their keys' slots (to this node, unless a slot is migrating), all at
+    /// once; `TIME` to this node, after them.
+    fn read(&mut self, names: &[String]) -> RedisResult<(i64, Vec<Option<Vec<u8>>>)> {
+        let gets: Vec<Cmd> = names
+            .iter()
+            .map(|name| {
+                let mut get = redis::cmd("GET");
+                get.arg(name);
+                get
+            })
+            .collect();
+        let answers = node::pipeline(self.connection, &gets.iter().collect::<Vec<_>>());
+        if answers.iter().any(|answer| {
+            answer
+                .as_ref()
+                .is_err_and(super::cluster::spoils_the_connection)
+        }) {
+            *self.poisoned = true;
+        }
+        let values = answers
+            .into_iter()
+            .map(string_value)
+            .collect::<RedisResult<Vec<_>>>()?;
+        let now_ms = unix_ms(self.routed(&redis::cmd("TIME"))?)?;
+        Ok((now_ms, values))
+    }
+}
+
+/// A `GET`'s answer: the value, `None` for an absent key or one of another type (`WRONGTYPE`:
+/// not a record), the error otherwise.
+fn string_value(answer: RedisResult<Value>) -> RedisResult<Option<Vec<u8>>> {
+    match answer {
+        Ok(Value::Nil) => Ok(None),
+        Ok(value) => parse(value).map(Some),
+        Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// `TIME`'s answer in Unix ms.
+fn unix_ms(time: Value) -> RedisResult<i64> {
+    let (seconds, micros): (i64, i64) = parse(time)?;
+    Ok(seconds * 1000 + micros / 1000)
+}
+
+fn short_answer() -> RedisError {
+    RedisError::from((redis::ErrorKind::Client, "Redis answered a pipeline short"))
+}
+
+/// The primaries of the Cluster, by address, from `CLUSTER SLOTS` (each range's first node).
+fn primaries(connection: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let slots = connection.route_command(
+        &redis::cmd("CLUSTER").arg("SLOTS").clone(),
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+    )?;
+    let Value::Array(ranges) = slots else {
+        return Err(unexpected("CLUSTER SLOTS"));
+    };
+    let mut primaries: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(mut range) = range else {
+            return Err(unexpected("CLUSTER SLOTS"));
+        };
+        if range.len() < 3 {
+            return Err(unexpected("CLUSTER SLOTS"));
+        }
+        let Value::Array(mut node) = range.swap_remove(2) else {
+            return Err(unexpected("CLUSTER SLOTS"));
+        };
+        if node.len() < 2 {
+            return Err(unexpected("CLUSTER SLOTS"));
+        }
+        let port: u16 = parse(node.swap_remove(1))?;
+        let host: String = parse(node.swap_remove(0))?;
+        if !primaries.contains(&(host.clone(), port)) {
+            primaries.push((host, port));
+        }
+    }
+    Ok(primaries)
+}
+
+fn unexpected(what: &'static str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Client,
+        "unexpected answer",
+        format!("{what} answered in an unexpected shape"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_names(layout: KeyLayout, namespace: &str, prefix: &str, names: &[&str]) -> Vec<bool> {
+        let keys = Keys::new(namespace.to_owned(), layout).unwrap();
+        let prefix = KeyPrefix::new(prefix).unwrap();
+        let plan = Plan::new(&keys, &prefix);
+        names.iter().map(|name| plan.is_candidate(name)).collect()
+    }
+
+    #[test]
+    fn patterns_are_as_narrow_as_the_layout_allows() {
+        let keys = Keys::new("app*".to_owned(), KeyLayout::TypeScript).unwrap();
+        let prefix = KeyPrefix::new("job[1]").unwrap();
+        assert_eq!(Plan::new(&keys, &prefix).pattern, r"app\*:job\[1\]*");
+        let long = Keys::new("p".repeat(500), KeyLayout::TypeScript).unwrap();
+        assert_eq!(
+            Plan::new(&long, &prefix).pattern,
+            format!("{}:*", "p".repeat(500))
+        );
+        let cluster = Keys::new("app".to_owned(), KeyLayout::Cluster).unwrap();
+        assert_eq!(Plan::new(&cluster, &prefix).pattern, "app:{*");
+    }
+
+    #[test]
+    fn candidates_carry_the_prefix_or_a_hash() {
+        let hash = "AAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(
+            plan_names(
+                KeyLayout::TypeScript,
+                "sg",
+                "job",
+                &["sg:job1", "sg:jo", &format!("sg:{hash}"), "other:job"]
+            ),
+            [true, false, false, false]
+        );
+        let long = "p".repeat(500);
+        assert_eq!(
+            plan_names(
+                KeyLayout::TypeScript,
+                &long,
+                "job",
+                &[&format!("{long}:{hash}"), &format!("{long}:jo")]
+            ),
+            [true, false]
+        );
+        assert_eq!(
+            plan_names(
+                KeyLayout::Cluster,
+                "sg",
+                "job",
+                &[
+                    "sg:{job1}",
+                    &format!("sg:{{{hash}}}"),
+                    "sg:{jo}",
+                    "sg:id:{job}",
+                    "sg:{job"
+                ]
+            ),
+            [true, true, false, false, false]
+        );
+    }
+}
