@@ -370,7 +370,10 @@ impl PostgresBackend {
     /// Creates this backend's tables and indexes if missing ([`setup_schema`] with its table
     /// names). Idempotent; safe to call from every process at start-up.
     pub fn setup_schema(&self) -> Result<()> {
-        self.connections.batch(&schema::setup_sql(&self.tables))
+        self.connections.batch(&schema::setup_sql(&self.tables))?;
+        // The functions exist now: call them again (they store and read holder descriptions).
+        self.inline.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The storage key (`key` column) of a user key.
@@ -405,6 +408,9 @@ impl PostgresBackend {
                 result => return result,
             }
         }
+        // The statement may take fewer parameters than its function (acquire's holder).
+        let mut params = params;
+        params.truncate(op.inline.types.len());
         self.connections.query(&op.inline, params)
     }
 }
@@ -501,7 +507,8 @@ fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<Lock
             expires_at_ms: row.try_get("expires_at_ms").ok()?,
             acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
             fence: fence.parse::<Fence>().ok()?,
-            holder: None,
+            // Only the lookup functions answer it; inline statements and listings do not.
+            holder: row.try_get::<_, Option<String>>("holder").ok().flatten(),
         })
     };
     decoded().ok_or_else(|| {
@@ -525,7 +532,6 @@ impl Driver for PostgresBackend {
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
-        let _ = holder;
         let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
@@ -541,6 +547,8 @@ impl Driver for PostgresBackend {
                     fence_key.as_str().into(),
                     fence_max.into(),
                     TIME_TOLERANCE_MS.into(),
+                    // The function's only: the statement sent inline never stores a holder.
+                    holder.map(Holder::as_str).into(),
                 ],
             )
             .map_err(|error| {

@@ -49,6 +49,8 @@ fn setup_schema_creates_the_seed_tables_and_indexes_idempotently() {
         ("syncguard_locks.acquired_at_ms", "bigint", "NO"),
         ("syncguard_locks.fence", "text", "NO"),
         ("syncguard_locks.user_key", "text", "NO"),
+        // syncguard's own, optional (tables the TypeScript SyncGuard created lack it).
+        ("syncguard_locks.holder", "text", "YES"),
         ("syncguard_fence_counters.fence_key", "text", "NO"),
         ("syncguard_fence_counters.fence", "bigint", "NO"),
         ("syncguard_fence_counters.key_debug", "text", "YES"),
@@ -1066,13 +1068,14 @@ fn operations_go_through_the_server_functions() {
         .batch_execute(&format!(
             "CREATE OR REPLACE FUNCTION {locks}_by_key_v3(text, bigint) RETURNS TABLE (key text, \
              lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
-             text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', 4102444800000::bigint, \
-             0::bigint, '000000000000042', 'impostor' $$"
+             text, holder text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', \
+             4102444800000::bigint, 0::bigint, '000000000000042', 'impostor', 'an impostor' $$"
         ))
         .unwrap();
     let seen = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();
     assert_eq!(seen.key, "impostor");
     assert_eq!(seen.info.fence.value(), 42);
+    assert_eq!(seen.info.holder.as_deref(), Some("an impostor"));
     assert!(backend.release(&held.lock_id).unwrap());
 }
 
