@@ -29,8 +29,8 @@
 //!
 //! # Listing
 //!
-//! [`LockBackend::list`](crate::LockBackend::list) is one inline statement (tables the
-//! TypeScript SyncGuard created work too): the live rows whose `user_key` starts with the
+//! [`LockBackend::list`](crate::LockBackend::list) is one statement, through its server
+//! function (inline on tables the TypeScript SyncGuard created): the live rows whose `user_key` starts with the
 //! prefix, in byte order, one more than the limit. The user key has no index: the server reads
 //! the whole lock table and keeps the first rows in a top-N sort, within the statement
 //! deadline ([`PostgresBuilder::statement_timeout`]); a row that is not a SyncGuard record
@@ -507,7 +507,7 @@ fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<Lock
             expires_at_ms: row.try_get("expires_at_ms").ok()?,
             acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
             fence: fence.parse::<Fence>().ok()?,
-            // Only the lookup functions answer it; inline statements and listings do not.
+            // Only the lookup and list functions answer it; the statements sent inline do not.
             holder: row.try_get::<_, Option<String>>("holder").ok().flatten(),
         })
     };

@@ -185,3 +185,19 @@ BEGIN
 AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
 END
 $syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v3(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms)
+SELECT l.key, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence,
+l.user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder
+FROM "syncguard_locks" l, clock c
+WHERE starts_with(COALESCE(l.user_key, l.key), $1)
+AND (l.expires_at_ms > c.now_ms - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE)
+ORDER BY COALESCE(l.user_key, l.key) COLLATE "C"
+LIMIT $3;
+END
+$syncguard$;

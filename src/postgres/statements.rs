@@ -255,6 +255,10 @@ pub(crate) struct Statements {
     pub lookup_by_key: Op,
     /// `$1` lock id, `$2` tolerance ms → as `lookup_by_key`.
     pub lookup_by_id: Op,
+    /// `$1` prefix, `$2` tolerance ms, `$3` rows at most → the rows whose user key starts with
+    /// the prefix that are live or not SyncGuard records, in user-key byte order, with their
+    /// `holder` as `lookup_by_key` (see `list.rs`).
+    pub list: Op,
 }
 
 impl Statements {
@@ -470,11 +474,33 @@ impl Statements {
             ),
             lookup_by_key: lookup("by_key", "key"),
             lookup_by_id: lookup("by_id", "lock_id"),
+            list: {
+                let text = |holder: &str| {
+                    format!(
+                        "WITH clock AS (SELECT {NOW_MS} AS now_ms)\n\
+                         SELECT l.key, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence,\n\
+                                l.user_key, {holder} AS holder\n\
+                         FROM {locks} l, clock c\n\
+                         WHERE starts_with(COALESCE(l.user_key, l.key), $1)\n\
+                           AND (l.expires_at_ms > c.now_ms - $2 OR NOT {sound_l})\n\
+                         ORDER BY COALESCE(l.user_key, l.key) COLLATE \"C\"\n\
+                         LIMIT $3"
+                    )
+                };
+                Op::query_in_function(
+                    tables,
+                    "list",
+                    &[T::TEXT, T::INT8, T::INT8],
+                    row_columns,
+                    text("NULL::text"),
+                    text(&holder_l),
+                )
+            },
         }
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 8] {
+    fn all(&self) -> [&Op; 9] {
         [
             &self.acquire,
             &self.release,
@@ -484,6 +510,7 @@ impl Statements {
             &self.is_locked_with_cleanup,
             &self.lookup_by_key,
             &self.lookup_by_id,
+            &self.list,
         ]
     }
 

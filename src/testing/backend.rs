@@ -757,8 +757,8 @@ pub fn acquired_by<B: LockBackend + ?Sized>(
     }
 }
 
-/// The holder every lookup of `lease` (by key and by lock id, sanitised and raw) reports, after
-/// checking that they all report the same one.
+/// The holder every lookup of `lease` (by key and by lock id, sanitised and raw) and a listing
+/// under `key` report, after checking that they all report the same one.
 pub fn holder_of<B: LockBackend + ?Sized>(backend: &B, key: &str, lease: &Lease) -> Option<String> {
     let info = lookup_both(backend, key, lease);
     let raw_key = get_by_key_raw(backend, key)
@@ -769,6 +769,13 @@ pub fn holder_of<B: LockBackend + ?Sized>(backend: &B, key: &str, lease: &Lease)
         .expect("get_by_id_raw");
     assert_eq!(raw_key.info.holder, info.holder, "raw lookup by key");
     assert_eq!(raw_id.info.holder, info.holder, "raw lookup by lock id");
+    let listed = backend.list_raw(key, 10).unwrap();
+    let listed = listed
+        .locks
+        .iter()
+        .find(|lock| lock.lock_id == lease.lock_id)
+        .expect("listed under its key");
+    assert_eq!(listed.info.holder, info.holder, "a listing");
     info.holder
 }
 
