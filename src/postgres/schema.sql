@@ -1,6 +1,6 @@
 -- syncguard (Rust) and SyncGuard (TypeScript) share these tables: same names, columns, types
 -- and indexes (plus syncguard's optional `holder` column, which the TypeScript SyncGuard never
--- names). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
+-- writes and ignores). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
 -- For other table names, replace "syncguard_locks" and "syncguard_fence_counters" throughout
@@ -30,8 +30,9 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
   key_debug TEXT                   -- the user key, for people reading the table
 );
 
--- Who holds each lock (syncguard for Rust, optional: the TypeScript SyncGuard names its columns
--- and neither reads nor writes this one; tables it created lack it until this runs): the lock
+-- Who holds each lock (syncguard for Rust, optional: the TypeScript SyncGuard writes only the
+-- columns it names and reads only the fields it knows; tables it created lack it until this
+-- runs): the lock
 -- id of the lock described, a space, the description. Written and read by the functions below
 -- only; a description left from an earlier lock (another lock id) reads as none.
 ALTER TABLE syncguard_locks ADD COLUMN IF NOT EXISTS holder TEXT;

@@ -193,12 +193,13 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
 /// Part of every function's name; bump it whenever a statement or its parameters change.
 const FUNCTION_VERSION: &str = "v3";
 
-pub(super) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// The holder description of the row `l`, if it was written for the lock the row holds now: the
 /// `holder` column holds that lock's id, a space, and the description. The TypeScript
 /// SyncGuard's acquisition leaves the column as it was when it takes a key over from an expired
-/// lock of ours (it names its columns): that description is another lock's, and reads as none.
+/// lock of ours (it writes only the columns it names): that description is another lock's, and
+/// reads as none.
 fn holder_of(l: &str) -> String {
     format!(
         "CASE WHEN left({l}.holder, {id_and_space}) = {l}.lock_id || ' ' \
@@ -212,7 +213,7 @@ fn holder_of(l: &str) -> String {
 /// id of 22 base64url characters, no NULLs. The same rule as the decoding in Rust
 /// (`lock_record`). A row that is not is never taken over, renewed, released or swept: every
 /// operation reports it (`malformed` / `malformed_key` columns), as an `Internal` error.
-pub(super) fn sound(l: &str) -> String {
+fn sound(l: &str) -> String {
     format!(
         "({l}.fence ~ '^[0-9]{{15}}$' AND {l}.fence <> '000000000000000' \
          AND {l}.lock_id ~ '^[A-Za-z0-9_-]{{22}}$' AND {l}.expires_at_ms IS NOT NULL \
