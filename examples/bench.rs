@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use syncguard::driver::{
-    Acquisition, Driver, Extension, Find, Key, LeaseRef, LockRecord, OnRelease, Outcome,
+    Acquisition, Driver, Extension, Find, Holder, Key, LeaseRef, LockRecord, OnRelease, Outcome,
     ReleaseWatch, Ttl,
 };
 use syncguard::{
@@ -825,8 +825,13 @@ impl Driver for CountingRenewals {
     fn describe(&self) -> Capabilities {
         self.inner.describe()
     }
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> syncguard::Result<Acquisition> {
-        self.inner.try_acquire(key, ttl)
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> syncguard::Result<Acquisition> {
+        self.inner.try_acquire(key, ttl, holder)
     }
     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
         self.inner.release_lease(lease)

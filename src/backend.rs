@@ -44,7 +44,7 @@ pub trait LockBackend: Driver {
     /// Contention is [`AcquireOutcome::Locked`], not an error.
     fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
-        Ok(match self.try_acquire(&key, ttl)? {
+        Ok(match self.try_acquire(&key, ttl, None)? {
             Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
             Acquisition::Locked => AcquireOutcome::Locked,
         })
@@ -194,7 +194,8 @@ pub enum Lookup<'a> {
 }
 
 /// A live lock, sanitised: identifiers appear only as [`hash_key`] hashes, so it is safe to log.
-/// Serialises with the camelCase names of the TypeScript SyncGuard.
+/// Serialises with the camelCase names of the TypeScript SyncGuard, plus `holder` (`null` when
+/// there is none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LockInfo {
@@ -208,6 +209,12 @@ pub struct LockInfo {
     pub acquired_at_ms: i64,
     /// The fencing token of the acquisition.
     pub fence: Fence,
+    /// Who holds it, as its holder described itself when acquiring
+    /// ([`LockOptions::holder`](crate::LockOptions::holder); the `syncguard` command stores
+    /// `host:pid command`). `None` when it gave no description, or the lock was taken by the
+    /// TypeScript SyncGuard or through a store that keeps none (PostgreSQL tables without
+    /// `syncguard setup`). A description, not an identifier: shown as it is, not hashed.
+    pub holder: Option<String>,
 }
 
 /// A live lock with its raw key and lock id, from [`get_by_key_raw`] / [`get_by_id_raw`].
@@ -225,7 +232,8 @@ pub struct LockInfoDebug {
 }
 
 impl LockInfoDebug {
-    /// Builds the record from raw stored values, computing the hashes.
+    /// Builds the record from raw stored values, computing the hashes; no holder (see
+    /// [`with_holder`](LockInfoDebug::with_holder)).
     pub fn new(
         key: impl Into<String>,
         lock_id: impl Into<String>,
@@ -242,10 +250,18 @@ impl LockInfoDebug {
                 expires_at_ms,
                 acquired_at_ms,
                 fence,
+                holder: None,
             },
             key,
             lock_id,
         }
+    }
+
+    /// With the holder description stored with the lock.
+    #[must_use]
+    pub fn with_holder(mut self, holder: Option<String>) -> Self {
+        self.info.holder = holder;
+        self
     }
 }
 
@@ -258,6 +274,7 @@ impl From<LockRecord> for LockInfoDebug {
             record.acquired_at_ms,
             record.fence,
         )
+        .with_holder(record.holder)
     }
 }
 

@@ -11,8 +11,9 @@
 //!
 //! What the types guarantee, so a driver need not check again:
 //! - a [`Key`] is NFC-normalised and 1 to 512 bytes; a [`LockId`] has the lock-id shape; a
-//!   [`Ttl`] is a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`] (10^13 ms) — all
-//!   checked before any I/O, where they entered the crate;
+//!   [`Ttl`] is a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`] (10^13 ms); a
+//!   [`Holder`] is 1 to 256 bytes without control characters — all checked before any I/O,
+//!   where they entered the crate;
 //! - a [`LeaseRef`] names a lease by its lock id and, when its holder knows them, its key and
 //!   the [`Version`] the store reported for it, so a driver can go straight to the record.
 //!
@@ -40,7 +41,7 @@
 //!     fn describe(&self) -> Capabilities {
 //!         Capabilities::new("toy", true, TimeAuthority::Client)
 //!     }
-//!     fn try_acquire(&self, key: &Key, ttl: Ttl) -> syncguard::Result<Acquisition> {
+//!     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> syncguard::Result<Acquisition> {
 //!         let now = SystemClock.now_ms();
 //!         let mut state = self.0.lock().unwrap();
 //!         let (locks, fences) = &mut *state;
@@ -52,7 +53,7 @@
 //!         let lease = Lease { lock_id: generate_lock_id(), fence: Fence::from_counter(*counter)?, expires_at_ms: now + ttl.as_millis() };
 //!         locks.insert(key.to_string(), LockRecord {
 //!             key: key.to_string(), lock_id: lease.lock_id.clone(), expires_at_ms: lease.expires_at_ms,
-//!             acquired_at_ms: now, fence: lease.fence,
+//!             acquired_at_ms: now, fence: lease.fence, holder: holder.map(|h| h.to_string()),
 //!         });
 //!         Ok(Acquisition::granted(lease.lock_id, lease.fence, lease.expires_at_ms, None))
 //!     }
@@ -108,6 +109,7 @@ use crate::fence::Fence;
 
 pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
 pub use crate::hash::hash_key;
+pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
 pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
@@ -127,8 +129,10 @@ pub trait Driver: Send + Sync {
     fn describe(&self) -> Capabilities;
 
     /// Takes the lock on `key` for `ttl` unless a live lock exists, with a fresh lock id and the
-    /// key's next fence. The expiry comes from the store's time authority.
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition>;
+    /// key's next fence. The expiry comes from the store's time authority. `holder`, when
+    /// given, is stored with the lock and returned by [`find`](Driver::find) for as long as
+    /// this lock lives (never for a later lock on the key).
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition>;
 
     /// Deletes the lock `lease` names if it is stored under its lock id. `Applied` only when it
     /// was live; an expired one is removed too, and answered [`Outcome::Expired`].
@@ -203,8 +207,13 @@ macro_rules! forward_driver {
             fn describe(&self) -> Capabilities {
                 (**self).describe()
             }
-            fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
-                (**self).try_acquire(key, ttl)
+            fn try_acquire(
+                &self,
+                key: &Key,
+                ttl: Ttl,
+                holder: Option<&Holder>,
+            ) -> Result<Acquisition> {
+                (**self).try_acquire(key, ttl, holder)
             }
             fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
                 (**self).release_lease(lease)
@@ -402,6 +411,9 @@ pub struct LockRecord {
     pub acquired_at_ms: i64,
     /// The fencing token of the acquisition.
     pub fence: Fence,
+    /// Who holds it, as described when it was acquired ([`Holder`]); `None` when no
+    /// description was given or the store keeps none (a lock the TypeScript SyncGuard took).
+    pub holder: Option<String>,
 }
 
 impl fmt::Debug for LockRecord {
@@ -412,6 +424,7 @@ impl fmt::Debug for LockRecord {
             .field("expires_at_ms", &self.expires_at_ms)
             .field("acquired_at_ms", &self.acquired_at_ms)
             .field("fence", &self.fence)
+            .field("holder", &self.holder)
             .finish()
     }
 }

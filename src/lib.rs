@@ -86,6 +86,7 @@ pub mod driver;
 mod error;
 mod fence;
 mod hash;
+mod holder;
 mod key;
 mod listing;
 mod lock_id;

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, KeyPrefix, LeaseRef, ListLimit, LockList, LockRecord,
-    OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
 };
 use crate::error::Result;
 use crate::fence::Fence;
@@ -71,6 +71,7 @@ struct Entry {
     expires_at_ms: i64,
     acquired_at_ms: i64,
     fence: Fence,
+    holder: Option<String>,
 }
 
 const MIN_SWEEP_AT: usize = 1024;
@@ -84,6 +85,7 @@ impl Entry {
             expires_at_ms: self.expires_at_ms,
             acquired_at_ms: self.acquired_at_ms,
             fence: self.fence,
+            holder: self.holder.clone(),
         }
     }
 }
@@ -216,7 +218,7 @@ impl Driver for MemoryBackend {
         Capabilities::new("memory", true, TimeAuthority::Client)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
@@ -241,6 +243,7 @@ impl Driver for MemoryBackend {
                 expires_at_ms,
                 acquired_at_ms: now_ms,
                 fence,
+                holder: holder.map(Holder::to_string),
             },
         );
         Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::backend::Capabilities;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, KeyPrefix, LeaseRef, ListLimit, LockList, LockRecord,
-    OnRelease, Outcome, ReleaseWatch, Ttl,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -273,8 +273,9 @@ impl<B: Driver> Driver for Telemetry<B> {
         self.inner.describe()
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
-        let outcome = self.inner.try_acquire(key, ttl);
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        // The holder description is never part of an event: events carry hashes only.
+        let outcome = self.inner.try_acquire(key, ttl, holder);
         let lock_id = match &outcome {
             Ok(Acquisition::Acquired { lease, .. }) => Some(lease.lock_id.as_str()),
             _ => None,
@@ -433,6 +434,32 @@ mod tests {
         assert!(events[1].key_hash.is_some());
     }
 
+    /// A holder description reaches the store and lookups, never an event (not even with raw
+    /// identifiers on).
+    #[test]
+    fn holders_stay_out_of_events() {
+        let (backend, events) = recorded(true);
+        let holder = Holder::new("web-1:4242 ./nightly.sh").unwrap();
+        let key = Key::new("job").unwrap();
+        let ttl = Ttl::new(TTL).unwrap();
+        let Acquisition::Acquired { lease, .. } =
+            backend.try_acquire(&key, ttl, Some(&holder)).unwrap()
+        else {
+            panic!("free key");
+        };
+        let info = backend
+            .lookup(crate::Lookup::LockId(&lease.lock_id))
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.holder.as_deref(), Some(holder.as_str()));
+        let events = events.lock().unwrap();
+        assert_eq!(events.len(), 2);
+        for event in events.iter() {
+            let shown = format!("{event:?} {}", serde_json::to_string(event).unwrap());
+            assert!(!shown.contains("web-1"), "{shown}");
+        }
+    }
+
     #[test]
     fn errors_are_reported_with_their_code() {
         let events = Arc::new(Mutex::new(Vec::new()));
@@ -476,7 +503,7 @@ mod tests {
         fn describe(&self) -> Capabilities {
             Capabilities::new("failing", true, crate::TimeAuthority::Server)
         }
-        fn try_acquire(&self, _: &Key, _: Ttl) -> Result<Acquisition> {
+        fn try_acquire(&self, _: &Key, _: Ttl, _: Option<&Holder>) -> Result<Acquisition> {
             Err(down())
         }
         fn release_lease(&self, _: LeaseRef<'_>) -> Result<Outcome<()>> {

@@ -20,7 +20,9 @@
 //!
 //! In collection `locks`, document `msk("", key)` (see [`make_storage_key`], limit 1500 bytes):
 //! `lockId` (string), `expiresAtMs` and `acquiredAtMs` (integer), `key` (string), `fence`
-//! (string, 15 digits). In `fence_counters`, document `msk("", "fence:" + lock doc id)`:
+//! (string, 15 digits), and `holder` (string) when the holder described itself
+//! ([`LockOptions::holder`](crate::LockOptions::holder); the TypeScript SyncGuard writes no
+//! such field and ignores it). In `fence_counters`, document `msk("", "fence:" + lock doc id)`:
 //! `fence` (string, 15 digits) and `keyDebug` (string); never deleted. A document id Firestore
 //! would reject (containing `/`, `.` or `..`, or of the form `__…__`) is replaced by its hashed
 //! form, step 4 of [`make_storage_key`].
@@ -131,8 +133,9 @@ pub use self::skew::ClockSkew;
 use self::rest::{Document, RestClient, RestError, integer_value, string_value};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockId, LockList,
-    LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live, make_storage_key,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+    make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -516,6 +519,7 @@ struct LockDoc {
     acquired_at_ms: i64,
     key: String,
     fence: Fence,
+    holder: Option<String>,
     name: String,
     update_time: String,
 }
@@ -528,7 +532,9 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 impl LockDoc {
     /// A SyncGuard lock record, or why the document is not one: `lockId` a non-empty string,
     /// `expiresAtMs` and `acquiredAtMs` integers from 0 to 2^53 − 1, `key` a string, `fence`
-    /// 15 digits (not all zero). Other fields are tolerated (a later version may add some).
+    /// 15 digits (not all zero). Other fields are tolerated (a later version may add some);
+    /// `holder`, ours, is read when it is a string (it is absent from the TypeScript
+    /// SyncGuard's documents, and anything else under that name is not ours: none).
     ///
     /// Anything else is stored data that is not a lock — reading again finds the same — so
     /// every operation answers it alike: `Internal`, naming the key (`key`, the key the
@@ -574,6 +580,7 @@ impl LockDoc {
             acquired_at_ms,
             key: stored_key.to_owned(),
             fence,
+            holder: document.string("holder").map(str::to_owned),
             name: document.name().to_owned(),
             update_time: document.update_time().to_owned(),
         })
@@ -586,6 +593,7 @@ impl LockDoc {
             expires_at_ms: self.expires_at_ms,
             acquired_at_ms: self.acquired_at_ms,
             fence: self.fence,
+            holder: self.holder,
         }
     }
 }
@@ -747,7 +755,12 @@ impl FirestoreBackend {
         }
     }
 
-    fn acquire_once(&self, user_key: &str, ttl_ms: i64) -> OpResult<Attempt<Acquisition>> {
+    fn acquire_once(
+        &self,
+        user_key: &str,
+        ttl_ms: i64,
+        holder: Option<&Holder>,
+    ) -> OpResult<Attempt<Acquisition>> {
         let lock_doc_id = document_id(user_key)?;
         let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
         let fence_name = self
@@ -770,15 +783,22 @@ impl FirestoreBackend {
         let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
         let lock_id = LockId::generate().into_string();
         let expires_at_ms = now.saturating_add(ttl_ms);
+        let mut lock_fields = json!({
+            "lockId": string_value(&lock_id),
+            "expiresAtMs": integer_value(expires_at_ms),
+            "acquiredAtMs": integer_value(now),
+            "key": string_value(user_key),
+            "fence": string_value(&fence.to_string()),
+        });
+        if let Some(holder) = holder {
+            // An extra field: the TypeScript SyncGuard's renewals keep it (they update
+            // `expiresAtMs` only), its reads ignore it, and its acquisitions replace the whole
+            // document, so a description never outlives its lock.
+            lock_fields["holder"] = string_value(holder.as_str());
+        }
         let writes = vec![
             json!({
-                "update": { "name": lock_name, "fields": {
-                    "lockId": string_value(&lock_id),
-                    "expiresAtMs": integer_value(expires_at_ms),
-                    "acquiredAtMs": integer_value(now),
-                    "key": string_value(user_key),
-                    "fence": string_value(&fence.to_string()),
-                }},
+                "update": { "name": lock_name, "fields": lock_fields },
                 "currentDocument": unchanged_since(lock_doc),
             }),
             json!({
@@ -954,9 +974,9 @@ impl Driver for FirestoreBackend {
         Capabilities::new("firestore", true, TimeAuthority::Client)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
         self.check_skew()?;
-        self.with_retries(|| self.acquire_once(key.as_str(), ttl.as_millis()))
+        self.with_retries(|| self.acquire_once(key.as_str(), ttl.as_millis(), holder))
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {

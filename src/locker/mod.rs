@@ -215,6 +215,7 @@ impl<B: Driver + 'static> Locker<B> {
         let ttl = Ttl::new(options.ttl)?;
         options.validated_heartbeat()?;
         options.validated_holds()?;
+        let holder = options.validated_holder()?;
         // Before acquiring: a thread that cannot start must not leave a lock behind. It renews
         // leases and reports them lost at their deadlines, also with the heartbeat off.
         let store: Weak<dyn Store> = self.shared.this.clone();
@@ -239,7 +240,7 @@ impl<B: Driver + 'static> Locker<B> {
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
             let sent = Instant::now();
-            match self.shared.backend.try_acquire(&key, ttl) {
+            match self.shared.backend.try_acquire(&key, ttl, holder.as_ref()) {
                 Ok(Acquisition::Acquired { lease, version }) => break (lease, version, sent),
                 Ok(Acquisition::Locked) => {
                     failure = None;

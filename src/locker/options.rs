@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::cancel::CancelToken;
 use crate::error::{LockError, Result};
+use crate::holder::Holder;
 use crate::locker::retry::{Backoff, Jitter};
 
 /// Called with the error when a release fails (from `Drop`, or `with_lock`).
@@ -56,6 +57,7 @@ impl Heartbeat {
 /// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] (every ttl/3) |
 /// | [`max_hold`](LockOptions::max_hold) | none |
 /// | [`min_hold`](LockOptions::min_hold) | none |
+/// | [`holder`](LockOptions::holder) | none |
 ///
 /// ```
 /// use std::time::Duration;
@@ -80,6 +82,7 @@ pub struct LockOptions {
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) min_hold: Option<Duration>,
+    pub(crate) holder: Option<String>,
     pub(crate) on_lock_lost: Option<LostCallback>,
     pub(crate) on_release_error: Option<ReleaseErrorCallback>,
 }
@@ -98,6 +101,7 @@ impl Default for LockOptions {
             cancel: None,
             max_hold: None,
             min_hold: None,
+            holder: None,
             on_lock_lost: None,
             on_release_error: None,
         }
@@ -205,6 +209,30 @@ impl LockOptions {
         self
     }
 
+    /// Says who takes the lock: a short description (a host, a process, a job) stored with it
+    /// and returned by lookups ([`LockInfo::holder`](crate::LockInfo::holder), `syncguard
+    /// status`), so that whoever finds the lock held can see by whom. 1 to 256 UTF-8 bytes, no
+    /// control characters ([`Holder`](crate::driver::Holder)); anything else fails the lock
+    /// call with `InvalidArgument` before any I/O. Not a secret and not hashed: never put one
+    /// in it. Stored beside the record the TypeScript SyncGuard reads, which ignores it.
+    /// Default: none.
+    ///
+    /// ```
+    /// use syncguard::{LockOptions, Locker, MemoryBackend, get_by_key};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let options = LockOptions::default().holder("billing-worker-3 (pid 4242)");
+    /// let _guard = locker.lock_with("invoices", &options)?;
+    /// let info = get_by_key(locker.backend(), "invoices")?.expect("held");
+    /// assert_eq!(info.holder.as_deref(), Some("billing-worker-3 (pid 4242)"));
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    #[must_use]
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
     /// A token that ends the wait with `Aborted` when cancelled.
     #[must_use]
     pub fn cancel(mut self, cancel: CancelToken) -> Self {
@@ -254,6 +282,11 @@ impl LockOptions {
         Ok(())
     }
 
+    /// The holder description, checked, before any I/O.
+    pub(crate) fn validated_holder(&self) -> Result<Option<Holder>> {
+        self.holder.as_deref().map(Holder::new).transpose()
+    }
+
     pub(crate) fn validated_heartbeat(&self) -> Result<Option<Duration>> {
         if let Heartbeat::Every(every) = self.heartbeat
             && (every.is_zero() || every >= self.ttl)
@@ -281,6 +314,7 @@ impl fmt::Debug for LockOptions {
             .field("cancel", &self.cancel)
             .field("max_hold", &self.max_hold)
             .field("min_hold", &self.min_hold)
+            .field("holder", &self.holder)
             .field("on_lock_lost", &self.on_lock_lost.is_some())
             .field("on_release_error", &self.on_release_error.is_some())
             .finish()

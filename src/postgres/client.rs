@@ -32,6 +32,8 @@ use crate::error::{ErrorCode, LockError};
 #[derive(Debug, Clone)]
 pub(crate) enum Param {
     Text(String),
+    /// A text that may be NULL.
+    OptionalText(Option<String>),
     Int8(i64),
     TextArray(Vec<String>),
     Int8Array(Vec<i64>),
@@ -41,6 +43,7 @@ impl Param {
     fn as_sql(&self) -> &(dyn ToSql + Sync) {
         match self {
             Param::Text(text) => text,
+            Param::OptionalText(text) => text,
             Param::Int8(number) => number,
             Param::TextArray(texts) => texts,
             Param::Int8Array(numbers) => numbers,
@@ -51,6 +54,12 @@ impl Param {
 impl From<&str> for Param {
     fn from(text: &str) -> Param {
         Param::Text(text.to_owned())
+    }
+}
+
+impl From<Option<&str>> for Param {
+    fn from(text: Option<&str>) -> Param {
+        Param::OptionalText(text.map(str::to_owned))
     }
 }
 

@@ -29,8 +29,8 @@
 //!
 //! # Listing
 //!
-//! [`LockBackend::list`](crate::LockBackend::list) is one inline statement (tables the
-//! TypeScript SyncGuard created work too): the live rows whose `user_key` starts with the
+//! [`LockBackend::list`](crate::LockBackend::list) is one statement, through its server
+//! function (inline on tables the TypeScript SyncGuard created): the live rows whose `user_key` starts with the
 //! prefix, in byte order, one more than the limit. The user key has no index: the server reads
 //! the whole lock table and keeps the first rows in a top-N sort, within the statement
 //! deadline ([`PostgresBuilder::statement_timeout`]); a row that is not a SyncGuard record
@@ -164,8 +164,8 @@ use self::errors::ServerError;
 use self::statements::{Op, Statements};
 use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
+    LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
     make_storage_key,
 };
 use crate::error::{ErrorCode, LockError, Result};
@@ -370,7 +370,10 @@ impl PostgresBackend {
     /// Creates this backend's tables and indexes if missing ([`setup_schema`] with its table
     /// names). Idempotent; safe to call from every process at start-up.
     pub fn setup_schema(&self) -> Result<()> {
-        self.connections.batch(&schema::setup_sql(&self.tables))
+        self.connections.batch(&schema::setup_sql(&self.tables))?;
+        // The functions exist now: call them again (they store and read holder descriptions).
+        self.inline.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The storage key (`key` column) of a user key.
@@ -405,7 +408,9 @@ impl PostgresBackend {
                 result => return result,
             }
         }
-        self.connections.query(&op.inline, &params)
+        // The statement may take fewer parameters than its function (acquire's holder).
+        let inline_params = params.len().min(op.inline.types.len());
+        self.connections.query(&op.inline, &params[..inline_params])
     }
 }
 
@@ -501,6 +506,8 @@ fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<Lock
             expires_at_ms: row.try_get("expires_at_ms").ok()?,
             acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
             fence: fence.parse::<Fence>().ok()?,
+            // Only the lookup and list functions answer it; the statements sent inline do not.
+            holder: row.try_get::<_, Option<String>>("holder").ok().flatten(),
         })
     };
     decoded().ok_or_else(|| {
@@ -523,7 +530,7 @@ impl Driver for PostgresBackend {
         Capabilities::new("postgres", true, TimeAuthority::Server)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
         let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
@@ -539,6 +546,8 @@ impl Driver for PostgresBackend {
                     fence_key.as_str().into(),
                     fence_max.into(),
                     TIME_TOLERANCE_MS.into(),
+                    // The function's only: the statement sent inline never stores a holder.
+                    holder.map(Holder::as_str).into(),
                 ],
             )
             .map_err(|error| {

@@ -1,5 +1,6 @@
 -- syncguard (Rust) and SyncGuard (TypeScript) share these tables: same names, columns, types
--- and indexes. Apply once, e.g. `psql -d myapp -f schema.sql`, or call
+-- and indexes (plus syncguard's optional `holder` column, which the TypeScript SyncGuard never
+-- writes and ignores). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
 -- For other table names, replace "syncguard_locks" and "syncguard_fence_counters" throughout
@@ -29,11 +30,18 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
   key_debug TEXT                   -- the user key, for people reading the table
 );
 
+-- Who holds each lock (syncguard for Rust, optional: the TypeScript SyncGuard writes only the
+-- columns it names and reads only the fields it knows; tables it created lack it until this
+-- runs): the lock
+-- id of the lock described, a space, the description. Written and read by the functions below
+-- only; a description left from an earlier lock (another lock id) reads as none.
+ALTER TABLE syncguard_locks ADD COLUMN IF NOT EXISTS holder TEXT;
+
 -- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
 -- one statement of the backend does, with plans cached per server connection: without them
 -- the statements are sent inline, planned on every call. Generated from the source; the
 -- version suffix changes with the statements.
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -55,12 +63,14 @@ IF counter IS NULL THEN
 SELECT f.fence INTO bad_counter FROM "syncguard_fence_counters" f WHERE f.fence_key = $5;
 RETURN;
 END IF;
-INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
-VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4)
+INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
+VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4,
+$2 || ' ' || $8)
 ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,
 expires_at_ms = EXCLUDED.expires_at_ms,
 acquired_at_ms = EXCLUDED.acquired_at_ms,
-fence = EXCLUDED.fence, user_key = EXCLUDED.user_key
+fence = EXCLUDED.fence, user_key = EXCLUDED.user_key,
+holder = EXCLUDED.holder
 WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7
 OR l.lock_id = EXCLUDED.lock_id
 RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
@@ -158,21 +168,37 @@ END
 $syncguard$;
 
 CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
-fence text, user_key text)
+fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
-  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" l WHERE l.key = $1
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder FROM "syncguard_locks" l WHERE l.key = $1
 AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
 END
 $syncguard$;
 
 CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
-fence text, user_key text)
+fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
-  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key FROM "syncguard_locks" l WHERE l.lock_id = $1
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder FROM "syncguard_locks" l WHERE l.lock_id = $1
 AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v3(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms)
+SELECT l.key, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence,
+l.user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder
+FROM "syncguard_locks" l, clock c
+WHERE starts_with(COALESCE(l.user_key, l.key), $1)
+AND (l.expires_at_ms > c.now_ms - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE)
+ORDER BY COALESCE(l.user_key, l.key) COLLATE "C"
+LIMIT $3;
 END
 $syncguard$;

@@ -85,13 +85,27 @@ impl Op {
         returns: &str,
         text: String,
     ) -> Op {
+        Op::query_in_function(tables, name, types, returns, text.clone(), text)
+    }
+
+    /// An operation whose function runs `in_function`, a statement with the same parameters
+    /// and result columns as the one sent inline, `text` (the lookups: only the function,
+    /// which `setup` installs with the `holder` column, reads that column).
+    fn query_in_function(
+        tables: &TableNames,
+        name: &str,
+        types: &'static [Type],
+        returns: &str,
+        text: String,
+        in_function: String,
+    ) -> Op {
         // `use_column`: the result columns share names with table columns; the statement
         // means the table's.
         let definition = format!(
             ") RETURNS TABLE ({returns})\n\
              LANGUAGE plpgsql AS $syncguard$\n\
              #variable_conflict use_column\n\
-             BEGIN\n  RETURN QUERY {text};\nEND\n$syncguard$;\n"
+             BEGIN\n  RETURN QUERY {in_function};\nEND\n$syncguard$;\n"
         );
         Op::new(tables, name, types, text, definition)
     }
@@ -140,10 +154,18 @@ impl Op {
         }
     }
 
+    /// The same operation, whose statement sent inline takes only the first `count` of the
+    /// function's parameters: the function takes more (acquire's holder, which the statement
+    /// — sent on tables that may lack the `holder` column — never names).
+    fn inline_takes_first(mut self, count: usize) -> Op {
+        self.inline.types = &self.inline.types[..count.min(self.inline.types.len())];
+        self
+    }
+
     /// `CREATE OR REPLACE FUNCTION …` for this operation.
     fn function_ddl(&self) -> String {
         let params: Vec<&str> = self
-            .inline
+            .call
             .types
             .iter()
             .map(|t| match *t {
@@ -171,13 +193,27 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
 /// Part of every function's name; bump it whenever a statement or its parameters change.
 const FUNCTION_VERSION: &str = "v3";
 
-pub(super) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The holder description of the row `l`, if it was written for the lock the row holds now: the
+/// `holder` column holds that lock's id, a space, and the description. The TypeScript
+/// SyncGuard's acquisition leaves the column as it was when it takes a key over from an expired
+/// lock of ours (it writes only the columns it names): that description is another lock's, and
+/// reads as none.
+fn holder_of(l: &str) -> String {
+    format!(
+        "CASE WHEN left({l}.holder, {id_and_space}) = {l}.lock_id || ' ' \
+         THEN substr({l}.holder, {description}) END",
+        id_and_space = crate::driver::LOCK_ID_LENGTH + 1,
+        description = crate::driver::LOCK_ID_LENGTH + 2,
+    )
+}
 
 /// Whether the row `l` is a SyncGuard lock record: a fence of 15 digits (not all zero), a lock
 /// id of 22 base64url characters, no NULLs. The same rule as the decoding in Rust
 /// (`lock_record`). A row that is not is never taken over, renewed, released or swept: every
 /// operation reports it (`malformed` / `malformed_key` columns), as an `Internal` error.
-pub(super) fn sound(l: &str) -> String {
+fn sound(l: &str) -> String {
     format!(
         "({l}.fence ~ '^[0-9]{{15}}$' AND {l}.fence <> '000000000000000' \
          AND {l}.lock_id ~ '^[A-Za-z0-9_-]{{22}}$' AND {l}.expires_at_ms IS NOT NULL \
@@ -188,7 +224,9 @@ pub(super) fn sound(l: &str) -> String {
 /// The statements for one pair of tables (names are validated identifiers).
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
-    /// `$7` tolerance ms → one row: `fence` (text, null unless acquired), `expires_at_ms`,
+    /// `$7` tolerance ms, and for the function only `$8` the holder description (NULL: none),
+    /// stored in the `holder` column after the lock id (see `holder_of`) → one row: `fence`
+    /// (text, null unless acquired), `expires_at_ms`,
     /// `bad_counter` (the key's fence counter when no fence can follow it — below 0, or at the
     /// largest fence — checked before anything is written: then nothing was), `malformed`
     /// (true when the key's row is not a SyncGuard record: then nothing was written).
@@ -213,10 +251,15 @@ pub(crate) struct Statements {
     /// `malformed`.
     pub is_locked_with_cleanup: Op,
     /// `$1` key, `$2` tolerance ms → the live row, if any, or one that is not a SyncGuard
-    /// record (live or not).
+    /// record (live or not), with its `holder` description (the statement: always NULL, as it
+    /// never names the column, which tables the TypeScript SyncGuard created lack).
     pub lookup_by_key: Op,
     /// `$1` lock id, `$2` tolerance ms → as `lookup_by_key`.
     pub lookup_by_id: Op,
+    /// `$1` prefix, `$2` tolerance ms, `$3` rows at most → the rows whose user key starts with
+    /// the prefix that are live or not SyncGuard records, in user-key byte order, with their
+    /// `holder` as `lookup_by_key` (see `list.rs`).
+    pub list: Op,
 }
 
 impl Statements {
@@ -227,8 +270,26 @@ impl Statements {
         let row = "key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key";
         let op = |name, types, returns, text| Op::query(tables, name, types, returns, text);
         let row_columns = "key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,\n\
-                           fence text, user_key text";
+                           fence text, user_key text, holder text";
         let (sound_l, sound_x) = (sound("l"), sound("x"));
+        let holder_l = holder_of("l");
+        // A lookup: the statement sent inline reads no `holder` column, the function does.
+        let lookup = |name, by: &str| {
+            let text = |holder: &str| {
+                format!(
+                    "SELECT {row}, {holder} AS holder FROM {locks} l WHERE l.{by} = $1\n\
+                     AND (l.expires_at_ms > {NOW_MS} - $2 OR NOT {sound_l})"
+                )
+            };
+            Op::query_in_function(
+                tables,
+                name,
+                &[Type::TEXT, Type::INT8],
+                row_columns,
+                text("NULL::text"),
+                text(&holder_l),
+            )
+        };
         use Type as T;
         Statements {
             acquire: Op::steps(
@@ -242,6 +303,7 @@ impl Statements {
                     T::TEXT,
                     T::INT8,
                     T::INT8,
+                    T::TEXT,
                 ],
                 "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean",
                 format!(
@@ -295,18 +357,21 @@ impl Statements {
                      SELECT f.fence INTO bad_counter FROM {fences} f WHERE f.fence_key = $5;\n\
                      RETURN;\n\
                  END IF;\n\
-                 INSERT INTO {locks} AS l ({row})\n\
-                     VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4)\n\
+                 INSERT INTO {locks} AS l ({row}, holder)\n\
+                     VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4,\n\
+                             $2 || ' ' || $8)\n\
                      ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,\n\
                          expires_at_ms = EXCLUDED.expires_at_ms,\n\
                          acquired_at_ms = EXCLUDED.acquired_at_ms,\n\
-                         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key\n\
+                         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key,\n\
+                         holder = EXCLUDED.holder\n\
                      WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7\n\
                         OR l.lock_id = EXCLUDED.lock_id\n\
                      RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;\n\
                  END"
                 ),
-            ),
+            )
+            .inline_takes_first(7),
             release: Op::steps(
                 tables,
                 "release",
@@ -408,29 +473,35 @@ impl Statements {
                  (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1) AS malformed"
                 ),
             ),
-            lookup_by_key: op(
-                "by_key",
-                &[T::TEXT, T::INT8],
-                row_columns,
-                format!(
-                    "SELECT {row} FROM {locks} l WHERE l.key = $1\n\
-                 AND (l.expires_at_ms > {NOW_MS} - $2 OR NOT {sound_l})"
-                ),
-            ),
-            lookup_by_id: op(
-                "by_id",
-                &[T::TEXT, T::INT8],
-                row_columns,
-                format!(
-                    "SELECT {row} FROM {locks} l WHERE l.lock_id = $1\n\
-                 AND (l.expires_at_ms > {NOW_MS} - $2 OR NOT {sound_l})"
-                ),
-            ),
+            lookup_by_key: lookup("by_key", "key"),
+            lookup_by_id: lookup("by_id", "lock_id"),
+            list: {
+                let text = |holder: &str| {
+                    format!(
+                        "WITH clock AS (SELECT {NOW_MS} AS now_ms)\n\
+                         SELECT l.key, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence,\n\
+                                l.user_key, {holder} AS holder\n\
+                         FROM {locks} l, clock c\n\
+                         WHERE starts_with(COALESCE(l.user_key, l.key), $1)\n\
+                           AND (l.expires_at_ms > c.now_ms - $2 OR NOT {sound_l})\n\
+                         ORDER BY COALESCE(l.user_key, l.key) COLLATE \"C\"\n\
+                         LIMIT $3"
+                    )
+                };
+                Op::query_in_function(
+                    tables,
+                    "list",
+                    &[T::TEXT, T::INT8, T::INT8],
+                    row_columns,
+                    text("NULL::text"),
+                    text(&holder_l),
+                )
+            },
         }
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 8] {
+    fn all(&self) -> [&Op; 9] {
         [
             &self.acquire,
             &self.release,
@@ -440,6 +511,7 @@ impl Statements {
             &self.is_locked_with_cleanup,
             &self.lookup_by_key,
             &self.lookup_by_id,
+            &self.list,
         ]
     }
 

@@ -270,9 +270,9 @@ use crate::backend::{Capabilities, TimeAuthority};
 #[cfg(test)]
 use crate::driver::make_storage_key;
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Key, KeyPrefix, LOCK_ID_LENGTH, LeaseRef,
-    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS,
-    Ttl,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LOCK_ID_LENGTH,
+    LeaseRef, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch,
+    TIME_TOLERANCE_MS, Ttl,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -705,6 +705,10 @@ struct StoredLock {
     acquired_at_ms: f64,
     key: String,
     fence: String,
+    /// Ours when a string; anything else under that name (another writer's idea of a holder)
+    /// is tolerated, as every field the record does not define is, and read as none.
+    #[serde(default)]
+    holder: Option<serde_json::Value>,
 }
 
 impl RedisBackend {
@@ -800,6 +804,10 @@ impl RedisBackend {
             expires_at_ms: whole_ms(stored.expires_at_ms)?,
             acquired_at_ms: whole_ms(stored.acquired_at_ms)?,
             fence,
+            holder: match stored.holder {
+                Some(serde_json::Value::String(holder)) => Some(holder),
+                _ => None,
+            },
         })
     }
 
@@ -1016,7 +1024,7 @@ impl Driver for RedisBackend {
         Capabilities::new("redis", true, TimeAuthority::Server)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
         let keys = self.keys.lock_keys(key.as_str())?;
         let lock_id = self.keys.new_lock_id();
         let index_key = self.keys.index_key(&lock_id);
@@ -1032,7 +1040,8 @@ impl Driver for RedisBackend {
             .arg(ttl.as_millis())
             .arg(TIME_TOLERANCE_MS)
             .arg(key.as_str())
-            .arg(FENCE_MAX);
+            .arg(FENCE_MAX)
+            .arg(holder.map_or("", Holder::as_str));
         let mut set_index = redis::cmd("SET");
         set_index
             .arg(&index_key)

@@ -20,8 +20,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{
-    FENCE_DIGITS, LeaseRef, LockId, MAX_KEY_LENGTH_BYTES, MAX_TTL_MS, Outcome, Ttl,
-    generate_lock_id, hash_key, normalize_and_validate_key, validate_lock_id,
+    Acquisition, FENCE_DIGITS, Holder, Key, LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES,
+    MAX_KEY_LENGTH_BYTES, MAX_TTL_MS, Outcome, Ttl, generate_lock_id, hash_key,
+    normalize_and_validate_key, validate_lock_id,
 };
 use crate::{
     AcquireOutcome, Coverage, ErrorCode, Fence, Lease, LockBackend, LockInfo, Lookup,
@@ -737,6 +738,91 @@ pub fn lookup_helpers<B: LockBackend>(backend: &B) {
     assert_eq!(get_by_id(backend, &lease.lock_id).unwrap(), None);
     assert_eq!(get_by_key_raw(backend, &key).unwrap(), None);
     assert_eq!(get_by_id_raw(backend, &lease.lock_id).unwrap(), None);
+}
+
+/// Acquires `key` for `ttl` with `holder` through the driver seam (what a
+/// [`Locker`](crate::Locker) with [`LockOptions::holder`](crate::LockOptions::holder) sends),
+/// panicking unless the backend answers `Acquired`.
+pub fn acquired_by<B: LockBackend + ?Sized>(
+    backend: &B,
+    key: &str,
+    ttl: Duration,
+    holder: Option<&str>,
+) -> Lease {
+    let holder = holder.map(|h| Holder::new(h).expect("a valid holder"));
+    let (checked_key, checked_ttl) = (Key::new(key).unwrap(), Ttl::new(ttl).unwrap());
+    match backend.try_acquire(&checked_key, checked_ttl, holder.as_ref()) {
+        Ok(Acquisition::Acquired { lease, .. }) => lease,
+        other => panic!("acquire({key:?}, {holder:?}) should succeed, got {other:?}"),
+    }
+}
+
+/// The holder every lookup of `lease` (by key and by lock id, sanitised and raw) and a listing
+/// under `key` report, after checking that they all report the same one.
+pub fn holder_of<B: LockBackend + ?Sized>(backend: &B, key: &str, lease: &Lease) -> Option<String> {
+    let info = lookup_both(backend, key, lease);
+    let raw_key = get_by_key_raw(backend, key)
+        .unwrap()
+        .expect("get_by_key_raw");
+    let raw_id = get_by_id_raw(backend, &lease.lock_id)
+        .unwrap()
+        .expect("get_by_id_raw");
+    assert_eq!(raw_key.info.holder, info.holder, "raw lookup by key");
+    assert_eq!(raw_id.info.holder, info.holder, "raw lookup by lock id");
+    let listed = backend.list_raw(key, 10).unwrap();
+    let listed = listed
+        .locks
+        .iter()
+        .find(|lock| lock.lock_id == lease.lock_id)
+        .expect("listed under its key");
+    assert_eq!(listed.info.holder, info.holder, "a listing");
+    info.holder
+}
+
+/// A holder description is stored with its lock and returned by every lookup, exactly as given
+/// (quotes, backslashes, slashes, braces, non-ASCII, the full 256 bytes); it survives renewals;
+/// a lock taken without one has none — also when it replaces a lock that had one, released or
+/// expired: a description never outlives its lock.
+pub fn holders_are_stored_with_their_lock<B: LockBackend>(backend: &B) {
+    let odd = r#"web-1:4242 sh -c "echo \"ok\" > /tmp/a" {"x":[1]} é 🔒"#;
+    let longest = format!("{}é", "h".repeat(MAX_HOLDER_LENGTH_BYTES - 2));
+    assert_eq!(longest.len(), MAX_HOLDER_LENGTH_BYTES);
+    for holder in [odd, longest.as_str(), "a"] {
+        let key = unique_key("holder");
+        let lease = acquired_by(backend, &key, LONG_TTL, Some(holder));
+        assert_eq!(holder_of(backend, &key, &lease).as_deref(), Some(holder));
+        assert!(backend.extend(&lease.lock_id, LONG_TTL).unwrap().is_some());
+        assert_eq!(
+            holder_of(backend, &key, &lease).as_deref(),
+            Some(holder),
+            "a renewal keeps the holder"
+        );
+        let shown = format!("{:?}", get_by_key(backend, &key).unwrap());
+        assert!(!shown.contains(&lease.lock_id), "{shown}");
+        assert!(backend.release(&lease.lock_id).unwrap());
+        assert_eq!(get_by_key(backend, &key).unwrap(), None);
+
+        // Released, then taken without a holder: none.
+        let next = acquired(backend, &key, LONG_TTL);
+        assert_eq!(holder_of(backend, &key, &next), None, "{holder:?}");
+        assert!(backend.release(&next.lock_id).unwrap());
+    }
+
+    // Expired, then taken without a holder: none either.
+    let key = unique_key("holder-expired");
+    let lapsed = acquired_by(backend, &key, SHORT_TTL, Some("the one before"));
+    wait_until_unlocked(backend, &key);
+    let next = acquired(backend, &key, LONG_TTL);
+    assert!(next.fence > lapsed.fence);
+    assert_eq!(holder_of(backend, &key, &next), None);
+    // And with one: its own.
+    assert!(backend.release(&next.lock_id).unwrap());
+    let again = acquired_by(backend, &key, LONG_TTL, Some("the one after"));
+    assert_eq!(
+        holder_of(backend, &key, &again).as_deref(),
+        Some("the one after")
+    );
+    assert!(backend.release(&again.lock_id).unwrap());
 }
 
 // ---------------------------------------------------------------------------------------------

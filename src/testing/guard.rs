@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
     LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl, generate_lock_id,
 };
 use crate::{
@@ -118,12 +118,12 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.describe()
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<Acquisition> {
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
         self.record(Call::Acquire(key.to_string()));
         if take_one(&self.failing_acquires) {
             return Err(injected(ErrorCode::ServiceUnavailable));
         }
-        let acquisition = self.inner.try_acquire(key, ttl)?;
+        let acquisition = self.inner.try_acquire(key, ttl, holder)?;
         match acquisition {
             Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
                 Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
@@ -1170,4 +1170,76 @@ pub fn min_hold_is_validated_before_any_io<B: LockBackend + 'static>(backend: B)
         .max_hold(Duration::from_secs(1));
     let guard = locker.lock_with(&key, &fine).unwrap();
     drop(guard);
+}
+
+/// [`LockOptions::holder`]: the guard's lock carries the description, found by key and by lock
+/// id; a guard taken without one has none; a [`Locker::with_defaults`] holder applies to
+/// `lock`, `try_lock` and `with_lock`.
+pub fn holder_option_is_stored_with_the_lock<B: LockBackend + 'static>(backend: B) {
+    let described = "cron@web-1:4242 ./nightly.sh --full";
+    let locker = Locker::with_defaults(backend, LockOptions::default().holder(described));
+    let key = unique_key("holder-option");
+    let guard = locker.lock(&key).unwrap();
+    let by_key = crate::get_by_key(locker.backend(), &key).unwrap().unwrap();
+    let by_id = crate::get_by_id(locker.backend(), guard.lock_id())
+        .unwrap()
+        .unwrap();
+    assert_eq!(by_key.holder.as_deref(), Some(described));
+    assert_eq!(by_id, by_key);
+    drop(guard);
+
+    let other = unique_key("holder-option-other");
+    let taken = locker
+        .with_lock(&other, |guard| {
+            crate::get_by_id(locker.backend(), guard.lock_id())
+                .unwrap()
+                .and_then(|info| info.holder)
+        })
+        .unwrap();
+    assert_eq!(taken.as_deref(), Some(described));
+
+    let anonymous = locker
+        .lock_with(&key, &LockOptions::default().ttl(Duration::from_secs(30)))
+        .unwrap();
+    let info = crate::get_by_id(locker.backend(), anonymous.lock_id())
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.holder, None, "{info:?}");
+}
+
+/// A holder that is empty, over 256 bytes, or holds a control character (NUL, newline) fails
+/// the lock call with `InvalidArgument` before anything is sent.
+pub fn holder_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let key = unique_key("holder-invalid");
+    let too_long = "h".repeat(257);
+    let too_long_in_characters = "é".repeat(129);
+    for holder in [
+        "",
+        too_long.as_str(),
+        too_long_in_characters.as_str(),
+        "a\0b",
+        "a\nb",
+        "\u{1b}[2J",
+    ] {
+        let options = LockOptions::default().holder(holder);
+        let error = locker.lock_with(&key, &options).unwrap_err();
+        assert_eq!(
+            error.code(),
+            ErrorCode::InvalidArgument,
+            "{holder:?}: {error}"
+        );
+        let error = match Locker::with_defaults(Arc::clone(&recorder), options).try_lock(&key) {
+            Err(error) => error,
+            Ok(guard) => panic!("{holder:?}: try_lock must refuse, got {guard:?}"),
+        };
+        assert_eq!(
+            error.code(),
+            ErrorCode::InvalidArgument,
+            "{holder:?}: {error}"
+        );
+    }
+    assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
+    let fine = LockOptions::default().holder("h".repeat(256));
+    drop(locker.lock_with(&key, &fine).unwrap());
 }

@@ -75,6 +75,7 @@ macro_rules! __contract_tests {
             ownership_is_by_lock_id,
             lookup_both_modes,
             lookup_helpers,
+            holders_are_stored_with_their_lock,
             listing,
             fence_format_and_monotonicity,
             key_length_validation,
@@ -120,6 +121,8 @@ macro_rules! __contract_tests {
             min_hold_keeps_an_early_release,
             min_hold_after_the_hold_and_on_loss,
             min_hold_is_validated_before_any_io,
+            holder_option_is_stored_with_the_lock,
+            holder_is_validated_before_any_io,
         );
     };
     (

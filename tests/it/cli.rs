@@ -82,6 +82,7 @@ on_redis_and_postgres!(
     max_runtime_ends_the_whole_group_with_124,
     a_group_that_ignores_sigterm_is_killed_after_the_grace,
     conflict_exit_code_is_chosen,
+    status_shows_who_holds_the_lock,
     the_readme_crontab_line_runs_the_job_once,
     with_wait_every_machine_runs_the_job_in_turn,
 );
@@ -538,9 +539,17 @@ fn acquire_status_extend_release(url: &str) {
             "acquiredAtMs",
             "expiresAtMs",
             "fence",
+            "holder",
             "keyHash",
             "lockIdHash"
         ],
+        "{}",
+        by_key.context()
+    );
+    // acquire's default holder: this machine and the process that ran it (this test).
+    assert_eq!(
+        str_field(&info, "holder"),
+        format!("{}:{}", hostname(), std::process::id()),
         "{}",
         by_key.context()
     );
@@ -887,6 +896,92 @@ fn run_when_held_exits_75_without_running(url: &str) {
         );
     }
     expect_held_then_release(url, &key, &holder, "the holder's lock is untouched");
+}
+
+/// This machine's host name, as `gethostname(2)` gives it (Linux).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("read the host name")
+        .trim()
+        .to_owned()
+}
+
+/// The holder `status` shows for `key` (by key, and the same by lock id and with `--raw`).
+fn status_holder(url: &str, key: &str) -> Json {
+    let by_key = sg(url, &["status", "--key", key]);
+    by_key.expect_code(0);
+    let info = by_key.json();
+    let raw = sg(url, &["status", "--raw", "--key", key]);
+    raw.expect_code(0);
+    let raw = raw.json();
+    assert_eq!(raw["holder"], info["holder"], "{raw}");
+    let by_id = sg(url, &["status", "--lock-id", str_field(&raw, "lockId")]);
+    by_id.expect_code(0);
+    // Not the whole object: a renewal between the calls moves the expiry.
+    let by_id = by_id.json();
+    assert_eq!(by_id["lockIdHash"], info["lockIdHash"], "{by_id}");
+    assert_eq!(by_id["holder"], info["holder"], "{by_id}");
+    info["holder"].clone()
+}
+
+/// `status` shows who holds a lock: `run`'s default `HOST:PID COMMAND` (its own pid) while the
+/// command runs, `--holder` in its place, and `acquire --holder`; a lock the TypeScript way
+/// (no holder) shows `null`, which `acquire_status_extend_release` and the storage tests cover.
+fn status_shows_who_holds_the_lock(url: &str) {
+    let (scratch, key) = scratch_and_key("holder");
+    let (pid_file, go) = (scratch.path("pid"), scratch.arg("go"));
+    let (running, _) = start_run(url, &key, &[], &pid_file, WAIT_FOR_GO_FILE, &[&go]);
+    let script = format!("echo $$ > \"$0\"; {WAIT_FOR_GO_FILE}");
+    let expected = format!(
+        "{}:{} sh -c {script} {} {go}",
+        hostname(),
+        running.pid(),
+        pid_file.display()
+    );
+    assert_eq!(status_holder(url, &key), json!(expected));
+    File::create(&go).unwrap();
+    running.finish().expect_code(0);
+    expect_unlocked(url, &key);
+
+    let (pid_file, go) = (scratch.path("pid2"), scratch.arg("go2"));
+    let described = "nightly report — web-1 \"blue\"";
+    let (running, _) = start_run(
+        url,
+        &key,
+        &["--holder", described],
+        &pid_file,
+        WAIT_FOR_GO_FILE,
+        &[&go],
+    );
+    assert_eq!(status_holder(url, &key), json!(described));
+    File::create(&go).unwrap();
+    running.finish().expect_code(0);
+
+    let acquired = acquire(url, &key, &["--holder", "deploy by alice"]);
+    assert_eq!(status_holder(url, &key), json!("deploy by alice"));
+    release(url, str_field(&acquired, "lockId"));
+}
+
+/// A command line longer than a holder may be is cut to 256 bytes, on a character boundary.
+#[test]
+fn a_long_command_line_is_cut_to_fit_the_holder() {
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("holder-long");
+    let (pid_file, go) = (scratch.path("pid"), scratch.arg("go"));
+    let long = "é".repeat(200);
+    let (running, _) = start_run(&url, &key, &[], &pid_file, WAIT_FOR_GO_FILE, &[&go, &long]);
+    let holder = status_holder(&url, &key);
+    let holder = holder.as_str().expect("a holder");
+    let full = format!(
+        "{}:{} sh -c echo $$ > \"$0\"; {WAIT_FOR_GO_FILE} {} {go} {long}",
+        hostname(),
+        running.pid(),
+        pid_file.display()
+    );
+    assert!(holder.len() <= 256 && holder.len() >= 255, "{holder}");
+    assert!(full.starts_with(holder), "{holder}");
+    File::create(&go).unwrap();
+    running.finish().expect_code(0);
 }
 
 #[test]
@@ -1806,6 +1901,7 @@ fn invalid_arguments_exit_2_and_acquire_nothing() {
     let url = redis_url();
     let (scratch, key) = scratch_and_key("invalid");
     let long_key = "k".repeat(600);
+    let long_holder = "h".repeat(257);
     let marker = scratch.arg("ran");
     let cases = [
         // URLs
@@ -1864,6 +1960,20 @@ fn invalid_arguments_exit_2_and_acquire_nothing() {
             "--",
             "touch",
             &marker,
+        ],
+        // holders: empty, over 256 bytes, a control character
+        vec!["--url", &url, "acquire", "--key", &key, "--holder", ""],
+        vec![
+            "--url",
+            &url,
+            "acquire",
+            "--key",
+            &key,
+            "--holder",
+            &long_holder,
+        ],
+        vec![
+            "--url", &url, "run", "--key", &key, "--holder", "a\nb", "--", "touch", &marker,
         ],
         // keys and lock ids
         vec!["--url", &url, "acquire", "--ttl", "30s"],

@@ -121,6 +121,185 @@ fn reads_locks_written_by_the_typescript_library() {
     support::assert_honours_a_foreign_lock(&backend, &key, &lock_id, now + 30_000);
 }
 
+/// What the TypeScript SyncGuard (v2.5, `firestore/operations/*.ts`) does through the Node
+/// SDK, as the REST requests the SDK sends: its reads take `lockId`, `expiresAtMs`,
+/// `acquiredAtMs`, `key` and `fence` of a document; its renewal updates `expiresAtMs` alone; its
+/// release finds the document by `lockId` (limit 1) and deletes it; its acquisition sets the
+/// whole document.
+mod typescript {
+    use serde_json::{Value, json};
+
+    use crate::support::{FIRESTORE_PROJECT, emulator_agent, shared_firestore};
+
+    fn post(verb: &str, body: Value) -> Value {
+        let response = emulator_agent()
+            .post(format!("{}:{verb}", shared_firestore().documents_url()))
+            .header("Authorization", "Bearer owner")
+            .send_json(body)
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{verb}");
+        response.into_body().read_json().unwrap()
+    }
+
+    /// `locks.where("lockId", "==", id).limit(1).get()`: the document found, if any.
+    pub fn find_by_lock_id(lock_id: &str) -> Option<Value> {
+        let answer = post(
+            "runQuery",
+            json!({ "structuredQuery": {
+                "from": [{ "collectionId": "locks" }],
+                "where": { "fieldFilter": {
+                    "field": { "fieldPath": "lockId" },
+                    "op": "EQUAL",
+                    "value": { "stringValue": lock_id },
+                }},
+                "limit": 1,
+            }}),
+        );
+        answer
+            .as_array()?
+            .iter()
+            .find_map(|item| item.get("document").cloned())
+    }
+
+    /// `doc.data() as LockDocument`: the fields it reads, as the SDK gives them (int64 as a
+    /// number).
+    #[derive(Debug, PartialEq, Eq)]
+    pub struct LockDocument {
+        pub lock_id: String,
+        pub expires_at_ms: i64,
+        pub acquired_at_ms: i64,
+        pub key: String,
+        pub fence: String,
+    }
+
+    pub fn read(document: &Value) -> LockDocument {
+        let fields = &document["fields"];
+        let string = |name: &str| fields[name]["stringValue"].as_str().unwrap().to_owned();
+        let integer = |name: &str| {
+            fields[name]["integerValue"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        LockDocument {
+            lock_id: string("lockId"),
+            expires_at_ms: integer("expiresAtMs"),
+            acquired_at_ms: integer("acquiredAtMs"),
+            key: string("key"),
+            fence: string("fence"),
+        }
+    }
+
+    /// Its extend, once the document is found live and owned:
+    /// `trx.update(doc.ref, { expiresAtMs })`.
+    pub fn extend(document: &Value, expires_at_ms: i64) {
+        post(
+            "commit",
+            json!({ "writes": [{
+                "update": {
+                    "name": document["name"],
+                    "fields": { "expiresAtMs": { "integerValue": expires_at_ms.to_string() } },
+                },
+                "updateMask": { "fieldPaths": ["expiresAtMs"] },
+                "currentDocument": { "exists": true },
+            }]}),
+        );
+    }
+
+    /// Its release, once the document is found live and owned: `trx.delete(doc.ref)`.
+    pub fn delete(document: &Value) {
+        post(
+            "commit",
+            json!({ "writes": [{ "delete": document["name"] }] }),
+        );
+    }
+
+    /// Its acquisition's writes (`trx.set`, whole documents): the lock and the key's counter.
+    pub fn set_lock(key: &str, lock_id: &str, fence: &str, now: i64, ttl_ms: i64) {
+        let name = |collection: &str, id: &str| {
+            format!("projects/{FIRESTORE_PROJECT}/databases/(default)/documents/{collection}/{id}")
+        };
+        post(
+            "commit",
+            json!({ "writes": [
+                { "update": { "name": name("fence_counters", &format!("fence:{key}")), "fields": {
+                    "fence": { "stringValue": fence },
+                    "keyDebug": { "stringValue": key },
+                }}},
+                { "update": { "name": name("locks", key), "fields": {
+                    "lockId": { "stringValue": lock_id },
+                    "expiresAtMs": { "integerValue": (now + ttl_ms).to_string() },
+                    "acquiredAtMs": { "integerValue": now.to_string() },
+                    "key": { "stringValue": key },
+                    "fence": { "stringValue": fence },
+                }}},
+            ]}),
+        );
+    }
+}
+
+/// A lock we take with a holder description carries it as an extra string field, and is the
+/// TypeScript SyncGuard's to read, renew (the field kept) and release.
+#[test]
+fn the_typescript_library_reads_renews_and_releases_locks_with_a_holder() {
+    let backend = shared_firestore_backend();
+    let key = unique("holder-to-node");
+    let held = support::lease_held_by(&backend, &key, support::ODD_HOLDER);
+    let document = raw_document("locks", &backend.lock_document_id(&key).unwrap()).unwrap();
+    assert_eq!(
+        document["fields"]["holder"],
+        json!({ "stringValue": support::ODD_HOLDER })
+    );
+    let found = typescript::find_by_lock_id(&held.lock_id).expect("found by its lock id");
+    let seen = typescript::read(&found);
+    assert_eq!(seen, typescript::read(&document));
+    assert_eq!(seen.lock_id, held.lock_id);
+    assert_eq!(seen.key, key);
+    assert_eq!(seen.fence, held.fence.to_string());
+    assert_eq!(seen.expires_at_ms, held.expires_at_ms);
+    assert!(seen.acquired_at_ms <= seen.expires_at_ms);
+
+    let renewed = seen.expires_at_ms + 30_000;
+    typescript::extend(&found, renewed);
+    let info = syncguard::get_by_id(&backend, &held.lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.expires_at_ms, renewed);
+    assert_eq!(
+        info.holder.as_deref(),
+        Some(support::ODD_HOLDER),
+        "the TypeScript renewal keeps the holder"
+    );
+
+    typescript::delete(&typescript::find_by_lock_id(&held.lock_id).unwrap());
+    assert!(!backend.is_locked(&key).unwrap());
+    assert!(!backend.release(&held.lock_id).unwrap());
+}
+
+/// The TypeScript SyncGuard taking a key over from an expired lock of ours sets the whole
+/// document: our holder description does not carry over to its lock.
+#[test]
+fn a_typescript_lock_after_ours_has_no_holder() {
+    let backend = shared_firestore_backend();
+    let key = unique("holder-then-node");
+    let short = contract::acquired_by(
+        &backend,
+        &key,
+        Duration::from_millis(200),
+        Some("the one before"),
+    );
+    contract::wait_until_unlocked(&backend, &key);
+    let lock_id = generate_lock_id();
+    let now = syncguard::SystemClock.now_ms();
+    let fence = format!("{:015}", short.fence.value() + 1);
+    typescript::set_lock(&key, &lock_id, &fence, now, 30_000);
+    let info = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();
+    assert_eq!(info.lock_id, lock_id);
+    assert_eq!(info.info.holder, None);
+    assert!(backend.release(&lock_id).unwrap());
+}
+
 #[test]
 fn documents_with_wrong_field_types_give_typed_errors() {
     let backend = shared_firestore_backend();
@@ -276,7 +455,7 @@ fn a_guard_renews_and_releases_in_one_request_each() {
     let ttl = Ttl::new(TTL).unwrap();
     let held: Vec<(LockId, Option<Version>)> = keys
         .iter()
-        .map(|k| match backend.try_acquire(k, ttl).unwrap() {
+        .map(|k| match backend.try_acquire(k, ttl, None).unwrap() {
             Acquisition::Acquired { lease, version } => {
                 (LockId::new(&lease.lock_id).unwrap(), version)
             }

@@ -204,7 +204,7 @@ fn a_guards_lease_on_a_record_turned_malformed_is_an_internal_error() {
         let name = shape.name;
         let key = Key::new(&unique("malformed-guard")).unwrap();
         let (lock_id, version): (LockId, Option<Version>) =
-            match backend.try_acquire(&key, ttl).unwrap() {
+            match backend.try_acquire(&key, ttl, None).unwrap() {
                 Acquisition::Acquired { lease, version } => {
                     (LockId::new(&lease.lock_id).unwrap(), version)
                 }

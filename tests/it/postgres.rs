@@ -49,6 +49,8 @@ fn setup_schema_creates_the_seed_tables_and_indexes_idempotently() {
         ("syncguard_locks.acquired_at_ms", "bigint", "NO"),
         ("syncguard_locks.fence", "text", "NO"),
         ("syncguard_locks.user_key", "text", "NO"),
+        // syncguard's own, optional (tables the TypeScript SyncGuard created lack it).
+        ("syncguard_locks.holder", "text", "YES"),
         ("syncguard_fence_counters.fence_key", "text", "NO"),
         ("syncguard_fence_counters.fence", "bigint", "NO"),
         ("syncguard_fence_counters.key_debug", "text", "YES"),
@@ -470,6 +472,264 @@ fn typescript_acquire(
     Ok(Some(lock_id))
 }
 
+/// The TypeScript SyncGuard's server clock, as it reads it (`EXTRACT(EPOCH FROM NOW()) * 1000`,
+/// then `Math.floor(Number(…))`).
+fn typescript_now_ms(client: &mut impl postgres::GenericClient) -> i64 {
+    let now: String = client
+        .query_one(
+            "SELECT (EXTRACT(EPOCH FROM NOW()) * 1000)::text AS now_ms",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    now.parse::<f64>().unwrap().floor() as i64
+}
+
+/// What the TypeScript SyncGuard's lookup reads (v2.5, `postgres/operations/lookup.ts`): the
+/// columns it names, of the row `column = value`, if live by the server's clock.
+#[derive(Debug, PartialEq, Eq)]
+struct TypescriptLockInfo {
+    lock_id: String,
+    expires_at_ms: i64,
+    acquired_at_ms: i64,
+    key: String,
+    fence: String,
+}
+
+fn typescript_lookup(
+    client: &mut postgres::Client,
+    locks: &str,
+    column: &str,
+    value: &str,
+) -> Option<TypescriptLockInfo> {
+    let now_ms = typescript_now_ms(client);
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key \
+                 FROM {locks} WHERE {column} = $1"
+            ),
+            &[&value],
+        )
+        .unwrap()?;
+    let info = TypescriptLockInfo {
+        lock_id: row.get("lock_id"),
+        expires_at_ms: row.get("expires_at_ms"),
+        acquired_at_ms: row.get("acquired_at_ms"),
+        key: row.get("user_key"),
+        fence: row.get("fence"),
+    };
+    (info.expires_at_ms > now_ms - 1000).then_some(info)
+}
+
+/// The TypeScript SyncGuard's release (`ttl_ms` `None`) or extend, statement by statement
+/// (v2.5, `postgres/operations/release.ts`, `extend.ts`): in one transaction, the server's
+/// clock, `SELECT * … WHERE lock_id = $1 FOR UPDATE`, the ownership and liveness checks, then
+/// `DELETE … WHERE key` or `UPDATE … SET expires_at_ms … WHERE key`. Whether it applied.
+fn typescript_release_or_extend(
+    client: &mut postgres::Client,
+    locks: &str,
+    lock_id: &str,
+    ttl_ms: Option<i64>,
+) -> bool {
+    let mut tx = client.transaction().unwrap();
+    let now_ms = typescript_now_ms(&mut tx);
+    let Some(row) = tx
+        .query_opt(
+            &format!("SELECT * FROM {locks} WHERE lock_id = $1 FOR UPDATE"),
+            &[&lock_id],
+        )
+        .unwrap()
+    else {
+        return false;
+    };
+    let (key, stored_id, expires_at_ms): (String, String, i64) =
+        (row.get("key"), row.get("lock_id"), row.get("expires_at_ms"));
+    if stored_id != lock_id || expires_at_ms <= now_ms - 1000 {
+        return false;
+    }
+    match ttl_ms {
+        None => tx
+            .execute(&format!("DELETE FROM {locks} WHERE key = $1"), &[&key])
+            .unwrap(),
+        Some(ttl_ms) => tx
+            .execute(
+                &format!("UPDATE {locks} SET expires_at_ms = $1 WHERE key = $2"),
+                &[&(now_ms + ttl_ms), &key],
+            )
+            .unwrap(),
+    };
+    tx.commit().unwrap();
+    true
+}
+
+/// A lock we take with a holder description (tables and functions from `setup`) is the
+/// TypeScript SyncGuard's to read, renew and release with its own statements; its renewal
+/// keeps the description.
+#[test]
+fn the_typescript_library_reads_renews_and_releases_locks_with_a_holder() {
+    let (backend, mut client) = shared_postgres_with_client();
+    let key = unique("holder-to-node");
+    let held = support::lease_held_by(&backend, &key, support::ODD_HOLDER);
+    assert_eq!(
+        syncguard::get_by_key(&backend, &key)
+            .unwrap()
+            .unwrap()
+            .holder
+            .as_deref(),
+        Some(support::ODD_HOLDER)
+    );
+    let storage_key = backend.storage_key(&key).unwrap();
+    let by_key = typescript_lookup(&mut client, "syncguard_locks", "key", &storage_key);
+    let by_id = typescript_lookup(&mut client, "syncguard_locks", "lock_id", &held.lock_id);
+    assert_eq!(by_key, by_id);
+    let seen = by_key.expect("the TypeScript lookup finds the lock");
+    assert_eq!(seen.lock_id, held.lock_id);
+    assert_eq!(seen.key, key);
+    assert_eq!(seen.fence, held.fence.to_string());
+    assert_eq!(seen.expires_at_ms, held.expires_at_ms);
+
+    assert!(typescript_release_or_extend(
+        &mut client,
+        "syncguard_locks",
+        &held.lock_id,
+        Some(60_000)
+    ));
+    let info = syncguard::get_by_id(&backend, &held.lock_id)
+        .unwrap()
+        .unwrap();
+    assert!(info.expires_at_ms > held.expires_at_ms);
+    assert_eq!(
+        info.holder.as_deref(),
+        Some(support::ODD_HOLDER),
+        "the TypeScript renewal keeps the holder"
+    );
+
+    assert!(typescript_release_or_extend(
+        &mut client,
+        "syncguard_locks",
+        &held.lock_id,
+        None
+    ));
+    assert!(!backend.is_locked(&key).unwrap());
+    assert!(!backend.release(&held.lock_id).unwrap());
+}
+
+/// The TypeScript SyncGuard taking a key over from an expired lock of ours writes every column
+/// but `holder`: the description left in the row is not its lock's, and reads as none.
+#[test]
+fn a_typescript_lock_after_ours_has_no_holder() {
+    let (backend, mut client) = shared_postgres_with_client();
+    let key = unique("holder-then-node");
+    let short = syncguard::testing::backend::acquired_by(
+        &backend,
+        &key,
+        Duration::from_millis(200),
+        Some("the one before"),
+    );
+    syncguard::testing::backend::wait_until_unlocked(&backend, &key);
+    let lock_id = typescript_acquire(&mut client, &key, 30_000)
+        .unwrap()
+        .expect("the TypeScript acquire takes the expired key");
+    let info = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();
+    assert_eq!(info.lock_id, lock_id);
+    assert!(info.info.fence > short.fence);
+    assert_eq!(info.info.holder, None, "{info:?}");
+    assert_eq!(
+        syncguard::get_by_id(&backend, &lock_id)
+            .unwrap()
+            .unwrap()
+            .holder,
+        None
+    );
+    assert!(backend.release(&lock_id).unwrap());
+}
+
+/// Tables the TypeScript SyncGuard created (its `setupSchema`: no `holder` column, no server
+/// functions) keep working: a holder given is not stored, lookups say none, its rows are read
+/// and released; `setup` then adds the column, and holders are stored from then on.
+#[test]
+fn tables_the_typescript_library_created_keep_working_without_holders() {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let (locks, fences) = (format!("ts_locks_{suffix}"), format!("ts_fences_{suffix}"));
+    let mut client = shared_postgres().client();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {locks} (key TEXT PRIMARY KEY, lock_id TEXT NOT NULL, \
+             expires_at_ms BIGINT NOT NULL, acquired_at_ms BIGINT NOT NULL, fence TEXT NOT NULL, \
+             user_key TEXT NOT NULL);
+             CREATE UNIQUE INDEX IF NOT EXISTS idx_{locks}_lock_id ON {locks}(lock_id);
+             CREATE INDEX IF NOT EXISTS idx_{locks}_expires ON {locks}(expires_at_ms);
+             CREATE TABLE IF NOT EXISTS {fences} (fence_key TEXT PRIMARY KEY, \
+             fence BIGINT NOT NULL DEFAULT 0, key_debug TEXT);"
+        ))
+        .unwrap();
+    let backend = support::patient_postgres(&shared_postgres().url())
+        .table_name(&locks)
+        .fence_table_name(&fences)
+        .build()
+        .unwrap();
+
+    let key = unique("holder-on-ts-tables");
+    let ours = support::lease_held_by(&backend, &key, "not kept here");
+    let info = syncguard::get_by_id(&backend, &ours.lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.holder, None);
+    assert_eq!(
+        syncguard::get_by_key(&backend, &key).unwrap().unwrap(),
+        info
+    );
+    assert!(typescript_lookup(&mut client, &locks, "lock_id", &ours.lock_id).is_some());
+    assert!(typescript_release_or_extend(
+        &mut client,
+        &locks,
+        &ours.lock_id,
+        None
+    ));
+    assert!(!backend.is_locked(&key).unwrap());
+
+    // A row as the TypeScript SyncGuard writes it: read (no holder) and released by us.
+    let now = postgres_now_ms(&mut client);
+    let (their_key, their_id) = (unique("ts-row"), generate_lock_id());
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key) \
+                 VALUES ($1, $2, $3, $4, '000000000000003', $1)"
+            ),
+            &[&their_key, &their_id, &(now + 30_000), &now],
+        )
+        .unwrap();
+    let theirs = syncguard::get_by_key_raw(&backend, &their_key)
+        .unwrap()
+        .unwrap();
+    assert_eq!(theirs.lock_id, their_id);
+    assert_eq!(theirs.info.holder, None);
+    assert!(backend.release(&their_id).unwrap());
+
+    // `setup` adds the column (and the functions): holders are stored from then on.
+    backend.setup_schema().unwrap();
+    let with_holder = support::lease_held_by(&backend, &key, "kept now");
+    assert_eq!(
+        syncguard::get_by_id(&backend, &with_holder.lock_id)
+            .unwrap()
+            .unwrap()
+            .holder
+            .as_deref(),
+        Some("kept now")
+    );
+    assert!(typescript_release_or_extend(
+        &mut client,
+        &locks,
+        &with_holder.lock_id,
+        None
+    ));
+    client
+        .batch_execute(&format!("DROP TABLE {locks}; DROP TABLE {fences};"))
+        .unwrap();
+}
+
 /// A mixed fleet: Rust acquirers and TypeScript-style acquirers race on the same keys. Each
 /// round has exactly one holder, and the fences both sides issue keep growing.
 #[test]
@@ -808,13 +1068,14 @@ fn operations_go_through_the_server_functions() {
         .batch_execute(&format!(
             "CREATE OR REPLACE FUNCTION {locks}_by_key_v3(text, bigint) RETURNS TABLE (key text, \
              lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
-             text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', 4102444800000::bigint, \
-             0::bigint, '000000000000042', 'impostor' $$"
+             text, holder text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', \
+             4102444800000::bigint, 0::bigint, '000000000000042', 'impostor', 'an impostor' $$"
         ))
         .unwrap();
     let seen = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();
     assert_eq!(seen.key, "impostor");
     assert_eq!(seen.info.fence.value(), 42);
+    assert_eq!(seen.info.holder.as_deref(), Some("an impostor"));
     assert!(backend.release(&held.lock_id).unwrap());
 }
 
@@ -843,7 +1104,7 @@ fn without_the_server_functions_the_statements_go_inline() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(count, 8);
+    assert_eq!(count, 9);
 }
 
 #[test]

@@ -186,6 +186,174 @@ fn url_prefix_option_and_connect() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Holder descriptions with the TypeScript SyncGuard: its scripts read, renew and release our
+// records (the `holder` field kept), and its records (none) are ours to read and release
+// (`server_store`'s `honours_locks_the_typescript_library_wrote`)
+// ---------------------------------------------------------------------------------------------
+
+/// The TypeScript SyncGuard's Lua scripts (v2.5, `redis/scripts.ts`), step for step: the same
+/// commands, checks and answers, on the TypeScript layout.
+mod typescript {
+    /// The clock every one of its scripts reads.
+    const NOW: &str = "local t = redis.call('TIME')\n\
+                       local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+
+    /// Lookup by key. KEYS: lock key; ARGV: tolerance. The record re-encoded, or nil.
+    pub fn lookup_by_key() -> redis::Script {
+        redis::Script::new(&format!(
+            "{NOW}local raw = redis.call('GET', KEYS[1])\n\
+             if not raw then return nil end\n\
+             local lock = cjson.decode(raw)\n\
+             if lock.expiresAtMs <= now - tonumber(ARGV[1]) then return nil end\n\
+             return cjson.encode(lock)"
+        ))
+    }
+
+    /// Lookup by lock id. KEYS: index key; ARGV: lock id, tolerance. The record as stored,
+    /// or nil.
+    pub fn lookup_by_id() -> redis::Script {
+        redis::Script::new(&format!(
+            "{NOW}local lock_key = redis.call('GET', KEYS[1])\n\
+             if not lock_key then return nil end\n\
+             local raw = redis.call('GET', lock_key)\n\
+             if not raw then return nil end\n\
+             local lock = cjson.decode(raw)\n\
+             if lock.lockId ~= ARGV[1] then return nil end\n\
+             if lock.expiresAtMs <= now - tonumber(ARGV[2]) then return nil end\n\
+             return raw"
+        ))
+    }
+
+    /// Extend. KEYS: index key; ARGV: lock id, tolerance, ttl. `{1, expiresAtMs}` or 0; the
+    /// record decoded, changed and encoded again, whatever else it holds.
+    pub fn extend() -> redis::Script {
+        redis::Script::new(&format!(
+            "{NOW}local lock_key = redis.call('GET', KEYS[1])\n\
+             if not lock_key then return 0 end\n\
+             local raw = redis.call('GET', lock_key)\n\
+             if not raw then return 0 end\n\
+             local lock = cjson.decode(raw)\n\
+             if lock.expiresAtMs <= now - tonumber(ARGV[2]) then\n\
+               redis.call('DEL', lock_key, KEYS[1])\n\
+               return 0\n\
+             end\n\
+             if lock.lockId ~= ARGV[1] then return 0 end\n\
+             local ttl = tonumber(ARGV[3])\n\
+             lock.expiresAtMs = now + ttl\n\
+             redis.call('SET', lock_key, cjson.encode(lock), 'PX', ttl)\n\
+             redis.call('SET', KEYS[1], lock_key, 'PX', ttl)\n\
+             return {{1, lock.expiresAtMs}}"
+        ))
+    }
+
+    /// Release. KEYS: index key; ARGV: lock id, tolerance. 1 released, 0 not the owner, -1
+    /// not found, -2 expired.
+    pub fn release() -> redis::Script {
+        redis::Script::new(&format!(
+            "{NOW}local lock_key = redis.call('GET', KEYS[1])\n\
+             if not lock_key then return -1 end\n\
+             local raw = redis.call('GET', lock_key)\n\
+             if not raw then return -1 end\n\
+             local lock = cjson.decode(raw)\n\
+             if lock.expiresAtMs <= now - tonumber(ARGV[2]) then\n\
+               redis.call('DEL', lock_key, KEYS[1])\n\
+               return -2\n\
+             end\n\
+             if lock.lockId ~= ARGV[1] then return 0 end\n\
+             redis.call('DEL', lock_key, KEYS[1])\n\
+             return 1"
+        ))
+    }
+
+    /// What its `lookup` reads of a script's answer (`JSON.parse`, then these fields).
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct LockData {
+        pub lock_id: String,
+        pub expires_at_ms: i64,
+        pub acquired_at_ms: i64,
+        pub key: String,
+        pub fence: String,
+    }
+}
+
+/// A lock we take with a holder description is the TypeScript SyncGuard's to read, renew and
+/// release with its own scripts; its renewal keeps the description, which we read back.
+#[test]
+fn the_typescript_library_reads_renews_and_releases_locks_with_a_holder() {
+    let (backend, mut conn) = shared_redis_with_connection();
+    let key = unique("holder-to-node");
+    let held = support::lease_held_by(&backend, &key, support::ODD_HOLDER);
+    let lock_key = backend.lock_key(&key).unwrap();
+    let index_key = backend.index_key(&held.lock_id).unwrap();
+    let stored: Json = serde_json::from_str(&conn.get::<_, String>(&lock_key).unwrap()).unwrap();
+    assert_eq!(
+        stored["holder"],
+        Json::from(support::ODD_HOLDER),
+        "{stored}"
+    );
+
+    let by_key: Option<String> = typescript::lookup_by_key()
+        .key(&lock_key)
+        .arg(1000)
+        .invoke(&mut conn)
+        .unwrap();
+    let by_id: Option<String> = typescript::lookup_by_id()
+        .key(&index_key)
+        .arg(&held.lock_id)
+        .arg(1000)
+        .invoke(&mut conn)
+        .unwrap();
+    for answer in [by_key, by_id] {
+        let answer = answer.expect("the TypeScript lookup finds the lock");
+        let seen: typescript::LockData = serde_json::from_str(&answer).unwrap();
+        assert_eq!(seen.lock_id, held.lock_id);
+        assert_eq!(seen.key, key);
+        assert_eq!(seen.fence, held.fence.to_string());
+        assert_eq!(seen.expires_at_ms, held.expires_at_ms);
+        assert!(seen.acquired_at_ms <= seen.expires_at_ms);
+    }
+
+    let (extended, expires_at_ms): (i64, i64) = typescript::extend()
+        .key(&index_key)
+        .arg(&held.lock_id)
+        .arg(1000)
+        .arg(60_000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(extended, 1);
+    let info = syncguard::get_by_id(&backend, &held.lock_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.expires_at_ms, expires_at_ms);
+    assert_eq!(
+        info.holder.as_deref(),
+        Some(support::ODD_HOLDER),
+        "the TypeScript renewal keeps the holder"
+    );
+
+    let released: i64 = typescript::release()
+        .key(&index_key)
+        .arg(&held.lock_id)
+        .arg(1000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(released, 1);
+    assert!(!backend.is_locked(&key).unwrap());
+    assert!(!backend.release(&held.lock_id).unwrap());
+    let next = lease(backend.acquire(&key, TTL));
+    assert_eq!(next.fence.value(), held.fence.value() + 1);
+    assert_eq!(
+        syncguard::get_by_key(&backend, &key)
+            .unwrap()
+            .unwrap()
+            .holder,
+        None
+    );
+    assert!(backend.release(&next.lock_id).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
 // The store as another client sees it: Redis TIME decides (the scripts judge expiry by it),
 // fence counters outlive their locks, and locks the TypeScript SyncGuard wrote are honoured
 // ---------------------------------------------------------------------------------------------

@@ -5,11 +5,12 @@
 //! `error: <Code>: <message>`. The exit codes, and what `run` does on each signal, are in one
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
-//! Modules: [`duration`] parses durations; [`run`] is the `run` supervisor; [`group`] the
-//! process group it runs the command in.
+//! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here; [`run`]
+//! is the `run` supervisor; [`group`] the process group it runs the command in.
 
 mod duration;
 mod group;
+mod holder;
 mod run;
 
 use std::io::Write as _;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
+use syncguard::driver::Holder;
 use syncguard::{
     Backoff, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
     LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw,
@@ -257,6 +259,11 @@ struct LockArgs {
     /// How long to wait while someone else holds it.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     wait: Duration,
+    /// Who holds the lock, as `status` shows it (at most 256 bytes, no control characters).
+    /// [default: run: HOST:PID COMMAND (run's own pid, the command line cut to fit); acquire:
+    /// HOST:PPID (the process that ran acquire)]
+    #[arg(long, allow_hyphen_values = true, value_name = "TEXT")]
+    holder: Option<String>,
 }
 
 /// What `run` does when the lease is lost.
@@ -366,7 +373,14 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
     }
     let backend = || syncguard::connect(&url);
     match cli.command {
-        Command::Acquire { lock } => acquire(backend()?, &lock.key, lock.ttl, lock.wait),
+        Command::Acquire { lock } => {
+            // Checked before the backend is reached: bad usage acquires nothing.
+            let holder = match lock.holder.as_deref() {
+                Some(given) => Some(holder::given(given)?),
+                None => holder::of_acquire(),
+            };
+            acquire(backend()?, &lock.key, lock.ttl, lock.wait, holder)
+        }
         Command::Release { lock_id } => {
             let released = backend()?.release(&lock_id)?;
             Ok(Outcome::Printed(
@@ -400,6 +414,10 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     "--min-hold must be at least 1ms",
                 ));
             }
+            let holder = match lock.holder.as_deref() {
+                Some(given) => Some(holder::given(given)?),
+                None => holder::of_run(&command),
+            };
             run::run(
                 backend()?,
                 run::RunArgs {
@@ -412,6 +430,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     min_hold,
                     conflict_exit_code,
                     command,
+                    holder,
                 },
             )
         }
@@ -424,14 +443,16 @@ fn acquire(
     key: &str,
     ttl: Duration,
     wait: Duration,
+    holder: Option<Holder>,
 ) -> syncguard::Result<Outcome> {
     // No heartbeat: this process ends now, and the lease must outlive it until --ttl.
-    let locker = Locker::with_defaults(
-        backend,
-        waiting(LockOptions::default())
-            .ttl(ttl)
-            .heartbeat(Heartbeat::Off),
-    );
+    let mut options = waiting(LockOptions::default())
+        .ttl(ttl)
+        .heartbeat(Heartbeat::Off);
+    if let Some(holder) = holder {
+        options = options.holder(holder.into_string());
+    }
+    let locker = Locker::with_defaults(backend, options);
     let Some(guard) = locker.try_lock_for(key, wait)? else {
         return Ok(Outcome::Printed(
             json!({ "ok": false, "reason": "locked" }),

@@ -17,6 +17,7 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use syncguard::driver::Holder;
 use syncguard::{
     CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
 };
@@ -46,6 +47,8 @@ pub struct RunArgs {
     pub min_hold: Option<Duration>,
     pub conflict_exit_code: u8,
     pub command: Vec<String>,
+    /// Who holds the lock (`--holder`, or `HOST:PID COMMAND`).
+    pub holder: Option<Holder>,
 }
 
 /// What the supervisor waits for.
@@ -114,6 +117,9 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     if let Some(hold) = args.min_hold {
         // The release at the end then keeps the lock until the hold ends (see LockOptions).
         options = options.min_hold(hold);
+    }
+    if let Some(holder) = args.holder {
+        options = options.holder(holder.into_string());
     }
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);

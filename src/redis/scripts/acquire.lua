@@ -1,6 +1,7 @@
 -- KEYS: lock key, fence counter key, and in the TypeScript layout the index key of the new lock
 -- id (the cluster layout writes its index entry, in another hash slot, outside the script)
--- ARGV: lock id, ttl ms, tolerance ms, user key (NFC), largest fence allowed
+-- ARGV: lock id, ttl ms, tolerance ms, user key (NFC), largest fence allowed, holder description
+-- (empty: none, and the record has no `holder` field, exactly as the TypeScript SyncGuard's)
 -- Reply: {OK, fence, expiresAtMs} | {ABSENT} (held by another) | {FENCE_OVERFLOW, counter key}
 -- | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local lock_key, fence_key, index_key = KEYS[1], KEYS[2], KEYS[3]
@@ -35,9 +36,12 @@ if counter then
 end
 local fence = string.format('%015d', redis.call('INCR', fence_key))
 local expires_at = now + ttl
-local record = cjson.encode({
+local fields = {
   lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = ARGV[4], fence = fence
-})
+}
+-- An extra field, which the TypeScript SyncGuard's scripts keep on extend and ignore elsewhere.
+if ARGV[6] and ARGV[6] ~= '' then fields.holder = ARGV[6] end
+local record = cjson.encode(fields)
 redis.call('SET', lock_key, record, 'PX', ttl)
 if index_key then redis.call('SET', index_key, lock_key, 'PX', ttl) end
 return {OK, fence, expires_at}

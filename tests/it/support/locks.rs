@@ -3,8 +3,11 @@
 use std::time::Duration;
 
 use syncguard::driver::generate_lock_id;
+use syncguard::driver::{Acquisition, Holder, Key};
 use syncguard::driver::{Extension, LeaseRef, LockId, Outcome, Ttl};
-use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, get_by_id_raw};
+use syncguard::{
+    AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, get_by_id_raw, get_by_key_raw,
+};
 
 /// A TTL no test outlives.
 pub const TTL: Duration = Duration::from_secs(30);
@@ -19,6 +22,23 @@ pub fn unique(name: &str) -> String {
 pub fn lease(outcome: syncguard::Result<AcquireOutcome>) -> Lease {
     match outcome {
         Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// A holder description with what JSON, Lua's cjson and Firestore encode specially: quotes, a
+/// backslash, slashes, braces, non-ASCII.
+pub const ODD_HOLDER: &str = r#"web-1:4242 sh -c "cp a\b /srv/x" {"k":[1]} é 🔒"#;
+
+/// The lease of `key`, acquired for [`TTL`] with the holder description `holder` (as a
+/// `Locker` with `LockOptions::holder` acquires); the acquisition must succeed.
+#[track_caller]
+pub fn lease_held_by(backend: &dyn LockBackend, key: &str, holder: &str) -> Lease {
+    let holder = Holder::new(holder).unwrap();
+    let key = Key::new(key).unwrap();
+    let ttl = Ttl::new(TTL).unwrap();
+    match backend.try_acquire(&key, ttl, Some(&holder)) {
+        Ok(Acquisition::Acquired { lease, .. }) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
@@ -45,6 +65,11 @@ pub fn assert_honours_a_foreign_lock(
     assert_eq!(info.key, key);
     assert_eq!(info.info.fence.to_string(), "000000000000007");
     assert_eq!(info.info.expires_at_ms, expires_at_ms);
+    assert_eq!(
+        info.info.holder, None,
+        "the TypeScript SyncGuard stores no holder description"
+    );
+    assert_eq!(get_by_key_raw(backend, key).unwrap().unwrap(), info);
     let listed = backend.list_raw(key, 10).unwrap();
     assert_eq!(listed.locks, [info], "listed as it is looked up");
     assert!(backend.extend(lock_id, TTL).unwrap().is_some());

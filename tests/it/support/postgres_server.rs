@@ -251,7 +251,7 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(functions.len(), 8, "{functions:?}");
+    assert_eq!(functions.len(), 9, "{functions:?}");
     client
         .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
         .expect("drop the server functions");
