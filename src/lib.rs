@@ -108,12 +108,12 @@ pub mod redis;
 pub mod testing;
 
 pub use crate::backend::{
-    AcquireOutcome, Capabilities, Lease, LockBackend, LockInfo, LockInfoDebug, Lookup,
-    TimeAuthority, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, list_locks,
-    list_locks_raw, owns,
+    AcquireOutcome, LockBackend, LockInfo, LockInfoDebug, Lookup, get_by_id, get_by_id_raw,
+    get_by_key, get_by_key_raw, list_locks, list_locks_raw, owns,
 };
 pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;
+pub use crate::driver::{Capabilities, Lease, TimeAuthority};
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};

@@ -5,8 +5,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Lease;
 use crate::cancel::CancelToken;
+use crate::driver::Lease;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
