@@ -18,7 +18,7 @@ use syncguard::driver::{
     Acquisition, Driver as _, Key, LeaseRef, LockId, Ttl, Version, generate_lock_id,
 };
 use syncguard::firestore::{Credentials, FirestoreBackend};
-use syncguard::testing::backend as contract;
+use syncguard::testing::support::wait_until;
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_firestore_backend);
@@ -325,7 +325,7 @@ fn aborted_transactions_are_retried() {
         let (backend, key) = (Arc::clone(&backend), key.clone());
         move || backend.acquire(&key, TTL)
     });
-    contract::wait_until(
+    wait_until(
         "the contender to be aborted and retrying",
         Duration::from_secs(60),
         || backend.stats().aborted_retries >= 1,
