@@ -125,7 +125,10 @@ pub trait LockBackend: Driver {
         Ok(self.list_records(&prefix, limit)?.map(LockInfoDebug::from))
     }
 
-    /// What this backend is and guarantees.
+    /// What this backend is and guarantees: its driver's [`Driver::describe`], under the name
+    /// a lock user calls. The two cannot be one method: named alike, a call on any
+    /// `B: LockBackend` would be ambiguous; on the driver alone, a lock user would have to
+    /// import [`Driver`] to call it.
     fn capabilities(&self) -> Capabilities {
         self.describe()
     }

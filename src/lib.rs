@@ -36,7 +36,7 @@
 //!   [`driver::Driver`] trait; everything a lock user calls is written once on top of it.
 //! - [`Locker`]: retries with exponential backoff and jitter, hands out [`LockGuard`]s, and runs
 //!   one heartbeat (a scheduler thread and at most four workers) that renews every held lease
-//!   in batches (at a third of its TTL by default).
+//!   in batches (on the schedule of [`Heartbeat::Auto`] by default).
 //! - [`LockGuard`]: the held lock. [`LockGuard::fence`] is the fencing token; [`LockGuard::check`]
 //!   says whether the lease is still held; dropping it releases.
 //! - [`Fence`]: a 15-digit token that grows with each acquisition of a key. Have the protected

@@ -62,7 +62,7 @@ pub fn release_reports_and_fences_grow<B: LockBackend + 'static>(backend: B) {
     assert!(second.release().unwrap());
 }
 
-/// The heartbeat (default schedule: every third of the TTL) keeps a lease alive past its TTL:
+/// The heartbeat (default schedule: [`Heartbeat::Auto`]) keeps a lease alive past its TTL:
 /// once a renewal has moved the expiry a whole TTL beyond the first one — it was made after
 /// the first lease would have ended — the guard and the backend still hold the lock. The TTL
 /// (3 s) is one that no pause of a loaded machine outlasts; nothing is timed.
@@ -528,7 +528,7 @@ pub fn guard_debug_hides_the_lock_id<B: LockBackend + 'static>(backend: B) {
 }
 
 /// `extend(d)` moves the heartbeat to the new TTL at once: a lease shortened from 30 s to 3 s
-/// keeps being renewed (at a third of it), instead of lapsing while the old 10 s schedule
+/// keeps being renewed (on [`Heartbeat::Auto`]'s schedule for 3 s), instead of lapsing while the old 10 s schedule
 /// runs.
 pub fn shorter_extend_keeps_the_lease<B: LockBackend + 'static>(backend: B) {
     let key = unique_key("shorter");
