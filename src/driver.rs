@@ -483,18 +483,11 @@ impl LockList<LockRecord> {
     /// stopped it).
     pub fn from_unsorted(mut found: Vec<LockRecord>, limit: ListLimit, exhausted: bool) -> Self {
         found.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let coverage = if !exhausted {
-            Coverage::WorkBoundReached
-        } else if found.len() > limit.get() {
-            Coverage::LimitReached
-        } else {
-            Coverage::Complete
-        };
-        found.truncate(limit.get());
-        LockList {
-            locks: found,
-            coverage,
+        let mut list = LockList::from_sorted(found, limit);
+        if !exhausted {
+            list.coverage = Coverage::WorkBoundReached;
         }
+        list
     }
 
     /// The list made of `found` — live records under the prefix, sorted by key — read by a
@@ -511,5 +504,54 @@ impl LockList<LockRecord> {
             locks: found,
             coverage,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(keys: &[&str]) -> Vec<LockRecord> {
+        keys.iter()
+            .map(|key| LockRecord {
+                key: (*key).to_owned(),
+                lock_id: generate_lock_id(),
+                expires_at_ms: 2,
+                acquired_at_ms: 1,
+                fence: Fence::from_counter(1).unwrap(),
+            })
+            .collect()
+    }
+
+    fn keys(list: &LockList<LockRecord>) -> Vec<&str> {
+        list.locks
+            .iter()
+            .map(|record| record.key.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn unsorted_records_are_sorted_cut_and_covered() {
+        let two = ListLimit::new(2).unwrap();
+        let list = LockList::from_unsorted(records(&["c", "a", "b"]), two, true);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::LimitReached)
+        );
+        let list = LockList::from_unsorted(records(&["b", "a"]), two, true);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::Complete)
+        );
+        let list = LockList::from_unsorted(records(&["c", "a", "b"]), two, false);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::WorkBoundReached)
+        );
+        let list = LockList::from_sorted(records(&["a", "b", "c"]), two);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::LimitReached)
+        );
     }
 }
