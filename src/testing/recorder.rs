@@ -8,7 +8,7 @@ use crate::driver::{
     Acquisition, Driver, Extension, Find, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
     LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,
 };
-use crate::{Capabilities, ErrorCode, LockError, Result};
+use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
 /// What a recorded call was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,4 +197,16 @@ impl<B: Driver> Driver for Recorder<B> {
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
         self.inner.watch_releases(on_release)
     }
+}
+
+/// A [`Locker`] over a [`Recorder`] of `backend`, with `defaults`, and the recorder.
+pub(super) fn recorded_locker<B: LockBackend + 'static>(
+    backend: B,
+    defaults: LockOptions,
+) -> (Locker<Arc<Recorder<B>>>, Arc<Recorder<B>>) {
+    let recorder = Recorder::new(backend);
+    (
+        Locker::with_defaults(Arc::clone(&recorder), defaults),
+        recorder,
+    )
 }

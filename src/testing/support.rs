@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{FENCE_DIGITS, generate_lock_id, hash_key, normalize_and_validate_key};
 use crate::{
-    AcquireOutcome, ErrorCode, Fence, Lease, LockBackend, LockInfo, Lookup, Result, get_by_id_raw,
-    get_by_key_raw, owns,
+    AcquireOutcome, ErrorCode, Fence, Heartbeat, Lease, LockBackend, LockInfo, LockOptions, Lookup,
+    Result, get_by_id_raw, get_by_key_raw, owns,
 };
 
 /// A TTL no test outlives: locks taken with it stay held for the whole test.
@@ -28,6 +28,16 @@ pub const CONTENTION_DEADLINE: Duration = Duration::from_secs(120);
 /// Slack for comparing two timestamps of the backend's time authority taken at different
 /// moments: it absorbs clock steps and rounding, not latency assumptions.
 pub const CLOCK_SLACK_MS: i64 = 1000;
+
+/// How long a guard contract waits for something to happen before it fails.
+pub(super) const PATIENCE: Duration = Duration::from_secs(15);
+
+/// Options for a lease of `ttl_ms`, renewed every `every_ms`.
+pub(super) fn short_lease(ttl_ms: u64, every_ms: u64) -> LockOptions {
+    LockOptions::default()
+        .ttl(Duration::from_millis(ttl_ms))
+        .heartbeat(Heartbeat::Every(Duration::from_millis(every_ms)))
+}
 
 /// A key no other test, and no earlier run against the same server, uses.
 pub fn unique_key(test: &str) -> String {
