@@ -43,19 +43,21 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     ],
 ];
 
-/// One `.rs` file of a crate: its module path and its `use` declarations.
+/// One `.rs` file of a crate (keyed by its module path): its path under `src/` and its `use`
+/// declarations.
 struct Module {
     file: String,
-    /// `use` declarations, each with the module path it was written in (inline modules
-    /// included) and whether it re-exports.
     uses: Vec<Use>,
 }
 
+/// One `use` declaration.
 struct Use {
     /// The module the declaration sits in, from the crate root.
     scope: Vec<String>,
     /// The imported paths, expanded from the use tree, each with the name it binds.
     paths: Vec<(Vec<String>, String)>,
+    /// Whether it re-exports (`pub`, `pub(crate)`, `pub(super)`): other files may import
+    /// through it.
     public: bool,
 }
 
@@ -156,6 +158,7 @@ fn collect(
     }
 }
 
+/// Reads each file of a crate.
 fn read_modules(
     src: &Path,
     files: &BTreeMap<Vec<String>, PathBuf>,
@@ -255,6 +258,7 @@ fn expand(tree: &str, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
     out.push((full, name));
 }
 
+/// The segments of a path (`a::b` → `a`, `b`).
 fn segments(path: &str) -> impl Iterator<Item = String> + '_ {
     path.split("::")
         .map(str::trim)
@@ -370,7 +374,7 @@ fn resolve(
 }
 
 /// The circles: each set of two or more files that all reach one another through imports (a
-/// strongly connected component), with the imports between them.
+/// strongly connected component), as its sorted files.
 fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> {
     let reach: BTreeMap<&String, BTreeSet<&String>> = edges
         .keys()
