@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::driver::{Acquisition, Driver, Find, LeaseRef, LockRecord};
+use crate::driver::{Acquisition, Capabilities, Driver, Find, Lease, LeaseRef, LockRecord};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::hash::hash_key;
@@ -125,7 +125,10 @@ pub trait LockBackend: Driver {
         Ok(self.list_records(&prefix, limit)?.map(LockInfoDebug::from))
     }
 
-    /// What this backend is and guarantees.
+    /// What this backend is and guarantees: its driver's [`Driver::describe`], under the name
+    /// a lock user calls. The two cannot be one method: named alike, a call on any
+    /// `B: LockBackend` would be ambiguous; on the driver alone, a lock user would have to
+    /// import [`Driver`] to call it.
     fn capabilities(&self) -> Capabilities {
         self.describe()
     }
@@ -159,28 +162,6 @@ impl AcquireOutcome {
             AcquireOutcome::Acquired(lease) => Some(lease),
             AcquireOutcome::Locked => None,
         }
-    }
-}
-
-/// A held lock, as returned by a successful acquire.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The handle for release, extend and ownership checks. Keep it secret: whoever has it can
-    /// release the lock.
-    pub lock_id: String,
-    /// The fencing token of this acquisition.
-    pub fence: Fence,
-    /// When the lock expires, in Unix ms of the backend's time authority.
-    pub expires_at_ms: i64,
-}
-
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("lock_id_hash", &hash_key(&self.lock_id))
-            .field("fence", &self.fence)
-            .field("expires_at_ms", &self.expires_at_ms)
-            .finish()
     }
 }
 
@@ -285,43 +266,6 @@ impl fmt::Debug for LockInfoDebug {
             .field("key", &self.key)
             .field("lock_id", &"<redacted>")
             .finish()
-    }
-}
-
-/// Which clock decides expiry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeAuthority {
-    /// The store's own clock (Redis `TIME`, PostgreSQL `clock_timestamp()`): client clocks do
-    /// not matter.
-    Server,
-    /// The client's clock (Firestore, memory): keep clients NTP-synchronised.
-    Client,
-}
-
-/// What a backend is and guarantees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Capabilities {
-    /// Short backend name: `"memory"`, `"redis"`, `"postgres"`, `"firestore"`.
-    pub backend: &'static str,
-    /// Whether acquisitions return fencing tokens (all bundled backends do).
-    pub supports_fencing: bool,
-    /// Which clock decides expiry.
-    pub time_authority: TimeAuthority,
-}
-
-impl Capabilities {
-    /// Capabilities of a backend named `backend`.
-    pub fn new(
-        backend: &'static str,
-        supports_fencing: bool,
-        time_authority: TimeAuthority,
-    ) -> Self {
-        Capabilities {
-            backend,
-            supports_fencing,
-            time_authority,
-        }
     }
 }
 

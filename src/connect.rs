@@ -5,10 +5,60 @@ use crate::backend::LockBackend;
 use crate::error::{LockError, Result};
 use crate::memory::MemoryBackend;
 
-/// The URL schemes [`connect`] knows, for messages.
-const SCHEMES: &str = "memory:, redis://, rediss://, redis+unix://, redis-cluster://, \
-                       rediss-cluster://, redis-sentinel://, rediss-sentinel://, postgres://, \
-                       postgresql://, firestore://";
+/// How a backend opens the (trimmed) URL that names it.
+type Open = fn(&str) -> Result<Box<dyn LockBackend>>;
+
+/// A backend a URL can name: its URL schemes (as messages show them), the Cargo feature that
+/// compiles it (`""`: always there), and how it opens a URL — `None` in a build without its
+/// feature.
+struct Backend {
+    schemes: &'static [&'static str],
+    feature: &'static str,
+    open: Option<Open>,
+}
+
+/// `Some` constructor of `$backend` (`$backend::connect(url)`) when the build has `$feature`.
+macro_rules! open_with {
+    ($feature:literal, $backend:ty) => {{
+        #[cfg(feature = $feature)]
+        let open: Option<Open> = Some(|url| Ok(Box::new(<$backend>::connect(url)?)));
+        #[cfg(not(feature = $feature))]
+        let open: Option<Open> = None;
+        open
+    }};
+}
+
+/// Every backend [`connect`] knows, in the order messages list them: the one list of schemes.
+const BACKENDS: &[Backend] = &[
+    Backend {
+        schemes: &["memory:"],
+        feature: "",
+        open: Some(open_memory),
+    },
+    Backend {
+        schemes: &[
+            "redis://",
+            "rediss://",
+            "redis+unix://",
+            "redis-cluster://",
+            "rediss-cluster://",
+            "redis-sentinel://",
+            "rediss-sentinel://",
+        ],
+        feature: "redis",
+        open: open_with!("redis", crate::redis::RedisBackend),
+    },
+    Backend {
+        schemes: &["postgres://", "postgresql://"],
+        feature: "postgres",
+        open: open_with!("postgres", crate::postgres::PostgresBackend),
+    },
+    Backend {
+        schemes: &["firestore://"],
+        feature: "firestore",
+        open: open_with!("firestore", crate::firestore::FirestoreBackend),
+    },
+];
 
 /// Opens the backend a URL names:
 ///
@@ -34,50 +84,47 @@ const SCHEMES: &str = "memory:, redis://, rediss://, redis+unix://, redis-cluste
 /// ```
 pub fn connect(url: &str) -> Result<Box<dyn LockBackend>> {
     let url = url.trim();
-    let Some((scheme, rest)) = url.split_once(':') else {
+    let Some((scheme, _)) = url.split_once(':') else {
         return Err(LockError::invalid_argument(format!(
-            "not a backend URL (no scheme); expected one of {SCHEMES}"
+            "not a backend URL (no scheme); expected one of {}",
+            schemes()
         )));
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "memory" if rest.is_empty() || rest == "//" => Ok(Box::new(MemoryBackend::new())),
-        "memory" => Err(LockError::invalid_argument(
-            "memory: URLs take no host, path or options",
-        )),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+unix" | "redis-cluster" | "rediss-cluster"
-        | "redis-sentinel" | "rediss-sentinel" => {
-            Ok(Box::new(crate::redis::RedisBackend::connect(url)?))
-        }
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+unix" | "redis-cluster" | "rediss-cluster"
-        | "redis-sentinel" | "rediss-sentinel" => unavailable("redis"),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Box::new(crate::postgres::PostgresBackend::connect(url)?)),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => unavailable("postgres"),
-        #[cfg(feature = "firestore")]
-        "firestore" => Ok(Box::new(crate::firestore::FirestoreBackend::connect(url)?)),
-        #[cfg(not(feature = "firestore"))]
-        "firestore" => unavailable("firestore"),
-        other => Err(LockError::invalid_argument(format!(
-            "unsupported URL scheme {:?}; expected one of {SCHEMES}",
-            truncate(other)
+    let scheme = scheme.to_ascii_lowercase();
+    let named = |shown: &&str| shown.split(':').next() == Some(scheme.as_str());
+    let Some(backend) = BACKENDS.iter().find(|b| b.schemes.iter().any(named)) else {
+        return Err(LockError::invalid_argument(format!(
+            "unsupported URL scheme {:?}; expected one of {}",
+            truncate(&scheme),
+            schemes()
+        )));
+    };
+    match backend.open {
+        Some(open) => open(url),
+        // Backends are opt-in, and a first try without one is the usual way to get here: say
+        // which feature to enable.
+        None => Err(LockError::invalid_argument(format!(
+            "this build of syncguard has no {feature} backend: enable the crate's `{feature}` \
+             feature (`cargo add syncguard --features {feature}`)",
+            feature = backend.feature
         ))),
     }
 }
 
-/// The answer for a backend this build was compiled without: which feature to enable, since
-/// backends are opt-in and a first try without one is the usual way to get here.
-#[cfg_attr(
-    all(feature = "redis", feature = "postgres", feature = "firestore"),
-    allow(dead_code)
-)]
-fn unavailable(feature: &str) -> Result<Box<dyn LockBackend>> {
-    Err(LockError::invalid_argument(format!(
-        "this build of syncguard has no {feature} backend: enable the crate's `{feature}` \
-         feature (`cargo add syncguard --features {feature}`)"
-    )))
+/// The schemes [`connect`] knows, for messages.
+fn schemes() -> String {
+    let schemes: Vec<&str> = BACKENDS.iter().flat_map(|b| b.schemes).copied().collect();
+    schemes.join(", ")
+}
+
+/// A new, empty [`MemoryBackend`] for `memory:` (or `memory://`), which takes nothing else.
+fn open_memory(url: &str) -> Result<Box<dyn LockBackend>> {
+    match url.split_once(':') {
+        Some((_, "" | "//")) => Ok(Box::new(MemoryBackend::new())),
+        _ => Err(LockError::invalid_argument(
+            "memory: URLs take no host, path or options",
+        )),
+    }
 }
 
 /// A scheme echoed in a message is cut short: it is user input.

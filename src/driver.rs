@@ -1,6 +1,6 @@
 //! Writing a backend: the [`Driver`] trait, the validated values it is given, the outcomes it
-//! returns, and the toolkit every store shares with the TypeScript SyncGuard (storage keys,
-//! liveness, TTLs, limits).
+//! returns (among them the [`Lease`] it grants and its [`Capabilities`]), and the toolkit every
+//! store shares with the TypeScript SyncGuard (storage keys, liveness, TTLs, limits).
 //!
 //! A driver is a store's protocol and nothing else. Everything a lock user calls — the
 //! [`LockBackend`](crate::LockBackend) methods with their plain `&str`/`Duration` arguments and
@@ -103,7 +103,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::backend::{Capabilities, Lease};
 use crate::error::Result;
 use crate::fence::Fence;
 
@@ -251,6 +250,65 @@ macro_rules! forward_driver {
 }
 
 forward_driver!(Box, Arc);
+
+/// Which clock decides expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeAuthority {
+    /// The store's own clock (Redis `TIME`, PostgreSQL `clock_timestamp()`): client clocks do
+    /// not matter.
+    Server,
+    /// The client's clock (Firestore, memory): keep clients NTP-synchronised.
+    Client,
+}
+
+/// What a backend is and guarantees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Short backend name: `"memory"`, `"redis"`, `"postgres"`, `"firestore"`.
+    pub backend: &'static str,
+    /// Whether acquisitions return fencing tokens (all bundled backends do).
+    pub supports_fencing: bool,
+    /// Which clock decides expiry.
+    pub time_authority: TimeAuthority,
+}
+
+impl Capabilities {
+    /// Capabilities of a backend named `backend`.
+    pub fn new(
+        backend: &'static str,
+        supports_fencing: bool,
+        time_authority: TimeAuthority,
+    ) -> Self {
+        Capabilities {
+            backend,
+            supports_fencing,
+            time_authority,
+        }
+    }
+}
+
+/// A held lock, as returned by a successful acquire.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The handle for release, extend and ownership checks. Keep it secret: whoever has it can
+    /// release the lock.
+    pub lock_id: String,
+    /// The fencing token of this acquisition.
+    pub fence: Fence,
+    /// When the lock expires, in Unix ms of the backend's time authority.
+    pub expires_at_ms: i64,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("lock_id_hash", &hash_key(&self.lock_id))
+            .field("fence", &self.fence)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .finish()
+    }
+}
 
 /// The answer to [`Driver::try_acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -426,5 +484,88 @@ impl fmt::Debug for LockRecord {
             .field("fence", &self.fence)
             .field("holder", &self.holder)
             .finish()
+    }
+}
+
+/// How a driver builds a listing's answer: here, with the records it is made of, so the
+/// listing types need nothing from the driver.
+impl LockList<LockRecord> {
+    /// The list made of `found` — live records under the prefix, in any order, each key at
+    /// most once — for a store that reads candidates unordered: sorted by key and cut at
+    /// `limit`. `exhausted` says whether the store read every candidate (else its work bound
+    /// stopped it).
+    pub fn from_unsorted(mut found: Vec<LockRecord>, limit: ListLimit, exhausted: bool) -> Self {
+        found.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let mut list = LockList::from_sorted(found, limit);
+        if !exhausted {
+            list.coverage = Coverage::WorkBoundReached;
+        }
+        list
+    }
+
+    /// The list made of `found` — live records under the prefix, sorted by key — read by a
+    /// store in key order up to one more than `limit`: more than `limit` means the limit was
+    /// reached.
+    pub fn from_sorted(mut found: Vec<LockRecord>, limit: ListLimit) -> Self {
+        let coverage = if found.len() > limit.get() {
+            Coverage::LimitReached
+        } else {
+            Coverage::Complete
+        };
+        found.truncate(limit.get());
+        LockList {
+            locks: found,
+            coverage,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(keys: &[&str]) -> Vec<LockRecord> {
+        keys.iter()
+            .map(|key| LockRecord {
+                key: (*key).to_owned(),
+                lock_id: generate_lock_id(),
+                expires_at_ms: 2,
+                acquired_at_ms: 1,
+                fence: Fence::from_counter(1).unwrap(),
+                holder: None,
+            })
+            .collect()
+    }
+
+    fn keys(list: &LockList<LockRecord>) -> Vec<&str> {
+        list.locks
+            .iter()
+            .map(|record| record.key.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn unsorted_records_are_sorted_cut_and_covered() {
+        let two = ListLimit::new(2).unwrap();
+        let list = LockList::from_unsorted(records(&["c", "a", "b"]), two, true);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::LimitReached)
+        );
+        let list = LockList::from_unsorted(records(&["b", "a"]), two, true);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::Complete)
+        );
+        let list = LockList::from_unsorted(records(&["c", "a", "b"]), two, false);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::WorkBoundReached)
+        );
+        let list = LockList::from_sorted(records(&["a", "b", "c"]), two);
+        assert_eq!(
+            (keys(&list), list.coverage),
+            (vec!["a", "b"], Coverage::LimitReached)
+        );
     }
 }

@@ -36,7 +36,7 @@
 //!   [`driver::Driver`] trait; everything a lock user calls is written once on top of it.
 //! - [`Locker`]: retries with exponential backoff and jitter, hands out [`LockGuard`]s, and runs
 //!   one heartbeat (a scheduler thread and at most four workers) that renews every held lease
-//!   in batches (at a third of its TTL by default).
+//!   in batches (on the schedule of [`Heartbeat::Auto`] by default).
 //! - [`LockGuard`]: the held lock. [`LockGuard::fence`] is the fencing token; [`LockGuard::check`]
 //!   says whether the lease is still held; dropping it releases.
 //! - [`Fence`]: a 15-digit token that grows with each acquisition of a key. Have the protected
@@ -109,12 +109,12 @@ pub mod redis;
 pub mod testing;
 
 pub use crate::backend::{
-    AcquireOutcome, Capabilities, Lease, LockBackend, LockInfo, LockInfoDebug, Lookup,
-    TimeAuthority, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw, list_locks,
-    list_locks_raw, owns,
+    AcquireOutcome, LockBackend, LockInfo, LockInfoDebug, Lookup, get_by_id, get_by_id_raw,
+    get_by_key, get_by_key_raw, list_locks, list_locks_raw, owns,
 };
 pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;
+pub use crate::driver::{Capabilities, Lease, TimeAuthority};
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};

@@ -3,7 +3,6 @@
 
 use std::fmt;
 
-use crate::driver::LockRecord;
 use crate::error::{LockError, Result};
 use crate::hash::nfc;
 use crate::key::MAX_KEY_LENGTH_BYTES;
@@ -155,44 +154,6 @@ impl<T> LockList<T> {
         LockList {
             locks: self.locks.into_iter().map(f).collect(),
             coverage: self.coverage,
-        }
-    }
-}
-
-impl LockList<LockRecord> {
-    /// The list made of `found` — live records under the prefix, in any order, each key at
-    /// most once — for a store that reads candidates unordered: sorted by key and cut at
-    /// `limit`. `exhausted` says whether the store read every candidate (else its work bound
-    /// stopped it).
-    pub fn from_unsorted(mut found: Vec<LockRecord>, limit: ListLimit, exhausted: bool) -> Self {
-        found.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let coverage = if !exhausted {
-            Coverage::WorkBoundReached
-        } else if found.len() > limit.get() {
-            Coverage::LimitReached
-        } else {
-            Coverage::Complete
-        };
-        found.truncate(limit.get());
-        LockList {
-            locks: found,
-            coverage,
-        }
-    }
-
-    /// The list made of `found` — live records under the prefix, sorted by key — read by a
-    /// store in key order up to one more than `limit`: more than `limit` means the limit was
-    /// reached.
-    pub fn from_sorted(mut found: Vec<LockRecord>, limit: ListLimit) -> Self {
-        let coverage = if found.len() > limit.get() {
-            Coverage::LimitReached
-        } else {
-            Coverage::Complete
-        };
-        found.truncate(limit.get());
-        LockList {
-            locks: found,
-            coverage,
         }
     }
 }

@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
     LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
 };
+use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::key::Key;

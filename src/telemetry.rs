@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::backend::Capabilities;
+use crate::driver::Capabilities;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
     LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,

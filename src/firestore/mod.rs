@@ -131,12 +131,12 @@ pub use self::list::MAX_LIST_PAGES;
 pub use self::skew::ClockSkew;
 
 use self::rest::{Document, RestClient, RestError, integer_value, string_value};
-use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
     LockList, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
     make_storage_key,
 };
+use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::hashed_storage_key;

@@ -5,8 +5,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Lease;
 use crate::cancel::CancelToken;
+use crate::driver::Lease;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
@@ -145,14 +145,14 @@ impl LockGuard {
     }
 
     /// Sets the lease to expire `ttl` from now (the backend's now), and makes the heartbeat
-    /// renew with that TTL from then on, next at a third of it (or the `Every` interval, if
-    /// sooner). `Ok(false)` when the lock is no longer held (the guard is then lost); errors
+    /// renew with that TTL from then on, on its [`Heartbeat`](crate::Heartbeat) schedule for
+    /// the new TTL. `Ok(false)` when the lock is no longer held (the guard is then lost); errors
     /// leave the lease as it was.
     pub fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl = Ttl::new(ttl)?;
         match self.lease.renew(self.store.driver(), ttl) {
             Renewal::Renewed => {
-                self.store.scheduler().renewed(&self.lease);
+                self.store.scheduler().schedule(&self.lease);
                 Ok(true)
             }
             Renewal::Ended => {

@@ -130,14 +130,9 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Takes up a new lease: its renewals (when the heartbeat is on) and its deadline.
-    pub(crate) fn adopt(&self, lease: &Arc<HeldLease>) {
-        self.renewed(lease);
-    }
-
-    /// After a renewal of `lease` succeeded (or it was just acquired): the next renewal at its
-    /// new due time, and a deadline check at its new deadline.
-    pub(crate) fn renewed(&self, lease: &Arc<HeldLease>) {
+    /// Queues the next renewal of `lease` at its due time (when the heartbeat is on) and a
+    /// deadline check at its deadline: after it was acquired, or a renewal of it succeeded.
+    pub(crate) fn schedule(&self, lease: &Arc<HeldLease>) {
         let mut queue = self.queue();
         let mut earliest = false;
         if lease.interval().is_some() {
@@ -201,8 +196,8 @@ impl Scheduler {
             let Some(batch) = self.next_batch(&store) else {
                 return;
             };
-            if !batch.is_empty() && !self.dispatch(batch, &store) {
-                return;
+            if !batch.is_empty() {
+                self.dispatch(batch, &store);
             }
         }
     }
@@ -274,8 +269,7 @@ impl Scheduler {
     }
 
     /// Queues `leases` for the workers in batches, starting a worker if none is idle.
-    /// `false` when the locker is gone.
-    fn dispatch(self: &Arc<Self>, leases: Vec<Arc<HeldLease>>, store: &Weak<dyn Store>) -> bool {
+    fn dispatch(self: &Arc<Self>, leases: Vec<Arc<HeldLease>>, store: &Weak<dyn Store>) {
         let mut queue = self.queue();
         for batch in leases.chunks(MAX_BATCH) {
             queue.batches.push_back(batch.to_vec());
@@ -304,7 +298,6 @@ impl Scheduler {
         }
         drop(queue);
         self.work.notify_all();
-        true
     }
 
     /// A worker: renews batch after batch.
@@ -375,7 +368,7 @@ impl Scheduler {
                 ))
             });
             match lease.finish_renewal(ticket, answer) {
-                Renewal::Renewed => self.renewed(lease),
+                Renewal::Renewed => self.schedule(lease),
                 Renewal::Ended => lease.release_if_lapsed(store),
                 Renewal::Failed(error) => {
                     log::warn!(

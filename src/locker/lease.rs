@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::backend::Lease;
 use crate::cancel::CancelToken;
+use crate::driver::Lease;
 use crate::driver::{Driver, Extension, LeaseRef, Outcome, Version};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;

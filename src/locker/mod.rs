@@ -313,7 +313,7 @@ impl<B: Driver + 'static> Locker<B> {
                 on_lock_lost: options.on_lock_lost.clone(),
             },
         ));
-        self.shared.scheduler.adopt(&held);
+        self.shared.scheduler.schedule(&held);
         let store: Arc<dyn GuardStore> = self.shared.clone();
         Ok(Some(LockGuard::new(
             held,
@@ -334,42 +334,6 @@ impl<B: Driver + 'static> Locker<B> {
                     .release_later(key, &lock_id, ttl.as_duration(), Origin::InDoubt);
             }
             Err(_) => log::error!("syncguard: a backend reported a malformed lock id in doubt"),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heartbeat_intervals() {
-        let ttl = Duration::from_millis(300);
-        assert_eq!(
-            Heartbeat::Auto.interval_for(ttl),
-            Some(Duration::from_millis(100))
-        );
-        assert_eq!(
-            Heartbeat::Every(Duration::from_millis(50)).interval_for(ttl),
-            Some(Duration::from_millis(50))
-        );
-        assert_eq!(
-            Heartbeat::Every(Duration::from_secs(1)).interval_for(ttl),
-            Some(Duration::from_millis(100))
-        );
-        assert_eq!(Heartbeat::Off.interval_for(ttl), None);
-    }
-
-    #[test]
-    fn heartbeat_interval_must_be_inside_the_ttl() {
-        for every in [
-            Duration::ZERO,
-            Duration::from_secs(30),
-            Duration::from_secs(31),
-        ] {
-            let options = LockOptions::default().heartbeat(Heartbeat::Every(every));
-            let err = options.validated_heartbeat().unwrap_err();
-            assert_eq!(err.code(), ErrorCode::InvalidArgument);
         }
     }
 }

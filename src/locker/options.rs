@@ -18,7 +18,9 @@ pub(crate) type LostCallback = Arc<dyn Fn(&LockError) + Send + Sync>;
 /// Whether and how often the heartbeat renews a guard's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Heartbeat {
-    /// Renew every third of the TTL. The default.
+    /// Renew every third of the TTL (after [`LockGuard::extend`](crate::LockGuard::extend), of
+    /// the new one): a renewal that fails leaves two thirds of the lease for retries before it
+    /// would end. The default, and the one place this schedule is stated.
     #[default]
     Auto,
     /// Renew at this interval, which must be shorter than the TTL.
@@ -33,9 +35,9 @@ impl Heartbeat {
         match self {
             Heartbeat::Auto => Some(ttl / 3),
             // A later `extend` may shorten the TTL below the configured interval: renewing
-            // that late would let the lease lapse, so fall back to a third of it.
+            // that late would let the lease lapse, so fall back to the default schedule.
             Heartbeat::Every(every) if every < ttl => Some(every),
-            Heartbeat::Every(_) => Some(ttl / 3),
+            Heartbeat::Every(_) => Heartbeat::Auto.interval_for(ttl),
             Heartbeat::Off => None,
         }
     }
@@ -54,7 +56,7 @@ impl Heartbeat {
 /// | [`max_retry_delay`](LockOptions::max_retry_delay) | 1 s |
 /// | [`backoff`](LockOptions::backoff) | [`Backoff::Exponential`] |
 /// | [`jitter`](LockOptions::jitter) | [`Jitter::Equal`] |
-/// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] (every ttl/3) |
+/// | [`heartbeat`](LockOptions::heartbeat) | [`Heartbeat::Auto`] |
 /// | [`max_hold`](LockOptions::max_hold) | none |
 /// | [`min_hold`](LockOptions::min_hold) | none |
 /// | [`holder`](LockOptions::holder) | none |
@@ -318,5 +320,42 @@ impl fmt::Debug for LockOptions {
             .field("on_lock_lost", &self.on_lock_lost.is_some())
             .field("on_release_error", &self.on_release_error.is_some())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn heartbeat_intervals() {
+        let ttl = Duration::from_millis(300);
+        assert_eq!(
+            Heartbeat::Auto.interval_for(ttl),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            Heartbeat::Every(Duration::from_millis(50)).interval_for(ttl),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(
+            Heartbeat::Every(Duration::from_secs(1)).interval_for(ttl),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(Heartbeat::Off.interval_for(ttl), None);
+    }
+
+    #[test]
+    fn heartbeat_interval_must_be_inside_the_ttl() {
+        for every in [
+            Duration::ZERO,
+            Duration::from_secs(30),
+            Duration::from_secs(31),
+        ] {
+            let options = LockOptions::default().heartbeat(Heartbeat::Every(every));
+            let err = options.validated_heartbeat().unwrap_err();
+            assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        }
     }
 }

@@ -162,12 +162,12 @@ use self::client::{Param, Timeouts};
 use self::connection::{AppPool, Connections, Listening, OnNotify, own_pool, parse_url};
 use self::errors::ServerError;
 use self::statements::{Op, Statements};
-use crate::backend::{Capabilities, TimeAuthority};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
     LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
     make_storage_key,
 };
+use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::net::{Redactor, Source, pool_source};

@@ -266,7 +266,6 @@ use self::scripts::{Reply, SCRIPTS, Status};
 use self::sentinel::SentinelPrimary;
 use self::slot::key_slot;
 use self::watch::{Opener, RedisWatch};
-use crate::backend::{Capabilities, TimeAuthority};
 #[cfg(test)]
 use crate::driver::make_storage_key;
 use crate::driver::{
@@ -274,6 +273,7 @@ use crate::driver::{
     LeaseRef, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl,
 };
+use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::net::{Source, pool_source};

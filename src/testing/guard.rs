@@ -1,246 +1,25 @@
 //! Guard and heartbeat contract: what `Locker`/`LockGuard` promise on top of any backend.
 //!
-//! Every test wraps the backend under test in [`Recorder`], which logs each call in order
+//! Every test wraps the backend under test in a [`Recorder`], which logs each call in order
 //! (so tests can prove what was or was not sent) and can inject failures.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl, generate_lock_id,
-};
 use crate::{
-    Backoff, CancelToken, Capabilities, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
-    LockGuard, LockOptions, Locker, Result, owns,
+    Backoff, CancelToken, ErrorCode, Heartbeat, Jitter, LockBackend, LockGuard, LockOptions,
+    Locker, owns,
 };
 
-/// What a recorded call was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Call {
-    /// An acquisition of this (normalised) key.
-    Acquire(String),
-    /// A release of this lock id.
-    Release(String),
-    /// An extension of this lock id.
-    Extend(String),
-    /// `is_locked` on this key.
-    IsLocked(String),
-    /// A lookup, either way.
-    Lookup,
-}
+use super::recorder::{Call, Recorder, recorded_locker};
+use super::support::{PATIENCE, short_lease, unique_key, wait_until};
 
-/// A backend wrapper that logs every call at its start, in order, and injects failures.
-pub struct Recorder<B> {
-    inner: B,
-    log: Mutex<Vec<Call>>,
-    /// Fail this many upcoming extends with `NetworkTimeout`.
-    failing_extends: AtomicU32,
-    /// Fail every extend with `NetworkTimeout` while set.
-    extends_down: AtomicBool,
-    /// Fail every release with `ServiceUnavailable` while set.
-    releases_down: AtomicBool,
-    /// Fail this many upcoming acquisitions with `ServiceUnavailable`, sending nothing.
-    failing_acquires: AtomicU32,
-    /// Send this many upcoming acquisitions, then lose their answers: `NetworkTimeout`, in doubt.
-    lost_acquire_answers: AtomicU32,
-    /// Hold every renewal (blocked in the call, as behind a stalled network) while set.
-    renewals_hang: (Mutex<bool>, Condvar),
-}
-
-impl<B: Driver> Recorder<B> {
-    /// Wraps `inner`, recording from now on.
-    pub fn new(inner: B) -> Arc<Self> {
-        Arc::new(Recorder {
-            inner,
-            log: Mutex::new(Vec::new()),
-            failing_extends: AtomicU32::new(0),
-            extends_down: AtomicBool::new(false),
-            releases_down: AtomicBool::new(false),
-            failing_acquires: AtomicU32::new(0),
-            lost_acquire_answers: AtomicU32::new(0),
-            renewals_hang: (Mutex::new(false), Condvar::new()),
-        })
-    }
-
-    /// Makes renewals hang (`true`) until called again with `false`.
-    pub fn hang_renewals(&self, hang: bool) {
-        let (flag, changed) = &self.renewals_hang;
-        *flag.lock().unwrap() = hang;
-        changed.notify_all();
-    }
-
-    fn wait_while_renewals_hang(&self) {
-        let (flag, changed) = &self.renewals_hang;
-        let mut hanging = flag.lock().unwrap();
-        while *hanging {
-            hanging = changed.wait(hanging).unwrap();
-        }
-    }
-
-    /// Every call so far, in order.
-    pub fn calls(&self) -> Vec<Call> {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// How many times `call` was made.
-    pub fn count(&self, call: &Call) -> usize {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| *c == call)
-            .count()
-    }
-
-    fn record(&self, call: Call) {
-        self.log.lock().unwrap().push(call);
-    }
-}
-
-/// Counts one down, if any are left.
-fn take_one(budget: &AtomicU32) -> bool {
-    budget
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-fn injected(code: ErrorCode) -> LockError {
-    LockError::new(code, "injected by the test")
-}
-
-impl<B: Driver> Driver for Recorder<B> {
-    fn describe(&self) -> Capabilities {
-        self.inner.describe()
-    }
-
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
-        self.record(Call::Acquire(key.to_string()));
-        if take_one(&self.failing_acquires) {
-            return Err(injected(ErrorCode::ServiceUnavailable));
-        }
-        let acquisition = self.inner.try_acquire(key, ttl, holder)?;
-        match acquisition {
-            Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
-                Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
-            }
-            acquisition => Ok(acquisition),
-        }
-    }
-
-    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        self.record(Call::Release(lease.lock_id.as_str().to_owned()));
-        if self.releases_down.load(Ordering::SeqCst) {
-            return Err(injected(ErrorCode::ServiceUnavailable));
-        }
-        self.inner.release_lease(lease)
-    }
-
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
-        self.wait_while_renewals_hang();
-        let budget = self.failing_extends.load(Ordering::SeqCst);
-        if budget > 0 {
-            self.failing_extends.store(budget - 1, Ordering::SeqCst);
-            return Err(injected(ErrorCode::NetworkTimeout));
-        }
-        if self.extends_down.load(Ordering::SeqCst) {
-            return Err(injected(ErrorCode::NetworkTimeout));
-        }
-        self.inner.extend_lease(lease, ttl)
-    }
-
-    /// Records and fails each lease as `extend_lease` does, and hands the rest to the inner
-    /// store's own batch renewal, so the contracts exercise it (a store's batch path is where
-    /// each lease must get its own answer).
-    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        let mut answers: Vec<Option<Result<Outcome<Extension>>>> = Vec::new();
-        let mut forwarded = Vec::new();
-        for (lease, ttl) in leases {
-            self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
-            self.wait_while_renewals_hang();
-            let budget = self.failing_extends.load(Ordering::SeqCst);
-            if budget > 0 {
-                self.failing_extends.store(budget - 1, Ordering::SeqCst);
-                answers.push(Some(Err(injected(ErrorCode::NetworkTimeout))));
-            } else if self.extends_down.load(Ordering::SeqCst) {
-                answers.push(Some(Err(injected(ErrorCode::NetworkTimeout))));
-            } else {
-                answers.push(None);
-                forwarded.push((*lease, *ttl));
-            }
-        }
-        let mut inner = self.inner.extend_leases(&forwarded).into_iter();
-        answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    inner.next().unwrap_or_else(|| {
-                        Err(LockError::internal(
-                            "the store answered fewer renewals than sent",
-                        ))
-                    })
-                })
-            })
-            .collect()
-    }
-
-    fn key_is_locked(&self, key: &Key) -> Result<bool> {
-        self.record(Call::IsLocked(key.to_string()));
-        self.inner.key_is_locked(key)
-    }
-
-    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
-        self.record(Call::Lookup);
-        self.inner.find(by)
-    }
-
-    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
-        self.inner.list_records(prefix, limit)
-    }
-
-    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
-        self.inner.watch_releases(on_release)
-    }
-}
-
-/// A key no other test (or earlier run against the same server) uses.
-pub fn unique_key(name: &str) -> String {
-    format!("guard-contract:{name}:{}", generate_lock_id())
-}
-
-/// Polls `condition` until it holds; panics after `limit`. The way tests wait for
-/// something to happen, instead of sleeping for a guessed duration.
-pub fn await_condition(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
-const PATIENCE: Duration = Duration::from_secs(15);
-
-fn recorded_locker<B: LockBackend + 'static>(
-    backend: B,
-    defaults: LockOptions,
-) -> (Locker<Arc<Recorder<B>>>, Arc<Recorder<B>>) {
-    let recorder = Recorder::new(backend);
-    (
-        Locker::with_defaults(Arc::clone(&recorder), defaults),
-        recorder,
-    )
-}
-
-fn short_lease(ttl_ms: u64, every_ms: u64) -> LockOptions {
-    LockOptions::default()
-        .ttl(Duration::from_millis(ttl_ms))
-        .heartbeat(Heartbeat::Every(Duration::from_millis(every_ms)))
-}
+mod failures;
+pub use self::failures::*;
 
 /// Dropping a guard releases its lock.
 pub fn drop_releases<B: LockBackend + 'static>(backend: B) {
@@ -267,7 +46,7 @@ pub fn release_reports_and_fences_grow<B: LockBackend + 'static>(backend: B) {
     assert!(second.release().unwrap());
 }
 
-/// The heartbeat (default schedule: every third of the TTL) keeps a lease alive past its TTL:
+/// The heartbeat (default schedule: [`Heartbeat::Auto`]) keeps a lease alive past its TTL:
 /// once a renewal has moved the expiry a whole TTL beyond the first one — it was made after
 /// the first lease would have ended — the guard and the backend still hold the lock. The TTL
 /// (3 s) is one that no pause of a loaded machine outlasts; nothing is timed.
@@ -282,7 +61,7 @@ pub fn heartbeat_keeps_a_short_lease<B: LockBackend + 'static>(backend: B) {
         )
         .unwrap();
     let first_expiry = guard.expires_at_ms();
-    await_condition("a renewal after the first lease ended", PATIENCE, || {
+    wait_until("a renewal after the first lease ended", PATIENCE, || {
         guard.expires_at_ms() >= first_expiry + ttl_ms || guard.is_lost()
     });
     assert!(!guard.is_lost());
@@ -299,7 +78,7 @@ pub fn guard_outlives_its_locker<B: LockBackend + 'static>(backend: B) {
         .lock_with(&key, &short_lease(3_000, 50))
         .unwrap();
     let renewal = Call::Extend(guard.lock_id().to_owned());
-    await_condition("renewals after the locker was dropped", PATIENCE, || {
+    wait_until("renewals after the locker was dropped", PATIENCE, || {
         recorder.count(&renewal) >= 3
     });
     guard.check().unwrap();
@@ -317,11 +96,11 @@ pub fn without_heartbeat_the_lease_lapses<B: LockBackend + 'static>(backend: B) 
             .heartbeat(Heartbeat::Off),
     );
     let guard = locker.lock(&key).unwrap();
-    await_condition("the guard to report its lease lost", PATIENCE, || {
+    wait_until("the guard to report its lease lost", PATIENCE, || {
         guard.is_lost()
     });
     assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
-    await_condition("the backend to expire the lock", PATIENCE, || {
+    wait_until("the backend to expire the lock", PATIENCE, || {
         !owns(locker.backend(), guard.lock_id()).unwrap()
     });
     assert_eq!(recorder.count(&Call::Extend(guard.lock_id().to_owned())), 0);
@@ -344,7 +123,7 @@ pub fn removed_lease_is_reported_lost<B: LockBackend + 'static>(backend: B) {
     let guard = locker.lock(&key).unwrap();
     let lock_id = guard.lock_id().to_owned();
     let renewal = Call::Extend(lock_id.clone());
-    await_condition("a first renewal", PATIENCE, || {
+    wait_until("a first renewal", PATIENCE, || {
         recorder.count(&renewal) >= 1
     });
 
@@ -396,7 +175,7 @@ pub fn no_renewal_after_release<B: LockBackend + 'static>(backend: B) {
             })
             .collect();
         let first = Call::Extend(guards[0].lock_id().to_owned());
-        await_condition("the heartbeat to be renewing", PATIENCE, || {
+        wait_until("the heartbeat to be renewing", PATIENCE, || {
             recorder.count(&first) >= 1
         });
         for guard in guards {
@@ -412,50 +191,6 @@ pub fn no_renewal_after_release<B: LockBackend + 'static>(backend: B) {
             assert!(!late, "a renewal was sent after release began");
         }
     }
-}
-
-/// Transient renewal failures are retried, and a lease that survives them stays owned.
-pub fn transient_renewal_failures_are_retried<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("blip");
-    let (locker, recorder) = recorded_locker(backend, short_lease(3_000, 100));
-    let guard = locker.lock(&key).unwrap();
-    let renewal = Call::Extend(guard.lock_id().to_owned());
-    recorder.failing_extends.store(3, Ordering::SeqCst);
-    await_condition("three failed renewals and a good one", PATIENCE, || {
-        recorder.failing_extends.load(Ordering::SeqCst) == 0 && recorder.count(&renewal) >= 4
-    });
-    let renewed_at = recorder.count(&renewal);
-    await_condition("renewals to carry on", PATIENCE, || {
-        recorder.count(&renewal) > renewed_at
-    });
-    guard.check().unwrap();
-    assert!(owns(locker.backend(), guard.lock_id()).unwrap());
-    assert!(guard.release().unwrap());
-}
-
-/// Renewals that keep failing end with the guard lost (and told) once its TTL has run out,
-/// never later; the heartbeat retried in between.
-pub fn failing_renewals_end_in_loss<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("outage");
-    let lost = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&lost);
-    let options = short_lease(600, 100).on_lock_lost(move |_| seen.store(true, Ordering::SeqCst));
-    let (locker, recorder) = recorded_locker(backend, options);
-    recorder.extends_down.store(true, Ordering::SeqCst);
-    let guard = locker.lock(&key).unwrap();
-    await_condition("the outage to be reported", PATIENCE, || {
-        lost.load(Ordering::SeqCst)
-    });
-    assert!(guard.is_lost());
-    assert!(recorder.count(&Call::Extend(guard.lock_id().to_owned())) >= 2);
-    recorder.extends_down.store(false, Ordering::SeqCst);
-    assert!(
-        !guard.extend(Duration::from_secs(5)).unwrap(),
-        "loss is final"
-    );
-    // The lock may still exist server-side: releasing it is still attempted.
-    let _ = guard.release().unwrap();
-    assert!(!locker.backend().is_locked(&key).unwrap());
 }
 
 /// `LockGuard::extend` replaces the TTL and the heartbeat carries on from there.
@@ -533,7 +268,7 @@ pub fn waiter_gets_the_lock_after_release<B: LockBackend + 'static>(backend: B) 
                 .map(|g| g.fence().to_owned())
         }
     });
-    await_condition("the waiter to be retrying", PATIENCE, || {
+    wait_until("the waiter to be retrying", PATIENCE, || {
         recorder.count(&Call::Acquire(key.clone())) >= 3
     });
     drop(held);
@@ -567,7 +302,7 @@ pub fn cancel_aborts_the_wait<B: LockBackend + 'static>(backend: B) {
         move || locker.lock_with(&key, &options).map(|_| ())
     });
     // The holder's acquire, then the waiter's first attempt: it is now in its 30 s backoff.
-    await_condition("the waiter to have tried once", PATIENCE, || {
+    wait_until("the waiter to have tried once", PATIENCE, || {
         recorder.count(&Call::Acquire(key.clone())) >= 2
     });
     cancel.cancel();
@@ -633,44 +368,6 @@ pub fn with_lock_always_releases<B: LockBackend + 'static>(backend: B) {
     assert!(!locker.backend().is_locked(&key).unwrap());
 }
 
-/// A failed release reaches `on_release_error` (from `Drop` and from `with_lock`) and never
-/// replaces the closure's result.
-pub fn release_errors_go_to_the_callback<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("release-error");
-    let errors = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&errors);
-    let options = LockOptions::default().on_release_error(move |e| {
-        sink.lock()
-            .unwrap()
-            .push((e.code(), e.key().map(str::to_owned)))
-    });
-    let (locker, recorder) = recorded_locker(backend, options);
-    recorder.releases_down.store(true, Ordering::SeqCst);
-
-    let value = locker.with_lock(&key, |_| "done").unwrap();
-    assert_eq!(value, "done");
-    let guard = locker.lock(&unique_key("release-error-drop"));
-    // The first lock is still held (its release failed); the second key is free.
-    let guard = guard.unwrap();
-    drop(guard);
-    let errors = errors.lock().unwrap().clone();
-    assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(
-        errors
-            .iter()
-            .all(|(code, _)| *code == ErrorCode::ServiceUnavailable)
-    );
-    assert_eq!(errors[0].1.as_deref(), Some(key.as_str()));
-
-    // Once releases work again, the background retry frees the key.
-    recorder.releases_down.store(false, Ordering::SeqCst);
-    await_condition(
-        "the failed release retried in the background",
-        PATIENCE,
-        || !locker.backend().is_locked(&key).unwrap(),
-    );
-}
-
 /// A guard can move to another thread (and be released there).
 pub fn guard_is_send<B: LockBackend + 'static>(backend: B) {
     fn assert_send<T: Send + Sync>() {}
@@ -733,7 +430,7 @@ pub fn guard_debug_hides_the_lock_id<B: LockBackend + 'static>(backend: B) {
 }
 
 /// `extend(d)` moves the heartbeat to the new TTL at once: a lease shortened from 30 s to 3 s
-/// keeps being renewed (at a third of it), instead of lapsing while the old 10 s schedule
+/// keeps being renewed (on [`Heartbeat::Auto`]'s schedule for 3 s), instead of lapsing while the old 10 s schedule
 /// runs.
 pub fn shorter_extend_keeps_the_lease<B: LockBackend + 'static>(backend: B) {
     let key = unique_key("shorter");
@@ -741,7 +438,7 @@ pub fn shorter_extend_keeps_the_lease<B: LockBackend + 'static>(backend: B) {
     let guard = locker.lock(&key).unwrap();
     let renewal = Call::Extend(guard.lock_id().to_owned());
     assert!(guard.extend(Duration::from_secs(3)).unwrap());
-    await_condition(
+    wait_until(
         "three heartbeat renewals after the extend",
         PATIENCE,
         || recorder.count(&renewal) >= 4,
@@ -781,7 +478,7 @@ pub fn loss_is_reported_while_a_renewal_hangs<B: LockBackend + 'static>(backend:
     // A renewal may have reached the store: the lapsed lease is released in the background at
     // once, while the guard still lives.
     let release = Call::Release(guard.lock_id().to_owned());
-    await_condition(
+    wait_until(
         "the lapsed lease released in the background",
         PATIENCE,
         || recorder.count(&release) >= 1,
@@ -809,7 +506,7 @@ pub fn max_hold_ends_renewals<B: LockBackend + 'static>(backend: B) {
         .expect("held")
         .acquired_at_ms;
     let renewal = Call::Extend(guard.lock_id().to_owned());
-    await_condition("renewals before max_hold", PATIENCE, || {
+    wait_until("renewals before max_hold", PATIENCE, || {
         recorder.count(&renewal) >= 2
     });
     let message = lost_rx
@@ -823,7 +520,7 @@ pub fn max_hold_ends_renewals<B: LockBackend + 'static>(backend: B) {
         guard.expires_at_ms()
     );
     let renewals = recorder.count(&renewal);
-    await_condition("the lock to expire in the backend", PATIENCE, || {
+    wait_until("the lock to expire in the backend", PATIENCE, || {
         !owns(locker.backend(), guard.lock_id()).unwrap()
     });
     assert_eq!(
@@ -854,7 +551,7 @@ pub fn a_release_wakes_the_waiter<B: LockBackend + 'static>(backend: B) {
             guard.release().unwrap()
         }
     });
-    await_condition("the waiter's first attempt", PATIENCE, || attempts() >= 2);
+    wait_until("the waiter's first attempt", PATIENCE, || attempts() >= 2);
     assert!(held.release().unwrap());
     got_rx
         .recv_timeout(PATIENCE)
@@ -883,7 +580,7 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
             .filter(|call| **call == Call::Extend(ids[i].clone()))
             .count()
     };
-    await_condition("a renewal of every guard", PATIENCE, || {
+    wait_until("a renewal of every guard", PATIENCE, || {
         (0..GUARDS).all(|i| renewals_since(0, i) >= 1)
     });
 
@@ -908,7 +605,7 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
 
     // Each disturbed guard is lost by its next renewal or the one after (one may have been in
     // flight while its lock was removed).
-    await_condition(
+    wait_until(
         "two renewals of each disturbed guard, or its loss",
         PATIENCE,
         || {
@@ -926,7 +623,7 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
         assert_eq!(guards[i].check().unwrap_err().code(), ErrorCode::LockLost);
     }
     // Every other guard renewed successfully since, and holds its lock.
-    await_condition(
+    wait_until(
         "a successful renewal of every undisturbed guard",
         PATIENCE,
         || {
@@ -950,102 +647,6 @@ pub fn batch_renewals_answer_each_lease<B: LockBackend + 'static>(backend: B) {
         assert!(owns(locker.backend(), &lease.lock_id).unwrap(), "key {i}");
         assert!(locker.backend().release(&lease.lock_id).unwrap(), "key {i}");
     }
-}
-
-/// Waiting goes on through transient failures (an unreachable or stalled store) as through
-/// contention; a single attempt reports the failure, a wait that ends reports the last one,
-/// and a failure that is not transient ends the wait at once.
-pub fn transient_acquire_failures_are_waited_through<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("transient");
-    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
-    let attempts = || recorder.count(&Call::Acquire(key.clone()));
-
-    recorder.failing_acquires.store(1, Ordering::SeqCst);
-    let once = locker.try_lock(&key).unwrap_err();
-    assert_eq!(once.code(), ErrorCode::ServiceUnavailable, "{once}");
-
-    recorder.failing_acquires.store(3, Ordering::SeqCst);
-    let guard = locker
-        .try_lock_for(&key, Duration::from_secs(60))
-        .unwrap()
-        .expect("held once the store answers again");
-    assert_eq!(
-        attempts(),
-        5,
-        "one attempt, then three failures and a success"
-    );
-    assert!(guard.release().unwrap());
-
-    // The wait ends while the store still fails: the last failure, not a timeout.
-    recorder.failing_acquires.store(u32::MAX, Ordering::SeqCst);
-    let before = attempts();
-    let brief = LockOptions::default()
-        .timeout(Duration::from_millis(300))
-        .retry_delay(Duration::from_millis(20));
-    let error = locker.lock_with(&key, &brief).unwrap_err();
-    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
-    assert!(attempts() - before >= 2, "retried within the timeout");
-    recorder.failing_acquires.store(0, Ordering::SeqCst);
-
-    // Contention after a failure: the wait ends as a timeout again.
-    let holder = locker.lock(&key).unwrap();
-    recorder.failing_acquires.store(1, Ordering::SeqCst);
-    let contended = locker.lock_with(&key, &brief).unwrap_err();
-    assert_eq!(
-        contended.code(),
-        ErrorCode::AcquisitionTimeout,
-        "{contended}"
-    );
-    assert!(holder.release().unwrap());
-}
-
-/// An acquisition that was sent but whose answer was lost may have taken the lock: the
-/// `Locker` releases its lock id in the background, so the key is not held for nobody until
-/// the TTL ends, and a wait that retries gets the lock.
-pub fn acquisitions_in_doubt_are_released<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("in-doubt");
-    let long = LockOptions::default().ttl(Duration::from_secs(120));
-    let (locker, recorder) = recorded_locker(backend, long);
-
-    recorder.lost_acquire_answers.store(1, Ordering::SeqCst);
-    let error = locker.try_lock(&key).unwrap_err();
-    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
-    assert!(error.is_in_doubt());
-    let lock_id = error.lock_id().expect("the lock id in doubt").to_owned();
-    // Released long before its 120 s TTL.
-    await_condition("the acquisition in doubt released", PATIENCE, || {
-        recorder.count(&Call::Release(lock_id.clone())) >= 1
-            && !locker.backend().is_locked(&key).unwrap()
-    });
-
-    // Inside a wait: the next attempts find the key free again.
-    recorder.lost_acquire_answers.store(1, Ordering::SeqCst);
-    let guard = locker
-        .try_lock_for(&key, PATIENCE)
-        .unwrap()
-        .expect("held after the lost answer");
-    guard.check().unwrap();
-    assert!(guard.release().unwrap());
-}
-
-/// A release that failed is tried again in the background, so the key is free long before the
-/// lease's TTL would have ended; the caller still hears of the failure.
-pub fn failed_releases_are_retried<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("failed-release");
-    let long = LockOptions::default().ttl(Duration::from_secs(120));
-    let (locker, recorder) = recorded_locker(backend, long);
-    let guard = locker.lock(&key).unwrap();
-    let release = Call::Release(guard.lock_id().to_owned());
-    recorder.releases_down.store(true, Ordering::SeqCst);
-    let error = guard.release().unwrap_err();
-    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
-    await_condition("a second release, from the background", PATIENCE, || {
-        recorder.count(&release) >= 2
-    });
-    recorder.releases_down.store(false, Ordering::SeqCst);
-    await_condition("the lock released in the background", PATIENCE, || {
-        !locker.backend().is_locked(&key).unwrap()
-    });
 }
 
 /// `min_hold`: a lock released before its hold ends stays in the store — `release()`, drop,
@@ -1093,7 +694,7 @@ pub fn min_hold_keeps_an_early_release<B: LockBackend + 'static>(backend: B) {
             .any(|call| matches!(call, Call::Release(_))),
         "nothing deleted"
     );
-    await_condition(
+    wait_until(
         "the kept locks to expire by themselves",
         2 * PATIENCE,
         || {
@@ -1116,7 +717,7 @@ pub fn min_hold_after_the_hold_and_on_loss<B: LockBackend + 'static>(backend: B)
     let key = unique_key("min-hold-over");
     let acquired = Instant::now();
     let guard = locker.lock_with(&key, &short).unwrap();
-    await_condition("the min_hold to pass", PATIENCE, || {
+    wait_until("the min_hold to pass", PATIENCE, || {
         acquired.elapsed() > Duration::from_millis(250)
     });
     let lock_id = guard.lock_id().to_owned();
@@ -1137,7 +738,7 @@ pub fn min_hold_after_the_hold_and_on_loss<B: LockBackend + 'static>(backend: B)
         .unwrap()
         .lease()
         .expect("the freed key can be taken");
-    await_condition("the loss to be noticed", PATIENCE, || guard.is_lost());
+    wait_until("the loss to be noticed", PATIENCE, || guard.is_lost());
     assert!(!guard.release().unwrap(), "nothing of ours left to keep");
     assert!(
         owns(locker.backend(), &taker.lock_id).unwrap(),

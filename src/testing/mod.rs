@@ -23,10 +23,14 @@
 //! keys of its own and never assumes an empty store. Waiting is polling a condition with a
 //! generous deadline, never a bare sleep, and no assertion depends on how long anything took.
 //! The contracts are also public functions ([`backend`], [`guard`]) for a test that needs
-//! a setup of its own.
+//! a setup of its own; what they share (TTLs, unique keys, waiting, assertions) is in
+//! [`support`], and the guard contracts' test double in [`recorder`]. Every public function of
+//! `backend` and `guard` is a contract the macros run (a test in this module checks it).
 
 pub mod backend;
 pub mod guard;
+pub mod recorder;
+pub mod support;
 
 /// Expands to a module `backend_contract` with one `#[test]` per contract function above, each
 /// calling `($factory)()` for a fresh backend. The factory expression is evaluated in the
@@ -152,4 +156,70 @@ macro_rules! __contract_tests {
     (@call by_value, $contract:path, $backend:expr) => {
         $contract($backend)
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::fs;
+    use std::path::Path;
+
+    /// The public functions of a suite's files (`testing/SUITE.rs` and `testing/SUITE/*.rs`):
+    /// its contracts, since helpers live in `support`.
+    fn public_functions(suite: &str) -> BTreeSet<String> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testing");
+        let mut files = vec![dir.join(format!("{suite}.rs"))];
+        if let Ok(entries) = fs::read_dir(dir.join(suite)) {
+            files.extend(entries.map(|entry| entry.unwrap().path()));
+        }
+        let mut names = BTreeSet::new();
+        for file in files {
+            let source = fs::read_to_string(&file).unwrap();
+            names.extend(
+                source
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("pub fn "))
+                    .map(|rest| rest.split(['<', '(']).next().unwrap_or(rest).to_owned()),
+            );
+        }
+        names
+    }
+
+    /// The contracts the macro's arm for `suite` runs: the names after its `@tests` line.
+    fn listed(suite: &str) -> BTreeSet<String> {
+        let source = include_str!("mod.rs");
+        let arm = format!("({suite}: $factory:expr) => {{");
+        let start = source
+            .find(&arm)
+            .expect("the macro has an arm for the suite");
+        let rest = &source[start..];
+        let list = &rest[rest.find(';').expect("the arm's @tests line ends") + 1..];
+        let list = &list[..list.find(");").expect("the arm's list ends")];
+        list.split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A contract left off the macro's list would silently never run: every public function of
+    /// the `backend` and `guard` suites must be listed, and nothing else.
+    #[test]
+    fn the_macros_run_every_contract() {
+        for suite in ["backend", "guard"] {
+            let (public, listed) = (public_functions(suite), listed(suite));
+            assert!(
+                public.len() > 10,
+                "{suite}: no contracts read from its files"
+            );
+            let unlisted: Vec<_> = public.difference(&listed).collect();
+            let unknown: Vec<_> = listed.difference(&public).collect();
+            assert!(
+                unlisted.is_empty() && unknown.is_empty(),
+                "{suite}: public functions the macro does not run (list them in \
+                 `__contract_tests!`, or move helpers to `support.rs`): {unlisted:?}; listed \
+                 but not public functions of the suite: {unknown:?}"
+            );
+        }
+    }
 }

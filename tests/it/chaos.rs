@@ -28,7 +28,8 @@ use crate::support::{
 use syncguard::firestore::FirestoreBackend;
 use syncguard::postgres::PostgresBackend;
 use syncguard::redis::RedisBackend;
-use syncguard::testing::guard::{Call, Recorder, await_condition};
+use syncguard::testing::recorder::{Call, Recorder};
+use syncguard::testing::support::wait_until;
 use syncguard::{
     AcquireOutcome, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
 };
@@ -277,7 +278,7 @@ where
         bounded(move || locker.lock(&key).expect("lock before the outage"))
     };
     let first_expiry = guard.expires_at_ms();
-    await_condition("the heartbeat to renew once", PATIENCE, || {
+    wait_until("the heartbeat to renew once", PATIENCE, || {
         guard.expires_at_ms() > first_expiry
     });
     guard.check().expect("held before the outage");
@@ -330,7 +331,7 @@ fn recovers_after_black_hole<B: LockBackend + 'static>(proxy: FaultProxy, backen
         bounded(move || locker.lock(&key).expect("lock before the outage"))
     };
     proxy.set_mode(Mode::BlackHole);
-    await_condition("the lease to run out", PATIENCE, || guard.is_lost());
+    wait_until("the lease to run out", PATIENCE, || guard.is_lost());
     bounded(move || drop::<LockGuard>(guard));
     // Traffic passes again. Pooled connections that went through the black hole may be dead
     // (those opened during it are closed by the proxy when it ends): each may cost one
@@ -345,7 +346,7 @@ fn recovers_after_black_hole<B: LockBackend + 'static>(proxy: FaultProxy, backen
                 // expiry plus the 1 s tolerance, on the client clock): it then expires, or the
                 // background release frees it.
                 if !free {
-                    await_condition("the lost lock to be free", PATIENCE, || {
+                    wait_until("the lost lock to be free", PATIENCE, || {
                         matches!(locker.try_lock(&key), Ok(Some(_)))
                     });
                 }
@@ -379,7 +380,7 @@ fn no_extend_after_release_with_latency<B: LockBackend + 'static>(proxy: FaultPr
                 })
                 .collect();
             let first = Call::Extend(guards[0].lock_id().to_owned());
-            await_condition("the heartbeat to be renewing", PATIENCE, || {
+            wait_until("the heartbeat to be renewing", PATIENCE, || {
                 recorder.count(&first) >= 1
             });
             for guard in guards {
@@ -573,12 +574,12 @@ fn postgres_restart_keeps_held_locks() {
     let key = unique("pg-restart");
     let guard = locker.lock(&key).unwrap();
     let first = guard.expires_at_ms();
-    await_condition("a renewal before the restart", PATIENCE, || {
+    wait_until("a renewal before the restart", PATIENCE, || {
         guard.expires_at_ms() > first
     });
     server.restart();
     let after_restart = guard.expires_at_ms();
-    await_condition("a renewal after the restart", PATIENCE, || {
+    wait_until("a renewal after the restart", PATIENCE, || {
         guard.expires_at_ms() > after_restart
     });
     guard.check().expect("the lease survived the restart");

@@ -18,7 +18,7 @@ use syncguard::driver::{
     Acquisition, Driver as _, Key, LeaseRef, LockId, Ttl, Version, generate_lock_id,
 };
 use syncguard::firestore::{Credentials, FirestoreBackend};
-use syncguard::testing::backend as contract;
+use syncguard::testing::support::wait_until;
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_firestore_backend);
@@ -283,13 +283,13 @@ fn the_typescript_library_reads_renews_and_releases_locks_with_a_holder() {
 fn a_typescript_lock_after_ours_has_no_holder() {
     let backend = shared_firestore_backend();
     let key = unique("holder-then-node");
-    let short = contract::acquired_by(
+    let short = syncguard::testing::support::acquired_by(
         &backend,
         &key,
         Duration::from_millis(200),
         Some("the one before"),
     );
-    contract::wait_until_unlocked(&backend, &key);
+    syncguard::testing::support::wait_until_unlocked(&backend, &key);
     let lock_id = generate_lock_id();
     let now = syncguard::SystemClock.now_ms();
     let fence = format!("{:015}", short.fence.value() + 1);
@@ -504,7 +504,7 @@ fn aborted_transactions_are_retried() {
         let (backend, key) = (Arc::clone(&backend), key.clone());
         move || backend.acquire(&key, TTL)
     });
-    contract::wait_until(
+    wait_until(
         "the contender to be aborted and retrying",
         Duration::from_secs(60),
         || backend.stats().aborted_retries >= 1,

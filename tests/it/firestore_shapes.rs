@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use syncguard::firestore::FirestoreBackend;
-use syncguard::testing::backend::wait_until;
+use syncguard::testing::support::wait_until;
 use syncguard::{ErrorCode, Heartbeat, LockBackend, LockOptions, Locker, Lookup, get_by_key_raw};
 
 use crate::support::{FaultyFirestore, Injected, TTL, lease, shared_firestore_backend, unique};

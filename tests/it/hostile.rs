@@ -462,7 +462,7 @@ fn refused_before_any_io<B: LockBackend + 'static>(
     }
     let count = calls.len();
     for (call, result) in calls {
-        syncguard::testing::backend::assert_invalid(result, &format!("{name}: {call}"));
+        syncguard::testing::support::assert_invalid(result, &format!("{name}: {call}"));
     }
     assert_eq!(
         proxy.connections(),

@@ -66,6 +66,7 @@ mod redis_stalls;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
 mod stress;
+mod structure;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod tls;
 mod wake;

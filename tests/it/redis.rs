@@ -15,7 +15,7 @@ use redis::Commands as _;
 use serde_json::Value as Json;
 use syncguard::driver::{MAX_TTL_MS, generate_lock_id, make_storage_key};
 use syncguard::redis::RedisBackend;
-use syncguard::testing::backend as contract;
+use syncguard::testing::support::wait_until_unlocked;
 use syncguard::{ErrorCode, LockBackend};
 
 syncguard::backend_contract!(shared_redis_backend);
@@ -108,7 +108,7 @@ fn an_expired_lock_leaves_its_fence_counter_alone() {
     let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("fence-px");
     let short = lease(backend.acquire(&key, Duration::from_millis(50)));
-    contract::wait_until_unlocked(&backend, &key);
+    wait_until_unlocked(&backend, &key);
     for gone in [
         backend.lock_key(&key).unwrap(),
         backend.index_key(&short.lock_id).unwrap(),

@@ -533,7 +533,7 @@ fn an_acquisition_without_an_answer_is_in_doubt_with_its_lock_id() {
         .to_owned();
     drop(stopped);
 
-    syncguard::testing::guard::await_condition("the late acquisition", PATIENT, || {
+    syncguard::testing::support::wait_until("the late acquisition", PATIENT, || {
         backend.is_locked(&key).unwrap()
     });
     let found = syncguard::get_by_key_raw(&backend, &key).unwrap().unwrap();

@@ -193,16 +193,12 @@ fn without_min_replicas_a_failover_repeats_a_fence() {
         args
     });
     replica.start();
-    syncguard::testing::guard::await_condition(
-        "the replica's link",
-        Duration::from_secs(30),
-        || {
-            info(replica.port, "replication")
-                .get("master_link_status")
-                .map(String::as_str)
-                == Some("up")
-        },
-    );
+    syncguard::testing::support::wait_until("the replica's link", Duration::from_secs(30), || {
+        info(replica.port, "replication")
+            .get("master_link_status")
+            .map(String::as_str)
+            == Some("up")
+    });
     let on = |port: u16, query: &str| {
         RedisBackend::connect(&format!("redis://127.0.0.1:{port}/{query}")).unwrap()
     };

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::support::{PATIENT, RedisServer};
 use syncguard::redis::RedisBackend;
-use syncguard::testing::guard::{Call, Recorder, await_condition};
+use syncguard::testing::recorder::{Call, Recorder};
+use syncguard::testing::support::wait_until;
 use syncguard::{LockBackend, LockOptions, Locker};
 
 /// Calls that give up quickly, so a stall is a timeout.
@@ -79,7 +80,7 @@ fn a_wait_goes_on_through_a_stall_and_what_the_stall_took_is_released() {
         let (locker, key) = (locker.clone(), key.clone());
         move || locker.lock(&key).map(|guard| guard.release())
     });
-    await_condition("two attempts timed out in the stall", PATIENT, || {
+    wait_until("two attempts timed out in the stall", PATIENT, || {
         recorder.count(&Call::Acquire(key.clone())) >= 2
     });
     // The server now runs what it buffered.
@@ -97,7 +98,7 @@ fn a_wait_goes_on_through_a_stall_and_what_the_stall_took_is_released() {
         .collect();
     // The warm-up's, the stalled attempt's (in doubt, from the background) and the waiter's.
     assert!(released_ids.len() >= 3, "{released_ids:?}");
-    await_condition("no lock left behind", PATIENT, || {
+    wait_until("no lock left behind", PATIENT, || {
         !locker.backend().is_locked(&key).unwrap_or(true)
     });
 }

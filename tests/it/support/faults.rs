@@ -26,7 +26,7 @@ pub fn pool_of_one<M: r2d2::ManageConnection>(manager: M) -> r2d2::Pool<M> {
         .connection_timeout(std::time::Duration::from_millis(300))
         .build_unchecked(manager);
     // The pool opens its connection in the background, retrying until it is open.
-    syncguard::testing::guard::await_condition(
+    syncguard::testing::support::wait_until(
         "the pool's connection to open",
         super::PATIENT,
         || pool.state().idle_connections == 1,

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use syncguard::driver::{TIME_TOLERANCE_MS, generate_lock_id};
-use syncguard::testing::backend::wait_until_unlocked;
+use syncguard::testing::support::wait_until_unlocked;
 use syncguard::{LockBackend, Lookup};
 
 use super::{TTL, assert_honours_a_foreign_lock, lease, unique};

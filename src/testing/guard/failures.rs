@@ -1,0 +1,190 @@
+//! The guard contracts on a failing store: renewals, acquisitions and releases that fail (as
+//! the [`Recorder`](crate::testing::recorder::Recorder) injects them) are retried, reported, or
+//! end in a reported loss.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::{ErrorCode, LockBackend, LockOptions, owns};
+
+use crate::testing::recorder::{Call, recorded_locker};
+use crate::testing::support::{PATIENCE, short_lease, unique_key, wait_until};
+
+/// Transient renewal failures are retried, and a lease that survives them stays owned.
+pub fn transient_renewal_failures_are_retried<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("blip");
+    let (locker, recorder) = recorded_locker(backend, short_lease(3_000, 100));
+    let guard = locker.lock(&key).unwrap();
+    let renewal = Call::Extend(guard.lock_id().to_owned());
+    recorder.failing_extends.store(3, Ordering::SeqCst);
+    wait_until("three failed renewals and a good one", PATIENCE, || {
+        recorder.failing_extends.load(Ordering::SeqCst) == 0 && recorder.count(&renewal) >= 4
+    });
+    let renewed_at = recorder.count(&renewal);
+    wait_until("renewals to carry on", PATIENCE, || {
+        recorder.count(&renewal) > renewed_at
+    });
+    guard.check().unwrap();
+    assert!(owns(locker.backend(), guard.lock_id()).unwrap());
+    assert!(guard.release().unwrap());
+}
+
+/// Renewals that keep failing end with the guard lost (and told) once its TTL has run out,
+/// never later; the heartbeat retried in between.
+pub fn failing_renewals_end_in_loss<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("outage");
+    let lost = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&lost);
+    let options = short_lease(600, 100).on_lock_lost(move |_| seen.store(true, Ordering::SeqCst));
+    let (locker, recorder) = recorded_locker(backend, options);
+    recorder.extends_down.store(true, Ordering::SeqCst);
+    let guard = locker.lock(&key).unwrap();
+    wait_until("the outage to be reported", PATIENCE, || {
+        lost.load(Ordering::SeqCst)
+    });
+    assert!(guard.is_lost());
+    assert!(recorder.count(&Call::Extend(guard.lock_id().to_owned())) >= 2);
+    recorder.extends_down.store(false, Ordering::SeqCst);
+    assert!(
+        !guard.extend(Duration::from_secs(5)).unwrap(),
+        "loss is final"
+    );
+    // The lock may still exist server-side: releasing it is still attempted.
+    let _ = guard.release().unwrap();
+    assert!(!locker.backend().is_locked(&key).unwrap());
+}
+
+/// A failed release reaches `on_release_error` (from `Drop` and from `with_lock`) and never
+/// replaces the closure's result.
+pub fn release_errors_go_to_the_callback<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("release-error");
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&errors);
+    let options = LockOptions::default().on_release_error(move |e| {
+        sink.lock()
+            .unwrap()
+            .push((e.code(), e.key().map(str::to_owned)))
+    });
+    let (locker, recorder) = recorded_locker(backend, options);
+    recorder.releases_down.store(true, Ordering::SeqCst);
+
+    let value = locker.with_lock(&key, |_| "done").unwrap();
+    assert_eq!(value, "done");
+    let guard = locker.lock(&unique_key("release-error-drop"));
+    // The first lock is still held (its release failed); the second key is free.
+    let guard = guard.unwrap();
+    drop(guard);
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .all(|(code, _)| *code == ErrorCode::ServiceUnavailable)
+    );
+    assert_eq!(errors[0].1.as_deref(), Some(key.as_str()));
+
+    // Once releases work again, the background retry frees the key.
+    recorder.releases_down.store(false, Ordering::SeqCst);
+    wait_until(
+        "the failed release retried in the background",
+        PATIENCE,
+        || !locker.backend().is_locked(&key).unwrap(),
+    );
+}
+
+/// Waiting goes on through transient failures (an unreachable or stalled store) as through
+/// contention; a single attempt reports the failure, a wait that ends reports the last one,
+/// and a failure that is not transient ends the wait at once.
+pub fn transient_acquire_failures_are_waited_through<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("transient");
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let attempts = || recorder.count(&Call::Acquire(key.clone()));
+
+    recorder.failing_acquires.store(1, Ordering::SeqCst);
+    let once = locker.try_lock(&key).unwrap_err();
+    assert_eq!(once.code(), ErrorCode::ServiceUnavailable, "{once}");
+
+    recorder.failing_acquires.store(3, Ordering::SeqCst);
+    let guard = locker
+        .try_lock_for(&key, Duration::from_secs(60))
+        .unwrap()
+        .expect("held once the store answers again");
+    assert_eq!(
+        attempts(),
+        5,
+        "one attempt, then three failures and a success"
+    );
+    assert!(guard.release().unwrap());
+
+    // The wait ends while the store still fails: the last failure, not a timeout.
+    recorder.failing_acquires.store(u32::MAX, Ordering::SeqCst);
+    let before = attempts();
+    let brief = LockOptions::default()
+        .timeout(Duration::from_millis(300))
+        .retry_delay(Duration::from_millis(20));
+    let error = locker.lock_with(&key, &brief).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+    assert!(attempts() - before >= 2, "retried within the timeout");
+    recorder.failing_acquires.store(0, Ordering::SeqCst);
+
+    // Contention after a failure: the wait ends as a timeout again.
+    let holder = locker.lock(&key).unwrap();
+    recorder.failing_acquires.store(1, Ordering::SeqCst);
+    let contended = locker.lock_with(&key, &brief).unwrap_err();
+    assert_eq!(
+        contended.code(),
+        ErrorCode::AcquisitionTimeout,
+        "{contended}"
+    );
+    assert!(holder.release().unwrap());
+}
+
+/// An acquisition that was sent but whose answer was lost may have taken the lock: the
+/// `Locker` releases its lock id in the background, so the key is not held for nobody until
+/// the TTL ends, and a wait that retries gets the lock.
+pub fn acquisitions_in_doubt_are_released<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("in-doubt");
+    let long = LockOptions::default().ttl(Duration::from_secs(120));
+    let (locker, recorder) = recorded_locker(backend, long);
+
+    recorder.lost_acquire_answers.store(1, Ordering::SeqCst);
+    let error = locker.try_lock(&key).unwrap_err();
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    assert!(error.is_in_doubt());
+    let lock_id = error.lock_id().expect("the lock id in doubt").to_owned();
+    // Released long before its 120 s TTL.
+    wait_until("the acquisition in doubt released", PATIENCE, || {
+        recorder.count(&Call::Release(lock_id.clone())) >= 1
+            && !locker.backend().is_locked(&key).unwrap()
+    });
+
+    // Inside a wait: the next attempts find the key free again.
+    recorder.lost_acquire_answers.store(1, Ordering::SeqCst);
+    let guard = locker
+        .try_lock_for(&key, PATIENCE)
+        .unwrap()
+        .expect("held after the lost answer");
+    guard.check().unwrap();
+    assert!(guard.release().unwrap());
+}
+
+/// A release that failed is tried again in the background, so the key is free long before the
+/// lease's TTL would have ended; the caller still hears of the failure.
+pub fn failed_releases_are_retried<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("failed-release");
+    let long = LockOptions::default().ttl(Duration::from_secs(120));
+    let (locker, recorder) = recorded_locker(backend, long);
+    let guard = locker.lock(&key).unwrap();
+    let release = Call::Release(guard.lock_id().to_owned());
+    recorder.releases_down.store(true, Ordering::SeqCst);
+    let error = guard.release().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+    wait_until("a second release, from the background", PATIENCE, || {
+        recorder.count(&release) >= 2
+    });
+    recorder.releases_down.store(false, Ordering::SeqCst);
+    wait_until("the lock released in the background", PATIENCE, || {
+        !locker.backend().is_locked(&key).unwrap()
+    });
+}

@@ -1,0 +1,212 @@
+//! [`Recorder`]: a backend wrapper for the guard contracts, which logs each call in order (so a
+//! test can prove what was or was not sent) and injects failures.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::driver::{
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
+    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,
+};
+use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
+
+/// What a recorded call was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// An acquisition of this (normalised) key.
+    Acquire(String),
+    /// A release of this lock id.
+    Release(String),
+    /// An extension of this lock id.
+    Extend(String),
+    /// `is_locked` on this key.
+    IsLocked(String),
+    /// A lookup, either way.
+    Lookup,
+}
+
+/// A backend wrapper that logs every call at its start, in order, and injects failures.
+pub struct Recorder<B> {
+    inner: B,
+    log: Mutex<Vec<Call>>,
+    /// Fail this many upcoming extends with `NetworkTimeout`.
+    pub(super) failing_extends: AtomicU32,
+    /// Fail every extend with `NetworkTimeout` while set.
+    pub(super) extends_down: AtomicBool,
+    /// Fail every release with `ServiceUnavailable` while set.
+    pub(super) releases_down: AtomicBool,
+    /// Fail this many upcoming acquisitions with `ServiceUnavailable`, sending nothing.
+    pub(super) failing_acquires: AtomicU32,
+    /// Send this many upcoming acquisitions, then lose their answers: `NetworkTimeout`, in doubt.
+    pub(super) lost_acquire_answers: AtomicU32,
+    /// Hold every renewal (blocked in the call, as behind a stalled network) while set.
+    renewals_hang: (Mutex<bool>, Condvar),
+}
+
+impl<B: Driver> Recorder<B> {
+    /// Wraps `inner`, recording from now on.
+    pub fn new(inner: B) -> Arc<Self> {
+        Arc::new(Recorder {
+            inner,
+            log: Mutex::new(Vec::new()),
+            failing_extends: AtomicU32::new(0),
+            extends_down: AtomicBool::new(false),
+            releases_down: AtomicBool::new(false),
+            failing_acquires: AtomicU32::new(0),
+            lost_acquire_answers: AtomicU32::new(0),
+            renewals_hang: (Mutex::new(false), Condvar::new()),
+        })
+    }
+
+    /// Makes renewals hang (`true`) until called again with `false`.
+    pub fn hang_renewals(&self, hang: bool) {
+        let (flag, changed) = &self.renewals_hang;
+        *flag.lock().unwrap() = hang;
+        changed.notify_all();
+    }
+
+    fn wait_while_renewals_hang(&self) {
+        let (flag, changed) = &self.renewals_hang;
+        let mut hanging = flag.lock().unwrap();
+        while *hanging {
+            hanging = changed.wait(hanging).unwrap();
+        }
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// How many times `call` was made.
+    pub fn count(&self, call: &Call) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| *c == call)
+            .count()
+    }
+
+    fn record(&self, call: Call) {
+        self.log.lock().unwrap().push(call);
+    }
+}
+
+/// Counts one down, if any are left.
+fn take_one(budget: &AtomicU32) -> bool {
+    budget
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+fn injected(code: ErrorCode) -> LockError {
+    LockError::new(code, "injected by the test")
+}
+
+impl<B: Driver> Driver for Recorder<B> {
+    fn describe(&self) -> Capabilities {
+        self.inner.describe()
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        self.record(Call::Acquire(key.to_string()));
+        if take_one(&self.failing_acquires) {
+            return Err(injected(ErrorCode::ServiceUnavailable));
+        }
+        let acquisition = self.inner.try_acquire(key, ttl, holder)?;
+        match acquisition {
+            Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
+                Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
+            }
+            acquisition => Ok(acquisition),
+        }
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        self.record(Call::Release(lease.lock_id.as_str().to_owned()));
+        if self.releases_down.load(Ordering::SeqCst) {
+            return Err(injected(ErrorCode::ServiceUnavailable));
+        }
+        self.inner.release_lease(lease)
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
+        self.wait_while_renewals_hang();
+        let budget = self.failing_extends.load(Ordering::SeqCst);
+        if budget > 0 {
+            self.failing_extends.store(budget - 1, Ordering::SeqCst);
+            return Err(injected(ErrorCode::NetworkTimeout));
+        }
+        if self.extends_down.load(Ordering::SeqCst) {
+            return Err(injected(ErrorCode::NetworkTimeout));
+        }
+        self.inner.extend_lease(lease, ttl)
+    }
+
+    /// Records and fails each lease as `extend_lease` does, and hands the rest to the inner
+    /// store's own batch renewal, so the contracts exercise it (a store's batch path is where
+    /// each lease must get its own answer).
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> = Vec::new();
+        let mut forwarded = Vec::new();
+        for (lease, ttl) in leases {
+            self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
+            self.wait_while_renewals_hang();
+            let budget = self.failing_extends.load(Ordering::SeqCst);
+            if budget > 0 {
+                self.failing_extends.store(budget - 1, Ordering::SeqCst);
+                answers.push(Some(Err(injected(ErrorCode::NetworkTimeout))));
+            } else if self.extends_down.load(Ordering::SeqCst) {
+                answers.push(Some(Err(injected(ErrorCode::NetworkTimeout))));
+            } else {
+                answers.push(None);
+                forwarded.push((*lease, *ttl));
+            }
+        }
+        let mut inner = self.inner.extend_leases(&forwarded).into_iter();
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    inner.next().unwrap_or_else(|| {
+                        Err(LockError::internal(
+                            "the store answered fewer renewals than sent",
+                        ))
+                    })
+                })
+            })
+            .collect()
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        self.record(Call::IsLocked(key.to_string()));
+        self.inner.key_is_locked(key)
+    }
+
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        self.record(Call::Lookup);
+        self.inner.find(by)
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.inner.list_records(prefix, limit)
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        self.inner.watch_releases(on_release)
+    }
+}
+
+/// A [`Locker`] over a [`Recorder`] of `backend`, with `defaults`, and the recorder.
+pub(super) fn recorded_locker<B: LockBackend + 'static>(
+    backend: B,
+    defaults: LockOptions,
+) -> (Locker<Arc<Recorder<B>>>, Arc<Recorder<B>>) {
+    let recorder = Recorder::new(backend);
+    (
+        Locker::with_defaults(Arc::clone(&recorder), defaults),
+        recorder,
+    )
+}
