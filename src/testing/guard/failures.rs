@@ -36,8 +36,12 @@ pub fn failing_renewals_end_in_loss<B: LockBackend + 'static>(backend: B) {
     let key = unique_key("outage");
     let lost = Arc::new(AtomicBool::new(false));
     let seen = Arc::clone(&lost);
-    let options = short_lease(600, 100).on_lock_lost(move |_| seen.store(true, Ordering::SeqCst));
+    // The lease's local deadline counts from the acquisition's send time, so an acquisition
+    // that opens a connection (a TLS or SCRAM handshake on a loaded machine) eats into the
+    // TTL: the call before opens it, and the TTL leaves room for several renewals after it.
+    let options = short_lease(1_500, 100).on_lock_lost(move |_| seen.store(true, Ordering::SeqCst));
     let (locker, recorder) = recorded_locker(backend, options);
+    assert!(!locker.backend().is_locked(&key).unwrap());
     recorder.extends_down.store(true, Ordering::SeqCst);
     let guard = locker.lock(&key).unwrap();
     wait_until("the outage to be reported", PATIENCE, || {
