@@ -23,9 +23,9 @@ use std::collections::HashSet;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
 
-use super::connection::Conn;
 use super::layout::Keys;
 use super::node::{self, ClusterConnection};
+use super::pool::Conn;
 use super::{KeyLayout, RedisBackend, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
 use crate::driver::{
     KeyPrefix, ListLimit, LockList, LockRecord, MAX_KEY_LENGTH_BYTES, TIME_TOLERANCE_MS, is_live,

@@ -233,13 +233,15 @@
 //! it then trusts the roots syncguard gives it), and refuses to connect when that store
 //! reports an error.
 
+mod client;
 mod cluster;
-mod connection;
+mod config;
 mod errors;
 mod hosts;
 mod layout;
 mod list;
 mod node;
+mod pool;
 mod replicas;
 mod scripts;
 mod sentinel;
@@ -253,14 +255,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use self::client::ClientFactory;
 use self::cluster::ClusterConnector;
-use self::connection::{
-    ClientFactory, Connector, LastFailure, Pool, Target, Timeouts, Topology, parse_url,
-};
-use self::errors::Server;
+use self::config::{ParsedUrl, Timeouts, Topology, parse_url};
+use self::errors::{LastFailure, Server};
 pub use self::layout::KeyLayout;
 use self::layout::Keys;
 pub use self::list::DEFAULT_LIST_SCAN_BUDGET;
+use self::pool::{Connector, Pool, Target};
 use self::replicas::ReplicaAcks;
 use self::scripts::{Reply, SCRIPTS, Status};
 use self::sentinel::SentinelPrimary;
@@ -590,7 +592,7 @@ impl RedisBuilder {
 
 /// Opens syncguard's own pool for a parsed URL, after checking one connection.
 fn connect(
-    parsed: &connection::ParsedUrl,
+    parsed: &ParsedUrl,
     ca_file: Option<&std::path::Path>,
     timeouts: Timeouts,
     pool_size: u32,

@@ -31,8 +31,8 @@
 use redis::{Cmd, RedisError, RedisResult, ScriptInvocation, Value};
 
 use super::RedisBackend;
-use super::connection::Conn;
 use super::errors::{Phase, map_error};
+use super::pool::Conn;
 use super::scripts::{Reply, SCRIPTS, Status};
 use crate::driver::{
     Extension, Key, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl,
