@@ -208,7 +208,7 @@ macro_rules! pooled_builder_options {
 
         /// A PEM file of one or more CA certificates to trust besides the system's root
         /// certificates, for TLS connections: a private CA, or that of a TLS-inspecting proxy
-        /// (see [TLS](self#tls)). Used only when the URL asks for TLS; the URL can
+        /// (see [TLS](index.html#tls)). Used only when the URL asks for TLS; the URL can
         /// give the same (`?tls_ca_file=PATH` for Redis, `?sslrootcert=PATH` for PostgreSQL),
         /// and this option wins. A file that cannot be read or holds no valid certificate
         /// fails [`build`](Self::build) with `InvalidArgument` naming the path. Refused with
