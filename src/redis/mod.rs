@@ -231,17 +231,15 @@
 //! redis-rs also reads the system's certificate store itself for each new connection (although
 //! it then trusts the roots syncguard gives it), and refuses to connect when that store
 //! reports an error.
-//!
-//! # Source layout
-//!
-//! `builder.rs` (the options, `build()`), `config.rs` (what a URL says, timeouts; `hosts.rs`
-//! for multi-host URLs), `client.rs` (clients, TLS roots), `pool.rs` (syncguard's pool and
-//! checkout), `cluster.rs` and `node.rs` (Cluster connections), `sentinel.rs` (finding the
-//! primary), `errors.rs`, `layout.rs` (key names), `store.rs` (what every operation works
-//! with, replies read), `typescript.rs` and `split.rs` (each layout's operations),
-//! `scripts.rs` (the Lua scripts), `replicas.rs` (`min_replicas`), `watch.rs` (release
-//! notifications), `list.rs` (listing), `slot.rs` (hash slots). This file: the driver.
 
+// This file is the driver: each operation, deciding on the key layout at most once. Beside
+// it: `builder.rs` (the options, `build()`), `config.rs` (what a URL says, timeouts; `hosts.rs`
+// for multi-host URLs), `client.rs` (clients, TLS roots), `pool.rs` (syncguard's pool and
+// checkout), `cluster.rs` and `node.rs` (Cluster connections), `sentinel.rs` (finding the
+// primary), `errors.rs`, `layout.rs` (key names), `store.rs` (what every operation works
+// with; replies read), `typescript.rs` and `split.rs` (each layout's own operations),
+// `scripts.rs` (the Lua scripts), `replicas.rs` (`min_replicas`), `watch.rs` (release
+// notifications), `list.rs` (listing), `slot.rs` (hash slots).
 mod builder;
 mod client;
 mod cluster;
@@ -562,13 +560,7 @@ impl Driver for RedisBackend {
             }
         };
         let lock_key = store.keys.lock_keys(key.as_str())?.lock;
-        let mut reply = store.run(|conn| {
-            SCRIPTS
-                .lookup_key
-                .key(&lock_key)
-                .arg(TIME_TOLERANCE_MS)
-                .invoke(conn)
-        })?;
+        let mut reply = store.lookup(&lock_key)?;
         match reply.status {
             Status::Ok => store.decode(&reply.string()?).map(Some),
             Status::Foreign => Err(store.refusal(&mut reply, Some(key))),

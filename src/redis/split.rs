@@ -247,13 +247,7 @@ pub(super) fn find(store: &Store, lock_id: &LockId) -> Result<Option<LockRecord>
     let Some(lock_key) = record_key_of(store, LeaseRef::new(lock_id))? else {
         return Ok(None);
     };
-    let mut reply = store.run(|conn| {
-        SCRIPTS
-            .lookup_key
-            .key(&lock_key)
-            .arg(TIME_TOLERANCE_MS)
-            .invoke(conn)
-    })?;
+    let mut reply = store.lookup(&lock_key)?;
     match reply.status {
         Status::Ok => {}
         Status::Foreign => {

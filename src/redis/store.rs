@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::errors::{Phase, Server, map_error};
 use super::layout::Keys;
 use super::pool::Pool;
-use super::scripts::{Reply, Status};
-use crate::driver::{Extension, FENCE_MAX, Key, LockId, LockRecord, Outcome};
+use super::scripts::{Reply, SCRIPTS, Status};
+use crate::driver::{Extension, FENCE_MAX, Key, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 
@@ -47,6 +47,19 @@ impl Store {
         Reply::parse(self.pool.run(&self.server, call)?)
     }
 
+    /// Reads the live record stored under `lock_key` (the lookup script), in either layout.
+    pub fn lookup(&self, lock_key: &str) -> Result<Reply> {
+        self.run(|conn| {
+            SCRIPTS
+                .lookup_key
+                .key(lock_key)
+                .arg(TIME_TOLERANCE_MS)
+                .invoke(conn)
+        })
+    }
+
+    /// The error for a value under a lock key that is no lock record (`key`: the user key,
+    /// where known).
     pub fn foreign(&self, key: Option<&str>) -> LockError {
         let error = LockError::internal(
             "a Redis key syncguard uses holds a value that is not a SyncGuard lock record",
