@@ -424,6 +424,7 @@ pub(crate) struct PrimaryUrl {
 }
 
 impl PrimaryUrl {
+    /// The primary's URL at `host`:`port`, as a Sentinel names it.
     pub fn at(&self, host: &str, port: u16) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let userinfo = match &self.userinfo {
