@@ -45,6 +45,11 @@
 //! Exit status: 0 on success, 2 for bad usage, 3 when a lock operation fails
 //! (`error: <Code>: <message>` on stderr).
 
+// The crate's duration parser (humantime's forms or plain milliseconds), compiled in: an
+// example reaches only the public API.
+#[path = "../src/duration.rs"]
+mod duration;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt;
 use std::io::Write as _;
@@ -53,6 +58,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use crate::duration::parse_duration;
 use serde::Serialize;
 use syncguard::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, LeaseRef, LockRecord, OnRelease, Outcome,
@@ -227,23 +233,6 @@ struct HoldPlan {
     hold: Duration,
 }
 
-/// `3s`, `500ms` or plain milliseconds.
-fn parse_duration(text: &str) -> Option<Duration> {
-    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
-        (ms, 1)
-    } else if let Some(s) = text.strip_suffix('s') {
-        (s, 1000)
-    } else {
-        (text, 1)
-    };
-    number
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(scale))
-        .map(Duration::from_millis)
-}
-
 /// What the command line asked for.
 enum Command {
     Run(Args),
@@ -296,11 +285,13 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
             }
             "--ttl" => {
                 hold.ttl = parse_duration(&value)
+                    .ok()
                     .filter(|d| !d.is_zero())
                     .ok_or_else(|| format!("--ttl wants a duration like 3s, not {value:?}"))?;
             }
             "--hold" => {
                 hold.hold = parse_duration(&value)
+                    .ok()
                     .ok_or_else(|| format!("--hold wants a duration like 10s, not {value:?}"))?;
             }
             "--threads" => {

@@ -83,6 +83,8 @@ mod backend;
 mod cancel;
 mod connect;
 pub mod driver;
+#[cfg(feature = "redis")]
+mod duration;
 mod error;
 mod fence;
 mod hash;

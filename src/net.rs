@@ -1,9 +1,6 @@
 //! What every network backend shares: keeping secrets out of messages, and the rule for
 //! repeating a call whose pooled connection turned out to be dead.
 
-#[cfg(feature = "redis")]
-use std::fmt;
-
 use crate::error::{LockError, Result};
 
 /// Removes passwords from text that came from a client library, before it reaches an error
@@ -50,13 +47,6 @@ impl Redactor {
         self.long_secrets
             .iter()
             .fold(text, |text, secret| text.replace(secret.as_str(), MASK))
-    }
-
-    /// A client library's error as a redacted `source` for a `LockError`: the original may
-    /// carry connection details.
-    #[cfg(feature = "redis")]
-    pub fn source(&self, error: &dyn std::error::Error) -> RedactedError {
-        RedactedError(self.clean(&error.to_string()))
     }
 }
 
@@ -144,21 +134,6 @@ fn redact_parameters(text: &str) -> String {
     out
 }
 
-/// A client library's error, as redacted text.
-#[cfg(feature = "redis")]
-#[derive(Debug)]
-pub(crate) struct RedactedError(pub String);
-
-#[cfg(feature = "redis")]
-impl fmt::Display for RedactedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-#[cfg(feature = "redis")]
-impl std::error::Error for RedactedError {}
-
 /// Where a pooled backend gets its connections: a URL to open its own pool from, or the
 /// application's pool.
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -233,7 +208,7 @@ macro_rules! pooled_builder_options {
 
         /// A PEM file of one or more CA certificates to trust besides the system's root
         /// certificates, for TLS connections: a private CA, or that of a TLS-inspecting proxy
-        /// (see [TLS](self#tls)). Used only when the URL asks for TLS; the URL can
+        /// (see [TLS](index.html#tls)). Used only when the URL asks for TLS; the URL can
         /// give the same (`?tls_ca_file=PATH` for Redis, `?sslrootcert=PATH` for PostgreSQL),
         /// and this option wins. A file that cannot be read or holds no valid certificate
         /// fails [`build`](Self::build) with `InvalidArgument` naming the path. Refused with

@@ -7,7 +7,8 @@
 //!   connection left with no root at all fails.
 //! * **Crypto**: *ring*, passed explicitly to each configuration (`builder_with_provider`), so
 //!   nothing here reads or changes rustls' process-wide default provider. The Redis client is
-//!   the one exception, forced by redis-rs: see [`ensure_process_provider_for_redis`].
+//!   the one exception, forced by redis-rs: its client installs a process default when none is
+//!   (`src/redis/client.rs`).
 //! * **Verification**: always full (chain and host name); there is no switch to turn it off.
 //!
 //! Each backend takes the same [`TlsRoots`] in its client's form: a rustls `ClientConfig`
@@ -19,7 +20,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::RootCertStore;
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 
@@ -38,8 +38,8 @@ pub(crate) struct TlsRoots {
         allow(dead_code)
     )]
     store: RootCertStore,
-    /// The same certificates, as read (for the clients that take them so).
-    certs: Vec<CertificateDer<'static>>,
+    /// The same certificates, as read (for the clients that take them so: redis-rs, as PEM).
+    pub(crate) certs: Vec<CertificateDer<'static>>,
 }
 
 impl TlsRoots {
@@ -111,27 +111,6 @@ impl TlsRoots {
             .with_root_certificates(self.store.clone())
             .with_no_client_auth())
     }
-
-    /// These roots as one PEM bundle: what redis-rs takes (`TlsCertificates::root_cert`), in
-    /// place of the system's store it would otherwise load.
-    #[cfg(feature = "redis")]
-    pub fn pem_bundle(&self) -> Vec<u8> {
-        use base64::Engine as _;
-        let mut pem = String::new();
-        for cert in &self.certs {
-            let encoded = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
-            pem.push_str("-----BEGIN CERTIFICATE-----\n");
-            let mut rest = encoded.as_str();
-            while !rest.is_empty() {
-                let (line, tail) = rest.split_at(rest.len().min(64));
-                pem.push_str(line);
-                pem.push('\n');
-                rest = tail;
-            }
-            pem.push_str("-----END CERTIFICATE-----\n");
-        }
-        pem.into_bytes()
-    }
 }
 
 /// A rustls configuration with the system's roots only, for clients built where no CA file is
@@ -151,7 +130,7 @@ pub(crate) fn system_client_config() -> Result<Arc<rustls::ClientConfig>> {
 
 /// The crypto provider of every configuration built here (redis-rs takes none: src/redis).
 #[cfg(any(feature = "postgres", feature = "firestore"))]
-fn provider() -> Arc<CryptoProvider> {
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -241,34 +220,6 @@ pub(crate) fn describe(error: &rustls::Error, ca_option: &str) -> String {
     }
 }
 
-/// Makes sure rustls has a process-wide default provider before redis-rs needs one.
-///
-/// redis-rs (1.8) builds the rustls configuration of every `rediss://` connection with
-/// `rustls::ClientConfig::builder()`, which takes the process default and, when none is
-/// installed and the crate features of the application's dependency tree do not pick exactly
-/// one (*ring* and aws-lc-rs both present), panics; it offers no way to pass a provider or a
-/// configuration (redis-rs issue #463). So, only for `rediss://`, and only if the application
-/// has installed no provider of its own, syncguard installs *ring* as the default. An
-/// application that wants another provider installs it before building a Redis backend, and
-/// syncguard leaves it alone. PostgreSQL and Firestore never touch the default.
-#[cfg(feature = "redis")]
-pub(crate) fn ensure_process_provider_for_redis() {
-    if CryptoProvider::get_default().is_some() {
-        return;
-    }
-    // An error means another thread installed one meanwhile: that one is used.
-    if rustls::crypto::ring::default_provider()
-        .install_default()
-        .is_ok()
-    {
-        log::info!(
-            "syncguard: installed rustls' ring provider as the process default, which the \
-             redis client needs for rediss://; install your own provider before connecting to \
-             choose another"
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,24 +289,6 @@ mod tests {
             "tls_ca_file",
         );
         assert!(name.contains("not valid for the name"), "{name}");
-    }
-
-    /// The bundle redis-rs is given holds exactly the roots loaded, and redis-rs accepts it
-    /// (it refuses the whole client if any certificate does not parse).
-    #[cfg(feature = "redis")]
-    #[test]
-    fn the_pem_bundle_round_trips() {
-        let roots = TlsRoots::load(None, true).unwrap();
-        let bundle = roots.pem_bundle();
-        let parsed: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bundle)
-            .collect::<std::result::Result<_, _>>()
-            .unwrap();
-        assert_eq!(parsed, roots.certs);
-        let certificates = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(bundle),
-        };
-        assert!(redis::Client::build_with_tls("rediss://h/", certificates).is_ok());
     }
 
     #[test]

@@ -10,8 +10,9 @@ use r2d2::ManageConnection;
 use redis::cluster::ClusterClient;
 use redis::{ConnectionLike, RedisError, RedisResult};
 
-use super::connection::{ClientFactory, LastFailure, Timeouts};
-use super::errors::{Phase, Server, classify, is_tls_failure, map_error};
+use super::client::ClientFactory;
+use super::config::Timeouts;
+use super::errors::{LastFailure, Phase, Server, classify, is_tls_failure, map_error};
 use super::node::{self, ClusterConnection, NodeConnection};
 use crate::error::{ErrorCode, LockError, Result};
 

@@ -1,10 +1,10 @@
 //! Redis client errors → [`LockError`], by the SyncGuard mapping table.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use super::connection::Timeouts;
+use super::config::Timeouts;
 use crate::error::{ErrorCode, LockError};
 use crate::net::Redactor;
 
@@ -108,6 +108,25 @@ impl Server {
     }
 }
 
+/// Why the last connection attempt failed, as the code and message of its [`LockError`]
+/// (`None` once one succeeds), shared between the connector, which r2d2 owns, and the checkout
+/// that has to explain a pool timeout.
+#[derive(Clone, Default)]
+pub(crate) struct LastFailure(Arc<Mutex<Option<(ErrorCode, String)>>>);
+
+impl LastFailure {
+    pub(crate) fn set(&self, failure: Option<(ErrorCode, String)>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = failure;
+    }
+
+    pub(crate) fn get(&self) -> Option<(ErrorCode, String)> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// What syncguard was doing when the error happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -145,9 +164,22 @@ pub(crate) fn map_error(error: RedisError, server: &Server, phase: Phase) -> Loc
         }
         (Phase::Call, _) => format!("Redis request {at} failed: {cause}"),
     };
-    let source = server.redactor.source(&error);
+    // The client's error may carry connection details: the source is its redacted text.
+    let source = RedactedError(server.redactor.clean(&error.to_string()));
     LockError::new(code, message).with_source(source)
 }
+
+/// A client library's error, as redacted text.
+#[derive(Debug)]
+struct RedactedError(String);
+
+impl std::fmt::Display for RedactedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RedactedError {}
 
 /// Why the call failed, in words an operator acts on, with the client's detail where it adds
 /// something.

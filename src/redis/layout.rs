@@ -1,11 +1,19 @@
 //! Key layouts: how a lock's record, its lock-id index entry and its fence counter are named
 //! (the rules are on [`KeyLayout`]).
 
-use crate::driver::{LockId, make_storage_key};
+use crate::driver::{LOCK_ID_LENGTH, LockId, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::hash::truncated_hash;
 
-use super::{STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
+/// Redis' storage-key limit in bytes.
+pub const STORAGE_KEY_LIMIT: usize = 1000;
+/// Bytes [`make_storage_key`](crate::driver::make_storage_key) keeps free for derived suffixes.
+pub const STORAGE_KEY_RESERVE: usize = 26;
+/// The default key prefix, shared with the TypeScript SyncGuard.
+pub const DEFAULT_PREFIX: &str = "syncguard";
+
+/// The namespaces under the prefix that hold index entries and fence counters.
+const RESERVED_SEGMENTS: [&str; 2] = ["id", "fence"];
 
 /// How a [`RedisBackend`](super::RedisBackend) names its keys (see also [Key
 /// layouts](super#key-layouts)).
@@ -85,7 +93,7 @@ impl KeyLayout {
     }
 
     fn keys(self, prefix: &str) -> Result<Keys> {
-        Keys::new(super::validate_prefix(prefix, "key_prefix")?, self)
+        Keys::new(validate_prefix(prefix, "key_prefix")?, self)
     }
 
     /// Reads a URL's `layout` parameter.
@@ -194,6 +202,40 @@ impl Keys {
     }
 }
 
+/// Checks a key prefix (given as `option`, for messages) and returns it without its trailing
+/// `:`. Never empty: keys without a namespace would mix with everything else in the database.
+pub(crate) fn validate_prefix(prefix: &str, option: &str) -> Result<String> {
+    let prefix = prefix.strip_suffix(':').unwrap_or(prefix);
+    if prefix.trim().is_empty() {
+        return Err(LockError::invalid_argument(format!(
+            "the Redis {option} is empty: leave it out for the default `{DEFAULT_PREFIX}`, or \
+             give a namespace such as `myapp`"
+        )));
+    }
+    // Index keys (`prefix:id:` + 22 characters) must fit unhashed: scripts rebuild them.
+    let longest_index = prefix.len() + 1 + "id:".len() + LOCK_ID_LENGTH;
+    if longest_index + STORAGE_KEY_RESERVE > STORAGE_KEY_LIMIT {
+        return Err(LockError::invalid_argument(format!(
+            "the Redis {option} of {} bytes is too long: at most {} bytes",
+            prefix.len(),
+            STORAGE_KEY_LIMIT - STORAGE_KEY_RESERVE - 1 - "id:".len() - LOCK_ID_LENGTH
+        )));
+    }
+    let last_segment = prefix.rsplit(':').next().unwrap_or(prefix);
+    if RESERVED_SEGMENTS.contains(&last_segment) {
+        return Err(LockError::invalid_argument(format!(
+            "the Redis {option} may not end in an `id` or `fence` segment (got {prefix:?}): \
+             its locks would overlap another prefix's index or fence keys"
+        )));
+    }
+    if prefix.chars().any(char::is_control) {
+        return Err(LockError::invalid_argument(format!(
+            "the Redis {option} may not contain control characters"
+        )));
+    }
+    Ok(prefix.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +323,38 @@ mod tests {
         for prefix in ["a{b", "a}b"] {
             assert!(Keys::new(prefix.to_owned(), KeyLayout::Cluster).is_err());
             assert!(Keys::new(prefix.to_owned(), KeyLayout::TypeScript).is_ok());
+        }
+    }
+
+    #[test]
+    fn prefixes() {
+        let check = |prefix: &str| validate_prefix(prefix, "key_prefix");
+        assert_eq!(check("syncguard").unwrap(), "syncguard");
+        assert_eq!(check("app:").unwrap(), "app");
+        assert!(check(&"p".repeat(948)).is_ok());
+        assert!(check(&"p".repeat(949)).is_err());
+        for overlapping in ["id", "fence", "app:id", "app:fence", "app:fence:"] {
+            assert!(check(overlapping).is_err(), "{overlapping}");
+        }
+        assert!(check("app:fences").is_ok());
+        assert!(check("a\nb").is_err());
+        for empty in ["", ":", " "] {
+            assert!(check(empty).is_err(), "{empty:?}");
+        }
+    }
+
+    #[test]
+    fn index_keys_are_what_make_storage_key_gives() {
+        for prefix in ["syncguard", "p", &"p".repeat(948)] {
+            let id = crate::driver::generate_lock_id();
+            let expected = make_storage_key(
+                prefix,
+                &format!("id:{id}"),
+                STORAGE_KEY_LIMIT,
+                STORAGE_KEY_RESERVE,
+            )
+            .unwrap();
+            assert_eq!(format!("{prefix}:id:{id}"), expected);
         }
     }
 }

@@ -23,10 +23,11 @@ use std::collections::HashSet;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
 
-use super::connection::Conn;
 use super::layout::Keys;
+use super::layout::{KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
 use super::node::{self, ClusterConnection};
-use super::{KeyLayout, RedisBackend, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
+use super::pool::Conn;
+use super::store::Store;
 use crate::driver::{
     KeyPrefix, ListLimit, LockList, LockRecord, MAX_KEY_LENGTH_BYTES, TIME_TOLERANCE_MS, is_live,
     validate_lock_id,
@@ -42,25 +43,31 @@ const SCAN_COUNT: usize = 1000;
 /// The length of a hashed tag or storage key (base64url of 16 bytes).
 const HASH_LENGTH: usize = 22;
 
-impl RedisBackend {
-    /// The live locks under `prefix`; see the module docs.
+impl Store {
+    /// The live locks under `prefix`, examining at most `budget` keys; see the module docs.
     pub(super) fn list(
         &self,
         prefix: &KeyPrefix,
         limit: ListLimit,
+        budget: usize,
     ) -> Result<LockList<LockRecord>> {
         let plan = Plan::new(&self.keys, prefix);
         let (found, exhausted) = self
             .pool
-            .run_on(&self.server, |conn| self.walk(conn, &plan))?;
+            .run_on(&self.server, |conn| self.walk(conn, &plan, budget))?;
         Ok(LockList::from_unsorted(found, limit, exhausted))
     }
 
     /// Scans every node (one server, or each primary of a Cluster) while the budget lasts:
     /// the records found, and whether the walk got to its end.
-    fn walk(&self, conn: Conn<'_>, plan: &Plan<'_>) -> RedisResult<(Vec<LockRecord>, bool)> {
+    fn walk(
+        &self,
+        conn: Conn<'_>,
+        plan: &Plan<'_>,
+        budget: usize,
+    ) -> RedisResult<(Vec<LockRecord>, bool)> {
         let mut walk = Walk {
-            budget: self.list_scan_budget,
+            budget,
             seen: HashSet::new(),
             found: Vec::new(),
         };

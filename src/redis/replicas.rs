@@ -7,7 +7,7 @@ use redis::RedisResult;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
 use super::cluster::spoils_the_connection;
-use super::connection::Conn;
+use super::pool::Conn;
 use crate::error::{LockError, Result};
 
 /// How many replicas must acknowledge an acquisition, and how long to wait for them.

@@ -14,54 +14,10 @@ use std::sync::{Mutex, PoisonError};
 
 use redis::{Client, Connection, Value};
 
-use super::connection::{ClientFactory, Timeouts};
+use super::client::ClientFactory;
+use super::config::{SentinelSpec, Timeouts};
 use super::errors::{Phase, Server, map_error};
 use crate::error::{ErrorCode, LockError, Result};
-
-/// What a `redis-sentinel://` URL says: where the Sentinels are, the primary's name, and how
-/// to log in to each.
-#[derive(Clone)]
-pub(crate) struct SentinelSpec {
-    /// `redis[s]://[sentinel credentials@]host:port/` for each Sentinel.
-    pub sentinels: Vec<String>,
-    /// `host:port` of each Sentinel, for messages.
-    pub sentinel_addresses: Vec<String>,
-    /// The primary's name in the Sentinels' configuration.
-    pub master: String,
-    /// Builds the URL of the primary at `host`, `port` (with the data credentials, database and
-    /// protocol of the URL).
-    pub primary_url: PrimaryUrl,
-}
-
-/// The parts of a primary's URL that do not depend on where it is.
-#[derive(Clone)]
-pub(crate) struct PrimaryUrl {
-    pub tls: bool,
-    pub userinfo: Option<String>,
-    pub db: u32,
-    pub query: Option<String>,
-}
-
-impl PrimaryUrl {
-    fn at(&self, host: &str, port: u16) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
-        let userinfo = match &self.userinfo {
-            Some(userinfo) => format!("{userinfo}@"),
-            None => String::new(),
-        };
-        // An IPv6 address from a Sentinel comes without brackets.
-        let host = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]")
-        } else {
-            host.to_owned()
-        };
-        let query = match &self.query {
-            Some(query) => format!("?{query}"),
-            None => String::new(),
-        };
-        format!("{scheme}://{userinfo}{host}:{port}/{}{query}", self.db)
-    }
-}
 
 /// The primary as last resolved, and the generation of that resolution.
 struct Resolved {
@@ -303,34 +259,5 @@ fn short_cause(error: redis::RedisError, server: &Server) -> Failure {
     Failure {
         code: error.code(),
         text: message.strip_prefix(&at).unwrap_or(message).to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn primary_urls_carry_credentials_database_and_protocol() {
-        let url = PrimaryUrl {
-            tls: false,
-            userinfo: Some("app:s%40cret".to_owned()),
-            db: 2,
-            query: Some("protocol=resp3".to_owned()),
-        };
-        assert_eq!(
-            url.at("10.0.0.5", 6380),
-            "redis://app:s%40cret@10.0.0.5:6380/2?protocol=resp3"
-        );
-        assert_eq!(
-            PrimaryUrl {
-                tls: true,
-                userinfo: None,
-                db: 0,
-                query: None
-            }
-            .at("::1", 6379),
-            "rediss://[::1]:6379/0"
-        );
     }
 }

@@ -3,6 +3,9 @@
 //! the index entry. Lock ids are plain 16-byte CSPRNG ids (128 bits), never chosen to hash
 //! anywhere.
 //!
+//! This file owns the layout's operations (the TypeScript layout's are in `typescript.rs`);
+//! the driver (`mod.rs`) picks one or the other once per call.
+//!
 //! Every operation sends its script and the command on its index entry together: one pipeline
 //! on one server, and on a Cluster one round trip across the two nodes (`node::pipeline`).
 //!
@@ -30,14 +33,14 @@
 
 use redis::{Cmd, RedisError, RedisResult, ScriptInvocation, Value};
 
-use super::RedisBackend;
-use super::connection::Conn;
 use super::errors::{Phase, map_error};
+use super::pool::Conn;
 use super::scripts::{Reply, SCRIPTS, Status};
+use super::store::{Store, failed_all};
 use crate::driver::{
     Extension, Key, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl,
 };
-use crate::error::Result;
+use crate::error::{ErrorCode, LockError, Result};
 
 /// The answers of a script on a record and of a command on its index entry, sent together.
 pub(super) struct WithIndex {
@@ -68,130 +71,236 @@ pub(super) fn script_with_index(
     }
 }
 
-impl RedisBackend {
-    /// The record key of a lease: from its key, else from its index entry (one request);
-    /// `None` when the index entry is gone.
-    fn record_key_of(&self, lease: LeaseRef<'_>) -> Result<Option<String>> {
-        if let Some(key) = lease.key {
-            return Ok(Some(self.keys.lock_keys(key.as_str())?.lock));
-        }
-        let index_key = self.keys.index_key(lease.lock_id);
-        self.pool.run(&self.server, |conn| {
-            redis::cmd("GET")
-                .arg(&index_key)
-                .query::<Option<String>>(conn)
-        })
-    }
+/// The `SET` of an acquisition's index entry, sent beside its script: the entry names the
+/// record `lock_key` and lives as long as the lease.
+pub(super) fn set_index(index_key: &str, lock_key: &str, ttl: Ttl) -> Cmd {
+    let mut set = redis::cmd("SET");
+    set.arg(index_key)
+        .arg(lock_key)
+        .arg("PX")
+        .arg(ttl.as_millis());
+    set
+}
 
-    /// Release in the cluster layout.
-    pub(super) fn release_split(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        let Some(lock_key) = self.record_key_of(lease)? else {
-            return Ok(Outcome::NotFound);
-        };
-        let mut invocation = SCRIPTS.release_record.key(&lock_key);
-        invocation
-            .arg(lease.lock_id.as_str())
-            .arg(TIME_TOLERANCE_MS);
-        let mut delete = redis::cmd("DEL");
-        delete.arg(self.keys.index_key(lease.lock_id));
-        let answers = self.pool.run_on(&self.server, |mut conn| {
-            script_with_index(
-                &mut conn,
-                &invocation,
-                &SCRIPTS.release_record,
-                delete.clone(),
-            )
-        })?;
-        if let Err(error) = answers.index {
-            self.index_not_followed(lease.key, "release", vec![error]);
-        }
-        self.outcome(
-            &mut Reply::parse(answers.script)?,
-            lease.lock_id,
-            |_| Ok(()),
+/// The record key of a lease: from its key, else from its index entry (one request);
+/// `None` when the index entry is gone.
+fn record_key_of(store: &Store, lease: LeaseRef<'_>) -> Result<Option<String>> {
+    if let Some(key) = lease.key {
+        return Ok(Some(store.keys.lock_keys(key.as_str())?.lock));
+    }
+    let index_key = store.keys.index_key(lease.lock_id);
+    store.pool.run(&store.server, |conn| {
+        redis::cmd("GET")
+            .arg(&index_key)
+            .query::<Option<String>>(conn)
+    })
+}
+
+/// Release in the cluster layout.
+pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+    let Some(lock_key) = record_key_of(store, lease)? else {
+        return Ok(Outcome::NotFound);
+    };
+    let mut invocation = SCRIPTS.release_record.key(&lock_key);
+    invocation
+        .arg(lease.lock_id.as_str())
+        .arg(TIME_TOLERANCE_MS);
+    let mut delete = redis::cmd("DEL");
+    delete.arg(store.keys.index_key(lease.lock_id));
+    let answers = store.pool.run_on(&store.server, |mut conn| {
+        script_with_index(
+            &mut conn,
+            &invocation,
+            &SCRIPTS.release_record,
+            delete.clone(),
         )
+    })?;
+    if let Err(error) = answers.index {
+        index_not_followed(store, lease.key, "release", vec![error]);
     }
+    store.outcome(
+        &mut Reply::parse(answers.script)?,
+        lease.lock_id,
+        |_| Ok(()),
+    )
+}
 
-    /// Extend in the cluster layout.
-    pub(super) fn extend_split(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        let Some(lock_key) = self.record_key_of(lease)? else {
-            return Ok(Outcome::NotFound);
+/// Extend in the cluster layout.
+pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+    let Some(lock_key) = record_key_of(store, lease)? else {
+        return Ok(Outcome::NotFound);
+    };
+    let mut invocation = SCRIPTS.extend_record.key(&lock_key);
+    invocation
+        .arg(lease.lock_id.as_str())
+        .arg(TIME_TOLERANCE_MS)
+        .arg(ttl.as_millis());
+    let answers = store.pool.run_on(&store.server, |mut conn| {
+        script_with_index(
+            &mut conn,
+            &invocation,
+            &SCRIPTS.extend_record,
+            index_pexpire(store, lease.lock_id, ttl),
+        )
+    })?;
+    if let Err(error) = answers.index {
+        index_not_followed(store, lease.key, "extension", vec![error]);
+    }
+    store.extension(answers.script, lease.lock_id)
+}
+
+/// Batch renewal in the cluster layout: the leases that carry their key in one pipeline
+/// (each its record's script and a `PEXPIRE` of its index entry), those known only by their
+/// lock id one by one, since their record is found through their index entry first.
+pub(super) fn extend_all(
+    store: &Store,
+    leases: &[(LeaseRef<'_>, Ttl)],
+) -> Vec<Result<Outcome<Extension>>> {
+    let (keyed, alone): (Vec<usize>, Vec<usize>) =
+        (0..leases.len()).partition(|&i| leases[i].0.key.is_some());
+    let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+        leases.iter().map(|_| None).collect();
+    if !keyed.is_empty() {
+        let group: Vec<_> = keyed.iter().map(|&i| &leases[i]).collect();
+        for (&i, answer) in keyed.iter().zip(extend_keyed(store, &group)) {
+            answers[i] = Some(answer);
+        }
+    }
+    for i in alone {
+        let (lease, ttl) = &leases[i];
+        answers[i] = Some(extend(store, *lease, *ttl));
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.unwrap_or_else(|| Err(LockError::internal("a renewal got no answer"))))
+        .collect()
+}
+
+/// One pipeline of renewals of leases whose key is known.
+fn extend_keyed(store: &Store, leases: &[&(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+    let mut pipe = redis::pipe();
+    for (lease, ttl) in leases {
+        let Some(key) = lease.key else {
+            return failed_all(leases.len(), || {
+                LockError::internal("a batched renewal without its key")
+            });
         };
-        let mut invocation = SCRIPTS.extend_record.key(&lock_key);
+        let target = match store.keys.lock_keys(key.as_str()) {
+            Ok(keys) => keys.lock,
+            Err(error) => {
+                return failed_all(leases.len(), || {
+                    LockError::new(error.code(), error.message())
+                });
+            }
+        };
+        let mut invocation = SCRIPTS.extend_record.prepare_invoke();
         invocation
+            .key(target)
             .arg(lease.lock_id.as_str())
             .arg(TIME_TOLERANCE_MS)
             .arg(ttl.as_millis());
-        let answers = self.pool.run_on(&self.server, |mut conn| {
-            script_with_index(
-                &mut conn,
-                &invocation,
-                &SCRIPTS.extend_record,
-                self.index_pexpire(lease.lock_id, ttl),
-            )
-        })?;
-        if let Err(error) = answers.index {
-            self.index_not_followed(lease.key, "extension", vec![error]);
+        pipe.invoke_script(&invocation);
+        pipe.add_command(index_pexpire(store, lease.lock_id, *ttl));
+    }
+    let lock_ids: Vec<&LockId> = leases.iter().map(|(lease, _)| lease.lock_id).collect();
+    let (outcomes, unfollowed) = store.renew(&mut pipe, &SCRIPTS.extend_record, &lock_ids, 2);
+    index_not_followed(store, None, "renewal", unfollowed);
+    outcomes
+}
+
+/// `PEXPIRE` of a lock id's index entry.
+fn index_pexpire(store: &Store, lock_id: &LockId, ttl: Ttl) -> Cmd {
+    let mut pexpire = redis::cmd("PEXPIRE");
+    pexpire
+        .arg(store.keys.index_key(lock_id))
+        .arg(ttl.as_millis());
+    pexpire
+}
+
+/// Logs index commands that failed after their scripts answered (one line for a batch):
+/// the answers stand (see the module docs).
+fn index_not_followed(
+    store: &Store,
+    key: Option<&Key>,
+    operation: &str,
+    failures: Vec<RedisError>,
+) {
+    let count = failures.len();
+    let Some(first) = failures.into_iter().next() else {
+        return;
+    };
+    let error = map_error(first, &store.server, Phase::Call);
+    let locks = match key {
+        Some(key) => format!("the lock on {:?}", key.as_str()),
+        None if count == 1 => "a lock".to_owned(),
+        None => format!("{count} locks"),
+    };
+    log::warn!(
+        "syncguard: the {operation} of {locks} applied, but the index entry could not \
+         follow ({error}); until the lock expires its bare lock id may not find it"
+    );
+}
+
+/// Lookup by lock id in the cluster layout: the index entry, then the record, which must
+/// carry this lock id.
+pub(super) fn find(store: &Store, lock_id: &LockId) -> Result<Option<LockRecord>> {
+    let Some(lock_key) = record_key_of(store, LeaseRef::new(lock_id))? else {
+        return Ok(None);
+    };
+    let mut reply = store.lookup(&lock_key)?;
+    match reply.status {
+        Status::Ok => {}
+        Status::Foreign => {
+            return Err(store
+                .refusal(&mut reply, None)
+                .with_lock_id(lock_id.as_str()));
         }
-        self.extension(answers.script, lease.lock_id)
+        _ => return Ok(None),
     }
+    let record = store.decode(&reply.string()?)?;
+    Ok((record.lock_id == lock_id.as_str()).then_some(record))
+}
 
-    /// `PEXPIRE` of a lock id's index entry.
-    pub(super) fn index_pexpire(&self, lock_id: &LockId, ttl: Ttl) -> Cmd {
-        let mut pexpire = redis::cmd("PEXPIRE");
-        pexpire
-            .arg(self.keys.index_key(lock_id))
-            .arg(ttl.as_millis());
-        pexpire
-    }
-
-    /// Logs index commands that failed after their scripts answered (one line for a batch):
-    /// the answers stand (see the module docs).
-    pub(super) fn index_not_followed(
-        &self,
-        key: Option<&Key>,
-        operation: &str,
-        failures: Vec<RedisError>,
-    ) {
-        let count = failures.len();
-        let Some(first) = failures.into_iter().next() else {
-            return;
-        };
-        let error = map_error(first, &self.server, Phase::Call);
-        let locks = match key {
-            Some(key) => format!("the lock on {:?}", key.as_str()),
-            None if count == 1 => "a lock".to_owned(),
-            None => format!("{count} locks"),
-        };
+/// Releases a lock granted on a Cluster whose index entry could not be written (the lock
+/// could not be found by its lock id), and says so; see the module docs.
+pub(super) fn undo_unindexed(
+    store: &Store,
+    key: &Key,
+    lock_id: &LockId,
+    error: RedisError,
+) -> LockError {
+    if let Err(undo) = release(store, LeaseRef::new(lock_id).with_key(key)) {
         log::warn!(
-            "syncguard: the {operation} of {locks} applied, but the index entry could not \
-             follow ({error}); until the lock expires its bare lock id may not find it"
+            "syncguard: could not release the lock on {key:?} after its index entry could \
+             not be written; it expires with its TTL: {undo}"
         );
     }
+    let error = map_error(error, &store.server, Phase::Call);
+    LockError::new(
+        if error.code().is_transient() {
+            error.code()
+        } else {
+            ErrorCode::ServiceUnavailable
+        },
+        format!(
+            "the lock was granted but its index entry (by which its lock id finds it) could \
+             not be written, so it was released again: {}",
+            error.message()
+        ),
+    )
+    .with_key(key.as_str())
+}
 
-    /// Lookup by lock id in the cluster layout: the index entry, then the record, which must
-    /// carry this lock id.
-    pub(super) fn find_split(&self, lock_id: &LockId) -> Result<Option<LockRecord>> {
-        let Some(lock_key) = self.record_key_of(LeaseRef::new(lock_id))? else {
-            return Ok(None);
-        };
-        let mut reply = Reply::parse(self.pool.run(&self.server, |conn| {
-            SCRIPTS
-                .lookup_key
-                .key(&lock_key)
-                .arg(TIME_TOLERANCE_MS)
-                .invoke(conn)
-        })?)?;
-        match reply.status {
-            Status::Ok => {}
-            Status::Foreign => {
-                return Err(self
-                    .refusal(&mut reply, None)
-                    .with_lock_id(lock_id.as_str()));
-            }
-            _ => return Ok(None),
-        }
-        let record = self.decode(&reply.string()?)?;
-        Ok((record.lock_id == lock_id.as_str()).then_some(record))
+/// Deletes the index entry of a lock id that holds no lock (best effort: it expires with
+/// its TTL anyway).
+pub(super) fn drop_index_entry(store: &Store, index_key: &str) {
+    let deleted = store.pool.run(&store.server, |conn| {
+        redis::cmd("DEL").arg(index_key).query::<i64>(conn)
+    });
+    if let Err(error) = deleted {
+        log::warn!(
+            "syncguard: could not delete the index entry of a refused acquisition; it \
+             expires with its TTL: {error}"
+        );
     }
 }

@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use redis::Connection;
 
+use super::config::Timeouts;
+use super::errors::Server;
+use super::sentinel::SentinelPrimary;
 use crate::driver::{Key, OnRelease, ReleaseWatch};
 
 /// Opens the watch's connection, with its write timeout set: to the server, to the primary the
@@ -108,6 +111,48 @@ fn subscribed(
         }
     }
     Ok(())
+}
+
+/// Where the release watch connects.
+pub(crate) enum WatchSource {
+    Server(Box<redis::Client>, Timeouts),
+    Sentinel(Arc<SentinelPrimary>, Arc<Server>, Timeouts),
+    Cluster(Vec<redis::Client>, Timeouts),
+}
+
+impl WatchSource {
+    pub fn opener(&self) -> Opener {
+        fn open(client: &redis::Client, t: Timeouts) -> redis::RedisResult<redis::Connection> {
+            let connection = client.get_connection_with_timeout(t.connect)?;
+            connection.set_write_timeout(Some(t.write))?;
+            Ok(connection)
+        }
+        match self {
+            WatchSource::Server(client, t) => {
+                let (client, t) = (client.as_ref().clone(), *t);
+                Box::new(move || open(&client, t))
+            }
+            WatchSource::Sentinel(primary, server, t) => {
+                let (primary, server, t) = (Arc::clone(primary), Arc::clone(server), *t);
+                Box::new(move || {
+                    let (client, _) = primary.client(&server).map_err(|e| {
+                        redis::RedisError::from(std::io::Error::other(e.message().to_owned()))
+                    })?;
+                    open(&client, t)
+                })
+            }
+            WatchSource::Cluster(clients, t) => {
+                // One node after another: any node hears every PUBLISH of the Cluster.
+                let (clients, t) = (clients.clone(), *t);
+                let mut next = 0;
+                Box::new(move || {
+                    let client = &clients[next % clients.len()];
+                    next += 1;
+                    open(client, t)
+                })
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -31,16 +31,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     ],
     &["firestore/list.rs", "firestore/mod.rs"],
     &["postgres/schema.rs", "postgres/statements.rs"],
-    &[
-        "redis/cluster.rs",
-        "redis/connection.rs",
-        "redis/errors.rs",
-        "redis/layout.rs",
-        "redis/list.rs",
-        "redis/mod.rs",
-        "redis/replicas.rs",
-        "redis/sentinel.rs",
-    ],
 ];
 
 /// One `.rs` file of a crate (keyed by its module path): its path under `src/` and its `use`

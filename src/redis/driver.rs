@@ -1,0 +1,327 @@
+//! The Redis backend itself: [`RedisBackend`] and its [`Driver`] implementation, which hands
+//! each operation to the key layout's part (`typescript.rs`, `split.rs`) over the shared
+//! [`Store`](super::store).
+
+use std::fmt;
+
+use super::{scripts, split, typescript};
+
+use super::errors::{Phase, map_error};
+use super::layout::KeyLayout;
+use super::replicas::ReplicaAcks;
+use super::scripts::{Reply, SCRIPTS, Status};
+use super::slot::key_slot;
+use super::store::Store;
+use super::watch::{RedisWatch, WatchSource};
+use crate::driver::{
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
+    LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+};
+use crate::driver::{Capabilities, TimeAuthority};
+use crate::error::{ErrorCode, LockError, Result};
+use crate::fence::Fence;
+
+/// How long past expiry a lock must be before the opt-in cleanup in `is_locked` deletes it,
+/// so that it can never race a renewal.
+pub const CLEANUP_GUARD_MS: i64 = 2000;
+
+/// Distributed locks in Redis: one server, a Cluster, or a primary behind Sentinels. See the
+/// [module docs](super) for the storage layouts and what each topology guarantees.
+///
+/// Built with [`RedisBackend::connect`] or [`RedisBackend::builder`]; cheap to share behind a
+/// [`Locker`](crate::Locker) across threads (connections come from an r2d2 pool).
+pub struct RedisBackend {
+    /// The connections, the server and the key names.
+    pub(super) store: Store,
+    /// Where the release watch gets its own connection (`None` with the application's pool,
+    /// whose waiters poll).
+    pub(super) watch: Option<WatchSource>,
+    pub(super) cleanup_in_is_locked: bool,
+    /// `min_replicas`: the acknowledgements each acquisition waits for.
+    pub(super) replicas: Option<ReplicaAcks>,
+    pub(super) display_url: String,
+    /// The most keys one listing asks `SCAN` to examine.
+    pub(super) list_scan_budget: usize,
+}
+
+impl RedisBackend {
+    /// The key prefix in use (without trailing `:`).
+    pub fn key_prefix(&self) -> &str {
+        self.store.keys.prefix()
+    }
+
+    /// The key layout in use.
+    pub fn layout(&self) -> KeyLayout {
+        self.store.keys.layout()
+    }
+
+    /// The Redis key holding the lock on `key` (for inspection and tests).
+    pub fn lock_key(&self, key: &str) -> Result<String> {
+        Ok(self.store.keys.lock_keys(Key::new(key)?.as_str())?.lock)
+    }
+
+    /// The Redis key of the reverse index entry of `lock_id`.
+    pub fn index_key(&self, lock_id: &str) -> Result<String> {
+        Ok(self.store.keys.index_key(&LockId::new(lock_id)?))
+    }
+
+    /// The Redis key of the fence counter of `key`.
+    pub fn fence_key(&self, key: &str) -> Result<String> {
+        Ok(self.store.keys.lock_keys(Key::new(key)?.as_str())?.fence)
+    }
+
+    /// Releases a lock whose acquisition did not reach enough replicas, and says so.
+    fn undo_unreplicated(
+        &self,
+        key: &Key,
+        lock_id: &LockId,
+        why: std::result::Result<i64, LockError>,
+    ) -> LockError {
+        if let Err(error) = self.release_lease(LeaseRef::new(lock_id).with_key(key)) {
+            log::warn!(
+                "syncguard: could not release the lock on {key:?} after too few replicas \
+                 acknowledged it; it expires with its TTL: {error}"
+            );
+        }
+        let Some(policy) = &self.replicas else {
+            return LockError::internal("replica acknowledgements without min_replicas");
+        };
+        let error = match why {
+            Ok(acknowledged) => LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!(
+                    "only {acknowledged} of the {} replicas required (min_replicas) acknowledged \
+                     the acquisition within {:?} (Redis {}); the lock was released so that its \
+                     fence cannot be handed out again after a failover",
+                    policy.replicas,
+                    policy.timeout,
+                    self.store.server.location()
+                ),
+            ),
+            Err(error) => LockError::new(
+                if error.code().is_transient() {
+                    error.code()
+                } else {
+                    ErrorCode::ServiceUnavailable
+                },
+                format!(
+                    "could not confirm that {} replicas (min_replicas) have the acquisition; the \
+                     lock was released: {}",
+                    policy.replicas,
+                    error.message()
+                ),
+            ),
+        };
+        error.with_key(key.as_str())
+    }
+}
+
+/// Each method that differs between the key layouts decides on the layout once, handing the
+/// layout's part to `typescript.rs` or `split.rs`.
+impl Driver for RedisBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("redis", true, TimeAuthority::Server)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        let store = &self.store;
+        let keys = store.keys.lock_keys(key.as_str())?;
+        let lock_id = store.keys.new_lock_id();
+        let index_key = store.keys.index_key(&lock_id);
+        let slot = key_slot(keys.lock.as_bytes());
+        let mut invocation = SCRIPTS.acquire.key(&keys.lock);
+        invocation.key(&keys.fence);
+        // The index entry: written by the script itself in the TypeScript layout (its keys
+        // share one server's keyspace), by a `SET` sent beside it in the cluster layout (it
+        // lies in another hash slot).
+        let set_index = match store.keys.layout() {
+            KeyLayout::TypeScript => {
+                invocation.key(&index_key);
+                None
+            }
+            KeyLayout::Cluster => Some(split::set_index(&index_key, &keys.lock, ttl)),
+        };
+        invocation
+            .arg(lock_id.as_str())
+            .arg(ttl.as_millis())
+            .arg(TIME_TOLERANCE_MS)
+            .arg(key.as_str())
+            .arg(FENCE_MAX)
+            .arg(holder.map_or("", Holder::as_str));
+        // Whether the script may have run although no answer came back (a timeout, a
+        // connection lost after the request went out): then the lock may be held under
+        // `lock_id`, and the error says so (`in_doubt`), so that the Locker can release it.
+        let unanswered = std::cell::Cell::new(false);
+        let note = |error: redis::RedisError| {
+            if error.code().is_none() {
+                unanswered.set(true);
+            }
+            error
+        };
+        let answer = store.pool.run_on(&store.server, |mut conn| {
+            // `index`: the answer to the index entry's `SET`, when one was sent.
+            let (value, index) = match &set_index {
+                Some(set_index) => {
+                    let answers = split::script_with_index(
+                        &mut conn,
+                        &invocation,
+                        &SCRIPTS.acquire,
+                        set_index.clone(),
+                    )
+                    .map_err(note)?;
+                    (answers.script, Some(answers.index))
+                }
+                None => (invocation.invoke(conn.as_dyn()).map_err(note)?, None),
+            };
+            // WAIT counts the acknowledgements of this connection's writes, so it goes on the
+            // same connection; its failure is an answer, not a reason to repeat the script.
+            let acknowledged = match &self.replicas {
+                Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, slot)),
+                _ => None,
+            };
+            Ok((value, index, acknowledged))
+        });
+        let (value, index, acknowledged) = answer.map_err(|error| {
+            let error = error.with_key(key.as_str());
+            if unanswered.get() {
+                error.in_doubt(lock_id.as_str())
+            } else {
+                error
+            }
+        })?;
+        let mut reply = Reply::parse(value)?;
+        match reply.status {
+            Status::Ok => {
+                let fence: Fence = reply.string()?.parse()?;
+                // Re-issuing through from_counter applies the warning threshold.
+                let fence =
+                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+                let expires_at_ms = reply.int()?;
+                if let Some(Err(error)) = index {
+                    return Err(split::undo_unindexed(store, key, &lock_id, error));
+                }
+                if let (Some(policy), Some(acknowledged)) = (&self.replicas, acknowledged) {
+                    let acknowledged =
+                        acknowledged.map_err(|e| map_error(e, &store.server, Phase::Call));
+                    if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
+                        return Err(self.undo_unreplicated(key, &lock_id, acknowledged));
+                    }
+                }
+                Ok(Acquisition::granted(
+                    lock_id.into_string(),
+                    fence,
+                    expires_at_ms,
+                    None,
+                ))
+            }
+            Status::Absent => Ok(Acquisition::Locked),
+            Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
+                let error = store.refusal(&mut reply, Some(key));
+                if let Some(Ok(_)) = index {
+                    // The index entry went out beside the script (one round trip) and points
+                    // at no lock of this lock id: a refusal leaves nothing behind.
+                    split::drop_index_entry(store, &index_key);
+                }
+                Err(error)
+            }
+            Status::NotFound | Status::Expired => Err(store.foreign(Some(key.as_str()))),
+        }
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        match self.store.keys.layout() {
+            KeyLayout::TypeScript => typescript::release(&self.store, lease),
+            KeyLayout::Cluster => split::release(&self.store, lease),
+        }
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        match self.store.keys.layout() {
+            KeyLayout::TypeScript => typescript::extend(&self.store, lease, ttl),
+            KeyLayout::Cluster => split::extend(&self.store, lease, ttl),
+        }
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        let store = &self.store;
+        let lock_key = store.keys.lock_keys(key.as_str())?.lock;
+        let cleanup = if self.cleanup_in_is_locked { "1" } else { "0" };
+        let index_head = store.keys.cleanup_index_head();
+        let mut reply = store.run(|conn| {
+            SCRIPTS
+                .is_locked
+                .key(&lock_key)
+                .arg(TIME_TOLERANCE_MS)
+                .arg(cleanup)
+                .arg(&index_head)
+                .arg(CLEANUP_GUARD_MS)
+                .invoke(conn)
+        })?;
+        match reply.status {
+            Status::Ok => Ok(true),
+            Status::Foreign => Err(store.refusal(&mut reply, Some(key))),
+            _ => Ok(false),
+        }
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        match self.store.keys.layout() {
+            KeyLayout::TypeScript => typescript::extend_all(&self.store, leases),
+            KeyLayout::Cluster => split::extend_all(&self.store, leases),
+        }
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let Some(source) = &self.watch else {
+            return Ok(None);
+        };
+        let watch = RedisWatch::start(source.opener(), self.store.keys.prefix(), on_release)
+            .map_err(|e| {
+                LockError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!("could not start the Redis release watch: {e}"),
+                )
+            })?;
+        Ok(Some(Box::new(watch)))
+    }
+
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        let store = &self.store;
+        let key = match by {
+            Find::Key(key) => key,
+            Find::LockId(lock_id) => {
+                return match store.keys.layout() {
+                    KeyLayout::TypeScript => typescript::find(store, lock_id),
+                    KeyLayout::Cluster => split::find(store, lock_id),
+                };
+            }
+        };
+        let lock_key = store.keys.lock_keys(key.as_str())?.lock;
+        let mut reply = store.lookup(&lock_key)?;
+        match reply.status {
+            Status::Ok => store.decode(&reply.string()?).map(Some),
+            Status::Foreign => Err(store.refusal(&mut reply, Some(key))),
+            _ => Ok(None),
+        }
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.store.list(prefix, limit, self.list_scan_budget)
+    }
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.store.pool.state();
+        f.debug_struct("RedisBackend")
+            .field("url", &self.display_url)
+            .field("key_prefix", &self.store.keys.prefix())
+            .field("layout", &self.store.keys.layout())
+            .field("min_replicas", &self.replicas.map(|r| r.replicas))
+            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
+            .field("pool_size", &self.store.pool.max_size())
+            .field("connections", &state.connections)
+            .field("idle_connections", &state.idle_connections)
+            .finish()
+    }
+}
