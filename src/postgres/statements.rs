@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 use postgres::types::Type;
 
-use super::schema::TableNames;
+use super::tables::TableNames;
 
 /// One statement: its text and its parameter types, sent together as an unnamed statement
 /// (one round trip; nothing is left prepared on the server, which poolers require).

@@ -1,0 +1,104 @@
+//! Compare-and-set commits: every write is conditioned on the document being as read (its
+//! `updateTime`, or its absence), and an operation whose commit meets a transaction (ABORTED)
+//! or loses a race ([`Attempt::Conflict`]) reads and tries again, a bounded number of times.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::FirestoreBackend;
+use super::rest::{Document, RestError, integer_value};
+use crate::error::{ErrorCode, LockError, Result};
+
+/// Attempts of an operation whose commit keeps conflicting before giving up.
+const CAS_ATTEMPTS: u32 = 6;
+
+/// Why an operation failed, until it reaches the caller: a REST call, kept typed so that a
+/// conflict (ABORTED) is told apart from a failure, or anything else, already a [`LockError`].
+pub(super) enum OpError {
+    Rest(RestError),
+    Lock(LockError),
+}
+
+impl From<RestError> for OpError {
+    fn from(error: RestError) -> Self {
+        OpError::Rest(error)
+    }
+}
+
+impl From<LockError> for OpError {
+    fn from(error: LockError) -> Self {
+        OpError::Lock(error)
+    }
+}
+
+pub(super) type OpResult<T> = std::result::Result<T, OpError>;
+
+/// The write that moves a lock document's expiry, if it is unchanged since `update_time`.
+pub(super) fn renewal_write(name: &str, expires_at_ms: i64, update_time: &str) -> Value {
+    json!({
+        "update": { "name": name, "fields": { "expiresAtMs": integer_value(expires_at_ms) } },
+        "updateMask": { "fieldPaths": ["expiresAtMs"] },
+        "currentDocument": { "updateTime": update_time },
+    })
+}
+
+/// The outcome of one read-and-commit attempt.
+pub(super) enum Attempt<T> {
+    Done(T),
+    /// The commit's precondition failed: the document changed after the read.
+    Conflict,
+}
+
+/// The precondition that a document is still as read: same `updateTime`, or still absent.
+pub(super) fn unchanged_since(document: Option<&Document>) -> Value {
+    match document {
+        Some(document) => json!({ "updateTime": document.update_time() }),
+        None => json!({ "exists": false }),
+    }
+}
+
+impl FirestoreBackend {
+    /// The error the caller sees: a REST failure names the endpoint, the project and the
+    /// database.
+    pub(super) fn lock_error(&self, error: OpError) -> LockError {
+        match error {
+            OpError::Rest(error) => self.rest.lock_error(error),
+            OpError::Lock(error) => error,
+        }
+    }
+
+    /// Runs an operation made of a read and a compare-and-set commit, again (after a short
+    /// jittered pause) when the commit met a transaction (ABORTED) or lost a race
+    /// ([`Attempt::Conflict`]).
+    pub(super) fn with_retries<T>(
+        &self,
+        mut attempt: impl FnMut() -> OpResult<Attempt<T>>,
+    ) -> Result<T> {
+        let mut tries = 1;
+        loop {
+            match attempt() {
+                Ok(Attempt::Done(value)) => return Ok(value),
+                Ok(Attempt::Conflict) => {}
+                Err(OpError::Rest(error)) if error.is_aborted() => {
+                    self.aborted_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => return Err(self.lock_error(error)),
+            }
+            if tries >= CAS_ATTEMPTS {
+                return Err(LockError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!(
+                        "Firestore kept changing under this operation ({CAS_ATTEMPTS} attempts)"
+                    ),
+                ));
+            }
+            let base = 10u64 << tries;
+            std::thread::sleep(Duration::from_millis(
+                base / 2 + rand::random_range(0..=base / 2),
+            ));
+            tries += 1;
+        }
+    }
+}
