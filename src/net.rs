@@ -172,56 +172,6 @@ pub(crate) fn pool_source<P>(
     }
 }
 
-/// The builder methods every pooled backend shares, written once with their docs. Expanded
-/// inside each builder's `impl`, whose struct has the fields `cleanup_in_is_locked`,
-/// `pool_size`, `timeouts` (`connect`, `checkout`) and `tls_ca_file`, and whose module has a
-/// `CLEANUP_GUARD_MS`.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-macro_rules! pooled_builder_options {
-    () => {
-        /// Let `is_locked` delete the key's lock when it is more than [`CLEANUP_GUARD_MS`]
-        /// past expiry (default off: `is_locked` is then read-only). Never touches fence
-        /// counters.
-        pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
-            self.cleanup_in_is_locked = enabled;
-            self
-        }
-
-        /// Most connections kept open (default 8). Ignored with [`pool`](Self::pool).
-        pub fn pool_size(mut self, size: u32) -> Self {
-            self.pool_size = size;
-            self
-        }
-
-        /// Timeout for opening a connection (default 2 s).
-        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.timeouts.connect = timeout;
-            self
-        }
-
-        /// How long an operation waits for a pooled connection (default 3 s). Ignored with
-        /// [`pool`](Self::pool), whose own setting applies.
-        pub fn pool_timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.timeouts.checkout = timeout;
-            self
-        }
-
-        /// A PEM file of one or more CA certificates to trust besides the system's root
-        /// certificates, for TLS connections: a private CA, or that of a TLS-inspecting proxy
-        /// (see [TLS](index.html#tls)). Used only when the URL asks for TLS; the URL can
-        /// give the same (`?tls_ca_file=PATH` for Redis, `?sslrootcert=PATH` for PostgreSQL),
-        /// and this option wins. A file that cannot be read or holds no valid certificate
-        /// fails [`build`](Self::build) with `InvalidArgument` naming the path. Refused with
-        /// [`pool`](Self::pool), whose connections have TLS settings of their own.
-        pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
-            self.tls_ca_file = Some(path.into());
-            self
-        }
-    };
-}
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) use pooled_builder_options;
-
 /// A backend URL with syncguard's own query options taken out.
 #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) struct SplitUrl {

@@ -9,9 +9,10 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use super::auth::{Credentials, TokenProvider};
+use super::document::STORAGE_KEY_LIMIT;
 use super::document::is_rejected_id;
+use super::driver::FirestoreBackend;
 use super::rest::RestClient;
-use super::{FirestoreBackend, STORAGE_KEY_LIMIT};
 use crate::error::{LockError, Result};
 use crate::net::{UrlParams, split_url};
 use crate::time::{Clock, SystemClock};

@@ -2,13 +2,12 @@
 //! `updateTime`, or its absence), and an operation whose commit meets a transaction (ABORTED)
 //! or loses a race ([`Attempt::Conflict`]) reads and tries again, a bounded number of times.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::FirestoreBackend;
-use super::rest::{Document, RestError, integer_value};
+use super::rest::{Document, RestClient, RestError, integer_value};
 use crate::error::{ErrorCode, LockError, Result};
 
 /// Attempts of an operation whose commit keeps conflicting before giving up.
@@ -59,46 +58,42 @@ pub(super) fn unchanged_since(document: Option<&Document>) -> Value {
     }
 }
 
-impl FirestoreBackend {
-    /// The error the caller sees: a REST failure names the endpoint, the project and the
-    /// database.
-    pub(super) fn lock_error(&self, error: OpError) -> LockError {
-        match error {
-            OpError::Rest(error) => self.rest.lock_error(error),
-            OpError::Lock(error) => error,
-        }
+/// The error the caller sees: a REST failure names the endpoint, the project and the database.
+pub(super) fn lock_error(rest: &RestClient, error: OpError) -> LockError {
+    match error {
+        OpError::Rest(error) => rest.lock_error(error),
+        OpError::Lock(error) => error,
     }
+}
 
-    /// Runs an operation made of a read and a compare-and-set commit, again (after a short
-    /// jittered pause) when the commit met a transaction (ABORTED) or lost a race
-    /// ([`Attempt::Conflict`]).
-    pub(super) fn with_retries<T>(
-        &self,
-        mut attempt: impl FnMut() -> OpResult<Attempt<T>>,
-    ) -> Result<T> {
-        let mut tries = 1;
-        loop {
-            match attempt() {
-                Ok(Attempt::Done(value)) => return Ok(value),
-                Ok(Attempt::Conflict) => {}
-                Err(OpError::Rest(error)) if error.is_aborted() => {
-                    self.aborted_retries.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(error) => return Err(self.lock_error(error)),
+/// Runs an operation made of a read and a compare-and-set commit, again (after a short jittered
+/// pause) when the commit met a transaction (ABORTED, counted in `aborted_retries`) or lost a
+/// race ([`Attempt::Conflict`]).
+pub(super) fn with_retries<T>(
+    rest: &RestClient,
+    aborted_retries: &AtomicU64,
+    mut attempt: impl FnMut() -> OpResult<Attempt<T>>,
+) -> Result<T> {
+    let mut tries = 1;
+    loop {
+        match attempt() {
+            Ok(Attempt::Done(value)) => return Ok(value),
+            Ok(Attempt::Conflict) => {}
+            Err(OpError::Rest(error)) if error.is_aborted() => {
+                aborted_retries.fetch_add(1, Ordering::Relaxed);
             }
-            if tries >= CAS_ATTEMPTS {
-                return Err(LockError::new(
-                    ErrorCode::ServiceUnavailable,
-                    format!(
-                        "Firestore kept changing under this operation ({CAS_ATTEMPTS} attempts)"
-                    ),
-                ));
-            }
-            let base = 10u64 << tries;
-            std::thread::sleep(Duration::from_millis(
-                base / 2 + rand::random_range(0..=base / 2),
-            ));
-            tries += 1;
+            Err(error) => return Err(lock_error(rest, error)),
         }
+        if tries >= CAS_ATTEMPTS {
+            return Err(LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!("Firestore kept changing under this operation ({CAS_ATTEMPTS} attempts)"),
+            ));
+        }
+        let base = 10u64 << tries;
+        std::thread::sleep(Duration::from_millis(
+            base / 2 + rand::random_range(0..=base / 2),
+        ));
+        tries += 1;
     }
 }

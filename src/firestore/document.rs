@@ -3,12 +3,14 @@
 //! version. What is read is checked here: a document that is not a SyncGuard record is an
 //! error naming its key, never a lock nor an absence.
 
-use super::STORAGE_KEY_LIMIT;
 use super::rest::Document;
 use crate::driver::{LockRecord, Version, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::key::hashed_storage_key;
+
+/// Firestore's document-id limit in bytes.
+pub const STORAGE_KEY_LIMIT: usize = 1500;
 
 /// Whether Firestore refuses `id` as a document (or collection) id.
 pub(super) fn is_rejected_id(id: &str) -> bool {

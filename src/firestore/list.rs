@@ -16,8 +16,8 @@
 
 use serde_json::{Value, json};
 
-use super::FirestoreBackend;
 use super::document::LockDoc;
+use super::driver::FirestoreBackend;
 use super::rest::string_value;
 use crate::driver::{
     Coverage, KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS, is_live,

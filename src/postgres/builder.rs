@@ -10,10 +10,10 @@ use std::time::Duration;
 use postgres::tls::{MakeTlsConnect, TlsConnect};
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::PostgresBackend;
 use super::client::Timeouts;
 use super::config::parse_url;
 use super::connection::{AppPool, Connections, own_pool};
+use super::driver::PostgresBackend;
 use super::statements::Statements;
 use super::tables::TableNames;
 use crate::error::{LockError, Result};
@@ -28,11 +28,10 @@ pub struct PostgresBuilder {
     pool: Option<Box<dyn Connections>>,
     lock_table: Option<String>,
     fence_table: Option<String>,
-    // Set by the shared options, which the module root expands.
-    pub(super) cleanup_in_is_locked: bool,
-    pub(super) pool_size: u32,
-    pub(super) timeouts: Timeouts,
-    pub(super) tls_ca_file: Option<PathBuf>,
+    cleanup_in_is_locked: bool,
+    pool_size: u32,
+    timeouts: Timeouts,
+    tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for PostgresBuilder {
@@ -51,6 +50,18 @@ impl Default for PostgresBuilder {
             },
             tls_ca_file: None,
         }
+    }
+}
+
+impl PostgresBackend {
+    /// Connects to the server at `url` with the default options (see [`PostgresBuilder::url`]).
+    pub fn connect(url: &str) -> Result<PostgresBackend> {
+        Self::builder().url(url).build()
+    }
+
+    /// Options beyond the URL.
+    pub fn builder() -> PostgresBuilder {
+        PostgresBuilder::default()
     }
 }
 
@@ -104,6 +115,44 @@ impl PostgresBuilder {
 
     // The options shared with the Redis builder are added in the module root: their docs link
     // to its sections (`self#tls`) and its `CLEANUP_GUARD_MS`.
+
+    /// Lets `is_locked` delete the key's lock when it is more than
+    /// [`CLEANUP_GUARD_MS`](super::CLEANUP_GUARD_MS) past expiry; it never touches fence counters.
+    /// Defaults to off: `is_locked` only reads.
+    pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+        self.cleanup_in_is_locked = enabled;
+        self
+    }
+
+    /// The most connections kept open. Defaults to 8. Ignored with [`pool`](Self::pool).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// The deadline for opening a connection. Defaults to 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// How long an operation waits for a pooled connection. Defaults to 3 s. Ignored with
+    /// [`pool`](Self::pool), whose own setting applies.
+    pub fn pool_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.checkout = timeout;
+        self
+    }
+
+    /// A PEM file of CA certificates to trust besides the system's roots, for TLS connections (a
+    /// private CA, or a TLS-inspecting proxy's; see [TLS](super#tls)); the URL's `?sslrootcert=`
+    /// does the same, and this option wins. Used only when the URL asks for TLS. A file that
+    /// cannot be read or holds no certificate fails [`build`](Self::build) with
+    /// `InvalidArgument` naming the path. Defaults to none; refused with [`pool`](Self::pool),
+    /// whose connections have TLS settings of their own.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
+    }
 
     /// How long each statement may take, measured by syncguard (default 5 s): a server that has
     /// not answered by then fails the call with `NetworkTimeout`, is sent a cancel request, and

@@ -14,7 +14,7 @@
 //! statement's deadline ([`PostgresBuilder::statement_timeout`](super::PostgresBuilder::statement_timeout))
 //! bounds it: a listing that does not finish in time fails with `NetworkTimeout`.
 
-use super::{PostgresBackend, lock_record};
+use super::driver::{PostgresBackend, lock_record};
 use crate::driver::{KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 

@@ -29,8 +29,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "firestore/auth/service_account.rs",
         "firestore/auth/subject_token.rs",
     ],
-    &["firestore/list.rs", "firestore/mod.rs"],
-    &["postgres/schema.rs", "postgres/statements.rs"],
 ];
 
 /// One `.rs` file of a crate (keyed by its module path): its path under `src/` and its `use`

@@ -1,0 +1,528 @@
+//! The Firestore backend itself: [`FirestoreBackend`], its operations as reads and
+//! compare-and-set commits, and its [`Driver`] implementation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::commit::{
+    Attempt, OpError, OpResult, lock_error, renewal_write, unchanged_since, with_retries,
+};
+use super::document::{
+    LockDoc, document_id, fence_document_id_of, parse_counter, parse_version, version_of,
+};
+use super::rest::{Document, RestClient, RestError, integer_value, string_value};
+use super::skew::ClockSkew;
+use crate::driver::{
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+};
+use crate::driver::{Capabilities, TimeAuthority};
+use crate::error::{ErrorCode, LockError, Result};
+use crate::fence::Fence;
+use crate::time::Clock;
+
+/// Skew the client clock is assumed to stay within (the specification's ±2 s).
+pub const ASSUMED_SKEW_MS: i64 = 2000;
+/// How long past expiry (beyond [`ASSUMED_SKEW_MS`]) the opt-in cleanup in `is_locked` waits.
+pub const CLEANUP_GUARD_MS: i64 = 1000;
+/// The most writes one `batchWrite` request may carry.
+const BATCH_WRITE_LIMIT: usize = 500;
+
+/// Counters of what the backend sent, for monitoring and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FirestoreStats {
+    /// HTTP requests to Firestore (token requests not included).
+    pub requests: u64,
+    /// Commits retried after Firestore answered ABORTED (they met a transaction).
+    pub aborted_retries: u64,
+}
+
+/// Distributed locks in Firestore. See the [module docs](super).
+pub struct FirestoreBackend {
+    pub(super) rest: RestClient,
+    pub(super) project: String,
+    pub(super) database: String,
+    pub(super) collection: String,
+    pub(super) fence_collection: String,
+    pub(super) cleanup_in_is_locked: bool,
+    pub(super) max_clock_skew: Option<Duration>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) aborted_retries: AtomicU64,
+}
+
+impl FirestoreBackend {
+    /// The latest estimate of this machine's clock offset from Firestore's (`None` before the
+    /// first answer).
+    pub fn clock_skew(&self) -> Option<ClockSkew> {
+        self.rest.skew.latest()
+    }
+
+    /// What the backend has sent so far.
+    pub fn stats(&self) -> FirestoreStats {
+        FirestoreStats {
+            requests: self.rest.requests(),
+            aborted_retries: self.aborted_retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The lock document id of a user key.
+    pub fn lock_document_id(&self, key: &str) -> Result<String> {
+        document_id(Key::new(key)?.as_str())
+    }
+
+    /// The fence counter document id of a user key.
+    pub fn fence_document_id(&self, key: &str) -> Result<String> {
+        fence_document_id_of(&self.lock_document_id(key)?)
+    }
+
+    /// Now, by the client clock, unless the clock is known to be too far off.
+    pub(super) fn now_ms(&self) -> Result<i64> {
+        self.check_skew()?;
+        Ok(self.clock.now_ms())
+    }
+
+    /// Fails while the measured clock skew is certainly beyond `max_clock_skew`. Every
+    /// operation checks before it starts (and again when it reads the clock).
+    pub(super) fn check_skew(&self) -> Result<()> {
+        if let (Some(bound), Some(skew)) = (self.max_clock_skew, self.rest.skew.latest())
+            && skew.at_least() > bound
+        {
+            return Err(LockError::new(
+                ErrorCode::ServiceUnavailable,
+                format!(
+                    "this machine's clock is off Firestore's by {} ms (±{} ms), beyond \
+                     max_clock_skew {bound:?}: synchronise it (NTP)",
+                    skew.offset_ms, skew.uncertainty_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn acquire_once(
+        &self,
+        user_key: &str,
+        ttl_ms: i64,
+        holder: Option<&Holder>,
+    ) -> OpResult<Attempt<Acquisition>> {
+        let lock_doc_id = document_id(user_key)?;
+        let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
+        let fence_name = self
+            .rest
+            .document_name(&self.fence_collection, &fence_document_id_of(&lock_doc_id)?);
+        let [lock_doc, counter_doc] = self.rest.batch_get([&lock_name, &fence_name])?;
+        let (lock_doc, counter_doc) = (lock_doc.as_ref(), counter_doc.as_ref());
+        let now = self.now_ms()?;
+        if let Some(doc) = lock_doc {
+            let held = LockDoc::parse(doc, Some(user_key))?;
+            if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
+                return Ok(Attempt::Done(Acquisition::Locked));
+            }
+        }
+        let counter = match counter_doc {
+            None => 0,
+            Some(doc) => parse_counter(doc, user_key)?,
+        };
+        // Checked before the commit: a counter past the limit writes nothing.
+        let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
+        let lock_id = LockId::generate().into_string();
+        let expires_at_ms = now.saturating_add(ttl_ms);
+        let mut lock_fields = json!({
+            "lockId": string_value(&lock_id),
+            "expiresAtMs": integer_value(expires_at_ms),
+            "acquiredAtMs": integer_value(now),
+            "key": string_value(user_key),
+            "fence": string_value(&fence.to_string()),
+        });
+        if let Some(holder) = holder {
+            // An extra field: the TypeScript SyncGuard's renewals keep it (they update
+            // `expiresAtMs` only), its reads ignore it, and its acquisitions replace the whole
+            // document, so a description never outlives its lock.
+            lock_fields["holder"] = string_value(holder.as_str());
+        }
+        let writes = vec![
+            json!({
+                "update": { "name": lock_name, "fields": lock_fields },
+                "currentDocument": unchanged_since(lock_doc),
+            }),
+            json!({
+                "update": { "name": fence_name, "fields": {
+                    "fence": string_value(&fence.to_string()),
+                    "keyDebug": string_value(user_key),
+                }},
+                "currentDocument": unchanged_since(counter_doc),
+            }),
+        ];
+        let committed = match self.rest.commit_versions(writes) {
+            // The commit may have been applied although no answer says so: the caller gets
+            // the lock id it would hold, to release it (the Locker does, in the background).
+            Err(error) if !error.is_aborted() && error.may_have_been_applied() => {
+                let error = self.rest.lock_error(error).with_key(user_key);
+                return Err(OpError::Lock(error.in_doubt(lock_id)));
+            }
+            committed => committed?,
+        };
+        let Some(times) = committed else {
+            // Someone changed the lock or the counter since the read: another acquirer won.
+            return Ok(Attempt::Done(Acquisition::Locked));
+        };
+        Ok(Attempt::Done(Acquisition::granted(
+            lock_id,
+            fence,
+            expires_at_ms,
+            times
+                .first()
+                .and_then(Option::as_deref)
+                .map(|time| version_of(time, expires_at_ms)),
+        )))
+    }
+
+    /// The query for a lock id (no limit: a second match must be seen, not hidden).
+    fn lock_id_query(&self, lock_id: &str) -> Value {
+        json!({
+            "from": [{ "collectionId": self.collection }],
+            "where": { "fieldFilter": {
+                "field": { "fieldPath": "lockId" },
+                "op": "EQUAL",
+                "value": string_value(lock_id),
+            }},
+        })
+    }
+
+    /// The documents a query for `lock_id` finds.
+    fn documents_with_lock_id(&self, lock_id: &str) -> Result<Vec<Document>, RestError> {
+        self.rest.run_query(self.lock_id_query(lock_id))
+    }
+
+    /// The one document holding `lock_id`, checked; `Ok(None)` when none; two or more are an
+    /// inconsistency, reported and treated as absent (nothing is touched).
+    fn single_match(&self, documents: &[Document], lock_id: &str) -> Result<Option<LockDoc>> {
+        match documents {
+            [] => Ok(None),
+            [document] => {
+                let lock = LockDoc::parse(document, None)?;
+                // Defence in depth: the query said so, the document must too; an answer that
+                // contradicts its query is not "no lock".
+                if lock.lock_id != lock_id {
+                    return Err(self.rest.lock_error(RestError::bad_answer(
+                        "runQuery",
+                        "the document found does not hold the lock id asked for",
+                    )));
+                }
+                Ok(Some(lock))
+            }
+            _ => {
+                log::warn!(
+                    "syncguard: {} Firestore lock documents carry the same lock id (hash {}); \
+                     leaving them alone",
+                    documents.len(),
+                    hash_key(lock_id)
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Release (`ttl_ms == None`) or extend: the lock found by its id, changed only if it is
+    /// still exactly as read.
+    fn mutate_once(
+        &self,
+        lock_id: &str,
+        ttl_ms: Option<i64>,
+    ) -> OpResult<Attempt<(Outcome<i64>, Option<Version>)>> {
+        let documents = self.documents_with_lock_id(lock_id)?;
+        let Some(lock) = self
+            .single_match(&documents, lock_id)
+            .map_err(|e| e.with_lock_id(lock_id))?
+        else {
+            return Ok(Attempt::Done((Outcome::NotFound, None)));
+        };
+        let now = self.now_ms()?;
+        let unchanged = json!({ "updateTime": lock.update_time });
+        let delete = json!({ "delete": lock.name, "currentDocument": unchanged });
+        let (write, outcome) = if !is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS) {
+            // Expired: remove it (it is this lock id's), never revive it.
+            (delete, Outcome::Expired)
+        } else if let Some(ttl_ms) = ttl_ms {
+            let expires_at_ms = now.saturating_add(ttl_ms);
+            let update = renewal_write(&lock.name, expires_at_ms, &lock.update_time);
+            (update, Outcome::Applied(expires_at_ms))
+        } else {
+            (delete, Outcome::Applied(lock.expires_at_ms))
+        };
+        Ok(match self.rest.commit_versions(vec![write])? {
+            Some(times) => {
+                let version = match (outcome, ttl_ms) {
+                    (Outcome::Applied(expires_at_ms), Some(_)) => times
+                        .first()
+                        .and_then(Option::as_deref)
+                        .map(|time| version_of(time, expires_at_ms)),
+                    _ => None,
+                };
+                Attempt::Done((outcome, version))
+            }
+            None => Attempt::Conflict,
+        })
+    }
+
+    /// The lease's lock document and its update time, when the holder knows its version and
+    /// the lock is live by this machine's clock: then a renewal or release is one write with
+    /// that version as precondition. `None` sends the caller the long way (find it by lock id).
+    fn known(&self, lease: LeaseRef<'_>) -> Result<Option<(String, String)>> {
+        let (Some(key), Some(version)) = (lease.key, lease.version) else {
+            return Ok(None);
+        };
+        let Some((expires_at_ms, update_time)) = parse_version(version) else {
+            return Ok(None);
+        };
+        if !is_live(expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
+            return Ok(None);
+        }
+        let name = self
+            .rest
+            .document_name(&self.collection, &document_id(key.as_str())?);
+        Ok(Some((name, update_time.to_owned())))
+    }
+
+    /// A renewal the long way: the lock found by its id, changed if unchanged since read.
+    fn extend_by_lock_id(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let lock_id = lease.lock_id.as_str();
+        let (outcome, version) = with_retries(&self.rest, &self.aborted_retries, || {
+            self.mutate_once(lock_id, Some(ttl.as_millis()))
+        })?;
+        Ok(match outcome {
+            Outcome::Applied(expires_at_ms) => Outcome::Applied(Extension {
+                expires_at_ms,
+                version,
+            }),
+            Outcome::NotFound => Outcome::NotFound,
+            Outcome::Expired => Outcome::Expired,
+            Outcome::NotOwner => Outcome::NotOwner,
+        })
+    }
+
+    /// The lock document for `key`, read without a transaction.
+    fn read_lock(&self, key: &Key) -> OpResult<Option<LockDoc>> {
+        let name = self
+            .rest
+            .document_name(&self.collection, &document_id(key.as_str())?);
+        let [document] = self.rest.batch_get([&name])?;
+        match document {
+            None => Ok(None),
+            Some(doc) => Ok(Some(LockDoc::parse(&doc, Some(key.as_str()))?)),
+        }
+    }
+}
+
+impl Driver for FirestoreBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("firestore", true, TimeAuthority::Client)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        self.check_skew()?;
+        with_retries(&self.rest, &self.aborted_retries, || {
+            self.acquire_once(key.as_str(), ttl.as_millis(), holder)
+        })
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        self.check_skew()?;
+        if let Some((name, update_time)) = self.known(lease)? {
+            let delete = json!({
+                "delete": name,
+                "currentDocument": { "updateTime": update_time },
+            });
+            match self.rest.commit_versions(vec![delete]) {
+                // Unchanged since this holder's last write, and live by `known`.
+                Ok(Some(_)) => return Ok(Outcome::Applied(())),
+                // Changed (or a transaction in the way): the long way decides.
+                Ok(None) => {}
+                Err(error) if error.is_aborted() => {}
+                // No usable answer: the delete may or may not have happened. The long way
+                // reads again and decides, so that a hiccup does not leave the lock to block
+                // everyone until it expires (if this delete did happen, it answers "gone").
+                Err(error) if error.is_worth_retrying_now() => {
+                    let error = self.rest.lock_error(error);
+                    log::debug!("syncguard: Firestore release retried by lock id: {error}");
+                }
+                Err(error) => return Err(self.rest.lock_error(error)),
+            }
+        }
+        let lock_id = lease.lock_id.as_str();
+        let (outcome, _) = with_retries(&self.rest, &self.aborted_retries, || {
+            self.mutate_once(lock_id, None)
+        })?;
+        Ok(match outcome {
+            Outcome::Applied(_) => Outcome::Applied(()),
+            Outcome::NotFound => Outcome::NotFound,
+            Outcome::Expired => Outcome::Expired,
+            Outcome::NotOwner => Outcome::NotOwner,
+        })
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        self.check_skew()?;
+        if let Some((name, update_time)) = self.known(lease)? {
+            let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
+            let write = renewal_write(&name, expires_at_ms, &update_time);
+            match self.rest.commit_versions(vec![write]) {
+                Ok(Some(times)) => {
+                    return Ok(Outcome::Applied(Extension {
+                        expires_at_ms,
+                        version: times
+                            .first()
+                            .and_then(Option::as_deref)
+                            .map(|time| version_of(time, expires_at_ms)),
+                    }));
+                }
+                Ok(None) => {}
+                Err(error) if error.is_aborted() => {}
+                Err(error) => return Err(self.rest.lock_error(error)),
+            }
+        }
+        self.extend_by_lock_id(lease, ttl)
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        if let Err(error) = self.check_skew() {
+            return leases
+                .iter()
+                .map(|_| Err(LockError::new(error.code(), error.message())))
+                .collect();
+        }
+        // Leases whose version is known go out as one batch write (each applied on its own,
+        // with its own precondition); the rest, and those whose document changed, the long way.
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+            leases.iter().map(|_| None).collect();
+        let mut batch = Vec::new();
+        for (i, (lease, ttl)) in leases.iter().enumerate() {
+            match self.known(*lease) {
+                Ok(Some((name, update_time))) => batch.push((i, name, update_time, *ttl)),
+                Ok(None) => {}
+                Err(error) => answers[i] = Some(Err(error)),
+            }
+        }
+        for chunk in batch.chunks(BATCH_WRITE_LIMIT) {
+            let now = match self.now_ms() {
+                Ok(now) => now,
+                Err(error) => {
+                    for (i, ..) in chunk {
+                        answers[*i] = Some(Err(LockError::new(error.code(), error.message())));
+                    }
+                    continue;
+                }
+            };
+            let expiries: Vec<i64> = chunk
+                .iter()
+                .map(|(.., ttl)| now.saturating_add(ttl.as_millis()))
+                .collect();
+            let writes = chunk
+                .iter()
+                .zip(&expiries)
+                .map(|((_, name, update_time, _), expires_at_ms)| {
+                    renewal_write(name, *expires_at_ms, update_time)
+                })
+                .collect();
+            match self.rest.batch_write(writes) {
+                Ok(results) => {
+                    for (((i, ..), expires_at_ms), result) in
+                        chunk.iter().zip(&expiries).zip(results)
+                    {
+                        answers[*i] = match result {
+                            Ok(time) => Some(Ok(Outcome::Applied(Extension {
+                                expires_at_ms: *expires_at_ms,
+                                version: Some(version_of(&time, *expires_at_ms)),
+                            }))),
+                            Err(error) if error.is_precondition_failure() || error.is_aborted() => {
+                                None
+                            }
+                            Err(error) => Some(Err(self.rest.lock_error(error))),
+                        };
+                    }
+                }
+                Err(error) => {
+                    let error = self.rest.lock_error(error);
+                    for (i, ..) in chunk {
+                        answers[*i] = Some(Err(LockError::new(error.code(), error.message())));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .zip(leases)
+            .map(|(answer, (lease, ttl))| {
+                answer.unwrap_or_else(|| self.extend_by_lock_id(*lease, *ttl))
+            })
+            .collect()
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        self.check_skew()?;
+        let Some(lock) = self.read_lock(key).map_err(|e| lock_error(&self.rest, e))? else {
+            return Ok(false);
+        };
+        let now = self.now_ms()?;
+        let live = is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS);
+        if !live
+            && self.cleanup_in_is_locked
+            && now - lock.expires_at_ms > ASSUMED_SKEW_MS + CLEANUP_GUARD_MS
+        {
+            // Only if nobody changed it since it was read; best effort, outcome ignored.
+            let delete = json!({
+                "delete": lock.name,
+                "currentDocument": { "updateTime": lock.update_time },
+            });
+            if let Err(error) = self.rest.commit(vec![delete]) {
+                let error = self.rest.lock_error(error);
+                log::debug!("syncguard: Firestore cleanup skipped: {error}");
+            }
+        }
+        Ok(live)
+    }
+
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        self.check_skew()?;
+        let lock = match by {
+            Find::Key(key) => self.read_lock(key).map_err(|e| lock_error(&self.rest, e))?,
+            Find::LockId(lock_id) => {
+                let documents = self
+                    .documents_with_lock_id(lock_id.as_str())
+                    .map_err(|e| self.rest.lock_error(e))?;
+                self.single_match(&documents, lock_id.as_str())?
+            }
+        };
+        let Some(lock) = lock else {
+            return Ok(None);
+        };
+        if !is_live(lock.expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
+            return Ok(None);
+        }
+        Ok(Some(lock.record()))
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
+    }
+}
+
+impl fmt::Debug for FirestoreBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FirestoreBackend")
+            .field("project", &self.project)
+            .field("database", &self.database)
+            .field("collection", &self.collection)
+            .field("fence_collection", &self.fence_collection)
+            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
+            .field("max_clock_skew", &self.max_clock_skew)
+            .field("clock_skew", &self.clock_skew())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,444 @@
+//! The PostgreSQL backend itself: [`PostgresBackend`], what it runs each operation through
+//! (its server function, or the statement inline), and its [`Driver`] implementation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use postgres::Row;
+use postgres::error::SqlState;
+
+use super::client::Param;
+use super::connection::{Connections, Listening, OnNotify};
+use super::errors::ServerError;
+use super::statements::{Op, Statements};
+use super::tables::TableNames;
+use super::{schema, statements};
+use crate::driver::{
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
+    LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    make_storage_key,
+};
+use crate::driver::{Capabilities, TimeAuthority};
+use crate::error::{ErrorCode, LockError, Result};
+use crate::fence::Fence;
+
+/// PostgreSQL's storage-key limit in bytes (keys longer than this are hashed).
+pub const STORAGE_KEY_LIMIT: usize = 1700;
+/// How long past expiry a lock must be before the opt-in cleanup in `is_locked` deletes it.
+pub const CLEANUP_GUARD_MS: i64 = 2000;
+
+/// Distributed locks in PostgreSQL. See the [module docs](super).
+pub struct PostgresBackend {
+    pub(super) connections: Box<dyn Connections>,
+    pub(super) tables: TableNames,
+    pub(super) statements: Statements,
+    pub(super) cleanup_in_is_locked: bool,
+    /// The server functions are missing: statements go inline.
+    pub(super) inline: AtomicBool,
+    pub(super) display: String,
+}
+
+impl PostgresBackend {
+    /// The tables this backend uses.
+    pub fn tables(&self) -> &TableNames {
+        &self.tables
+    }
+
+    /// Creates this backend's tables and indexes if missing ([`setup_schema`](super::setup_schema) with its table
+    /// names). Idempotent; safe to call from every process at start-up.
+    pub fn setup_schema(&self) -> Result<()> {
+        self.connections.batch(&schema::setup_sql(&self.tables))?;
+        // The functions exist now: call them again (they store and read holder descriptions).
+        self.inline.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The storage key (`key` column) of a user key.
+    pub fn storage_key(&self, key: &str) -> Result<String> {
+        storage_key_of(&Key::new(key)?)
+    }
+
+    /// The `fence_key` of a user key's counter row.
+    pub fn fence_key(&self, key: &str) -> Result<String> {
+        fence_key_of(&self.storage_key(key)?)
+    }
+
+    /// Runs `op`: through its server function, or inline once the functions are found missing.
+    pub(super) fn query(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
+        if !self.inline.load(Ordering::Relaxed) {
+            match self.connections.query(&op.call, &params) {
+                // The call failed before anything ran: the same statement inline is safe.
+                Err(error)
+                    if ServerError::state_of(&error) == Some(&SqlState::UNDEFINED_FUNCTION)
+                        && error.message().contains(&op.function) =>
+                {
+                    if !self.inline.swap(true, Ordering::Relaxed) {
+                        log::warn!(
+                            "syncguard: {}: the server functions are missing (tables set up by \
+                             an older syncguard or by the TypeScript SyncGuard); statements are \
+                             sent inline and planned on every call. Run `syncguard setup` or \
+                             setup_schema once for faster calls",
+                            self.display
+                        );
+                    }
+                }
+                result => return result,
+            }
+        }
+        // The statement may take fewer parameters than its function (acquire's holder).
+        let inline_params = params.len().min(op.inline.types.len());
+        self.connections.query(&op.inline, &params[..inline_params])
+    }
+}
+
+/// The `fence_key` of the counter row that belongs to a storage key.
+fn fence_key_of(storage_key: &str) -> Result<String> {
+    make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
+}
+
+/// The storage key of `key`, refusing what PostgreSQL text cannot store (before any I/O).
+fn storage_key_of(key: &Key) -> Result<String> {
+    if key.as_str().contains('\0') {
+        return Err(LockError::invalid_argument(
+            "PostgreSQL text cannot hold NUL characters; this key cannot be locked here",
+        ));
+    }
+    make_storage_key("", key.as_str(), STORAGE_KEY_LIMIT, 0)
+}
+
+/// The error for a fence counter no fence can follow (acquire wrote nothing).
+fn bad_counter_error(counter: i64) -> LockError {
+    if counter >= FENCE_MAX as i64 {
+        LockError::internal(format!(
+            "the fence counter of this key is {counter}, at the largest fence {FENCE_MAX}: \
+             rotate the key namespace"
+        ))
+    } else {
+        LockError::internal(format!(
+            "the fence counter of this key is {counter}, below 0: the counter row was edited; \
+             set it to at least the largest fence ever issued for the key"
+        ))
+    }
+}
+
+/// A listening connection: every release of the table is announced on one channel with the
+/// user key as payload, so there is nothing to subscribe per key.
+struct PgWatch {
+    /// Held for its connection, which listens until dropped.
+    _listening: Listening,
+}
+
+impl ReleaseWatch for PgWatch {
+    fn watch(&self, _: &Key) {}
+    fn unwatch(&self, _: &Key) {}
+}
+
+/// One lease's row of the batch renewal.
+fn renewal_outcome(row: &Row, tables: &TableNames) -> Result<Outcome<Extension>> {
+    if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+        return Err(not_a_record(tables, &key));
+    }
+    if let Some(expires_at_ms) = column::<Option<i64>>(row, "expires_at_ms")? {
+        return Ok(Outcome::Applied(Extension {
+            expires_at_ms,
+            version: None,
+        }));
+    }
+    match (
+        column::<bool>(row, "present")?,
+        column::<bool>(row, "live")?,
+    ) {
+        (false, _) => Ok(Outcome::NotFound),
+        (true, false) => Ok(Outcome::Expired),
+        // Skipped: another transaction holds the row. Transient: the heartbeat tries again.
+        (true, true) => Err(LockError::new(
+            ErrorCode::ServiceUnavailable,
+            "the lock row is locked by another transaction; renewal postponed",
+        )),
+    }
+}
+
+/// The error for a row that is not a SyncGuard lock record (see `statements::sound`, the same
+/// rule in SQL): `Internal`, naming the key, whichever operation came across it.
+fn not_a_record(tables: &TableNames, key: &str) -> LockError {
+    LockError::internal(format!(
+        "the row of key {key:?} in table {} is not a SyncGuard lock record (a fence that is not \
+         15 digits, a malformed lock id, or a NULL): syncguard neither takes it over nor \
+         changes it; repair or delete that row",
+        tables.lock_table()
+    ))
+    .with_key(key)
+}
+
+/// A lock row as the lookups return it; one that is not a SyncGuard record is an error naming
+/// `key` (or the row's own key, when the lookup was by lock id).
+pub(super) fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> Result<LockRecord> {
+    let decoded = || -> Option<LockRecord> {
+        let lock_id: String = row.try_get("lock_id").ok()?;
+        crate::driver::validate_lock_id(&lock_id).ok()?;
+        let fence: String = row.try_get("fence").ok()?;
+        Some(LockRecord {
+            key: row.try_get("user_key").ok()?,
+            lock_id,
+            expires_at_ms: row.try_get("expires_at_ms").ok()?,
+            acquired_at_ms: row.try_get("acquired_at_ms").ok()?,
+            fence: fence.parse::<Fence>().ok()?,
+            // Only the lookup and list functions answer it; the statements sent inline do not.
+            holder: row.try_get::<_, Option<String>>("holder").ok().flatten(),
+        })
+    };
+    decoded().ok_or_else(|| {
+        let stored = || -> Option<String> {
+            let user_key: Option<String> = row.try_get("user_key").ok()?;
+            user_key.or_else(|| row.try_get("key").ok())
+        };
+        let key = key.map(str::to_owned).or_else(stored).unwrap_or_default();
+        not_a_record(tables, &key)
+    })
+}
+
+fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Result<T> {
+    row.try_get(name)
+        .map_err(|_| LockError::internal(format!("unexpected result column {name}")))
+}
+
+impl Driver for PostgresBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("postgres", true, TimeAuthority::Server)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        let storage_key = storage_key_of(key)?;
+        let fence_key = fence_key_of(&storage_key)?;
+        let lock_id = LockId::generate().into_string();
+        let fence_max = FENCE_MAX as i64;
+        let rows = self
+            .query(
+                &self.statements.acquire,
+                vec![
+                    storage_key.as_str().into(),
+                    lock_id.as_str().into(),
+                    ttl.as_millis().into(),
+                    key.as_str().into(),
+                    fence_key.as_str().into(),
+                    fence_max.into(),
+                    TIME_TOLERANCE_MS.into(),
+                    // The function's only: the statement sent inline never stores a holder.
+                    holder.map(Holder::as_str).into(),
+                ],
+            )
+            .map_err(|error| {
+                // Sent without an answer: the server may still take the lock under this id
+                // (the Locker releases it).
+                if ServerError::is_unanswered(&error) {
+                    error.in_doubt(lock_id.as_str()).with_key(key.as_str())
+                } else {
+                    error
+                }
+            })?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("acquire returned no row"))?;
+        let fence: Option<String> = column(row, "fence")?;
+        let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
+        let bad_counter: Option<i64> = column(row, "bad_counter")?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
+        match (fence, expires_at_ms) {
+            (Some(fence), Some(expires_at_ms)) => {
+                let fence: Fence = fence.parse()?;
+                // Re-issuing through from_counter applies the warning threshold.
+                let fence =
+                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+                Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+            }
+            // Refused by the statement before anything was written.
+            _ if let Some(counter) = bad_counter => {
+                Err(bad_counter_error(counter).with_key(key.as_str()))
+            }
+            _ => Ok(Acquisition::Locked),
+        }
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let rows = self.query(
+            &self.statements.release,
+            vec![lease.lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(Outcome::NotFound);
+        };
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
+        // The statement answers no row when nothing was found, its function a row of NULLs.
+        Ok(match column::<Option<bool>>(row, "live")? {
+            Some(true) => Outcome::Applied(()),
+            Some(false) => Outcome::Expired,
+            None => Outcome::NotFound,
+        })
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        let rows = self.query(
+            &self.statements.extend,
+            vec![
+                lease.lock_id.as_str().into(),
+                ttl.as_millis().into(),
+                TIME_TOLERANCE_MS.into(),
+            ],
+        )?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("extend returned no row"))?;
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
+        Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
+            Some(expires_at_ms) => Outcome::Applied(Extension {
+                expires_at_ms,
+                version: None,
+            }),
+            None if column::<bool>(row, "present")? => Outcome::Expired,
+            None => Outcome::NotFound,
+        })
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        let lock_ids: Vec<String> = leases
+            .iter()
+            .map(|(lease, _)| lease.lock_id.as_str().to_owned())
+            .collect();
+        let ttls: Vec<i64> = leases.iter().map(|(_, ttl)| ttl.as_millis()).collect();
+        let rows = match self.query(
+            &self.statements.extend_many,
+            vec![lock_ids.into(), ttls.into(), TIME_TOLERANCE_MS.into()],
+        ) {
+            Ok(rows) => rows,
+            Err(error) => {
+                return leases
+                    .iter()
+                    .map(|_| Err(LockError::new(error.code(), error.message())))
+                    .collect();
+            }
+        };
+        let mut answers: std::collections::HashMap<String, Result<Outcome<Extension>>> = rows
+            .iter()
+            .map(|row| {
+                let lock_id: String = column(row, "lock_id")?;
+                let outcome = renewal_outcome(row, &self.tables);
+                Ok((lock_id, outcome))
+            })
+            .collect::<Result<_>>()
+            .unwrap_or_default();
+        leases
+            .iter()
+            .map(|(lease, _)| {
+                answers.remove(lease.lock_id.as_str()).unwrap_or_else(|| {
+                    Err(LockError::internal("the batch renewal skipped a lease"))
+                })
+            })
+            .collect()
+    }
+
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let channel = statements::release_channel(&self.tables);
+        let on_notify: OnNotify = Arc::new(move |key: &str| on_release(key));
+        Ok(self
+            .connections
+            .listen(&channel, on_notify)?
+            .map(|listening| {
+                Box::new(PgWatch {
+                    _listening: listening,
+                }) as Box<dyn ReleaseWatch>
+            }))
+    }
+
+    fn key_is_locked(&self, key: &Key) -> Result<bool> {
+        let storage_key = storage_key_of(key)?;
+        let rows = if self.cleanup_in_is_locked {
+            self.query(
+                &self.statements.is_locked_with_cleanup,
+                vec![
+                    storage_key.as_str().into(),
+                    TIME_TOLERANCE_MS.into(),
+                    CLEANUP_GUARD_MS.into(),
+                ],
+            )?
+        } else {
+            self.query(
+                &self.statements.is_locked,
+                vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
+            )?
+        };
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("is_locked returned no row"))?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
+        column(row, "locked")
+    }
+
+    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        let key = match by {
+            Find::Key(key) => Some(key.as_str()),
+            Find::LockId(_) => None,
+        };
+        let rows = match by {
+            Find::Key(key) => {
+                let storage_key = storage_key_of(key)?;
+                self.query(
+                    &self.statements.lookup_by_key,
+                    vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
+                )?
+            }
+            Find::LockId(lock_id) => self.query(
+                &self.statements.lookup_by_id,
+                vec![lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
+            )?,
+        };
+        rows.first()
+            .map(|row| lock_record(row, &self.tables, key))
+            .transpose()
+    }
+
+    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
+        self.list(prefix, limit)
+    }
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.connections.state();
+        f.debug_struct("PostgresBackend")
+            .field("url", &self.display)
+            .field("tables", &self.tables)
+            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
+            .field("pool_size", &self.connections.max_size())
+            .field("connections", &state.as_ref().map(|s| s.connections))
+            .field(
+                "idle_connections",
+                &state.as_ref().map(|s| s.idle_connections),
+            )
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn nul_keys_are_refused_before_io() {
+        let key = |k: &str| Key::new(k).unwrap();
+        assert_eq!(
+            storage_key_of(&key("a\0b")).unwrap_err().code(),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(storage_key_of(&key("ab")).unwrap(), "ab");
+    }
+}
