@@ -13,11 +13,11 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::Env;
 use super::cache::Cached;
 use super::http::Http;
 use super::json::{Loaded, load_file};
 use super::metadata::MetadataSource;
+use super::source::Env;
 use crate::error::Result;
 
 /// The well-known file's name in gcloud's configuration directory.

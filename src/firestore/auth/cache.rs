@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::TokenSource;
+use super::source::TokenSource;
 use crate::error::Result;
 
 /// A token is fetched again this long before it expires, or a quarter of its lifetime before

@@ -13,8 +13,8 @@ use super::cache::{FetchToken, FetchedToken};
 use super::fields::Fields;
 use super::http::{Http, is_loopback, read_token_answer};
 use super::impersonation::{Impersonation, lifetime_from};
+use super::source::{CLOUD_PLATFORM_SCOPE, SCOPE};
 use super::subject_token::SubjectTokenSource;
-use super::{CLOUD_PLATFORM_SCOPE, SCOPE};
 use crate::error::Result;
 
 /// Google's STS, where a configuration without `token_url` exchanges its subject tokens.

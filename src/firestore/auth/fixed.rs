@@ -3,8 +3,8 @@
 
 use std::fmt;
 
-use super::TokenSource;
 use super::http::is_header_safe;
+use super::source::TokenSource;
 use crate::error::{LockError, Result};
 
 /// A fixed token, sent as is.

@@ -14,7 +14,7 @@ use super::fields::{Fields, type_of, unsupported_type};
 use super::http::Http;
 use super::impersonation::{DEFAULT_LIFETIME_SECS, Impersonation};
 use super::service_account::ServiceAccountSource;
-use super::{CLOUD_PLATFORM_SCOPE, SCOPE};
+use super::source::{CLOUD_PLATFORM_SCOPE, SCOPE};
 use crate::error::{LockError, Result};
 
 /// The types `source_credentials` may have, for messages.

@@ -19,7 +19,7 @@ use super::http::Http;
 use super::impersonated::ImpersonatedSource;
 use super::impersonation::target_principal;
 use super::service_account::ServiceAccountSource;
-use super::{SCOPE, TokenSource};
+use super::source::{SCOPE, TokenSource};
 use crate::error::{LockError, Result};
 
 /// The `type`s [`load_json`] understands, for messages.

@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use super::Env;
 use super::cache::{FetchToken, FetchedToken};
 use super::http::{Http, read_token_answer};
+use super::source::Env;
 use crate::error::{LockError, Result};
 
 /// Where the metadata server is when `GCE_METADATA_HOST` does not say otherwise.

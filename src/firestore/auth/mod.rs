@@ -51,6 +51,7 @@ mod impersonation;
 mod json;
 mod metadata;
 mod service_account;
+mod source;
 mod subject_token;
 
 use std::fmt;
@@ -64,17 +65,9 @@ use self::fixed::FixedToken;
 use self::json::Loaded;
 use self::metadata::MetadataSource;
 use self::service_account::ServiceAccountSource;
+use self::source::SCOPE;
+pub(crate) use self::source::TokenSource;
 use crate::error::{LockError, Result};
-
-/// Reads an environment variable (`std::env::var_os` outside the tests): where credentials
-/// are looked for is decided over this, so tests need not touch the process environment.
-type Env<'a> = &'a dyn Fn(&str) -> Option<std::ffi::OsString>;
-
-/// The OAuth scope of Cloud Datastore and Firestore: what the tokens used on Firestore are for.
-const SCOPE: &str = "https://www.googleapis.com/auth/datastore";
-/// The scope of a token that is only exchanged for another through IAM, as Google's libraries
-/// ask for it.
-const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// How the Firestore backend authenticates.
 ///
@@ -144,13 +137,6 @@ impl fmt::Debug for Credentials {
             Credentials::Token(_) => f.write_str("Token(<redacted>)"),
         }
     }
-}
-
-/// Produces the `Authorization` header value. Thread-safe; one refresh at a time.
-pub(crate) trait TokenSource: Send + Sync + fmt::Debug {
-    /// The header value, e.g. `Bearer ya29…`, fetching a token first when the cached one is
-    /// missing or due for refresh.
-    fn authorization(&self) -> Result<String>;
 }
 
 /// The token cache the Firestore backend uses: turns [`Credentials`] into `Authorization`
