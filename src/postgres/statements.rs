@@ -99,13 +99,9 @@ impl Op {
         text: String,
         in_function: String,
     ) -> Op {
-        // `use_column`: the result columns share names with table columns; the statement
-        // means the table's.
-        let definition = format!(
-            ") RETURNS TABLE ({returns})\n\
-             LANGUAGE plpgsql AS $syncguard$\n\
-             #variable_conflict use_column\n\
-             BEGIN\n  RETURN QUERY {in_function};\nEND\n$syncguard$;\n"
+        let definition = plpgsql(
+            &format!(") RETURNS TABLE ({returns})"),
+            &format!("BEGIN\n  RETURN QUERY {in_function};\nEND"),
         );
         Op::new(tables, name, types, text, definition)
     }
@@ -121,12 +117,7 @@ impl Op {
         text: String,
         body: String,
     ) -> Op {
-        let definition = format!(
-            ",\n  {outs})\n\
-             LANGUAGE plpgsql AS $syncguard$\n\
-             #variable_conflict use_column\n\
-             {body}\n$syncguard$;\n"
-        );
+        let definition = plpgsql(&format!(",\n  {outs})"), &body);
         Op::new(tables, name, types, text, definition)
     }
 
@@ -182,6 +173,16 @@ impl Op {
             self.definition
         )
     }
+}
+
+/// A PL/pgSQL function's definition after its parameter types: `result` (the rest of the
+/// parameter list and the result), then `body`. `use_column`: the result columns share names
+/// with table columns, and the statements mean the table's.
+fn plpgsql(result: &str, body: &str) -> String {
+    format!(
+        "{result}\nLANGUAGE plpgsql AS $syncguard$\n#variable_conflict use_column\n{body}\n\
+         $syncguard$;\n"
+    )
 }
 
 /// The channel releases are announced on (`NOTIFY`, with the user key as payload): the lock
