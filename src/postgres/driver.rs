@@ -11,7 +11,7 @@ use postgres::error::SqlState;
 use super::client::Param;
 use super::connection::{Connections, Listening, OnNotify};
 use super::errors::ServerError;
-use super::statements::{Op, Statements};
+use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};
 use crate::driver::{
@@ -45,10 +45,20 @@ impl PostgresBackend {
         &self.tables
     }
 
-    /// Creates this backend's tables and indexes if missing ([`setup_schema`](super::setup_schema) with its table
-    /// names). Idempotent; safe to call from every process at start-up.
+    /// Creates this backend's tables, indexes and server functions if missing
+    /// ([`setup_schema`](super::setup_schema) with its table names). Idempotent; safe to call
+    /// from every process at start-up: when nothing is missing it changes nothing and takes no
+    /// lock on the tables.
     pub fn setup_schema(&self) -> Result<()> {
-        self.connections.batch(&schema::setup_sql(&self.tables))?;
+        let installed = Sql {
+            text: schema::installed_sql(&self.tables).into(),
+            types: &[],
+        };
+        let rows = self.connections.query(&installed, &[])?;
+        let installed = rows.first().and_then(|row| row.try_get::<_, bool>(0).ok());
+        if installed != Some(true) {
+            self.connections.batch(&schema::setup_sql(&self.tables))?;
+        }
         // The functions exist now: call them again (they store and read holder descriptions).
         self.inline.store(false, Ordering::Relaxed);
         Ok(())

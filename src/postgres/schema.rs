@@ -41,8 +41,10 @@ SyncGuard does not use them). Each does what\n-- one statement of the backend do
 cached per server connection: without them\n-- the statements are sent inline, planned on every \
 call. Generated from the source; the\n-- version suffix changes with the statements.\n";
 
-/// Creates both tables and their indexes if they do not exist yet, in one transaction that
-/// concurrent callers take turns at. Safe to call at every start-up.
+/// Creates both tables, their indexes and the server functions if they do not exist yet, in
+/// one transaction that concurrent callers take turns at. Safe to call at every start-up: when
+/// everything is there already (one read of the catalogs), it changes nothing and takes no lock
+/// on the tables, so it never waits behind running lock calls nor makes them wait.
 ///
 /// ```no_run
 /// use syncguard::postgres::{TableNames, setup_schema};
@@ -52,16 +54,58 @@ call. Generated from the source; the\n-- version suffix changes with the stateme
 /// # Ok::<(), syncguard::LockError>(())
 /// ```
 pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Result<()> {
+    let installed = client
+        .query_one(&installed_sql(tables), &[])
+        .and_then(|row| row.try_get::<_, bool>(0))
+        .map_err(|e| map_error(&e, &Site::unknown()))?;
+    if installed {
+        return Ok(());
+    }
     client
         .batch_execute(&setup_sql(tables))
         .map_err(|e| map_error(&e, &Site::unknown()))
 }
 
-/// What [`setup_schema`] runs: the DDL behind an advisory lock, so concurrent callers take
-/// turns. A multi-statement simple query runs as one implicit transaction.
+/// One row, one boolean: whether everything [`setup_sql`] creates is there (both tables, the
+/// lock table's indexes and `holder` column, every server function of this version). Reads the
+/// catalogs only.
+pub(crate) fn installed_sql(tables: &TableNames) -> String {
+    let locks = tables.lock_table();
+    let mut present = vec![
+        format!("to_regclass('{locks}') IS NOT NULL"),
+        format!("to_regclass('{}') IS NOT NULL", tables.fence_table()),
+        format!("to_regclass('idx_{locks}_lock_id') IS NOT NULL"),
+        format!("to_regclass('idx_{locks}_expires') IS NOT NULL"),
+        format!(
+            "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
+             AND attname = 'holder' AND NOT attisdropped)"
+        ),
+    ];
+    present.extend(
+        Statements::new(tables)
+            .function_signatures()
+            .map(|signature| format!("to_regprocedure('{signature}') IS NOT NULL")),
+    );
+    format!("SELECT {}", present.join("\n  AND "))
+}
+
+/// What [`setup_schema`] runs when something is missing: the DDL behind an advisory lock, so
+/// concurrent callers take turns, in one implicit transaction (a multi-statement simple query).
+///
+/// The lock table is locked exclusively before anything else: `CREATE INDEX` takes a share lock
+/// on it and `ALTER TABLE` an exclusive one, and a transaction that holds the first while it
+/// waits for the second deadlocks with any lock call that holds a weak lock on the table and
+/// waits for a stronger one (a read, then a write). Asking for the strongest lock first, it
+/// waits its turn instead.
 pub(crate) fn setup_sql(tables: &TableNames) -> String {
+    let locks = tables.lock_table();
     format!(
-        "SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'));\n{}",
+        "SELECT pg_advisory_xact_lock(hashtext('syncguard:setup_schema'));\n\
+         DO $setup$ BEGIN\n\
+         IF to_regclass('{locks}') IS NOT NULL THEN\n\
+         LOCK TABLE {locks} IN ACCESS EXCLUSIVE MODE;\n\
+         END IF;\n\
+         END $setup$;\n{}",
         schema_sql(tables)
     )
 }

@@ -155,7 +155,21 @@ impl Op {
 
     /// `CREATE OR REPLACE FUNCTION …` for this operation.
     fn function_ddl(&self) -> String {
-        let params: Vec<&str> = self
+        format!(
+            "CREATE OR REPLACE FUNCTION {}({}{}",
+            self.function,
+            self.parameter_types(),
+            self.definition
+        )
+    }
+
+    /// The function's name and parameter types, as `to_regprocedure` reads them.
+    fn signature(&self) -> String {
+        format!("{}({})", self.function, self.parameter_types())
+    }
+
+    fn parameter_types(&self) -> String {
+        let types: Vec<&str> = self
             .call
             .types
             .iter()
@@ -166,12 +180,7 @@ impl Op {
                 _ => "text",
             })
             .collect();
-        format!(
-            "CREATE OR REPLACE FUNCTION {}({}{}",
-            self.function,
-            params.join(", "),
-            self.definition
-        )
+        types.join(", ")
     }
 }
 
@@ -514,6 +523,11 @@ impl Statements {
             &self.lookup_by_id,
             &self.list,
         ]
+    }
+
+    /// Every operation's function name and parameter types (`name(text, bigint)`).
+    pub fn function_signatures(&self) -> impl Iterator<Item = String> + '_ {
+        self.all().into_iter().map(Op::signature)
     }
 
     /// The DDL of every operation's server function.

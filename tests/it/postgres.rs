@@ -14,7 +14,7 @@ use crate::support::{
     PG_PASSWORD, PgServer, TTL, lease, postgres_now_ms, shared_postgres, shared_postgres_backend,
     shared_postgres_with_client, shared_postgres_with_tables, unique,
 };
-use syncguard::driver::{generate_lock_id, make_storage_key};
+use syncguard::driver::{Driver, Key, LeaseRef, LockId, Ttl, generate_lock_id, make_storage_key};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
 use syncguard::{AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup};
 
@@ -1155,4 +1155,135 @@ fn a_statement_past_its_deadline_is_cancelled_on_the_server() {
     }
     transaction.rollback().unwrap();
     assert!(patient.release(&held.lock_id).unwrap());
+}
+
+/// A backend on tables of its own (created), for tests that change the tables' schema.
+fn backend_on_fresh_tables(prefix: &str) -> (PostgresBackend, TableNames) {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let tables = TableNames::new(
+        &format!("{prefix}_locks_{suffix}"),
+        &format!("{prefix}_fences_{suffix}"),
+    )
+    .unwrap();
+    let backend = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .table_name(tables.lock_table())
+        .fence_table_name(tables.fence_table())
+        .build()
+        .unwrap();
+    backend.setup_schema().unwrap();
+    (backend, tables)
+}
+
+/// A process (re)installing the schema while others lock: its DDL takes table locks (`CREATE
+/// INDEX` a share lock, `ALTER TABLE` an exclusive one), and one that held the first while it
+/// waited for the second deadlocked (SQLSTATE 40P01) with lock calls that read the table, then
+/// wrote it. Each round here removes an index, so every `setup_schema` has DDL to run; every
+/// call of the workers and of the setup works.
+#[test]
+fn setup_schema_beside_running_locks_deadlocks_nothing() {
+    let (setup, tables) = backend_on_fresh_tables("d");
+    let backends = [
+        Arc::new(backend_on_tables(&tables)),
+        Arc::new(backend_on_tables(&tables)),
+    ];
+    let workers_left = AtomicUsize::new(4);
+    let errors = Mutex::new(Vec::new());
+    let setups = AtomicUsize::new(0);
+    thread::scope(|scope| {
+        for t in 0..4 {
+            let backend = Arc::clone(&backends[t % 2]);
+            let (errors, workers_left) = (&errors, &workers_left);
+            scope.spawn(move || {
+                let keys = [unique(&format!("ddl-{t}")), unique("ddl-shared")];
+                for i in 0..150 {
+                    let key = &keys[i % 2];
+                    let result = backend.acquire(key, TTL).and_then(|outcome| {
+                        let Some(lease) = outcome.lease() else {
+                            return backend.is_locked(key).map(drop);
+                        };
+                        backend.extend(&lease.lock_id, TTL)?;
+                        let (id, key_) = (LockId::new(&lease.lock_id)?, Key::new(key)?);
+                        let renewal = [(LeaseRef::new(&id).with_key(&key_), Ttl::new(TTL)?)];
+                        for renewed in backend.extend_leases(&renewal) {
+                            let _ = renewed?;
+                        }
+                        backend.lookup(Lookup::Key(key))?;
+                        backend.list("ddl-", 10)?;
+                        backend.release(&lease.lock_id).map(drop)
+                    });
+                    if let Err(error) = result {
+                        errors.lock().unwrap().push(error.to_string());
+                    }
+                }
+                workers_left.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        scope.spawn(|| {
+            let mut client = shared_postgres().client();
+            let drop_index = format!("DROP INDEX idx_{}_expires", tables.lock_table());
+            while workers_left.load(Ordering::SeqCst) > 0 {
+                client.batch_execute(&drop_index).unwrap();
+                if let Err(error) = setup.setup_schema() {
+                    errors
+                        .lock()
+                        .unwrap()
+                        .push(format!("setup_schema: {error}"));
+                    break;
+                }
+                setups.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    });
+    let errors = errors.into_inner().unwrap();
+    assert!(
+        setups.load(Ordering::SeqCst) > 0 && errors.is_empty(),
+        "{} errors in {} setups beside the locks, e.g. {:?}",
+        errors.len(),
+        setups.load(Ordering::SeqCst),
+        &errors[..errors.len().min(4)]
+    );
+}
+
+fn backend_on_tables(tables: &TableNames) -> PostgresBackend {
+    PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .table_name(tables.lock_table())
+        .fence_table_name(tables.fence_table())
+        .build()
+        .unwrap()
+}
+
+/// `setup_schema` at every start-up, as the docs invite, with a long transaction holding a lock
+/// on the lock table (a lock call in progress, a `pg_dump`): when nothing is missing it changes
+/// nothing, so it neither waits for that transaction nor queues the lock calls behind it.
+#[test]
+fn setup_schema_with_everything_installed_waits_for_no_transaction() {
+    let (_, tables) = backend_on_fresh_tables("w");
+    let mut holder = shared_postgres().client();
+    let mut open = holder.transaction().unwrap();
+    open.batch_execute(&format!(
+        "LOCK TABLE {} IN ROW EXCLUSIVE MODE",
+        tables.lock_table()
+    ))
+    .unwrap();
+    let starting = PostgresBackend::builder()
+        .url(shared_postgres().url())
+        .table_name(tables.lock_table())
+        .fence_table_name(tables.fence_table())
+        .statement_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    starting.setup_schema().unwrap();
+    let mut direct = shared_postgres().client();
+    let mut in_transaction = direct.transaction().unwrap();
+    in_transaction
+        .batch_execute("SET LOCAL statement_timeout = '2s'")
+        .unwrap();
+    setup_schema(&mut in_transaction, &tables).unwrap();
+    in_transaction.commit().unwrap();
+    let key = unique("started");
+    let held = lease(starting.acquire(&key, TTL));
+    assert!(starting.release(&held.lock_id).unwrap());
+    open.rollback().unwrap();
 }
