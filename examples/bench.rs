@@ -62,7 +62,7 @@ use crate::duration::parse_duration;
 use serde::Serialize;
 use syncguard::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, LeaseRef, LockRecord, OnRelease, Outcome,
-    ReleaseWatch, Ttl,
+    Permits, ReleaseWatch, Ttl,
 };
 use syncguard::{
     AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
@@ -823,6 +823,15 @@ impl Driver for CountingRenewals {
         holder: Option<&Holder>,
     ) -> syncguard::Result<Acquisition> {
         self.inner.try_acquire(key, ttl, holder)
+    }
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> syncguard::Result<Acquisition> {
+        self.inner.try_acquire_permit(key, permits, ttl, holder)
     }
     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
         self.inner.release_lease(lease)

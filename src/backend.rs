@@ -13,6 +13,7 @@ use crate::hash::hash_key;
 use crate::key::Key;
 use crate::listing::{KeyPrefix, ListLimit, LockList};
 use crate::lock_id::LockId;
+use crate::permits::Permits;
 use crate::time::Ttl;
 
 /// Single-attempt lock operations against one store, with plain arguments: what a lock user
@@ -123,6 +124,74 @@ pub trait LockBackend: Driver {
     fn list_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
         let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
         Ok(self.list_records(&prefix, limit)?.map(LockInfoDebug::from))
+    }
+
+    /// Takes one of the `permits` permits (1 to [`MAX_PERMITS`](crate::driver::MAX_PERMITS)) of
+    /// the semaphore on `key` for `ttl`, if fewer than `permits` are held. Contention is
+    /// [`AcquireOutcome::Locked`]. The semaphore is not the key's lock: see
+    /// [`Driver::try_acquire_permit`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{AcquireOutcome, LockBackend, MemoryBackend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let ttl = Duration::from_secs(10);
+    /// let first = backend.acquire_permit("export", 2, ttl)?.lease().expect("free");
+    /// let second = backend.acquire_permit("export", 2, ttl)?.lease().expect("one left");
+    /// assert_eq!(backend.acquire_permit("export", 2, ttl)?, AcquireOutcome::Locked);
+    /// assert!(second.fence > first.fence);
+    /// assert_eq!(backend.permit_holders("export")?.len(), 2);
+    /// assert!(backend.release_permit("export", &first.lock_id)?);
+    /// assert!(backend.acquire_permit("export", 2, ttl)?.lease().is_some());
+    /// assert!(!backend.is_locked("export")?); // the lock on the key is another thing
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    fn acquire_permit(&self, key: &str, permits: u32, ttl: Duration) -> Result<AcquireOutcome> {
+        let (key, permits, ttl) = (Key::new(key)?, Permits::new(permits)?, Ttl::new(ttl)?);
+        Ok(match self.try_acquire_permit(&key, permits, ttl, None)? {
+            Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
+            Acquisition::Locked => AcquireOutcome::Locked,
+        })
+    }
+
+    /// Gives back the permit of the semaphore on `key` held under `lock_id`: `true` when this
+    /// call removed it, `false` when it was absent.
+    fn release_permit(&self, key: &str, lock_id: &str) -> Result<bool> {
+        let (key, lock_id) = (Key::new(key)?, LockId::new(lock_id)?);
+        Ok(self
+            .release_lease(LeaseRef::permit(&lock_id, &key))?
+            .is_applied())
+    }
+
+    /// Sets the expiry of the live permit of the semaphore on `key` held under `lock_id` to
+    /// *now + ttl*; `None` when it is absent or expired.
+    fn extend_permit(&self, key: &str, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+        let (key, lock_id, ttl) = (Key::new(key)?, LockId::new(lock_id)?, Ttl::new(ttl)?);
+        Ok(self
+            .extend_lease(LeaseRef::permit(&lock_id, &key), ttl)?
+            .applied()
+            .map(|extension| extension.expires_at_ms))
+    }
+
+    /// Who holds the semaphore on `key`: its live permits, in fence order. Sanitised: hashes
+    /// only.
+    fn permit_holders(&self, key: &str) -> Result<Vec<LockInfo>> {
+        Ok(self
+            .permit_holders_raw(key)?
+            .into_iter()
+            .map(|raw| raw.info)
+            .collect())
+    }
+
+    /// [`permit_holders`](LockBackend::permit_holders) with the raw key and lock ids.
+    fn permit_holders_raw(&self, key: &str) -> Result<Vec<LockInfoDebug>> {
+        let key = Key::new(key)?;
+        Ok(self
+            .find_permits(&key)?
+            .into_iter()
+            .map(LockInfoDebug::from)
+            .collect())
     }
 
     /// What this backend is and guarantees: its driver's [`Driver::describe`], under the name

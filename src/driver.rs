@@ -114,6 +114,7 @@ pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
 };
 pub use crate::lock_id::{LOCK_ID_LENGTH, LockId, generate_lock_id, validate_lock_id};
+pub use crate::permits::{MAX_PERMITS, Permits};
 pub use crate::time::{
     Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, Ttl, is_live, ttl_to_ms,
 };
@@ -133,11 +134,46 @@ pub trait Driver: Send + Sync {
     /// this lock lives (never for a later lock on the key).
     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition>;
 
-    /// Deletes the lock `lease` names if it is stored under its lock id. `Applied` only when it
-    /// was live; an expired one is removed too, and answered [`Outcome::Expired`].
+    /// Takes one of the `permits` permits of the semaphore on `key` for `ttl`, unless that
+    /// many live permits are held, with a fresh lock id and the semaphore's next fence. Permits
+    /// held past their expiry (and the tolerance) are reclaimed by this call. Each acquisition is
+    /// judged by its own `permits` (see [`Permits`]).
+    ///
+    /// A semaphore is stored apart from the key's lock: its own records and its own fence
+    /// sequence, never the lock record or the lock's fence counter of the same key (a
+    /// semaphore of one permit on `"k"` and the lock on `"k"` are two things). Its permits are
+    /// released and extended through [`release_lease`](Driver::release_lease) and
+    /// [`extend_lease`](Driver::extend_lease) with a [`LeaseRef`] of
+    /// [`LeaseKind::Permit`], which names the key. A release is announced to
+    /// [`watch_releases`](Driver::watch_releases) with the key, as a lock's is.
+    ///
+    /// The default refuses (`InvalidArgument`: this backend has no semaphores); every bundled
+    /// backend has them.
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        let _ = (key, permits, ttl, holder);
+        Err(no_semaphores(self.describe()))
+    }
+
+    /// The live permits of the semaphore on `key`, with their raw values, in fence order
+    /// (at most [`MAX_PERMITS`]). The default refuses, as
+    /// [`try_acquire_permit`](Driver::try_acquire_permit) does.
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let _ = key;
+        Err(no_semaphores(self.describe()))
+    }
+
+    /// Deletes the lock (or the permit) `lease` names if it is stored under its lock id.
+    /// `Applied` only when it was live; an expired one is removed too, and answered
+    /// [`Outcome::Expired`].
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>>;
 
-    /// Sets the expiry of the live lock `lease` names to *now + ttl*.
+    /// Sets the expiry of the live lock (or permit) `lease` names to *now + ttl*.
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>>;
 
     /// Extends several leases, each by its own TTL; one answer per lease, in order. The
@@ -213,6 +249,18 @@ macro_rules! forward_driver {
                 holder: Option<&Holder>,
             ) -> Result<Acquisition> {
                 (**self).try_acquire(key, ttl, holder)
+            }
+            fn try_acquire_permit(
+                &self,
+                key: &Key,
+                permits: Permits,
+                ttl: Ttl,
+                holder: Option<&Holder>,
+            ) -> Result<Acquisition> {
+                (**self).try_acquire_permit(key, permits, ttl, holder)
+            }
+            fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+                (**self).find_permits(key)
             }
             fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
                 (**self).release_lease(lease)
@@ -357,6 +405,8 @@ pub struct LeaseRef<'a> {
     pub key: Option<&'a Key>,
     /// The store's version of the record as last seen, when known.
     pub version: Option<&'a Version>,
+    /// A lock, or a permit of a semaphore ([`permit`](LeaseRef::permit)).
+    pub kind: LeaseKind,
 }
 
 impl<'a> LeaseRef<'a> {
@@ -366,7 +416,26 @@ impl<'a> LeaseRef<'a> {
             lock_id,
             key: None,
             version: None,
+            kind: LeaseKind::Lock,
         }
+    }
+
+    /// A permit of the semaphore on `key`, granted under `lock_id`: a permit is found by
+    /// both.
+    pub fn permit(lock_id: &'a LockId, key: &'a Key) -> Self {
+        LeaseRef {
+            kind: LeaseKind::Permit,
+            ..LeaseRef::new(lock_id).with_key(key)
+        }
+    }
+
+    /// The key of a permit (`InvalidArgument` for one made without it by hand).
+    pub fn permit_key(&self) -> Result<&'a Key> {
+        self.key.ok_or_else(|| {
+            crate::error::LockError::invalid_argument(
+                "a permit is named by its semaphore's key and its lock id; the key is missing",
+            )
+        })
     }
 
     /// With the key the lease was granted on.
@@ -382,6 +451,25 @@ impl<'a> LeaseRef<'a> {
         self.version = version;
         self
     }
+}
+
+/// What a lease holds: a key's lock, or one permit of the key's semaphore (stored apart; see
+/// [`Driver::try_acquire_permit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LeaseKind {
+    /// The lock on the key.
+    #[default]
+    Lock,
+    /// A permit of the semaphore on the key: its [`LeaseRef`] always names the key.
+    Permit,
+}
+
+/// The error of a driver without semaphores.
+fn no_semaphores(capabilities: Capabilities) -> crate::error::LockError {
+    crate::error::LockError::invalid_argument(format!(
+        "the {} backend has no semaphores",
+        capabilities.backend
+    ))
 }
 
 /// A store's version of a lock record, opaque to everything but its driver (a Firestore

@@ -96,6 +96,7 @@ mod locker;
 mod memory;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
+mod permits;
 mod telemetry;
 mod time;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]

@@ -5,8 +5,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
+    LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::Result;
@@ -64,6 +65,17 @@ struct State {
     fences: HashMap<String, u64>,
     /// Lock count at which the next acquire sweeps expired entries.
     sweep_at: usize,
+    /// Normalised key → its semaphore: apart from the key's lock and its fences.
+    semaphores: HashMap<String, Semaphore>,
+}
+
+/// The permits of one key's semaphore and its own fence sequence.
+#[derive(Default)]
+struct Semaphore {
+    /// Lock id → the permit held under it (possibly expired, until reclaimed).
+    held: HashMap<String, Entry>,
+    /// The last fence issued. Never shrinks.
+    fence: u64,
 }
 
 struct Entry {
@@ -200,6 +212,27 @@ impl State {
         (outcome, Some(key))
     }
 
+    /// [`take_owned`](State::take_owned) for a permit, found by its key and lock id.
+    fn take_permit(
+        &mut self,
+        lease: LeaseRef<'_>,
+        now_ms: i64,
+    ) -> Result<(Outcome<()>, Option<String>)> {
+        let key = lease.permit_key()?;
+        let taken = self
+            .semaphores
+            .get_mut(key.as_str())
+            .and_then(|semaphore| semaphore.held.remove(lease.lock_id.as_str()));
+        let outcome = match taken {
+            None => return Ok((Outcome::NotFound, None)),
+            Some(entry) if is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS) => {
+                Outcome::Applied(())
+            }
+            Some(_) => Outcome::Expired,
+        };
+        Ok((outcome, Some(key.to_string())))
+    }
+
     fn sweep_expired(&mut self, now_ms: i64) {
         let keys_by_id = &mut self.keys_by_id;
         self.locks.retain(|_, entry| {
@@ -249,9 +282,66 @@ impl Driver for MemoryBackend {
         Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
     }
 
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        let lock_id = LockId::generate().into_string();
+        let now_ms = self.clock.now_ms();
+        let mut state = self.state();
+        let semaphore = state.semaphores.entry(key.to_string()).or_default();
+        // Reclaim what has expired: only live permits count.
+        semaphore
+            .held
+            .retain(|_, entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS));
+        if semaphore.held.len() >= permits.get() as usize {
+            return Ok(Acquisition::Locked);
+        }
+        let counter = semaphore.fence + 1;
+        let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
+        let expires_at_ms = now_ms.saturating_add(ttl.as_millis());
+        semaphore.fence = counter;
+        semaphore.held.insert(
+            lock_id.clone(),
+            Entry {
+                lock_id: lock_id.clone(),
+                expires_at_ms,
+                acquired_at_ms: now_ms,
+                fence,
+                holder: holder.map(Holder::to_string),
+            },
+        );
+        Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+    }
+
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        let mut held: Vec<LockRecord> = state
+            .semaphores
+            .get(key.as_str())
+            .map(|semaphore| {
+                semaphore
+                    .held
+                    .values()
+                    .filter(|entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
+                    .map(|entry| entry.record(key.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        held.sort_by_key(|record| record.fence);
+        Ok(held)
+    }
+
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         let now_ms = self.clock.now_ms();
-        let (outcome, removed) = self.state().take_owned(lease.lock_id.as_str(), now_ms);
+        let (outcome, removed) = match lease.kind {
+            LeaseKind::Lock => self.state().take_owned(lease.lock_id.as_str(), now_ms),
+            LeaseKind::Permit => self.state().take_permit(lease, now_ms)?,
+        };
         if let Some(key) = removed {
             self.announce(&key);
         }
@@ -262,6 +352,30 @@ impl Driver for MemoryBackend {
         let lock_id = lease.lock_id.as_str();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
+        if lease.kind == LeaseKind::Permit {
+            let key = lease.permit_key()?;
+            let permit = state
+                .semaphores
+                .get_mut(key.as_str())
+                .and_then(|semaphore| semaphore.held.get_mut(lock_id));
+            let Some(entry) = permit else {
+                return Ok(Outcome::NotFound);
+            };
+            if is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS) {
+                entry.expires_at_ms = now_ms.saturating_add(ttl.as_millis());
+                return Ok(Outcome::Applied(Extension {
+                    expires_at_ms: entry.expires_at_ms,
+                    version: None,
+                }));
+            }
+            // Expired: reclaimed, never resurrected.
+            let (_, removed) = state.take_permit(lease, now_ms)?;
+            drop(state);
+            if let Some(key) = removed {
+                self.announce(&key);
+            }
+            return Ok(Outcome::Expired);
+        }
         let Some(key) = state.keys_by_id.get(lock_id).cloned() else {
             return Ok(Outcome::NotFound);
         };

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::driver::Capabilities;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,
+    LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -79,6 +79,11 @@ pub enum LockOp {
     Lookup,
     /// `list` (and `list_raw`): events carry no key or lock id.
     List,
+    /// Acquiring a permit of a semaphore (its release and extension are `Release` and
+    /// `Extend`).
+    AcquirePermit,
+    /// Reading a semaphore's holders.
+    Permits,
 }
 
 /// Whether the operation did what was asked.
@@ -260,6 +265,24 @@ fn found<T>(info: &Option<T>) -> (EventResult, Option<FailureReason>) {
     }
 }
 
+impl<B> Telemetry<B> {
+    fn emit_acquisition(&self, op: LockOp, key: &Key, outcome: &Result<Acquisition>) {
+        let lock_id = match outcome {
+            Ok(Acquisition::Acquired { lease, .. }) => Some(lease.lock_id.as_str()),
+            _ => None,
+        };
+        let ids = Ids {
+            key: Some(key.as_str()),
+            lock_id,
+            error: None,
+        };
+        self.emit_result(op, outcome, ids, |outcome| match outcome {
+            Acquisition::Acquired { .. } => (EventResult::Ok, None),
+            Acquisition::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
+        });
+    }
+}
+
 fn lease_ids<'a>(lease: &LeaseRef<'a>) -> Ids<'a> {
     Ids {
         key: lease.key.map(Key::as_str),
@@ -276,19 +299,29 @@ impl<B: Driver> Driver for Telemetry<B> {
     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
         // The holder description is never part of an event: events carry hashes only.
         let outcome = self.inner.try_acquire(key, ttl, holder);
-        let lock_id = match &outcome {
-            Ok(Acquisition::Acquired { lease, .. }) => Some(lease.lock_id.as_str()),
-            _ => None,
-        };
+        self.emit_acquisition(LockOp::Acquire, key, &outcome);
+        outcome
+    }
+
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        let outcome = self.inner.try_acquire_permit(key, permits, ttl, holder);
+        self.emit_acquisition(LockOp::AcquirePermit, key, &outcome);
+        outcome
+    }
+
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let outcome = self.inner.find_permits(key);
         let ids = Ids {
             key: Some(key.as_str()),
-            lock_id,
-            error: None,
+            ..Ids::default()
         };
-        self.emit_result(LockOp::Acquire, &outcome, ids, |outcome| match outcome {
-            Acquisition::Acquired { .. } => (EventResult::Ok, None),
-            Acquisition::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
-        });
+        self.emit_result(LockOp::Permits, &outcome, ids, |_| (EventResult::Ok, None));
         outcome
     }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
-    LockRecord, OnRelease, Outcome, ReleaseWatch, Ttl,
+    LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, Ttl,
 };
 use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
@@ -100,6 +100,22 @@ fn take_one(budget: &AtomicU32) -> bool {
         .is_ok()
 }
 
+impl<B: Driver> Recorder<B> {
+    /// An acquisition of a lock or a permit, recorded, with the failures asked for injected.
+    fn acquisition(&self, key: &Key, acquire: impl FnOnce() -> Result<Acquisition>) -> Result<Acquisition> {
+        self.record(Call::Acquire(key.to_string()));
+        if take_one(&self.failing_acquires) {
+            return Err(injected(ErrorCode::ServiceUnavailable));
+        }
+        match acquire()? {
+            Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
+                Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
+            }
+            acquisition => Ok(acquisition),
+        }
+    }
+}
+
 fn injected(code: ErrorCode) -> LockError {
     LockError::new(code, "injected by the test")
 }
@@ -110,17 +126,23 @@ impl<B: Driver> Driver for Recorder<B> {
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
-        self.record(Call::Acquire(key.to_string()));
-        if take_one(&self.failing_acquires) {
-            return Err(injected(ErrorCode::ServiceUnavailable));
-        }
-        let acquisition = self.inner.try_acquire(key, ttl, holder)?;
-        match acquisition {
-            Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
-                Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
-            }
-            acquisition => Ok(acquisition),
-        }
+        self.acquisition(key, || self.inner.try_acquire(key, ttl, holder))
+    }
+
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        self.acquisition(key, || {
+            self.inner.try_acquire_permit(key, permits, ttl, holder)
+        })
+    }
+
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        self.inner.find_permits(key)
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
