@@ -445,6 +445,13 @@ impl<'a> LeaseRef<'a> {
         self
     }
 
+    /// A lock or a permit ([`LeaseKind`]).
+    #[must_use]
+    pub fn with_kind(mut self, kind: LeaseKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
     /// With the store's version of the record.
     #[must_use]
     pub fn with_version(mut self, version: Option<&'a Version>) -> Self {

@@ -189,6 +189,7 @@ impl LockGuard {
                     self.store.release_later(
                         self.lease.key(),
                         self.lease.lock_id(),
+                        self.lease.kind(),
                         self.lease.ttl().as_duration(),
                         Origin::FailedRelease,
                     );

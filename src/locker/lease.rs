@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
 use crate::driver::Lease;
-use crate::driver::{Driver, Extension, LeaseRef, Outcome, Version};
+use crate::driver::{Driver, Extension, LeaseKind, LeaseRef, Outcome, Version};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::Key;
@@ -106,6 +106,7 @@ impl Ticket {
 pub(crate) struct HeldLease {
     key: Key,
     lock_id: LockId,
+    kind: LeaseKind,
     fence: Fence,
     heartbeat: Heartbeat,
     on_lock_lost: Option<LostCallback>,
@@ -143,6 +144,8 @@ pub(crate) struct HeldLease {
 pub(crate) struct Grant {
     pub key: Key,
     pub lock_id: LockId,
+    /// A lock or a permit.
+    pub kind: LeaseKind,
     pub lease: Lease,
     pub version: Option<Version>,
     /// When the acquire was sent.
@@ -163,6 +166,7 @@ impl HeldLease {
         let held = HeldLease {
             key: grant.key,
             lock_id: grant.lock_id,
+            kind: grant.kind,
             fence: grant.lease.fence,
             heartbeat: terms.heartbeat,
             on_lock_lost: terms.on_lock_lost,
@@ -197,6 +201,10 @@ impl HeldLease {
 
     pub(crate) fn lock_id(&self) -> &LockId {
         &self.lock_id
+    }
+
+    pub(crate) fn kind(&self) -> LeaseKind {
+        self.kind
     }
 
     pub(crate) fn fence(&self) -> &Fence {
@@ -331,6 +339,7 @@ impl HeldLease {
     pub(crate) fn lease_ref<'a>(&'a self, ticket: &'a Ticket) -> LeaseRef<'a> {
         LeaseRef::new(&self.lock_id)
             .with_key(&self.key)
+            .with_kind(self.kind)
             .with_version(ticket.version.as_ref())
     }
 
@@ -430,6 +439,7 @@ impl HeldLease {
         };
         let lease = LeaseRef::new(&self.lock_id)
             .with_key(&self.key)
+            .with_kind(self.kind)
             .with_version(version.as_ref());
         let result = match self.min_hold_left() {
             Some(left) => driver
@@ -511,7 +521,7 @@ impl HeldLease {
     pub(crate) fn release_if_lapsed(&self, store: &dyn Store) {
         if self.lapsed.swap(false, Ordering::AcqRel) && self.min_hold_left().is_none() {
             let ttl = self.ttl().as_duration();
-            store.release_later(&self.key, &self.lock_id, ttl, Origin::Lapsed);
+            store.release_later(&self.key, &self.lock_id, self.kind, ttl, Origin::Lapsed);
         }
     }
 

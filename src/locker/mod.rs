@@ -7,6 +7,7 @@ mod lease;
 mod options;
 mod orphans;
 mod retry;
+pub(crate) mod semaphore;
 mod store;
 mod wake;
 
@@ -28,7 +29,7 @@ use self::orphans::Orphans;
 use self::store::{Origin, Store};
 use self::wake::{Waiting, Wakeups};
 use crate::cancel::CancelToken;
-use crate::driver::{Acquisition, Driver, LeaseRef};
+use crate::driver::{Acquisition, Driver, LeaseKind, LeaseRef, Permits};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
 use crate::lock_id::LockId;
@@ -84,9 +85,16 @@ impl<B: Driver + 'static> Store for Shared<B> {
         self.wakeups.released(key.as_str());
     }
 
-    fn release_later(&self, key: &Key, lock_id: &LockId, ttl: Duration, origin: Origin) {
+    fn release_later(
+        &self,
+        key: &Key,
+        lock_id: &LockId,
+        kind: LeaseKind,
+        ttl: Duration,
+        origin: Origin,
+    ) {
         if let Some(this) = self.this.upgrade() {
-            self.orphans.adopt(key, lock_id, ttl, origin, this);
+            self.orphans.adopt(key, lock_id, kind, ttl, origin, this);
         }
     }
 }
@@ -208,10 +216,21 @@ impl<B: Driver + 'static> Locker<B> {
         Ok(output)
     }
 
-    /// The retry loop. `Ok(None)` when the lock stayed held past the timeout or retry budget.
+    /// The retry loop for the lock on `key`. `Ok(None)` when the lock stayed held past the
+    /// timeout or retry budget.
     fn acquire(&self, key: &str, options: &LockOptions) -> Result<Option<LockGuard>> {
         // The public edge: everything below works on validated values.
-        let key = Key::new(key)?;
+        self.acquire_target(Key::new(key)?, Target::Lock, options)
+    }
+
+    /// The retry loop, for a lock or a permit. `Ok(None)` when it stayed held past the timeout
+    /// or retry budget.
+    fn acquire_target(
+        &self,
+        key: Key,
+        target: Target,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>> {
         let ttl = Ttl::new(options.ttl)?;
         options.validated_heartbeat()?;
         options.validated_holds()?;
@@ -234,14 +253,25 @@ impl<B: Driver + 'static> Locker<B> {
         // A transient failure (timeout, unreachable store) does not end the wait: it is tried
         // again like contention, and reported only if the wait ends with it.
         let mut failure: Option<LockError> = None;
-        let (lease, version, sent) = loop {
+        let (lease, version, sent, seen) = loop {
             if cancel.is_some_and(CancelToken::is_cancelled) {
                 return Err(aborted());
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
+            // Granted fences must be above what this locker had seen when it asked.
+            let seen = self.shared.fences.highest(&key, target.kind());
             let sent = Instant::now();
-            match self.shared.backend.try_acquire(&key, ttl, holder.as_ref()) {
-                Ok(Acquisition::Acquired { lease, version }) => break (lease, version, sent),
+            let backend = &self.shared.backend;
+            let attempt = match target {
+                Target::Lock => backend.try_acquire(&key, ttl, holder.as_ref()),
+                Target::Permit(permits) => {
+                    backend.try_acquire_permit(&key, permits, ttl, holder.as_ref())
+                }
+            };
+            match attempt {
+                Ok(Acquisition::Acquired { lease, version }) => {
+                    break (lease, version, sent, seen);
+                }
                 Ok(Acquisition::Locked) => {
                     failure = None;
                     if let Some(waiting) = &waiting {
@@ -249,13 +279,14 @@ impl<B: Driver + 'static> Locker<B> {
                     }
                 }
                 Err(error) => {
-                    self.release_if_in_doubt(&key, ttl, &error);
+                    self.release_if_in_doubt(&key, target.kind(), ttl, &error);
                     if !error.code().is_transient() {
                         return Err(error);
                     }
                     if failure.is_none() {
                         log::warn!(
-                            "syncguard: acquiring the lock on key {key} failed, will retry: {error}"
+                            "syncguard: acquiring {} on key {key} failed, will retry: {error}",
+                            target.what()
                         );
                     }
                     failure = Some(error);
@@ -287,13 +318,20 @@ impl<B: Driver + 'static> Locker<B> {
         let lock_id = LockId::new(&lease.lock_id).map_err(|_| {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
         })?;
-        if let Err(error) = self.shared.fences.check(&key, lease.fence) {
+        let kind = target.kind();
+        if let Err(error) = self.shared.fences.check(&key, kind, lease.fence, seen) {
             let lease = LeaseRef::new(&lock_id)
                 .with_key(&key)
+                .with_kind(kind)
                 .with_version(version.as_ref());
             if self.shared.backend.release_lease(lease).is_err() {
-                self.shared
-                    .release_later(&key, &lock_id, ttl.as_duration(), Origin::FailedRelease);
+                self.shared.release_later(
+                    &key,
+                    &lock_id,
+                    kind,
+                    ttl.as_duration(),
+                    Origin::FailedRelease,
+                );
             }
             return Err(error);
         }
@@ -301,6 +339,7 @@ impl<B: Driver + 'static> Locker<B> {
             Grant {
                 key,
                 lock_id,
+                kind,
                 lease,
                 version,
                 sent,
@@ -324,16 +363,40 @@ impl<B: Driver + 'static> Locker<B> {
 
     /// An acquisition that failed without an answer may still be applied by the store: its
     /// lock id is released in the background ([`LockError::in_doubt`]).
-    fn release_if_in_doubt(&self, key: &Key, ttl: Ttl, error: &LockError) {
+    fn release_if_in_doubt(&self, key: &Key, kind: LeaseKind, ttl: Ttl, error: &LockError) {
         let Some(lock_id) = error.lock_id().filter(|_| error.is_in_doubt()) else {
             return;
         };
         match LockId::new(lock_id) {
             Ok(lock_id) => {
                 self.shared
-                    .release_later(key, &lock_id, ttl.as_duration(), Origin::InDoubt);
+                    .release_later(key, &lock_id, kind, ttl.as_duration(), Origin::InDoubt);
             }
             Err(_) => log::error!("syncguard: a backend reported a malformed lock id in doubt"),
+        }
+    }
+}
+
+/// What an acquisition asks for: the key's lock, or a permit of the key's semaphore.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Lock,
+    Permit(Permits),
+}
+
+impl Target {
+    fn kind(self) -> LeaseKind {
+        match self {
+            Target::Lock => LeaseKind::Lock,
+            Target::Permit(_) => LeaseKind::Permit,
+        }
+    }
+
+    /// For messages: what was being acquired.
+    fn what(self) -> String {
+        match self {
+            Target::Lock => "the lock".to_owned(),
+            Target::Permit(permits) => format!("a permit of the semaphore ({permits} permits)"),
         }
     }
 }

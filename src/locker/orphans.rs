@@ -19,7 +19,7 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::driver::{LeaseRef, Outcome};
+use crate::driver::{LeaseKind, LeaseRef, Outcome};
 use crate::hash::hash_key;
 use crate::key::Key;
 use crate::lock_id::LockId;
@@ -38,6 +38,7 @@ const MAX_GAP: Duration = Duration::from_secs(5);
 struct Orphan {
     key: Key,
     lock_id: LockId,
+    kind: LeaseKind,
     origin: Origin,
     ttl: Duration,
     /// Never tried after this.
@@ -66,12 +67,13 @@ impl Orphans {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Releases `lock_id` (a lock on `key` for `ttl`) in the background, now and again until
-    /// the rules of the [module docs](self) say stop.
+    /// Releases `lock_id` (a lock, or a permit, on `key` for `ttl`) in the background, now and
+    /// again until the rules of the [module docs](self) say stop.
     pub(crate) fn adopt(
         self: &Arc<Self>,
         key: &Key,
         lock_id: &LockId,
+        kind: LeaseKind,
         ttl: Duration,
         origin: Origin,
         store: Arc<dyn Store>,
@@ -89,6 +91,7 @@ impl Orphans {
         pending.orphans.push(Orphan {
             key: key.clone(),
             lock_id: lock_id.clone(),
+            kind,
             origin,
             ttl,
             hard_stop: now + GIVE_UP_AFTER,
@@ -154,7 +157,9 @@ impl Orphans {
 
 /// One attempt; the orphan back when another is due.
 fn release(store: &dyn Store, mut orphan: Orphan) -> Option<Orphan> {
-    let lease = LeaseRef::new(&orphan.lock_id).with_key(&orphan.key);
+    let lease = LeaseRef::new(&orphan.lock_id)
+        .with_key(&orphan.key)
+        .with_kind(orphan.kind);
     let now = Instant::now();
     match store.driver().release_lease(lease) {
         Ok(Outcome::Applied(())) => {

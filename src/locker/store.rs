@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::driver::Driver;
+use crate::driver::{Driver, LeaseKind};
 use crate::key::Key;
 use crate::lock_id::LockId;
 
@@ -14,9 +14,16 @@ pub(crate) trait Store: Send + Sync {
     /// One of this locker's leases on `key` was released: its waiters may try now.
     fn released(&self, key: &Key);
 
-    /// Releases `lock_id`, a lock on `key` for `ttl` that nobody holds, in the background
-    /// ([`orphans`](crate::locker::orphans)).
-    fn release_later(&self, key: &Key, lock_id: &LockId, ttl: Duration, origin: Origin);
+    /// Releases `lock_id`, a lock (or a permit: `kind`) on `key` for `ttl` that nobody holds,
+    /// in the background ([`orphans`](crate::locker::orphans)).
+    fn release_later(
+        &self,
+        key: &Key,
+        lock_id: &LockId,
+        kind: LeaseKind,
+        ttl: Duration,
+        origin: Origin,
+    );
 }
 
 /// Why a lock is released in the background.

@@ -1,12 +1,14 @@
 //! The contract suite every backend passes, shipped for backends written elsewhere (feature
 //! `testing`).
 //!
-//! Two macros expand to one `#[test]` per contract, each on a fresh backend from a factory:
+//! Three macros expand to one `#[test]` per contract, each on a fresh backend from a factory:
 //! [`backend_contract!`](crate::backend_contract) for what a [`LockBackend`](crate::LockBackend)
-//! promises (atomic acquisition, fences, expiry, ownership, idempotency, lookups, validation)
-//! and [`guard_contract!`](crate::guard_contract) for what a [`Locker`](crate::Locker) and its
-//! guards promise on top of it (release on drop, the heartbeat, loss reporting, waiting). The
-//! bundled backends run exactly this suite.
+//! promises (atomic acquisition, fences, expiry, ownership, idempotency, lookups, validation),
+//! [`guard_contract!`](crate::guard_contract) for what a [`Locker`](crate::Locker) and its
+//! guards promise on top of it (release on drop, the heartbeat, loss reporting, waiting), and
+//! [`semaphore_contract!`](crate::semaphore_contract) for semaphores (at most N holders, fences
+//! of their own, reclaim after expiry, loss, idempotent release, validation), for a backend
+//! that has them. The bundled backends run exactly this suite.
 //!
 //! ```ignore
 //! // tests/contract.rs of a crate with a backend `my_store::MyBackend`, with
@@ -17,12 +19,13 @@
 //!
 //! syncguard::backend_contract!(backend);
 //! syncguard::guard_contract!(backend);
+//! syncguard::semaphore_contract!(backend); // if it has semaphores
 //! ```
 //!
 //! Backends may share one live server with other tests and earlier runs: every contract works on
 //! keys of its own and never assumes an empty store. Waiting is polling a condition with a
 //! generous deadline, never a bare sleep, and no assertion depends on how long anything took.
-//! The contracts are also public functions ([`backend`], [`guard`]) for a test that needs
+//! The contracts are also public functions ([`backend`], [`guard`], [`semaphore`]) for a test that needs
 //! a setup of its own; what they share (TTLs, unique keys, waiting, assertions) is in
 //! [`support`], and the guard contracts' test double in [`recorder`]. Every public function of
 //! `backend` and `guard` is a contract the macros run (a test in this module checks it).
@@ -30,6 +33,7 @@
 pub mod backend;
 pub mod guard;
 pub mod recorder;
+pub mod semaphore;
 pub mod support;
 
 /// Expands to a module `backend_contract` with one `#[test]` per contract function above, each
@@ -51,6 +55,18 @@ macro_rules! backend_contract {
 macro_rules! guard_contract {
     ($factory:expr) => {
         $crate::__contract_tests!(guard: $factory);
+    };
+}
+
+/// Expands to a module `semaphore_contract` with one `#[test]` per [`semaphore`] contract, each
+/// on a fresh backend from `$factory`: for a backend with semaphores
+/// ([`Driver::try_acquire_permit`](crate::driver::Driver::try_acquire_permit)). As with
+/// `backend_contract!`, the factory is evaluated in the invoking module (through
+/// `semaphore_contract_factory`); invoke it at most once per module.
+#[macro_export]
+macro_rules! semaphore_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(semaphore: $factory);
     };
 }
 
@@ -127,6 +143,23 @@ macro_rules! __contract_tests {
             min_hold_is_validated_before_any_io,
             holder_option_is_stored_with_the_lock,
             holder_is_validated_before_any_io,
+        );
+    };
+    (semaphore: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests semaphore, semaphore_contract, semaphore_contract_factory, $factory, by_value;
+            never_more_than_n_holders,
+            permit_fences_are_the_semaphores_own,
+            the_lock_and_the_semaphore_of_a_key_are_apart,
+            each_acquisition_is_judged_by_its_own_permits,
+            expired_permits_are_reclaimed,
+            permit_release_and_extend_are_idempotent,
+            batch_renewals_answer_locks_and_permits_apart,
+            permit_guards_renew_report_loss_and_release,
+            a_waiter_gets_a_released_permit,
+            min_hold_and_detach_keep_the_permit,
+            holders_are_listed_in_fence_order,
+            bad_permits_are_refused_before_any_io,
         );
     };
     (
@@ -206,7 +239,7 @@ mod tests {
     /// the `backend` and `guard` suites must be listed, and nothing else.
     #[test]
     fn the_macros_run_every_contract() {
-        for suite in ["backend", "guard"] {
+        for suite in ["backend", "guard", "semaphore"] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(
                 public.len() > 10,
