@@ -96,6 +96,8 @@ mod locker;
 mod memory;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod pool_options;
 mod telemetry;
 mod time;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
