@@ -97,6 +97,8 @@ mod memory;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
 mod permits;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod pool_options;
 mod telemetry;
 mod time;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]

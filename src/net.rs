@@ -134,44 +134,6 @@ fn redact_parameters(text: &str) -> String {
     out
 }
 
-/// Where a pooled backend gets its connections: a URL to open its own pool from, or the
-/// application's pool.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) enum Source<P> {
-    Url(String),
-    Pool(P),
-}
-
-/// Checks what every pooled backend's builder takes: exactly one of URL and pool, timeouts
-/// above zero, at least one connection.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) fn pool_source<P>(
-    backend: &str,
-    url: Option<String>,
-    pool: Option<P>,
-    timeouts: &[(&str, std::time::Duration)],
-    pool_size: u32,
-) -> Result<Source<P>> {
-    if let Some((name, _)) = timeouts.iter().find(|(_, value)| value.is_zero()) {
-        return Err(LockError::invalid_argument(format!(
-            "{name} must be above zero"
-        )));
-    }
-    if pool_size == 0 {
-        return Err(LockError::invalid_argument("pool_size must be at least 1"));
-    }
-    match (url, pool) {
-        (Some(url), None) => Ok(Source::Url(url)),
-        (None, Some(pool)) => Ok(Source::Pool(pool)),
-        (Some(_), Some(_)) => Err(LockError::invalid_argument(format!(
-            "give the {backend} backend a URL or a pool, not both"
-        ))),
-        (None, None) => Err(LockError::invalid_argument(format!(
-            "the {backend} backend needs a URL or a pool"
-        ))),
-    }
-}
-
 /// A backend URL with syncguard's own query options taken out.
 #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) struct SplitUrl {

@@ -3,7 +3,6 @@
 //! application's) and the table names.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -16,8 +15,9 @@ use super::connection::{AppPool, Connections, own_pool};
 use super::driver::PostgresBackend;
 use super::statements::Statements;
 use super::tables::TableNames;
-use crate::error::{LockError, Result};
-use crate::net::{Redactor, Source, pool_source};
+use crate::error::Result;
+use crate::net::Redactor;
+use crate::pool_options::{PoolOptions, Source};
 
 /// Options for a [`PostgresBackend`]. Defaults: tables `syncguard_locks` and
 /// `syncguard_fence_counters`, 8 pooled connections, connect timeout 2 s, statement timeout
@@ -28,10 +28,8 @@ pub struct PostgresBuilder {
     pool: Option<Box<dyn Connections>>,
     lock_table: Option<String>,
     fence_table: Option<String>,
-    cleanup_in_is_locked: bool,
-    pool_size: u32,
-    timeouts: Timeouts,
-    tls_ca_file: Option<PathBuf>,
+    options: PoolOptions,
+    statement_timeout: Duration,
 }
 
 impl Default for PostgresBuilder {
@@ -41,14 +39,8 @@ impl Default for PostgresBuilder {
             pool: None,
             lock_table: None,
             fence_table: None,
-            cleanup_in_is_locked: false,
-            pool_size: 8,
-            timeouts: Timeouts {
-                connect: Duration::from_secs(2),
-                statement: Duration::from_secs(5),
-                checkout: Duration::from_secs(3),
-            },
-            tls_ca_file: None,
+            options: PoolOptions::default(),
+            statement_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -113,33 +105,30 @@ impl PostgresBuilder {
         self
     }
 
-    // The options shared with the Redis builder are added in the module root: their docs link
-    // to its sections (`self#tls`) and its `CLEANUP_GUARD_MS`.
-
     /// Lets `is_locked` delete the key's lock when it is more than
     /// [`CLEANUP_GUARD_MS`](super::CLEANUP_GUARD_MS) past expiry; it never touches fence counters.
     /// Defaults to off: `is_locked` only reads.
     pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
-        self.cleanup_in_is_locked = enabled;
+        self.options.cleanup_in_is_locked = enabled;
         self
     }
 
     /// The most connections kept open. Defaults to 8. Ignored with [`pool`](Self::pool).
     pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
+        self.options.pool_size = size;
         self
     }
 
     /// The deadline for opening a connection. Defaults to 2 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
+        self.options.connect_timeout = timeout;
         self
     }
 
     /// How long an operation waits for a pooled connection. Defaults to 3 s. Ignored with
     /// [`pool`](Self::pool), whose own setting applies.
     pub fn pool_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.checkout = timeout;
+        self.options.pool_timeout = timeout;
         self
     }
 
@@ -150,34 +139,34 @@ impl PostgresBuilder {
     /// `InvalidArgument` naming the path. Defaults to none; refused with [`pool`](Self::pool),
     /// whose connections have TLS settings of their own.
     pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
-        self.tls_ca_file = Some(path.into());
+        self.options.tls_ca_file = Some(path.into());
         self
     }
 
-    /// How long each statement may take, measured by syncguard (default 5 s): a server that has
-    /// not answered by then fails the call with `NetworkTimeout`, is sent a cancel request, and
-    /// the connection is dropped. No server-side `statement_timeout` is set (see the [module
+    /// How long each statement may take, measured by syncguard: a server that has not answered
+    /// by then fails the call with `NetworkTimeout`, is sent a cancel request, and the
+    /// connection is dropped. No server-side `statement_timeout` is set (see the [module
     /// docs](super#deadlines-and-statement_timeout)). Opening a connection may take the connect
-    /// timeout plus this.
+    /// timeout plus this. Defaults to 5 s.
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.statement = timeout;
+        self.statement_timeout = timeout;
         self
     }
 
     /// Validates the options and, for a URL, opens one connection to check the server and the
     /// credentials. Does not create tables: see [`PostgresBackend::setup_schema`].
     pub fn build(self) -> Result<PostgresBackend> {
-        let source = pool_source(
+        let source = self.options.source(
             "PostgreSQL",
             self.url,
             self.pool,
-            &[
-                ("connect_timeout", self.timeouts.connect),
-                ("statement_timeout", self.timeouts.statement),
-                ("pool_timeout", self.timeouts.checkout),
-            ],
-            self.pool_size,
+            &[("statement_timeout", self.statement_timeout)],
         )?;
+        let timeouts = Timeouts {
+            connect: self.options.connect_timeout,
+            statement: self.statement_timeout,
+            checkout: self.options.pool_timeout,
+        };
         // Builder options win over URL options, which win over the defaults. Checked before
         // anything connects.
         let tables = |url_lock: Option<String>, url_fence: Option<String>| {
@@ -196,8 +185,7 @@ impl PostgresBuilder {
         let (tables, connections, display) = match source {
             Source::Url(url) => {
                 let parsed = parse_url(&url)?;
-                // The builder's CA file wins over the URL's, as for every option.
-                let ca_file = self.tls_ca_file.or(parsed.ca_file);
+                let ca_file = self.options.ca_file(parsed.ca_file.as_deref());
                 let tables = tables(parsed.lock_table, parsed.fence_table)?;
                 let mut secrets = parsed.secrets;
                 if let Some(password) = parsed.config.get_password() {
@@ -207,18 +195,12 @@ impl PostgresBuilder {
                 let connections = own_pool(
                     parsed.config,
                     parsed.tls,
-                    ca_file.as_deref(),
-                    self.timeouts,
-                    self.pool_size,
+                    ca_file,
+                    timeouts,
+                    self.options.pool_size,
                     redactor,
                 )?;
                 (tables, connections, parsed.display)
-            }
-            Source::Pool(_) if self.tls_ca_file.is_some() => {
-                return Err(LockError::invalid_argument(
-                    "tls_ca_file applies to connections syncguard opens from a URL; the \
-                     application's pool has its own TLS connector",
-                ));
             }
             Source::Pool(pool) => (tables(None, None)?, pool, "<application pool>".to_owned()),
         };
@@ -226,7 +208,7 @@ impl PostgresBuilder {
             connections,
             statements: Statements::new(&tables),
             tables,
-            cleanup_in_is_locked: self.cleanup_in_is_locked,
+            cleanup_in_is_locked: self.options.cleanup_in_is_locked,
             inline: AtomicBool::new(false),
             display,
         })
@@ -244,10 +226,8 @@ impl fmt::Debug for PostgresBuilder {
             .field("pool", &self.pool.as_ref().map(|_| "<application pool>"))
             .field("lock_table", &self.lock_table)
             .field("fence_table", &self.fence_table)
-            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
-            .field("pool_size", &self.pool_size)
-            .field("timeouts", &self.timeouts)
-            .field("tls_ca_file", &self.tls_ca_file)
+            .field("options", &self.options)
+            .field("statement_timeout", &self.statement_timeout)
             .finish()
     }
 }
@@ -324,7 +304,7 @@ mod tests {
             (
                 PostgresBackend::builder().pool(pool).tls_ca_file(&missing),
                 "tls_ca_file applies to connections syncguard opens from a URL; the \
-                 application's pool has its own TLS connector",
+                 application's pool has TLS settings of its own",
             ),
         ];
         for (builder, message) in rows {

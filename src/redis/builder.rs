@@ -19,7 +19,7 @@ use super::sentinel::SentinelPrimary;
 use super::store::Store;
 use super::watch::WatchSource;
 use crate::error::{LockError, Result};
-use crate::net::{Source, pool_source};
+use crate::pool_options::{PoolOptions, Source};
 
 /// Options for a [`RedisBackend`]. Defaults: prefix `syncguard`, the TypeScript-compatible
 /// layout (the cluster layout on a Cluster), 8 pooled connections, connect/read/write timeouts
@@ -33,10 +33,9 @@ pub struct RedisBuilder {
     layout: Option<KeyLayout>,
     min_replicas: Option<u32>,
     replica_timeout: Option<Duration>,
-    cleanup_in_is_locked: bool,
-    pool_size: u32,
-    timeouts: Timeouts,
-    tls_ca_file: Option<std::path::PathBuf>,
+    options: PoolOptions,
+    read_timeout: Duration,
+    write_timeout: Duration,
     list_scan_budget: usize,
 }
 
@@ -49,15 +48,9 @@ impl Default for RedisBuilder {
             layout: None,
             min_replicas: None,
             replica_timeout: None,
-            cleanup_in_is_locked: false,
-            pool_size: 8,
-            timeouts: Timeouts {
-                connect: Duration::from_secs(2),
-                read: Duration::from_secs(2),
-                write: Duration::from_secs(2),
-                checkout: Duration::from_secs(3),
-            },
-            tls_ca_file: None,
+            options: PoolOptions::default(),
+            read_timeout: Duration::from_secs(2),
+            write_timeout: Duration::from_secs(2),
             list_scan_budget: DEFAULT_LIST_SCAN_BUDGET,
         }
     }
@@ -161,26 +154,26 @@ impl RedisBuilder {
     /// [`CLEANUP_GUARD_MS`](super::CLEANUP_GUARD_MS) past expiry; it never touches fence counters.
     /// Defaults to off: `is_locked` only reads.
     pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
-        self.cleanup_in_is_locked = enabled;
+        self.options.cleanup_in_is_locked = enabled;
         self
     }
 
     /// The most connections kept open. Defaults to 8. Ignored with [`pool`](Self::pool).
     pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
+        self.options.pool_size = size;
         self
     }
 
     /// The deadline for opening a connection. Defaults to 2 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
+        self.options.connect_timeout = timeout;
         self
     }
 
     /// How long an operation waits for a pooled connection. Defaults to 3 s. Ignored with
     /// [`pool`](Self::pool), whose own setting applies.
     pub fn pool_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.checkout = timeout;
+        self.options.pool_timeout = timeout;
         self
     }
 
@@ -191,19 +184,19 @@ impl RedisBuilder {
     /// `InvalidArgument` naming the path. Defaults to none; refused with [`pool`](Self::pool),
     /// whose connections have TLS settings of their own.
     pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
-        self.tls_ca_file = Some(path.into());
+        self.options.tls_ca_file = Some(path.into());
         self
     }
 
-    /// Timeout for reading a reply (default 2 s).
+    /// Timeout for reading a reply. Defaults to 2 s.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.read = timeout;
+        self.read_timeout = timeout;
         self
     }
 
-    /// Timeout for sending a request (default 2 s).
+    /// Timeout for sending a request. Defaults to 2 s.
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.write = timeout;
+        self.write_timeout = timeout;
         self
     }
 
@@ -213,31 +206,27 @@ impl RedisBuilder {
     /// `host:port` and the cause): for a Cluster, one node and its slot map; behind Sentinels,
     /// the primary they name.
     pub fn build(self) -> Result<RedisBackend> {
-        let source = pool_source(
+        let source = self.options.source(
             "Redis",
             self.url,
             self.pool,
             &[
-                ("connect_timeout", self.timeouts.connect),
-                ("read_timeout", self.timeouts.read),
-                ("write_timeout", self.timeouts.write),
-                ("pool_timeout", self.timeouts.checkout),
+                ("read_timeout", self.read_timeout),
+                ("write_timeout", self.write_timeout),
             ],
-            self.pool_size,
         )?;
         let key_prefix = match &self.key_prefix {
             Some(prefix) => Some(validate_prefix(prefix, "key_prefix")?),
             None => None,
         };
-        let timeouts = self.timeouts;
+        let timeouts = Timeouts {
+            connect: self.options.connect_timeout,
+            read: self.read_timeout,
+            write: self.write_timeout,
+            checkout: self.options.pool_timeout,
+        };
         // Everything is checked before any I/O; the builder's options win over the URL's.
         let (source, parsed) = match source {
-            Source::Pool(_) if self.tls_ca_file.is_some() => {
-                return Err(LockError::invalid_argument(
-                    "tls_ca_file applies to connections syncguard opens from a URL; the \
-                     application's pool has TLS settings of its own",
-                ));
-            }
             Source::Pool(pool) => (Some(pool), None),
             Source::Url(url) => (None, Some(parse_url(&url)?)),
         };
@@ -282,8 +271,9 @@ impl RedisBuilder {
                 "<application pool>".to_owned(),
             ),
             (None, Some(parsed)) => {
-                let ca_file = self.tls_ca_file.as_deref().or(parsed.ca_file.as_deref());
-                let (pool, watch, server) = open(&parsed, ca_file, timeouts, self.pool_size)?;
+                let ca_file = self.options.ca_file(parsed.ca_file.as_deref());
+                let (pool, watch, server) =
+                    open(&parsed, ca_file, timeouts, self.options.pool_size)?;
                 (pool, Some(watch), server, parsed.display)
             }
             (None, None) => {
@@ -293,7 +283,7 @@ impl RedisBuilder {
         Ok(RedisBackend {
             store: Store { pool, server, keys },
             watch,
-            cleanup_in_is_locked: self.cleanup_in_is_locked,
+            cleanup_in_is_locked: self.options.cleanup_in_is_locked,
             replicas,
             display_url,
             list_scan_budget: self.list_scan_budget,
@@ -388,10 +378,9 @@ impl fmt::Debug for RedisBuilder {
             .field("layout", &self.layout)
             .field("min_replicas", &self.min_replicas)
             .field("replica_timeout", &self.replica_timeout)
-            .field("cleanup_in_is_locked", &self.cleanup_in_is_locked)
-            .field("pool_size", &self.pool_size)
-            .field("timeouts", &self.timeouts)
-            .field("tls_ca_file", &self.tls_ca_file)
+            .field("options", &self.options)
+            .field("read_timeout", &self.read_timeout)
+            .field("write_timeout", &self.write_timeout)
             .finish()
     }
 }

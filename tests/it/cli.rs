@@ -304,6 +304,21 @@ impl Finished {
         self
     }
 
+    /// Fails unless stderr contains `part`; `why` says what it tells, for the failure message.
+    fn expect_stderr(&self, part: &str, why: &str) {
+        assert!(self.stderr.contains(part), "{why}: {}", self.context());
+    }
+
+    /// Fails unless none of `pids` (0: a pid never written) was alive once the run had
+    /// exited: its whole group was gone before it did.
+    fn expect_group_gone(&self, pids: &[u32]) {
+        assert!(
+            pids.iter().all(|&pid| pid == 0 || !pid_alive(pid)),
+            "the group was gone before run exited: {}",
+            self.context()
+        );
+    }
+
     /// Stdout as JSON, which must be exactly one line.
     fn json(&self) -> Json {
         let line = self.stdout.strip_suffix('\n').unwrap_or(&self.stdout);
@@ -1541,11 +1556,7 @@ fn sigterm_ends_the_whole_group_before_the_release(url: &str) {
     let out = first.terminate();
     // The command (the grandchild's parent) died of the SIGTERM.
     out.expect_code(143);
-    assert!(
-        !pid_alive(grandchild) && !pid_alive(pid),
-        "the group was gone before run exited: {}",
-        out.context()
-    );
+    out.expect_group_gone(&[pid, grandchild]);
     second.finish().expect_code(0);
     files.stop();
     files.expect_marker_last(&out.context());
@@ -1642,11 +1653,7 @@ fn loss_ends_the_group_before_another_holder_can_acquire(
         "stderr says the lock was lost: {}",
         out.context()
     );
-    assert!(
-        !pid_alive(grandchild) && !pid_alive(pid),
-        "the group was gone before run exited: {}",
-        out.context()
-    );
+    out.expect_group_gone(&[pid, grandchild]);
     second.finish().expect_code(0);
     files.expect_marker_last(&out.context());
 }
@@ -1729,22 +1736,14 @@ fn max_runtime_ends_the_whole_group_with_124(url: &str) {
     let out = Running::start(syncguard(&args)).finish();
     files.stop();
     out.expect_code(124);
-    assert!(
-        out.stderr.contains("--max-runtime"),
-        "stderr names the limit: {}",
-        out.context()
-    );
+    out.expect_stderr("--max-runtime", "stderr names the limit");
     // Started at once, the command and the grandchild are all but sure to have written their
     // pids within the 3 s; one that had not was ended before it could (0: not written).
     let pids = [
         written_pid(&pid_file).unwrap_or(0),
         written_pid(&files.scratch.path("grandchild-pid")).unwrap_or(0),
     ];
-    assert!(
-        pids.iter().all(|&pid| pid == 0 || !pid_alive(pid)),
-        "the group was gone before run exited: {}",
-        out.context()
-    );
+    out.expect_group_gone(&pids);
     expect_unlocked(url, &key);
 }
 
@@ -1758,16 +1757,8 @@ fn a_group_that_ignores_sigterm_is_killed_after_the_grace(url: &str) {
     files.stop();
     // The exit code is the command's: its parent shell died of the SIGTERM.
     out.expect_code(143);
-    assert!(
-        out.stderr.contains("SIGKILL"),
-        "stderr says the group was killed: {}",
-        out.context()
-    );
-    assert!(
-        !pid_alive(grandchild) && !pid_alive(pid),
-        "the group was gone before run exited: {}",
-        out.context()
-    );
+    out.expect_stderr("SIGKILL", "stderr says the group was killed");
+    out.expect_group_gone(&[pid, grandchild]);
     expect_unlocked(url, &key);
 }
 
@@ -1788,11 +1779,7 @@ fn conflict_exit_code_is_chosen(url: &str) {
         all.extend(["--", "touch", &marker]);
         let out = sg(url, &all);
         out.expect_code(code);
-        assert!(
-            out.stderr.contains("held"),
-            "stderr says why the command did not run: {}",
-            out.context()
-        );
+        out.expect_stderr("held", "stderr says why the command did not run");
         assert!(
             !Path::new(&marker).exists(),
             "the command ran without the lock"
@@ -2027,11 +2014,7 @@ fn missing_arguments_are_named() {
     ] {
         let out = Running::start(syncguard(&args)).finish();
         out.expect_error(2, "InvalidArgument");
-        assert!(
-            out.stderr.contains(missing),
-            "the error names {missing}: {}",
-            out.context()
-        );
+        out.expect_stderr(missing, &format!("the error names {missing}"));
     }
 }
 

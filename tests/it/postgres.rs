@@ -621,13 +621,7 @@ fn the_typescript_library_reads_renews_and_releases_locks_with_a_holder() {
 fn a_typescript_lock_after_ours_has_no_holder() {
     let (backend, mut client) = shared_postgres_with_client();
     let key = unique("holder-then-node");
-    let short = syncguard::testing::support::acquired_by(
-        &backend,
-        &key,
-        Duration::from_millis(200),
-        Some("the one before"),
-    );
-    syncguard::testing::support::wait_until_unlocked(&backend, &key);
+    let short = support::expired_lease_held_by(&backend, &key, "the one before");
     let lock_id = typescript_acquire(&mut client, &key, 30_000)
         .unwrap()
         .expect("the TypeScript acquire takes the expired key");

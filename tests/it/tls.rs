@@ -88,12 +88,17 @@ mod redis {
 
     #[test]
     fn another_ca_does_not_vouch_for_the_certificate() {
-        let err = RedisBackend::builder()
-            .url(tls_redis().url())
-            .tls_ca_file(&test_certs().other_ca)
-            .build()
-            .unwrap_err();
+        let err = refused_with_ca_file(tls_redis().url(), &test_certs().other_ca);
         assert_tls_error(&err, &[UNTRUSTED, "tls_ca_file"]);
+    }
+
+    /// The error of building a backend for `url` that trusts the CA file `ca`.
+    fn refused_with_ca_file(url: String, ca: &Path) -> LockError {
+        RedisBackend::builder()
+            .url(url)
+            .tls_ca_file(ca)
+            .build()
+            .unwrap_err()
     }
 
     /// A Cluster of three primaries that serve TLS (bus included) with the `localhost`
@@ -141,11 +146,7 @@ mod redis {
     #[test]
     fn an_address_the_certificate_does_not_name_is_refused() {
         let url = format!("rediss://127.0.0.1:{}/", tls_redis().port);
-        let err = RedisBackend::builder()
-            .url(url)
-            .tls_ca_file(&test_certs().ca)
-            .build()
-            .unwrap_err();
+        let err = refused_with_ca_file(url, &test_certs().ca);
         assert_tls_error(&err, &[WRONG_NAME, "not valid for name \"127.0.0.1\""]);
     }
 }
@@ -170,11 +171,12 @@ mod postgres {
 
     /// `postgres://…@localhost:PORT/postgres?sslmode=verify-full&sslrootcert=CA`.
     pub(super) fn verified_url(server: &PgServer, certs: &TestCerts) -> String {
-        format!(
-            "{}?sslmode=verify-full&sslrootcert={}",
-            server.localhost_url(),
-            path(&certs.ca)
-        )
+        verify_full(&server.localhost_url(), &certs.ca)
+    }
+
+    /// `base?sslmode=verify-full&sslrootcert=CA`.
+    fn verify_full(base: &str, ca: &Path) -> String {
+        format!("{base}?sslmode=verify-full&sslrootcert={}", path(ca))
     }
 
     #[test]
@@ -211,22 +213,14 @@ mod postgres {
 
     #[test]
     fn another_ca_does_not_vouch_for_the_certificate() {
-        let url = format!(
-            "{}?sslmode=verify-full&sslrootcert={}",
-            tls_postgres().localhost_url(),
-            path(&test_certs().other_ca)
-        );
+        let url = verify_full(&tls_postgres().localhost_url(), &test_certs().other_ca);
         let err = PostgresBackend::connect(&url).unwrap_err();
         assert_tls_error(&err, &[UNTRUSTED, "sslrootcert"]);
     }
 
     #[test]
     fn an_address_the_certificate_does_not_name_is_refused() {
-        let url = format!(
-            "{}?sslmode=verify-full&sslrootcert={}",
-            tls_postgres().url(),
-            path(&test_certs().ca)
-        );
+        let url = verify_full(&tls_postgres().url(), &test_certs().ca);
         let err = PostgresBackend::connect(&url).unwrap_err();
         assert_tls_error(&err, &[WRONG_NAME, "not valid for name \"127.0.0.1\""]);
     }

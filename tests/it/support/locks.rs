@@ -43,6 +43,17 @@ pub fn lease_held_by(backend: &dyn LockBackend, key: &str, holder: &str) -> Leas
     }
 }
 
+/// The lease of `key` with the holder description `holder`, acquired for 200 ms and waited out:
+/// returns once the backend no longer reports the key locked, with the record of that lock
+/// left for the next acquisition to take over.
+#[track_caller]
+pub fn expired_lease_held_by(backend: &dyn LockBackend, key: &str, holder: &str) -> Lease {
+    let ttl = Duration::from_millis(200);
+    let lease = syncguard::testing::support::acquired_by(backend, key, ttl, Some(holder));
+    syncguard::testing::support::wait_until_unlocked(backend, key);
+    lease
+}
+
 /// Fails unless an acquisition found the key held.
 #[track_caller]
 pub fn locked(outcome: syncguard::Result<AcquireOutcome>) {
