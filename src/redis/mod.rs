@@ -253,6 +253,7 @@ mod node;
 mod pool;
 mod replicas;
 mod scripts;
+mod semaphore;
 mod sentinel;
 mod slot;
 mod split;
@@ -262,5 +263,7 @@ mod watch;
 
 pub use self::builder::RedisBuilder;
 pub use self::driver::{CLEANUP_GUARD_MS, RedisBackend};
-pub use self::layout::{DEFAULT_PREFIX, KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
+pub use self::layout::{
+    DEFAULT_PREFIX, KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
+};
 pub use self::list::DEFAULT_LIST_SCAN_BUDGET;
