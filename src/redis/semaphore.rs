@@ -11,8 +11,8 @@ use super::scripts::{Reply, SCRIPTS, Status, granted};
 use super::slot::key_slot;
 use super::store::Store;
 use crate::driver::{
-    Acquisition, Extension, FENCE_MAX, Holder, Key, LeaseRef, LockId, LockRecord, Outcome,
-    Permits, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Extension, FENCE_MAX, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits,
+    TIME_TOLERANCE_MS, Ttl,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -132,11 +132,7 @@ pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>>
 }
 
 /// The extend script's invocation for one permit.
-fn extension_of(
-    store: &Store,
-    lease: LeaseRef<'_>,
-    ttl: Ttl,
-) -> Result<ScriptInvocation<'static>> {
+fn extension_of(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<ScriptInvocation<'static>> {
     let key = lease.permit_key()?;
     let keys = store.keys.semaphore_keys(key.as_str())?;
     let mut invocation = SCRIPTS.semaphore_extend.prepare_invoke();

@@ -45,15 +45,20 @@ local function remove_permit(holders_key, permits_key, lock_id)
   redis.call('HDEL', permits_key, lock_id)
 end
 
--- Keeps the holders and the permits as long as their longest-lived permit (and the
--- tolerance), so that an abandoned semaphore leaves nothing but its fence counter behind.
+-- How long the holders and permits outlive their last permit's expiry and tolerance: a late
+-- renewal or release in that time learns that its permit expired (EXPIRED), not NOT_FOUND.
+local KEEP_EXPIRED_MS = 10000
+
+-- Keeps the holders and the permits as long as their longest-lived permit (the tolerance and
+-- KEEP_EXPIRED_MS included), so that an abandoned semaphore leaves nothing but its fence
+-- counter behind.
 local function keep_until_last(holders_key, permits_key, now, tolerance)
   local last = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', holders_key, permits_key)
     return
   end
-  local ttl = math.max(1, tonumber(last[2]) + tolerance - now + 1)
+  local ttl = math.max(1, tonumber(last[2]) + tolerance + KEEP_EXPIRED_MS - now)
   redis.call('PEXPIRE', holders_key, ms_arg(ttl))
   redis.call('PEXPIRE', permits_key, ms_arg(ttl))
 end
