@@ -252,11 +252,11 @@ impl Driver for RedisBackend {
             ttl,
             holder,
         )?;
-        if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged) {
-            if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
-                let lease = LeaseRef::permit(&attempt.lock_id, key);
-                return Err(self.undo_unreplicated(lease, key, acknowledged));
-            }
+        if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged)
+            && !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas))
+        {
+            let lease = LeaseRef::permit(&attempt.lock_id, key);
+            return Err(self.undo_unreplicated(lease, key, acknowledged));
         }
         Ok(attempt.acquisition)
     }

@@ -55,11 +55,10 @@ pub(super) fn acquire(
     // error says so (`in_doubt`, with the lock id), so that the caller can release it.
     let unanswered = std::cell::Cell::new(false);
     let answer = store.pool.run_on(&store.server, |mut conn| {
-        let value = invocation.invoke(conn.as_dyn()).map_err(|error| {
+        let value = invocation.invoke(conn.as_dyn()).inspect_err(|error| {
             if error.code().is_none() {
                 unanswered.set(true);
             }
-            error
         })?;
         // WAIT counts this connection's writes: the same connection, and its failure is an
         // answer, not a reason to repeat the script.

@@ -327,7 +327,7 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
     let ttl = Ttl::new(TTL).unwrap();
     let ids: Vec<String> = (0..4)
         .map(|i| {
-            let holder = Holder::new(&format!("x{i}")).unwrap();
+            let holder = Holder::new(format!("x{i}")).unwrap();
             match backend
                 .try_acquire_permit(&key_ref, permits, ttl, Some(&holder))
                 .unwrap()
