@@ -4,18 +4,19 @@
 
 use std::fmt;
 
-use super::{scripts, split, typescript};
+use super::{scripts, semaphore, split, typescript};
 
 use super::errors::{Phase, map_error};
-use super::layout::KeyLayout;
+use super::layout::{KeyLayout, SemaphoreKeys};
 use super::replicas::ReplicaAcks;
 use super::scripts::{Reply, SCRIPTS, Status};
 use super::slot::key_slot;
 use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
-    LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
+    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
+    TIME_TOLERANCE_MS, Ttl,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::{ErrorCode, LockError, Result};
@@ -70,14 +71,21 @@ impl RedisBackend {
         Ok(self.store.keys.lock_keys(Key::new(key)?.as_str())?.fence)
     }
 
-    /// Releases a lock whose acquisition did not reach enough replicas, and says so.
+    /// The Redis keys of the semaphore on `key` (for inspection and tests): the same in both
+    /// layouts.
+    pub fn semaphore_keys(&self, key: &str) -> Result<SemaphoreKeys> {
+        self.store.keys.semaphore_keys(Key::new(key)?.as_str())
+    }
+
+    /// Releases a lock (or permit) whose acquisition did not reach enough replicas, and says
+    /// so.
     fn undo_unreplicated(
         &self,
+        lease: LeaseRef<'_>,
         key: &Key,
-        lock_id: &LockId,
         why: std::result::Result<i64, LockError>,
     ) -> LockError {
-        if let Err(error) = self.release_lease(LeaseRef::new(lock_id).with_key(key)) {
+        if let Err(error) = self.release_lease(lease) {
             log::warn!(
                 "syncguard: could not release the lock on {key:?} after too few replicas \
                  acknowledged it; it expires with its TTL: {error}"
@@ -204,7 +212,8 @@ impl Driver for RedisBackend {
                     let acknowledged =
                         acknowledged.map_err(|e| map_error(e, &store.server, Phase::Call));
                     if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
-                        return Err(self.undo_unreplicated(key, &lock_id, acknowledged));
+                        let lease = LeaseRef::new(&lock_id).with_key(key);
+                        return Err(self.undo_unreplicated(lease, key, acknowledged));
                     }
                 }
                 Ok(Acquisition::granted(
@@ -228,7 +237,38 @@ impl Driver for RedisBackend {
         }
     }
 
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        let attempt = semaphore::acquire(
+            &self.store,
+            self.replicas.as_ref(),
+            key,
+            permits,
+            ttl,
+            holder,
+        )?;
+        if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged)
+            && !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas))
+        {
+            let lease = LeaseRef::permit(&attempt.lock_id, key);
+            return Err(self.undo_unreplicated(lease, key, acknowledged));
+        }
+        Ok(attempt.acquisition)
+    }
+
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        semaphore::find(&self.store, key)
+    }
+
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        if lease.kind == LeaseKind::Permit {
+            return semaphore::release(&self.store, lease);
+        }
         match self.store.keys.layout() {
             KeyLayout::TypeScript => typescript::release(&self.store, lease),
             KeyLayout::Cluster => split::release(&self.store, lease),
@@ -236,6 +276,9 @@ impl Driver for RedisBackend {
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        if lease.kind == LeaseKind::Permit {
+            return semaphore::extend(&self.store, lease, ttl);
+        }
         match self.store.keys.layout() {
             KeyLayout::TypeScript => typescript::extend(&self.store, lease, ttl),
             KeyLayout::Cluster => split::extend(&self.store, lease, ttl),
@@ -264,11 +307,41 @@ impl Driver for RedisBackend {
         }
     }
 
+    /// Locks and permits of one batch go in two pipelines (the locks' as the layout renews
+    /// them, the permits' through their semaphores' keys), and each answer is put back at its
+    /// own lease's place.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        match self.store.keys.layout() {
+        let (permits, locks): (Vec<usize>, Vec<usize>) =
+            (0..leases.len()).partition(|&i| leases[i].0.kind == LeaseKind::Permit);
+        let extend_locks = |leases: &[(LeaseRef<'_>, Ttl)]| match self.store.keys.layout() {
             KeyLayout::TypeScript => typescript::extend_all(&self.store, leases),
             KeyLayout::Cluster => split::extend_all(&self.store, leases),
+        };
+        if permits.is_empty() {
+            return extend_locks(leases);
         }
+        let pick = |indices: &[usize]| -> Vec<(LeaseRef<'_>, Ttl)> {
+            indices.iter().map(|&i| leases[i]).collect()
+        };
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+            leases.iter().map(|_| None).collect();
+        let lock_answers = if locks.is_empty() {
+            Vec::new()
+        } else {
+            extend_locks(&pick(&locks))
+        };
+        let permit_answers = semaphore::extend_all(&self.store, &pick(&permits));
+        for (indices, group) in [(locks, lock_answers), (permits, permit_answers)] {
+            for (i, answer) in indices.into_iter().zip(group) {
+                answers[i] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| Err(LockError::internal("a renewal got no answer")))
+            })
+            .collect()
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

@@ -86,6 +86,23 @@ impl KeyLayout {
         Ok(self.keys(prefix)?.lock_keys(key.as_str())?.fence)
     }
 
+    /// The Redis keys of the semaphore on `key` under `prefix`: the same in both layouts (see
+    /// [`SemaphoreKeys`]).
+    ///
+    /// ```
+    /// use syncguard::redis::KeyLayout;
+    /// let keys = KeyLayout::Cluster.semaphore_keys("syncguard", "job")?;
+    /// assert_eq!(keys.holders, "syncguard{job}:sem:holders");
+    /// assert_eq!(keys.permits, "syncguard{job}:sem:permits");
+    /// assert_eq!(keys.fence, "syncguard{job}:sem:fence");
+    /// assert_eq!(keys, KeyLayout::TypeScript.semaphore_keys("syncguard", "job")?);
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    pub fn semaphore_keys(self, prefix: &str, key: &str) -> Result<SemaphoreKeys> {
+        let key = crate::driver::Key::new(key)?;
+        self.keys(prefix)?.semaphore_keys(key.as_str())
+    }
+
     /// The Redis key of the index entry of `lock_id` under `prefix` in this layout.
     pub fn index_key(self, prefix: &str, lock_id: &str) -> Result<String> {
         let lock_id = LockId::new(lock_id)?;
@@ -118,6 +135,26 @@ pub(crate) struct Keys {
 /// A lock's record and fence counter keys.
 pub(crate) struct LockKeys {
     pub lock: String,
+    pub fence: String,
+}
+
+/// The Redis keys of one key's semaphore (see [Semaphores](super#semaphores)): `P{T}:sem:…`,
+/// with the cluster layout's tag `T` of the user key, in both layouts.
+///
+/// Why not `P:sem:…`: every lock key of the prefix `P`, in either layout, starts with `P:`
+/// (`P:K` for any user key `K` in the TypeScript layout, so `P:sem:job` would be the lock of
+/// the user key `sem:job`). These names start with `P{` instead, which no lock record,
+/// index entry or fence counter of `P` does; and they end in `:holders`, `:permits` or
+/// `:fence`, while every cluster-layout key of any prefix ends in `}`. The tag puts the three
+/// keys in one hash slot, as a Cluster requires of a script's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreKeys {
+    /// Sorted set: each held permit's lock id, scored by its expiry (Unix ms of Redis `TIME`).
+    pub holders: String,
+    /// Hash: each held permit's lock id → its JSON record (`lockId`, `expiresAtMs`,
+    /// `acquiredAtMs`, `key`, `fence`, and `holder` when given).
+    pub permits: String,
+    /// String: the semaphore's own fence counter (`INCR`); never expires, never deleted.
     pub fence: String,
 }
 
@@ -159,6 +196,17 @@ impl Keys {
                 })
             }
         }
+    }
+
+    /// The keys of the semaphore on the (normalised) user key `key`: the same in both layouts,
+    /// so a semaphore outlives a change of layout (see [`SemaphoreKeys`]).
+    pub fn semaphore_keys(&self, key: &str) -> Result<SemaphoreKeys> {
+        let base = format!("{}{{{}}}:sem", self.prefix, self.tag(key)?);
+        Ok(SemaphoreKeys {
+            holders: format!("{base}:holders"),
+            permits: format!("{base}:permits"),
+            fence: format!("{base}:fence"),
+        })
     }
 
     /// The index entry of `lock_id`.
@@ -316,6 +364,38 @@ mod tests {
             }
         }
         assert!(ones.iter().all(|&n| (40..=160).contains(&n)), "{ones:?}");
+    }
+
+    /// A semaphore's keys share one hash slot, and none of them is a lock record, index entry
+    /// or fence counter of any key under the same prefix, in either layout.
+    #[test]
+    fn semaphore_keys_share_a_slot_and_name_no_lock_key() {
+        use super::super::slot::key_slot;
+        let layouts = [keys(KeyLayout::TypeScript), keys(KeyLayout::Cluster)];
+        for names in &layouts {
+            for key in ["job", "sem:job", "a{b}c", "é", &"k".repeat(512)] {
+                let sem = names.semaphore_keys(key).unwrap();
+                let slot = key_slot(sem.holders.as_bytes());
+                assert_eq!(key_slot(sem.permits.as_bytes()), slot, "{key}");
+                assert_eq!(key_slot(sem.fence.as_bytes()), slot, "{key}");
+                for name in [&sem.holders, &sem.permits, &sem.fence] {
+                    assert!(name.len() <= STORAGE_KEY_LIMIT, "{name}");
+                    // Every lock record, index entry and fence counter of the prefix starts
+                    // with `syncguard:`; the cluster layout's end in `}`.
+                    assert!(name.starts_with("syncguard{"), "{name}");
+                    assert!(!name.ends_with('}'), "{name}");
+                }
+            }
+        }
+        // The name a careless layout would use is the lock of the user key `sem:job`.
+        assert_eq!(
+            layouts[0].lock_keys("sem:job").unwrap().lock,
+            "syncguard:sem:job"
+        );
+        assert_eq!(
+            layouts[0].semaphore_keys("sem:job").unwrap(),
+            layouts[1].semaphore_keys("sem:job").unwrap()
+        );
     }
 
     #[test]

@@ -35,6 +35,46 @@
 //! such a collision fails with `Internal` instead of overwriting the counter or an index
 //! entry, and a fence counter is never deleted.
 //!
+//! # Semaphores
+//!
+//! A semaphore ([`LockBackend::acquire_permit`](crate::LockBackend::acquire_permit),
+//! [`Driver::try_acquire_permit`](crate::driver::Driver::try_acquire_permit)) is stored apart
+//! from the key's lock, under three keys of its own, the same in both layouts
+//! ([`SemaphoreKeys`], [`RedisBackend::semaphore_keys`]). With `T` the cluster layout's tag of
+//! the user key `K` (see [`KeyLayout`]: `K` itself, or the 22-character hash `msk` uses for
+//! long keys and keys with braces):
+//!
+//! | Redis key | type | content | TTL |
+//! |---|---|---|---|
+//! | `P{T}:sem:holders` | sorted set | each held permit's lock id, scored by its `expiresAtMs` | the last permit's expiry + 1 s tolerance + 10 s |
+//! | `P{T}:sem:permits` | hash | lock id → JSON `{"lockId","expiresAtMs","acquiredAtMs","key","fence"[,"holder"]}` | the same |
+//! | `P{T}:sem:fence` | string | the semaphore's own fence counter (`INCR`) | none: never expires, never deleted |
+//!
+//! Why `P{T}:…` and not `P:sem:K`: every lock record, index entry and fence counter of the
+//! prefix `P` starts with `P:`, in either layout — and in the TypeScript layout `P:sem:K` *is*
+//! the lock record of the user key `sem:K`. A name that starts with `P{` is none of them
+//! (and ends in `:holders`, `:permits` or `:fence`, where every cluster-layout key ends in
+//! `}`). The tag puts the three keys in one hash slot, so each operation is one script, on a
+//! single server, behind Sentinel and on a Cluster alike. As for locks under prefixes such as
+//! `a` and `a:b`, prefixes that are each other's beginning can still name each other's keys.
+//!
+//! So a semaphore of one permit on `"k"` is **not** the lock on `"k"`: each admits its own
+//! holder, with fences of its own sequence. The TypeScript SyncGuard has no semaphores; it
+//! neither reads nor writes these keys.
+//!
+//! | operation | requests |
+//! |---|---|
+//! | acquire | 1 script: reclaim (`ZRANGEBYSCORE`, `HDEL`, `ZREMRANGEBYSCORE` of permits past expiry + tolerance), `ZCARD` against this caller's N, `INCR` of the counter, `HSET` + `ZADD`; then `WAIT` with `min_replicas`, as for locks |
+//! | release, extend | 1 script on the permit's lock id (`HGET`, then `HDEL` + `ZREM`, or a new record and score); an expired permit is removed and answered expired, never revived |
+//! | holders | 1 read-only script: the live lock ids by score, their records |
+//! | batch renewal (heartbeat) | the permits' scripts in 1 pipeline (1 per node on a Cluster), beside the locks' pipeline |
+//!
+//! A permit's release (and an expired one's removal) is announced as a lock's: the user key,
+//! `PUBLISH`ed on the lock's channel `<lock key>:released`, so waiters wake at once. What
+//! the scripts find is checked first, as for locks: a key of another Redis type, a record that
+//! is not of the lock record's shape, or a counter that is no counter → `Internal`, naming the
+//! key, nothing written.
+//!
 //! # Key layouts
 //!
 //! Those three keys of a lock lie in different hash slots, and a Cluster runs a script only on
@@ -238,8 +278,9 @@
 // checkout), `cluster.rs` and `node.rs` (Cluster connections), `sentinel.rs` (finding the
 // primary), `errors.rs`, `layout.rs` (key names), `store.rs` (what every operation works
 // with; replies read), `typescript.rs` and `split.rs` (each layout's own operations),
-// `scripts.rs` (the Lua scripts), `replicas.rs` (`min_replicas`), `watch.rs` (release
-// notifications), `list.rs` (listing), `slot.rs` (hash slots).
+// `scripts.rs` (the Lua scripts), `semaphore.rs` (semaphores' operations), `replicas.rs`
+// (`min_replicas`), `watch.rs` (release notifications), `list.rs` (listing), `slot.rs` (hash
+// slots).
 mod builder;
 mod client;
 mod cluster;
@@ -253,6 +294,7 @@ mod node;
 mod pool;
 mod replicas;
 mod scripts;
+mod semaphore;
 mod sentinel;
 mod slot;
 mod split;
@@ -262,5 +304,7 @@ mod watch;
 
 pub use self::builder::RedisBuilder;
 pub use self::driver::{CLEANUP_GUARD_MS, RedisBackend};
-pub use self::layout::{DEFAULT_PREFIX, KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE};
+pub use self::layout::{
+    DEFAULT_PREFIX, KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
+};
 pub use self::list::DEFAULT_LIST_SCAN_BUDGET;

@@ -15,6 +15,17 @@ macro_rules! script {
     };
 }
 
+/// A semaphore script: the prelude, the semaphores' shared part, then the script.
+macro_rules! semaphore_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/semaphore.lua"),
+            include_str!(concat!("scripts/", $file))
+        ))
+    };
+}
+
 /// Every script, hashed once; `Script::invoke` sends EVALSHA and loads the script on NOSCRIPT
 /// (after a server restart, say).
 pub(crate) struct Scripts {
@@ -26,6 +37,10 @@ pub(crate) struct Scripts {
     pub is_locked: Script,
     pub lookup_key: Script,
     pub lookup_id: Script,
+    pub semaphore_acquire: Script,
+    pub semaphore_release: Script,
+    pub semaphore_extend: Script,
+    pub semaphore_holders: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -37,6 +52,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     is_locked: script!("is_locked.lua"),
     lookup_key: script!("lookup_key.lua"),
     lookup_id: script!("lookup_id.lua"),
+    semaphore_acquire: semaphore_script!("semaphore_acquire.lua"),
+    semaphore_release: semaphore_script!("semaphore_release.lua"),
+    semaphore_extend: semaphore_script!("semaphore_extend.lua"),
+    semaphore_holders: semaphore_script!("semaphore_holders.lua"),
 });
 
 /// The status that opens every reply (see `prelude.lua`).
@@ -91,6 +110,15 @@ impl Reply {
             Some(Value::Int(n)) => Ok(n),
             _ => Err(unexpected("a script reply lacks an expected integer")),
         }
+    }
+
+    /// Every string left in the reply (a list of records).
+    pub fn strings(mut self) -> Result<Vec<String>> {
+        let mut strings = Vec::with_capacity(self.values.len());
+        while !self.values.as_slice().is_empty() {
+            strings.push(self.string()?);
+        }
+        Ok(strings)
     }
 
     pub fn string(&mut self) -> Result<String> {

@@ -60,6 +60,8 @@ mod redis_records;
 #[cfg(feature = "redis")]
 mod redis_renewals;
 #[cfg(feature = "redis")]
+mod redis_semaphores;
+#[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "redis")]
 mod redis_stalls;

@@ -1,0 +1,223 @@
+//! Semaphores: one Lua script per acquire, release, renewal and listing, over the semaphore's
+//! three keys in one hash slot (see [Semaphores](super#semaphores) and
+//! [`SemaphoreKeys`](super::layout::SemaphoreKeys)). The same in both key layouts: every key
+//! of a semaphore is named by its user key, never reached through an index entry.
+
+use redis::ScriptInvocation;
+
+use super::errors::{Phase, map_error};
+use super::replicas::ReplicaAcks;
+use super::scripts::{Reply, SCRIPTS, Status, granted};
+use super::slot::key_slot;
+use super::store::Store;
+use crate::driver::{
+    Acquisition, Extension, FENCE_MAX, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits,
+    TIME_TOLERANCE_MS, Ttl,
+};
+use crate::error::{LockError, Result};
+use crate::fence::Fence;
+
+/// An acquisition's answer, with what the replicas said of it (`min_replicas`), for the
+/// driver to judge: it undoes an acquisition too few replicas have, as it does for locks.
+pub(super) struct Attempt {
+    pub acquisition: Acquisition,
+    /// The lock id the permit was asked for under.
+    pub lock_id: LockId,
+    /// The replicas' acknowledgements of a granted permit, when `min_replicas` is set.
+    pub acknowledged: Option<Result<i64>>,
+}
+
+/// Takes a permit: one script on the semaphore's keys (and `WAIT` on the same connection with
+/// `min_replicas`).
+pub(super) fn acquire(
+    store: &Store,
+    replicas: Option<&ReplicaAcks>,
+    key: &Key,
+    permits: Permits,
+    ttl: Ttl,
+    holder: Option<&Holder>,
+) -> Result<Attempt> {
+    let keys = store.keys.semaphore_keys(key.as_str())?;
+    let lock_id = store.keys.new_lock_id();
+    let slot = key_slot(keys.holders.as_bytes());
+    let mut invocation = SCRIPTS.semaphore_acquire.key(&keys.holders);
+    invocation
+        .key(&keys.permits)
+        .key(&keys.fence)
+        .arg(lock_id.as_str())
+        .arg(ttl.as_millis())
+        .arg(TIME_TOLERANCE_MS)
+        .arg(permits.get())
+        .arg(key.as_str())
+        .arg(FENCE_MAX)
+        .arg(holder.map_or("", Holder::as_str));
+    // As for a lock: a script sent without an answer may have granted the permit, and the
+    // error says so (`in_doubt`, with the lock id), so that the caller can release it.
+    let unanswered = std::cell::Cell::new(false);
+    let answer = store.pool.run_on(&store.server, |mut conn| {
+        let value = invocation.invoke(conn.as_dyn()).inspect_err(|error| {
+            if error.code().is_none() {
+                unanswered.set(true);
+            }
+        })?;
+        // WAIT counts this connection's writes: the same connection, and its failure is an
+        // answer, not a reason to repeat the script.
+        let acknowledged = match replicas {
+            Some(policy) if granted(&value) => Some(policy.wait(conn, slot)),
+            _ => None,
+        };
+        Ok((value, acknowledged))
+    });
+    let (value, acknowledged) = answer.map_err(|error| {
+        let error = error.with_key(key.as_str());
+        if unanswered.get() {
+            error.in_doubt(lock_id.as_str())
+        } else {
+            error
+        }
+    })?;
+    let mut reply = Reply::parse(value)?;
+    let acquisition = match reply.status {
+        Status::Ok => {
+            let fence: Fence = reply.string()?.parse()?;
+            // Re-issuing through from_counter applies the warning threshold.
+            let fence = Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+            let expires_at_ms = reply.int()?;
+            Acquisition::granted(lock_id.as_str().to_owned(), fence, expires_at_ms, None)
+        }
+        Status::Absent => Acquisition::Locked,
+        Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
+            return Err(store.refusal(&mut reply, Some(key)));
+        }
+        Status::NotFound | Status::Expired => return Err(store.foreign(Some(key.as_str()))),
+    };
+    let acknowledged =
+        acknowledged.map(|answer| answer.map_err(|e| map_error(e, &store.server, Phase::Call)));
+    Ok(Attempt {
+        acquisition,
+        lock_id,
+        acknowledged,
+    })
+}
+
+/// Where a permit's release is announced: the channel of the lock on the same user key, so
+/// that the release watch hears it as it hears a lock's (with the user key).
+fn release_channel(store: &Store, key: &Key) -> Result<String> {
+    Ok(format!(
+        "{}:released",
+        store.keys.lock_keys(key.as_str())?.lock
+    ))
+}
+
+/// Gives back a permit: one script.
+pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+    let key = lease.permit_key()?;
+    let keys = store.keys.semaphore_keys(key.as_str())?;
+    let channel = release_channel(store, key)?;
+    let mut reply = store.run(|conn| {
+        SCRIPTS
+            .semaphore_release
+            .key(&keys.holders)
+            .key(&keys.permits)
+            .arg(lease.lock_id.as_str())
+            .arg(TIME_TOLERANCE_MS)
+            .arg(&channel)
+            .arg(key.as_str())
+            .invoke(conn)
+    })?;
+    store
+        .outcome(&mut reply, lease.lock_id, |_| Ok(()))
+        .map_err(|e| e.with_key(key.as_str()))
+}
+
+/// The extend script's invocation for one permit.
+fn extension_of(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<ScriptInvocation<'static>> {
+    let key = lease.permit_key()?;
+    let keys = store.keys.semaphore_keys(key.as_str())?;
+    let mut invocation = SCRIPTS.semaphore_extend.prepare_invoke();
+    invocation
+        .key(keys.holders)
+        .key(keys.permits)
+        .arg(lease.lock_id.as_str())
+        .arg(TIME_TOLERANCE_MS)
+        .arg(ttl.as_millis())
+        .arg(release_channel(store, key)?)
+        .arg(key.as_str());
+    Ok(invocation)
+}
+
+/// Renews a permit: one script.
+pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+    let invocation = extension_of(store, lease, ttl)?;
+    let value = store
+        .pool
+        .run(&store.server, |conn| invocation.invoke(conn))?;
+    store.extension(value, lease.lock_id)
+}
+
+/// Renews several permits in one pipeline (on a Cluster, one per node, all at once): one
+/// answer per lease, in order. A lease that cannot even be asked about (no key) gets its own
+/// error; the others their own script's answer.
+pub(super) fn extend_all(
+    store: &Store,
+    leases: &[(LeaseRef<'_>, Ttl)],
+) -> Vec<Result<Outcome<Extension>>> {
+    let prepared: Vec<Result<ScriptInvocation<'static>>> = leases
+        .iter()
+        .map(|(lease, ttl)| extension_of(store, *lease, *ttl))
+        .collect();
+    let mut pipe = redis::pipe();
+    let mut lock_ids = Vec::new();
+    for ((lease, _), invocation) in leases.iter().zip(&prepared) {
+        if let Ok(invocation) = invocation {
+            pipe.invoke_script(invocation);
+            lock_ids.push(lease.lock_id);
+        }
+    }
+    let mut sent = if lock_ids.is_empty() {
+        Vec::new()
+    } else {
+        store
+            .renew(&mut pipe, &SCRIPTS.semaphore_extend, &lock_ids, 1)
+            .0
+    }
+    .into_iter();
+    // Each sent lease takes the next answer of the pipeline, in the order they were sent.
+    let answers: Vec<_> = prepared
+        .into_iter()
+        .map(|invocation| match invocation {
+            Ok(_) => sent
+                .next()
+                .unwrap_or_else(|| Err(LockError::internal("a renewal got no answer"))),
+            Err(error) => Err(error),
+        })
+        .collect();
+    debug_assert!(sent.next().is_none());
+    answers
+}
+
+/// The live permits of the semaphore on `key`, in fence order: one read-only script.
+pub(super) fn find(store: &Store, key: &Key) -> Result<Vec<LockRecord>> {
+    let keys = store.keys.semaphore_keys(key.as_str())?;
+    let mut reply = store.run(|conn| {
+        SCRIPTS
+            .semaphore_holders
+            .key(&keys.holders)
+            .key(&keys.permits)
+            .arg(TIME_TOLERANCE_MS)
+            .invoke(conn)
+    })?;
+    match reply.status {
+        Status::Ok => {}
+        Status::Foreign => return Err(store.refusal(&mut reply, Some(key))),
+        _ => return Err(store.foreign(Some(key.as_str()))),
+    }
+    let mut held = reply
+        .strings()?
+        .iter()
+        .map(|raw| store.decode(raw))
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| e.with_key(key.as_str()))?;
+    held.sort_by_key(|record| record.fence);
+    Ok(held)
+}
