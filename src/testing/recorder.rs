@@ -102,7 +102,11 @@ fn take_one(budget: &AtomicU32) -> bool {
 
 impl<B: Driver> Recorder<B> {
     /// An acquisition of a lock or a permit, recorded, with the failures asked for injected.
-    fn acquisition(&self, key: &Key, acquire: impl FnOnce() -> Result<Acquisition>) -> Result<Acquisition> {
+    fn acquisition(
+        &self,
+        key: &Key,
+        acquire: impl FnOnce() -> Result<Acquisition>,
+    ) -> Result<Acquisition> {
         self.record(Call::Acquire(key.to_string()));
         if take_one(&self.failing_acquires) {
             return Err(injected(ErrorCode::ServiceUnavailable));
