@@ -4,7 +4,8 @@
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
 -- For other table names, replace "syncguard_locks" and "syncguard_fence_counters" throughout
--- (index names follow the lock table's name), or use syncguard::postgres::schema_sql.
+-- (index, function, semaphore and permit table names follow the lock table's name), or use
+-- syncguard::postgres::schema_sql.
 
 -- Locks: one row per held key; deleted on release (or replaced once expired).
 CREATE TABLE IF NOT EXISTS syncguard_locks (

@@ -167,7 +167,8 @@ impl Op {
         text: String,
         definition: String,
     ) -> Op {
-        // A lock table name has at most 51 bytes, so this stays within PostgreSQL's 63.
+        // A lock table name has at most 51 bytes and an operation's name at most 8, so this
+        // stays within PostgreSQL's 63 (tests::function_names_fit).
         let function = format!("{}_{name}_{FUNCTION_VERSION}", tables.lock_table());
         let args: Vec<String> = (1..=types.len()).map(|n| format!("${n}")).collect();
         Op {
@@ -270,7 +271,8 @@ fn sound(l: &str) -> String {
     )
 }
 
-/// The statements for one pair of tables (names are validated identifiers).
+/// The statements for one set of tables: the lock and fence counter tables, and the semaphore
+/// and permit tables named after the lock table (names are validated identifiers).
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms, and for the function only `$8` the holder description (NULL: none),
