@@ -15,9 +15,9 @@ use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit,
-    LockId, LockList, LockRecord, OnRelease, Outcome, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
-    make_storage_key,
+    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
+    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
+    TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::{ErrorCode, LockError, Result};
@@ -100,6 +100,137 @@ impl PostgresBackend {
         let inline_params = params.len().min(op.inline.types.len());
         self.connections.query(&op.inline, &params[..inline_params])
     }
+
+    /// Runs `op` through its server function only (the semaphore operations, which have no
+    /// inline form): a missing function is the "run `syncguard setup`" error (42883), and never
+    /// switches the lock operations to their inline statements.
+    fn call_function(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
+        self.connections.query(&op.call, &params)
+    }
+
+    /// Releases the permit `lease` names (one call).
+    fn release_permit_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        let key = lease.permit_key()?;
+        let storage_key = storage_key_of(key)?;
+        let rows = self.call_function(
+            &self.statements.permit_release,
+            vec![
+                storage_key.as_str().into(),
+                lease.lock_id.as_str().into(),
+                TIME_TOLERANCE_MS.into(),
+            ],
+        )?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("permit release returned no row"))?;
+        Ok(match column::<Option<bool>>(row, "live")? {
+            Some(true) => Outcome::Applied(()),
+            Some(false) => Outcome::Expired,
+            None => Outcome::NotFound,
+        })
+    }
+
+    /// Extends the permits among `leases` in one call (one statement): one answer per lease,
+    /// in order. A lease whose key cannot be stored gets its own error, before any I/O.
+    fn extend_permit_leases(
+        &self,
+        leases: &[(LeaseRef<'_>, Ttl)],
+    ) -> Vec<Result<Outcome<Extension>>> {
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> = Vec::with_capacity(leases.len());
+        let (mut keys, mut lock_ids, mut ttls, mut sent) = (vec![], vec![], vec![], vec![]);
+        for (index, (lease, ttl)) in leases.iter().enumerate() {
+            match lease.permit_key().and_then(storage_key_of) {
+                Ok(storage_key) => {
+                    keys.push(storage_key);
+                    lock_ids.push(lease.lock_id.as_str().to_owned());
+                    ttls.push(ttl.as_millis());
+                    sent.push(index);
+                    answers.push(None);
+                }
+                Err(error) => answers.push(Some(Err(error))),
+            }
+        }
+        if !sent.is_empty() {
+            let rows = self.call_function(
+                &self.statements.permit_renew,
+                vec![
+                    keys.into(),
+                    lock_ids.into(),
+                    ttls.into(),
+                    TIME_TOLERANCE_MS.into(),
+                ],
+            );
+            match rows {
+                Ok(rows) => {
+                    for row in &rows {
+                        let answer = permit_renewal_outcome(row);
+                        let position = column::<i64>(row, "ord")
+                            .ok()
+                            .and_then(|ord| usize::try_from(ord).ok())
+                            .and_then(|ord| sent.get(ord.wrapping_sub(1)));
+                        if let Some(&index) = position {
+                            answers[index] = Some(answer);
+                        }
+                    }
+                }
+                Err(error) => {
+                    for &index in &sent {
+                        answers[index] = Some(Err(LockError::new(error.code(), error.message())));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(LockError::internal("the batch renewal skipped a permit"))
+                })
+            })
+            .collect()
+    }
+
+    /// Extends the locks among `leases` in one call (one statement): one answer per lease,
+    /// in order.
+    fn extend_lock_leases(
+        &self,
+        leases: &[(LeaseRef<'_>, Ttl)],
+    ) -> Vec<Result<Outcome<Extension>>> {
+        let lock_ids: Vec<String> = leases
+            .iter()
+            .map(|(lease, _)| lease.lock_id.as_str().to_owned())
+            .collect();
+        let ttls: Vec<i64> = leases.iter().map(|(_, ttl)| ttl.as_millis()).collect();
+        let rows = match self.query(
+            &self.statements.extend_many,
+            vec![lock_ids.into(), ttls.into(), TIME_TOLERANCE_MS.into()],
+        ) {
+            Ok(rows) => rows,
+            Err(error) => {
+                return leases
+                    .iter()
+                    .map(|_| Err(LockError::new(error.code(), error.message())))
+                    .collect();
+            }
+        };
+        let mut answers: std::collections::HashMap<String, Result<Outcome<Extension>>> = rows
+            .iter()
+            .map(|row| {
+                let lock_id: String = column(row, "lock_id")?;
+                let outcome = renewal_outcome(row, &self.tables);
+                Ok((lock_id, outcome))
+            })
+            .collect::<Result<_>>()
+            .unwrap_or_default();
+        leases
+            .iter()
+            .map(|(lease, _)| {
+                answers.remove(lease.lock_id.as_str()).unwrap_or_else(|| {
+                    Err(LockError::internal("the batch renewal skipped a lease"))
+                })
+            })
+            .collect()
+    }
 }
 
 /// The `fence_key` of the counter row that belongs to a storage key.
@@ -167,6 +298,19 @@ fn renewal_outcome(row: &Row, tables: &TableNames) -> Result<Outcome<Extension>>
             "the lock row is locked by another transaction; renewal postponed",
         )),
     }
+}
+
+/// One permit's row of the permit renewal.
+fn permit_renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
+    Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
+        Some(expires_at_ms) => Outcome::Applied(Extension {
+            expires_at_ms,
+            version: None,
+        }),
+        // Found expired, and removed by the renewal.
+        None if column::<bool>(row, "present")? => Outcome::Expired,
+        None => Outcome::NotFound,
+    })
 }
 
 /// The error for a row that is not a SyncGuard lock record (see `statements::sound`, the same
@@ -272,7 +416,72 @@ impl Driver for PostgresBackend {
         }
     }
 
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        let storage_key = storage_key_of(key)?;
+        let lock_id = LockId::generate().into_string();
+        let rows = self
+            .call_function(
+                &self.statements.permit_acquire,
+                vec![
+                    storage_key.as_str().into(),
+                    lock_id.as_str().into(),
+                    ttl.as_millis().into(),
+                    key.as_str().into(),
+                    i64::from(permits.get()).into(),
+                    (FENCE_MAX as i64).into(),
+                    TIME_TOLERANCE_MS.into(),
+                    holder.map(Holder::as_str).into(),
+                ],
+            )
+            .map_err(|error| {
+                // Sent without an answer: the permit may be held under this id.
+                if ServerError::is_unanswered(&error) {
+                    error.in_doubt(lock_id.as_str()).with_key(key.as_str())
+                } else {
+                    error
+                }
+            })?;
+        let row = rows
+            .first()
+            .ok_or_else(|| LockError::internal("permit acquire returned no row"))?;
+        let fence: Option<String> = column(row, "fence")?;
+        let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
+        match (fence, expires_at_ms) {
+            (Some(fence), Some(expires_at_ms)) => {
+                let fence: Fence = fence.parse()?;
+                // Re-issuing through from_counter applies the warning threshold.
+                let fence =
+                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+                Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+            }
+            _ if let Some(counter) = column::<Option<i64>>(row, "bad_counter")? => {
+                Err(bad_counter_error(counter).with_key(key.as_str()))
+            }
+            _ => Ok(Acquisition::Locked),
+        }
+    }
+
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let storage_key = storage_key_of(key)?;
+        let rows = self.call_function(
+            &self.statements.permits,
+            vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
+        )?;
+        rows.iter()
+            .map(|row| lock_record(row, &self.tables, Some(key.as_str())))
+            .collect()
+    }
+
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        if lease.kind == LeaseKind::Permit {
+            return self.release_permit_lease(lease);
+        }
         let rows = self.query(
             &self.statements.release,
             vec![lease.lock_id.as_str().into(), TIME_TOLERANCE_MS.into()],
@@ -292,6 +501,12 @@ impl Driver for PostgresBackend {
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        if lease.kind == LeaseKind::Permit {
+            return self
+                .extend_permit_leases(&[(lease, ttl)])
+                .pop()
+                .unwrap_or_else(|| Err(LockError::internal("the permit renewal gave no answer")));
+        }
         let rows = self.query(
             &self.statements.extend,
             vec![
@@ -317,36 +532,30 @@ impl Driver for PostgresBackend {
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        let lock_ids: Vec<String> = leases
+        // Locks and permits live in different tables: one statement for each kind present,
+        // the answers put back in the order asked.
+        let (permits, locks): (Vec<_>, Vec<_>) = leases
             .iter()
-            .map(|(lease, _)| lease.lock_id.as_str().to_owned())
-            .collect();
-        let ttls: Vec<i64> = leases.iter().map(|(_, ttl)| ttl.as_millis()).collect();
-        let rows = match self.query(
-            &self.statements.extend_many,
-            vec![lock_ids.into(), ttls.into(), TIME_TOLERANCE_MS.into()],
-        ) {
-            Ok(rows) => rows,
-            Err(error) => {
-                return leases
-                    .iter()
-                    .map(|_| Err(LockError::new(error.code(), error.message())))
-                    .collect();
+            .enumerate()
+            .partition(|(_, (lease, _))| lease.kind == LeaseKind::Permit);
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+            leases.iter().map(|_| None).collect();
+        for (part, extend) in [
+            (locks, Self::extend_lock_leases as fn(&Self, &_) -> _),
+            (permits, Self::extend_permit_leases),
+        ] {
+            if part.is_empty() {
+                continue;
             }
-        };
-        let mut answers: std::collections::HashMap<String, Result<Outcome<Extension>>> = rows
-            .iter()
-            .map(|row| {
-                let lock_id: String = column(row, "lock_id")?;
-                let outcome = renewal_outcome(row, &self.tables);
-                Ok((lock_id, outcome))
-            })
-            .collect::<Result<_>>()
-            .unwrap_or_default();
-        leases
-            .iter()
-            .map(|(lease, _)| {
-                answers.remove(lease.lock_id.as_str()).unwrap_or_else(|| {
+            let batch: Vec<(LeaseRef<'_>, Ttl)> = part.iter().map(|(_, lease)| **lease).collect();
+            for ((index, _), answer) in part.iter().zip(extend(self, &batch)) {
+                answers[*index] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
                     Err(LockError::internal("the batch renewal skipped a lease"))
                 })
             })

@@ -20,6 +20,22 @@
 //! never deleted. `key` is [`make_storage_key`](crate::driver::make_storage_key)`("", key, 1700, 0)`, `fence_key` the same of
 //! `"fence:" + key`.
 //!
+//! Semaphores ([`LockBackend::acquire_permit`](crate::LockBackend::acquire_permit)) have two
+//! tables of their own, named after the lock table and created by the same setup:
+//! `syncguard_locks_semaphores(key, fence, user_key)`, one row per semaphore ever used with
+//! the last permit fence it issued (never deleted: the semaphore's own fence sequence, apart
+//! from the key's lock fence counter), and `syncguard_locks_permits(key, lock_id,
+//! expires_at_ms, acquired_at_ms, fence, user_key, holder)`, one row per permit held, keyed
+//! by `(key, lock_id)`. The lock table and the fence counter table are never touched for a
+//! semaphore: a semaphore of one permit on `"k"` is not the lock on `"k"`, and the two never
+//! block each other. The TypeScript SyncGuard has no semaphores. Each semaphore operation is
+//! one call of a server function (one round trip, one transaction): acquirers of one semaphore
+//! take turns on a row lock of its `_semaphores` row, so concurrent acquires, through a
+//! transaction-mode pooler too, never grant more than N live permits; an acquire first
+//! deletes the semaphore's expired permits. Releasing a permit is announced like a lock's
+//! release. Without the functions (tables set up by an older syncguard) semaphore calls fail
+//! with the "run `syncguard setup`" error; locks keep working.
+//!
 //! # Atomicity and mixed fleets
 //!
 //! Each operation is a single statement (one round trip, one implicit transaction); acquire

@@ -1,4 +1,4 @@
-//! The two tables' DDL ([`SCHEMA_SQL`], generated from the statements) and creating them.
+//! The tables' DDL ([`SCHEMA_SQL`], generated from the statements) and creating them.
 
 use postgres::GenericClient;
 
@@ -66,8 +66,9 @@ pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Res
         .map_err(|e| map_error(&e, &Site::unknown()))
 }
 
-/// One row, one boolean: whether everything [`setup_sql`] creates is there (both tables, the
-/// lock table's indexes and `holder` column, every server function of this version). Reads the
+/// One row, one boolean: whether everything [`setup_sql`] creates is there (the lock and fence
+/// tables, the semaphore and permit tables, the lock table's indexes and `holder` column, every
+/// server function of this version). Reads the
 /// catalogs only.
 pub(crate) fn installed_sql(tables: &TableNames) -> String {
     let locks = tables.lock_table();
@@ -76,6 +77,8 @@ pub(crate) fn installed_sql(tables: &TableNames) -> String {
         format!("to_regclass('{}') IS NOT NULL", tables.fence_table()),
         format!("to_regclass('idx_{locks}_lock_id') IS NOT NULL"),
         format!("to_regclass('idx_{locks}_expires') IS NOT NULL"),
+        format!("to_regclass('{}') IS NOT NULL", tables.semaphore_table()),
+        format!("to_regclass('{}') IS NOT NULL", tables.permit_table()),
         format!(
             "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
              AND attname = 'holder' AND NOT attisdropped)"
@@ -139,6 +142,9 @@ mod tests {
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks ("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_fences ("));
         assert!(ddl.contains("idx_a_locks_expires ON a_locks (expires_at_ms)"));
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_semaphores ("));
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_permits ("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v3("));
         assert_eq!(schema_sql(&TableNames::default()), SCHEMA_SQL);
     }
 }

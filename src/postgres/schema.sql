@@ -4,7 +4,8 @@
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
 -- For other table names, replace "syncguard_locks" and "syncguard_fence_counters" throughout
--- (index names follow the lock table's name), or use syncguard::postgres::schema_sql.
+-- (index, function, semaphore and permit table names follow the lock table's name), or use
+-- syncguard::postgres::schema_sql.
 
 -- Locks: one row per held key; deleted on release (or replaced once expired).
 CREATE TABLE IF NOT EXISTS syncguard_locks (
@@ -36,6 +37,34 @@ CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
 -- id of the lock described, a space, the description. Written and read by the functions below
 -- only; a description left from an earlier lock (another lock id) reads as none.
 ALTER TABLE syncguard_locks ADD COLUMN IF NOT EXISTS holder TEXT;
+
+-- Semaphores (syncguard for Rust only: the TypeScript SyncGuard has no semaphores and never
+-- reads these tables). A semaphore of N permits on a key is stored apart from the lock on that
+-- key: a semaphore of one permit on "k" is not the lock on "k", and neither changes the other's
+-- rows or fences. Written and read by the server functions below only.
+
+-- One row per semaphore ever used, holding its own fence sequence (not the key's lock fence
+-- counter). Acquirers of a semaphore lock its row, so they take turns. NEVER delete these
+-- rows: permit fences must keep growing across releases, expiries and restarts.
+CREATE TABLE IF NOT EXISTS syncguard_locks_semaphores (
+  key TEXT NOT NULL,               -- storage key, as the lock table's
+  fence BIGINT NOT NULL DEFAULT 0, -- the last permit fence issued
+  user_key TEXT NOT NULL,          -- the NFC-normalised user key, for people reading the table
+  CONSTRAINT syncguard_locks_sem_pk PRIMARY KEY (key)
+);
+
+-- One row per permit held; deleted on release, or once expired by the next acquire or renewal
+-- that comes across it. A permit is named by its key and lock id.
+CREATE TABLE IF NOT EXISTS syncguard_locks_permits (
+  key TEXT NOT NULL,               -- storage key of the semaphore
+  lock_id TEXT NOT NULL,           -- 22 base64url characters from a CSPRNG
+  expires_at_ms BIGINT NOT NULL,   -- server time, Unix ms
+  acquired_at_ms BIGINT NOT NULL,  -- server time, Unix ms
+  fence TEXT NOT NULL,             -- 15-digit zero-padded fencing token of the semaphore
+  user_key TEXT NOT NULL,          -- the NFC-normalised user key
+  holder TEXT,                     -- who holds it, as described at acquisition (NULL: none)
+  CONSTRAINT syncguard_locks_permit_pk PRIMARY KEY (key, lock_id)
+);
 
 -- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
 -- one statement of the backend does, with plans cached per server connection: without them
@@ -200,5 +229,91 @@ WHERE starts_with(COALESCE(l.user_key, l.key), $1)
 AND (l.expires_at_ms > c.now_ms - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE)
 ORDER BY COALESCE(l.user_key, l.key) COLLATE "C"
 LIMIT $3;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint;
+  counter bigint;
+  held bigint;
+BEGIN
+INSERT INTO "syncguard_locks_semaphores" AS s (key, fence, user_key) VALUES ($1, 0, $4)
+ON CONFLICT (key) DO NOTHING;
+SELECT s.fence INTO counter FROM "syncguard_locks_semaphores" s WHERE s.key = $1 FOR UPDATE;
+now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+DELETE FROM "syncguard_locks_permits" p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;
+SELECT count(*) INTO held FROM "syncguard_locks_permits" p WHERE p.key = $1;
+IF held >= $5 THEN RETURN; END IF;
+IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;
+counter := counter + 1;
+UPDATE "syncguard_locks_semaphores" s SET fence = counter WHERE s.key = $1;
+fence := lpad(counter::text, 15, '0');
+expires_at_ms := now_ms + $3;
+INSERT INTO "syncguard_locks_permits"
+(key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
+VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v3(text, text, bigint,
+  OUT live boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  gone_expires_at_ms bigint;
+  gone_key text;
+BEGIN
+DELETE FROM "syncguard_locks_permits" p WHERE p.key = $1 AND p.lock_id = $2
+RETURNING p.expires_at_ms, p.user_key INTO gone_expires_at_ms, gone_key;
+IF FOUND THEN
+live := gone_expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $3;
+PERFORM pg_notify('syncguard_locks_released', gone_key);
+END IF;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v3(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+wanted AS (SELECT w.key, w.lock_id, w.ttl_ms, w.ord
+FROM unnest($1::text[], $2::text[], $3::bigint[])
+WITH ORDINALITY AS w(key, lock_id, ttl_ms, ord)),
+renewed AS (
+UPDATE "syncguard_locks_permits" AS p SET expires_at_ms = c.now_ms + w.ttl_ms
+FROM wanted w, clock c
+WHERE p.key = w.key AND p.lock_id = w.lock_id
+AND p.expires_at_ms > c.now_ms - $4
+RETURNING p.key, p.lock_id, p.expires_at_ms),
+reclaimed AS (
+DELETE FROM "syncguard_locks_permits" AS p USING wanted w, clock c
+WHERE p.key = w.key AND p.lock_id = w.lock_id
+AND p.expires_at_ms <= c.now_ms - $4
+RETURNING p.key, p.lock_id)
+SELECT w.ord, r.expires_at_ms,
+(r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present
+FROM wanted w
+LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id
+LEFT JOIN reclaimed d ON d.key = w.key AND d.lock_id = w.lock_id
+ORDER BY w.ord;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_permits_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,
+p.user_key, p.holder
+FROM "syncguard_locks_permits" p
+WHERE p.key = $1 AND p.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2
+ORDER BY p.fence COLLATE "C"
+LIMIT 1000;
 END
 $syncguard$;

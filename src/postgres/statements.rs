@@ -48,12 +48,35 @@
 //! counter no fence can follow stops it before the lock row is written. Release deletes by lock
 //! id with the record check, then announces the release; when nothing was deleted it answers a
 //! row of NULLs (the statement: no row), or the key of a row that is not a SyncGuard record.
+//!
+//! # Semaphores
+//!
+//! A semaphore's permits live in tables of their own (`<lock table>_permits`, one row per
+//! permit, and `<lock table>_semaphores`, one row per semaphore with its own fence counter),
+//! never in the lock table or the fence counter table, so the lock on a key and the semaphore
+//! on it never see each other. Its operations exist only as server functions: counting the
+//! live permits is only right once every other acquirer of the semaphore is shut out, and a
+//! single statement reads one snapshot taken before it waited for that. So acquire, step by
+//! step: makes sure the semaphore row exists (`INSERT … ON CONFLICT DO NOTHING`, which waits
+//! for a concurrent insert of it), locks it (`SELECT … FOR UPDATE`: acquirers of one semaphore
+//! take turns here, through a pooler too — it is held until the call's transaction commits),
+//! reads the clock, deletes the expired permits, counts the others (a fresh snapshot: it sees
+//! every permit granted by an acquirer that held the row lock before), and grants a permit
+//! only when fewer than the caller's N are held, with the counter plus one as its fence. Each
+//! table is first locked in the strongest mode the call takes on it (`ROW EXCLUSIVE`, by the
+//! first `INSERT` or `DELETE`), so no call waits to upgrade a lock it already holds. Release
+//! deletes the permit by key and lock id and announces it like a lock's release; renewal
+//! extends the live permits and deletes the expired ones named, in one statement; neither
+//! takes the semaphore row, so a release never waits for acquirers. Without the functions
+//! (tables set up by an older syncguard) the call fails with the "run `syncguard setup`"
+//! error.
 
 use std::sync::Arc;
 
 use postgres::types::Type;
 
 use super::tables::TableNames;
+use crate::driver::MAX_PERMITS;
 
 /// One statement: its text and its parameter types, sent together as an unnamed statement
 /// (one round trip; nothing is left prepared on the server, which poolers require).
@@ -121,6 +144,22 @@ impl Op {
         Op::new(tables, name, types, text, definition)
     }
 
+    /// An operation that exists only as its server function, written step by step like
+    /// [`steps`](Op::steps): nothing correct can be sent inline (see "Semaphores" in the module
+    /// docs), so its `inline` form is the call itself, and without the function the call fails
+    /// with the "run `syncguard setup`" error.
+    fn function_only(
+        tables: &TableNames,
+        name: &str,
+        types: &'static [Type],
+        outs: &str,
+        body: String,
+    ) -> Op {
+        let mut op = Op::steps(tables, name, types, outs, String::new(), body);
+        op.inline = op.call.clone();
+        op
+    }
+
     fn new(
         tables: &TableNames,
         name: &str,
@@ -128,7 +167,8 @@ impl Op {
         text: String,
         definition: String,
     ) -> Op {
-        // A lock table name has at most 51 bytes, so this stays within PostgreSQL's 63.
+        // A lock table name has at most 51 bytes and an operation's name at most 8, so this
+        // stays within PostgreSQL's 63 (tests::function_names_fit).
         let function = format!("{}_{name}_{FUNCTION_VERSION}", tables.lock_table());
         let args: Vec<String> = (1..=types.len()).map(|n| format!("${n}")).collect();
         Op {
@@ -231,7 +271,8 @@ fn sound(l: &str) -> String {
     )
 }
 
-/// The statements for one pair of tables (names are validated identifiers).
+/// The statements for one set of tables: the lock and fence counter tables, and the semaphore
+/// and permit tables named after the lock table (names are validated identifiers).
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms, and for the function only `$8` the holder description (NULL: none),
@@ -270,6 +311,24 @@ pub(crate) struct Statements {
     /// the prefix that are live or not SyncGuard records, in user-key byte order, with their
     /// `holder` as `lookup_by_key` (see `list.rs`).
     pub list: Op,
+    /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` ttl ms, `$4` user key,
+    /// `$5` permits, `$6` largest fence, `$7` tolerance ms, `$8` holder description (NULL:
+    /// none) → one row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
+    /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
+    /// was granted).
+    pub permit_acquire: Op,
+    /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` tolerance ms → one
+    /// row: `live` (NULL when no such permit was stored; else whether it was live). Announces
+    /// a removal on the lock table's release channel, with the user key.
+    pub permit_release: Op,
+    /// Semaphores (function only). `$1` storage keys, `$2` lock ids, `$3` ttls ms, `$4`
+    /// tolerance ms → one row per permit, in the order given: `ord` (1-based position),
+    /// `expires_at_ms` (null unless extended), `present` (false when no such permit was
+    /// stored). An expired permit is removed, never extended.
+    pub permit_renew: Op,
+    /// Semaphores (function only). `$1` storage key, `$2` tolerance ms → the live permits, as
+    /// the lookups' rows (`holder` as given), in fence order.
+    pub permits: Op,
 }
 
 impl Statements {
@@ -277,6 +336,8 @@ impl Statements {
         let locks = format!("\"{}\"", tables.lock_table());
         let released = release_channel(tables);
         let fences = format!("\"{}\"", tables.fence_table());
+        let semaphores = format!("\"{}\"", tables.semaphore_table());
+        let permits = format!("\"{}\"", tables.permit_table());
         let row = "key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key";
         let op = |name, types, returns, text| Op::query(tables, name, types, returns, text);
         let row_columns = "key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,\n\
@@ -507,11 +568,106 @@ impl Statements {
                     text(&holder_l),
                 )
             },
+            permit_acquire: Op::function_only(
+                tables,
+                "pacquire",
+                &[
+                    T::TEXT,
+                    T::TEXT,
+                    T::INT8,
+                    T::TEXT,
+                    T::INT8,
+                    T::INT8,
+                    T::INT8,
+                    T::TEXT,
+                ],
+                "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint",
+                format!(
+                    "DECLARE\n  now_ms bigint;\n  counter bigint;\n  held bigint;\n\
+                 BEGIN\n\
+                 INSERT INTO {semaphores} AS s (key, fence, user_key) VALUES ($1, 0, $4)\n\
+                     ON CONFLICT (key) DO NOTHING;\n\
+                 SELECT s.fence INTO counter FROM {semaphores} s WHERE s.key = $1 FOR UPDATE;\n\
+                 now_ms := {NOW_MS};\n\
+                 DELETE FROM {permits} p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;\n\
+                 SELECT count(*) INTO held FROM {permits} p WHERE p.key = $1;\n\
+                 IF held >= $5 THEN RETURN; END IF;\n\
+                 IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;\n\
+                 counter := counter + 1;\n\
+                 UPDATE {semaphores} s SET fence = counter WHERE s.key = $1;\n\
+                 fence := lpad(counter::text, 15, '0');\n\
+                 expires_at_ms := now_ms + $3;\n\
+                 INSERT INTO {permits}\n\
+                     (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)\n\
+                     VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);\n\
+                 END"
+                ),
+            ),
+            permit_release: Op::function_only(
+                tables,
+                "prelease",
+                &[T::TEXT, T::TEXT, T::INT8],
+                "OUT live boolean",
+                format!(
+                    "DECLARE\n  gone_expires_at_ms bigint;\n  gone_key text;\n\
+                 BEGIN\n\
+                 DELETE FROM {permits} p WHERE p.key = $1 AND p.lock_id = $2\n\
+                     RETURNING p.expires_at_ms, p.user_key INTO gone_expires_at_ms, gone_key;\n\
+                 IF FOUND THEN\n\
+                     live := gone_expires_at_ms > {NOW_MS} - $3;\n\
+                     PERFORM pg_notify('{released}', gone_key);\n\
+                 END IF;\n\
+                 END"
+                ),
+            ),
+            permit_renew: Op::query(
+                tables,
+                "prenew",
+                &[T::TEXT_ARRAY, T::TEXT_ARRAY, T::INT8_ARRAY, T::INT8],
+                "ord bigint, expires_at_ms bigint, present boolean",
+                format!(
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+                 wanted AS (SELECT w.key, w.lock_id, w.ttl_ms, w.ord\n\
+                     FROM unnest($1::text[], $2::text[], $3::bigint[])\n\
+                     WITH ORDINALITY AS w(key, lock_id, ttl_ms, ord)),\n\
+                 renewed AS (\n\
+                     UPDATE {permits} AS p SET expires_at_ms = c.now_ms + w.ttl_ms\n\
+                     FROM wanted w, clock c\n\
+                     WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
+                       AND p.expires_at_ms > c.now_ms - $4\n\
+                     RETURNING p.key, p.lock_id, p.expires_at_ms),\n\
+                 reclaimed AS (\n\
+                     DELETE FROM {permits} AS p USING wanted w, clock c\n\
+                     WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
+                       AND p.expires_at_ms <= c.now_ms - $4\n\
+                     RETURNING p.key, p.lock_id)\n\
+                 SELECT w.ord, r.expires_at_ms,\n\
+                        (r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present\n\
+                 FROM wanted w\n\
+                 LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id\n\
+                 LEFT JOIN reclaimed d ON d.key = w.key AND d.lock_id = w.lock_id\n\
+                 ORDER BY w.ord"
+                ),
+            ),
+            permits: Op::query(
+                tables,
+                "permits",
+                &[T::TEXT, T::INT8],
+                row_columns,
+                format!(
+                    "SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,\n\
+                        p.user_key, p.holder\n\
+                 FROM {permits} p\n\
+                 WHERE p.key = $1 AND p.expires_at_ms > {NOW_MS} - $2\n\
+                 ORDER BY p.fence COLLATE \"C\"\n\
+                 LIMIT {MAX_PERMITS}"
+                ),
+            ),
         }
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 9] {
+    fn all(&self) -> [&Op; 13] {
         [
             &self.acquire,
             &self.release,
@@ -522,6 +678,10 @@ impl Statements {
             &self.lookup_by_key,
             &self.lookup_by_id,
             &self.list,
+            &self.permit_acquire,
+            &self.permit_release,
+            &self.permit_renew,
+            &self.permits,
         ]
     }
 
@@ -537,5 +697,21 @@ impl Statements {
             .map(|op| op.function_ddl())
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Function names are the lock table's name and the operation's: for the longest lock
+    /// table each still fits PostgreSQL's 63 bytes (beyond, the server would truncate it and
+    /// `to_regprocedure` would not find it).
+    #[test]
+    fn function_names_fit() {
+        let tables = TableNames::new(&"l".repeat(51), "f").unwrap();
+        for op in Statements::new(&tables).all() {
+            assert!(op.function.len() <= 63, "{}", op.function);
+        }
     }
 }

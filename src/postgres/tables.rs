@@ -5,8 +5,9 @@ use crate::error::{LockError, Result};
 
 pub(super) const DEFAULT_LOCK_TABLE: &str = "syncguard_locks";
 pub(super) const DEFAULT_FENCE_TABLE: &str = "syncguard_fence_counters";
-/// PostgreSQL truncates identifiers beyond 63 bytes; the longest derived name is the index
-/// `idx_<lock table>_lock_id`.
+/// PostgreSQL truncates identifiers beyond 63 bytes; the longest derived names are the index
+/// `idx_<lock table>_lock_id` and the semaphore table `<lock table>_semaphores` (both 12 bytes
+/// of affixes; the tests check every derived name).
 const MAX_IDENTIFIER: usize = 63;
 const LONGEST_INDEX_AFFIXES: usize = "idx_".len() + "_lock_id".len();
 
@@ -43,10 +44,17 @@ impl TableNames {
                  touch fence counters",
             ));
         }
-        Ok(TableNames {
+        let tables = TableNames {
             lock_table: lock_table.to_owned(),
             fence_table: fence_table.to_owned(),
-        })
+        };
+        if [tables.semaphore_table(), tables.permit_table()].contains(&tables.fence_table) {
+            return Err(LockError::invalid_argument(
+                "the fence table must not be named after the lock table's semaphore or permit \
+                 table (<lock table>_semaphores, <lock table>_permits)",
+            ));
+        }
+        Ok(tables)
     }
 
     /// The lock table (default `syncguard_locks`).
@@ -58,7 +66,24 @@ impl TableNames {
     pub fn fence_table(&self) -> &str {
         &self.fence_table
     }
+
+    /// The semaphore table: one row per semaphore ever used, holding its own fence counter
+    /// (`<lock table>_semaphores`, default `syncguard_locks_semaphores`). Named after the lock
+    /// table so that custom names need no third setting; never the fence counter table, whose
+    /// counters belong to the keys' locks.
+    pub fn semaphore_table(&self) -> String {
+        format!("{}{SEMAPHORE_SUFFIX}", self.lock_table)
+    }
+
+    /// The permit table: one row per permit held (`<lock table>_permits`, default
+    /// `syncguard_locks_permits`).
+    pub fn permit_table(&self) -> String {
+        format!("{}{PERMIT_SUFFIX}", self.lock_table)
+    }
 }
+
+const SEMAPHORE_SUFFIX: &str = "_semaphores";
+const PERMIT_SUFFIX: &str = "_permits";
 
 fn validate_identifier(what: &str, name: &str, max_len: usize) -> Result<()> {
     let mut bytes = name.bytes();
@@ -105,5 +130,30 @@ mod tests {
         assert!(TableNames::new(&"l".repeat(52), "f").is_err());
         assert!(TableNames::new("l", &"f".repeat(63)).is_ok());
         assert!(TableNames::new("l", &"f".repeat(64)).is_err());
+        assert!(TableNames::new("l", "l_permits").is_err());
+        assert!(TableNames::new("l", "l_semaphores").is_err());
+    }
+
+    /// Every name derived from the longest lock table fits PostgreSQL's 63 bytes (beyond, the
+    /// server would silently truncate it, and two names could meet).
+    #[test]
+    fn derived_names_fit() {
+        let tables = TableNames::new(&"l".repeat(51), "f").unwrap();
+        let locks = tables.lock_table();
+        for name in [
+            tables.semaphore_table(),
+            tables.permit_table(),
+            format!("idx_{locks}_lock_id"),
+            format!("idx_{locks}_expires"),
+            format!("{locks}_released"),
+            format!("{locks}_sem_pk"),
+            format!("{locks}_permit_pk"),
+        ] {
+            assert!(name.len() <= MAX_IDENTIFIER, "{name}");
+        }
+        assert_eq!(tables.semaphore_table().len(), MAX_IDENTIFIER - 1);
+        let defaults = TableNames::default();
+        assert_eq!(defaults.semaphore_table(), "syncguard_locks_semaphores");
+        assert_eq!(defaults.permit_table(), "syncguard_locks_permits");
     }
 }

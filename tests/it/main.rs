@@ -45,6 +45,8 @@ mod postgres;
 mod postgres_errors;
 #[cfg(feature = "postgres")]
 mod postgres_fences;
+#[cfg(feature = "postgres")]
+mod postgres_semaphores;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]

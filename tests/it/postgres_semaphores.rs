@@ -1,0 +1,554 @@
+//! Semaphores on PostgreSQL (issue 25), against the shared cluster directly and through the
+//! shared PgBouncer (transaction mode): never more than N live permits however callers race,
+//! a fence sequence of each semaphore's own, apart from the lock on the same key, expired
+//! permits reclaimed, renewals in mixed batches, and the tables `setup_schema` creates.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::proxy::{FaultProxy, Mode};
+use crate::support::{
+    self, BRISK, TTL, lease, patient_postgres, shared_pgbouncer, shared_postgres,
+    shared_postgres_backend, shared_postgres_with_tables, unique,
+};
+use syncguard::driver::{
+    Acquisition, Driver, Holder, Key, LeaseRef, LockId, Outcome, Permits, Ttl,
+};
+use syncguard::postgres::PostgresBackend;
+use syncguard::{AcquireOutcome, ErrorCode, LockBackend};
+
+/// A backend on the shared cluster, directly.
+fn direct() -> PostgresBackend {
+    shared_postgres_backend()
+}
+
+/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
+fn through_pgbouncer() -> PostgresBackend {
+    shared_postgres_with_tables();
+    let bouncer = shared_pgbouncer();
+    patient_postgres(&bouncer.url())
+        .build()
+        .unwrap_or_else(|error| {
+            panic!(
+                "connecting through PgBouncer failed: {error}\nPgBouncer's log:\n{}",
+                bouncer.log_tail()
+            )
+        })
+}
+
+/// Each scenario below, as a test directly and one through PgBouncer.
+macro_rules! both_ways {
+    ($($scenario:ident),* $(,)?) => {
+        mod direct {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario(super::direct);
+            })*
+        }
+        mod through_pgbouncer {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario(super::through_pgbouncer);
+            })*
+        }
+    };
+}
+
+both_ways!(
+    never_more_than_n_live_holders,
+    fences_grow_per_semaphore_apart_from_the_lock,
+    the_lock_and_the_semaphore_on_a_key_are_apart,
+    expired_permits_are_reclaimed_by_the_next_acquire,
+    release_and_extend_are_idempotent,
+    a_mixed_batch_renewal_answers_each_lease,
+    each_acquisition_is_judged_by_its_own_n,
+    holders_come_in_fence_order_with_their_description,
+);
+
+/// The lease of a permit acquisition that must succeed.
+#[track_caller]
+fn permit(backend: &dyn LockBackend, key: &str, permits: u32, ttl: Duration) -> syncguard::Lease {
+    lease(backend.acquire_permit(key, permits, ttl))
+}
+
+/// Waits (at most a minute) until `done` holds, checking every 50 ms.
+#[track_caller]
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited a minute for: {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn never_more_than_n_live_holders(connect: fn() -> PostgresBackend) {
+    const N: usize = 3;
+    let backends = [Arc::new(connect()), Arc::new(connect())];
+    let key = unique("sem-race");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..8)
+        .map(|worker| {
+            let backend = Arc::clone(&backends[worker % 2]);
+            let (key, inside, most) = (key.clone(), Arc::clone(&inside), Arc::clone(&most));
+            let fences = Arc::clone(&fences);
+            thread::spawn(move || {
+                let mut granted = 0;
+                for _ in 0..25 {
+                    match backend.acquire_permit(&key, N as u32, TTL).unwrap() {
+                        AcquireOutcome::Acquired(lease) => {
+                            granted += 1;
+                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            fences.lock().unwrap().push(lease.fence.value());
+                            // Hold a moment so that holders overlap.
+                            thread::sleep(Duration::from_millis(5));
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+                        }
+                        AcquireOutcome::Locked => thread::yield_now(),
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let granted: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= N, "{most} holders at once, of {N} permits");
+    assert!(granted > N, "only {granted} permits granted");
+    let mut fences = fences.lock().unwrap().clone();
+    let issued = fences.len();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), issued, "a permit fence was issued twice");
+    assert!(backends[0].permit_holders(&key).unwrap().is_empty());
+}
+
+fn fences_grow_per_semaphore_apart_from_the_lock(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let key = unique("sem-fences");
+    let lock = lease(backend.acquire(&key, TTL));
+    assert_eq!(lock.fence.value(), 1);
+    let mut last = 0;
+    for round in 1..=3 {
+        let held = permit(&backend, &key, 2, TTL);
+        // The semaphore's own sequence: 1, 2, 3, whatever the lock's counter says.
+        assert_eq!(held.fence.value(), round, "permit {round}");
+        assert!(held.fence.value() > last);
+        last = held.fence.value();
+        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    }
+    assert!(backend.release(&lock.lock_id).unwrap());
+    // The lock's counter did not move for the permits, nor the semaphore's for the lock.
+    assert_eq!(lease(backend.acquire(&key, TTL)).fence.value(), 2);
+    assert_eq!(permit(&backend, &key, 2, TTL).fence.value(), 4);
+    // Another semaphore starts its own sequence.
+    assert_eq!(
+        permit(&backend, &unique("sem-other"), 2, TTL).fence.value(),
+        1
+    );
+}
+
+fn the_lock_and_the_semaphore_on_a_key_are_apart(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let key = unique("sem-apart");
+    // A semaphore of one permit on the key is not the lock on the key.
+    let held = permit(&backend, &key, 1, TTL);
+    assert!(!backend.is_locked(&key).unwrap());
+    let lock = lease(backend.acquire(&key, TTL));
+    assert!(matches!(
+        backend.acquire_permit(&key, 1, TTL).unwrap(),
+        AcquireOutcome::Locked
+    ));
+    // Neither's lock id releases or extends the other.
+    assert!(!backend.release(&held.lock_id).unwrap());
+    assert!(!backend.release_permit(&key, &lock.lock_id).unwrap());
+    assert_eq!(
+        backend.extend_permit(&key, &lock.lock_id, TTL).unwrap(),
+        None
+    );
+    assert!(backend.release(&lock.lock_id).unwrap());
+    assert_eq!(backend.permit_holders(&key).unwrap().len(), 1);
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    let lock = lease(backend.acquire(&key, TTL));
+    assert!(backend.is_locked(&key).unwrap());
+    assert!(backend.release(&lock.lock_id).unwrap());
+}
+
+fn expired_permits_are_reclaimed_by_the_next_acquire(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let key = unique("sem-expiry");
+    let short = Duration::from_millis(100);
+    let first = permit(&backend, &key, 1, short);
+    assert!(matches!(
+        backend.acquire_permit(&key, 1, TTL).unwrap(),
+        AcquireOutcome::Locked
+    ));
+    // Free once past its expiry and the tolerance, as the server's clock judges it.
+    let mut second = None;
+    wait_until("the expired permit to be reclaimed", || {
+        match backend.acquire_permit(&key, 1, TTL).unwrap() {
+            AcquireOutcome::Acquired(lease) => second = Some(lease),
+            AcquireOutcome::Locked => {}
+        }
+        second.is_some()
+    });
+    let second = second.unwrap();
+    assert!(second.fence > first.fence);
+    // Its row is gone, not merely outnumbered.
+    let rows: i64 = shared_postgres()
+        .client()
+        .query_one(
+            "SELECT count(*) FROM syncguard_locks_permits WHERE key = $1",
+            &[&backend.storage_key(&key).unwrap()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+    assert!(!backend.release_permit(&key, &first.lock_id).unwrap());
+    assert_eq!(
+        backend.extend_permit(&key, &first.lock_id, TTL).unwrap(),
+        None
+    );
+    assert!(backend.release_permit(&key, &second.lock_id).unwrap());
+}
+
+fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let key = unique("sem-idempotent");
+    let held = permit(&backend, &key, 2, TTL);
+    let extended = backend.extend_permit(&key, &held.lock_id, TTL).unwrap();
+    assert!(extended.is_some_and(|at| at >= held.expires_at_ms));
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(!backend.release_permit(&key, &held.lock_id).unwrap());
+    assert_eq!(
+        backend.extend_permit(&key, &held.lock_id, TTL).unwrap(),
+        None
+    );
+    // Expired: reported once, removed, never resurrected.
+    let key = Key::new(&unique("sem-expired")).unwrap();
+    let short = Ttl::new(Duration::from_millis(50)).unwrap();
+    let (first, second) = (
+        permit(&backend, key.as_str(), 2, short.as_duration()),
+        permit(&backend, key.as_str(), 2, short.as_duration()),
+    );
+    wait_until("both permits to expire", || {
+        backend.permit_holders(key.as_str()).unwrap().is_empty()
+    });
+    let (first_id, second_id) = (
+        LockId::new(&first.lock_id).unwrap(),
+        LockId::new(&second.lock_id).unwrap(),
+    );
+    let ttl = Ttl::new(TTL).unwrap();
+    assert_eq!(
+        backend
+            .release_lease(LeaseRef::permit(&first_id, &key))
+            .unwrap(),
+        Outcome::Expired
+    );
+    assert_eq!(
+        backend
+            .release_lease(LeaseRef::permit(&first_id, &key))
+            .unwrap(),
+        Outcome::NotFound
+    );
+    assert_eq!(
+        backend
+            .extend_lease(LeaseRef::permit(&second_id, &key), ttl)
+            .unwrap(),
+        Outcome::Expired
+    );
+    assert_eq!(
+        backend
+            .extend_lease(LeaseRef::permit(&second_id, &key), ttl)
+            .unwrap(),
+        Outcome::NotFound
+    );
+    assert!(backend.permit_holders(key.as_str()).unwrap().is_empty());
+}
+
+fn a_mixed_batch_renewal_answers_each_lease(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let outsider = connect();
+    let (key_a, key_b) = (unique("sem-batch-a"), unique("sem-batch-b"));
+    let locks = [
+        lease(backend.acquire(&key_a, TTL)),
+        lease(backend.acquire(&key_b, TTL)),
+    ];
+    let permits = [
+        permit(&backend, &key_a, 3, TTL),
+        permit(&backend, &key_a, 3, TTL),
+        permit(&backend, &key_b, 3, TTL),
+    ];
+    let expiring = permit(&backend, &key_b, 3, Duration::from_millis(50));
+    // Released from outside: the batch must say so for these, and only these.
+    assert!(outsider.release(&locks[1].lock_id).unwrap());
+    assert!(
+        outsider
+            .release_permit(&key_a, &permits[1].lock_id)
+            .unwrap()
+    );
+    wait_until("the short permit to expire", || {
+        outsider.permit_holders(&key_b).unwrap().len() == 1
+    });
+    let (key_a, key_b) = (Key::new(&key_a).unwrap(), Key::new(&key_b).unwrap());
+    let ids: Vec<LockId> = [
+        &permits[0],
+        &locks[0],
+        &permits[1],
+        &locks[1],
+        &expiring,
+        &permits[2],
+    ]
+    .iter()
+    .map(|lease| LockId::new(&lease.lock_id).unwrap())
+    .collect();
+    let ttl = Ttl::new(TTL).unwrap();
+    let batch = [
+        (LeaseRef::permit(&ids[0], &key_a), ttl),
+        (LeaseRef::new(&ids[1]).with_key(&key_a), ttl),
+        (LeaseRef::permit(&ids[2], &key_a), ttl),
+        (LeaseRef::new(&ids[3]).with_key(&key_b), ttl),
+        (LeaseRef::permit(&ids[4], &key_b), ttl),
+        // The right lock id under the wrong key is not that permit.
+        (LeaseRef::permit(&ids[5], &key_a), ttl),
+        (LeaseRef::permit(&ids[5], &key_b), ttl),
+    ];
+    let answers: Vec<_> = backend
+        .extend_leases(&batch)
+        .into_iter()
+        .map(|answer| answer.unwrap())
+        .collect();
+    let kinds: Vec<&str> = answers
+        .iter()
+        .map(|answer| match answer {
+            Outcome::Applied(_) => "applied",
+            Outcome::NotFound => "not found",
+            Outcome::Expired => "expired",
+            Outcome::NotOwner => "not owner",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "applied",
+            "applied",
+            "not found",
+            "not found",
+            "expired",
+            "not found",
+            "applied"
+        ]
+    );
+    for (answer, before) in [
+        (&answers[0], permits[0].expires_at_ms),
+        (&answers[1], locks[0].expires_at_ms),
+        (&answers[6], permits[2].expires_at_ms),
+    ] {
+        let after = answer.clone().applied().unwrap().expires_at_ms;
+        assert!(after >= before, "{after} < {before}");
+    }
+    assert!(backend.release(&locks[0].lock_id).unwrap());
+    assert!(
+        backend
+            .release_permit(key_a.as_str(), &permits[0].lock_id)
+            .unwrap()
+    );
+    assert!(
+        backend
+            .release_permit(key_b.as_str(), &permits[2].lock_id)
+            .unwrap()
+    );
+}
+
+fn each_acquisition_is_judged_by_its_own_n(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let key = unique("sem-disagree");
+    let held = [
+        permit(&backend, &key, 2, TTL),
+        permit(&backend, &key, 2, TTL),
+    ];
+    assert!(matches!(
+        backend.acquire_permit(&key, 2, TTL).unwrap(),
+        AcquireOutcome::Locked
+    ));
+    let third = permit(&backend, &key, 5, TTL);
+    assert!(matches!(
+        backend.acquire_permit(&key, 3, TTL).unwrap(),
+        AcquireOutcome::Locked
+    ));
+    assert_eq!(backend.permit_holders(&key).unwrap().len(), 3);
+    for lease in held.iter().chain([&third]) {
+        assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+    }
+}
+
+fn holders_come_in_fence_order_with_their_description(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let key = Key::new(&unique("sem-holders")).unwrap();
+    let ttl = Ttl::new(TTL).unwrap();
+    let permits = Permits::new(3).unwrap();
+    let descriptions = [Some("worker a"), None, Some("worker c")];
+    let granted: Vec<_> = descriptions
+        .iter()
+        .map(|description| {
+            let holder = description.map(|d| Holder::new(d).unwrap());
+            match backend
+                .try_acquire_permit(&key, permits, ttl, holder.as_ref())
+                .unwrap()
+            {
+                Acquisition::Acquired { lease, .. } => lease,
+                Acquisition::Locked => panic!("refused"),
+            }
+        })
+        .collect();
+    let found = backend.find_permits(&key).unwrap();
+    assert_eq!(found.len(), 3);
+    for ((record, lease), description) in found.iter().zip(&granted).zip(descriptions) {
+        assert_eq!(record.lock_id, lease.lock_id);
+        assert_eq!(record.fence, lease.fence);
+        assert_eq!(record.key, key.as_str());
+        assert_eq!(record.expires_at_ms, lease.expires_at_ms);
+        assert_eq!(record.holder.as_deref(), description);
+    }
+    assert!(found.windows(2).all(|w| w[0].fence < w[1].fence));
+    let infos = backend.permit_holders(key.as_str()).unwrap();
+    assert_eq!(infos[0].holder.as_deref(), Some("worker a"));
+    for lease in &granted {
+        assert!(
+            backend
+                .release_permit(key.as_str(), &lease.lock_id)
+                .unwrap()
+        );
+    }
+}
+
+#[test]
+fn a_bad_number_of_permits_is_refused_before_any_io() {
+    shared_postgres_with_tables();
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], shared_postgres().port));
+    let proxy = FaultProxy::start(local);
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/postgres",
+        support::PG_USER,
+        support::PG_PASSWORD,
+        proxy.port()
+    );
+    let backend = support::impatient_postgres(&url).build().unwrap();
+    // From now on any call that reaches the network hangs until its deadline.
+    proxy.set_mode(Mode::BlackHole);
+    let key = unique("sem-bad-n");
+    for bad in [0, 1001, u32::MAX] {
+        let started = Instant::now();
+        let error = backend.acquire_permit(&key, bad, TTL).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
+        assert!(
+            started.elapsed() < BRISK,
+            "{bad}: answered after a network call"
+        );
+    }
+    // The black hole does swallow calls that get that far.
+    let error = backend.acquire_permit(&key, 1, TTL).unwrap_err();
+    assert_ne!(error.code(), ErrorCode::InvalidArgument, "{error}");
+}
+
+#[test]
+fn a_permit_release_wakes_watchers() {
+    let backend = direct();
+    let key = unique("sem-wake");
+    let heard = Arc::new(Mutex::new(Vec::<String>::new()));
+    let on_release = {
+        let heard = Arc::clone(&heard);
+        Arc::new(move |key: &str| heard.lock().unwrap().push(key.to_owned()))
+    };
+    let watch = backend
+        .watch_releases(on_release)
+        .unwrap()
+        .expect("PostgreSQL announces releases");
+    watch.watch(&Key::new(&key).unwrap());
+    let held = permit(&backend, &key, 2, TTL);
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    wait_until("the permit release to be announced", || {
+        heard.lock().unwrap().contains(&key)
+    });
+}
+
+/// Names of what setup creates for semaphores on `locks`, and whether each exists.
+fn semaphore_objects(client: &mut postgres::Client, locks: &str) -> Vec<(String, bool)> {
+    let mut names: Vec<String> = ["semaphores", "permits"]
+        .iter()
+        .map(|table| format!("to_regclass('{locks}_{table}')"))
+        .collect();
+    names.extend(
+        [
+            "pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text)",
+            "prelease_v3(text, text, bigint)",
+            "prenew_v3(text[], text[], bigint[], bigint)",
+            "permits_v3(text, bigint)",
+        ]
+        .iter()
+        .map(|function| format!("to_regprocedure('{locks}_{function}')")),
+    );
+    names
+        .into_iter()
+        .map(|name| {
+            let present: bool = client
+                .query_one(&format!("SELECT {name} IS NOT NULL"), &[])
+                .unwrap()
+                .get(0);
+            (name, present)
+        })
+        .collect()
+}
+
+#[test]
+fn setup_schema_creates_the_semaphore_tables_and_functions() {
+    let (backend, locks) = support::backend_on_fresh_tables(&shared_postgres().url());
+    let mut client = shared_postgres().client();
+    for (name, present) in semaphore_objects(&mut client, &locks) {
+        assert!(present, "{name} missing after setup");
+    }
+    let key = unique("sem-setup");
+    let held = permit(&backend, &key, 1, TTL);
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+
+    // Without the semaphore functions (tables of an older syncguard): the setup error.
+    client
+        .batch_execute(&format!(
+            "DROP FUNCTION {locks}_pacquire_v3, {locks}_prelease_v3, {locks}_prenew_v3, \
+             {locks}_permits_v3"
+        ))
+        .unwrap();
+    let run_setup = |error: syncguard::LockError| {
+        assert_eq!(error.code(), ErrorCode::Internal, "{error}");
+        assert!(error.message().contains("syncguard setup"), "{error}");
+    };
+    run_setup(backend.acquire_permit(&key, 1, TTL).unwrap_err());
+    run_setup(backend.permit_holders(&key).unwrap_err());
+    // Locks still go through their functions.
+    let lock = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&lock.lock_id).unwrap());
+    // setup_schema notices what is missing and installs it again.
+    backend.setup_schema().unwrap();
+    let held = permit(&backend, &key, 1, TTL);
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+
+    // Without the permit table (functions left in place): the same error.
+    client
+        .batch_execute(&format!("DROP TABLE {locks}_permits"))
+        .unwrap();
+    run_setup(backend.acquire_permit(&key, 1, TTL).unwrap_err());
+    run_setup(backend.release_permit(&key, &held.lock_id).unwrap_err());
+    backend.setup_schema().unwrap();
+    for (name, present) in semaphore_objects(&mut client, &locks) {
+        assert!(present, "{name} missing after the second setup");
+    }
+    let held = permit(&backend, &key, 1, TTL);
+    // The semaphore row survived: its fence sequence goes on.
+    assert_eq!(held.fence.value(), 3);
+}
