@@ -120,6 +120,8 @@ mod document;
 mod driver;
 mod list;
 mod rest;
+mod semaphore;
+mod semaphore_doc;
 mod skew;
 mod timestamp;
 mod transport;
