@@ -413,7 +413,7 @@ impl Driver for FirestoreBackend {
         ttl: Ttl,
         holder: Option<&Holder>,
     ) -> Result<Acquisition> {
-        self.acquire_permit(key, permits, ttl, holder)
+        self.take_permit(key, permits, ttl, holder)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
@@ -422,7 +422,7 @@ impl Driver for FirestoreBackend {
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         if lease.kind == LeaseKind::Permit {
-            return self.release_permit(lease);
+            return self.give_back_permit(lease);
         }
         self.check_skew()?;
         if let Some((name, update_time)) = self.known(lease)? {
@@ -460,7 +460,7 @@ impl Driver for FirestoreBackend {
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         if lease.kind == LeaseKind::Permit {
-            return self.extend_permit(lease, ttl);
+            return self.renew_permit(lease, ttl);
         }
         self.check_skew()?;
         if let Some((name, update_time)) = self.known(lease)? {
@@ -511,7 +511,7 @@ impl Driver for FirestoreBackend {
         for ((i, ..), answer) in locks.iter().zip(self.extend_lock_leases(&lock_leases)) {
             answers[*i] = Some(answer);
         }
-        for (i, answer) in self.extend_permit_leases(&permits) {
+        for (i, answer) in self.renew_permit_leases(&permits) {
             answers[i] = Some(answer);
         }
         answers

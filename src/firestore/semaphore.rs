@@ -37,7 +37,7 @@ type Read = (Option<Document>, SemaphoreDoc);
 
 impl FirestoreBackend {
     /// Takes one of `permits` permits of the semaphore on `key`; see the module docs.
-    pub(super) fn acquire_permit(
+    pub(super) fn take_permit(
         &self,
         key: &Key,
         permits: Permits,
@@ -109,7 +109,7 @@ impl FirestoreBackend {
     }
 
     /// Gives back the permit `lease` names (its key and lock id).
-    pub(super) fn release_permit(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+    pub(super) fn give_back_permit(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         self.check_skew()?;
         let key = lease.permit_key()?;
         let name = self.semaphore_name(key)?;
@@ -144,11 +144,7 @@ impl FirestoreBackend {
     }
 
     /// Renews the permit `lease` names (its key and lock id) to *now + ttl*.
-    pub(super) fn extend_permit(
-        &self,
-        lease: LeaseRef<'_>,
-        ttl: Ttl,
-    ) -> Result<Outcome<Extension>> {
+    pub(super) fn renew_permit(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         self.check_skew()?;
         let key = lease.permit_key()?;
         let mut answers = self.extend_permits_of(key, &[(lease.lock_id, ttl)])?;
@@ -157,7 +153,7 @@ impl FirestoreBackend {
 
     /// Renews the permit leases of a batch, each `(index, lease, ttl)`: one commit per
     /// semaphore, for all its permits in the batch. One answer per lease, with its index.
-    pub(super) fn extend_permit_leases(
+    pub(super) fn renew_permit_leases(
         &self,
         leases: &[(usize, LeaseRef<'_>, Ttl)],
     ) -> Vec<(usize, Result<Outcome<Extension>>)> {
