@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::support::{
     TTL, lease, raw_document, shared_firestore_backend, shared_firestore_builder, unique,
+    write_document,
 };
 use serde_json::json;
 use syncguard::driver::{Acquisition, Driver as _, Holder, Key, LeaseRef, LockId, Permits, Ttl};
@@ -482,4 +483,30 @@ fn semaphores_live_in_their_own_collection_beside_the_locks() {
         .build()
         .unwrap_err();
     assert_eq!(clash.code(), ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn a_document_that_is_not_a_semaphore_is_an_error_and_left_alone() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-foreign");
+    let id = backend.lock_document_id(&key).unwrap();
+    let fields = json!({
+        "key": { "stringValue": key },
+        "fence": { "stringValue": "not a fence" },
+        "permits": { "arrayValue": {} },
+    });
+    write_document("locks_semaphores", &id, fields.clone());
+    let lock_id = generate();
+    let errors = [
+        backend.acquire_permit(&key, 5, TTL).unwrap_err(),
+        backend.permit_holders(&key).unwrap_err(),
+        backend.release_permit(&key, &lock_id).unwrap_err(),
+        backend.extend_permit(&key, &lock_id, TTL).unwrap_err(),
+    ];
+    for error in errors {
+        assert_eq!(error.code(), ErrorCode::Internal, "{error}");
+        assert!(error.to_string().contains("semaphore"), "{error}");
+    }
+    let stored = raw_document("locks_semaphores", &id).unwrap();
+    assert_eq!(stored["fields"], fields);
 }
