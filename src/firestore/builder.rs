@@ -13,6 +13,7 @@ use super::document::STORAGE_KEY_LIMIT;
 use super::document::is_rejected_id;
 use super::driver::FirestoreBackend;
 use super::rest::RestClient;
+use super::semaphore_doc::semaphore_collection_of;
 use crate::error::{LockError, Result};
 use crate::net::{UrlParams, split_url};
 use crate::time::{Clock, SystemClock};
@@ -164,6 +165,19 @@ impl FirestoreBuilder {
                  must never touch fence counters",
             ));
         }
+        // Semaphores live in a collection named after the lock collection: checked here like
+        // the two configured ones, so a bad name fails at build, not at the first semaphore.
+        let semaphore_collection = semaphore_collection_of(&self.collection);
+        validate_collection_id(
+            "collection (with `_semaphores` appended)",
+            &semaphore_collection,
+        )?;
+        if semaphore_collection == self.fence_collection {
+            return Err(LockError::invalid_argument(
+                "the fence collection must not be the semaphore collection (the lock \
+                 collection's name with `_semaphores` appended)",
+            ));
+        }
         if self.timeout.is_zero() {
             return Err(LockError::invalid_argument("timeout must be above zero"));
         }
@@ -217,6 +231,7 @@ impl FirestoreBuilder {
             database: self.database,
             collection: self.collection,
             fence_collection: self.fence_collection,
+            semaphore_collection,
             cleanup_in_is_locked: self.cleanup_in_is_locked,
             max_clock_skew: self.max_clock_skew,
             clock: self.clock,

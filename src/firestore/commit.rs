@@ -72,6 +72,18 @@ pub(super) fn lock_error(rest: &RestClient, error: OpError) -> LockError {
 pub(super) fn with_retries<T>(
     rest: &RestClient,
     aborted_retries: &AtomicU64,
+    attempt: impl FnMut() -> OpResult<Attempt<T>>,
+) -> Result<T> {
+    with_retries_up_to(CAS_ATTEMPTS, rest, aborted_retries, attempt)
+}
+
+/// [`with_retries`] with up to `attempts` attempts, for documents with many writers (a
+/// semaphore's: every holder of every permit writes it), where a lost race is common and
+/// says nothing about the outcome. Pauses stop growing at the sixth attempt's.
+pub(super) fn with_retries_up_to<T>(
+    attempts: u32,
+    rest: &RestClient,
+    aborted_retries: &AtomicU64,
     mut attempt: impl FnMut() -> OpResult<Attempt<T>>,
 ) -> Result<T> {
     let mut tries = 1;
@@ -84,13 +96,13 @@ pub(super) fn with_retries<T>(
             }
             Err(error) => return Err(lock_error(rest, error)),
         }
-        if tries >= CAS_ATTEMPTS {
+        if tries >= attempts {
             return Err(LockError::new(
                 ErrorCode::ServiceUnavailable,
-                format!("Firestore kept changing under this operation ({CAS_ATTEMPTS} attempts)"),
+                format!("Firestore kept changing under this operation ({attempts} attempts)"),
             ));
         }
-        let base = 10u64 << tries;
+        let base = 10u64 << tries.min(CAS_ATTEMPTS);
         std::thread::sleep(Duration::from_millis(
             base / 2 + rand::random_range(0..=base / 2),
         ));

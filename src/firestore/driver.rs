@@ -17,8 +17,9 @@ use super::document::{
 use super::rest::{Document, RestClient, RestError, integer_value, string_value};
 use super::skew::ClockSkew;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
+    LockId, LockList, LockRecord, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, Version, hash_key,
+    is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::{ErrorCode, LockError, Result};
@@ -49,6 +50,8 @@ pub struct FirestoreBackend {
     pub(super) database: String,
     pub(super) collection: String,
     pub(super) fence_collection: String,
+    /// Where semaphores are kept: `<collection>_semaphores` (see `semaphore.rs`).
+    pub(super) semaphore_collection: String,
     pub(super) cleanup_in_is_locked: bool,
     pub(super) max_clock_skew: Option<Duration>,
     pub(super) clock: Arc<dyn Clock>,
@@ -306,96 +309,11 @@ impl FirestoreBackend {
         })
     }
 
-    /// The lock document for `key`, read without a transaction.
-    fn read_lock(&self, key: &Key) -> OpResult<Option<LockDoc>> {
-        let name = self
-            .rest
-            .document_name(&self.collection, &document_id(key.as_str())?);
-        let [document] = self.rest.batch_get([&name])?;
-        match document {
-            None => Ok(None),
-            Some(doc) => Ok(Some(LockDoc::parse(&doc, Some(key.as_str()))?)),
-        }
-    }
-}
-
-impl Driver for FirestoreBackend {
-    fn describe(&self) -> Capabilities {
-        Capabilities::new("firestore", true, TimeAuthority::Client)
-    }
-
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
-        self.check_skew()?;
-        with_retries(&self.rest, &self.aborted_retries, || {
-            self.acquire_once(key.as_str(), ttl.as_millis(), holder)
-        })
-    }
-
-    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        self.check_skew()?;
-        if let Some((name, update_time)) = self.known(lease)? {
-            let delete = json!({
-                "delete": name,
-                "currentDocument": { "updateTime": update_time },
-            });
-            match self.rest.commit_versions(vec![delete]) {
-                // Unchanged since this holder's last write, and live by `known`.
-                Ok(Some(_)) => return Ok(Outcome::Applied(())),
-                // Changed (or a transaction in the way): the long way decides.
-                Ok(None) => {}
-                Err(error) if error.is_aborted() => {}
-                // No usable answer: the delete may or may not have happened. The long way
-                // reads again and decides, so that a hiccup does not leave the lock to block
-                // everyone until it expires (if this delete did happen, it answers "gone").
-                Err(error) if error.is_worth_retrying_now() => {
-                    let error = self.rest.lock_error(error);
-                    log::debug!("syncguard: Firestore release retried by lock id: {error}");
-                }
-                Err(error) => return Err(self.rest.lock_error(error)),
-            }
-        }
-        let lock_id = lease.lock_id.as_str();
-        let (outcome, _) = with_retries(&self.rest, &self.aborted_retries, || {
-            self.mutate_once(lock_id, None)
-        })?;
-        Ok(match outcome {
-            Outcome::Applied(_) => Outcome::Applied(()),
-            Outcome::NotFound => Outcome::NotFound,
-            Outcome::Expired => Outcome::Expired,
-            Outcome::NotOwner => Outcome::NotOwner,
-        })
-    }
-
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        self.check_skew()?;
-        if let Some((name, update_time)) = self.known(lease)? {
-            let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
-            let write = renewal_write(&name, expires_at_ms, &update_time);
-            match self.rest.commit_versions(vec![write]) {
-                Ok(Some(times)) => {
-                    return Ok(Outcome::Applied(Extension {
-                        expires_at_ms,
-                        version: times
-                            .first()
-                            .and_then(Option::as_deref)
-                            .map(|time| version_of(time, expires_at_ms)),
-                    }));
-                }
-                Ok(None) => {}
-                Err(error) if error.is_aborted() => {}
-                Err(error) => return Err(self.rest.lock_error(error)),
-            }
-        }
-        self.extend_by_lock_id(lease, ttl)
-    }
-
-    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        if let Err(error) = self.check_skew() {
-            return leases
-                .iter()
-                .map(|_| Err(LockError::new(error.code(), error.message())))
-                .collect();
-        }
+    /// [`Driver::extend_leases`] for locks only.
+    fn extend_lock_leases(
+        &self,
+        leases: &[(LeaseRef<'_>, Ttl)],
+    ) -> Vec<Result<Outcome<Extension>>> {
         // Leases whose version is known go out as one batch write (each applied on its own,
         // with its own precondition); the rest, and those whose document changed, the long way.
         let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
@@ -463,6 +381,150 @@ impl Driver for FirestoreBackend {
             .collect()
     }
 
+    /// The lock document for `key`, read without a transaction.
+    fn read_lock(&self, key: &Key) -> OpResult<Option<LockDoc>> {
+        let name = self
+            .rest
+            .document_name(&self.collection, &document_id(key.as_str())?);
+        let [document] = self.rest.batch_get([&name])?;
+        match document {
+            None => Ok(None),
+            Some(doc) => Ok(Some(LockDoc::parse(&doc, Some(key.as_str()))?)),
+        }
+    }
+}
+
+impl Driver for FirestoreBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("firestore", true, TimeAuthority::Client)
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+        self.check_skew()?;
+        with_retries(&self.rest, &self.aborted_retries, || {
+            self.acquire_once(key.as_str(), ttl.as_millis(), holder)
+        })
+    }
+
+    fn try_acquire_permit(
+        &self,
+        key: &Key,
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+    ) -> Result<Acquisition> {
+        self.take_permit(key, permits, ttl, holder)
+    }
+
+    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        self.permits_of(key)
+    }
+
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+        if lease.kind == LeaseKind::Permit {
+            return self.give_back_permit(lease);
+        }
+        self.check_skew()?;
+        if let Some((name, update_time)) = self.known(lease)? {
+            let delete = json!({
+                "delete": name,
+                "currentDocument": { "updateTime": update_time },
+            });
+            match self.rest.commit_versions(vec![delete]) {
+                // Unchanged since this holder's last write, and live by `known`.
+                Ok(Some(_)) => return Ok(Outcome::Applied(())),
+                // Changed (or a transaction in the way): the long way decides.
+                Ok(None) => {}
+                Err(error) if error.is_aborted() => {}
+                // No usable answer: the delete may or may not have happened. The long way
+                // reads again and decides, so that a hiccup does not leave the lock to block
+                // everyone until it expires (if this delete did happen, it answers "gone").
+                Err(error) if error.is_worth_retrying_now() => {
+                    let error = self.rest.lock_error(error);
+                    log::debug!("syncguard: Firestore release retried by lock id: {error}");
+                }
+                Err(error) => return Err(self.rest.lock_error(error)),
+            }
+        }
+        let lock_id = lease.lock_id.as_str();
+        let (outcome, _) = with_retries(&self.rest, &self.aborted_retries, || {
+            self.mutate_once(lock_id, None)
+        })?;
+        Ok(match outcome {
+            Outcome::Applied(_) => Outcome::Applied(()),
+            Outcome::NotFound => Outcome::NotFound,
+            Outcome::Expired => Outcome::Expired,
+            Outcome::NotOwner => Outcome::NotOwner,
+        })
+    }
+
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        if lease.kind == LeaseKind::Permit {
+            return self.renew_permit(lease, ttl);
+        }
+        self.check_skew()?;
+        if let Some((name, update_time)) = self.known(lease)? {
+            let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
+            let write = renewal_write(&name, expires_at_ms, &update_time);
+            match self.rest.commit_versions(vec![write]) {
+                Ok(Some(times)) => {
+                    return Ok(Outcome::Applied(Extension {
+                        expires_at_ms,
+                        version: times
+                            .first()
+                            .and_then(Option::as_deref)
+                            .map(|time| version_of(time, expires_at_ms)),
+                    }));
+                }
+                Ok(None) => {}
+                Err(error) if error.is_aborted() => {}
+                Err(error) => return Err(self.rest.lock_error(error)),
+            }
+        }
+        self.extend_by_lock_id(lease, ttl)
+    }
+
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        if let Err(error) = self.check_skew() {
+            return leases
+                .iter()
+                .map(|_| Err(LockError::new(error.code(), error.message())))
+                .collect();
+        }
+        if leases
+            .iter()
+            .all(|(lease, _)| lease.kind == LeaseKind::Lock)
+        {
+            return self.extend_lock_leases(leases);
+        }
+        // A batch mixing locks and permits: the locks as one batch write, the permits one
+        // commit per semaphore, each answer put back in its lease's place.
+        let (locks, permits): (Vec<_>, Vec<_>) = leases
+            .iter()
+            .enumerate()
+            .map(|(i, (lease, ttl))| (i, *lease, *ttl))
+            .partition(|(_, lease, _)| lease.kind == LeaseKind::Lock);
+        let lock_leases: Vec<(LeaseRef<'_>, Ttl)> =
+            locks.iter().map(|(_, lease, ttl)| (*lease, *ttl)).collect();
+        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
+            leases.iter().map(|_| None).collect();
+        for ((i, ..), answer) in locks.iter().zip(self.extend_lock_leases(&lock_leases)) {
+            answers[*i] = Some(answer);
+        }
+        for (i, answer) in self.renew_permit_leases(&permits) {
+            answers[i] = Some(answer);
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(LockError::internal(
+                        "a lease of the batch was left unanswered",
+                    ))
+                })
+            })
+            .collect()
+    }
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;
         let Some(lock) = self.read_lock(key).map_err(|e| lock_error(&self.rest, e))? else {

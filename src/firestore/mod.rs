@@ -27,6 +27,19 @@
 //! would reject (containing `/`, `.` or `..`, or of the form `__…__`) is replaced by its hashed
 //! form, step 4 of [`make_storage_key`].
 //!
+//! In `<collection>_semaphores` (`locks_semaphores` by default; the configured lock collection's
+//! name with `_semaphores` appended), one document per semaphore
+//! ([`LockBackend::acquire_permit`](crate::LockBackend::acquire_permit)), its id derived from
+//! the key as a lock document's is (`msk("", key)`, hashed where Firestore would reject it): `key`
+//! (string), `fence` (string, 15 digits: the last fence the semaphore issued, its own sequence),
+//! and `permits` (array, in fence order) of maps `lockId` (string), `fence` (string, 15
+//! digits), `expiresAtMs` and `acquiredAtMs` (integer), and `holder` (string) when given. A
+//! semaphore is never deleted (its counter lives in it); expired permits are dropped by the
+//! next write to it. At most 1000 permits of about 100 bytes (under 400 with a 256-byte
+//! holder) stay well under Firestore's 1 MiB document limit. The TypeScript SyncGuard has no semaphores and never reads this
+//! collection; a semaphore of one permit on `"k"` is not the lock on `"k"`: neither sees, blocks
+//! or fences the other, and lock cleanups and listings never touch semaphore documents.
+//!
 //! [`make_storage_key`]: crate::driver::make_storage_key
 //!
 //! # Requests and atomicity
@@ -45,6 +58,17 @@
 //! reported and left alone), then `commit` (a lost race is retried). is_locked and lookup: one
 //! read. A commit that meets a TypeScript client's transaction (`ABORTED`) is retried a few
 //! times with jitter, then `ServiceUnavailable`.
+//!
+//! Semaphores: every operation reads the semaphore's document (`batchGet`) and commits it
+//! whole, conditioned on its `updateTime` (or its absence): acquire (expired permits reclaimed,
+//! a permit added if fewer than N are live), release, and renewal are one read and one commit
+//! each, and a batch renewal ([`Driver::extend_leases`](crate::driver::Driver::extend_leases))
+//! renews all its permits of one semaphore in one commit. A commit that lost a race to another
+//! writer of the same semaphore (or met a transaction) reads again, at most 12 times, then
+//! `ServiceUnavailable`: a permit is never granted twice nor lost. An acquisition whose commit
+//! may have been applied is [in doubt](crate::LockError::in_doubt), as a lock's is. Permits
+//! carry no version (every write to the semaphore changes it). Firestore has no release watch:
+//! waiters for a permit poll.
 //!
 //! list ([`LockBackend::list`](crate::LockBackend::list)): `runQuery` on a range of the `key`
 //! field, ordered by it (the automatic single-field index serves it), liveness by the client
@@ -120,6 +144,8 @@ mod document;
 mod driver;
 mod list;
 mod rest;
+mod semaphore;
+mod semaphore_doc;
 mod skew;
 mod timestamp;
 mod transport;

@@ -28,6 +28,8 @@ mod firestore_list;
 #[cfg(feature = "firestore")]
 mod firestore_records;
 #[cfg(feature = "firestore")]
+mod firestore_semaphores;
+#[cfg(feature = "firestore")]
 mod firestore_shapes;
 #[cfg(feature = "firestore")]
 mod firestore_trace;

@@ -42,16 +42,57 @@ impl Document {
 
     /// Field `name` when it holds a `stringValue`.
     pub fn string(&self, name: &str) -> Option<&str> {
-        self.fields.get(name)?.get("stringValue")?.as_str()
+        string_of(self.fields.get(name)?)
     }
 
     /// Field `name` when it holds an `integerValue` (int64 travels as a decimal string; a
     /// JSON number is accepted too).
     pub fn integer(&self, name: &str) -> Option<i64> {
-        match self.fields.get(name)?.get("integerValue")? {
-            Value::String(text) => text.parse().ok(),
-            Value::Number(number) => number.as_i64(),
-            _ => None,
+        integer_of(self.fields.get(name)?)
+    }
+
+    /// Field `name` when it holds an `arrayValue`: its elements, typed values (an empty array
+    /// travels without `values`).
+    pub fn array(&self, name: &str) -> Option<&[Value]> {
+        let array = self.fields.get(name)?.get("arrayValue")?.as_object()?;
+        match array.get("values") {
+            None => Some(&[]),
+            Some(values) => values.as_array().map(Vec::as_slice),
+        }
+    }
+}
+
+/// A typed value's string, when it is a `stringValue`.
+pub(crate) fn string_of(value: &Value) -> Option<&str> {
+    value.get("stringValue")?.as_str()
+}
+
+/// A typed value's integer, when it is an `integerValue` (a decimal string, or a JSON number).
+pub(crate) fn integer_of(value: &Value) -> Option<i64> {
+    match value.get("integerValue")? {
+        Value::String(text) => text.parse().ok(),
+        Value::Number(number) => number.as_i64(),
+        _ => None,
+    }
+}
+
+/// A typed value's fields, when it is a `mapValue` with fields (an empty map travels without
+/// `fields`, and reads as `None`: no map the backend writes is empty).
+pub(crate) fn map_of(value: &Value) -> Option<&Map<String, Value>> {
+    value.get("mapValue")?.get("fields")?.as_object()
+}
+
+impl Document {
+    /// A document with `fields` (an object of typed values), as if read.
+    #[cfg(test)]
+    pub fn for_tests(name: &str, fields: Value) -> Document {
+        let Value::Object(fields) = fields else {
+            panic!("fields are an object");
+        };
+        Document {
+            name: name.to_owned(),
+            update_time: "2026-01-01T00:00:00Z".to_owned(),
+            fields,
         }
     }
 

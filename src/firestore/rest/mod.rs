@@ -18,7 +18,7 @@ use crate::error::LockError;
 mod answer;
 mod error;
 
-pub(crate) use self::answer::Document;
+pub(crate) use self::answer::{Document, integer_of, map_of, string_of};
 pub(crate) use self::error::RestError;
 
 /// The longest answer read (a `runQuery` that matched many documents, at most).
@@ -208,4 +208,12 @@ pub(crate) fn string_value(value: &str) -> Value {
 pub(crate) fn integer_value(value: i64) -> Value {
     // int64 travels as a decimal string in Firestore's JSON.
     json!({ "integerValue": value.to_string() })
+}
+
+pub(crate) fn array_value(values: Vec<Value>) -> Value {
+    json!({ "arrayValue": { "values": values } })
+}
+
+pub(crate) fn map_value(fields: Value) -> Value {
+    json!({ "mapValue": { "fields": fields } })
 }

@@ -1,0 +1,512 @@
+//! Firestore semaphores (issue 25) against the emulator: at most N live holders however many
+//! threads and backends race, the semaphore's own fence sequence, independence from the lock
+//! on the same key, reclaiming expired permits, idempotent release and renewal, batch renewals
+//! mixing locks and permits, callers disagreeing on N, N validated before any request, holders
+//! in fence order, and the document layout.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use crate::support::{
+    TTL, lease, raw_document, shared_firestore_backend, shared_firestore_builder, unique,
+    write_document,
+};
+use serde_json::json;
+use syncguard::driver::{Acquisition, Driver as _, Holder, Key, LeaseRef, LockId, Permits, Ttl};
+use syncguard::firestore::FirestoreBackend;
+use syncguard::testing::support::wait_until;
+use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend};
+
+/// Long enough for an expired permit to be reclaimable: TTL plus the 1000 ms tolerance, on a
+/// loaded machine.
+const EXPIRY_WAIT: Duration = Duration::from_secs(20);
+/// A TTL that runs out during a test.
+const SHORT: Duration = Duration::from_millis(100);
+
+/// The permit of an acquisition that must succeed.
+#[track_caller]
+fn permit(backend: &FirestoreBackend, key: &str, permits: u32, ttl: Duration) -> Lease {
+    lease(backend.acquire_permit(key, permits, ttl))
+}
+
+/// Whether an acquisition was refused because the semaphore is full.
+#[track_caller]
+fn refused(backend: &FirestoreBackend, key: &str, permits: u32) -> bool {
+    matches!(
+        backend
+            .acquire_permit(key, permits, TTL)
+            .expect("acquire_permit"),
+        AcquireOutcome::Locked
+    )
+}
+
+/// The fences of the live permits of `key`, as `permit_holders` lists them.
+fn holder_fences(backend: &FirestoreBackend, key: &str) -> Vec<u64> {
+    backend
+        .permit_holders(key)
+        .expect("permit_holders")
+        .iter()
+        .map(|info| info.fence.value())
+        .collect()
+}
+
+#[test]
+fn never_more_than_n_live_holders_across_threads_and_backends() {
+    const N: usize = 3;
+    const THREADS_PER_BACKEND: usize = 3;
+    const ROUNDS: usize = 6;
+    let key = Arc::new(unique("sem-race"));
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for _ in 0..2 {
+        // Each backend its own client: the races are between processes' worth of clients.
+        let backend = Arc::new(shared_firestore_backend());
+        for _ in 0..THREADS_PER_BACKEND {
+            let (backend, key, holding, most, fences) = (
+                Arc::clone(&backend),
+                Arc::clone(&key),
+                Arc::clone(&holding),
+                Arc::clone(&most),
+                Arc::clone(&fences),
+            );
+            threads.push(thread::spawn(move || {
+                let mut granted = 0;
+                for _ in 0..ROUNDS * 4 {
+                    if granted == ROUNDS {
+                        break;
+                    }
+                    let lease = match backend.acquire_permit(&key, N as u32, TTL) {
+                        Ok(AcquireOutcome::Acquired(lease)) => lease,
+                        Ok(AcquireOutcome::Locked) => {
+                            thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                        // Contention past the retry bound: refused, not granted.
+                        Err(error) if error.code() == ErrorCode::ServiceUnavailable => continue,
+                        Err(error) => panic!("acquire_permit: {error}"),
+                    };
+                    granted += 1;
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    assert!(now <= N, "{now} holders of a semaphore of {N} permits");
+                    fences.lock().unwrap().push(lease.fence.value());
+                    thread::sleep(Duration::from_millis(20));
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    assert!(
+                        backend
+                            .release_permit(&key, &lease.lock_id)
+                            .expect("release_permit"),
+                        "a held permit was not there to release"
+                    );
+                }
+                granted
+            }));
+        }
+    }
+    let granted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let backend = shared_firestore_backend();
+    assert!(holder_fences(&backend, &key).is_empty());
+    let mut fences = Arc::try_unwrap(fences).unwrap().into_inner().unwrap();
+    assert_eq!(fences.len(), granted);
+    assert!(granted >= N, "only {granted} permits granted");
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), granted, "a fence was issued twice");
+    assert!(most.load(Ordering::SeqCst) <= N);
+}
+
+#[test]
+fn fences_increase_per_semaphore_apart_from_the_locks_fences() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-fences");
+    let lock = lease(backend.acquire(&key, TTL));
+    assert_eq!(lock.fence.value(), 1);
+    assert!(backend.release(&lock.lock_id).unwrap());
+    assert_eq!(lease(backend.acquire(&key, TTL)).fence.value(), 2);
+
+    let first = permit(&backend, &key, 5, TTL);
+    let second = permit(&backend, &key, 5, TTL);
+    assert_eq!((first.fence.value(), second.fence.value()), (1, 2));
+    assert!(backend.release_permit(&key, &second.lock_id).unwrap());
+    // A released permit's fence is never issued again.
+    let third = permit(&backend, &key, 5, TTL);
+    assert_eq!(third.fence.value(), 3);
+    // Another semaphore has its own sequence.
+    assert_eq!(
+        permit(&backend, &unique("sem-other"), 5, TTL).fence.value(),
+        1
+    );
+    // And the lock's counter did not move with the permits.
+    let counter = raw_document("fence_counters", &backend.fence_document_id(&key).unwrap())
+        .expect("the lock's fence counter");
+    assert_eq!(
+        counter["fields"]["fence"],
+        json!({ "stringValue": "000000000000002" })
+    );
+}
+
+#[test]
+fn the_lock_and_the_semaphore_on_one_key_do_not_affect_each_other() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-apart");
+    let lock = lease(backend.acquire(&key, TTL));
+    // A semaphore of one permit on the key is not its lock.
+    let held = permit(&backend, &key, 1, TTL);
+    assert!(refused(&backend, &key, 1));
+    assert!(matches!(
+        backend.acquire(&key, TTL).unwrap(),
+        AcquireOutcome::Locked
+    ));
+    // A permit's lock id does not release or extend the lock, nor the lock's the permit.
+    assert!(!backend.release(&held.lock_id).unwrap());
+    assert!(backend.extend(&held.lock_id, TTL).unwrap().is_none());
+    assert!(!backend.release_permit(&key, &lock.lock_id).unwrap());
+    assert_eq!(holder_fences(&backend, &key), [held.fence.value()]);
+
+    assert!(backend.release(&lock.lock_id).unwrap());
+    assert!(!backend.is_locked(&key).unwrap());
+    assert_eq!(holder_fences(&backend, &key), [held.fence.value()]);
+    let relocked = lease(backend.acquire(&key, TTL));
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(backend.is_locked(&key).unwrap());
+    let lock_doc = raw_document("locks", &backend.lock_document_id(&key).unwrap()).unwrap();
+    assert_eq!(
+        lock_doc["fields"]["lockId"],
+        json!({ "stringValue": relocked.lock_id })
+    );
+}
+
+#[test]
+fn expired_permits_are_reclaimed_by_the_next_acquire() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-reclaim");
+    let stale = permit(&backend, &key, 1, SHORT);
+    let fresh = {
+        let mut fresh = None;
+        wait_until("the expired permit to be reclaimed", EXPIRY_WAIT, || {
+            match backend
+                .acquire_permit(&key, 1, TTL)
+                .expect("acquire_permit")
+            {
+                AcquireOutcome::Acquired(lease) => fresh = Some(lease),
+                AcquireOutcome::Locked => thread::sleep(Duration::from_millis(50)),
+            }
+            fresh.is_some()
+        });
+        fresh.unwrap()
+    };
+    assert!(fresh.fence > stale.fence);
+    // Reclaimed: gone from the document, never revived.
+    let id = backend.lock_document_id(&key).unwrap();
+    let document = raw_document("locks_semaphores", &id).expect("the semaphore document");
+    let permits = document["fields"]["permits"]["arrayValue"]["values"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(permits.len(), 1);
+    assert_eq!(
+        permits[0]["mapValue"]["fields"]["lockId"],
+        json!({ "stringValue": fresh.lock_id })
+    );
+    assert!(
+        backend
+            .extend_permit(&key, &stale.lock_id, TTL)
+            .unwrap()
+            .is_none()
+    );
+    assert!(!backend.release_permit(&key, &stale.lock_id).unwrap());
+    assert!(refused(&backend, &key, 1));
+}
+
+#[test]
+fn release_and_extend_are_idempotent_and_never_revive() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-idem");
+    let held = permit(&backend, &key, 2, TTL);
+    let before = held.expires_at_ms;
+    let extended = backend
+        .extend_permit(&key, &held.lock_id, TTL * 2)
+        .unwrap()
+        .expect("a live permit extends");
+    assert!(extended > before);
+    assert!(
+        backend
+            .extend_permit(&key, &held.lock_id, TTL)
+            .unwrap()
+            .is_some()
+    );
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(!backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(
+        backend
+            .extend_permit(&key, &held.lock_id, TTL)
+            .unwrap()
+            .is_none()
+    );
+    assert!(holder_fences(&backend, &key).is_empty());
+
+    // An expired permit: extending answers Expired and removes it; it never comes back.
+    let (key, id) = (Key::new(&key).unwrap(), LockId::new(&generate()).unwrap());
+    assert!(
+        !backend
+            .release_lease(LeaseRef::permit(&id, &key))
+            .unwrap()
+            .is_applied()
+    );
+    let short = permit(&backend, key.as_str(), 2, SHORT);
+    let short_id = LockId::new(&short.lock_id).unwrap();
+    wait_until("the short permit to expire", EXPIRY_WAIT, || {
+        holder_fences(&backend, key.as_str()).is_empty()
+    });
+    let ttl = Ttl::new(TTL).unwrap();
+    assert_eq!(
+        backend
+            .extend_lease(LeaseRef::permit(&short_id, &key), ttl)
+            .unwrap(),
+        syncguard::driver::Outcome::Expired
+    );
+    assert_eq!(
+        backend
+            .extend_lease(LeaseRef::permit(&short_id, &key), ttl)
+            .unwrap(),
+        syncguard::driver::Outcome::NotFound
+    );
+    assert_eq!(
+        backend
+            .release_lease(LeaseRef::permit(&short_id, &key))
+            .unwrap(),
+        syncguard::driver::Outcome::NotFound
+    );
+    assert!(holder_fences(&backend, key.as_str()).is_empty());
+}
+
+fn generate() -> String {
+    syncguard::driver::generate_lock_id()
+}
+
+#[test]
+fn a_batch_renewal_mixing_locks_and_permits_answers_each_lease() {
+    use syncguard::driver::Outcome;
+    let backend = shared_firestore_backend();
+    let outsider = shared_firestore_backend();
+    let (lock_a, lock_b) = (unique("sem-batch-a"), unique("sem-batch-b"));
+    let (sem_1, sem_2) = (unique("sem-batch-1"), unique("sem-batch-2"));
+    let a = lease(backend.acquire(&lock_a, TTL));
+    let b = lease(backend.acquire(&lock_b, TTL));
+    let p1 = permit(&backend, &sem_1, 3, TTL);
+    let p2 = permit(&backend, &sem_1, 3, TTL);
+    let p3 = permit(&backend, &sem_2, 3, TTL);
+    let p4 = permit(&backend, &sem_2, 3, SHORT);
+    // Released from outside: the lock on B and the second permit of semaphore 1.
+    assert!(outsider.release(&b.lock_id).unwrap());
+    assert!(outsider.release_permit(&sem_1, &p2.lock_id).unwrap());
+    wait_until("the short permit to expire", EXPIRY_WAIT, || {
+        holder_fences(&backend, &sem_2).len() == 1
+    });
+
+    let keys: Vec<Key> = [&lock_a, &lock_b, &sem_1, &sem_2]
+        .iter()
+        .map(|key| Key::new(key).unwrap())
+        .collect();
+    let ids: Vec<LockId> = [&a, &b, &p1, &p2, &p3, &p4]
+        .iter()
+        .map(|lease| LockId::new(&lease.lock_id).unwrap())
+        .collect();
+    let unknown = LockId::new(&generate()).unwrap();
+    let ttl = Ttl::new(TTL * 2).unwrap();
+    let leases = [
+        (LeaseRef::new(&ids[0]).with_key(&keys[0]), ttl),
+        (LeaseRef::permit(&ids[2], &keys[2]), ttl),
+        (LeaseRef::new(&ids[1]).with_key(&keys[1]), ttl),
+        (LeaseRef::permit(&ids[3], &keys[2]), ttl),
+        (LeaseRef::permit(&ids[4], &keys[3]), ttl),
+        (LeaseRef::permit(&ids[5], &keys[3]), ttl),
+        (LeaseRef::permit(&unknown, &keys[3]), ttl),
+        // A permit's lock id, asked for as a lock: no lock has it.
+        (LeaseRef::new(&ids[4]).with_key(&keys[3]), ttl),
+    ];
+    let answers: Vec<Outcome<()>> = backend
+        .extend_leases(&leases)
+        .into_iter()
+        .map(|answer| match answer.expect("a renewal answer") {
+            Outcome::Applied(extension) => {
+                assert!(extension.expires_at_ms > a.expires_at_ms);
+                Outcome::Applied(())
+            }
+            Outcome::NotFound => Outcome::NotFound,
+            Outcome::Expired => Outcome::Expired,
+            Outcome::NotOwner => Outcome::NotOwner,
+        })
+        .collect();
+    use Outcome::{Applied, Expired, NotFound};
+    assert_eq!(
+        answers,
+        [
+            Applied(()),
+            Applied(()),
+            NotFound,
+            NotFound,
+            Applied(()),
+            Expired,
+            NotFound,
+            NotFound
+        ]
+    );
+    // The renewals are stored.
+    let renewed = backend.permit_holders(&sem_2).unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert!(renewed[0].expires_at_ms > p3.expires_at_ms);
+    let renewed = backend.permit_holders(&sem_1).unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert!(renewed[0].expires_at_ms > p1.expires_at_ms);
+}
+
+#[test]
+fn callers_disagreeing_on_n_each_get_their_own_limit() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-n");
+    permit(&backend, &key, 2, TTL);
+    permit(&backend, &key, 2, TTL);
+    assert!(refused(&backend, &key, 2));
+    assert!(refused(&backend, &key, 1));
+    permit(&backend, &key, 5, TTL);
+    assert!(refused(&backend, &key, 3));
+    assert_eq!(holder_fences(&backend, &key), [1, 2, 3]);
+}
+
+#[test]
+fn bad_numbers_of_permits_are_refused_before_any_request() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-bad-n");
+    let before = backend.stats().requests;
+    for bad in [0, 1001, u32::MAX] {
+        let error = backend.acquire_permit(&key, bad, TTL).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{bad}");
+    }
+    assert_eq!(backend.stats().requests, before);
+    // The bounds themselves are accepted.
+    permit(&backend, &key, 1, TTL);
+    permit(&backend, &key, 1000, TTL);
+}
+
+#[test]
+fn holders_are_listed_in_fence_order_with_their_descriptions() {
+    let backend = shared_firestore_backend();
+    let key = Key::new(&unique("sem-holders")).unwrap();
+    let (permits, ttl) = (Permits::new(4).unwrap(), Ttl::new(TTL).unwrap());
+    let take = |holder: Option<&str>| {
+        let holder = holder.map(|h| Holder::new(h).unwrap());
+        match backend
+            .try_acquire_permit(&key, permits, ttl, holder.as_ref())
+            .unwrap()
+        {
+            Acquisition::Acquired { lease, .. } => lease,
+            Acquisition::Locked => panic!("refused"),
+        }
+    };
+    let one = take(Some("worker one"));
+    let two = take(Some("worker two"));
+    let three = take(None);
+    assert!(backend.release_permit(key.as_str(), &two.lock_id).unwrap());
+    let four = take(Some("worker four"));
+    let raw = backend.permit_holders_raw(key.as_str()).unwrap();
+    let seen: Vec<(String, u64, Option<String>)> = raw
+        .iter()
+        .map(|r| {
+            (
+                r.lock_id.clone(),
+                r.info.fence.value(),
+                r.info.holder.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (one.lock_id, 1, Some("worker one".to_owned())),
+            (three.lock_id, 3, None),
+            (four.lock_id, 4, Some("worker four".to_owned())),
+        ]
+    );
+    assert!(raw.iter().all(|r| r.key == key.as_str()));
+    let records = backend.find_permits(&key).unwrap();
+    assert!(records.windows(2).all(|w| w[0].fence < w[1].fence));
+}
+
+#[test]
+fn semaphores_live_in_their_own_collection_beside_the_locks() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-doc");
+    let held = permit(&backend, &key, 2, TTL);
+    let id = backend.lock_document_id(&key).unwrap();
+    assert!(raw_document("locks", &id).is_none());
+    let document = raw_document("locks_semaphores", &id).expect("the semaphore document");
+    let fields = &document["fields"];
+    assert_eq!(fields["key"], json!({ "stringValue": key }));
+    assert_eq!(fields["fence"], json!({ "stringValue": "000000000000001" }));
+    let permit_fields = &fields["permits"]["arrayValue"]["values"][0]["mapValue"]["fields"];
+    assert_eq!(
+        permit_fields["lockId"],
+        json!({ "stringValue": held.lock_id })
+    );
+    assert_eq!(
+        permit_fields["fence"],
+        json!({ "stringValue": "000000000000001" })
+    );
+    assert_eq!(
+        permit_fields["expiresAtMs"],
+        json!({ "integerValue": held.expires_at_ms.to_string() })
+    );
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    // The document (and its fence counter) outlives its permits.
+    let document = raw_document("locks_semaphores", &id).expect("kept after release");
+    assert_eq!(
+        document["fields"]["fence"],
+        json!({ "stringValue": "000000000000001" })
+    );
+
+    // Another lock collection, another semaphore collection.
+    let custom = shared_firestore_builder()
+        .collection("sem_test_locks")
+        .build()
+        .unwrap();
+    let held = permit(&custom, &key, 1, TTL);
+    assert!(raw_document("sem_test_locks_semaphores", &id).is_some());
+    assert!(custom.release_permit(&key, &held.lock_id).unwrap());
+    let clash = shared_firestore_builder()
+        .fence_collection("locks_semaphores")
+        .build()
+        .unwrap_err();
+    assert_eq!(clash.code(), ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn a_document_that_is_not_a_semaphore_is_an_error_and_left_alone() {
+    let backend = shared_firestore_backend();
+    let key = unique("sem-foreign");
+    let id = backend.lock_document_id(&key).unwrap();
+    let fields = json!({
+        "key": { "stringValue": key },
+        "fence": { "stringValue": "not a fence" },
+        "permits": { "arrayValue": {} },
+    });
+    write_document("locks_semaphores", &id, fields.clone());
+    let lock_id = generate();
+    let errors = [
+        backend.acquire_permit(&key, 5, TTL).unwrap_err(),
+        backend.permit_holders(&key).unwrap_err(),
+        backend.release_permit(&key, &lock_id).unwrap_err(),
+        backend.extend_permit(&key, &lock_id, TTL).unwrap_err(),
+    ];
+    for error in errors {
+        assert_eq!(error.code(), ErrorCode::Internal, "{error}");
+        assert!(error.to_string().contains("semaphore"), "{error}");
+    }
+    let stored = raw_document("locks_semaphores", &id).unwrap();
+    assert_eq!(stored["fields"], fields);
+}
