@@ -59,7 +59,9 @@ impl FenceWatch {
         if highest.len() >= MAX_KEYS {
             highest.clear();
         }
-        let recorded = highest.entry((kind, key.as_str().to_owned())).or_insert(fence);
+        let recorded = highest
+            .entry((kind, key.as_str().to_owned()))
+            .or_insert(fence);
         *recorded = (*recorded).max(fence);
         Ok(())
     }
@@ -92,8 +94,12 @@ mod tests {
         grant(&key, LeaseKind::Permit, 1).unwrap();
         // Two permits sent at once, granted 3 and 2, recorded 3 first: both are fine.
         let seen = watch.highest(&key, LeaseKind::Permit);
-        watch.check(&key, LeaseKind::Permit, fence(3), seen).unwrap();
-        watch.check(&key, LeaseKind::Permit, fence(2), seen).unwrap();
+        watch
+            .check(&key, LeaseKind::Permit, fence(3), seen)
+            .unwrap();
+        watch
+            .check(&key, LeaseKind::Permit, fence(2), seen)
+            .unwrap();
         assert_eq!(watch.highest(&key, LeaseKind::Permit), Some(fence(3)));
     }
 }

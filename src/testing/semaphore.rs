@@ -35,7 +35,7 @@ fn refused<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u32) -> boo
 
 /// Eight threads on two lockers contend for a semaphore of 3, each holding a permit for a
 /// moment several times: never more than three inside at once, every fence different, and a
-/// permit granted after another was given back has the larger fence.
+/// permit asked for after another was given back has the larger fence.
 pub fn never_more_than_n_holders<B: LockBackend + 'static>(backend: B) {
     const PERMITS: usize = 3;
     let key = unique_key("sem-holders");
@@ -54,17 +54,17 @@ pub fn never_more_than_n_holders<B: LockBackend + 'static>(backend: B) {
             let (inside, most, sections) = (&inside, &most, &sections);
             scope.spawn(move || {
                 for _ in 0..4 {
+                    let asked = Instant::now();
                     let guard = semaphore.acquire().expect("a permit within the deadline");
-                    let start = Instant::now();
                     let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now_inside, Ordering::SeqCst);
                     // Work while holding the permit (not synchronisation): others contend.
                     thread::sleep(Duration::from_millis(5));
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    let end = Instant::now();
                     let fence = guard.fence().value();
                     assert!(guard.release().expect("release"), "the permit was held");
-                    sections.lock().unwrap().push((fence, start, end));
+                    let given_back = Instant::now();
+                    sections.lock().unwrap().push((fence, asked, given_back));
                 }
             });
         }
@@ -79,10 +79,10 @@ pub fn never_more_than_n_holders<B: LockBackend + 'static>(backend: B) {
     fences.sort_unstable();
     fences.dedup();
     assert_eq!(fences.len(), sections.len(), "a fence was granted twice");
-    for (fence_a, _, end_a) in &sections {
-        for (fence_b, start_b, _) in &sections {
+    for (fence_a, _, given_back_a) in &sections {
+        for (fence_b, asked_b, _) in &sections {
             assert!(
-                !(end_a < start_b && fence_a > fence_b),
+                !(given_back_a < asked_b && fence_a > fence_b),
                 "fence {fence_b} was granted after fence {fence_a} was given back"
             );
         }

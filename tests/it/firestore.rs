@@ -23,6 +23,7 @@ use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_firestore_backend);
 syncguard::guard_contract!(shared_firestore_backend);
+syncguard::semaphore_contract!(shared_firestore_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Documents

@@ -20,6 +20,7 @@ use syncguard::{AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_postgres_backend);
 syncguard::guard_contract!(shared_postgres_backend);
+syncguard::semaphore_contract!(shared_postgres_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Schema and storage format

@@ -20,6 +20,7 @@ use syncguard::{ErrorCode, LockBackend};
 
 syncguard::backend_contract!(shared_redis_backend);
 syncguard::guard_contract!(shared_redis_backend);
+syncguard::semaphore_contract!(shared_redis_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Storage format (shared with the TypeScript SyncGuard)
@@ -691,6 +692,7 @@ mod cluster_layout_on_one_server {
 
     syncguard::backend_contract!(backend);
     syncguard::guard_contract!(backend);
+    syncguard::semaphore_contract!(backend);
 
     #[test]
     fn the_index_entry_follows_the_record() {
