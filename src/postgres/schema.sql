@@ -290,16 +290,15 @@ FROM wanted w, clock c
 WHERE p.key = w.key AND p.lock_id = w.lock_id
 AND p.expires_at_ms > c.now_ms - $4
 RETURNING p.key, p.lock_id, p.expires_at_ms),
-reclaimed AS (
-DELETE FROM "syncguard_locks_permits" AS p USING wanted w, clock c
+expired AS (
+SELECT p.key, p.lock_id FROM "syncguard_locks_permits" p, wanted w, clock c
 WHERE p.key = w.key AND p.lock_id = w.lock_id
-AND p.expires_at_ms <= c.now_ms - $4
-RETURNING p.key, p.lock_id)
+AND p.expires_at_ms <= c.now_ms - $4)
 SELECT w.ord, r.expires_at_ms,
 (r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present
 FROM wanted w
 LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id
-LEFT JOIN reclaimed d ON d.key = w.key AND d.lock_id = w.lock_id
+LEFT JOIN expired d ON d.key = w.key AND d.lock_id = w.lock_id
 ORDER BY w.ord;
 END
 $syncguard$;

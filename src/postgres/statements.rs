@@ -66,8 +66,10 @@
 //! table is first locked in the strongest mode the call takes on it (`ROW EXCLUSIVE`, by the
 //! first `INSERT` or `DELETE`), so no call waits to upgrade a lock it already holds. Release
 //! deletes the permit by key and lock id and announces it like a lock's release; renewal
-//! extends the live permits and deletes the expired ones named, in one statement; neither
-//! takes the semaphore row, so a release never waits for acquirers. Without the functions
+//! extends the live permits named, in one statement, and leaves the expired ones to the next
+//! acquisition or release (deleting them too, it could take two rows an acquirer is deleting in
+//! the other order, and deadlock with it); neither takes the semaphore row, so a release never
+//! waits for acquirers. Without the functions
 //! (tables set up by an older syncguard) the call fails with the "run `syncguard setup`"
 //! error.
 
@@ -324,7 +326,8 @@ pub(crate) struct Statements {
     /// Semaphores (function only). `$1` storage keys, `$2` lock ids, `$3` ttls ms, `$4`
     /// tolerance ms → one row per permit, in the order given: `ord` (1-based position),
     /// `expires_at_ms` (null unless extended), `present` (false when no such permit was
-    /// stored). An expired permit is removed, never extended.
+    /// stored). An expired permit is answered as such, never extended; it is left for the
+    /// next acquisition or release to remove.
     pub permit_renew: Op,
     /// Semaphores (function only). `$1` storage key, `$2` tolerance ms → the live permits, as
     /// the lookups' rows (`holder` as given), in fence order.
@@ -636,16 +639,15 @@ impl Statements {
                      WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
                        AND p.expires_at_ms > c.now_ms - $4\n\
                      RETURNING p.key, p.lock_id, p.expires_at_ms),\n\
-                 reclaimed AS (\n\
-                     DELETE FROM {permits} AS p USING wanted w, clock c\n\
+                 expired AS (\n\
+                     SELECT p.key, p.lock_id FROM {permits} p, wanted w, clock c\n\
                      WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
-                       AND p.expires_at_ms <= c.now_ms - $4\n\
-                     RETURNING p.key, p.lock_id)\n\
+                       AND p.expires_at_ms <= c.now_ms - $4)\n\
                  SELECT w.ord, r.expires_at_ms,\n\
                         (r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present\n\
                  FROM wanted w\n\
                  LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id\n\
-                 LEFT JOIN reclaimed d ON d.key = w.key AND d.lock_id = w.lock_id\n\
+                 LEFT JOIN expired d ON d.key = w.key AND d.lock_id = w.lock_id\n\
                  ORDER BY w.ord"
                 ),
             ),

@@ -257,9 +257,19 @@ fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
             .unwrap(),
         Outcome::NotFound
     );
+    // A renewal never deletes (it could deadlock with an acquirer reclaiming the same rows):
+    // the expired permit stays expired until a release or the next acquisition removes it.
+    for _ in 0..2 {
+        assert_eq!(
+            backend
+                .extend_lease(LeaseRef::permit(&second_id, &key), ttl)
+                .unwrap(),
+            Outcome::Expired
+        );
+    }
     assert_eq!(
         backend
-            .extend_lease(LeaseRef::permit(&second_id, &key), ttl)
+            .release_lease(LeaseRef::permit(&second_id, &key))
             .unwrap(),
         Outcome::Expired
     );
