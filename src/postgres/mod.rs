@@ -32,7 +32,8 @@
 //! one call of a server function (one round trip, one transaction): acquirers of one semaphore
 //! take turns on a row lock of its `_semaphores` row, so concurrent acquires, through a
 //! transaction-mode pooler too, never grant more than N live permits; an acquire first
-//! deletes the semaphore's expired permits. Releasing a permit is announced like a lock's
+//! deletes the semaphore's expired permits (a renewal never does: it answers them expired).
+//! Releasing a permit is announced like a lock's
 //! release. Without the functions (tables set up by an older syncguard) semaphore calls fail
 //! with the "run `syncguard setup`" error; locks keep working.
 //!
