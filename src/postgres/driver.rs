@@ -233,6 +233,24 @@ impl PostgresBackend {
     }
 }
 
+/// An acquisition's error: in doubt when it was sent without an answer, for the server may
+/// still grant the lock (or the permit) under `lock_id` (the Locker releases it).
+fn in_doubt_if_unanswered(error: LockError, lock_id: &str, key: &Key) -> LockError {
+    if ServerError::is_unanswered(&error) {
+        error.in_doubt(lock_id).with_key(key.as_str())
+    } else {
+        error
+    }
+}
+
+/// A granted lock or permit, from the fence text and the expiry the server answered.
+fn granted(lock_id: String, fence: &str, expires_at_ms: i64, key: &Key) -> Result<Acquisition> {
+    let fence: Fence = fence.parse()?;
+    // Re-issuing through from_counter applies the warning threshold.
+    let fence = Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
+    Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+}
+
 /// The `fence_key` of the counter row that belongs to a storage key.
 fn fence_key_of(storage_key: &str) -> Result<String> {
     make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
@@ -382,15 +400,7 @@ impl Driver for PostgresBackend {
                     holder.map(Holder::as_str).into(),
                 ],
             )
-            .map_err(|error| {
-                // Sent without an answer: the server may still take the lock under this id
-                // (the Locker releases it).
-                if ServerError::is_unanswered(&error) {
-                    error.in_doubt(lock_id.as_str()).with_key(key.as_str())
-                } else {
-                    error
-                }
-            })?;
+            .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("acquire returned no row"))?;
@@ -401,13 +411,7 @@ impl Driver for PostgresBackend {
             return Err(not_a_record(&self.tables, key.as_str()));
         }
         match (fence, expires_at_ms) {
-            (Some(fence), Some(expires_at_ms)) => {
-                let fence: Fence = fence.parse()?;
-                // Re-issuing through from_counter applies the warning threshold.
-                let fence =
-                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
-                Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
-            }
+            (Some(fence), Some(expires_at_ms)) => granted(lock_id, &fence, expires_at_ms, key),
             // Refused by the statement before anything was written.
             _ if let Some(counter) = bad_counter => {
                 Err(bad_counter_error(counter).with_key(key.as_str()))
@@ -439,27 +443,14 @@ impl Driver for PostgresBackend {
                     holder.map(Holder::as_str).into(),
                 ],
             )
-            .map_err(|error| {
-                // Sent without an answer: the permit may be held under this id.
-                if ServerError::is_unanswered(&error) {
-                    error.in_doubt(lock_id.as_str()).with_key(key.as_str())
-                } else {
-                    error
-                }
-            })?;
+            .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
         let row = rows
             .first()
             .ok_or_else(|| LockError::internal("permit acquire returned no row"))?;
         let fence: Option<String> = column(row, "fence")?;
         let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
         match (fence, expires_at_ms) {
-            (Some(fence), Some(expires_at_ms)) => {
-                let fence: Fence = fence.parse()?;
-                // Re-issuing through from_counter applies the warning threshold.
-                let fence =
-                    Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
-                Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
-            }
+            (Some(fence), Some(expires_at_ms)) => granted(lock_id, &fence, expires_at_ms, key),
             _ if let Some(counter) = column::<Option<i64>>(row, "bad_counter")? => {
                 Err(bad_counter_error(counter).with_key(key.as_str()))
             }
