@@ -89,6 +89,23 @@ struct Entry {
 const MIN_SWEEP_AT: usize = 1024;
 
 impl Entry {
+    /// A lock (or permit) granted at `now_ms` for `ttl`.
+    fn granted(
+        lock_id: &str,
+        now_ms: i64,
+        ttl: Ttl,
+        fence: Fence,
+        holder: Option<&Holder>,
+    ) -> Self {
+        Entry {
+            lock_id: lock_id.to_owned(),
+            expires_at_ms: now_ms.saturating_add(ttl.as_millis()),
+            acquired_at_ms: now_ms,
+            fence,
+            holder: holder.map(Holder::to_string),
+        }
+    }
+
     /// The raw record of this lock on `key`.
     fn record(&self, key: &str) -> LockRecord {
         LockRecord {
@@ -269,16 +286,8 @@ impl Driver for MemoryBackend {
             state.keys_by_id.remove(&old.lock_id);
         }
         state.keys_by_id.insert(lock_id.clone(), key.to_string());
-        state.locks.insert(
-            key.to_string(),
-            Entry {
-                lock_id: lock_id.clone(),
-                expires_at_ms,
-                acquired_at_ms: now_ms,
-                fence,
-                holder: holder.map(Holder::to_string),
-            },
-        );
+        let entry = Entry::granted(&lock_id, now_ms, ttl, fence, holder);
+        state.locks.insert(key.to_string(), entry);
         Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
     }
 
@@ -304,16 +313,8 @@ impl Driver for MemoryBackend {
         let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
         let expires_at_ms = now_ms.saturating_add(ttl.as_millis());
         semaphore.fence = counter;
-        semaphore.held.insert(
-            lock_id.clone(),
-            Entry {
-                lock_id: lock_id.clone(),
-                expires_at_ms,
-                acquired_at_ms: now_ms,
-                fence,
-                holder: holder.map(Holder::to_string),
-            },
-        );
+        let entry = Entry::granted(&lock_id, now_ms, ttl, fence, holder);
+        semaphore.held.insert(lock_id.clone(), entry);
         Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
     }
 
