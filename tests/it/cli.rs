@@ -2225,3 +2225,390 @@ fn with_wait_every_machine_runs_the_job_in_turn(url: &str) {
     }
     assert_eq!(runs, 3, "each machine ran the job");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Semaphores: --permits N
+// ---------------------------------------------------------------------------------------------
+
+on_redis_and_postgres!(
+    semaphore_run_admits_at_most_n_at_once,
+    semaphore_acquire_status_extend_release,
+);
+
+/// A `run --permits N` command: logs `start`, waits (at most 30 s) until `$2` starts are in
+/// the log, so that the first ones are known to overlap, then logs `end`.
+const PERMIT_JOB: &str = r#"echo start >> "$1"
+i=0; while [ "$(grep -c start "$1")" -lt "$2" ] && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+sleep 0.2; echo end >> "$1""#;
+
+/// The most `start`s without their `end` at any point of the log (lines appended in order).
+fn most_at_once(log: &str) -> (usize, usize) {
+    let (mut running, mut most, mut starts) = (0usize, 0usize, 0usize);
+    for line in log.lines() {
+        match line {
+            "start" => {
+                starts += 1;
+                running += 1;
+                most = most.max(running);
+            }
+            "end" => running = running.saturating_sub(1),
+            other => panic!("unexpected line {other:?} in the log:\n{log}"),
+        }
+    }
+    (most, starts)
+}
+
+/// Five `run --permits 2 --wait` on one key, started together: each command runs, exits 0,
+/// and never more than 2 at once; the first two do overlap (each waits for the other to start),
+/// so a semaphore of 1 (or the lock) would fail the test too.
+fn semaphore_run_admits_at_most_n_at_once(url: &str) {
+    let (scratch, key) = scratch_and_key("permits-run");
+    let log = scratch.arg("log");
+    let runs: Vec<Running> = (0..5)
+        .map(|_| {
+            Running::start(syncguard(&with_url(
+                url,
+                &[
+                    "run",
+                    "--key",
+                    &key,
+                    "--permits",
+                    "2",
+                    "--wait",
+                    "2m",
+                    "--",
+                    "sh",
+                    "-c",
+                    PERMIT_JOB,
+                    "job",
+                    &log,
+                    "2",
+                ],
+            )))
+        })
+        .collect();
+    for run in runs {
+        run.finish().expect_code(0);
+    }
+    let text = read(Path::new(&log));
+    let (most, starts) = most_at_once(&text);
+    assert_eq!(starts, 5, "every command ran:\n{text}");
+    assert_eq!(most, 2, "2 commands at once, never more:\n{text}");
+    assert_eq!(
+        text.lines().filter(|line| *line == "end").count(),
+        5,
+        "{text}"
+    );
+    // Every permit was given back, and the key's lock was never involved.
+    expect_unlocked(url, &key);
+}
+
+/// `acquire --permits` prints what it prints for a lock plus `permits`; `status --key` adds the
+/// holders (with their descriptions; raw lock ids with `--raw`) to the key's lock, or shows them
+/// alone; the lock and the semaphore on one key are apart; `extend`/`release --permit --key`
+/// work on a permit and a plain `release` does not touch it.
+fn semaphore_acquire_status_extend_release(url: &str) {
+    let key = unique("permits-cli");
+    let acquire_permit = |holder: &str| {
+        let out = sg(
+            url,
+            &[
+                "acquire",
+                "--key",
+                &key,
+                "--permits",
+                "2",
+                "--holder",
+                holder,
+                "--ttl",
+                "30s",
+            ],
+        );
+        out.expect_code(0);
+        let acquired = out.json();
+        assert_eq!(
+            fields(&acquired),
+            ["expiresAtMs", "fence", "lockId", "ok", "permits"],
+            "{}",
+            out.context()
+        );
+        assert_eq!(acquired["ok"], json!(true));
+        assert_eq!(acquired["permits"], json!(2));
+        assert_lock_id(str_field(&acquired, "lockId"));
+        assert_fence(str_field(&acquired, "fence"));
+        acquired
+    };
+    let first = acquire_permit("first");
+    let second = acquire_permit("second");
+    assert!(str_field(&second, "fence") > str_field(&first, "fence"));
+    sg(url, &["acquire", "--key", &key, "--permits", "2"])
+        .expect_json(1, &json!({"ok": false, "reason": "locked"}));
+
+    // Only the semaphore is held: status shows its holders alone, in fence order.
+    let status = sg(url, &["status", "--key", &key]);
+    status.expect_code(0);
+    let shown = status.json();
+    assert_eq!(fields(&shown), ["permits"], "{}", status.context());
+    let holders = shown["permits"].as_array().expect("an array of permits");
+    assert_eq!(holders.len(), 2, "{shown}");
+    for (holder, (acquired, described)) in
+        holders.iter().zip([(&first, "first"), (&second, "second")])
+    {
+        assert_eq!(
+            fields(holder),
+            [
+                "acquiredAtMs",
+                "expiresAtMs",
+                "fence",
+                "holder",
+                "keyHash",
+                "lockIdHash"
+            ],
+            "{shown}"
+        );
+        assert_eq!(holder["holder"], json!(described), "{shown}");
+        assert_eq!(
+            str_field(holder, "lockIdHash"),
+            hash_key(str_field(acquired, "lockId"))
+        );
+        assert_eq!(holder["fence"], acquired["fence"], "{shown}");
+    }
+    let raw = sg(url, &["status", "--raw", "--key", &key]);
+    raw.expect_code(0);
+    let raw = raw.json();
+    let raw_ids: Vec<&str> = raw["permits"]
+        .as_array()
+        .expect("an array of permits")
+        .iter()
+        .map(|holder| str_field(holder, "lockId"))
+        .collect();
+    assert_eq!(
+        raw_ids,
+        [str_field(&first, "lockId"), str_field(&second, "lockId")],
+        "{raw}"
+    );
+
+    // The key's lock is another thing: free, and then shown with the permits added.
+    let lock = acquire(url, &key, &[]);
+    let status = sg(url, &["status", "--key", &key]);
+    status.expect_code(0);
+    let shown = status.json();
+    assert_eq!(
+        str_field(&shown, "lockIdHash"),
+        hash_key(str_field(&lock, "lockId")),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["permits"].as_array().map(Vec::len),
+        Some(2),
+        "{shown}"
+    );
+    release(url, str_field(&lock, "lockId"));
+
+    // extend and release name a permit by its key and lock id.
+    let first_id = str_field(&first, "lockId");
+    let extended = sg(
+        url,
+        &[
+            "extend",
+            "--permit",
+            "--key",
+            &key,
+            "--lock-id",
+            first_id,
+            "--ttl",
+            "1h",
+        ],
+    );
+    extended.expect_code(0);
+    assert!(
+        int_field(&extended.json(), "expiresAtMs") > int_field(&first, "expiresAtMs"),
+        "{}",
+        extended.context()
+    );
+    sg(url, &["release", "--lock-id", first_id]).expect_json(1, &json!({"ok": false}));
+    sg(
+        url,
+        &["release", "--permit", "--key", &key, "--lock-id", first_id],
+    )
+    .expect_json(0, &json!({"ok": true}));
+    sg(
+        url,
+        &["release", "--permit", "--key", &key, "--lock-id", first_id],
+    )
+    .expect_json(1, &json!({"ok": false}));
+    sg(
+        url,
+        &[
+            "extend",
+            "--permit",
+            "--key",
+            &key,
+            "--lock-id",
+            first_id,
+            "--ttl",
+            "1h",
+        ],
+    )
+    .expect_json(1, &json!({"ok": false}));
+    let status = sg(url, &["status", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(
+        status.json()["permits"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        status.context()
+    );
+    sg(
+        url,
+        &[
+            "release",
+            "--permit",
+            "--key",
+            &key,
+            "--lock-id",
+            str_field(&second, "lockId"),
+        ],
+    )
+    .expect_json(0, &json!({"ok": true}));
+    expect_unlocked(url, &key);
+}
+
+/// A `run --permits 1` killed with SIGKILL (and its command with it) cannot give its permit
+/// back: another holder is refused until the permit's TTL runs out, then gets it.
+#[test]
+fn semaphore_permit_of_a_killed_run_is_freed_at_its_ttl() {
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("permits-killed");
+    let (pid_file, go) = (scratch.path("pid"), scratch.arg("go"));
+    let (running, pid) = start_run(
+        &url,
+        &key,
+        &["--permits", "1", "--ttl", HELD_TTL],
+        &pid_file,
+        WAIT_FOR_GO_FILE,
+        &[&go],
+    );
+    let status = sg(&url, &["status", "--key", &key]);
+    status.expect_code(0);
+    assert_eq!(
+        status.json()["permits"][0]["holder"]
+            .as_str()
+            .map(|holder| holder.contains(&format!(":{} sh -c", running.pid()))),
+        Some(true),
+        "the run holds the permit: {}",
+        status.context()
+    );
+    for target in [running.pid(), pid.to_string()] {
+        let sent = Command::new("kill")
+            .args(["-KILL", &target])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -KILL {target}");
+    }
+    let out = running.finish();
+    assert_eq!(out.status.signal(), Some(9), "{}", out.context());
+    wait_for("the command to be gone", || !process_running(pid));
+
+    // Nothing gave the permit back: it is held until its TTL (renewed every second or so, it
+    // has most of the 5 s left).
+    sg(&url, &["acquire", "--key", &key, "--permits", "1"])
+        .expect_json(1, &json!({"ok": false, "reason": "locked"}));
+
+    let mut taken = None;
+    wait_for("the killed run's permit to run out", || {
+        let out = sg(&url, &["acquire", "--key", &key, "--permits", "1"]);
+        match out.code() {
+            Some(0) => {
+                taken = Some(out.json());
+                true
+            }
+            Some(1) => false,
+            _ => panic!("acquire failed: {}", out.context()),
+        }
+    });
+    let taken = taken.expect("acquired");
+    assert_eq!(taken["permits"], json!(1), "{taken}");
+    sg(
+        &url,
+        &[
+            "release",
+            "--permit",
+            "--key",
+            &key,
+            "--lock-id",
+            str_field(&taken, "lockId"),
+        ],
+    )
+    .expect_json(0, &json!({"ok": true}));
+    let _ = File::create(&go);
+}
+
+/// `--permits` out of 1..=1000 (or not a number), and `--permit`/`--key` without each other on
+/// release and extend, are bad usage (exit 2) found before any I/O: against a server that is
+/// not there the error is the usage error, and run runs nothing.
+#[test]
+fn semaphore_bad_permits_are_usage_errors_before_any_io() {
+    let down = format!("redis://127.0.0.1:{}/", free_port());
+    let scratch = Scratch::new("permits-bad");
+    let marker = scratch.arg("ran");
+    let key = unique("permits-bad");
+    let lock_id = generate_lock_id();
+    for (args, names) in [
+        (
+            vec!["acquire", "--key", &key, "--permits", "0"],
+            "--permits",
+        ),
+        (
+            vec!["acquire", "--key", &key, "--permits", "1001"],
+            "--permits",
+        ),
+        (
+            vec!["acquire", "--key", &key, "--permits", "two"],
+            "--permits",
+        ),
+        (
+            vec![
+                "run",
+                "--key",
+                &key,
+                "--permits",
+                "0",
+                "--",
+                "touch",
+                &marker,
+            ],
+            "--permits",
+        ),
+        (
+            vec![
+                "run",
+                "--key",
+                &key,
+                "--permits",
+                "1001",
+                "--",
+                "touch",
+                &marker,
+            ],
+            "--permits",
+        ),
+        (vec!["release", "--permit", "--lock-id", &lock_id], "--key"),
+        (
+            vec!["release", "--key", &key, "--lock-id", &lock_id],
+            "--permit",
+        ),
+        (
+            vec!["extend", "--permit", "--lock-id", &lock_id, "--ttl", "5s"],
+            "--key",
+        ),
+    ] {
+        let out = sg(&down, &args);
+        out.expect_error(2, "InvalidArgument");
+        out.expect_stderr(names, "the error names the flag");
+    }
+    assert!(!Path::new(&marker).exists(), "run ran its command");
+    // 1000 is allowed: then the backend is reached, and is down.
+    sg(&down, &["acquire", "--key", &key, "--permits", "1000"])
+        .expect_error(3, "ServiceUnavailable");
+}

@@ -19,10 +19,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use syncguard::driver::Holder;
+use syncguard::driver::{Holder, MAX_PERMITS};
 use syncguard::{
     Backoff, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
-    LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw,
+    LockGuard, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
+    get_by_key_raw,
 };
 
 use crate::duration::parse_duration;
@@ -71,6 +72,8 @@ Examples:
   syncguard run --key nightly-report --min-hold 5m --max-runtime 2h -E 0 -- ./make-report.sh
   # every machine runs the job, one at a time
   syncguard run --key reindex --wait 1h -- ./reindex.sh
+  # at most 3 machines export at once (a semaphore: one of 3 permits instead of the lock)
+  syncguard run --key partner-export --permits 3 --wait 1h -- ./export.sh
   # several commands under one lock: nothing runs unless acquire succeeded
   if out=$(syncguard acquire --key deploy --ttl 5m); then
     ./deploy.sh
@@ -118,32 +121,48 @@ been applied although its answer never came), waiting at most 2s for the backend
 renewal in flight has come back); if it does not answer, run says so and exits, and the lock
 expires at its ttl.
 
+With --permits N, run holds one of the N permits of the key's semaphore instead of the lock, so
+that at most N commands run at once under that key; all of the above applies to the permit
+(SYNCGUARD_LOCK_ID and SYNCGUARD_FENCE are the permit's), and the exit codes say \"lock\" for it.
+The semaphore is not the key's lock: `run --key K` and `run --key K --permits 1` do not exclude
+each other. Give every run on one key the same N.
+
 "
     };
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Take a lock and keep it until --ttl (it is not released when this command exits).
+    /// Take a lock (or, with --permits, one of the permits of a semaphore) and keep it until
+    /// --ttl (it is not released when this command exits).
     #[command(
         after_help = "Example:\n  syncguard acquire --key deploy --ttl 5m --wait 30s\n  \
         → {\"ok\":true,\"lockId\":\"…\",\"fence\":\"000000000000001\",\"expiresAtMs\":…}  (exit 1 and \
-        {\"ok\":false,\"reason\":\"locked\"} if held)"
+        {\"ok\":false,\"reason\":\"locked\"} if held)\n  \
+        syncguard acquire --key export --permits 3\n  \
+        → the same, plus \"permits\":3 (exit 1 and {\"ok\":false,\"reason\":\"locked\"} if all 3 are held);\n  \
+        give it back with: syncguard release --permit --key export --lock-id \"$id\""
     )]
     Acquire {
         #[command(flatten)]
         lock: LockArgs,
     },
-    /// Release a lock taken with `acquire`.
-    #[command(after_help = "Example:\n  syncguard release --lock-id \"$id\"   → {\"ok\":true}")]
+    /// Release a lock (or a semaphore's permit: --permit --key K) taken with `acquire`.
+    #[command(
+        after_help = "Example:\n  syncguard release --lock-id \"$id\"   → {\"ok\":true}\n  \
+        syncguard release --permit --key export --lock-id \"$id\"   → {\"ok\":true}"
+    )]
     Release {
         /// The lock id `acquire` printed.
         #[arg(long, allow_hyphen_values = true)]
         lock_id: String,
+        #[command(flatten)]
+        permit: PermitOf,
     },
-    /// Set a held lock to expire --ttl from now.
+    /// Set a held lock (or a semaphore's permit: --permit --key K) to expire --ttl from now.
     #[command(
-        after_help = "Example:\n  syncguard extend --lock-id \"$id\" --ttl 5m   → {\"ok\":true,\"expiresAtMs\":…}"
+        after_help = "Example:\n  syncguard extend --lock-id \"$id\" --ttl 5m   → {\"ok\":true,\"expiresAtMs\":…}\n  \
+        syncguard extend --permit --key export --lock-id \"$id\" --ttl 5m"
     )]
     Extend {
         /// The lock id `acquire` printed.
@@ -152,9 +171,12 @@ enum Command {
         /// New lease length, from now.
         #[arg(long, value_parser = parse_duration)]
         ttl: Duration,
+        #[command(flatten)]
+        permit: PermitOf,
     },
-    /// Show the live lock on a key or held under a lock id (exit 1 and `null` if none).
-    #[command(after_help = "Example:\n  syncguard status --key deploy --raw")]
+    /// Show the live lock on a key or held under a lock id (exit 1 and `null` if none); with
+    /// --key, also the holders of the key's semaphore, if it has any.
+    #[command(after_help = STATUS_HELP)]
     Status {
         /// The key to look at.
         #[arg(
@@ -172,7 +194,8 @@ enum Command {
         raw: bool,
     },
     /// List the live locks, sorted by key: one JSON object a line, as `status` prints one
-    /// (exit 0, also when there are none).
+    /// (exit 0, also when there are none). Semaphores are not listed: `status --key K` shows
+    /// the holders of K's semaphore.
     #[command(after_help = LIST_HELP)]
     List {
         /// Only the locks whose key starts with this (default: every lock).
@@ -185,8 +208,9 @@ enum Command {
         #[arg(long)]
         raw: bool,
     },
-    /// Run a command while holding the lock (a distributed flock(1)); release once every
-    /// process it started has exited.
+    /// Run a command while holding the lock (a distributed flock(1)), or with --permits N one
+    /// of the N permits of the key's semaphore; release once every process it started has
+    /// exited.
     #[command(after_help = concat!(run_help!(), exit_codes!()))]
     Run {
         #[command(flatten)]
@@ -236,7 +260,29 @@ Example:
 
 The work is bounded: when more locks match than --limit, the first ones are printed and a note
 on stderr says so; a backend that stops at its own bound first (Redis: keys scanned; Firestore:
-pages read) prints what it found and says that locks may be missing. Both exit 0.";
+pages read) prints what it found and says that locks may be missing. Both exit 0.
+
+Only locks are listed: the holders of a semaphore (acquire/run --permits) are shown by
+`syncguard status --key K`.";
+
+/// `status --help`'s epilogue.
+const STATUS_HELP: &str = "\
+Example:
+  syncguard status --key deploy --raw
+
+With --key, the holders of the key's semaphore (taken with acquire/run --permits), if it has
+any, are added as \"permits\": an array of the objects status prints for a lock, in fence
+order (lock ids hashed unless --raw). A key whose lock is free but whose semaphore is held
+prints {\"permits\":[…]} alone (exit 0); a key with neither prints null (exit 1). --lock-id
+finds locks only.";
+
+/// `--permits`: a number from 1 to [`MAX_PERMITS`], checked before any backend is reached.
+fn parse_permits(text: &str) -> Result<u32, String> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|permits| (1..=MAX_PERMITS).contains(permits))
+        .ok_or_else(|| format!("must be a number from 1 to {MAX_PERMITS}"))
+}
 
 /// `list --limit`: a number from 1 to [`MAX_LIST_LIMIT`].
 fn parse_list_limit(text: &str) -> Result<usize, String> {
@@ -264,6 +310,23 @@ struct LockArgs {
     /// HOST:PPID (the process that ran acquire)]
     #[arg(long, allow_hyphen_values = true, value_name = "TEXT")]
     holder: Option<String>,
+    /// Take one of N permits of the key's semaphore instead of the lock: at most N holders at
+    /// a time (1 to 1000; give every holder of the key the same N). The semaphore is stored
+    /// apart from the key's lock.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    permits: Option<u32>,
+}
+
+/// `release` and `extend`: the lock id is a semaphore permit's, of the semaphore on `--key`
+/// (a permit is found by its key and lock id; a lock by its lock id alone).
+#[derive(clap::Args)]
+struct PermitOf {
+    /// The lock id is a permit's (acquire --permits): of the semaphore on --key.
+    #[arg(long, requires = "key")]
+    permit: bool,
+    /// The semaphore's key (with --permit).
+    #[arg(long, allow_hyphen_values = true, requires = "permit")]
+    key: Option<String>,
 }
 
 /// What `run` does when the lease is lost.
@@ -379,21 +442,36 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 Some(given) => Some(holder::given(given)?),
                 None => holder::of_acquire(),
             };
-            acquire(backend()?, &lock.key, lock.ttl, lock.wait, holder)
+            acquire(backend()?, &lock, holder)
         }
-        Command::Release { lock_id } => {
-            let released = backend()?.release(&lock_id)?;
+        Command::Release { lock_id, permit } => {
+            let backend = backend()?;
+            let released = match permit.key.as_deref() {
+                Some(key) => backend.release_permit(key, &lock_id)?,
+                None => backend.release(&lock_id)?,
+            };
             Ok(Outcome::Printed(
                 json!({ "ok": released }),
                 u8::from(!released),
             ))
         }
-        Command::Extend { lock_id, ttl } => Ok(match backend()?.extend(&lock_id, ttl)? {
-            Some(expires_at_ms) => {
-                Outcome::Printed(json!({ "ok": true, "expiresAtMs": expires_at_ms }), 0)
-            }
-            None => Outcome::Printed(json!({ "ok": false }), 1),
-        }),
+        Command::Extend {
+            lock_id,
+            ttl,
+            permit,
+        } => {
+            let backend = backend()?;
+            let extended = match permit.key.as_deref() {
+                Some(key) => backend.extend_permit(key, &lock_id, ttl)?,
+                None => backend.extend(&lock_id, ttl)?,
+            };
+            Ok(match extended {
+                Some(expires_at_ms) => {
+                    Outcome::Printed(json!({ "ok": true, "expiresAtMs": expires_at_ms }), 0)
+                }
+                None => Outcome::Printed(json!({ "ok": false }), 1),
+            })
+        }
         Command::Status { key, lock_id, raw } => {
             status(backend()?.as_ref(), key.as_deref(), lock_id.as_deref(), raw)
         }
@@ -422,6 +500,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 backend()?,
                 run::RunArgs {
                     key: lock.key,
+                    permits: lock.permits,
                     ttl: lock.ttl,
                     wait: lock.wait,
                     on_lost,
@@ -438,22 +517,35 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
     }
 }
 
+/// Takes the lock on `key`, or with `--permits N` one of the N permits of its semaphore,
+/// waiting up to `wait`: the one place where `acquire` and `run` choose between the two, so
+/// that everything after (heartbeat, loss, min-hold, release) is the same [`LockGuard`]'s.
+pub fn take(
+    locker: &Locker<Box<dyn LockBackend>>,
+    key: &str,
+    permits: Option<u32>,
+    wait: Duration,
+) -> syncguard::Result<Option<LockGuard>> {
+    match permits {
+        None => locker.try_lock_for(key, wait),
+        Some(permits) => locker.semaphore(key, permits)?.try_acquire_for(wait),
+    }
+}
+
 fn acquire(
     backend: Box<dyn LockBackend>,
-    key: &str,
-    ttl: Duration,
-    wait: Duration,
+    lock: &LockArgs,
     holder: Option<Holder>,
 ) -> syncguard::Result<Outcome> {
     // No heartbeat: this process ends now, and the lease must outlive it until --ttl.
     let mut options = waiting(LockOptions::default())
-        .ttl(ttl)
+        .ttl(lock.ttl)
         .heartbeat(Heartbeat::Off);
     if let Some(holder) = holder {
         options = options.holder(holder.into_string());
     }
     let locker = Locker::with_defaults(backend, options);
-    let Some(guard) = locker.try_lock_for(key, wait)? else {
+    let Some(guard) = take(&locker, &lock.key, lock.permits, lock.wait)? else {
         return Ok(Outcome::Printed(
             json!({ "ok": false, "reason": "locked" }),
             1,
@@ -461,12 +553,16 @@ fn acquire(
     };
     // The lock outlives this process: the caller releases it with `release`.
     let lease = guard.detach();
-    let printed = json!({
+    let mut printed = json!({
         "ok": true,
         "lockId": lease.lock_id,
         "fence": lease.fence,
         "expiresAtMs": lease.expires_at_ms,
     });
+    // A permit's lock id means nothing without its key and `--permit`: say which it is.
+    if let (Some(permits), Some(fields)) = (lock.permits, printed.as_object_mut()) {
+        fields.insert("permits".to_owned(), json!(permits));
+    }
     Ok(Outcome::Printed(printed, 0))
 }
 
@@ -512,22 +608,57 @@ fn status(
     lock_id: Option<&str>,
     raw: bool,
 ) -> syncguard::Result<Outcome> {
-    let found = match (key, lock_id, raw) {
-        (Some(key), _, false) => get_by_key(backend, key)?.map(|info| json!(info)),
-        (Some(key), _, true) => get_by_key_raw(backend, key)?.map(|info| json!(info)),
-        (None, Some(id), false) => get_by_id(backend, id)?.map(|info| json!(info)),
-        (None, Some(id), true) => get_by_id_raw(backend, id)?.map(|info| json!(info)),
+    let (found, permits): (Option<Value>, Vec<Value>) = match (key, lock_id, raw) {
+        (Some(key), _, false) => (
+            get_by_key(backend, key)?.map(|info| json!(info)),
+            backend
+                .permit_holders(key)?
+                .iter()
+                .map(|info| json!(info))
+                .collect(),
+        ),
+        (Some(key), _, true) => (
+            get_by_key_raw(backend, key)?.map(|info| json!(info)),
+            backend
+                .permit_holders_raw(key)?
+                .iter()
+                .map(|info| json!(info))
+                .collect(),
+        ),
+        // A permit is found by its key: a lock id alone names locks only.
+        (None, Some(id), false) => (get_by_id(backend, id)?.map(|info| json!(info)), Vec::new()),
+        (None, Some(id), true) => (
+            get_by_id_raw(backend, id)?.map(|info| json!(info)),
+            Vec::new(),
+        ),
         (None, None, _) => {
             return Err(LockError::invalid_argument(
                 "status needs --key or --lock-id",
             ));
         }
     };
-    let live = found.is_some();
-    Ok(Outcome::Printed(
-        found.unwrap_or(Value::Null),
-        u8::from(!live),
-    ))
+    let shown = with_permits(found, permits);
+    let live = !shown.is_null();
+    Ok(Outcome::Printed(shown, u8::from(!live)))
+}
+
+/// What `status` prints: the lock's object as before, with `"permits"` added only when the
+/// key's semaphore has holders, so that the output for a key without a semaphore is unchanged
+/// (and stays what `list` prints for it); `{"permits":[…]}` alone when only the semaphore is
+/// held; `null` when neither is.
+fn with_permits(lock: Option<Value>, permits: Vec<Value>) -> Value {
+    if permits.is_empty() {
+        return lock.unwrap_or(Value::Null);
+    }
+    let mut shown = match lock {
+        Some(Value::Object(fields)) => fields,
+        // A lock's info always serialises to an object; anything else is kept under a name
+        // rather than lost.
+        Some(other) => serde_json::Map::from_iter([("lock".to_owned(), other)]),
+        None => serde_json::Map::new(),
+    };
+    shown.insert("permits".to_owned(), Value::Array(permits));
+    Value::Object(shown)
 }
 
 /// `list`: the locks, one JSON line each; a note on stderr when that is not all of them.
@@ -599,6 +730,31 @@ mod tests {
 
     const fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    #[test]
+    fn permits_are_1_to_max() {
+        assert_eq!(parse_permits("1"), Ok(1));
+        assert_eq!(parse_permits("1000"), Ok(MAX_PERMITS));
+        for bad in ["0", "1001", "-1", "two", ""] {
+            assert!(parse_permits(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn status_adds_permits_only_when_held() {
+        let lock = json!({ "fence": "000000000000001" });
+        assert_eq!(with_permits(None, Vec::new()), Value::Null);
+        assert_eq!(with_permits(Some(lock.clone()), Vec::new()), lock);
+        let permit = json!({ "fence": "000000000000002" });
+        assert_eq!(
+            with_permits(Some(lock), vec![permit.clone()]),
+            json!({ "fence": "000000000000001", "permits": [permit.clone()] })
+        );
+        assert_eq!(
+            with_permits(None, vec![permit.clone()]),
+            json!({ "permits": [permit] })
+        );
     }
 
     #[test]

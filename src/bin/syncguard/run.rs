@@ -23,7 +23,7 @@ use syncguard::{
 };
 
 use crate::group::{Group, become_subreaper};
-use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, waiting};
+use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, take, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -39,6 +39,8 @@ const GROUP_POLL: Duration = Duration::from_millis(20);
 /// What `run` was asked to do.
 pub struct RunArgs {
     pub key: String,
+    /// `--permits N`: hold one of the N permits of the key's semaphore instead of the lock.
+    pub permits: Option<u32>,
     pub ttl: Duration,
     pub wait: Duration,
     pub on_lost: OnLost,
@@ -123,7 +125,8 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     }
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
-    let acquired = locker.try_lock_for(&args.key, args.wait);
+    // The lock or a permit: from here on both are a LockGuard, supervised alike.
+    let acquired = take(&locker, &args.key, args.permits, args.wait);
     let early_signal = inbox.try_iter().find_map(|event| match event {
         Event::Signal(signal) => Some(signal),
         _ => None,
@@ -145,12 +148,18 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
         (Ok(None), _) => {
             stop_forwarding();
-            let key = &args.key;
+            let (held, is) = match args.permits {
+                None => (format!("the lock on {:?}", args.key), "is"),
+                Some(n) => (
+                    format!("all {n} permits of the semaphore on {:?}", args.key),
+                    "are",
+                ),
+            };
             if args.wait.is_zero() {
-                eprintln!("syncguard: the lock on {key:?} is held; not running the command");
+                eprintln!("syncguard: {held} {is} held; not running the command");
             } else {
                 eprintln!(
-                    "syncguard: the lock on {key:?} stayed held for {}; not running the command",
+                    "syncguard: {held} stayed held for {}; not running the command",
                     humantime::format_duration(args.wait)
                 );
             }
