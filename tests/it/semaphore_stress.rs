@@ -79,8 +79,10 @@ fn semaphore_stress_worker_process() {
                         .acquire()
                         .unwrap_or_else(|error| panic!("no permit: {error}"));
                     let start = now_us();
-                    // Long enough that sections of different threads overlap.
-                    std::thread::sleep(Duration::from_millis(2));
+                    // Long enough, next to an acquisition's round trips (tens of ms on the
+                    // Firestore emulator), that sections of different threads overlap and the
+                    // semaphore is held full: 160 sections cost about a second more per run.
+                    std::thread::sleep(Duration::from_millis(20));
                     let end = now_us();
                     let fence = permit.fence().value();
                     // A failed release leaves the permit to expire: the audit needs nothing
