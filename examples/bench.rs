@@ -22,6 +22,10 @@
 //! - `contended`: every thread locks the same key through `Locker::lock_with` (retry delay
 //!   1 ms, timeout 60 s, unlimited retries); one operation is one acquisition + release, waits
 //!   included.
+//! - `semaphore`: every thread takes a permit of one semaphore of `--permits` (default 4)
+//!   through `Semaphore::acquire_with` (the same options as `contended`) and gives it back at
+//!   once. One operation is one acquisition + release; the latencies are the acquisitions'
+//!   alone, waits included (the line adds `"permits"`).
 //! - `extend`: each thread holds one guard (`Locker::lock`) and extends it over and over
 //!   (`LockGuard::extend`: the key is known, as for every renewal of a held lock).
 //! - `lookup`: each thread holds one lease and looks it up by key over and over.
@@ -81,7 +85,9 @@ OPTIONS:
                         scenario takes its guards from at once, a burst (default: 1)
     --seconds S         length of each timed scenario, in seconds (default: 3)
     --scenario NAMES    comma-separated scenarios to run (default: all), from:
-                        cycle, guard, contended, extend, lookup, handoff, hold
+                        cycle, guard, contended, semaphore, extend, lookup,
+                        handoff, hold
+    --permits N         permits of the semaphore scenario's semaphore (default: 4)
     --guards N          guards the hold scenario keeps (default: 10000)
     --ttl D             their TTL, e.g. 3s or 3000ms (default: 30s)
     --hold D            how long they are held (default: 0s)
@@ -95,6 +101,9 @@ const TTL: Duration = Duration::from_secs(30);
 
 /// How many guards the `hold` scenario keeps at once, unless `--guards` says.
 const HOLD_GUARDS: usize = 10_000;
+
+/// The size of the `semaphore` scenario's semaphore, unless `--permits` says.
+const PERMITS: u32 = 4;
 
 /// The heartbeat's threads as `/proc/*/task/*/comm` shows them: the scheduler and its workers
 /// (and, for versions that named it `syncguard-heartbeat`, the first 15 bytes Linux kept).
@@ -180,6 +189,7 @@ enum Scenario {
     Cycle,
     Guard,
     Contended,
+    Semaphore,
     Extend,
     Lookup,
     Handoff,
@@ -188,10 +198,11 @@ enum Scenario {
 
 impl Scenario {
     /// All scenarios, in the order they run by default.
-    const ALL: [Scenario; 7] = [
+    const ALL: [Scenario; 8] = [
         Scenario::Cycle,
         Scenario::Guard,
         Scenario::Contended,
+        Scenario::Semaphore,
         Scenario::Extend,
         Scenario::Lookup,
         Scenario::Handoff,
@@ -203,6 +214,7 @@ impl Scenario {
             Scenario::Cycle => "cycle",
             Scenario::Guard => "guard",
             Scenario::Contended => "contended",
+            Scenario::Semaphore => "semaphore",
             Scenario::Extend => "extend",
             Scenario::Lookup => "lookup",
             Scenario::Handoff => "handoff",
@@ -223,6 +235,7 @@ struct Args {
     duration: Duration,
     scenarios: Vec<Scenario>,
     hold: HoldPlan,
+    permits: u32,
 }
 
 /// What the `hold` scenario does.
@@ -246,6 +259,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
     let mut threads = 1;
     let mut duration = Duration::from_secs(3);
     let mut scenarios = Scenario::ALL.to_vec();
+    let mut permits = PERMITS;
     let mut hold = HoldPlan {
         guards: HOLD_GUARDS,
         ttl: TTL,
@@ -266,7 +280,14 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         };
         if !matches!(
             flag.as_str(),
-            "--url" | "--threads" | "--seconds" | "--scenario" | "--guards" | "--ttl" | "--hold"
+            "--url"
+                | "--threads"
+                | "--seconds"
+                | "--scenario"
+                | "--guards"
+                | "--ttl"
+                | "--hold"
+                | "--permits"
         ) {
             return Err(format!("unknown option {flag}"));
         }
@@ -282,6 +303,13 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                     .ok()
                     .filter(|&n: &usize| n >= 1)
                     .ok_or_else(|| format!("--guards wants a whole number >= 1, not {value:?}"))?;
+            }
+            "--permits" => {
+                permits = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &u32| n >= 1)
+                    .ok_or_else(|| format!("--permits wants a whole number >= 1, not {value:?}"))?;
             }
             "--ttl" => {
                 hold.ttl = parse_duration(&value)
@@ -330,6 +358,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         duration,
         scenarios,
         hold,
+        permits,
     }))
 }
 
@@ -381,6 +410,9 @@ struct TimedReport {
     ops_per_s: f64,
     p50_us: Option<f64>,
     p99_us: Option<f64>,
+    /// The semaphore's size, for the `semaphore` scenario only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
 }
 
 /// The JSON line of the `hold` scenario.
@@ -416,6 +448,8 @@ struct Ctx {
     /// Random per run, so that runs against a shared server never share a key.
     run_id: String,
     duration: Duration,
+    /// The `semaphore` scenario's semaphore size.
+    permits: u32,
 }
 
 impl Ctx {
@@ -451,6 +485,25 @@ fn timed_loop(
         let took = after.duration_since(before).as_nanos();
         nanos.push(u64::try_from(took).unwrap_or(u64::MAX));
         before = after;
+    }
+    Ok(Samples {
+        nanos,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Runs `op` back to back for `duration`; each call returns how long the part of it that is
+/// measured took (the acquisition, when the release that follows is not to be counted).
+fn timed_part_loop(
+    duration: Duration,
+    mut op: impl FnMut() -> Result<Duration, BenchError>,
+) -> Result<Samples, BenchError> {
+    let mut nanos = Vec::with_capacity(1 << 16);
+    let start = Instant::now();
+    let deadline = start + duration;
+    while Instant::now() < deadline {
+        let took = op()?.as_nanos();
+        nanos.push(u64::try_from(took).unwrap_or(u64::MAX));
     }
     Ok(Samples {
         nanos,
@@ -508,6 +561,14 @@ fn with_held_lease(
     Ok(samples)
 }
 
+/// How the contended scenarios wait: retry often, for as long as a loaded machine may need.
+fn contended_options() -> LockOptions {
+    LockOptions::default()
+        .retry_delay(Duration::from_millis(1))
+        .timeout(Duration::from_secs(60))
+        .max_retries(u32::MAX)
+}
+
 /// The body of one thread of a timed scenario. Every path calls `start.wait()` exactly once.
 fn scenario_thread(
     ctx: &Ctx,
@@ -532,13 +593,23 @@ fn scenario_thread(
         }
         Scenario::Contended => {
             let key = ctx.key(scenario, 0);
-            let options = LockOptions::default()
-                .retry_delay(Duration::from_millis(1))
-                .timeout(Duration::from_secs(60))
-                .max_retries(u32::MAX);
+            let options = contended_options();
             start.wait();
             timed_loop(ctx.duration, || {
                 release_guard(ctx.locker.lock_with(&key, &options)?)
+            })
+        }
+        Scenario::Semaphore => {
+            let semaphore = ctx.locker.semaphore(&ctx.key(scenario, 0), ctx.permits);
+            let options = contended_options();
+            start.wait();
+            let semaphore = semaphore?;
+            timed_part_loop(ctx.duration, || {
+                let before = Instant::now();
+                let permit = semaphore.acquire_with(&options)?;
+                let took = before.elapsed();
+                release_guard(permit)?;
+                Ok(took)
             })
         }
         Scenario::Extend => {
@@ -622,6 +693,7 @@ fn run_handoff(ctx: &Ctx) -> Result<TimedReport, BenchError> {
         ops_per_s: (ops as f64 / start.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         p50_us: percentile_us(&nanos, 0.50),
         p99_us: percentile_us(&nanos, 0.99),
+        permits: None,
     })
 }
 
@@ -666,6 +738,7 @@ fn run_timed(ctx: &Ctx, scenario: Scenario, threads: usize) -> Result<TimedRepor
         ops_per_s,
         p50_us: percentile_us(&nanos, 0.50),
         p99_us: percentile_us(&nanos, 0.99),
+        permits: (scenario == Scenario::Semaphore).then_some(ctx.permits),
     })
 }
 
@@ -888,6 +961,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
         renewals,
         run_id: syncguard::driver::generate_lock_id(),
         duration: args.duration,
+        permits: args.permits,
     };
     for &scenario in &args.scenarios {
         let line = match scenario {

@@ -69,6 +69,9 @@ mod redis_semaphores;
 mod redis_sentinel;
 #[cfg(feature = "redis")]
 mod redis_stalls;
+// One test per backend, each under its own feature.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod semaphore_stress;
 mod storage_keys;
 #[cfg(all(feature = "redis", feature = "postgres"))]
 mod stress;

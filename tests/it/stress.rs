@@ -16,13 +16,11 @@
 //! `.ci/run`; `SYNCGUARD_STRESS_LONG=1` runs a long one.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use crate::support::workers::{self, append_log, now_us};
 use crate::support::{self, child};
 use syncguard::driver::generate_lock_id;
 use syncguard::{Backoff, LockOptions, Locker};
@@ -59,13 +57,6 @@ fn plan() -> Plan {
     }
 }
 
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
-
 // ---------------------------------------------------------------------------------------------
 // The worker (runs in a child process)
 // ---------------------------------------------------------------------------------------------
@@ -85,17 +76,7 @@ fn stress_worker_process() {
         .collect();
     let threads: usize = std::env::var(ENV_THREADS).unwrap().parse().unwrap();
     let sections: usize = std::env::var(ENV_SECTIONS).unwrap().parse().unwrap();
-    // Connecting can meet an injected fault too: keep trying, as a real job would.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let backend = loop {
-        match syncguard::connect(&url) {
-            Ok(backend) => break backend,
-            Err(error) if Instant::now() < deadline && error.code().is_transient() => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(error) => panic!("the worker could not connect: {error}"),
-        }
-    };
+    let backend = workers::connect_patiently(&url);
     let locker = Locker::with_defaults(
         backend,
         LockOptions::default()
@@ -171,17 +152,6 @@ fn fenced_increment(path: &Path, fence: u64) -> bool {
     true
 }
 
-fn append_log(dir: &Path, line: &str) {
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("log"))
-        .expect("open the shared log");
-    // One write per line: appends of this size land whole.
-    log.write_all(line.as_bytes())
-        .expect("append to the shared log");
-}
-
 // ---------------------------------------------------------------------------------------------
 // The parent: workers, faults, audit
 // ---------------------------------------------------------------------------------------------
@@ -198,54 +168,30 @@ struct Audit {
     worker_errors: u64,
 }
 
-fn run_workers(url: &str, plan: &Plan, mut inject_fault: impl FnMut()) -> Audit {
+fn run_workers(url: &str, plan: &Plan, inject_fault: impl FnMut()) -> Audit {
     let dir = support::scratch_dir("stress");
     let run = generate_lock_id();
     let keys: Vec<String> = (0..plan.keys)
         .map(|k| format!("stress:{run}:{k}"))
         .collect();
-    let worker_test = child::test_name!(stress_worker_process);
-    let output = |i: usize, stream: &str| dir.join(format!("worker-{i}.{stream}"));
-    let mut workers: Vec<(usize, Child)> = (0..plan.processes)
-        .map(|i| {
-            let file =
-                |stream| File::create(output(i, stream)).expect("a file for a worker's output");
-            let worker = child::one_test(worker_test)
-                .env(ENV_URL, url)
-                .env(ENV_DIR, &dir)
-                .env(ENV_KEYS, keys.join(","))
-                .env(ENV_THREADS, plan.threads.to_string())
-                .env(ENV_SECTIONS, plan.sections_per_thread.to_string())
-                .stdout(file("stdout"))
-                .stderr(file("stderr"))
-                .spawn()
-                .expect("start a worker process");
-            (i, worker)
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut statuses = Vec::new();
-    while !workers.is_empty() {
-        assert!(Instant::now() < deadline, "the workers did not finish");
-        inject_fault();
-        workers.retain_mut(|(i, worker)| match worker.try_wait() {
-            Ok(Some(status)) => {
-                statuses.push((*i, status));
-                false
-            }
-            _ => true,
-        });
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    for (i, status) in statuses {
-        let read = |stream| std::fs::read_to_string(output(i, stream)).unwrap_or_default();
-        child::assert_passed(worker_test, status, &read("stdout"), &read("stderr"));
-    }
+    workers::run_processes(
+        child::test_name!(stress_worker_process),
+        plan.processes,
+        &[
+            (ENV_URL, url.to_owned()),
+            (ENV_DIR, dir.display().to_string()),
+            (ENV_KEYS, keys.join(",")),
+            (ENV_THREADS, plan.threads.to_string()),
+            (ENV_SECTIONS, plan.sections_per_thread.to_string()),
+        ],
+        &dir,
+        inject_fault,
+    );
     audit(&dir, &keys, plan)
 }
 
 fn audit(dir: &Path, keys: &[String], plan: &Plan) -> Audit {
-    let log = std::fs::read_to_string(dir.join("log")).expect("the shared log");
+    let log = workers::read_log(dir);
     let mut audit = Audit::default();
     let mut by_key: BTreeMap<&str, Vec<(u64, u64, u64, bool)>> = BTreeMap::new();
     for line in log.lines() {
