@@ -41,6 +41,10 @@ const PERMITS: u32 = 3;
 const PROCESSES: usize = 8;
 const THREADS: usize = 4;
 const SECTIONS_PER_THREAD: usize = 5;
+/// On the Firestore emulator, which every Firestore test shares: each grant there is a read and
+/// a conditioned commit that 32 threads race for, and a longer run slows the other tests'
+/// calls past their heartbeats' schedules.
+const FIRESTORE_SECTIONS_PER_THREAD: usize = 2;
 
 // ---------------------------------------------------------------------------------------------
 // The worker (runs in a child process)
@@ -212,8 +216,9 @@ fn audit(sections: &[Section], permits: u32) -> Audit {
     audit
 }
 
-/// Runs the workers against `url` (with `env` for them besides) and audits what they logged.
-fn run(backend: &str, url: &str, env: &[(&str, String)]) {
+/// Runs the workers against `url` (with `env` for them besides), `per_thread` sections a thread, and
+/// audits what they logged.
+fn run(backend: &str, url: &str, env: &[(&str, String)], per_thread: usize) {
     let dir = support::scratch_dir("semaphore-stress");
     let key = format!("semaphore-stress:{}", generate_lock_id());
     let mut all_env = vec![
@@ -222,7 +227,7 @@ fn run(backend: &str, url: &str, env: &[(&str, String)]) {
         (ENV_KEY, key),
         (ENV_PERMITS, PERMITS.to_string()),
         (ENV_THREADS, THREADS.to_string()),
-        (ENV_SECTIONS, SECTIONS_PER_THREAD.to_string()),
+        (ENV_SECTIONS, per_thread.to_string()),
     ];
     all_env.extend(env.iter().cloned());
     // (d) Every worker passed.
@@ -239,7 +244,7 @@ fn run(backend: &str, url: &str, env: &[(&str, String)]) {
         ..audit(&sections, PERMITS)
     };
     let _ = std::fs::remove_dir_all(&dir);
-    assert_clean(backend, &audit);
+    assert_clean(backend, &audit, PROCESSES * THREADS * per_thread);
 }
 
 /// The first few of `found`, for a failure message.
@@ -247,18 +252,14 @@ fn first<T: std::fmt::Debug>(found: &[T]) -> String {
     format!("{:?}", &found[..found.len().min(5)])
 }
 
-fn assert_clean(backend: &str, audit: &Audit) {
+fn assert_clean(backend: &str, audit: &Audit, planned: usize) {
     eprintln!(
         "semaphore stress {backend}: {} sections, at most {} inside at once, {} failed \
          releases",
         audit.sections, audit.peak, audit.failed_releases
     );
     // (d) Every planned section ran (and was logged).
-    assert_eq!(
-        audit.sections,
-        PROCESSES * THREADS * SECTIONS_PER_THREAD,
-        "{backend}: not every section ran"
-    );
+    assert_eq!(audit.sections, planned, "{backend}: not every section ran");
     assert!(
         audit.overfull.is_empty(),
         "{backend}: more than {PERMITS} holders at once, {} times, e.g. (µs, holders) {}",
@@ -319,13 +320,23 @@ fn the_semaphore_audit_catches_overfull_repeats_and_regressions() {
 #[cfg(feature = "redis")]
 #[test]
 fn semaphore_stress_redis() {
-    run("redis", &support::shared_redis().url(), &[]);
+    run(
+        "redis",
+        &support::shared_redis().url(),
+        &[],
+        SECTIONS_PER_THREAD,
+    );
 }
 
 #[cfg(feature = "redis")]
 #[test]
 fn semaphore_stress_redis_cluster() {
-    run("redis cluster", &support::shared_cluster().url(), &[]);
+    run(
+        "redis cluster",
+        &support::shared_cluster().url(),
+        &[],
+        SECTIONS_PER_THREAD,
+    );
 }
 
 #[cfg(feature = "postgres")]
@@ -335,6 +346,7 @@ fn semaphore_stress_postgres() {
         "postgres",
         &support::shared_postgres_with_tables().url(),
         &[],
+        SECTIONS_PER_THREAD,
     );
 }
 
@@ -343,7 +355,12 @@ fn semaphore_stress_postgres() {
 fn semaphore_stress_pgbouncer() {
     // PgBouncer fronts the shared cluster: its tables must exist there.
     support::shared_postgres_with_tables();
-    run("pgbouncer", &support::shared_pgbouncer().url(), &[]);
+    run(
+        "pgbouncer",
+        &support::shared_pgbouncer().url(),
+        &[],
+        SECTIONS_PER_THREAD,
+    );
 }
 
 #[cfg(feature = "firestore")]
@@ -357,5 +374,6 @@ fn semaphore_stress_firestore() {
             "FIRESTORE_EMULATOR_HOST",
             support::shared_firestore().host(),
         )],
+        FIRESTORE_SECTIONS_PER_THREAD,
     );
 }

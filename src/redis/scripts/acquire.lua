@@ -21,27 +21,10 @@ if held and held.expiresAtMs > now - tolerance then
   return {ABSENT}
 end
 
--- The counter only ever grows, has no TTL and is never deleted. It is checked before
--- anything is written: a counter that is not one (negative, not an integer, another type)
--- or has reached the limit leaves every key as it was.
-local counter, why = get_string(fence_key)
-if counter == nil then return {BAD_COUNTER, fence_key, why} end
-if counter then
-  if not (counter == '0' or counter:match('^[1-9]%d*$')) then
-    return {BAD_COUNTER, fence_key, 'it is not a non-negative integer'}
-  end
-  if #counter > 15 or tonumber(counter) >= tonumber(ARGV[5]) then
-    return {FENCE_OVERFLOW, fence_key}
-  end
-end
-local fence = string.format('%015d', redis.call('INCR', fence_key))
+local fence, refusal = next_fence(fence_key, ARGV[5])
+if not fence then return refusal end
 local expires_at = now + ttl
-local fields = {
-  lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = ARGV[4], fence = fence
-}
--- An extra field, which the TypeScript SyncGuard's scripts keep on extend and ignore elsewhere.
-if ARGV[6] and ARGV[6] ~= '' then fields.holder = ARGV[6] end
-local record = cjson.encode(fields)
+local record = new_record(lock_id, now, expires_at, ARGV[4], fence, ARGV[6])
 redis.call('SET', lock_key, record, 'PX', ttl)
 if index_key then redis.call('SET', index_key, lock_key, 'PX', ttl) end
 return {OK, fence, expires_at}

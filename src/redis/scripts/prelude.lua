@@ -71,6 +71,35 @@ local function read_lock(lock_key)
   return lock, raw
 end
 
+-- The next fence of the counter at fence_key (incremented), or nil and the reply that refuses
+-- it. Checked before anything is written: a counter that is not one (negative, not an integer,
+-- another type) or has reached `largest` leaves every key as it was. A counter only ever
+-- grows, has no TTL and is never deleted.
+local function next_fence(fence_key, largest)
+  local counter, why = get_string(fence_key)
+  if counter == nil then return nil, {BAD_COUNTER, fence_key, why} end
+  if counter then
+    if not (counter == '0' or counter:match('^[1-9]%d*$')) then
+      return nil, {BAD_COUNTER, fence_key, 'it is not a non-negative integer'}
+    end
+    if #counter > 15 or tonumber(counter) >= tonumber(largest) then
+      return nil, {FENCE_OVERFLOW, fence_key}
+    end
+  end
+  return string.format('%015d', redis.call('INCR', fence_key))
+end
+
+-- The JSON record of a lock (or permit) granted now: the TypeScript SyncGuard's fields, and
+-- `holder` only when one is given (an extra field, which its scripts keep on extend and ignore
+-- elsewhere; without one the record is exactly theirs).
+local function new_record(lock_id, now, expires_at, key, fence, holder)
+  local fields = {
+    lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = key, fence = fence
+  }
+  if holder and holder ~= '' then fields.holder = holder end
+  return cjson.encode(fields)
+end
+
 -- Tells waiting lockers (subscribed to `<lock key>:released`) that the lock on the user key
 -- `key` is gone.
 local function announce_release(lock_key, key)

@@ -33,24 +33,11 @@ end
 if redis.call('ZCARD', holders_key) >= permits then return {ABSENT} end
 
 -- The semaphore's own counter, checked before anything is written, as the lock's is.
-local counter
-counter, why = get_string(fence_key)
-if counter == nil then return {BAD_COUNTER, fence_key, why} end
-if counter then
-  if not (counter == '0' or counter:match('^[1-9]%d*$')) then
-    return {BAD_COUNTER, fence_key, 'it is not a non-negative integer'}
-  end
-  if #counter > 15 or tonumber(counter) >= tonumber(ARGV[6]) then
-    return {FENCE_OVERFLOW, fence_key}
-  end
-end
-local fence = string.format('%015d', redis.call('INCR', fence_key))
+local fence
+fence, why = next_fence(fence_key, ARGV[6])
+if not fence then return why end
 local expires_at = now + ttl
-local fields = {
-  lockId = lock_id, expiresAtMs = expires_at, acquiredAtMs = now, key = ARGV[5], fence = fence
-}
-if ARGV[7] and ARGV[7] ~= '' then fields.holder = ARGV[7] end
-redis.call('HSET', permits_key, lock_id, cjson.encode(fields))
+redis.call('HSET', permits_key, lock_id, new_record(lock_id, now, expires_at, ARGV[5], fence, ARGV[7]))
 redis.call('ZADD', holders_key, ms_arg(expires_at), lock_id)
 keep_until_last(holders_key, permits_key, now, tolerance)
 return {OK, fence, expires_at}
