@@ -194,6 +194,22 @@ pub trait LockBackend: Driver {
             .collect())
     }
 
+    /// The live permits of every semaphore whose key starts with `prefix` (`""`: all), sorted
+    /// by key then fence, at most `limit` permits (1 to
+    /// [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)), and whether that is all of them: what
+    /// [`list`](LockBackend::list) is for locks. Sanitised: hashes only.
+    fn list_permits(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfo>> {
+        Ok(self.list_permits_raw(prefix, limit)?.map(|raw| raw.info))
+    }
+
+    /// [`list_permits`](LockBackend::list_permits) with the raw keys and lock ids.
+    fn list_permits_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
+        let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
+        Ok(self
+            .list_permit_records(&prefix, limit)?
+            .map(LockInfoDebug::from))
+    }
+
     /// What this backend is and guarantees: its driver's [`Driver::describe`], under the name
     /// a lock user calls. The two cannot be one method: named alike, a call on any
     /// `B: LockBackend` would be ambiguous; on the driver alone, a lock user would have to

@@ -168,6 +168,20 @@ pub trait Driver: Send + Sync {
         Err(no_semaphores(self.describe()))
     }
 
+    /// The live permits of the semaphores whose key starts with `prefix`, with their raw
+    /// values: sorted by key, then fence, at most `limit` permits, and whether that is all of
+    /// them ([`Coverage`]). Read only, with bounded work, as
+    /// [`list_records`](Driver::list_records) is. The default refuses, as
+    /// [`try_acquire_permit`](Driver::try_acquire_permit) does.
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let _ = (prefix, limit);
+        Err(no_semaphores(self.describe()))
+    }
+
     /// Deletes the lock (or the permit) `lease` names if it is stored under its lock id.
     /// `Applied` only when it was live; an expired one is removed too, and answered
     /// [`Outcome::Expired`].
@@ -261,6 +275,13 @@ macro_rules! forward_driver {
             }
             fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
                 (**self).find_permits(key)
+            }
+            fn list_permit_records(
+                &self,
+                prefix: &KeyPrefix,
+                limit: ListLimit,
+            ) -> Result<LockList<LockRecord>> {
+                (**self).list_permit_records(prefix, limit)
             }
             fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
                 (**self).release_lease(lease)
@@ -585,12 +606,12 @@ impl fmt::Debug for LockRecord {
 /// How a driver builds a listing's answer: here, with the records it is made of, so the
 /// listing types need nothing from the driver.
 impl LockList<LockRecord> {
-    /// The list made of `found` — live records under the prefix, in any order, each key at
-    /// most once — for a store that reads candidates unordered: sorted by key and cut at
-    /// `limit`. `exhausted` says whether the store read every candidate (else its work bound
-    /// stopped it).
+    /// The list made of `found` — live records under the prefix, in any order, each lock (or
+    /// permit) at most once — for a store that reads candidates unordered: sorted by key (then
+    /// fence: a semaphore's permits share its key) and cut at `limit`. `exhausted` says whether
+    /// the store read every candidate (else its work bound stopped it).
     pub fn from_unsorted(mut found: Vec<LockRecord>, limit: ListLimit, exhausted: bool) -> Self {
-        found.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        found.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.fence.cmp(&b.fence)));
         let mut list = LockList::from_sorted(found, limit);
         if !exhausted {
             list.coverage = Coverage::WorkBoundReached;
@@ -598,7 +619,7 @@ impl LockList<LockRecord> {
         list
     }
 
-    /// The list made of `found` — live records under the prefix, sorted by key — read by a
+    /// The list made of `found` — live records under the prefix, sorted by key (then fence) — read by a
     /// store in key order up to one more than `limit`: more than `limit` means the limit was
     /// reached.
     pub fn from_sorted(mut found: Vec<LockRecord>, limit: ListLimit) -> Self {

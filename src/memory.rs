@@ -337,6 +337,28 @@ impl Driver for MemoryBackend {
         Ok(held)
     }
 
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        let found = state
+            .semaphores
+            .iter()
+            .filter(|(key, _)| prefix.matches(key))
+            .flat_map(|(key, semaphore)| {
+                semaphore
+                    .held
+                    .values()
+                    .filter(|entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
+                    .map(|entry| entry.record(key))
+            })
+            .collect();
+        Ok(LockList::from_unsorted(found, limit, true))
+    }
+
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         let now_ms = self.clock.now_ms();
         let (outcome, removed) = match lease.kind {

@@ -315,6 +315,18 @@ impl<B: Driver> Driver for Telemetry<B> {
         outcome
     }
 
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let outcome = self.inner.list_permit_records(prefix, limit);
+        self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
+            (EventResult::Ok, None)
+        });
+        outcome
+    }
+
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
         let outcome = self.inner.find_permits(key);
         let ids = Ids {

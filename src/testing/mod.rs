@@ -159,6 +159,7 @@ macro_rules! __contract_tests {
             a_waiter_gets_a_released_permit,
             min_hold_and_detach_keep_the_permit,
             holders_are_listed_in_fence_order,
+            permits_are_listed_by_prefix,
             bad_permits_are_refused_before_any_io,
         );
     };

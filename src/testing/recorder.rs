@@ -149,6 +149,14 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.find_permits(key)
     }
 
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.inner.list_permit_records(prefix, limit)
+    }
+
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         self.record(Call::Release(lease.lock_id.as_str().to_owned()));
         if self.releases_down.load(Ordering::SeqCst) {

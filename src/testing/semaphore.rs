@@ -467,3 +467,43 @@ pub fn bad_permits_are_refused_before_any_io<B: LockBackend + 'static>(backend: 
     assert!(Holder::new("fine").is_ok());
     assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
 }
+
+/// Permits are listed by key prefix, sorted by key then fence, cut at the limit; locks are not
+/// among them, and a listing of locks shows no permit.
+pub fn permits_are_listed_by_prefix<B: LockBackend + 'static>(backend: B) {
+    let prefix = unique_key("sem-listing");
+    let (key_a, key_b) = (format!("{prefix}:a"), format!("{prefix}:b"));
+    let a1 = permit(&backend, &key_a, 2, LONG_TTL);
+    let a2 = permit(&backend, &key_a, 2, LONG_TTL);
+    let b1 = permit(&backend, &key_b, 2, LONG_TTL);
+    let lock = super::support::acquired(&backend, &key_b, LONG_TTL);
+    let outside = permit(&backend, &format!("{prefix}-other"), 1, LONG_TTL);
+    let under = format!("{prefix}:");
+    let listed = backend.list_permits_raw(&under, 10).unwrap();
+    let ids: Vec<&str> = listed.locks.iter().map(|raw| raw.lock_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [&a1.lock_id, &a2.lock_id, &b1.lock_id],
+        "by key, then fence"
+    );
+    assert_eq!(listed.coverage, crate::Coverage::Complete);
+    assert_eq!(listed.locks[2].key, key_b);
+    let cut = backend.list_permits(&under, 2).unwrap();
+    assert_eq!(cut.locks.len(), 2);
+    assert_eq!(cut.coverage, crate::Coverage::LimitReached);
+    assert_eq!(
+        cut.locks[0].lock_id_hash,
+        crate::driver::hash_key(&a1.lock_id)
+    );
+    let locks = backend.list_raw(&under, 10).unwrap();
+    let lock_ids: Vec<&str> = locks.locks.iter().map(|raw| raw.lock_id.as_str()).collect();
+    assert_eq!(lock_ids, [lock.lock_id.as_str()], "a listing of locks shows no permit");
+    assert!(backend.release_permit(&key_a, &a1.lock_id).unwrap());
+    assert_eq!(backend.list_permits(&under, 10).unwrap().locks.len(), 2);
+    for (key, lease) in [(&key_a, &a2), (&key_b, &b1)] {
+        assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+    }
+    assert!(backend.release_permit(&format!("{prefix}-other"), &outside.lock_id).unwrap());
+    assert!(backend.release(&lock.lock_id).unwrap());
+    assert!(backend.list_permits(&under, 10).unwrap().locks.is_empty());
+}
