@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use syncguard::driver::{Holder, MAX_PERMITS};
 use syncguard::{
     Backoff, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
-    LockGuard, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
+    LockGuard, LockList, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
     get_by_key_raw,
 };
 
@@ -194,8 +194,8 @@ enum Command {
         raw: bool,
     },
     /// List the live locks, sorted by key: one JSON object a line, as `status` prints one
-    /// (exit 0, also when there are none). Semaphores are not listed: `status --key K` shows
-    /// the holders of K's semaphore.
+    /// (exit 0, also when there are none); with --permits, the permits of the semaphores
+    /// instead, sorted by key then fence.
     #[command(after_help = LIST_HELP)]
     List {
         /// Only the locks whose key starts with this (default: every lock).
@@ -207,6 +207,9 @@ enum Command {
         /// Include the raw keys and lock ids (otherwise only their hashes).
         #[arg(long)]
         raw: bool,
+        /// List the held permits of semaphores (acquire/run --permits) instead of locks.
+        #[arg(long)]
+        permits: bool,
     },
     /// Run a command while holding the lock (a distributed flock(1)), or with --permits N one
     /// of the N permits of the key's semaphore; release once every process it started has
@@ -262,8 +265,8 @@ The work is bounded: when more locks match than --limit, the first ones are prin
 on stderr says so; a backend that stops at its own bound first (Redis: keys scanned; Firestore:
 pages read) prints what it found and says that locks may be missing. Both exit 0.
 
-Only locks are listed: the holders of a semaphore (acquire/run --permits) are shown by
-`syncguard status --key K`.";
+With --permits, the held permits of semaphores (acquire/run --permits) are listed instead of
+locks: one line per permit, sorted by key, then fence; --limit counts permits.";
 
 /// `status --help`'s epilogue.
 const STATUS_HELP: &str = "\
@@ -475,7 +478,12 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         Command::Status { key, lock_id, raw } => {
             status(backend()?.as_ref(), key.as_deref(), lock_id.as_deref(), raw)
         }
-        Command::List { prefix, limit, raw } => list(backend()?.as_ref(), &prefix, limit, raw),
+        Command::List {
+            prefix,
+            limit,
+            raw,
+            permits,
+        } => list(backend()?.as_ref(), &prefix, limit, raw, permits),
         Command::Run {
             lock,
             on_lost,
@@ -661,39 +669,41 @@ fn with_permits(lock: Option<Value>, permits: Vec<Value>) -> Value {
     Value::Object(shown)
 }
 
-/// `list`: the locks, one JSON line each; a note on stderr when that is not all of them.
+/// `list`: the locks (or the semaphores' permits), one JSON line each; a note on stderr when
+/// that is not all of them.
 fn list(
     backend: &dyn LockBackend,
     prefix: &str,
     limit: usize,
     raw: bool,
+    permits: bool,
 ) -> syncguard::Result<Outcome> {
-    let (lines, coverage) = if raw {
-        let listed = backend.list_raw(prefix, limit)?;
-        (
-            listed.locks.iter().map(|lock| json!(lock)).collect(),
-            listed.coverage,
-        )
-    } else {
-        let listed = backend.list(prefix, limit)?;
-        (
-            listed.locks.iter().map(|lock| json!(lock)).collect(),
-            listed.coverage,
-        )
+    let (lines, coverage) = match (permits, raw) {
+        (false, true) => json_lines(backend.list_raw(prefix, limit)?),
+        (false, false) => json_lines(backend.list(prefix, limit)?),
+        (true, true) => json_lines(backend.list_permits_raw(prefix, limit)?),
+        (true, false) => json_lines(backend.list_permits(prefix, limit)?),
     };
+    let what = if permits { "permits" } else { "locks" };
     match coverage {
         Coverage::Complete => {}
         Coverage::LimitReached => eprintln!(
-            "syncguard: more locks match than --limit {limit}: these are the first; raise \
+            "syncguard: more {what} match than --limit {limit}: these are the first; raise \
              --limit or narrow --prefix"
         ),
         _ => eprintln!(
-            "syncguard: the listing stopped at the {} backend's bound on its work: locks may \
+            "syncguard: the listing stopped at the {} backend's bound on its work: {what} may \
              be missing; narrow --prefix",
             backend.capabilities().backend
         ),
     }
     Ok(Outcome::Lines(lines))
+}
+
+/// One JSON value per listed lock or permit, and whether that is all of them.
+fn json_lines<T: serde::Serialize>(listed: LockList<T>) -> (Vec<Value>, Coverage) {
+    let lines = listed.locks.iter().map(|item| json!(item)).collect();
+    (lines, listed.coverage)
 }
 
 /// `setup`: creates the PostgreSQL tables; the other backends need nothing, which it says.
