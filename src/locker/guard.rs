@@ -32,6 +32,9 @@ pub(crate) trait GuardStore: Store {
 /// runs. Check before each step that must not run without the lock, and pass the
 /// [`fence`](LockGuard::fence) to whatever the lock protects.
 ///
+/// A permit of a [`Semaphore`](crate::Semaphore) is held through a `LockGuard` too: everything
+/// here holds for it, with the semaphore's key and its own fence sequence.
+///
 /// ```
 /// use syncguard::{Locker, MemoryBackend};
 ///
@@ -255,6 +258,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key())
+            .field("kind", &self.lease.kind())
             .field("fence", self.fence())
             .field("expires_at_ms", &self.expires_at_ms())
             .field("lost", &self.is_lost())
