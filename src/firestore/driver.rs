@@ -420,6 +420,14 @@ impl Driver for FirestoreBackend {
         self.permits_of(key)
     }
 
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.permits_under(prefix, limit)
+    }
+
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         if lease.kind == LeaseKind::Permit {
             return self.give_back_permit(lease);

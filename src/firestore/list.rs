@@ -1,5 +1,7 @@
 //! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records)):
-//! `runQuery` on the lock collection by a range of the `key` field, in pages.
+//! `runQuery` on the lock collection by a range of the `key` field, in pages; and the permits
+//! of the semaphores under one ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records)),
+//! the same way on the semaphore collection.
 //!
 //! The query asks for `key >= prefix` and `key <` the least string above every key that starts
 //! with the prefix ([`KeyPrefix::upper_bound`]), ordered by `key` (Firestore orders strings by
@@ -13,12 +15,19 @@
 //! locks of the keys read, which are the first keys under the prefix, and says so
 //! ([`Coverage::WorkBoundReached`]). A document in the range that is not a SyncGuard lock record
 //! is an `Internal` error naming its key, as in every other operation.
+//!
+//! Permits: the pages hold semaphore documents, each read whole and turned into its live
+//! permits in fence order (a semaphore is never deleted, so one without live permits takes
+//! room in a page, as an expired lock does), until more than `limit` permits are found, the
+//! range ends, or [`MAX_LIST_PAGES`] pages were read. A document in the range that is not a
+//! SyncGuard semaphore is an `Internal` error naming its key.
 
 use serde_json::{Value, json};
 
 use super::document::LockDoc;
 use super::driver::FirestoreBackend;
-use super::rest::string_value;
+use super::rest::{Document, string_value};
+use super::semaphore_doc::SemaphoreDoc;
 use crate::driver::{
     Coverage, KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS, is_live,
 };
@@ -27,6 +36,11 @@ use crate::error::Result;
 /// The most pages (`runQuery` requests) one listing reads.
 pub const MAX_LIST_PAGES: usize = 10;
 
+/// One document of a listed collection, as read: its user key (its `key` field) and its live
+/// records at the time given, in fence order (none, for an expired lock or a semaphore
+/// without live permits).
+type Listed = (String, Vec<LockRecord>);
+
 impl FirestoreBackend {
     /// The live locks under `prefix`; see the module docs.
     pub(super) fn list(
@@ -34,13 +48,68 @@ impl FirestoreBackend {
         prefix: &KeyPrefix,
         limit: ListLimit,
     ) -> Result<LockList<LockRecord>> {
+        self.list_range(&self.collection, prefix, limit, |document, now| {
+            let lock = LockDoc::parse(document, None)?;
+            let key = lock.key.clone();
+            let live = is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS);
+            Ok((
+                key,
+                if live {
+                    vec![lock.record()]
+                } else {
+                    Vec::new()
+                },
+            ))
+        })
+    }
+
+    /// The live permits of the semaphores under `prefix`; see the module docs.
+    pub(super) fn permits_under(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.list_range(
+            &self.semaphore_collection,
+            prefix,
+            limit,
+            |document, now| {
+                // A document without a string `key` is refused by the parse, named by its id.
+                let key = document
+                    .string("key")
+                    .unwrap_or_else(|| document.name().rsplit('/').next().unwrap_or_default())
+                    .to_owned();
+                let semaphore = SemaphoreDoc::parse(Some(document), &key)?;
+                let permits = semaphore
+                    .permits
+                    .iter()
+                    .filter(|permit| permit.is_live(now))
+                    .map(|permit| permit.record(&key))
+                    .collect();
+                Ok((key, permits))
+            },
+        )
+    }
+
+    /// The live records under `prefix` of the documents of `collection`, each turned into its
+    /// key and live records by `listed` (given the client clock's time): pages of `limit + 1`
+    /// documents in `key` order, until more than `limit` records are found (the list is cut
+    /// at `limit`: [`Coverage::LimitReached`]), the range ends ([`Coverage::Complete`]) or
+    /// [`MAX_LIST_PAGES`] pages were read ([`Coverage::WorkBoundReached`]).
+    fn list_range(
+        &self,
+        collection: &str,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+        listed: impl Fn(&Document, i64) -> Result<Listed>,
+    ) -> Result<LockList<LockRecord>> {
         self.check_skew()?;
         let page_size = limit.get() + 1;
         let mut found = Vec::new();
         // The `key` and the name of the last document read.
         let mut after: Option<(String, String)> = None;
         for _ in 0..MAX_LIST_PAGES {
-            let query = self.range_query(prefix, page_size, after.as_ref());
+            let query = self.range_query(collection, prefix, page_size, after.as_ref());
             let documents = self
                 .rest
                 .run_query(query)
@@ -48,16 +117,20 @@ impl FirestoreBackend {
             let now = self.now_ms()?;
             let last_page = documents.len() < page_size;
             for document in &documents {
-                let lock = LockDoc::parse(document, None)?;
-                after = Some((lock.key.clone(), lock.name.clone()));
+                let (key, records) = listed(document, now)?;
                 // The range says so already; a document that contradicts its query is not
                 // listed.
-                if prefix.matches(&lock.key) && is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS)
-                {
-                    found.push(lock.record());
+                if prefix.matches(&key) {
+                    found.extend(records);
                 }
+                // A document's records are taken whole (a semaphore's permits share its key,
+                // in fence order), so the first `limit` of them are the first under the prefix.
+                if found.len() > limit.get() {
+                    return Ok(LockList::from_sorted(found, limit));
+                }
+                after = Some((key, document.name().to_owned()));
             }
-            if last_page || found.len() >= page_size {
+            if last_page {
                 return Ok(LockList::from_sorted(found, limit));
             }
         }
@@ -67,10 +140,11 @@ impl FirestoreBackend {
         })
     }
 
-    /// The `structuredQuery` for a page of `page_size` documents under `prefix`, after the
-    /// document `after` (its `key` and name).
+    /// The `structuredQuery` for a page of `page_size` documents of `collection` under
+    /// `prefix`, after the document `after` (its `key` and name).
     fn range_query(
         &self,
+        collection: &str,
         prefix: &KeyPrefix,
         page_size: usize,
         after: Option<&(String, String)>,
@@ -87,7 +161,7 @@ impl FirestoreBackend {
             filters.push(range("LESS_THAN", &upper));
         }
         let mut query = json!({
-            "from": [{ "collectionId": self.collection }],
+            "from": [{ "collectionId": collection }],
             "where": { "compositeFilter": { "op": "AND", "filters": filters } },
             "orderBy": [
                 { "field": { "fieldPath": "key" }, "direction": "ASCENDING" },

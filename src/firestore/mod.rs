@@ -76,6 +76,12 @@
 //! runs out answers what it found, with
 //! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
 //!
+//! list_permits ([`LockBackend::list_permits`](crate::LockBackend::list_permits)): the same
+//! query and pages on the semaphore collection, each document read whole and turned into its
+//! live permits (fence order), until more than `limit` permits are found, the range ends, or
+//! [`MAX_LIST_PAGES`] pages of `limit + 1` documents were read (semaphores without live
+//! permits, never deleted, take room in a page).
+//!
 //! # Time
 //!
 //! The client clock decides expiry, as in the TypeScript SyncGuard; keep clocks synchronised.

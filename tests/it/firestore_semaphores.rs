@@ -2,7 +2,7 @@
 //! threads and backends race, the semaphore's own fence sequence, independence from the lock
 //! on the same key, reclaiming expired permits, idempotent release and renewal, batch renewals
 //! mixing locks and permits, callers disagreeing on N, N validated before any request, holders
-//! in fence order, and the document layout.
+//! in fence order, listings by prefix across pages, and the document layout.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -16,9 +16,11 @@ use crate::support::{
 };
 use serde_json::json;
 use syncguard::driver::{Acquisition, Driver as _, Holder, Key, LeaseRef, LockId, Permits, Ttl};
-use syncguard::firestore::FirestoreBackend;
+use syncguard::firestore::{FirestoreBackend, MAX_LIST_PAGES};
 use syncguard::testing::support::wait_until;
-use syncguard::{AcquireOutcome, ErrorCode, Lease, LockBackend};
+use syncguard::{
+    AcquireOutcome, Clock as _, Coverage, ErrorCode, Lease, LockBackend, ManualClock, SystemClock,
+};
 
 /// Long enough for an expired permit to be reclaimable: TTL plus the 1000 ms tolerance, on a
 /// loaded machine.
@@ -502,6 +504,7 @@ fn a_document_that_is_not_a_semaphore_is_an_error_and_left_alone() {
         backend.permit_holders(&key).unwrap_err(),
         backend.release_permit(&key, &lock_id).unwrap_err(),
         backend.extend_permit(&key, &lock_id, TTL).unwrap_err(),
+        backend.list_permits(&key, 10).unwrap_err(),
     ];
     for error in errors {
         assert_eq!(error.code(), ErrorCode::Internal, "{error}");
@@ -509,4 +512,82 @@ fn a_document_that_is_not_a_semaphore_is_an_error_and_left_alone() {
     }
     let stored = raw_document("locks_semaphores", &id).unwrap();
     assert_eq!(stored["fields"], fields);
+}
+
+#[test]
+fn permit_listings_page_past_expired_permits_and_skip_other_prefixes() {
+    let clock = ManualClock::new(SystemClock.now_ms());
+    let backend = shared_firestore_builder()
+        .clock(clock.clone())
+        .build()
+        .expect("a Firestore backend for the emulator");
+    let base = unique("fs-permit-list");
+    let prefix = format!("{base}:");
+    // Semaphores whose only permit expires sort first: a listing must page past them.
+    let expired: Vec<(String, Lease)> = (0..2 * MAX_LIST_PAGES + 1)
+        .map(|n| {
+            let key = format!("{prefix}a{n:02}");
+            let held = permit(&backend, &key, 1, Duration::from_secs(1));
+            (key, held)
+        })
+        .collect();
+    // One semaphore with a live permit and an expired one (not reclaimed: nothing writes it).
+    let (mixed, later) = (format!("{prefix}m"), format!("{prefix}z"));
+    let kept = permit(&backend, &mixed, 2, Duration::from_secs(60));
+    let gone = permit(&backend, &mixed, 2, Duration::from_secs(1));
+    clock.advance(Duration::from_secs(10));
+    let z1 = permit(&backend, &later, 2, Duration::from_secs(60));
+    let z2 = permit(&backend, &later, 2, Duration::from_secs(60));
+    // Live permits just outside the prefix's range, on both sides of it.
+    let outside: Vec<(String, Lease)> = [format!("{base}-other"), format!("{base};z")]
+        .into_iter()
+        .map(|key| {
+            let held = permit(&backend, &key, 1, Duration::from_secs(60));
+            (key, held)
+        })
+        .collect();
+    let live = vec![kept.lock_id.clone(), z1.lock_id.clone(), z2.lock_id.clone()];
+
+    // The lock ids listed under the prefix, the coverage, and the requests it took.
+    let listed = |limit: usize| {
+        let before = backend.stats().requests;
+        let listed = backend.list_permits_raw(&prefix, limit).unwrap();
+        let ids: Vec<String> = listed.locks.into_iter().map(|raw| raw.lock_id).collect();
+        (ids, listed.coverage, backend.stats().requests - before)
+    };
+    // One page for all.
+    assert_eq!(listed(100), (live.clone(), Coverage::Complete, 1));
+    // Pages of four documents: five of expired permits, then a short one with the rest.
+    assert_eq!(listed(3), (live.clone(), Coverage::Complete, 6));
+    // Pages of three: seven of expired permits, then the one where more than two are found.
+    assert_eq!(listed(2), (live[..2].to_vec(), Coverage::LimitReached, 8));
+    // Pages of two: the bound is reached while every permit read is expired.
+    assert_eq!(
+        listed(1),
+        (
+            Vec::new(),
+            Coverage::WorkBoundReached,
+            MAX_LIST_PAGES as u64
+        )
+    );
+    let mixed_listed = backend.list_permits_raw(&mixed, 10).unwrap();
+    assert_eq!(
+        mixed_listed.locks.len(),
+        1,
+        "the expired permit is not listed"
+    );
+    assert_eq!(mixed_listed.locks[0].lock_id, kept.lock_id);
+
+    for (key, lock_id) in [&mixed, &later, &later].into_iter().zip(&live) {
+        assert!(backend.release_permit(key, lock_id).unwrap());
+    }
+    // Reclaimed by the release of the other permit.
+    assert!(!backend.release_permit(&mixed, &gone.lock_id).unwrap());
+    for (key, lease) in &expired {
+        assert!(!backend.release_permit(key, &lease.lock_id).unwrap());
+    }
+    for (key, lease) in &outside {
+        assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+    }
+    assert_eq!(listed(100), (Vec::new(), Coverage::Complete, 1));
 }
