@@ -619,9 +619,9 @@ impl LockList<LockRecord> {
         list
     }
 
-    /// The list made of `found` — live records under the prefix, sorted by key (then fence) — read by a
-    /// store in key order up to one more than `limit`: more than `limit` means the limit was
-    /// reached.
+    /// The list made of `found` — live records under the prefix, sorted by key (then fence) —
+    /// read by a store in key order up to one more than `limit`: more than `limit` means the
+    /// limit was reached.
     pub fn from_sorted(mut found: Vec<LockRecord>, limit: ListLimit) -> Self {
         let coverage = if found.len() > limit.get() {
             Coverage::LimitReached
