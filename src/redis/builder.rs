@@ -140,8 +140,9 @@ impl RedisBuilder {
         self
     }
 
-    /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list)) asks `SCAN`
-    /// to examine, in all (the sum of its `COUNT`s, across a Cluster's primaries; default
+    /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list), or
+    /// [`LockBackend::list_permits`](crate::LockBackend::list_permits)) asks `SCAN` to
+    /// examine, in all (the sum of its `COUNT`s, across a Cluster's primaries; default
     /// [`DEFAULT_LIST_SCAN_BUDGET`], at least 1). A listing that runs out says so
     /// ([`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached)); see
     /// [Listing](super#listing).

@@ -381,6 +381,17 @@ impl Driver for RedisBackend {
     fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
         self.store.list(prefix, limit, self.list_scan_budget)
     }
+
+    /// Walks the semaphores' permits hashes as [`list_records`](Driver::list_records) walks
+    /// the lock records, under the same scan budget; see [Listing](super#listing).
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.store
+            .list_permits(prefix, limit, self.list_scan_budget)
+    }
 }
 
 impl fmt::Debug for RedisBackend {

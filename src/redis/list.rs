@@ -1,5 +1,8 @@
-//! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records)):
-//! `SCAN` over the lock records, read in batches, with a bound on the work.
+//! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records))
+//! and the permits of the semaphores under one
+//! ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records)): `SCAN` over
+//! the lock records (or the semaphores' permits hashes), read in batches, with a bound on the
+//! work.
 //!
 //! Redis has no index by user key, so a listing walks the keyspace: `SCAN` with a `MATCH`
 //! pattern as narrow as the layout allows and a bounded `COUNT`, on the server (Sentinel: the
@@ -12,7 +15,17 @@
 //! (in the TypeScript layout their names can look like records'), another application's value,
 //! a key of another type — is skipped. Hashed keys are found by their record's `key` field.
 //!
-//! The work bound: one listing asks `SCAN` to examine at most
+//! Permits are listed the same way, from the semaphores' permits hashes (`P{T}:sem:permits`,
+//! the same in both layouts): `SCAN` `MATCH`es all of them under the key prefix `P` — a user
+//! key under the listing's prefix may be stored under its hash (a long key, or any key with a
+//! brace), so the prefix cannot narrow the pattern — names whose tag neither starts with the
+//! prefix nor is a hash are not read, and the rest are read with pipelined `HGETALL`s and
+//! `TIME`. A permit is listed when its field holds a SyncGuard record of its own lock id, whose
+//! `key` names this very hash, under the prefix, and live; anything else — an expired permit
+//! not yet reclaimed, a field that is no record, a key of another type — is skipped, as for
+//! locks. Lock records, index entries and fence counters (`P:…`) never match.
+//!
+//! The work bound, for either listing: one listing asks `SCAN` to examine at most
 //! [`list_scan_budget`](super::RedisBuilder::list_scan_budget) keys in all (the sum of its
 //! `COUNT`s, across nodes; default [`DEFAULT_LIST_SCAN_BUDGET`]). When the budget runs out
 //! before the walk is over, the list holds what was found and says so
@@ -51,10 +64,30 @@ impl Store {
         limit: ListLimit,
         budget: usize,
     ) -> Result<LockList<LockRecord>> {
-        let plan = Plan::new(&self.keys, prefix);
+        self.list_by(&Plan::new(&self.keys, prefix), limit, budget)
+    }
+
+    /// The live permits of the semaphores under `prefix`, examining at most `budget` keys;
+    /// see the module docs.
+    pub(super) fn list_permits(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+        budget: usize,
+    ) -> Result<LockList<LockRecord>> {
+        self.list_by(&PermitPlan::new(&self.keys, prefix), limit, budget)
+    }
+
+    /// What `listing` finds, examining at most `budget` keys.
+    fn list_by(
+        &self,
+        listing: &dyn Listing,
+        limit: ListLimit,
+        budget: usize,
+    ) -> Result<LockList<LockRecord>> {
         let (found, exhausted) = self
             .pool
-            .run_on(&self.server, |conn| self.walk(conn, &plan, budget))?;
+            .run_on(&self.server, |conn| self.walk(conn, listing, budget))?;
         Ok(LockList::from_unsorted(found, limit, exhausted))
     }
 
@@ -63,7 +96,7 @@ impl Store {
     fn walk(
         &self,
         conn: Conn<'_>,
-        plan: &Plan<'_>,
+        listing: &dyn Listing,
         budget: usize,
     ) -> RedisResult<(Vec<LockRecord>, bool)> {
         let mut walk = Walk {
@@ -83,14 +116,14 @@ impl Store {
                             port,
                         }),
                     };
-                    if !self.walk_node(&mut primary, plan, &mut walk)? {
+                    if !self.walk_node(&mut primary, listing, &mut walk)? {
                         exhausted = false;
                         break;
                     }
                 }
                 exhausted
             }
-            mut conn => self.walk_node(&mut SingleServer(conn.as_dyn()), plan, &mut walk)?,
+            mut conn => self.walk_node(&mut SingleServer(conn.as_dyn()), listing, &mut walk)?,
         };
         Ok((walk.found, exhausted))
     }
@@ -99,7 +132,7 @@ impl Store {
     fn walk_node(
         &self,
         node: &mut dyn Node,
-        plan: &Plan<'_>,
+        listing: &dyn Listing,
         walk: &mut Walk,
     ) -> RedisResult<bool> {
         let mut cursor: u64 = 0;
@@ -112,20 +145,21 @@ impl Store {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor)
                 .arg("MATCH")
-                .arg(&plan.pattern)
+                .arg(listing.pattern())
                 .arg("COUNT")
                 .arg(count);
             let (next, names): (u64, Vec<Vec<u8>>) = parse(node.scan(&scan)?)?;
             let candidates: Vec<String> = names
                 .into_iter()
                 .filter_map(|name| String::from_utf8(name).ok())
-                .filter(|name| plan.is_candidate(name) && walk.seen.insert(name.clone()))
+                .filter(|name| listing.is_candidate(name) && walk.seen.insert(name.clone()))
                 .collect();
             if !candidates.is_empty() {
-                let (now_ms, values) = node.read(&candidates)?;
+                let reads: Vec<Cmd> = candidates.iter().map(|name| listing.read(name)).collect();
+                let (now_ms, values) = node.read(&reads)?;
                 for (name, value) in candidates.iter().zip(values) {
-                    if let Some(record) = self.listed(name, value, plan, now_ms) {
-                        walk.found.push(record);
+                    if let Some(value) = value {
+                        listing.records(self, name, value, now_ms, &mut walk.found)?;
                     }
                 }
             }
@@ -135,30 +169,31 @@ impl Store {
             cursor = next;
         }
     }
+}
 
-    /// The record stored under `name`, if it is a live SyncGuard lock under the prefix that
-    /// belongs there.
-    fn listed(
-        &self,
-        name: &str,
-        value: Option<Vec<u8>>,
-        plan: &Plan<'_>,
-        now_ms: i64,
-    ) -> Option<LockRecord> {
-        let text = String::from_utf8(value?).ok()?;
-        let record = self
-            .decode(&text)
-            .ok()
-            .filter(|record| validate_lock_id(&record.lock_id).is_ok())?;
-        let belongs = self
-            .keys
-            .lock_keys(&record.key)
-            .is_ok_and(|keys| keys.lock == name);
-        (belongs
-            && plan.prefix.matches(&record.key)
-            && is_live(record.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
-        .then_some(record)
-    }
+/// Whether `record`, read from `name`, is listed: a SyncGuard record with a valid lock id,
+/// stored where it belongs (`stored_under` names where its key's records go), under the
+/// prefix, and live at `now_ms`.
+fn listable(
+    record: LockRecord,
+    name: &str,
+    stored_under: impl FnOnce(&str) -> Option<String>,
+    prefix: &KeyPrefix,
+    now_ms: i64,
+) -> Option<LockRecord> {
+    let belongs = validate_lock_id(&record.lock_id).is_ok()
+        && stored_under(&record.key).is_some_and(|home| home == name);
+    (belongs
+        && prefix.matches(&record.key)
+        && is_live(record.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
+    .then_some(record)
+}
+
+/// A value read as text: `None` when it is no string, or not UTF-8.
+fn text(value: Value) -> Option<String> {
+    parse::<Vec<u8>>(value)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
 }
 
 /// What one listing has used and found so far.
@@ -170,7 +205,28 @@ struct Walk {
     found: Vec<LockRecord>,
 }
 
-/// Which names a listing scans for and reads.
+/// What a listing looks for: which names it scans for and reads, how it reads them, and which
+/// records it keeps of what it read.
+trait Listing {
+    /// The `MATCH` pattern.
+    fn pattern(&self) -> &str;
+    /// Whether `name` may hold a record of a key under the prefix.
+    fn is_candidate(&self, name: &str) -> bool;
+    /// The command that reads `name`.
+    fn read(&self, name: &str) -> Cmd;
+    /// Adds to `found` the live records under the prefix that `value` — what `name` held at
+    /// `now_ms` — holds, skipping anything else.
+    fn records(
+        &self,
+        store: &Store,
+        name: &str,
+        value: Value,
+        now_ms: i64,
+        found: &mut Vec<LockRecord>,
+    ) -> RedisResult<()>;
+}
+
+/// Which lock records a listing scans for and reads.
 struct Plan<'a> {
     prefix: &'a KeyPrefix,
     /// The `MATCH` pattern.
@@ -215,8 +271,13 @@ impl<'a> Plan<'a> {
             },
         }
     }
+}
 
-    /// Whether `name` may hold a record of a key under the prefix.
+impl Listing for Plan<'_> {
+    fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
     fn is_candidate(&self, name: &str) -> bool {
         let Some(tag) = name
             .strip_prefix(self.head.as_str())
@@ -225,6 +286,113 @@ impl<'a> Plan<'a> {
             return false;
         };
         self.prefix.matches(tag) || (self.hashed && looks_hashed(tag))
+    }
+
+    fn read(&self, name: &str) -> Cmd {
+        let mut get = redis::cmd("GET");
+        get.arg(name);
+        get
+    }
+
+    /// The record stored under `name`, if it is a live SyncGuard lock under the prefix that
+    /// belongs there.
+    fn records(
+        &self,
+        store: &Store,
+        name: &str,
+        value: Value,
+        now_ms: i64,
+        found: &mut Vec<LockRecord>,
+    ) -> RedisResult<()> {
+        let value: Vec<u8> = parse(value)?;
+        let listed = String::from_utf8(value)
+            .ok()
+            .and_then(|text| store.decode(&text).ok())
+            .and_then(|record| {
+                let home = |key: &str| store.keys.lock_keys(key).ok().map(|keys| keys.lock);
+                listable(record, name, home, self.prefix, now_ms)
+            });
+        found.extend(listed);
+        Ok(())
+    }
+}
+
+/// Which semaphores a permit listing scans for and reads: their permits hashes,
+/// `P{T}:sem:permits` in either layout.
+struct PermitPlan<'a> {
+    prefix: &'a KeyPrefix,
+    /// The `MATCH` pattern: every permits hash of the key prefix. A user key under the prefix
+    /// may be stored under its hash (a long key, or any key with a brace), so the user-key
+    /// prefix cannot narrow it.
+    pattern: String,
+    /// `P{`.
+    head: String,
+}
+
+/// What follows a semaphore's tag in the name of its permits hash.
+const PERMITS_TAIL: &str = "}:sem:permits";
+
+impl<'a> PermitPlan<'a> {
+    fn new(keys: &Keys, prefix: &'a KeyPrefix) -> PermitPlan<'a> {
+        PermitPlan {
+            prefix,
+            pattern: format!("{}{{*{PERMITS_TAIL}", escape_glob(keys.prefix())),
+            head: format!("{}{{", keys.prefix()),
+        }
+    }
+}
+
+impl Listing for PermitPlan<'_> {
+    fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// A tag is never empty and has no braces: the user key itself when it starts with the
+    /// prefix, or a hash.
+    fn is_candidate(&self, name: &str) -> bool {
+        let Some(tag) = name
+            .strip_prefix(self.head.as_str())
+            .and_then(|rest| rest.strip_suffix(PERMITS_TAIL))
+        else {
+            return false;
+        };
+        !tag.is_empty()
+            && !tag.contains(['{', '}'])
+            && (self.prefix.matches(tag) || looks_hashed(tag))
+    }
+
+    fn read(&self, name: &str) -> Cmd {
+        let mut all = redis::cmd("HGETALL");
+        all.arg(name);
+        all
+    }
+
+    /// The permits in the hash `name` that are live, under the prefix, filed under their own
+    /// lock id in their own semaphore's hash; the rest (expired permits not yet reclaimed,
+    /// fields that are no permit records) is skipped.
+    fn records(
+        &self,
+        store: &Store,
+        name: &str,
+        value: Value,
+        now_ms: i64,
+        found: &mut Vec<LockRecord>,
+    ) -> RedisResult<()> {
+        let fields = value.into_map_iter().map_err(|_| unexpected("HGETALL"))?;
+        for (field, raw) in fields {
+            let (Some(field), Some(raw)) = (text(field), text(raw)) else {
+                continue;
+            };
+            let Ok(record) = store.decode(&raw) else {
+                continue;
+            };
+            if record.lock_id != field {
+                continue;
+            }
+            let home = |key: &str| store.keys.semaphore_keys(key).ok().map(|keys| keys.permits);
+            found.extend(listable(record, name, home, self.prefix, now_ms));
+        }
+        Ok(())
     }
 }
 
@@ -256,9 +424,9 @@ fn parse<T: FromRedisValue>(value: Value) -> RedisResult<T> {
 trait Node {
     /// Runs a `SCAN` on this node.
     fn scan(&mut self, scan: &Cmd) -> RedisResult<Value>;
-    /// The node's time in Unix ms and the string value of each of `names` (`None`: absent, or
-    /// of another type).
-    fn read(&mut self, names: &[String]) -> RedisResult<(i64, Vec<Option<Vec<u8>>>)>;
+    /// The node's time in Unix ms and the answer to each of `reads` (`None`: an absent key,
+    /// or one of another type).
+    fn read(&mut self, reads: &[Cmd]) -> RedisResult<(i64, Vec<Option<Value>>)>;
 }
 
 /// A single server, or the primary behind Sentinels: one pipeline per batch.
@@ -269,15 +437,15 @@ impl Node for SingleServer<'_> {
         scan.query(self.0)
     }
 
-    fn read(&mut self, names: &[String]) -> RedisResult<(i64, Vec<Option<Vec<u8>>>)> {
+    fn read(&mut self, reads: &[Cmd]) -> RedisResult<(i64, Vec<Option<Value>>)> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("TIME");
-        for name in names {
-            pipe.cmd("GET").arg(name);
+        for read in reads {
+            pipe.add_command(read.clone());
         }
         let mut answers: Vec<RedisResult<Value>> = pipe.query(self.0)?;
-        if answers.len() != names.len() + 1 {
+        if answers.len() != reads.len() + 1 {
             return Err(short_answer());
         }
         let values = answers.split_off(1);
@@ -286,7 +454,7 @@ impl Node for SingleServer<'_> {
             now_ms,
             values
                 .into_iter()
-                .map(string_value)
+                .map(read_value)
                 .collect::<RedisResult<_>>()?,
         ))
     }
@@ -318,18 +486,10 @@ impl Node for Primary<'_> {
         self.routed(scan)
     }
 
-    /// The `GET`s go by their keys' slots (to this node, unless a slot is migrating), all at
+    /// The reads go by their keys' slots (to this node, unless a slot is migrating), all at
     /// once; `TIME` to this node, after them.
-    fn read(&mut self, names: &[String]) -> RedisResult<(i64, Vec<Option<Vec<u8>>>)> {
-        let gets: Vec<Cmd> = names
-            .iter()
-            .map(|name| {
-                let mut get = redis::cmd("GET");
-                get.arg(name);
-                get
-            })
-            .collect();
-        let answers = node::pipeline(self.connection, &gets.iter().collect::<Vec<_>>());
+    fn read(&mut self, reads: &[Cmd]) -> RedisResult<(i64, Vec<Option<Value>>)> {
+        let answers = node::pipeline(self.connection, &reads.iter().collect::<Vec<_>>());
         if answers.iter().any(|answer| {
             answer
                 .as_ref()
@@ -339,19 +499,19 @@ impl Node for Primary<'_> {
         }
         let values = answers
             .into_iter()
-            .map(string_value)
+            .map(read_value)
             .collect::<RedisResult<Vec<_>>>()?;
         let now_ms = unix_ms(self.routed(&redis::cmd("TIME"))?)?;
         Ok((now_ms, values))
     }
 }
 
-/// A `GET`'s answer: the value, `None` for an absent key or one of another type (`WRONGTYPE`:
-/// not a record), the error otherwise.
-fn string_value(answer: RedisResult<Value>) -> RedisResult<Option<Vec<u8>>> {
+/// A read's answer: the value, `None` for an absent key (`GET`'s nil) or one of another type
+/// (`WRONGTYPE`: not a record), the error otherwise.
+fn read_value(answer: RedisResult<Value>) -> RedisResult<Option<Value>> {
     match answer {
         Ok(Value::Nil) => Ok(None),
-        Ok(value) => parse(value).map(Some),
+        Ok(value) => Ok(Some(value)),
         Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
         Err(error) => Err(error),
     }
@@ -469,5 +629,37 @@ mod tests {
             ),
             [true, true, false, false, false]
         );
+    }
+
+    /// Permits hashes are matched under the key prefix alone, in either layout; read are the
+    /// ones whose tag is a key under the prefix or a hash, never a lock's key.
+    #[test]
+    fn permit_plans_match_every_semaphore_of_the_namespace() {
+        let hash = "AAAAAAAAAAAAAAAAAAAAAA";
+        for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
+            let keys = Keys::new("app*".to_owned(), layout).unwrap();
+            let prefix = KeyPrefix::new("job[1]").unwrap();
+            let plan = PermitPlan::new(&keys, &prefix);
+            assert_eq!(plan.pattern, r"app\*{*}:sem:permits");
+            let names = [
+                "app*{job[1]x}:sem:permits".to_owned(),
+                format!("app*{{{hash}}}:sem:permits"),
+                "app*{job}:sem:permits".to_owned(),
+                "app*{job[1]x}:sem:holders".to_owned(),
+                "app*:{job[1]x}".to_owned(),
+                "app*{a{job[1]}:sem:permits".to_owned(),
+                "app*{}:sem:permits".to_owned(),
+            ];
+            let candidates: Vec<bool> = names.iter().map(|name| plan.is_candidate(name)).collect();
+            assert_eq!(
+                candidates,
+                [true, true, false, false, false, false, false],
+                "{layout:?}"
+            );
+            let sem = keys.semaphore_keys("job[1]x").unwrap();
+            assert!(plan.is_candidate(&sem.permits));
+            let braced = keys.semaphore_keys("job[1]{x}").unwrap();
+            assert!(plan.is_candidate(&braced.permits), "{}", braced.permits);
+        }
     }
 }

@@ -67,6 +67,7 @@
 //! | acquire | 1 script: reclaim (`ZRANGEBYSCORE`, `HDEL`, `ZREMRANGEBYSCORE` of permits past expiry + tolerance), `ZCARD` against this caller's N, `INCR` of the counter, `HSET` + `ZADD`; then `WAIT` with `min_replicas`, as for locks |
 //! | release, extend | 1 script on the permit's lock id (`HGET`, then `HDEL` + `ZREM`, or a new record and score); an expired permit is removed and answered expired, never revived |
 //! | holders | 1 read-only script: the live lock ids by score, their records |
+//! | listing by prefix ([`LockBackend::list_permits`](crate::LockBackend::list_permits)) | a walk of the keyspace, as for locks: see [Listing](#listing) |
 //! | batch renewal (heartbeat) | the permits' scripts in 1 pipeline (1 per node on a Cluster), beside the locks' pipeline |
 //!
 //! A permit's release (and an expired one's removal) is announced as a lock's: the user key,
@@ -173,6 +174,20 @@
 //! most [`RedisBuilder::list_scan_budget`] keys examined by `SCAN` in all (default
 //! [`DEFAULT_LIST_SCAN_BUDGET`]); a listing that runs out answers what it found, with
 //! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
+//!
+//! [`LockBackend::list_permits`](crate::LockBackend::list_permits) walks the same way, for the
+//! semaphores' permits hashes: `SCAN` `MATCH P{*}:sem:permits` — every semaphore of the key
+//! prefix, since a user key under the listing's prefix may be stored under its hash (a long key,
+//! a key with braces), so the user-key prefix cannot narrow the pattern; only names whose tag is
+//! the key under the prefix or a hash are read — then pipelined `HGETALL`s with `TIME`. What it
+//! costs: the same scan budget (at most [`RedisBuilder::list_scan_budget`] keys examined, every
+//! key of the database counting, not only semaphores), plus one `HGETALL` per semaphore read,
+//! whose answer is every permit of it, expired ones not yet reclaimed included. A permit is
+//! listed when it is a SyncGuard record filed under its own lock id in its own key's hash,
+//! under the prefix, and live by Redis `TIME` (its `expiresAtMs` later than `TIME` less the
+//! tolerance, as the holders script decides); what is not — a field that is no record, a key
+//! of another type — is skipped, as for locks.
+//! Lock records are never among the permits, nor permits among the locks.
 //!
 //! # Failover
 //!

@@ -2,6 +2,7 @@
 //! Sentinel and a real Cluster. Each suite runs the same checks through `LockBackend`'s permit
 //! calls and the `Driver` methods; the single server also checks what is stored.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -10,10 +11,11 @@ use std::time::{Duration, Instant};
 use redis::Commands as _;
 use syncguard::driver::{Acquisition, Driver, Holder, Key, LeaseRef, LockId, Permits, Ttl};
 use syncguard::redis::{KeyLayout, RedisBackend};
-use syncguard::{ErrorCode, Lease, LockBackend};
+use syncguard::{Coverage, ErrorCode, Lease, LockBackend};
 
 use crate::support::{
-    TTL, lease, shared_cluster, shared_redis, shared_redis_namespace, shared_sentinels, unique,
+    TTL, lease, patient_redis, shared_cluster, shared_redis, shared_redis_namespace,
+    shared_sentinels, unique,
 };
 
 /// How long a condition loop waits for expiry (a short TTL plus the 1 s tolerance) or a
@@ -532,4 +534,147 @@ fn refuses_what_it_did_not_write() {
     let error = backend.acquire_permit(&key, 2, TTL).unwrap_err();
     assert_eq!(error.code(), ErrorCode::Internal, "{error}");
     assert!(backend.permit_holders(&key).unwrap().is_empty());
+}
+
+/// The permits a listing shows: `(key, fence, lock id)` in its order.
+fn listed_permits(
+    backend: &RedisBackend,
+    prefix: &str,
+    limit: usize,
+) -> Vec<(String, u64, String)> {
+    let listed = backend.list_permits_raw(prefix, limit).unwrap();
+    assert_eq!(listed.coverage, Coverage::Complete, "{prefix}");
+    listed
+        .locks
+        .into_iter()
+        .map(|raw| (raw.key, raw.info.fence.value(), raw.lock_id))
+        .collect()
+}
+
+/// A Cluster's permit listing scans every primary: the permits of semaphores whose slots lie
+/// on all three primaries are listed together, by key then fence — a key with braces (its
+/// semaphore under a hash tag) among them — and the locks held on the same keys are not, nor
+/// are the permits among the locks.
+#[test]
+fn a_cluster_lists_permits_on_every_primary() {
+    let cluster = shared_cluster();
+    let backend = RedisBackend::connect(&cluster.url()).expect("connect to the test Cluster");
+    let prefix = unique("sem-list-cluster");
+    let asked = cluster.nodes[0].port;
+    let braced = format!("{prefix}:{{braced}}");
+    assert!(
+        !backend
+            .semaphore_keys(&braced)
+            .unwrap()
+            .permits
+            .contains("braced"),
+        "a key with braces is stored under its hash"
+    );
+    let mut keys = vec![braced];
+    let mut primaries = BTreeSet::new();
+    for n in 0.. {
+        let key = format!("{prefix}:{n:03}");
+        let slot = cluster.key_slot(&backend.semaphore_keys(&key).unwrap().permits);
+        primaries.insert(cluster.primary_of(slot, asked).expect("a primary"));
+        keys.push(key);
+        if primaries.len() == 3 && keys.len() >= 6 {
+            break;
+        }
+        assert!(n < 200, "semaphores on every primary");
+    }
+    // Two permits and a lock on each key.
+    let permits: Vec<(String, Lease)> = keys
+        .iter()
+        .flat_map(|key| {
+            [
+                (key.clone(), permit(&backend, key, 2)),
+                (key.clone(), permit(&backend, key, 2)),
+            ]
+        })
+        .collect();
+    let locks: Vec<Lease> = keys
+        .iter()
+        .map(|key| lease(backend.acquire(key, TTL)))
+        .collect();
+    let mut expected: Vec<(String, u64, String)> = permits
+        .iter()
+        .map(|(key, held)| (key.clone(), held.fence.value(), held.lock_id.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(listed_permits(&backend, &prefix, 100), expected);
+    let cut = backend.list_permits(&prefix, 3).unwrap();
+    assert_eq!(cut.locks.len(), 3);
+    assert_eq!(cut.coverage, Coverage::LimitReached);
+
+    let listed_locks = backend.list_raw(&prefix, 100).unwrap();
+    assert_eq!(listed_locks.coverage, Coverage::Complete);
+    let mut lock_ids: Vec<&str> = locks.iter().map(|held| held.lock_id.as_str()).collect();
+    lock_ids.sort();
+    let mut listed_ids: Vec<&str> = listed_locks
+        .locks
+        .iter()
+        .map(|raw| raw.lock_id.as_str())
+        .collect();
+    listed_ids.sort();
+    assert_eq!(listed_ids, lock_ids, "the locks, and no permit among them");
+
+    for (key, held) in &permits {
+        assert!(backend.release_permit(key, &held.lock_id).unwrap());
+    }
+    assert!(listed_permits(&backend, &prefix, 100).is_empty());
+    for held in locks {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+}
+
+/// With a long key prefix, a long key's semaphore is stored under the hash of the key (in
+/// either layout): its permits are listed under the real key, found by their records, beside a
+/// short key's, and not under a prefix the real key does not start with.
+#[test]
+fn hashed_semaphores_are_listed_under_their_real_key() {
+    for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
+        let namespace = format!(
+            "{}-{}",
+            unique("sem-list-long").replace(':', "-"),
+            "n".repeat(440)
+        );
+        let backend = patient_redis(&shared_redis().url())
+            .key_prefix(&namespace)
+            .layout(layout)
+            .build()
+            .expect("connect to the test Redis");
+        let short = "report:short".to_owned();
+        let long = format!("report:{}", "l".repeat(500));
+        let elsewhere = format!("other:{}", "l".repeat(500));
+        let stored = backend.semaphore_keys(&long).unwrap().permits;
+        assert_eq!(
+            stored.len(),
+            format!("{namespace}{{}}:sem:permits").len() + 22,
+            "the long key's semaphore is stored under its hash: {stored}"
+        );
+        let held: Vec<(String, Lease)> = [&short, &long, &long, &elsewhere]
+            .into_iter()
+            .map(|key| (key.clone(), permit(&backend, key, 2)))
+            .collect();
+        let entry = |i: usize| {
+            let (key, lease) = &held[i];
+            (key.clone(), lease.fence.value(), lease.lock_id.clone())
+        };
+        assert_eq!(
+            listed_permits(&backend, "report:", 10),
+            [entry(1), entry(2), entry(0)],
+            "{layout:?}"
+        );
+        assert_eq!(
+            listed_permits(&backend, "report:l", 10),
+            [entry(1), entry(2)],
+            "{layout:?}"
+        );
+        assert_eq!(listed_permits(&backend, "", 10).len(), 4, "{layout:?}");
+        assert!(backend.list_raw("", 10).unwrap().locks.is_empty());
+        for (key, lease) in &held {
+            assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+        }
+        assert!(listed_permits(&backend, "", 10).is_empty(), "{layout:?}");
+    }
 }
