@@ -480,7 +480,11 @@ pub fn permits_are_listed_by_prefix<B: LockBackend + 'static>(backend: B) {
     let outside = permit(&backend, &format!("{prefix}-other"), 1, LONG_TTL);
     let under = format!("{prefix}:");
     let listed = backend.list_permits_raw(&under, 10).unwrap();
-    let ids: Vec<&str> = listed.locks.iter().map(|raw| raw.lock_id.as_str()).collect();
+    let ids: Vec<&str> = listed
+        .locks
+        .iter()
+        .map(|raw| raw.lock_id.as_str())
+        .collect();
     assert_eq!(
         ids,
         [&a1.lock_id, &a2.lock_id, &b1.lock_id],
@@ -497,13 +501,21 @@ pub fn permits_are_listed_by_prefix<B: LockBackend + 'static>(backend: B) {
     );
     let locks = backend.list_raw(&under, 10).unwrap();
     let lock_ids: Vec<&str> = locks.locks.iter().map(|raw| raw.lock_id.as_str()).collect();
-    assert_eq!(lock_ids, [lock.lock_id.as_str()], "a listing of locks shows no permit");
+    assert_eq!(
+        lock_ids,
+        [lock.lock_id.as_str()],
+        "a listing of locks shows no permit"
+    );
     assert!(backend.release_permit(&key_a, &a1.lock_id).unwrap());
     assert_eq!(backend.list_permits(&under, 10).unwrap().locks.len(), 2);
     for (key, lease) in [(&key_a, &a2), (&key_b, &b1)] {
         assert!(backend.release_permit(key, &lease.lock_id).unwrap());
     }
-    assert!(backend.release_permit(&format!("{prefix}-other"), &outside.lock_id).unwrap());
+    assert!(
+        backend
+            .release_permit(&format!("{prefix}-other"), &outside.lock_id)
+            .unwrap()
+    );
     assert!(backend.release(&lock.lock_id).unwrap());
     assert!(backend.list_permits(&under, 10).unwrap().locks.is_empty());
 }
