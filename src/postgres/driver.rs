@@ -104,7 +104,7 @@ impl PostgresBackend {
     /// Runs `op` through its server function only (the semaphore operations, which have no
     /// inline form): a missing function is the "run `syncguard setup`" error (42883), and never
     /// switches the lock operations to their inline statements.
-    fn call_function(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
+    pub(super) fn call_function(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
         self.connections.query(&op.call, &params)
     }
 
@@ -467,6 +467,14 @@ impl Driver for PostgresBackend {
         rows.iter()
             .map(|row| lock_record(row, &self.tables, Some(key.as_str())))
             .collect()
+    }
+
+    fn list_permit_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.permit_listing(prefix, limit)
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {

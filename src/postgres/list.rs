@@ -1,7 +1,10 @@
 //! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records)):
 //! one statement (`Statements::list`), through its server function — which also reads each
 //! lock's holder description — or inline on tables without the functions (set up by the
-//! TypeScript SyncGuard: no `holder` column, so no holders), as every operation.
+//! TypeScript SyncGuard: no `holder` column, so no holders), as every operation. Listing the
+//! permits under a prefix ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records))
+//! is the same on the permit table (`Statements::permit_list`, ordered by user key then fence),
+//! through its server function only, as every semaphore operation.
 //!
 //! The rows whose user key starts with the prefix (`starts_with`: no `LIKE` pattern to
 //! escape), live by the server's clock, in byte order of the user key (`COLLATE "C"`, the
@@ -14,6 +17,7 @@
 //! statement's deadline ([`PostgresBuilder::statement_timeout`](super::PostgresBuilder::statement_timeout))
 //! bounds it: a listing that does not finish in time fails with `NetworkTimeout`.
 
+use super::client::Param;
 use super::driver::{PostgresBackend, lock_record};
 use crate::driver::{KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
@@ -25,27 +29,46 @@ impl PostgresBackend {
         prefix: &KeyPrefix,
         limit: ListLimit,
     ) -> Result<LockList<LockRecord>> {
-        if prefix.as_str().contains('\0') {
-            return Err(LockError::invalid_argument(
-                "PostgreSQL text cannot hold NUL characters; no key here starts with this prefix",
-            ));
-        }
-        // `limit` is at most MAX_LIST_LIMIT: the conversion cannot fail.
-        let rows_at_most = i64::try_from(limit.get())
-            .unwrap_or(i64::MAX)
-            .saturating_add(1);
-        let rows = self.query(
-            &self.statements.list,
-            vec![
-                prefix.as_str().into(),
-                TIME_TOLERANCE_MS.into(),
-                rows_at_most.into(),
-            ],
-        )?;
+        let rows = self.query(&self.statements.list, list_params(prefix, limit)?)?;
         let found = rows
             .iter()
             .map(|row| lock_record(row, &self.tables, None))
             .collect::<Result<Vec<_>>>()?;
         Ok(LockList::from_sorted(found, limit))
     }
+
+    /// The live permits under `prefix`, by key then fence: the same, from the permit table,
+    /// through its server function only (`Statements::permit_list`; without it, the "run
+    /// `syncguard setup`" error, as for every semaphore call).
+    pub(super) fn permit_listing(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let rows = self.call_function(&self.statements.permit_list, list_params(prefix, limit)?)?;
+        let found = rows
+            .iter()
+            .map(|row| lock_record(row, &self.tables, None))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LockList::from_sorted(found, limit))
+    }
+}
+
+/// A listing's parameters: `$1` the prefix, `$2` the tolerance, `$3` one more row than
+/// `limit` (to tell whether it was reached).
+fn list_params(prefix: &KeyPrefix, limit: ListLimit) -> Result<Vec<Param>> {
+    if prefix.as_str().contains('\0') {
+        return Err(LockError::invalid_argument(
+            "PostgreSQL text cannot hold NUL characters; no key here starts with this prefix",
+        ));
+    }
+    // `limit` is at most MAX_LIST_LIMIT: the conversion cannot fail.
+    let rows_at_most = i64::try_from(limit.get())
+        .unwrap_or(i64::MAX)
+        .saturating_add(1);
+    Ok(vec![
+        prefix.as_str().into(),
+        TIME_TOLERANCE_MS.into(),
+        rows_at_most.into(),
+    ])
 }

@@ -33,9 +33,12 @@
 //! take turns on a row lock of its `_semaphores` row, so concurrent acquires, through a
 //! transaction-mode pooler too, never grant more than N live permits; an acquire first
 //! deletes the semaphore's expired permits (a renewal never does: it answers them expired).
-//! Releasing a permit is announced like a lock's
-//! release. Without the functions (tables set up by an older syncguard) semaphore calls fail
-//! with the "run `syncguard setup`" error; locks keep working.
+//! Releasing a permit is announced like a lock's release.
+//! [`LockBackend::list_permits`](crate::LockBackend::list_permits) reads the live rows of
+//! `syncguard_locks_permits` whose `user_key` starts with the prefix, by user key (byte order)
+//! then fence, as the lock listing reads the lock table. Without the functions (tables set up
+//! by an older syncguard) semaphore calls fail with the "run `syncguard setup`" error; locks
+//! keep working.
 //!
 //! # Atomicity and mixed fleets
 //!

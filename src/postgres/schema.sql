@@ -316,3 +316,18 @@ ORDER BY p.fence COLLATE "C"
 LIMIT 1000;
 END
 $syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_plist_v3(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms)
+SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,
+p.user_key, p.holder
+FROM "syncguard_locks_permits" p, clock c
+WHERE starts_with(p.user_key, $1) AND p.expires_at_ms > c.now_ms - $2
+ORDER BY p.user_key COLLATE "C", p.fence COLLATE "C"
+LIMIT $3;
+END
+$syncguard$;

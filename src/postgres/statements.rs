@@ -69,7 +69,9 @@
 //! extends the live permits named, in one statement, and leaves the expired ones to the next
 //! acquisition or release (deleting them too, it could take two rows an acquirer is deleting in
 //! the other order, and deadlock with it); neither takes the semaphore row, so a release never
-//! waits for acquirers. Without the functions
+//! waits for acquirers. Listing the permits under a key prefix only reads, like the lock
+//! listing: the live rows of the permit table whose user key starts with it, by user key
+//! (`COLLATE "C"`) then fence, one more than the limit. Without the functions
 //! (tables set up by an older syncguard) the call fails with the "run `syncguard setup`"
 //! error.
 
@@ -332,6 +334,10 @@ pub(crate) struct Statements {
     /// Semaphores (function only). `$1` storage key, `$2` tolerance ms → the live permits, as
     /// the lookups' rows (`holder` as given), in fence order.
     pub permits: Op,
+    /// Semaphores (function only). `$1` prefix, `$2` tolerance ms, `$3` rows at most → the
+    /// live permits of the semaphores whose user key starts with the prefix, as `permits`
+    /// answers them, in user-key byte order then fence order (see `list.rs`).
+    pub permit_list: Op,
 }
 
 impl Statements {
@@ -665,11 +671,26 @@ impl Statements {
                  LIMIT {MAX_PERMITS}"
                 ),
             ),
+            permit_list: Op::query(
+                tables,
+                "plist",
+                &[T::TEXT, T::INT8, T::INT8],
+                row_columns,
+                format!(
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms)\n\
+                 SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,\n\
+                        p.user_key, p.holder\n\
+                 FROM {permits} p, clock c\n\
+                 WHERE starts_with(p.user_key, $1) AND p.expires_at_ms > c.now_ms - $2\n\
+                 ORDER BY p.user_key COLLATE \"C\", p.fence COLLATE \"C\"\n\
+                 LIMIT $3"
+                ),
+            ),
         }
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 13] {
+    fn all(&self) -> [&Op; 14] {
         [
             &self.acquire,
             &self.release,
@@ -684,6 +705,7 @@ impl Statements {
             &self.permit_release,
             &self.permit_renew,
             &self.permits,
+            &self.permit_list,
         ]
     }
 

@@ -1099,7 +1099,7 @@ fn without_the_server_functions_the_statements_go_inline() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(count, 13);
+    assert_eq!(count, 14);
 }
 
 #[test]

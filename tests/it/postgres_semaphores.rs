@@ -14,7 +14,7 @@ use crate::support::{
     shared_postgres_backend, shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{
-    Acquisition, Driver, Holder, Key, LeaseRef, LockId, Outcome, Permits, Ttl,
+    Acquisition, Driver, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId, Outcome, Permits, Ttl,
 };
 use syncguard::postgres::PostgresBackend;
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend};
@@ -65,6 +65,7 @@ both_ways!(
     a_mixed_batch_renewal_answers_each_lease,
     each_acquisition_is_judged_by_its_own_n,
     holders_come_in_fence_order_with_their_description,
+    permits_are_listed_in_byte_order_live_only,
 );
 
 /// The lease of a permit acquisition that must succeed.
@@ -438,6 +439,105 @@ fn holders_come_in_fence_order_with_their_description(connect: fn() -> PostgresB
     }
 }
 
+/// The permit listing orders by user key in byte order (`COLLATE "C"`, whatever the database's
+/// collation), then fence; returns each permit's holder; leaves out an expired permit whose row
+/// is still there; and refuses a prefix PostgreSQL text cannot hold.
+fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let prefix = unique("sem-list-order");
+    // Byte order: "Z" (0x5A) < "a" (0x61) < "é" (0xC3 0xA9); a linguistic collation differs.
+    let keys = [
+        format!("{prefix}:é"),
+        format!("{prefix}:a"),
+        format!("{prefix}:Z"),
+    ];
+    let ttl = Ttl::new(TTL).unwrap();
+    let two = Permits::new(2).unwrap();
+    let worker = Holder::new("worker z").unwrap();
+    let mut held = Vec::new();
+    for key in &keys {
+        let key = Key::new(key).unwrap();
+        for holder in [Some(&worker), None] {
+            match backend.try_acquire_permit(&key, two, ttl, holder).unwrap() {
+                Acquisition::Acquired { lease, .. } => held.push((key.clone(), lease)),
+                Acquisition::Locked => panic!("refused"),
+            }
+        }
+    }
+    let expired_key = format!("{prefix}:b");
+    let expired = permit(&backend, &expired_key, 1, Duration::from_millis(100));
+    let under = KeyPrefix::new(&format!("{prefix}:")).unwrap();
+    let wanted: Vec<(String, &str)> = [2, 1, 0]
+        .iter()
+        .flat_map(|&k| [(keys[k].clone(), "worker z"), (keys[k].clone(), "")])
+        .collect();
+    let listed = |limit: usize| {
+        backend
+            .list_permit_records(&under, ListLimit::new(limit).unwrap())
+            .unwrap()
+    };
+    // The short permit's row stays (nothing acquires on its key) once it has expired.
+    wait_until("the short permit to expire", || {
+        !listed(10)
+            .locks
+            .iter()
+            .any(|r| r.lock_id == expired.lock_id)
+    });
+    let list = listed(10);
+    assert_eq!(list.coverage, syncguard::Coverage::Complete);
+    let got: Vec<(String, &str)> = list
+        .locks
+        .iter()
+        .map(|r| (r.key.clone(), r.holder.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(got, wanted);
+    assert!(
+        list.locks
+            .windows(2)
+            .all(|w| w[0].key != w[1].key || w[0].fence < w[1].fence)
+    );
+    for record in &list.locks {
+        let (_, lease) = held
+            .iter()
+            .find(|(_, lease)| lease.lock_id == record.lock_id)
+            .expect("a listed permit was granted here");
+        assert_eq!(
+            (record.fence, record.expires_at_ms),
+            (lease.fence, lease.expires_at_ms)
+        );
+    }
+    let rows: i64 = shared_postgres()
+        .client()
+        .query_one(
+            "SELECT count(*) FROM syncguard_locks_permits WHERE key = $1",
+            &[&backend.storage_key(&expired_key).unwrap()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "the expired permit's row is still there");
+    let cut = listed(5);
+    assert_eq!(cut.coverage, syncguard::Coverage::LimitReached);
+    assert_eq!(cut.locks, list.locks[..5]);
+    let exact = listed(6);
+    assert_eq!(exact.coverage, syncguard::Coverage::Complete);
+    let nul = backend
+        .list_permit_records(&KeyPrefix::new("a\0").unwrap(), ListLimit::new(1).unwrap())
+        .unwrap_err();
+    assert_eq!(nul.code(), ErrorCode::InvalidArgument, "{nul}");
+    for (key, lease) in &held {
+        assert!(
+            backend
+                .release_permit(key.as_str(), &lease.lock_id)
+                .unwrap()
+        );
+    }
+    assert!(
+        !backend
+            .release_permit(&expired_key, &expired.lock_id)
+            .unwrap()
+    );
+}
+
 #[test]
 fn a_bad_number_of_permits_is_refused_before_any_io() {
     shared_postgres_with_tables();
@@ -500,6 +600,7 @@ fn semaphore_objects(client: &mut postgres::Client, locks: &str) -> Vec<(String,
             "prelease_v3(text, text, bigint)",
             "prenew_v3(text[], text[], bigint[], bigint)",
             "permits_v3(text, bigint)",
+            "plist_v3(text, bigint, bigint)",
         ]
         .iter()
         .map(|function| format!("to_regprocedure('{locks}_{function}')")),
@@ -531,7 +632,7 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     client
         .batch_execute(&format!(
             "DROP FUNCTION {locks}_pacquire_v3, {locks}_prelease_v3, {locks}_prenew_v3, \
-             {locks}_permits_v3"
+             {locks}_permits_v3, {locks}_plist_v3"
         ))
         .unwrap();
     let run_setup = |error: syncguard::LockError| {
@@ -540,6 +641,7 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     };
     run_setup(backend.acquire_permit(&key, 1, TTL).unwrap_err());
     run_setup(backend.permit_holders(&key).unwrap_err());
+    run_setup(backend.list_permits(&key, 10).unwrap_err());
     // Locks still go through their functions.
     let lock = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&lock.lock_id).unwrap());

@@ -240,7 +240,7 @@ impl PgServer {
 }
 
 /// Drops the server functions of `lock_table` (as on tables the TypeScript SyncGuard set up),
-/// checking that all thirteen (locks and semaphores) were there.
+/// checking that all fourteen (locks and semaphores) were there.
 pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
     let functions: Vec<String> = client
         .query(
@@ -251,7 +251,7 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(functions.len(), 13, "{functions:?}");
+    assert_eq!(functions.len(), 14, "{functions:?}");
     client
         .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
         .expect("drop the server functions");
