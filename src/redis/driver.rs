@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::{scripts, semaphore, split, typescript};
 
-use super::errors::{Phase, map_error};
+use super::errors::{Phase, Unanswered, map_error};
 use super::layout::{KeyLayout, SemaphoreKeys};
 use super::replicas::ReplicaAcks;
 use super::scripts::{Reply, SCRIPTS, Status};
@@ -156,14 +156,9 @@ impl Driver for RedisBackend {
             .arg(key.as_str())
             .arg(FENCE_MAX)
             .arg(holder.map_or("", Holder::as_str));
-        // Whether the script may have run although no answer came back (a timeout, a
-        // connection lost after the request went out): then the lock may be held under
-        // `lock_id`, and the error says so (`in_doubt`), so that the Locker can release it.
-        let unanswered = std::cell::Cell::new(false);
+        let unanswered = Unanswered::default();
         let note = |error: redis::RedisError| {
-            if error.code().is_none() {
-                unanswered.set(true);
-            }
+            unanswered.note(&error);
             error
         };
         let answer = store.pool.run_on(&store.server, |mut conn| {
@@ -189,14 +184,8 @@ impl Driver for RedisBackend {
             };
             Ok((value, index, acknowledged))
         });
-        let (value, index, acknowledged) = answer.map_err(|error| {
-            let error = error.with_key(key.as_str());
-            if unanswered.get() {
-                error.in_doubt(lock_id.as_str())
-            } else {
-                error
-            }
-        })?;
+        let (value, index, acknowledged) =
+            answer.map_err(|error| unanswered.judge(error, key.as_str(), lock_id.as_str()))?;
         let mut reply = Reply::parse(value)?;
         match reply.status {
             Status::Ok => {

@@ -1,5 +1,6 @@
 //! Redis client errors → [`LockError`], by the SyncGuard mapping table.
 
+use std::cell::Cell;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -9,6 +10,31 @@ use crate::error::{ErrorCode, LockError};
 use crate::net::Redactor;
 
 /// The code for a client or server error.
+/// Whether an acquisition's script may have run although no answer came back (a timeout, a
+/// connection lost after the request went out): then the lock (or permit) may be held under
+/// its lock id, and the error says so (`in_doubt`), so that the Locker can release it.
+#[derive(Default)]
+pub(crate) struct Unanswered(Cell<bool>);
+
+impl Unanswered {
+    /// Notes `error`, which came instead of an answer; a server's error reply is an answer.
+    pub(crate) fn note(&self, error: &RedisError) {
+        if error.code().is_none() {
+            self.0.set(true);
+        }
+    }
+
+    /// `error`, for `key`, in doubt under `lock_id` if no answer came back.
+    pub(crate) fn judge(&self, error: LockError, key: &str, lock_id: &str) -> LockError {
+        let error = error.with_key(key);
+        if self.0.get() {
+            error.in_doubt(lock_id)
+        } else {
+            error
+        }
+    }
+}
+
 pub(crate) fn classify(error: &RedisError) -> ErrorCode {
     if error.is_timeout() {
         return ErrorCode::NetworkTimeout;

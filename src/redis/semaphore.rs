@@ -5,7 +5,7 @@
 
 use redis::ScriptInvocation;
 
-use super::errors::{Phase, map_error};
+use super::errors::{Phase, Unanswered, map_error};
 use super::replicas::ReplicaAcks;
 use super::scripts::{Reply, SCRIPTS, Status, granted};
 use super::slot::key_slot;
@@ -51,15 +51,12 @@ pub(super) fn acquire(
         .arg(key.as_str())
         .arg(FENCE_MAX)
         .arg(holder.map_or("", Holder::as_str));
-    // As for a lock: a script sent without an answer may have granted the permit, and the
-    // error says so (`in_doubt`, with the lock id), so that the caller can release it.
-    let unanswered = std::cell::Cell::new(false);
+    // As for a lock: a script sent without an answer may have granted the permit.
+    let unanswered = Unanswered::default();
     let answer = store.pool.run_on(&store.server, |mut conn| {
-        let value = invocation.invoke(conn.as_dyn()).inspect_err(|error| {
-            if error.code().is_none() {
-                unanswered.set(true);
-            }
-        })?;
+        let value = invocation
+            .invoke(conn.as_dyn())
+            .inspect_err(|error| unanswered.note(error))?;
         // WAIT counts this connection's writes: the same connection, and its failure is an
         // answer, not a reason to repeat the script.
         let acknowledged = match replicas {
@@ -68,14 +65,8 @@ pub(super) fn acquire(
         };
         Ok((value, acknowledged))
     });
-    let (value, acknowledged) = answer.map_err(|error| {
-        let error = error.with_key(key.as_str());
-        if unanswered.get() {
-            error.in_doubt(lock_id.as_str())
-        } else {
-            error
-        }
-    })?;
+    let (value, acknowledged) =
+        answer.map_err(|error| unanswered.judge(error, key.as_str(), lock_id.as_str()))?;
     let mut reply = Reply::parse(value)?;
     let acquisition = match reply.status {
         Status::Ok => {

@@ -40,10 +40,12 @@ const ENV_SECTIONS: &str = "SYNCGUARD_SEM_STRESS_SECTIONS";
 const PERMITS: u32 = 3;
 const PROCESSES: usize = 8;
 const THREADS: usize = 4;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 const SECTIONS_PER_THREAD: usize = 5;
 /// On the Firestore emulator, which every Firestore test shares: each grant there is a read and
 /// a conditioned commit that 32 threads race for, and a longer run slows the other tests'
 /// calls past their heartbeats' schedules.
+#[cfg(feature = "firestore")]
 const FIRESTORE_SECTIONS_PER_THREAD: usize = 2;
 
 // ---------------------------------------------------------------------------------------------

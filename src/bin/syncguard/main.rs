@@ -619,19 +619,11 @@ fn status(
     let (found, permits): (Option<Value>, Vec<Value>) = match (key, lock_id, raw) {
         (Some(key), _, false) => (
             get_by_key(backend, key)?.map(|info| json!(info)),
-            backend
-                .permit_holders(key)?
-                .iter()
-                .map(|info| json!(info))
-                .collect(),
+            json_values(&backend.permit_holders(key)?),
         ),
         (Some(key), _, true) => (
             get_by_key_raw(backend, key)?.map(|info| json!(info)),
-            backend
-                .permit_holders_raw(key)?
-                .iter()
-                .map(|info| json!(info))
-                .collect(),
+            json_values(&backend.permit_holders_raw(key)?),
         ),
         // A permit is found by its key: a lock id alone names locks only.
         (None, Some(id), false) => (get_by_id(backend, id)?.map(|info| json!(info)), Vec::new()),
@@ -702,8 +694,12 @@ fn list(
 
 /// One JSON value per listed lock or permit, and whether that is all of them.
 fn json_lines<T: serde::Serialize>(listed: LockList<T>) -> (Vec<Value>, Coverage) {
-    let lines = listed.locks.iter().map(|item| json!(item)).collect();
-    (lines, listed.coverage)
+    (json_values(&listed.locks), listed.coverage)
+}
+
+/// One JSON value per lock or permit.
+fn json_values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
+    items.iter().map(|item| json!(item)).collect()
 }
 
 /// `setup`: creates the PostgreSQL tables; the other backends need nothing, which it says.
