@@ -113,7 +113,10 @@ pub fn removed_lease_is_reported_lost<B: LockBackend + 'static>(backend: B) {
     let key = unique_key("removed");
     let (lost_tx, lost_rx) = mpsc::channel();
     let lost_tx = Mutex::new(lost_tx);
-    let options = short_lease(5_000, 100).on_lock_lost(move |e| {
+    // Renewals every half second: a release by lock id that finds the record changed under it
+    // (Firestore's commits are conditioned on the document's update time) reads it again, and
+    // against renewals every 100 ms on a loaded emulator it kept losing that race.
+    let options = short_lease(5_000, 500).on_lock_lost(move |e| {
         let _ = lost_tx
             .lock()
             .unwrap()

@@ -581,10 +581,20 @@ fn a_permit_release_wakes_watchers() {
         .unwrap()
         .expect("PostgreSQL announces releases");
     watch.watch(&Key::new(&key).unwrap());
-    let held = permit(&backend, &key, 2, TTL);
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
-    wait_until("the permit release to be announced", || {
-        heard.lock().unwrap().contains(&key)
+    // The watch's LISTEN may still be on its way when the first release is announced (and
+    // PostgreSQL keeps no notification for a listener that came later): release again until
+    // one is heard.
+    wait_until("a permit release to be announced", || {
+        let held = permit(&backend, &key, 2, TTL);
+        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            if heard.lock().unwrap().contains(&key) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     });
 }
 
