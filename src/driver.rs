@@ -492,6 +492,63 @@ pub enum LeaseKind {
     Permit,
 }
 
+/// A heartbeat batch that may mix locks and permits, extended by a store that keeps the two
+/// kinds apart: `extend_locks` gets the batch's locks and `extend_permits` its permits (each in
+/// the batch's order, and only when there are any), and every answer is put back in its
+/// lease's place. Each function answers one result per lease it is given, in order.
+pub(crate) fn extend_by_kind<'a>(
+    leases: &[(LeaseRef<'a>, Ttl)],
+    extend_locks: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
+    extend_permits: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
+) -> Vec<Result<Outcome<Extension>>> {
+    let (permits, locks): (Vec<usize>, Vec<usize>) =
+        (0..leases.len()).partition(|&i| leases[i].0.kind == LeaseKind::Permit);
+    if permits.is_empty() {
+        return extend_locks(leases);
+    }
+    let pick = |indices: &[usize]| -> Vec<(LeaseRef<'a>, Ttl)> {
+        indices.iter().map(|&i| leases[i]).collect()
+    };
+    let lock_answers = if locks.is_empty() {
+        Vec::new()
+    } else {
+        extend_locks(&pick(&locks))
+    };
+    let permit_answers = extend_permits(&pick(&permits));
+    in_order(
+        leases.len(),
+        locks
+            .into_iter()
+            .zip(lock_answers)
+            .chain(permits.into_iter().zip(permit_answers)),
+    )
+}
+
+/// The answers to a batch of `count` leases, given as `(position, answer)` pairs, in the
+/// batch's order; a position without one is answered `Internal` (a store that skipped a lease
+/// must not leave it looking renewed).
+pub(crate) fn in_order(
+    count: usize,
+    answers: impl IntoIterator<Item = (usize, Result<Outcome<Extension>>)>,
+) -> Vec<Result<Outcome<Extension>>> {
+    let mut placed: Vec<Option<Result<Outcome<Extension>>>> = (0..count).map(|_| None).collect();
+    for (position, answer) in answers {
+        if let Some(slot) = placed.get_mut(position) {
+            *slot = Some(answer);
+        }
+    }
+    placed
+        .into_iter()
+        .map(|answer| {
+            answer.unwrap_or_else(|| {
+                Err(crate::error::LockError::internal(
+                    "a lease of the batch was left unanswered",
+                ))
+            })
+        })
+        .collect()
+}
+
 /// The error of a driver without semaphores.
 fn no_semaphores(capabilities: Capabilities) -> crate::error::LockError {
     crate::error::LockError::invalid_argument(format!(

@@ -21,7 +21,7 @@ use crate::driver::{
     LockId, LockList, LockRecord, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, Version, hash_key,
     is_live,
 };
-use crate::driver::{Capabilities, TimeAuthority};
+use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::time::Clock;
@@ -499,39 +499,12 @@ impl Driver for FirestoreBackend {
                 .map(|_| Err(LockError::new(error.code(), error.message())))
                 .collect();
         }
-        if leases
-            .iter()
-            .all(|(lease, _)| lease.kind == LeaseKind::Lock)
-        {
-            return self.extend_lock_leases(leases);
-        }
-        // A batch mixing locks and permits: the locks as one batch write, the permits one
-        // commit per semaphore, each answer put back in its lease's place.
-        let (locks, permits): (Vec<_>, Vec<_>) = leases
-            .iter()
-            .enumerate()
-            .map(|(i, (lease, ttl))| (i, *lease, *ttl))
-            .partition(|(_, lease, _)| lease.kind == LeaseKind::Lock);
-        let lock_leases: Vec<(LeaseRef<'_>, Ttl)> =
-            locks.iter().map(|(_, lease, ttl)| (*lease, *ttl)).collect();
-        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
-            leases.iter().map(|_| None).collect();
-        for ((i, ..), answer) in locks.iter().zip(self.extend_lock_leases(&lock_leases)) {
-            answers[*i] = Some(answer);
-        }
-        for (i, answer) in self.renew_permit_leases(&permits) {
-            answers[i] = Some(answer);
-        }
-        answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(LockError::internal(
-                        "a lease of the batch was left unanswered",
-                    ))
-                })
-            })
-            .collect()
+        // The locks as one batch write, the permits one commit per semaphore.
+        extend_by_kind(
+            leases,
+            |locks| self.extend_lock_leases(locks),
+            |permits| self.renew_permit_leases(permits),
+        )
     }
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;

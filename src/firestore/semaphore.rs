@@ -23,6 +23,7 @@ use super::rest::{Document, RestError};
 use super::semaphore_doc::{Permit, SemaphoreDoc, semaphore_document_id};
 use crate::driver::{
     Acquisition, Extension, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits, Ttl,
+    in_order,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -151,24 +152,24 @@ impl FirestoreBackend {
         Ok(answers.pop().unwrap_or(Outcome::NotFound))
     }
 
-    /// Renews the permit leases of a batch, each `(index, lease, ttl)`: one commit per
-    /// semaphore, for all its permits in the batch. One answer per lease, with its index.
+    /// Renews the permit leases of a batch: one commit per semaphore, for all its permits in
+    /// the batch. One answer per lease, in order.
     pub(super) fn renew_permit_leases(
         &self,
-        leases: &[(usize, LeaseRef<'_>, Ttl)],
-    ) -> Vec<(usize, Result<Outcome<Extension>>)> {
+        leases: &[(LeaseRef<'_>, Ttl)],
+    ) -> Vec<Result<Outcome<Extension>>> {
         let mut answers = Vec::with_capacity(leases.len());
         // By semaphore (its key), in the batch's order within each.
         type Group<'a> = (&'a Key, Vec<(usize, &'a LockId, Ttl)>);
         let mut by_key: BTreeMap<&str, Group<'_>> = BTreeMap::new();
-        for (i, lease, ttl) in leases {
+        for (i, (lease, ttl)) in leases.iter().enumerate() {
             match lease.permit_key() {
                 Ok(key) => by_key
                     .entry(key.as_str())
                     .or_insert_with(|| (key, Vec::new()))
                     .1
-                    .push((*i, lease.lock_id, *ttl)),
-                Err(error) => answers.push((*i, Err(error))),
+                    .push((i, lease.lock_id, *ttl)),
+                Err(error) => answers.push((i, Err(error))),
             }
         }
         for (key, group) in by_key.into_values() {
@@ -192,7 +193,7 @@ impl FirestoreBackend {
                 ),
             }
         }
-        answers
+        in_order(leases.len(), answers)
     }
 
     /// Renews permits of the semaphore on `key` in one commit: each live one to *now + its

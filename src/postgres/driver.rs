@@ -19,7 +19,7 @@ use crate::driver::{
     ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
-use crate::driver::{Capabilities, TimeAuthority};
+use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
@@ -531,34 +531,12 @@ impl Driver for PostgresBackend {
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        // Locks and permits live in different tables: one statement for each kind present,
-        // the answers put back in the order asked.
-        let (permits, locks): (Vec<_>, Vec<_>) = leases
-            .iter()
-            .enumerate()
-            .partition(|(_, (lease, _))| lease.kind == LeaseKind::Permit);
-        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
-            leases.iter().map(|_| None).collect();
-        for (part, extend) in [
-            (locks, Self::extend_lock_leases as fn(&Self, &_) -> _),
-            (permits, Self::extend_permit_leases),
-        ] {
-            if part.is_empty() {
-                continue;
-            }
-            let batch: Vec<(LeaseRef<'_>, Ttl)> = part.iter().map(|(_, lease)| **lease).collect();
-            for ((index, _), answer) in part.iter().zip(extend(self, &batch)) {
-                answers[*index] = Some(answer);
-            }
-        }
-        answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(LockError::internal("the batch renewal skipped a lease"))
-                })
-            })
-            .collect()
+        // Locks and permits live in different tables: one statement for each kind present.
+        extend_by_kind(
+            leases,
+            |locks| self.extend_lock_leases(locks),
+            |permits| self.extend_permit_leases(permits),
+        )
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

@@ -18,7 +18,7 @@ use crate::driver::{
     ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl,
 };
-use crate::driver::{Capabilities, TimeAuthority};
+use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
@@ -300,37 +300,14 @@ impl Driver for RedisBackend {
     /// them, the permits' through their semaphores' keys), and each answer is put back at its
     /// own lease's place.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        let (permits, locks): (Vec<usize>, Vec<usize>) =
-            (0..leases.len()).partition(|&i| leases[i].0.kind == LeaseKind::Permit);
-        let extend_locks = |leases: &[(LeaseRef<'_>, Ttl)]| match self.store.keys.layout() {
-            KeyLayout::TypeScript => typescript::extend_all(&self.store, leases),
-            KeyLayout::Cluster => split::extend_all(&self.store, leases),
-        };
-        if permits.is_empty() {
-            return extend_locks(leases);
-        }
-        let pick = |indices: &[usize]| -> Vec<(LeaseRef<'_>, Ttl)> {
-            indices.iter().map(|&i| leases[i]).collect()
-        };
-        let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
-            leases.iter().map(|_| None).collect();
-        let lock_answers = if locks.is_empty() {
-            Vec::new()
-        } else {
-            extend_locks(&pick(&locks))
-        };
-        let permit_answers = semaphore::extend_all(&self.store, &pick(&permits));
-        for (indices, group) in [(locks, lock_answers), (permits, permit_answers)] {
-            for (i, answer) in indices.into_iter().zip(group) {
-                answers[i] = Some(answer);
-            }
-        }
-        answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| Err(LockError::internal("a renewal got no answer")))
-            })
-            .collect()
+        extend_by_kind(
+            leases,
+            |locks| match self.store.keys.layout() {
+                KeyLayout::TypeScript => typescript::extend_all(&self.store, locks),
+                KeyLayout::Cluster => split::extend_all(&self.store, locks),
+            },
+            |permits| semaphore::extend_all(&self.store, permits),
+        )
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

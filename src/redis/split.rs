@@ -38,7 +38,7 @@ use super::pool::Conn;
 use super::scripts::{Reply, SCRIPTS, Status};
 use super::store::{Store, failed_all};
 use crate::driver::{
-    Extension, Key, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl,
+    Extension, Key, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, in_order,
 };
 use crate::error::{ErrorCode, LockError, Result};
 
@@ -158,22 +158,16 @@ pub(super) fn extend_all(
 ) -> Vec<Result<Outcome<Extension>>> {
     let (keyed, alone): (Vec<usize>, Vec<usize>) =
         (0..leases.len()).partition(|&i| leases[i].0.key.is_some());
-    let mut answers: Vec<Option<Result<Outcome<Extension>>>> =
-        leases.iter().map(|_| None).collect();
+    let mut answers = Vec::with_capacity(leases.len());
     if !keyed.is_empty() {
         let group: Vec<_> = keyed.iter().map(|&i| &leases[i]).collect();
-        for (&i, answer) in keyed.iter().zip(extend_keyed(store, &group)) {
-            answers[i] = Some(answer);
-        }
+        answers.extend(keyed.iter().copied().zip(extend_keyed(store, &group)));
     }
-    for i in alone {
+    answers.extend(alone.into_iter().map(|i| {
         let (lease, ttl) = &leases[i];
-        answers[i] = Some(extend(store, *lease, *ttl));
-    }
-    answers
-        .into_iter()
-        .map(|answer| answer.unwrap_or_else(|| Err(LockError::internal("a renewal got no answer"))))
-        .collect()
+        (i, extend(store, *lease, *ttl))
+    }));
+    in_order(leases.len(), answers)
 }
 
 /// One pipeline of renewals of leases whose key is known.
