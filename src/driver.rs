@@ -496,6 +496,7 @@ pub enum LeaseKind {
 /// kinds apart: `extend_locks` gets the batch's locks and `extend_permits` its permits (each in
 /// the batch's order, and only when there are any), and every answer is put back in its
 /// lease's place. Each function answers one result per lease it is given, in order.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 pub(crate) fn extend_by_kind<'a>(
     leases: &[(LeaseRef<'a>, Ttl)],
     extend_locks: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
@@ -527,6 +528,7 @@ pub(crate) fn extend_by_kind<'a>(
 /// The answers to a batch of `count` leases, given as `(position, answer)` pairs, in the
 /// batch's order; a position without one is answered `Internal` (a store that skipped a lease
 /// must not leave it looking renewed).
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 pub(crate) fn in_order(
     count: usize,
     answers: impl IntoIterator<Item = (usize, Result<Outcome<Extension>>)>,
