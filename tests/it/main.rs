@@ -64,6 +64,8 @@ mod redis_records;
 #[cfg(feature = "redis")]
 mod redis_renewals;
 #[cfg(feature = "redis")]
+mod redis_repeats;
+#[cfg(feature = "redis")]
 mod redis_semaphores;
 #[cfg(feature = "redis")]
 mod redis_sentinel;

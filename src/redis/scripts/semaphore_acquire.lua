@@ -14,7 +14,10 @@ local mine, why = read_permit(holders_key, permits_key, lock_id)
 if mine == nil then return why end
 if mine and mine.expiresAtMs > now - tolerance then
   -- This very acquisition, repeated after its reply was lost (the pool repeats a call once
-  -- on a dead connection): the same permit again, never a second one.
+  -- on a dead connection): the same permit again, never a second one. The record is written
+  -- again, unchanged, so that a WAIT after this reply (min_replicas) counts replicas that have
+  -- everything the first attempt wrote: a connection that wrote nothing has nothing to wait for.
+  redis.call('HSET', permits_key, lock_id, redis.call('HGET', permits_key, lock_id))
   return {OK, mine.fence, mine.expiresAtMs}
 end
 

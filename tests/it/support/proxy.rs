@@ -8,6 +8,8 @@
 //!   [`Mode::BlackHole`] accepts new connections and, on new and existing connections alike,
 //!   reads and discards whatever either side sends, never answering (connections accepted
 //!   during the black hole have no upstream and are closed once it ends);
+//!   [`Mode::DropReplies`] forwards what clients send and discards what the upstream answers
+//!   (a request that lands and whose answer is lost);
 //! - [`cut_all`](FaultProxy::cut_all) closes every live connection now, both sides.
 //!
 //! Every thread polls with short read timeouts and every socket is shut down on `Drop`, so
@@ -32,6 +34,9 @@ pub enum Mode {
     Refuse,
     /// Accept, read and discard, never answer: for new and existing connections.
     BlackHole,
+    /// Forward what clients send, discard what the upstream answers: for new and existing
+    /// connections.
+    DropReplies,
 }
 
 impl Mode {
@@ -39,6 +44,7 @@ impl Mode {
         match value {
             1 => Mode::Refuse,
             2 => Mode::BlackHole,
+            3 => Mode::DropReplies,
             _ => Mode::Pass,
         }
     }
@@ -48,6 +54,7 @@ impl Mode {
             Mode::Pass => 0,
             Mode::Refuse => 1,
             Mode::BlackHole => 2,
+            Mode::DropReplies => 3,
         }
     }
 }
@@ -253,7 +260,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 shared.fault();
                 sink(shared, client);
             }
-            Mode::Pass => {
+            Mode::Pass | Mode::DropReplies => {
                 match TcpStream::connect_timeout(&shared.upstream, Duration::from_secs(5)) {
                     Ok(upstream) => forward(shared, client, upstream),
                     Err(_) => {
@@ -326,6 +333,8 @@ fn forward(shared: &Arc<Shared>, client: TcpStream, upstream: TcpStream) {
 }
 
 /// Copies `from` to `to` until either side closes, the link is cut or the proxy stops.
+/// `delayed`: this is the client's side (what it sends pays the latency; the upstream's
+/// answers are what [`Mode::DropReplies`] discards).
 fn pump(shared: &Shared, id: u64, mut from: TcpStream, mut to: TcpStream, delayed: bool) {
     let mut buf = [0u8; 16 * 1024];
     while !shared.stopped() {
@@ -335,7 +344,8 @@ fn pump(shared: &Shared, id: u64, mut from: TcpStream, mut to: TcpStream, delaye
             Err(e) if is_timeout(&e) => continue,
             Err(_) => break,
         };
-        if shared.mode() == Mode::BlackHole {
+        let mode = shared.mode();
+        if mode == Mode::BlackHole || (mode == Mode::DropReplies && !delayed) {
             shared.fault();
             continue;
         }
