@@ -11,16 +11,18 @@
 //!
 //! | operation | requests (round trips) |
 //! |---|---|
-//! | acquire | [acquire script on the record, `SET I L PX ttl`] |
+//! | acquire | [acquire script on the record, `SET I L PX ttl+tolerance`] |
 //! | release through a guard (key known) | [release script, `DEL I`] |
-//! | extend through a guard (key known) | [extend script, `PEXPIRE I ttl`] |
+//! | extend through a guard (key known) | [extend script, `PEXPIRE I ttl+tolerance`] |
 //! | by bare lock id (`release/extend --lock-id`, lookup) | `GET I`, then as above |
 //! | batch renewal | all leases' [extend script, `PEXPIRE I`] in one pipeline |
 //!
-//! The script is the truth; the index entry follows it. A refused acquire's `SET I` leaves an
-//! entry pointing at a record another lock id owns, and every script compares the lock id
-//! stored in the record, so such an entry (or any stale one) can never release or extend that
-//! lock: it answers "not found" and expires with its TTL. On a Cluster the two commands reach
+//! The script is the truth; the index entry follows it, and outlives its record by the time
+//! tolerance (`index_ttl_ms`), so that a lock is found by its lock id for as long as by its
+//! key. A refused acquire's `SET I` leaves an entry pointing at a record another lock id owns,
+//! and every script compares the lock id stored in the record, so such an entry (or any stale
+//! one) can never release or extend that lock: it answers "not found" and expires with its
+//! TTL. On a Cluster the two commands reach
 //! different nodes, and one can fail while the other applies:
 //! - acquire granted, `SET I` failed: the lock could not be found by its lock id, so it is
 //!   released again and the acquire fails (transient), leaving nothing locked;
@@ -72,14 +74,25 @@ pub(super) fn script_with_index(
 }
 
 /// The `SET` of an acquisition's index entry, sent beside its script: the entry names the
-/// record `lock_key` and lives as long as the lease.
+/// record `lock_key` and outlives the lease ([`index_ttl_ms`]).
 pub(super) fn set_index(index_key: &str, lock_key: &str, ttl: Ttl) -> Cmd {
     let mut set = redis::cmd("SET");
     set.arg(index_key)
         .arg(lock_key)
         .arg("PX")
-        .arg(ttl.as_millis());
+        .arg(index_ttl_ms(ttl));
     set
+}
+
+/// How long an index entry lives for a lease of `ttl`: [`TIME_TOLERANCE_MS`] longer than its
+/// record. The two writes reach different nodes, each of which counts the TTL from the moment
+/// it applies its own, in no set order (and a redirected or retried script applies later
+/// still); with the same TTL the entry would often expire a moment before its record, and for
+/// that moment the lock would be held but not found by its lock id (`owns`, lookups, release
+/// and extend by bare lock id). An entry that outlives its record finds nothing: every script
+/// compares the lock id stored in the record.
+fn index_ttl_ms(ttl: Ttl) -> i64 {
+    ttl.as_millis() + TIME_TOLERANCE_MS
 }
 
 /// The record key of a lease: from its key, else from its index entry (one request);
@@ -202,12 +215,12 @@ fn extend_keyed(store: &Store, leases: &[&(LeaseRef<'_>, Ttl)]) -> Vec<Result<Ou
     outcomes
 }
 
-/// `PEXPIRE` of a lock id's index entry.
+/// `PEXPIRE` of a lock id's index entry, for a lease renewed for `ttl`.
 fn index_pexpire(store: &Store, lock_id: &LockId, ttl: Ttl) -> Cmd {
     let mut pexpire = redis::cmd("PEXPIRE");
     pexpire
         .arg(store.keys.index_key(lock_id))
-        .arg(ttl.as_millis());
+        .arg(index_ttl_ms(ttl));
     pexpire
 }
 

@@ -15,6 +15,8 @@ use syncguard::driver::{Driver, Key, LeaseRef, LockId, Outcome, Ttl};
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{Lease, LockBackend, Lookup};
 
+use syncguard::testing::support::wait_until;
+
 use crate::support::redis_topology::connection;
 use crate::support::{RedisCluster, lease, unique};
 
@@ -108,6 +110,7 @@ fn pipelines_across_slots() {
     let cluster = RedisCluster::start();
     let backend = std::sync::Arc::new(patient_backend(&cluster));
     a_guards_extension_is_one_round_trip(&cluster, &backend);
+    an_index_entry_outlives_its_record(&cluster, &backend);
     a_batch_of_renewals_is_one_round_trip(&cluster, &backend);
     a_slot_that_moved_is_followed(&cluster, &backend);
     an_index_entry_that_cannot_be_written(&cluster, &backend);
@@ -145,6 +148,101 @@ fn a_guards_extension_is_one_round_trip(
         other => panic!("expected the extension applied, got {other:?}"),
     }
     assert!(pttl(record_port, &record_key(&key)) > SHORT.as_millis() as i64);
+    assert!(backend.release(&held.lock_id).unwrap());
+}
+
+/// How a lease is renewed.
+#[derive(Debug, Clone, Copy)]
+enum Renewal {
+    Guard,
+    Batch,
+    BareLockId,
+}
+
+/// Renews the lock on `key` held under `lock_id` for `ttl`: whether the renewal applied.
+fn renew(backend: &RedisBackend, key: &str, lock_id: &str, ttl: Duration, how: Renewal) -> bool {
+    let (key, lock_id) = (Key::new(key).unwrap(), LockId::new(lock_id).unwrap());
+    let lease = LeaseRef::new(&lock_id).with_key(&key);
+    let checked = Ttl::new(ttl).unwrap();
+    match how {
+        Renewal::Guard => matches!(
+            backend.extend_lease(lease, checked),
+            Ok(Outcome::Applied(_))
+        ),
+        Renewal::Batch => matches!(
+            backend.extend_leases(&[(lease, checked)]).pop(),
+            Some(Ok(Outcome::Applied(_)))
+        ),
+        Renewal::BareLockId => backend.extend(lock_id.as_str(), ttl).unwrap().is_some(),
+    }
+}
+
+/// When `storage_key` expires (`PEXPIRETIME`, Unix ms of the node's clock; the nodes share this
+/// machine's).
+fn expiry_ms(conn: &mut redis::Connection, storage_key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME")
+        .arg(storage_key)
+        .query(conn)
+        .expect("PEXPIRETIME")
+}
+
+fn now_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// The index entry outlives its record (issue 30), also when the record's node applies its
+/// write last (its script redirected or retried, its node slower): with the record's primary
+/// paused, each renewal's command on the index entry applies first, and the script only once
+/// the clock has moved on. After a guard's extension, a batch renewal and an extension by bare
+/// lock id, the index entry expires no earlier than its record. (With the same TTL for both it
+/// expired first, and for that moment the lock was held but not found by its lock id.)
+fn an_index_entry_outlives_its_record(
+    cluster: &RedisCluster,
+    backend: &std::sync::Arc<RedisBackend>,
+) {
+    let (key, held) = split_lock(cluster, backend, "index-outlives");
+    let (record, index) = (record_key(&key), index_key(&held.lock_id));
+    let mut on_record = connection(primary(cluster, &record)).expect("reach the primary");
+    let mut on_index = connection(primary(cluster, &index)).expect("reach the primary");
+    assert!(
+        expiry_ms(&mut on_index, &index) >= expiry_ms(&mut on_record, &record),
+        "after the acquisition"
+    );
+    let patience = Duration::from_secs(120);
+    for (how, ttl) in [
+        (Renewal::Guard, Duration::from_secs(100)),
+        (Renewal::Batch, Duration::from_secs(110)),
+        (Renewal::BareLockId, Duration::from_secs(120)),
+    ] {
+        let before = expiry_ms(&mut on_index, &index);
+        let paused = Paused::new(primary(cluster, &record));
+        let renewal = {
+            let (backend, key, lock_id) = (backend.clone(), key.clone(), held.lock_id.clone());
+            std::thread::spawn(move || renew(&backend, &key, &lock_id, ttl, how))
+        };
+        wait_until(
+            "the index entry's command while the record's node is paused",
+            patience,
+            || expiry_ms(&mut on_index, &index) > before,
+        );
+        // The script then applies at a later millisecond than the index entry's command.
+        let index_applied = now_ms(&mut on_index);
+        wait_until("the clock to move on", patience, || {
+            now_ms(&mut on_record) > index_applied
+        });
+        drop(paused);
+        assert!(renewal.join().expect("the renewal returns"), "{how:?}");
+        let (index_expires, record_expires) = (
+            expiry_ms(&mut on_index, &index),
+            expiry_ms(&mut on_record, &record),
+        );
+        assert!(
+            index_expires >= record_expires,
+            "{how:?}: the index entry expires at {index_expires}, {} ms before its record",
+            record_expires - index_expires
+        );
+    }
     assert!(backend.release(&held.lock_id).unwrap());
 }
 
