@@ -64,7 +64,7 @@ impl Store {
         limit: ListLimit,
         budget: usize,
     ) -> Result<LockList<LockRecord>> {
-        self.list_by(&Plan::new(&self.keys, prefix), limit, budget)
+        self.list_by(&Listing::locks(&self.keys, prefix), limit, budget)
     }
 
     /// The live permits of the semaphores under `prefix`, examining at most `budget` keys;
@@ -75,13 +75,13 @@ impl Store {
         limit: ListLimit,
         budget: usize,
     ) -> Result<LockList<LockRecord>> {
-        self.list_by(&PermitPlan::new(&self.keys, prefix), limit, budget)
+        self.list_by(&Listing::permits(&self.keys, prefix), limit, budget)
     }
 
     /// What `listing` finds, examining at most `budget` keys.
     fn list_by(
         &self,
-        listing: &dyn Listing,
+        listing: &Listing<'_>,
         limit: ListLimit,
         budget: usize,
     ) -> Result<LockList<LockRecord>> {
@@ -96,7 +96,7 @@ impl Store {
     fn walk(
         &self,
         conn: Conn<'_>,
-        listing: &dyn Listing,
+        listing: &Listing<'_>,
         budget: usize,
     ) -> RedisResult<(Vec<LockRecord>, bool)> {
         let mut walk = Walk {
@@ -132,7 +132,7 @@ impl Store {
     fn walk_node(
         &self,
         node: &mut dyn Node,
-        listing: &dyn Listing,
+        listing: &Listing<'_>,
         walk: &mut Walk,
     ) -> RedisResult<bool> {
         let mut cursor: u64 = 0;
@@ -145,7 +145,7 @@ impl Store {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor)
                 .arg("MATCH")
-                .arg(listing.pattern())
+                .arg(&listing.pattern)
                 .arg("COUNT")
                 .arg(count);
             let (next, names): (u64, Vec<Vec<u8>>) = parse(node.scan(&scan)?)?;
@@ -205,42 +205,40 @@ struct Walk {
     found: Vec<LockRecord>,
 }
 
-/// What a listing looks for: which names it scans for and reads, how it reads them, and which
-/// records it keeps of what it read.
-trait Listing {
-    /// The `MATCH` pattern.
-    fn pattern(&self) -> &str;
-    /// Whether `name` may hold a record of a key under the prefix.
-    fn is_candidate(&self, name: &str) -> bool;
-    /// The command that reads `name`.
-    fn read(&self, name: &str) -> Cmd;
-    /// Adds to `found` the live records under the prefix that `value` — what `name` held at
-    /// `now_ms` — holds, skipping anything else.
-    fn records(
-        &self,
-        store: &Store,
-        name: &str,
-        value: Value,
-        now_ms: i64,
-        found: &mut Vec<LockRecord>,
-    ) -> RedisResult<()>;
+/// What a listing reads: lock records, or the semaphores' permits hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A lock record per name, read with `GET`.
+    Locks,
+    /// A permits hash per name (`P{T}:sem:permits`, the same in both layouts), read with
+    /// `HGETALL`: a permit record per field, filed under its lock id.
+    Permits,
 }
 
-/// Which lock records a listing scans for and reads.
-struct Plan<'a> {
+/// What a listing looks for: which names it scans for and reads, how it reads them, and which
+/// records it keeps of what it read.
+struct Listing<'a> {
+    kind: Kind,
     prefix: &'a KeyPrefix,
     /// The `MATCH` pattern.
     pattern: String,
-    /// What precedes a record's user key (or its hash) in its name: `P:` or `P:{`.
+    /// What precedes a name's tag (the user key, or its hash): `P:` or `P:{` for locks, `P{`
+    /// for permits.
     head: String,
-    /// `}` in the cluster layout.
+    /// What follows the tag: nothing or `}` for locks, [`PERMITS_TAIL`] for permits.
     tail: &'static str,
+    /// Whether the tag stands between braces, so that it is never empty and holds none.
+    braced: bool,
     /// Whether a key under the prefix may be stored under its hash.
     hashed: bool,
 }
 
-impl<'a> Plan<'a> {
-    fn new(keys: &Keys, prefix: &'a KeyPrefix) -> Plan<'a> {
+/// What follows a semaphore's tag in the name of its permits hash.
+const PERMITS_TAIL: &str = "}:sem:permits";
+
+impl<'a> Listing<'a> {
+    /// The lock records of the keys under `prefix`.
+    fn locks(keys: &Keys, prefix: &'a KeyPrefix) -> Listing<'a> {
         let namespace = escape_glob(keys.prefix());
         match keys.layout() {
             KeyLayout::TypeScript => {
@@ -253,31 +251,46 @@ impl<'a> Plan<'a> {
                 } else {
                     format!("{namespace}:{}*", escape_glob(prefix.as_str()))
                 };
-                Plan {
+                Listing {
+                    kind: Kind::Locks,
                     prefix,
                     pattern,
                     head: format!("{}:", keys.prefix()),
                     tail: "",
+                    braced: false,
                     hashed,
                 }
             }
             // Any key with a brace is hashed, whatever its length: the pattern cannot narrow.
-            KeyLayout::Cluster => Plan {
+            KeyLayout::Cluster => Listing {
+                kind: Kind::Locks,
                 prefix,
                 pattern: format!("{namespace}:{{*"),
                 head: format!("{}:{{", keys.prefix()),
                 tail: "}",
+                braced: true,
                 hashed: true,
             },
         }
     }
-}
 
-impl Listing for Plan<'_> {
-    fn pattern(&self) -> &str {
-        &self.pattern
+    /// The permits of the semaphores under `prefix`. The pattern matches every permits hash
+    /// of the key prefix: a user key under the listing's prefix may be stored under its hash
+    /// (a long key, or any key with a brace), so the user-key prefix cannot narrow it.
+    fn permits(keys: &Keys, prefix: &'a KeyPrefix) -> Listing<'a> {
+        Listing {
+            kind: Kind::Permits,
+            prefix,
+            pattern: format!("{}{{*{PERMITS_TAIL}", escape_glob(keys.prefix())),
+            head: format!("{}{{", keys.prefix()),
+            tail: PERMITS_TAIL,
+            braced: true,
+            hashed: true,
+        }
     }
 
+    /// Whether `name` may hold a record of a key under the prefix: its tag is the user key
+    /// itself, starting with the prefix, or a hash.
     fn is_candidate(&self, name: &str) -> bool {
         let Some(tag) = name
             .strip_prefix(self.head.as_str())
@@ -285,17 +298,26 @@ impl Listing for Plan<'_> {
         else {
             return false;
         };
+        if self.braced && (tag.is_empty() || tag.contains(['{', '}'])) {
+            return false;
+        }
         self.prefix.matches(tag) || (self.hashed && looks_hashed(tag))
     }
 
+    /// The command that reads `name`.
     fn read(&self, name: &str) -> Cmd {
-        let mut get = redis::cmd("GET");
-        get.arg(name);
-        get
+        let mut read = redis::cmd(match self.kind {
+            Kind::Locks => "GET",
+            Kind::Permits => "HGETALL",
+        });
+        read.arg(name);
+        read
     }
 
-    /// The record stored under `name`, if it is a live SyncGuard lock under the prefix that
-    /// belongs there.
+    /// Adds to `found` the live records under the prefix that `value` — what `name` held at
+    /// `now_ms` — holds, each stored where it belongs (a lock record under its key's name; a
+    /// permit in its own semaphore's hash, under its own lock id). Anything else (expired
+    /// permits not yet reclaimed, values that are no records) is skipped.
     fn records(
         &self,
         store: &Store,
@@ -304,93 +326,34 @@ impl Listing for Plan<'_> {
         now_ms: i64,
         found: &mut Vec<LockRecord>,
     ) -> RedisResult<()> {
-        let value: Vec<u8> = parse(value)?;
-        let listed = String::from_utf8(value)
-            .ok()
-            .and_then(|text| store.decode(&text).ok())
-            .and_then(|record| {
-                let home = |key: &str| store.keys.lock_keys(key).ok().map(|keys| keys.lock);
-                listable(record, name, home, self.prefix, now_ms)
-            });
-        found.extend(listed);
-        Ok(())
-    }
-}
-
-/// Which semaphores a permit listing scans for and reads: their permits hashes,
-/// `P{T}:sem:permits` in either layout.
-struct PermitPlan<'a> {
-    prefix: &'a KeyPrefix,
-    /// The `MATCH` pattern: every permits hash of the key prefix. A user key under the prefix
-    /// may be stored under its hash (a long key, or any key with a brace), so the user-key
-    /// prefix cannot narrow it.
-    pattern: String,
-    /// `P{`.
-    head: String,
-}
-
-/// What follows a semaphore's tag in the name of its permits hash.
-const PERMITS_TAIL: &str = "}:sem:permits";
-
-impl<'a> PermitPlan<'a> {
-    fn new(keys: &Keys, prefix: &'a KeyPrefix) -> PermitPlan<'a> {
-        PermitPlan {
-            prefix,
-            pattern: format!("{}{{*{PERMITS_TAIL}", escape_glob(keys.prefix())),
-            head: format!("{}{{", keys.prefix()),
-        }
-    }
-}
-
-impl Listing for PermitPlan<'_> {
-    fn pattern(&self) -> &str {
-        &self.pattern
-    }
-
-    /// A tag is never empty and has no braces: the user key itself when it starts with the
-    /// prefix, or a hash.
-    fn is_candidate(&self, name: &str) -> bool {
-        let Some(tag) = name
-            .strip_prefix(self.head.as_str())
-            .and_then(|rest| rest.strip_suffix(PERMITS_TAIL))
-        else {
-            return false;
+        // Each raw record, with the lock id it is filed under (permits only).
+        let stored: Vec<(Option<String>, String)> = match self.kind {
+            Kind::Locks => {
+                let value: Vec<u8> = parse(value)?;
+                String::from_utf8(value)
+                    .ok()
+                    .map(|raw| (None, raw))
+                    .into_iter()
+                    .collect()
+            }
+            Kind::Permits => value
+                .into_map_iter()
+                .map_err(|_| unexpected("HGETALL"))?
+                .filter_map(|(field, raw)| Some((Some(text(field)?), text(raw)?)))
+                .collect(),
         };
-        !tag.is_empty()
-            && !tag.contains(['{', '}'])
-            && (self.prefix.matches(tag) || looks_hashed(tag))
-    }
-
-    fn read(&self, name: &str) -> Cmd {
-        let mut all = redis::cmd("HGETALL");
-        all.arg(name);
-        all
-    }
-
-    /// The permits in the hash `name` that are live, under the prefix, filed under their own
-    /// lock id in their own semaphore's hash; the rest (expired permits not yet reclaimed,
-    /// fields that are no permit records) is skipped.
-    fn records(
-        &self,
-        store: &Store,
-        name: &str,
-        value: Value,
-        now_ms: i64,
-        found: &mut Vec<LockRecord>,
-    ) -> RedisResult<()> {
-        let fields = value.into_map_iter().map_err(|_| unexpected("HGETALL"))?;
-        for (field, raw) in fields {
-            let (Some(field), Some(raw)) = (text(field), text(raw)) else {
-                continue;
-            };
+        let home = |key: &str| match self.kind {
+            Kind::Locks => store.keys.lock_keys(key).ok().map(|keys| keys.lock),
+            Kind::Permits => store.keys.semaphore_keys(key).ok().map(|keys| keys.permits),
+        };
+        for (filed_under, raw) in stored {
             let Ok(record) = store.decode(&raw) else {
                 continue;
             };
-            if record.lock_id != field {
+            if filed_under.is_some_and(|lock_id| lock_id != record.lock_id) {
                 continue;
             }
-            let home = |key: &str| store.keys.semaphore_keys(key).ok().map(|keys| keys.permits);
-            found.extend(listable(record, name, home, self.prefix, now_ms));
+            found.extend(listable(record, name, &home, self.prefix, now_ms));
         }
         Ok(())
     }
@@ -574,7 +537,7 @@ mod tests {
     fn plan_names(layout: KeyLayout, namespace: &str, prefix: &str, names: &[&str]) -> Vec<bool> {
         let keys = Keys::new(namespace.to_owned(), layout).unwrap();
         let prefix = KeyPrefix::new(prefix).unwrap();
-        let plan = Plan::new(&keys, &prefix);
+        let plan = Listing::locks(&keys, &prefix);
         names.iter().map(|name| plan.is_candidate(name)).collect()
     }
 
@@ -582,14 +545,14 @@ mod tests {
     fn patterns_are_as_narrow_as_the_layout_allows() {
         let keys = Keys::new("app*".to_owned(), KeyLayout::TypeScript).unwrap();
         let prefix = KeyPrefix::new("job[1]").unwrap();
-        assert_eq!(Plan::new(&keys, &prefix).pattern, r"app\*:job\[1\]*");
+        assert_eq!(Listing::locks(&keys, &prefix).pattern, r"app\*:job\[1\]*");
         let long = Keys::new("p".repeat(500), KeyLayout::TypeScript).unwrap();
         assert_eq!(
-            Plan::new(&long, &prefix).pattern,
+            Listing::locks(&long, &prefix).pattern,
             format!("{}:*", "p".repeat(500))
         );
         let cluster = Keys::new("app".to_owned(), KeyLayout::Cluster).unwrap();
-        assert_eq!(Plan::new(&cluster, &prefix).pattern, "app:{*");
+        assert_eq!(Listing::locks(&cluster, &prefix).pattern, "app:{*");
     }
 
     #[test]
@@ -639,7 +602,7 @@ mod tests {
         for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
             let keys = Keys::new("app*".to_owned(), layout).unwrap();
             let prefix = KeyPrefix::new("job[1]").unwrap();
-            let plan = PermitPlan::new(&keys, &prefix);
+            let plan = Listing::permits(&keys, &prefix);
             assert_eq!(plan.pattern, r"app\*{*}:sem:permits");
             let names = [
                 "app*{job[1]x}:sem:permits".to_owned(),

@@ -2,11 +2,6 @@
 -- KEYS: lock key
 -- ARGV: lock id, tolerance ms, ttl ms
 -- Reply: {OK, expiresAtMs} | {NOT_FOUND} | {EXPIRED} | {FOREIGN, key, why}
-local ttl = tonumber(ARGV[3])
 local lock_key, lock_or_reply = owned_record(KEYS[1], ARGV[1], tonumber(ARGV[2]))
 if not lock_key then return lock_or_reply end
-local lock = lock_or_reply
--- Replaces the remaining time: now + ttl, not expiry + ttl.
-lock.expiresAtMs = now_ms() + ttl
-redis.call('SET', lock_key, cjson.encode(lock), 'PX', ttl)
-return {OK, lock.expiresAtMs}
+return {OK, renew_lock(lock_key, lock_or_reply, tonumber(ARGV[3]))}

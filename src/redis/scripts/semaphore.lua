@@ -40,6 +40,17 @@ local function read_permit(holders_key, permits_key, lock_id)
   return permit
 end
 
+-- The permit a renewal or release of lock_id acts on: its record, or nil and the reply that
+-- says why not (NOT_FOUND when there is none, or the refusal of what is stored).
+local function held_permit(holders_key, permits_key, lock_id)
+  local refusal = check_semaphore(holders_key, permits_key)
+  if refusal then return nil, refusal end
+  local permit, why = read_permit(holders_key, permits_key, lock_id)
+  if permit == nil then return nil, why end
+  if not permit then return nil, {NOT_FOUND} end
+  return permit
+end
+
 local function remove_permit(holders_key, permits_key, lock_id)
   redis.call('ZREM', holders_key, lock_id)
   redis.call('HDEL', permits_key, lock_id)

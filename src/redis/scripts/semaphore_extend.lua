@@ -3,11 +3,8 @@
 -- Reply: {OK, expiresAtMs} | {NOT_FOUND} | {EXPIRED} (and removed) | {FOREIGN, key, why}
 local holders_key, permits_key, lock_id = KEYS[1], KEYS[2], ARGV[1]
 local tolerance, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
-local refusal = check_semaphore(holders_key, permits_key)
-if refusal then return refusal end
-local permit, why = read_permit(holders_key, permits_key, lock_id)
-if permit == nil then return why end
-if not permit then return {NOT_FOUND} end
+local permit, reply = held_permit(holders_key, permits_key, lock_id)
+if not permit then return reply end
 local now = now_ms()
 if permit.expiresAtMs <= now - tolerance then
   -- Expired: reclaimed, never resurrected.
