@@ -136,7 +136,9 @@ impl Driver for RedisBackend {
         let keys = store.keys.lock_keys(key.as_str())?;
         let lock_id = store.keys.new_lock_id();
         let index_key = store.keys.index_key(&lock_id);
-        let slot = key_slot(keys.lock.as_bytes());
+        // The slots an acquisition writes, which `min_replicas` waits for: the record's (with
+        // the counter), and in the cluster layout the index entry's.
+        let mut slots = vec![key_slot(keys.lock.as_bytes())];
         let mut invocation = SCRIPTS.acquire.key(&keys.lock);
         invocation.key(&keys.fence);
         // The index entry: written by the script itself in the TypeScript layout (its keys
@@ -147,7 +149,10 @@ impl Driver for RedisBackend {
                 invocation.key(&index_key);
                 None
             }
-            KeyLayout::Cluster => Some(split::set_index(&index_key, &keys.lock, ttl)),
+            KeyLayout::Cluster => {
+                slots.push(key_slot(index_key.as_bytes()));
+                Some(split::set_index(&index_key, &keys.lock, ttl))
+            }
         };
         invocation
             .arg(lock_id.as_str())
@@ -179,7 +184,7 @@ impl Driver for RedisBackend {
             // WAIT counts the acknowledgements of this connection's writes, so it goes on the
             // same connection; its failure is an answer, not a reason to repeat the script.
             let acknowledged = match &self.replicas {
-                Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, slot)),
+                Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, &slots)),
                 _ => None,
             };
             Ok((value, index, acknowledged))

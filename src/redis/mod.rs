@@ -200,9 +200,11 @@
 //!
 //! `min_replicas=N` (`?min_replicas=N&replica_timeout=D`, or [`RedisBuilder::min_replicas`]):
 //! after each successful acquisition, `WAIT N D` on the same connection (on a Cluster, on the
-//! primary of the lock's slot). With fewer than `N` acknowledgements within `D`, the lock is
-//! released again and the acquisition fails with `ServiceUnavailable` (transient). So every
-//! lock and fence a caller is handed is on at least `N` replicas. What that does guarantee:
+//! primary of the lock's slot, and then on the primary of its index entry's slot, which holds
+//! the way to the lock by its lock id; a permit has no index entry). With fewer than `N`
+//! acknowledgements within `D` on either, the lock is released again and the acquisition fails
+//! with `ServiceUnavailable` (transient). So every lock and fence a caller is handed (and on a
+//! Cluster, its index entry) is on at least `N` replicas. What that does guarantee:
 //! if the replica promoted after a failover is one of those that acknowledged, it has the lock
 //! and the counter: the lock stays held and no fence repeats. Sentinel and Cluster promote the
 //! replica with the most replicated data, which has everything any acknowledged replica has as

@@ -55,9 +55,10 @@ impl ReplicaAcks {
         Ok(Some(ReplicaAcks { replicas, timeout }))
     }
 
-    /// `WAIT replicas timeout` on the connection that made the write: on a Cluster, on the
-    /// primary of `slot`, through the same node connection. The number of replicas that
-    /// acknowledged.
+    /// `WAIT replicas timeout` on the connection that made the writes: on a Cluster, on the
+    /// primary of each of `slots` in turn (the slots written: a lock's record and its index
+    /// entry lie in two), through the node connections that wrote. The fewest acknowledgements
+    /// any of them got.
     ///
     /// `WAIT` waits for the replication offset its own connection last recorded. A fresh
     /// connection that never wrote has none recorded on servers that record it only after
@@ -66,25 +67,39 @@ impl ReplicaAcks {
     /// lacks the acquisition. So on a Cluster the client must not resend it on a new node
     /// connection, as it does after a dropped one when reconnecting is on: for the `WAIT` it is
     /// off, and a dropped connection fails the `WAIT` (the acquisition is then undone).
-    pub fn wait(&self, conn: Conn<'_>, slot: u16) -> RedisResult<i64> {
+    pub fn wait(&self, conn: Conn<'_>, slots: &[u16]) -> RedisResult<i64> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(self.replicas).arg(self.timeout.as_millis() as u64);
         match conn {
             Conn::Single(conn) | Conn::Lent(conn) => wait.query(conn),
             Conn::Cluster(own) => {
-                let conn = &mut own.connection;
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(slot, SlotAddr::Master),
-                ));
-                conn.set_auto_reconnect(false);
-                let value = conn.route_command(&wait, route);
-                // The default, which syncguard never changes elsewhere.
-                conn.set_auto_reconnect(true);
-                // Its failure is the acquisition's answer, not the call's: see `Conn`.
-                if value.as_ref().is_err_and(spoils_the_connection) {
-                    own.poisoned = true;
+                own.connection.set_auto_reconnect(false);
+                let mut fewest = Ok(i64::MAX);
+                for (at, &slot) in slots.iter().enumerate() {
+                    if slots[..at].contains(&slot) {
+                        continue;
+                    }
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::new(slot, SlotAddr::Master),
+                    ));
+                    let value = own.connection.route_command(&wait, route);
+                    // Its failure is the acquisition's answer, not the call's: see `Conn`.
+                    if value.as_ref().is_err_and(spoils_the_connection) {
+                        own.poisoned = true;
+                    }
+                    match value
+                        .and_then(|value| redis::from_redis_value::<i64>(value).map_err(Into::into))
+                    {
+                        Ok(acknowledged) => fewest = fewest.map(|n| n.min(acknowledged)),
+                        Err(error) => {
+                            fewest = Err(error);
+                            break;
+                        }
+                    }
                 }
-                Ok(redis::from_redis_value(value?)?)
+                // The default, which syncguard never changes elsewhere.
+                own.connection.set_auto_reconnect(true);
+                fewest
             }
         }
     }

@@ -60,7 +60,7 @@ pub(super) fn acquire(
         // WAIT counts this connection's writes: the same connection, and its failure is an
         // answer, not a reason to repeat the script.
         let acknowledged = match replicas {
-            Some(policy) if granted(&value) => Some(policy.wait(conn, slot)),
+            Some(policy) if granted(&value) => Some(policy.wait(conn, &[slot])),
             _ => None,
         };
         Ok((value, acknowledged))

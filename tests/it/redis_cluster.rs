@@ -342,6 +342,94 @@ fn min_replicas_waits_for_the_replica() {
     assert!(!backend.is_locked(&key).unwrap(), "the lock was released");
 }
 
+/// `min_replicas` covers the index entry's node too (issue 30): an acquisition is granted only
+/// once the replicas of its record's primary and of its index entry's primary both have it, so
+/// that a failover of either loses neither the fence nor the way to the lock by its lock id.
+/// Staged: one primary's replica is stopped (SIGSTOP), so nothing written there is
+/// acknowledged; of the acquisitions whose record lies elsewhere, those whose index entry lies
+/// there are released again and refused, the others granted.
+#[test]
+fn min_replicas_waits_for_the_index_entry_too() {
+    use crate::support::redis_topology::info;
+
+    let cluster = RedisCluster::start();
+    let backend = RedisBackend::builder()
+        .url(format!(
+            "{}?min_replicas=1&replica_timeout=500ms",
+            cluster.url()
+        ))
+        .read_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let asked = cluster.nodes[0].port;
+    let primary_of = |storage_key: &str| {
+        cluster
+            .primary_of(cluster.key_slot(storage_key), asked)
+            .expect("a primary serves the slot")
+    };
+    let stalled = cluster
+        .primary_of(0, asked)
+        .expect("a primary serves slot 0");
+    let replica = info(stalled, "replication")
+        .get("slave0")
+        .and_then(|s| s.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("the primary has a replica");
+    let pid = info(replica, "server")
+        .get("process_id")
+        .cloned()
+        .expect("the replica's process id");
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(&pid)
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} {pid}");
+    };
+    signal("STOP");
+    let (mut granted, mut refused) = (0, 0);
+    for _ in 0..200 {
+        if granted > 0 && refused > 0 {
+            break;
+        }
+        let key = unique("index-replicated");
+        if primary_of(&KeyLayout::Cluster.lock_key("syncguard", &key).unwrap()) == stalled {
+            continue;
+        }
+        match backend.acquire(&key, TTL) {
+            Ok(syncguard::AcquireOutcome::Acquired(held)) => {
+                let index = KeyLayout::Cluster
+                    .index_key("syncguard", &held.lock_id)
+                    .unwrap();
+                assert_ne!(
+                    primary_of(&index),
+                    stalled,
+                    "granted, though its index entry lies on the primary whose replica \
+                     acknowledges nothing"
+                );
+                assert!(backend.release(&held.lock_id).unwrap());
+                granted += 1;
+            }
+            Ok(syncguard::AcquireOutcome::Locked) => panic!("{key} is locked"),
+            Err(err) => {
+                assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
+                assert!(
+                    err.message().contains("of the 1 replicas required"),
+                    "{err}"
+                );
+                assert!(!backend.is_locked(&key).unwrap(), "the lock was released");
+                refused += 1;
+            }
+        }
+    }
+    signal("CONT");
+    assert!(
+        granted > 0 && refused > 0,
+        "{granted} granted, {refused} refused"
+    );
+}
+
 /// A primary dies in the middle of contention; its replica takes over; the dead node comes
 /// back as a replica. With `min_replicas=1`: never two holders at once, fences strictly grow,
 /// every error is a typed transient one, and operations resume.
