@@ -353,7 +353,7 @@ impl<'a> Listing<'a> {
             if filed_under.is_some_and(|lock_id| lock_id != record.lock_id) {
                 continue;
             }
-            found.extend(listable(record, name, &home, self.prefix, now_ms));
+            found.extend(listable(record, name, home, self.prefix, now_ms));
         }
         Ok(())
     }
