@@ -11,6 +11,7 @@ use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{ErrorCode, LockBackend, Lookup};
 
 use crate::support::failover::{FailoverRun, Topology};
+use crate::support::stopped::Stopped;
 use crate::support::{RedisCluster, TTL, lease, shared_cluster, shared_redis, unique};
 
 fn cluster_backend() -> RedisBackend {
@@ -350,8 +351,6 @@ fn min_replicas_waits_for_the_replica() {
 /// there are released again and refused, the others granted.
 #[test]
 fn min_replicas_waits_for_the_index_entry_too() {
-    use crate::support::redis_topology::info;
-
     let cluster = RedisCluster::start();
     let backend = RedisBackend::builder()
         .url(format!(
@@ -370,24 +369,7 @@ fn min_replicas_waits_for_the_index_entry_too() {
     let stalled = cluster
         .primary_of(0, asked)
         .expect("a primary serves slot 0");
-    let replica = info(stalled, "replication")
-        .get("slave0")
-        .and_then(|s| s.split(',').find_map(|f| f.strip_prefix("port=")))
-        .and_then(|p| p.parse::<u16>().ok())
-        .expect("the primary has a replica");
-    let pid = info(replica, "server")
-        .get("process_id")
-        .cloned()
-        .expect("the replica's process id");
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(&pid)
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{name} {pid}");
-    };
-    signal("STOP");
+    let replica = Stopped::replica_of(stalled);
     let (mut granted, mut refused) = (0, 0);
     for _ in 0..200 {
         if granted > 0 && refused > 0 {
@@ -423,7 +405,7 @@ fn min_replicas_waits_for_the_index_entry_too() {
             }
         }
     }
-    signal("CONT");
+    drop(replica);
     assert!(
         granted > 0 && refused > 0,
         "{granted} granted, {refused} refused"
@@ -546,7 +528,7 @@ fn renewals_in_one_batch_span_slots() {
 /// the acquisition's `WAIT` blocks; the test then kills that client on the primary.
 #[test]
 fn a_wait_cut_off_is_not_resent_on_a_fresh_connection() {
-    use crate::support::redis_topology::{connection, info};
+    use crate::support::redis_topology::connection;
 
     let cluster = RedisCluster::start();
     let key = unique("cut-wait");
@@ -567,25 +549,7 @@ fn a_wait_cut_off_is_not_resent_on_a_fresh_connection() {
     // that was up for a while has), and the pool's connections exist.
     let first = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&first.lock_id).unwrap());
-    let replication = info(primary, "replication");
-    let replica = replication
-        .get("slave0")
-        .and_then(|s| s.split(',').find_map(|f| f.strip_prefix("port=")))
-        .and_then(|p| p.parse::<u16>().ok())
-        .expect("the primary has a replica");
-    let pid = info(replica, "server")
-        .get("process_id")
-        .cloned()
-        .expect("the replica's process id");
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(&pid)
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{name} {pid}");
-    };
-    signal("STOP");
+    let replica = Stopped::replica_of(primary);
     let acquiring = {
         let key = key.clone();
         std::thread::spawn(move || backend.acquire(&key, TTL).map(|_| ()))
@@ -615,7 +579,7 @@ fn a_wait_cut_off_is_not_resent_on_a_fresh_connection() {
         }
     });
     let outcome = acquiring.join().unwrap();
-    signal("CONT");
+    drop(replica);
     let err = outcome.expect_err("a WAIT whose connection was cut off confirmed nothing");
     assert_eq!(err.code(), ErrorCode::ServiceUnavailable, "{err}");
     assert!(

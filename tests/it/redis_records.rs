@@ -11,6 +11,7 @@ use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockError, Lookup};
 
 use crate::support::proxy::{FaultProxy, Mode};
+use crate::support::stopped::Stopped;
 use crate::support::{
     BRISK, PATIENT, RedisServer, TTL, lease, redis_now_ms, shared_redis, shared_redis_namespace,
     unique, within_a_minute,
@@ -469,31 +470,6 @@ fn wrongtype_is_internal_naming_the_key() {
 // In doubt
 // ---------------------------------------------------------------------------------------------
 
-/// Resumes a stopped process, also when the test fails.
-struct Stopped(u32);
-
-impl Stopped {
-    fn stop(pid: u32) -> Stopped {
-        signal(pid, "STOP");
-        Stopped(pid)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        signal(self.0, "CONT");
-    }
-}
-
-fn signal(pid: u32, name: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{name} {pid}");
-}
-
 /// An acquisition sent to a server that then stops answering fails as `NetworkTimeout`
 /// marked in doubt, with the lock id it was sent under; once the server runs again, that lock
 /// id holds the key (the doubt was real), and releasing it frees the key.
@@ -513,17 +489,7 @@ fn an_acquisition_without_an_answer_is_in_doubt_with_its_lock_id() {
     // answered NOSCRIPT after the stop, taking nothing.
     let warm = lease(backend.acquire(&unique("warm"), TTL));
     assert!(backend.release(&warm.lock_id).unwrap());
-    let pid: u32 = {
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query(&mut server.connection())
-            .unwrap();
-        info.lines()
-            .find_map(|line| line.strip_prefix("process_id:"))
-            .and_then(|pid| pid.trim().parse().ok())
-            .expect("the server's process id")
-    };
-    let stopped = Stopped::stop(pid);
+    let stopped = Stopped::redis(server.port);
     let err = backend.acquire(&key, TTL).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NetworkTimeout, "{err}");
     assert!(err.is_in_doubt(), "{err:?}");

@@ -117,23 +117,9 @@ fn primary_and_replica() -> (Node, FaultProxy, Node) {
     let mut primary = Node::new("redis-primary", data_node_args);
     primary.start();
     let link = FaultProxy::start(([127, 0, 0, 1], primary.port).into());
-    let link_port = link.port();
-    let mut replica = Node::new("redis-replica", move |port, dir| {
-        let mut args = data_node_args(port, dir);
-        args.extend([
-            "--replicaof".to_owned(),
-            "127.0.0.1".to_owned(),
-            link_port.to_string(),
-        ]);
-        args
-    });
+    let mut replica = Node::replica_of(link.port());
     replica.start();
-    wait_until("the replica's link", PATIENT, || {
-        info(replica.port, "replication")
-            .get("master_link_status")
-            .map(String::as_str)
-            == Some("up")
-    });
+    replica.await_replica_link();
     (primary, link, replica)
 }
 

@@ -178,28 +178,14 @@ impl Topology for SentinelFailover<'_> {
 #[test]
 fn without_min_replicas_a_failover_repeats_a_fence() {
     use crate::support::proxy::{FaultProxy, Mode};
-    use crate::support::redis_topology::{Node, data_node_args, info};
+    use crate::support::redis_topology::{Node, data_node_args};
 
     let mut primary = Node::new("redis-primary", data_node_args);
     primary.start();
     let proxy = FaultProxy::start(([127, 0, 0, 1], primary.port).into());
-    let proxy_port = proxy.port();
-    let mut replica = Node::new("redis-replica", move |port, dir| {
-        let mut args = data_node_args(port, dir);
-        args.extend([
-            "--replicaof".to_owned(),
-            "127.0.0.1".to_owned(),
-            proxy_port.to_string(),
-        ]);
-        args
-    });
+    let mut replica = Node::replica_of(proxy.port());
     replica.start();
-    syncguard::testing::support::wait_until("the replica's link", Duration::from_secs(30), || {
-        info(replica.port, "replication")
-            .get("master_link_status")
-            .map(String::as_str)
-            == Some("up")
-    });
+    replica.await_replica_link();
     let on = |port: u16, query: &str| {
         RedisBackend::connect(&format!("redis://127.0.0.1:{port}/{query}")).unwrap()
     };

@@ -3,10 +3,10 @@
 //! wait goes on through the timeouts, the acquisition the server ran late for nobody is
 //! released, and the wait ends with the lock held, leaving nothing behind.
 
-use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
+use crate::support::stopped::Stopped;
 use crate::support::{PATIENT, RedisServer};
 use syncguard::redis::RedisBackend;
 use syncguard::testing::recorder::{Call, Recorder};
@@ -25,40 +25,6 @@ fn brisk(server: &RedisServer) -> RedisBackend {
         .expect("a backend for the test server")
 }
 
-/// The server stopped (SIGSTOP) until this is dropped (SIGCONT), also when the test fails.
-struct Stopped(String);
-
-impl Stopped {
-    fn stop(server: &RedisServer) -> Stopped {
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query(&mut server.connection())
-            .expect("INFO server");
-        let pid = info
-            .lines()
-            .find_map(|line| line.strip_prefix("process_id:"))
-            .expect("INFO names the server's pid")
-            .trim()
-            .to_owned();
-        signal("STOP", &pid);
-        Stopped(pid)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        signal("CONT", &self.0);
-    }
-}
-
-fn signal(name: &str, pid: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid)
-        .status();
-    assert!(status.is_ok_and(|s| s.success()), "kill -{name} {pid}");
-}
-
 #[test]
 fn a_wait_goes_on_through_a_stall_and_what_the_stall_took_is_released() {
     let server = RedisServer::start();
@@ -75,7 +41,7 @@ fn a_wait_goes_on_through_a_stall_and_what_the_stall_took_is_released() {
     // reaches the server's socket buffer whole (later attempts' new connections cannot finish
     // their handshake), to be run when the server goes on.
     drop(locker.try_lock("stall:warm-up").unwrap());
-    let stopped = Stopped::stop(&server);
+    let stopped = Stopped::redis(server.port);
     let waiter = thread::spawn({
         let (locker, key) = (locker.clone(), key.clone());
         move || locker.lock(&key).map(|guard| guard.release())

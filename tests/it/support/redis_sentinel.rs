@@ -22,15 +22,7 @@ impl RedisSentinels {
         let mut primary = Node::new("redis-primary", data_node_args);
         primary.start();
         let primary_port = primary.port;
-        let mut replica = Node::new("redis-replica", move |port, dir| {
-            let mut args = data_node_args(port, dir);
-            args.extend([
-                "--replicaof".to_owned(),
-                "127.0.0.1".to_owned(),
-                primary_port.to_string(),
-            ]);
-            args
-        });
+        let mut replica = Node::replica_of(primary_port);
         replica.start();
         let sentinels = (0..3)
             .map(|_| {

@@ -90,6 +90,34 @@ impl Node {
     pub fn log_tail(&self) -> String {
         self.instance.log_tail()
     }
+
+    /// A data node (not started yet) that replicates the server at `127.0.0.1:primary_port`:
+    /// the primary itself, or a proxy in front of it.
+    pub fn replica_of(primary_port: u16) -> Node {
+        Node::new("redis-replica", move |port, dir| {
+            let mut args = data_node_args(port, dir);
+            args.extend([
+                "--replicaof".to_owned(),
+                "127.0.0.1".to_owned(),
+                primary_port.to_string(),
+            ]);
+            args
+        })
+    }
+
+    /// Waits until this replica's link to its primary is up.
+    pub fn await_replica_link(&self) {
+        syncguard::testing::support::wait_until(
+            "the replica's link",
+            Duration::from_secs(30),
+            || {
+                info(self.port, "replication")
+                    .get("master_link_status")
+                    .map(String::as_str)
+                    == Some("up")
+            },
+        );
+    }
 }
 
 /// A connection to `127.0.0.1:port`. Its deadlines are hang guards, generous for a loaded
