@@ -232,6 +232,7 @@ mod redis_server;
 pub mod redis_topology;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod server_store;
+#[cfg(feature = "redis")]
 pub mod stopped;
 mod test_ca;
 #[cfg(feature = "firestore")]
