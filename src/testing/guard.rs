@@ -750,16 +750,22 @@ pub fn min_hold_after_the_hold_and_on_loss<B: LockBackend + 'static>(backend: B)
     assert!(locker.backend().release(&taker.lock_id).unwrap());
 }
 
-/// A `min_hold` below 1 ms, or above `max_hold`, is refused before anything is sent.
+/// A `min_hold` below 1 ms, or above `max_hold`, and a `min_hold` or `max_hold` longer than a
+/// lease can be ([`MAX_TTL_MS`](crate::driver::MAX_TTL_MS)), are refused before anything is
+/// sent, by the lock call and by [`LockOptions::validate`].
 pub fn min_hold_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
     let (locker, recorder) = recorded_locker(backend, LockOptions::default());
     let key = unique_key("min-hold-invalid");
+    let too_long = Duration::from_millis(crate::driver::MAX_TTL_MS.unsigned_abs() + 1);
     for options in [
         LockOptions::default().min_hold(Duration::ZERO),
         LockOptions::default().min_hold(Duration::from_micros(999)),
         LockOptions::default()
             .min_hold(Duration::from_secs(2))
             .max_hold(Duration::from_secs(1)),
+        LockOptions::default().min_hold(too_long),
+        LockOptions::default().max_hold(too_long),
+        LockOptions::default().min_hold(too_long).max_hold(too_long),
     ] {
         let error = locker.lock_with(&key, &options).unwrap_err();
         assert_eq!(
@@ -767,6 +773,8 @@ pub fn min_hold_is_validated_before_any_io<B: LockBackend + 'static>(backend: B)
             ErrorCode::InvalidArgument,
             "{options:?}: {error}"
         );
+        let checked = options.validate().unwrap_err();
+        assert_eq!(checked.message(), error.message(), "{options:?}");
     }
     assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
     let fine = LockOptions::default()

@@ -308,9 +308,9 @@ struct LockArgs {
     /// How long to wait while someone else holds it.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     wait: Duration,
-    /// Who holds the lock, as `status` shows it (at most 256 bytes, no control characters).
-    /// [default: run: HOST:PID COMMAND (run's own pid, the command line cut to fit); acquire:
-    /// HOST:PPID (the process that ran acquire)]
+    /// Who holds the lock, as `status` shows it (at most 256 bytes, no control or format
+    /// characters). [default: run: HOST:PID PROGRAM (run's own pid, the file name of the
+    /// command, never its arguments); acquire: HOST:PPID (the process that ran acquire)]
     #[arg(long, allow_hyphen_values = true, value_name = "TEXT")]
     holder: Option<String>,
     /// Take one of N permits of the key's semaphore instead of the lock: at most N holders at
@@ -495,14 +495,17 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         } => {
             // Checked before the backend is reached: bad usage acquires nothing.
             let grace = grace_for(grace, lock.ttl, on_lost)?;
-            if min_hold.is_some_and(|hold| hold < Duration::from_millis(1)) {
-                return Err(LockError::invalid_argument(
-                    "--min-hold must be at least 1ms",
-                ));
+            if let Some(hold) = min_hold {
+                LockOptions::default()
+                    .min_hold(hold)
+                    .validate()
+                    .map_err(|error| {
+                        LockError::invalid_argument(format!("--min-hold: {}", error.message()))
+                    })?;
             }
             let holder = match lock.holder.as_deref() {
                 Some(given) => Some(holder::given(given)?),
-                None => holder::of_run(&command),
+                None => command.first().and_then(|program| holder::of_run(program)),
             };
             run::run(
                 backend()?,
