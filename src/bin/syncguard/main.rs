@@ -232,10 +232,13 @@ enum Command {
         #[arg(long, value_parser = parse_duration)]
         max_runtime: Option<Duration>,
         /// Hold the lock at least this long after acquiring it, even when the command ends
-        /// sooner, fails or is killed: run then sets the lease to end at acquisition + D and
-        /// exits at once, leaving the record to expire. Cron on several machines then runs a
-        /// job once per schedule: make D longer than the machines' clock skew plus cron's
-        /// start jitter, and shorter than the schedule's period. Default: none.
+        /// sooner, fails or is killed, or the backend is unreachable at its end: the lease is
+        /// taken (and renewed) to last until acquisition + D at least; when the command ends,
+        /// run sets it to end then and exits at once, leaving the record to expire, and says
+        /// on stderr until when it holds. Not for a command that never started: the lock is
+        /// then released at once. Cron on several machines then runs a job once per schedule:
+        /// make D longer than the machines' clock skew plus cron's start jitter, and shorter
+        /// than the schedule's period. Default: none.
         #[arg(long, value_parser = parse_duration, value_name = "D")]
         min_hold: Option<Duration>,
         /// Exit code when the lock was not acquired within --wait (as flock(1)'s -E).
