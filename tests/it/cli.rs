@@ -363,6 +363,16 @@ impl Finished {
     }
 }
 
+/// The fields `status` prints for a lock or a permit (without `--raw`), sorted.
+const INFO_FIELDS: [&str; 6] = [
+    "acquiredAtMs",
+    "expiresAtMs",
+    "fence",
+    "holder",
+    "keyHash",
+    "lockIdHash",
+];
+
 /// The fields of a JSON object, sorted.
 fn fields(value: &Json) -> Vec<&str> {
     let mut names: Vec<&str> = value
@@ -549,19 +559,7 @@ fn acquire_status_extend_release(url: &str) {
     let by_key = sg(url, &["status", "--key", &key]);
     by_key.expect_code(0);
     let info = by_key.json();
-    assert_eq!(
-        fields(&info),
-        [
-            "acquiredAtMs",
-            "expiresAtMs",
-            "fence",
-            "holder",
-            "keyHash",
-            "lockIdHash"
-        ],
-        "{}",
-        by_key.context()
-    );
+    assert_eq!(fields(&info), INFO_FIELDS, "{}", by_key.context());
     // acquire's default holder: this machine and the process that ran it (this test).
     assert_eq!(
         str_field(&info, "holder"),
@@ -2463,18 +2461,7 @@ fn semaphore_acquire_status_extend_release(url: &str) {
     for (holder, (acquired, described)) in
         holders.iter().zip([(&first, "first"), (&second, "second")])
     {
-        assert_eq!(
-            fields(holder),
-            [
-                "acquiredAtMs",
-                "expiresAtMs",
-                "fence",
-                "holder",
-                "keyHash",
-                "lockIdHash"
-            ],
-            "{shown}"
-        );
+        assert_eq!(fields(holder), INFO_FIELDS, "{shown}");
         assert_eq!(holder["holder"], json!(described), "{shown}");
         assert_eq!(
             str_field(holder, "lockIdHash"),
@@ -2528,11 +2515,7 @@ fn semaphore_acquire_status_extend_release(url: &str) {
 
     // extend and release name a permit by its key and lock id.
     let first_id = str_field(&first, "lockId");
-    let permit = |command: &str, extra: &[&str]| {
-        let mut args = vec![command, "--permit", "--key", &key, "--lock-id", first_id];
-        args.extend_from_slice(extra);
-        sg(url, &args)
-    };
+    let permit = |command: &str, extra: &[&str]| on_permit(url, command, &key, first_id, extra);
     let extended = permit("extend", &["--ttl", "1h"]);
     extended.expect_code(0);
     assert!(
@@ -2552,19 +2535,16 @@ fn semaphore_acquire_status_extend_release(url: &str) {
         "{}",
         status.context()
     );
-    sg(
-        url,
-        &[
-            "release",
-            "--permit",
-            "--key",
-            &key,
-            "--lock-id",
-            str_field(&second, "lockId"),
-        ],
-    )
-    .expect_json(0, &json!({"ok": true}));
+    on_permit(url, "release", &key, str_field(&second, "lockId"), &[])
+        .expect_json(0, &json!({"ok": true}));
     expect_unlocked(url, &key);
+}
+
+/// `command --permit --key key --lock-id lock_id extra…`: `release` or `extend` of a permit.
+fn on_permit(url: &str, command: &str, key: &str, lock_id: &str, extra: &[&str]) -> Finished {
+    let mut args = vec![command, "--permit", "--key", key, "--lock-id", lock_id];
+    args.extend_from_slice(extra);
+    sg(url, &args)
 }
 
 /// A `run --permits 1` killed with SIGKILL (and its command with it) cannot give its permit
@@ -2623,18 +2603,8 @@ fn semaphore_permit_of_a_killed_run_is_freed_at_its_ttl() {
     });
     let taken = taken.expect("acquired");
     assert_eq!(taken["permits"], json!(1), "{taken}");
-    sg(
-        &url,
-        &[
-            "release",
-            "--permit",
-            "--key",
-            &key,
-            "--lock-id",
-            str_field(&taken, "lockId"),
-        ],
-    )
-    .expect_json(0, &json!({"ok": true}));
+    on_permit(&url, "release", &key, str_field(&taken, "lockId"), &[])
+        .expect_json(0, &json!({"ok": true}));
     let _ = File::create(&go);
 }
 
@@ -2648,45 +2618,27 @@ fn semaphore_bad_permits_are_usage_errors_before_any_io() {
     let marker = scratch.arg("ran");
     let key = unique("permits-bad");
     let lock_id = generate_lock_id();
-    for (args, names) in [
-        (
-            vec!["acquire", "--key", &key, "--permits", "0"],
+    let mut cases: Vec<(Vec<&str>, &str)> = Vec::new();
+    for permits in ["0", "1001", "two"] {
+        cases.push((
+            vec!["acquire", "--key", &key, "--permits", permits],
             "--permits",
-        ),
-        (
-            vec!["acquire", "--key", &key, "--permits", "1001"],
+        ));
+    }
+    for permits in ["0", "1001"] {
+        let run = vec![
+            "run",
+            "--key",
+            &key,
             "--permits",
-        ),
-        (
-            vec!["acquire", "--key", &key, "--permits", "two"],
-            "--permits",
-        ),
-        (
-            vec![
-                "run",
-                "--key",
-                &key,
-                "--permits",
-                "0",
-                "--",
-                "touch",
-                &marker,
-            ],
-            "--permits",
-        ),
-        (
-            vec![
-                "run",
-                "--key",
-                &key,
-                "--permits",
-                "1001",
-                "--",
-                "touch",
-                &marker,
-            ],
-            "--permits",
-        ),
+            permits,
+            "--",
+            "touch",
+            &marker,
+        ];
+        cases.push((run, "--permits"));
+    }
+    cases.extend([
         (vec!["release", "--permit", "--lock-id", &lock_id], "--key"),
         (
             vec!["release", "--key", &key, "--lock-id", &lock_id],
@@ -2696,7 +2648,8 @@ fn semaphore_bad_permits_are_usage_errors_before_any_io() {
             vec!["extend", "--permit", "--lock-id", &lock_id, "--ttl", "5s"],
             "--key",
         ),
-    ] {
+    ]);
+    for (args, names) in cases {
         let out = sg(&down, &args);
         out.expect_error(2, "InvalidArgument");
         out.expect_stderr(names, "the error names the flag");

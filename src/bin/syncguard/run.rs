@@ -23,7 +23,7 @@ use syncguard::{
 };
 
 use crate::group::{Group, become_subreaper};
-use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, take, waiting};
+use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, take, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -43,14 +43,12 @@ pub struct RunArgs {
     pub permits: Option<u32>,
     pub ttl: Duration,
     pub wait: Duration,
-    pub on_lost: OnLost,
+    /// `--grace`, or its default.
     pub grace: Duration,
-    pub max_runtime: Option<Duration>,
-    pub min_hold: Option<Duration>,
-    pub conflict_exit_code: u8,
-    pub command: Vec<String>,
     /// Who holds the lock (`--holder`, or `HOST:PID PROGRAM`).
     pub holder: Option<Holder>,
+    /// The rest, as given.
+    pub flags: RunFlags,
 }
 
 /// What the supervisor waits for.
@@ -72,7 +70,7 @@ enum Stop {
 }
 
 pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Outcome> {
-    let Some((program, program_args)) = args.command.split_first() else {
+    let Some((program, program_args)) = args.flags.command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
     };
     let (events, inbox) = mpsc::channel::<Event>();
@@ -105,7 +103,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     // The library's heartbeat renews the lease, often enough that two renewals and their
     // retries fit before the group must be told to stop; it reports the loss at once when a
     // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
-    let interval = renewal_interval(args.ttl, args.grace, args.on_lost);
+    let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
     let lost_events = Mutex::new(events.clone());
     let mut options = waiting(LockOptions::default())
         .ttl(args.ttl)
@@ -116,7 +114,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
                 let _ = sender.send(Event::Lost(error.message().to_owned()));
             }
         });
-    if let Some(hold) = args.min_hold {
+    if let Some(hold) = args.flags.min_hold {
         // The release at the end then keeps the lock until the hold ends (see LockOptions).
         options = options.min_hold(hold);
     }
@@ -163,12 +161,12 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
                     humantime::format_duration(args.wait)
                 );
             }
-            return Ok(Outcome::Exit(args.conflict_exit_code));
+            return Ok(Outcome::Exit(args.flags.conflict_exit_code));
         }
     };
 
     let deadline = guard.deadline();
-    let too_late = args.on_lost == OnLost::Kill
+    let too_late = args.flags.on_lost == OnLost::Kill
         && Instant::now() >= deadline.checked_sub(args.grace).unwrap_or(deadline);
     if guard.is_lost() || too_late {
         // The lease ran out (or would be ending) before the command could start: it must not
@@ -211,11 +209,11 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     let code = Supervisor {
         group: &group,
         guard: &guard,
-        on_lost: args.on_lost,
+        on_lost: args.flags.on_lost,
         grace: args.grace,
         ttl: args.ttl,
     }
-    .supervise(&inbox, args.max_runtime);
+    .supervise(&inbox, args.flags.max_runtime);
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
