@@ -238,3 +238,35 @@ pub fn min_hold_outlasts_a_failed_release<B: LockBackend + 'static>(backend: B) 
     );
     assert!(locker.backend().release(&lock_id).unwrap());
 }
+
+/// `min_hold` whose last extension fails when the lease's TTL reaches far beyond the hold: the
+/// lock is not deleted before the hold ends, and is released in the background once it has
+/// (not left until its 120 s TTL), as a release after the hold would have.
+pub fn min_hold_failed_release_ends_with_the_hold<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("min-hold-release-later");
+    let hold = Duration::from_secs(3);
+    let long = LockOptions::default()
+        .ttl(Duration::from_secs(120))
+        .min_hold(hold);
+    let (locker, recorder) = recorded_locker(backend, long);
+    let acquired = Instant::now();
+    let guard = locker.lock(&key).unwrap();
+    let release = Call::Release(guard.lock_id().to_owned());
+    // Both down: on a machine so slow that the hold is over by now, the release is a delete.
+    recorder.extends_down.store(true, Ordering::SeqCst);
+    recorder.releases_down.store(true, Ordering::SeqCst);
+    let error = guard.release().unwrap_err();
+    assert!(error.code().is_transient(), "{error}");
+    recorder.extends_down.store(false, Ordering::SeqCst);
+    recorder.releases_down.store(false, Ordering::SeqCst);
+    let held = locker.backend().is_locked(&key).unwrap();
+    // Only an answer that came back before the hold ended says anything about the hold.
+    if acquired.elapsed() < hold {
+        assert!(held, "deleted before its min_hold ended");
+        assert_eq!(recorder.count(&release), 0, "a delete inside the hold");
+    }
+    wait_until("the lock released once the hold ended", PATIENCE, || {
+        !locker.backend().is_locked(&key).unwrap()
+    });
+    assert!(recorder.count(&release) >= 1, "released, not expired");
+}
