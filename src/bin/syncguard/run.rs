@@ -115,7 +115,9 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             }
         });
     if let Some(hold) = args.flags.min_hold {
-        // The release at the end then keeps the lock until the hold ends (see LockOptions).
+        // The lease lasts until the hold ends from the acquisition on, and the release at the
+        // end keeps it so (see LockOptions::min_hold); a command that never started is
+        // released at once instead (Ending::NeverStarted).
         options = options.min_hold(hold);
     }
     if let Some(holder) = args.holder {
