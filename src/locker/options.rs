@@ -227,8 +227,9 @@ impl LockOptions {
     /// Says who takes the lock: a short description (a host, a process, a job) stored with it
     /// and returned by lookups ([`LockInfo::holder`](crate::LockInfo::holder), `syncguard
     /// status`), so that whoever finds the lock held can see by whom. 1 to 256 UTF-8 bytes, no
-    /// control characters ([`Holder`](crate::driver::Holder)); anything else fails the lock
-    /// call with `InvalidArgument` before any I/O. Not a secret and not hashed: never put one
+    /// control characters, Unicode format characters (bidi controls, zero-width characters, …)
+    /// or line and paragraph separators ([`Holder`](crate::driver::Holder)); anything else
+    /// fails the lock call with `InvalidArgument` before any I/O. Not a secret and not hashed: never put one
     /// in it. Stored beside the record the TypeScript SyncGuard reads, which ignores it.
     /// Default: none.
     ///

@@ -819,8 +819,9 @@ pub fn holder_option_is_stored_with_the_lock<B: LockBackend + 'static>(backend: 
     assert_eq!(info.holder, None, "{info:?}");
 }
 
-/// A holder that is empty, over 256 bytes, or holds a control character (NUL, newline) fails
-/// the lock call with `InvalidArgument` before anything is sent.
+/// A holder that is empty, over 256 bytes, or holds a control character (NUL, newline), a
+/// Unicode format character (a bidi override, a zero-width space) or a line separator fails the
+/// lock call with `InvalidArgument` before anything is sent.
 pub fn holder_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
     let (locker, recorder) = recorded_locker(backend, LockOptions::default());
     let key = unique_key("holder-invalid");
@@ -833,6 +834,9 @@ pub fn holder_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
         "a\0b",
         "a\nb",
         "\u{1b}[2J",
+        "job\u{202E}gpj.exe",
+        "a\u{200B}b",
+        "a\u{2028}b",
     ] {
         let options = LockOptions::default().holder(holder);
         let error = locker.lock_with(&key, &options).unwrap_err();
