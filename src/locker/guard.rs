@@ -13,7 +13,7 @@ use crate::hash::hash_key;
 use crate::locker::heartbeat::Scheduler;
 use crate::locker::lease::{HeldLease, Released, Renewal};
 use crate::locker::options::ReleaseErrorCallback;
-use crate::locker::store::{Origin, Store};
+use crate::locker::store::{Origin, Store, Unheld};
 use crate::time::Ttl;
 
 /// What a guard needs of its `Locker`: the store and the heartbeat. Holding it keeps the
@@ -169,13 +169,41 @@ impl LockGuard {
     /// Releases the lock. `Ok(true)` when this call removed it (or, before a
     /// [`min_hold`](crate::LockOptions::min_hold) ended, set it to expire when the hold ends),
     /// `Ok(false)` when it was already gone (expired, or taken over). No renewal is sent once
-    /// this has begun.
+    /// this has begun. An error means the store did not answer: the lock is then released in
+    /// the background (once the `min_hold` has ended, which it lasts until in any case).
     pub fn release(self) -> Result<bool> {
-        self.release_now()
+        self.release_now(true)
     }
 
-    fn release_now(&self) -> Result<bool> {
-        match self.lease.release(self.store.driver()) {
+    /// Releases the lock at once, deleting it also before its
+    /// [`min_hold`](crate::LockOptions::min_hold) has ended: for work that never began (a hold
+    /// is for work that ran). Otherwise as [`release`](LockGuard::release).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{LockBackend, LockOptions, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let once = LockOptions::default().min_hold(Duration::from_secs(60));
+    /// let guard = locker.lock_with("nightly-report", &once)?;
+    /// assert!(guard.release_without_hold()?); // the job could not start…
+    /// assert!(!locker.backend().is_locked("nightly-report")?); // …so the next may run it
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    pub fn release_without_hold(self) -> Result<bool> {
+        self.release_now(false)
+    }
+
+    /// When the [`min_hold`](crate::LockOptions::min_hold) ends, in Unix ms of the backend's
+    /// time authority (as [`expires_at_ms`](LockGuard::expires_at_ms)): the store's clock at
+    /// the acquisition plus the hold. The store's record does not end before it. `None`
+    /// without a `min_hold`. Costs no I/O.
+    pub fn min_hold_until_ms(&self) -> Option<i64> {
+        self.lease.min_hold_end_ms()
+    }
+
+    fn release_now(&self, keep_hold: bool) -> Result<bool> {
+        match self.lease.release(self.store.driver(), keep_hold) {
             Ok(Released::Removed) => {
                 self.store.released(self.lease.key());
                 Ok(true)
@@ -185,16 +213,18 @@ impl LockGuard {
             Err(error) => {
                 // The store may not have heard it: try again in the background while the lease
                 // could still be live, so the key is not left locked for nobody (but never
-                // before a min_hold ends: the lock is to stay until then).
-                if error.code() != ErrorCode::InvalidArgument
-                    && self.lease.min_hold_left().is_none()
-                {
+                // before a kept min_hold ends: the lock is to stay until then).
+                if error.code() != ErrorCode::InvalidArgument {
+                    let hold_end = self.lease.min_hold_end().filter(|_| keep_hold);
                     self.store.release_later(
-                        self.lease.key(),
-                        self.lease.lock_id(),
-                        self.lease.kind(),
-                        self.lease.ttl().as_duration(),
-                        Origin::FailedRelease,
+                        Unheld::now(
+                            self.lease.key(),
+                            self.lease.lock_id(),
+                            self.lease.kind(),
+                            self.lease.ttl(),
+                            Origin::FailedRelease,
+                        )
+                        .not_before(hold_end),
                     );
                 }
                 Err(error)
@@ -248,7 +278,7 @@ pub(crate) fn report_release_error(
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // After `release` or `detach` this finds nothing left to do.
-        if let Err(error) = self.release_now() {
+        if let Err(error) = self.release_now(true) {
             self.report_release_error(&error);
         }
     }

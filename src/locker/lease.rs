@@ -10,6 +10,12 @@
 //!   Held ──detach──▶ Detached              (kept in the store, forgotten here)
 //! ```
 //!
+//! With a `min_hold`, the acquisition and every renewal inside the hold ask the store for at
+//! least what is left of the hold (the lease's *length*), while the heartbeat keeps renewing on
+//! the schedule of the lease's own TTL. The store's record thus never ends before the hold,
+//! whether or not the release at the end reaches the store, and the local deadline (send time
+//! plus length) is never before the hold's end either.
+//!
 //! No lock is held across a call to the store. A renewal marks the lease `renewing` before it
 //! is sent; a release waits until no renewal is in flight and then moves to `Releasing`, after
 //! which no renewal can begin — so no renewal of a lease is ever sent after its release began.
@@ -30,7 +36,7 @@ use crate::fence::Fence;
 use crate::key::Key;
 use crate::lock_id::LockId;
 use crate::locker::options::{Heartbeat, LostCallback};
-use crate::locker::store::{Origin, Store};
+use crate::locker::store::{Origin, Store, Unheld};
 use crate::time::Ttl;
 
 /// Where a lease is in its life.
@@ -92,13 +98,17 @@ pub(crate) enum Begin {
 /// A renewal on its way to the store.
 pub(crate) struct Ticket {
     version: Option<Version>,
-    ttl: Ttl,
+    /// The TTL later renewals ask for (the lease's own, or cut short by `max_hold`).
+    renewal_ttl: Ttl,
+    /// What this one asks for: at least the rest of a `min_hold`.
+    length: Ttl,
     sent: Instant,
 }
 
 impl Ticket {
+    /// The TTL sent to the store.
     pub(crate) fn ttl(&self) -> Ttl {
-        self.ttl
+        self.length
     }
 }
 
@@ -115,6 +125,8 @@ pub(crate) struct HeldLease {
     hold_until: Option<Instant>,
     /// Until when a release keeps the lock (`LockOptions::min_hold`).
     hold_at_least_until: Option<Instant>,
+    /// The same, in Unix ms of the store's time authority.
+    hold_at_least_until_ms: Option<i64>,
     /// Instants below are stored as nanoseconds since `base`, so readers never block.
     base: Instant,
     ttl_ms: AtomicI64,
@@ -150,7 +162,10 @@ pub(crate) struct Grant {
     pub version: Option<Version>,
     /// When the acquire was sent.
     pub sent: Instant,
+    /// The lease's TTL, which renewals ask for.
     pub ttl: Ttl,
+    /// What the acquisition asked for: the TTL, or the `min_hold` if longer.
+    pub length: Ttl,
 }
 
 /// What the holder asked for, for [`HeldLease::new`].
@@ -173,6 +188,14 @@ impl HeldLease {
             lost_token: CancelToken::new(),
             hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
             hold_at_least_until: terms.min_hold.and_then(|hold| grant.sent.checked_add(hold)),
+            // The store's clock at the acquisition is its expiry less what was asked for.
+            hold_at_least_until_ms: terms.min_hold.map(|hold| {
+                grant
+                    .lease
+                    .expires_at_ms
+                    .saturating_sub(grant.length.as_millis())
+                    .saturating_add(covering(hold).as_millis())
+            }),
             base: grant.sent,
             ttl_ms: AtomicI64::new(0),
             deadline_ns: AtomicU64::new(0),
@@ -191,7 +214,12 @@ impl HeldLease {
             }),
             settled: Condvar::new(),
         };
-        held.set_renewal(grant.sent, grant.ttl, grant.lease.expires_at_ms);
+        held.set_renewal(
+            grant.sent,
+            grant.ttl,
+            grant.length,
+            grant.lease.expires_at_ms,
+        );
         held
     }
 
@@ -313,6 +341,8 @@ impl HeldLease {
         }
         let sent = Instant::now();
         let mut ttl = ttl.unwrap_or_else(|| self.ttl());
+        // min_hold: the store keeps the lock at least until the hold ends.
+        let mut length = self.min_hold_left().map_or(ttl, |left| ttl.max(left));
         if let Some(until) = self.hold_until {
             // max_hold: the lease may last until `until` and no longer.
             let left = until.saturating_duration_since(sent);
@@ -322,15 +352,17 @@ impl HeldLease {
                 self.at_max_hold.store(true, Ordering::Release);
                 return Begin::Done(Renewal::Ended);
             }
-            if left_ms <= ttl.as_millis() {
+            if left_ms <= length.as_millis() {
                 self.at_max_hold.store(true, Ordering::Release);
-                ttl = Ttl::from_checked_millis(left_ms);
+                length = Ttl::from_checked_millis(left_ms);
+                ttl = ttl.min(length);
             }
         }
         state.renewing = true;
         Begin::Send(Ticket {
             version: state.version.clone(),
-            ttl,
+            renewal_ttl: ttl,
+            length,
             sent,
         })
     }
@@ -369,7 +401,12 @@ impl HeldLease {
                         version,
                     } = extension;
                     state.version = version;
-                    self.set_renewal(ticket.sent, ticket.ttl, expires_at_ms);
+                    self.set_renewal(
+                        ticket.sent,
+                        ticket.renewal_ttl,
+                        ticket.length,
+                        expires_at_ms,
+                    );
                     Renewal::Renewed
                 }
             }
@@ -388,7 +425,7 @@ impl HeldLease {
     pub(crate) fn renew(&self, driver: &dyn Driver, ttl: Ttl) -> Renewal {
         match self.begin_renewal(Some(ttl), true) {
             Begin::Send(ticket) => {
-                let answer = driver.extend_lease(self.lease_ref(&ticket), ticket.ttl);
+                let answer = driver.extend_lease(self.lease_ref(&ticket), ticket.length);
                 self.finish_renewal(ticket, answer)
             }
             Begin::Busy => Renewal::Failed(LockError::internal(
@@ -420,9 +457,10 @@ impl HeldLease {
     }
 
     /// Releases the lease through `driver`, once. Waits for a renewal in flight to come back
-    /// first, so that none is sent after the release. Before `min_hold` has passed the lock is
-    /// kept: one extension sets it to expire when the hold ends.
-    pub(crate) fn release(&self, driver: &dyn Driver) -> Result<Released> {
+    /// first, so that none is sent after the release. Before `min_hold` has passed, and with
+    /// `keep_hold`, the lock is kept: one extension sets it to expire when the hold ends (if it
+    /// fails, the store's record still lasts until then at least: see the module docs).
+    pub(crate) fn release(&self, driver: &dyn Driver, keep_hold: bool) -> Result<Released> {
         let version = {
             let mut state = self.settled_state();
             match state.phase {
@@ -441,7 +479,7 @@ impl HeldLease {
             .with_key(&self.key)
             .with_kind(self.kind)
             .with_version(version.as_ref());
-        let result = match self.min_hold_left() {
+        let result = match self.min_hold_left().filter(|_| keep_hold) {
             Some(left) => driver
                 .extend_lease(lease, left)
                 .map(|outcome| match outcome {
@@ -470,8 +508,17 @@ impl HeldLease {
         let left = self
             .hold_at_least_until?
             .saturating_duration_since(Instant::now());
-        let ms = i64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
-        (ms >= 1).then(|| Ttl::from_checked_millis(ms.min(crate::time::MAX_TTL_MS)))
+        (!left.is_zero()).then(|| covering(left))
+    }
+
+    /// When `min_hold` ends; `None` without one.
+    pub(crate) fn min_hold_end(&self) -> Option<Instant> {
+        self.hold_at_least_until
+    }
+
+    /// When `min_hold` ends, in Unix ms of the store's time authority; `None` without one.
+    pub(crate) fn min_hold_end_ms(&self) -> Option<i64> {
+        self.hold_at_least_until_ms
     }
 
     /// Stops renewing and releasing: the lock stays in the store until its expiry, under the
@@ -520,8 +567,13 @@ impl HeldLease {
     /// Not during a `min_hold`: the record must then stay until the hold ends.
     pub(crate) fn release_if_lapsed(&self, store: &dyn Store) {
         if self.lapsed.swap(false, Ordering::AcqRel) && self.min_hold_left().is_none() {
-            let ttl = self.ttl().as_duration();
-            store.release_later(&self.key, &self.lock_id, self.kind, ttl, Origin::Lapsed);
+            store.release_later(Unheld::now(
+                &self.key,
+                &self.lock_id,
+                self.kind,
+                self.ttl(),
+                Origin::Lapsed,
+            ));
         }
     }
 
@@ -550,11 +602,16 @@ impl HeldLease {
             .with_lock_id(self.lock_id.as_str())
     }
 
-    fn set_renewal(&self, sent: Instant, ttl: Ttl, expires_at_ms: i64) {
+    /// After the store granted `length` from `sent`: the deadline moves on by `length`, the next
+    /// renewal is due on the schedule of `ttl`.
+    fn set_renewal(&self, sent: Instant, ttl: Ttl, length: Ttl, expires_at_ms: i64) {
         let since_base = sent.saturating_duration_since(self.base);
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let length = ttl.as_duration();
-        let interval = self.heartbeat.interval_for(length).unwrap_or(length);
+        let interval = self
+            .heartbeat
+            .interval_for(ttl.as_duration())
+            .unwrap_or(ttl.as_duration());
+        let length = length.as_duration();
         self.ttl_ms.store(ttl.as_millis(), Ordering::Release);
         self.expires_at_ms.store(expires_at_ms, Ordering::Release);
         self.next_due_ns.store(
@@ -570,4 +627,11 @@ impl HeldLease {
             .checked_add(Duration::from_nanos(ns))
             .unwrap_or_else(|| self.base + Duration::from_secs(u64::from(u32::MAX)))
     }
+}
+
+/// The shortest TTL that lasts `d`: `d` rounded up to a whole millisecond, within a TTL's bounds
+/// (a `min_hold` is validated to fit).
+pub(crate) fn covering(d: Duration) -> Ttl {
+    let ms = i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
+    Ttl::from_checked_millis(ms)
 }

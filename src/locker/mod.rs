@@ -26,7 +26,7 @@ use self::guard::GuardStore;
 use self::heartbeat::Scheduler;
 use self::lease::{Grant, HeldLease, Terms};
 use self::orphans::Orphans;
-use self::store::{Origin, Store};
+use self::store::{Origin, Store, Unheld};
 use self::wake::{Waiting, Wakeups};
 use crate::cancel::CancelToken;
 use crate::driver::{Acquisition, Driver, LeaseKind, LeaseRef, Permits};
@@ -85,16 +85,9 @@ impl<B: Driver + 'static> Store for Shared<B> {
         self.wakeups.released(key.as_str());
     }
 
-    fn release_later(
-        &self,
-        key: &Key,
-        lock_id: &LockId,
-        kind: LeaseKind,
-        ttl: Duration,
-        origin: Origin,
-    ) {
+    fn release_later(&self, unheld: Unheld) {
         if let Some(this) = self.this.upgrade() {
-            self.orphans.adopt(key, lock_id, kind, ttl, origin, this);
+            self.orphans.adopt(unheld, this);
         }
     }
 }
@@ -231,10 +224,12 @@ impl<B: Driver + 'static> Locker<B> {
         target: Target,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>> {
-        let ttl = Ttl::new(options.ttl)?;
-        options.validated_heartbeat()?;
-        options.validated_holds()?;
-        let holder = options.validated_holder()?;
+        let (ttl, holder) = options.checked()?;
+        // min_hold: the store is asked for the hold at least, so that its record outlasts the
+        // hold whatever becomes of this process or its connection (renewals keep it so).
+        let length = options
+            .min_hold
+            .map_or(ttl, |hold| ttl.max(lease::covering(hold)));
         // Before acquiring: a thread that cannot start must not leave a lock behind. It renews
         // leases and reports them lost at their deadlines, also with the heartbeat off.
         let store: Weak<dyn Store> = self.shared.this.clone();
@@ -263,9 +258,9 @@ impl<B: Driver + 'static> Locker<B> {
             let sent = Instant::now();
             let backend = &self.shared.backend;
             let attempt = match target {
-                Target::Lock => backend.try_acquire(&key, ttl, holder.as_ref()),
+                Target::Lock => backend.try_acquire(&key, length, holder.as_ref()),
                 Target::Permit(permits) => {
-                    backend.try_acquire_permit(&key, permits, ttl, holder.as_ref())
+                    backend.try_acquire_permit(&key, permits, length, holder.as_ref())
                 }
             };
             match attempt {
@@ -279,7 +274,7 @@ impl<B: Driver + 'static> Locker<B> {
                     }
                 }
                 Err(error) => {
-                    self.release_if_in_doubt(&key, target.kind(), ttl, &error);
+                    self.release_if_in_doubt(&key, target.kind(), length, &error);
                     if !error.code().is_transient() {
                         return Err(error);
                     }
@@ -325,13 +320,13 @@ impl<B: Driver + 'static> Locker<B> {
                 .with_kind(kind)
                 .with_version(version.as_ref());
             if self.shared.backend.release_lease(lease).is_err() {
-                self.shared.release_later(
+                self.shared.release_later(Unheld::now(
                     &key,
                     &lock_id,
                     kind,
-                    ttl.as_duration(),
+                    length,
                     Origin::FailedRelease,
-                );
+                ));
             }
             return Err(error);
         }
@@ -344,6 +339,7 @@ impl<B: Driver + 'static> Locker<B> {
                 version,
                 sent,
                 ttl,
+                length,
             },
             Terms {
                 heartbeat: options.heartbeat,
@@ -370,7 +366,7 @@ impl<B: Driver + 'static> Locker<B> {
         match LockId::new(lock_id) {
             Ok(lock_id) => {
                 self.shared
-                    .release_later(key, &lock_id, kind, ttl.as_duration(), Origin::InDoubt);
+                    .release_later(Unheld::now(key, &lock_id, kind, ttl, Origin::InDoubt));
             }
             Err(_) => log::error!("syncguard: a backend reported a malformed lock id in doubt"),
         }

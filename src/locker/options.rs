@@ -8,6 +8,7 @@ use crate::cancel::CancelToken;
 use crate::error::{LockError, Result};
 use crate::holder::Holder;
 use crate::locker::retry::{Backoff, Jitter};
+use crate::time::{MAX_TTL_MS, Ttl};
 
 /// Called with the error when a release fails (from `Drop`, or `with_lock`).
 pub(crate) type ReleaseErrorCallback = Arc<dyn Fn(&LockError) + Send + Sync>;
@@ -176,23 +177,35 @@ impl LockOptions {
     /// The longest the heartbeat keeps the lock: it stops renewing `max_hold` after the
     /// acquisition, and the last renewal is cut short so that the lease ends then, so a hung
     /// job cannot hold a lock forever (ShedLock's `lockAtMostFor`). The guard is then reported
-    /// lost. Default: no bound.
+    /// lost. At most [`MAX_TTL_MS`](crate::driver::MAX_TTL_MS) (about 317 years: the end of
+    /// the hold must be a lease expiry every backend can store), else `InvalidArgument` before
+    /// any I/O. Default: no bound.
     #[must_use]
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
     }
 
-    /// The shortest the lock is held (ShedLock's `lockAtLeastFor`): a guard released — dropped,
+    /// The shortest the lock is held (ShedLock's `lockAtLeastFor`): the key stays locked until
+    /// `min_hold` has passed since the acquisition, whatever happens to the guard, this process
+    /// or its connection to the store. The acquisition asks for a lease of at least `min_hold`,
+    /// and each renewal during the hold for at least what is left of it, so that the store's
+    /// record never ends before the hold does; a guard released inside the hold — dropped,
     /// [`release`](crate::LockGuard::release)d, or at the end of
-    /// [`with_lock`](crate::Locker::with_lock) — before `min_hold` has passed since the
-    /// acquisition deletes nothing: its lease is set to end `min_hold` after the acquisition
-    /// (one extension with the time left), renewals stop, and the record expires by itself;
-    /// `release()` reports `true`. Released later, the lock is deleted as usual. This is how a
-    /// job that cron starts on several machines runs once per schedule: the first machine holds
-    /// the key for at least `min_hold`, so the others, starting a moment later, find it held
-    /// and skip. Must be at least 1 ms and, with [`max_hold`](LockOptions::max_hold), no more
-    /// than it (else `InvalidArgument` before any I/O). Default: none.
+    /// [`with_lock`](crate::Locker::with_lock) — deletes nothing: one extension sets the lease
+    /// to end when the hold ends, renewals stop, and the record expires by itself;
+    /// `release()` reports `true`. If that extension fails (an outage, a failover), the hold
+    /// stands all the same (the record already lasts that long); `release()` returns the error,
+    /// and the lock is released in the background once the hold has ended. Released later,
+    /// the lock is deleted as usual; [`release_without_hold`](crate::LockGuard::release_without_hold)
+    /// deletes it at once, for work that never began. A holder that crashes inside the hold
+    /// keeps the key until the hold ends (rather than until its TTL).
+    ///
+    /// This is how a job that cron starts on several machines runs once per schedule: the first
+    /// machine holds the key for at least `min_hold`, so the others, starting a moment later,
+    /// find it held and skip. Must be from 1 ms to [`MAX_TTL_MS`](crate::driver::MAX_TTL_MS)
+    /// and, with [`max_hold`](LockOptions::max_hold), no more than it (else `InvalidArgument`
+    /// before any I/O). Default: none.
     ///
     /// ```
     /// use std::time::Duration;
@@ -214,8 +227,9 @@ impl LockOptions {
     /// Says who takes the lock: a short description (a host, a process, a job) stored with it
     /// and returned by lookups ([`LockInfo::holder`](crate::LockInfo::holder), `syncguard
     /// status`), so that whoever finds the lock held can see by whom. 1 to 256 UTF-8 bytes, no
-    /// control characters ([`Holder`](crate::driver::Holder)); anything else fails the lock
-    /// call with `InvalidArgument` before any I/O. Not a secret and not hashed: never put one
+    /// control characters, Unicode format characters (bidi controls, zero-width characters, …)
+    /// or line and paragraph separators ([`Holder`](crate::driver::Holder)); anything else
+    /// fails the lock call with `InvalidArgument` before any I/O. Not a secret and not hashed: never put one
     /// in it. Stored beside the record the TypeScript SyncGuard reads, which ignores it.
     /// Default: none.
     ///
@@ -264,8 +278,44 @@ impl LockOptions {
         self
     }
 
-    /// Checks `min_hold` against `max_hold`, before any I/O.
-    pub(crate) fn validated_holds(&self) -> Result<()> {
+    /// Checks the options as a lock call does, before any I/O: the TTL, the heartbeat interval,
+    /// `min_hold` and `max_hold`, the holder description. `InvalidArgument` for the first that
+    /// is out of bounds; a lock call with these options fails with the same error. For a
+    /// program that takes its options from its user and wants to refuse bad ones up front.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::LockOptions;
+    ///
+    /// assert!(LockOptions::default().min_hold(Duration::from_secs(300)).validate().is_ok());
+    /// let forever = Duration::from_secs(400 * 366 * 24 * 3600);
+    /// assert!(LockOptions::default().min_hold(forever).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        self.checked().map(drop)
+    }
+
+    /// The checks of [`validate`](Self::validate), with the values a lock call needs: the
+    /// lease's TTL and the holder.
+    pub(crate) fn checked(&self) -> Result<(Ttl, Option<Holder>)> {
+        let ttl = Ttl::new(self.ttl)?;
+        self.validated_heartbeat()?;
+        self.validated_holds()?;
+        Ok((ttl, self.validated_holder()?))
+    }
+
+    /// Checks `min_hold` and `max_hold`: each no longer than a lease can be (the hold's end is
+    /// a lease expiry), and `min_hold` from 1 ms up to `max_hold`.
+    fn validated_holds(&self) -> Result<()> {
+        let longest = Duration::from_millis(MAX_TTL_MS.unsigned_abs());
+        for (name, hold) in [("min_hold", self.min_hold), ("max_hold", self.max_hold)] {
+            if let Some(hold) = hold.filter(|hold| *hold > longest) {
+                return Err(LockError::invalid_argument(format!(
+                    "{name} {hold:?} is longer than a lease can be ({MAX_TTL_MS} ms, about 317 \
+                     years)"
+                )));
+            }
+        }
         let Some(min_hold) = self.min_hold else {
             return Ok(());
         };
@@ -285,7 +335,7 @@ impl LockOptions {
     }
 
     /// The holder description, checked, before any I/O.
-    pub(crate) fn validated_holder(&self) -> Result<Option<Holder>> {
+    fn validated_holder(&self) -> Result<Option<Holder>> {
         self.holder.as_deref().map(Holder::new).transpose()
     }
 

@@ -5,7 +5,8 @@
 //! late, after a stall, and then hold the key for a whole TTL for nobody; a lease that ran out
 //! before a renewal was confirmed — a renewal may still have been applied, and the program has
 //! been told the lock is lost; and a guard's release that failed, which would otherwise leave
-//! the lock until its expiry. Each is released by its lock id on one thread
+//! the lock until its expiry (inside a `min_hold`, the extension to the hold's end that failed:
+//! released once the hold has ended, as the release then would have). Each is released by its lock id on one thread
 //! per [`Locker`](crate::Locker), started when there is something to release and ending when
 //! there is nothing left, with a growing pause between attempts.
 //!
@@ -23,7 +24,7 @@ use crate::driver::{LeaseKind, LeaseRef, Outcome};
 use crate::hash::hash_key;
 use crate::key::Key;
 use crate::lock_id::LockId;
-use crate::locker::store::{Origin, Store};
+use crate::locker::store::{Origin, Store, Unheld};
 
 /// Name of the thread that releases orphaned locks (one per `Locker`, while there are any).
 pub(crate) const THREAD_NAME: &str = "syncguard-orph";
@@ -67,18 +68,19 @@ impl Orphans {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Releases `lock_id` (a lock, or a permit, on `key` for `ttl`) in the background, now and
+    /// Releases `unheld` in the background, from its `not_before` on (or now), again and
     /// again until the rules of the [module docs](self) say stop.
-    pub(crate) fn adopt(
-        self: &Arc<Self>,
-        key: &Key,
-        lock_id: &LockId,
-        kind: LeaseKind,
-        ttl: Duration,
-        origin: Origin,
-        store: Arc<dyn Store>,
-    ) {
-        let now = Instant::now();
+    pub(crate) fn adopt(self: &Arc<Self>, unheld: Unheld, store: Arc<dyn Store>) {
+        let Unheld {
+            key,
+            lock_id,
+            kind,
+            ttl,
+            origin,
+            not_before,
+        } = unheld;
+        // The store just failed (or was slow) to answer: not again at once.
+        let first = (Instant::now() + FIRST_GAP).max(not_before.unwrap_or(Instant::now()));
         let mut pending = self.pending();
         if pending.orphans.len() >= MAX_PENDING {
             log::warn!(
@@ -89,15 +91,14 @@ impl Orphans {
             return;
         }
         pending.orphans.push(Orphan {
-            key: key.clone(),
-            lock_id: lock_id.clone(),
+            key,
+            lock_id,
             kind,
             origin,
             ttl,
-            hard_stop: now + GIVE_UP_AFTER,
-            give_up_at: now + ttl,
-            // The store just failed (or was slow) to answer: not again at once.
-            next_at: now + FIRST_GAP,
+            hard_stop: first + GIVE_UP_AFTER,
+            give_up_at: first + ttl,
+            next_at: first,
             gap: FIRST_GAP,
         });
         if pending.running {

@@ -750,16 +750,22 @@ pub fn min_hold_after_the_hold_and_on_loss<B: LockBackend + 'static>(backend: B)
     assert!(locker.backend().release(&taker.lock_id).unwrap());
 }
 
-/// A `min_hold` below 1 ms, or above `max_hold`, is refused before anything is sent.
+/// A `min_hold` below 1 ms, or above `max_hold`, and a `min_hold` or `max_hold` longer than a
+/// lease can be ([`MAX_TTL_MS`](crate::driver::MAX_TTL_MS)), are refused before anything is
+/// sent, by the lock call and by [`LockOptions::validate`].
 pub fn min_hold_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
     let (locker, recorder) = recorded_locker(backend, LockOptions::default());
     let key = unique_key("min-hold-invalid");
+    let too_long = Duration::from_millis(crate::driver::MAX_TTL_MS.unsigned_abs() + 1);
     for options in [
         LockOptions::default().min_hold(Duration::ZERO),
         LockOptions::default().min_hold(Duration::from_micros(999)),
         LockOptions::default()
             .min_hold(Duration::from_secs(2))
             .max_hold(Duration::from_secs(1)),
+        LockOptions::default().min_hold(too_long),
+        LockOptions::default().max_hold(too_long),
+        LockOptions::default().min_hold(too_long).max_hold(too_long),
     ] {
         let error = locker.lock_with(&key, &options).unwrap_err();
         assert_eq!(
@@ -767,6 +773,8 @@ pub fn min_hold_is_validated_before_any_io<B: LockBackend + 'static>(backend: B)
             ErrorCode::InvalidArgument,
             "{options:?}: {error}"
         );
+        let checked = options.validate().unwrap_err();
+        assert_eq!(checked.message(), error.message(), "{options:?}");
     }
     assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
     let fine = LockOptions::default()
@@ -811,8 +819,9 @@ pub fn holder_option_is_stored_with_the_lock<B: LockBackend + 'static>(backend: 
     assert_eq!(info.holder, None, "{info:?}");
 }
 
-/// A holder that is empty, over 256 bytes, or holds a control character (NUL, newline) fails
-/// the lock call with `InvalidArgument` before anything is sent.
+/// A holder that is empty, over 256 bytes, or holds a control character (NUL, newline), a
+/// Unicode format character (a bidi override, a zero-width space) or a line separator fails the
+/// lock call with `InvalidArgument` before anything is sent.
 pub fn holder_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
     let (locker, recorder) = recorded_locker(backend, LockOptions::default());
     let key = unique_key("holder-invalid");
@@ -825,6 +834,9 @@ pub fn holder_is_validated_before_any_io<B: LockBackend + 'static>(backend: B) {
         "a\0b",
         "a\nb",
         "\u{1b}[2J",
+        "job\u{202E}gpj.exe",
+        "a\u{200B}b",
+        "a\u{2028}b",
     ] {
         let options = LockOptions::default().holder(holder);
         let error = locker.lock_with(&key, &options).unwrap_err();

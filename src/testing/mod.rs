@@ -141,6 +141,8 @@ macro_rules! __contract_tests {
             min_hold_keeps_an_early_release,
             min_hold_after_the_hold_and_on_loss,
             min_hold_is_validated_before_any_io,
+            min_hold_outlasts_a_failed_release,
+            min_hold_failed_release_ends_with_the_hold,
             holder_option_is_stored_with_the_lock,
             holder_is_validated_before_any_io,
         );

@@ -79,6 +79,7 @@ on_redis_and_postgres!(
     loss_ends_the_whole_group_before_another_holder_can_acquire,
     loss_ends_a_group_that_ignores_sigterm_before_another_holder_can_acquire,
     a_lease_that_ran_out_unanswered_is_released_at_the_end,
+    min_hold_outlasts_a_black_hole_at_the_end,
     max_runtime_ends_the_whole_group_with_124,
     a_group_that_ignores_sigterm_is_killed_after_the_grace,
     conflict_exit_code_is_chosen,
@@ -362,6 +363,16 @@ impl Finished {
     }
 }
 
+/// The fields `status` prints for a lock or a permit (without `--raw`), sorted.
+const INFO_FIELDS: [&str; 6] = [
+    "acquiredAtMs",
+    "expiresAtMs",
+    "fence",
+    "holder",
+    "keyHash",
+    "lockIdHash",
+];
+
 /// The fields of a JSON object, sorted.
 fn fields(value: &Json) -> Vec<&str> {
     let mut names: Vec<&str> = value
@@ -548,19 +559,7 @@ fn acquire_status_extend_release(url: &str) {
     let by_key = sg(url, &["status", "--key", &key]);
     by_key.expect_code(0);
     let info = by_key.json();
-    assert_eq!(
-        fields(&info),
-        [
-            "acquiredAtMs",
-            "expiresAtMs",
-            "fence",
-            "holder",
-            "keyHash",
-            "lockIdHash"
-        ],
-        "{}",
-        by_key.context()
-    );
+    assert_eq!(fields(&info), INFO_FIELDS, "{}", by_key.context());
     // acquire's default holder: this machine and the process that ran it (this test).
     assert_eq!(
         str_field(&info, "holder"),
@@ -939,21 +938,23 @@ fn status_holder(url: &str, key: &str) -> Json {
     info["holder"].clone()
 }
 
-/// `status` shows who holds a lock: `run`'s default `HOST:PID COMMAND` (its own pid) while the
-/// command runs, `--holder` in its place, and `acquire --holder`; a lock the TypeScript way
+/// `status` shows who holds a lock: `run`'s default `HOST:PID PROGRAM` (its own pid, the
+/// command's file name, never its arguments: they carry passwords) while the command runs,
+/// also in `list`; `--holder` in its place, and `acquire --holder`; a lock the TypeScript way
 /// (no holder) shows `null`, which `acquire_status_extend_release` and the storage tests cover.
 fn status_shows_who_holds_the_lock(url: &str) {
     let (scratch, key) = scratch_and_key("holder");
     let (pid_file, go) = (scratch.path("pid"), scratch.arg("go"));
-    let (running, _) = start_run(url, &key, &[], &pid_file, WAIT_FOR_GO_FILE, &[&go]);
-    let script = format!("echo $$ > \"$0\"; {WAIT_FOR_GO_FILE}");
-    let expected = format!(
-        "{}:{} sh -c {script} {} {go}",
-        hostname(),
-        running.pid(),
-        pid_file.display()
-    );
+    // `Finished` fails the test if any output shows the password.
+    let secret = "--password=hunter2";
+    let (running, _) = start_run(url, &key, &[], &pid_file, WAIT_FOR_GO_FILE, &[&go, secret]);
+    let expected = format!("{}:{} sh", hostname(), running.pid());
     assert_eq!(status_holder(url, &key), json!(expected));
+    let listed = sg(url, &["list", "--raw", "--prefix", &key]);
+    listed.expect_code(0);
+    let listed = json_lines(&listed);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["holder"], json!(expected), "{listed:?}");
     File::create(&go).unwrap();
     running.finish().expect_code(0);
     expect_unlocked(url, &key);
@@ -977,26 +978,61 @@ fn status_shows_who_holds_the_lock(url: &str) {
     release(url, str_field(&acquired, "lockId"));
 }
 
-/// A command line longer than a holder may be is cut to 256 bytes, on a character boundary.
+/// A program whose file name is longer than a holder may be is cut to 256 bytes, on a
+/// character boundary.
 #[test]
-fn a_long_command_line_is_cut_to_fit_the_holder() {
+fn a_long_program_name_is_cut_to_fit_the_holder() {
     let url = redis_url();
     let (scratch, key) = scratch_and_key("holder-long");
     let (pid_file, go) = (scratch.path("pid"), scratch.arg("go"));
-    let long = "é".repeat(200);
-    let (running, _) = start_run(&url, &key, &[], &pid_file, WAIT_FOR_GO_FILE, &[&go, &long]);
+    // 254 bytes: as long as a file name may be.
+    let name = "é".repeat(127);
+    let program = scratch.path(&name);
+    std::os::unix::fs::symlink("/bin/sh", &program).expect("link the shell under a long name");
+    let (running, _) = start_program(
+        &url,
+        &key,
+        &[],
+        &program.to_string_lossy(),
+        &pid_file,
+        WAIT_FOR_GO_FILE,
+        &[&go],
+    );
     let holder = status_holder(&url, &key);
     let holder = holder.as_str().expect("a holder");
-    let full = format!(
-        "{}:{} sh -c echo $$ > \"$0\"; {WAIT_FOR_GO_FILE} {} {go} {long}",
-        hostname(),
-        running.pid(),
-        pid_file.display()
-    );
+    let full = format!("{}:{} {name}", hostname(), running.pid());
     assert!(holder.len() <= 256 && holder.len() >= 255, "{holder}");
     assert!(full.starts_with(holder), "{holder}");
     File::create(&go).unwrap();
     running.finish().expect_code(0);
+}
+
+/// A holder with a Unicode format character (here U+202E, which shows what follows it
+/// reversed) is refused before anything is sent, the message naming the code point.
+#[test]
+fn a_holder_with_a_bidi_override_exits_2_naming_it() {
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("holder-bidi");
+    let marker = scratch.arg("ran");
+    for command in [
+        vec!["acquire", "--key", &key, "--holder", "job\u{202E}gpj.exe"],
+        vec![
+            "run",
+            "--key",
+            &key,
+            "--holder",
+            "a\u{202E}b",
+            "--",
+            "touch",
+            &marker,
+        ],
+    ] {
+        let out = sg(&url, &command);
+        out.expect_error(2, "InvalidArgument");
+        out.expect_stderr("U+202E", "the error names the code point");
+    }
+    expect_unlocked(&url, &key);
+    assert!(!Path::new(&marker).exists(), "run ran its command");
 }
 
 #[test]
@@ -1039,11 +1075,24 @@ fn start_run(
     script: &str,
     script_args: &[&str],
 ) -> (Running, u32) {
+    start_program(url, key, extra, "sh", pid_file, script, script_args)
+}
+
+/// As [`start_run`], with `shell` (a path to a POSIX shell) in place of `sh`.
+fn start_program(
+    url: &str,
+    key: &str,
+    extra: &[&str],
+    shell: &str,
+    pid_file: &Path,
+    script: &str,
+    script_args: &[&str],
+) -> (Running, u32) {
     let script = format!("echo $$ > \"$0\"; {script}");
     let pid_path = pid_file.to_string_lossy().into_owned();
     let mut args = vec!["--url", url, "run", "--key", key];
     args.extend_from_slice(extra);
-    args.extend(["--", "sh", "-c", &script, &pid_path]);
+    args.extend(["--", shell, "-c", &script, &pid_path]);
     args.extend_from_slice(script_args);
     let mut running = Running::start(syncguard(&args));
     wait_for("the command to start under the lock", || {
@@ -1705,6 +1754,63 @@ fn a_lease_that_ran_out_unanswered_is_released_at_the_end(url: &str) {
     );
 }
 
+/// `run --ttl 5s --min-hold 30s` whose connection to the store goes into a black hole (a proxy
+/// that accepts and forwards nothing) while its command runs, and stays so until `run` has
+/// exited: neither the last renewals nor the release at the end reach the store. The key is
+/// still held 8 s after the start — after the 5 s TTL and the store's tolerance — until the
+/// hold's end, as a direct connection sees; `run` passes the command's exit code and says the
+/// hold is set.
+fn min_hold_outlasts_a_black_hole_at_the_end(url: &str) {
+    let (scratch, key) = scratch_and_key("run-min-hold-outage");
+    let proxy = FaultProxy::start(server_addr(url));
+    let through_proxy = proxied(url, &proxy);
+    let go = scratch.arg("go");
+    let started = Instant::now();
+    let (running, _) = start_run(
+        &through_proxy,
+        &key,
+        &["--ttl", "5s", "--min-hold", "30s"],
+        &scratch.path("pid"),
+        WAIT_FOR_GO_FILE,
+        &[&go],
+    );
+    proxy.set_mode(Mode::BlackHole);
+    File::create(&go).expect("create the go file");
+    let out = running.finish();
+    proxy.set_mode(Mode::Pass);
+    out.expect_code(0);
+
+    wait_for("8 s since the start", || {
+        started.elapsed() >= Duration::from_secs(8)
+    });
+    let status = sg(url, &["status", "--raw", "--key", &key]);
+    status.expect_code(0);
+    let info = status.json();
+    assert!(
+        int_field(&info, "expiresAtMs") >= int_field(&info, "acquiredAtMs") + 25_000,
+        "the record ends with the 30 s hold, not with a 5 s lease: {}\n{}",
+        status.context(),
+        out.context()
+    );
+    out.expect_stderr("hold set until", "run says the hold is set");
+    release(url, str_field(&info, "lockId"));
+}
+
+/// A hold is for a job that ran: a `run --min-hold` whose command could not start releases the
+/// lock at once.
+#[test]
+fn a_run_whose_command_never_started_releases_at_once() {
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("min-hold-never-started");
+    let missing = scratch.arg("no-such-program");
+    sg(
+        &url,
+        &["run", "--key", &key, "--min-hold", "1m", "--", &missing],
+    )
+    .expect_code(127);
+    expect_unlocked(&url, &key);
+}
+
 /// `--max-runtime`: the group is ended as on loss, `run` exits 124 (as timeout(1) does) once it
 /// is gone, and the lock is released.
 fn max_runtime_ends_the_whole_group_with_124(url: &str) {
@@ -1935,19 +2041,6 @@ fn invalid_arguments_exit_2_and_acquire_nothing() {
             "--url", &url, "run", "--key", &key, "--ttl", "3s", "--grace", "2s", "--", "touch",
             &marker,
         ],
-        // a min-hold below 1 ms
-        vec![
-            "--url",
-            &url,
-            "run",
-            "--key",
-            &key,
-            "--min-hold",
-            "0s",
-            "--",
-            "touch",
-            &marker,
-        ],
         // holders: empty, over 256 bytes, a control character
         vec!["--url", &url, "acquire", "--key", &key, "--holder", ""],
         vec![
@@ -1983,6 +2076,20 @@ fn invalid_arguments_exit_2_and_acquire_nothing() {
         Running::start(syncguard(args))
             .finish()
             .expect_error(2, "InvalidArgument");
+    }
+    // a min-hold below 1 ms, or longer than a lease can be
+    for hold in ["0s", "400y"] {
+        let args = [
+            "run",
+            "--key",
+            &key,
+            "--min-hold",
+            hold,
+            "--",
+            "touch",
+            &marker,
+        ];
+        sg(&url, &args).expect_error(2, "InvalidArgument");
     }
 
     // A bad URL in the environment is just as invalid.
@@ -2354,18 +2461,7 @@ fn semaphore_acquire_status_extend_release(url: &str) {
     for (holder, (acquired, described)) in
         holders.iter().zip([(&first, "first"), (&second, "second")])
     {
-        assert_eq!(
-            fields(holder),
-            [
-                "acquiredAtMs",
-                "expiresAtMs",
-                "fence",
-                "holder",
-                "keyHash",
-                "lockIdHash"
-            ],
-            "{shown}"
-        );
+        assert_eq!(fields(holder), INFO_FIELDS, "{shown}");
         assert_eq!(holder["holder"], json!(described), "{shown}");
         assert_eq!(
             str_field(holder, "lockIdHash"),
@@ -2419,19 +2515,8 @@ fn semaphore_acquire_status_extend_release(url: &str) {
 
     // extend and release name a permit by its key and lock id.
     let first_id = str_field(&first, "lockId");
-    let extended = sg(
-        url,
-        &[
-            "extend",
-            "--permit",
-            "--key",
-            &key,
-            "--lock-id",
-            first_id,
-            "--ttl",
-            "1h",
-        ],
-    );
+    let permit = |command: &str, extra: &[&str]| on_permit(url, command, &key, first_id, extra);
+    let extended = permit("extend", &["--ttl", "1h"]);
     extended.expect_code(0);
     assert!(
         int_field(&extended.json(), "expiresAtMs") > int_field(&first, "expiresAtMs"),
@@ -2439,30 +2524,9 @@ fn semaphore_acquire_status_extend_release(url: &str) {
         extended.context()
     );
     sg(url, &["release", "--lock-id", first_id]).expect_json(1, &json!({"ok": false}));
-    sg(
-        url,
-        &["release", "--permit", "--key", &key, "--lock-id", first_id],
-    )
-    .expect_json(0, &json!({"ok": true}));
-    sg(
-        url,
-        &["release", "--permit", "--key", &key, "--lock-id", first_id],
-    )
-    .expect_json(1, &json!({"ok": false}));
-    sg(
-        url,
-        &[
-            "extend",
-            "--permit",
-            "--key",
-            &key,
-            "--lock-id",
-            first_id,
-            "--ttl",
-            "1h",
-        ],
-    )
-    .expect_json(1, &json!({"ok": false}));
+    permit("release", &[]).expect_json(0, &json!({"ok": true}));
+    permit("release", &[]).expect_json(1, &json!({"ok": false}));
+    permit("extend", &["--ttl", "1h"]).expect_json(1, &json!({"ok": false}));
     let status = sg(url, &["status", "--key", &key]);
     status.expect_code(0);
     assert_eq!(
@@ -2471,19 +2535,16 @@ fn semaphore_acquire_status_extend_release(url: &str) {
         "{}",
         status.context()
     );
-    sg(
-        url,
-        &[
-            "release",
-            "--permit",
-            "--key",
-            &key,
-            "--lock-id",
-            str_field(&second, "lockId"),
-        ],
-    )
-    .expect_json(0, &json!({"ok": true}));
+    on_permit(url, "release", &key, str_field(&second, "lockId"), &[])
+        .expect_json(0, &json!({"ok": true}));
     expect_unlocked(url, &key);
+}
+
+/// `command --permit --key key --lock-id lock_id extra…`: `release` or `extend` of a permit.
+fn on_permit(url: &str, command: &str, key: &str, lock_id: &str, extra: &[&str]) -> Finished {
+    let mut args = vec![command, "--permit", "--key", key, "--lock-id", lock_id];
+    args.extend_from_slice(extra);
+    sg(url, &args)
 }
 
 /// A `run --permits 1` killed with SIGKILL (and its command with it) cannot give its permit
@@ -2504,10 +2565,8 @@ fn semaphore_permit_of_a_killed_run_is_freed_at_its_ttl() {
     let status = sg(&url, &["status", "--key", &key]);
     status.expect_code(0);
     assert_eq!(
-        status.json()["permits"][0]["holder"]
-            .as_str()
-            .map(|holder| holder.contains(&format!(":{} sh -c", running.pid()))),
-        Some(true),
+        status.json()["permits"][0]["holder"],
+        json!(format!("{}:{} sh", hostname(), running.pid())),
         "the run holds the permit: {}",
         status.context()
     );
@@ -2544,18 +2603,8 @@ fn semaphore_permit_of_a_killed_run_is_freed_at_its_ttl() {
     });
     let taken = taken.expect("acquired");
     assert_eq!(taken["permits"], json!(1), "{taken}");
-    sg(
-        &url,
-        &[
-            "release",
-            "--permit",
-            "--key",
-            &key,
-            "--lock-id",
-            str_field(&taken, "lockId"),
-        ],
-    )
-    .expect_json(0, &json!({"ok": true}));
+    on_permit(&url, "release", &key, str_field(&taken, "lockId"), &[])
+        .expect_json(0, &json!({"ok": true}));
     let _ = File::create(&go);
 }
 
@@ -2569,45 +2618,27 @@ fn semaphore_bad_permits_are_usage_errors_before_any_io() {
     let marker = scratch.arg("ran");
     let key = unique("permits-bad");
     let lock_id = generate_lock_id();
-    for (args, names) in [
-        (
-            vec!["acquire", "--key", &key, "--permits", "0"],
+    let mut cases: Vec<(Vec<&str>, &str)> = Vec::new();
+    for permits in ["0", "1001", "two"] {
+        cases.push((
+            vec!["acquire", "--key", &key, "--permits", permits],
             "--permits",
-        ),
-        (
-            vec!["acquire", "--key", &key, "--permits", "1001"],
+        ));
+    }
+    for permits in ["0", "1001"] {
+        let run = vec![
+            "run",
+            "--key",
+            &key,
             "--permits",
-        ),
-        (
-            vec!["acquire", "--key", &key, "--permits", "two"],
-            "--permits",
-        ),
-        (
-            vec![
-                "run",
-                "--key",
-                &key,
-                "--permits",
-                "0",
-                "--",
-                "touch",
-                &marker,
-            ],
-            "--permits",
-        ),
-        (
-            vec![
-                "run",
-                "--key",
-                &key,
-                "--permits",
-                "1001",
-                "--",
-                "touch",
-                &marker,
-            ],
-            "--permits",
-        ),
+            permits,
+            "--",
+            "touch",
+            &marker,
+        ];
+        cases.push((run, "--permits"));
+    }
+    cases.extend([
         (vec!["release", "--permit", "--lock-id", &lock_id], "--key"),
         (
             vec!["release", "--key", &key, "--lock-id", &lock_id],
@@ -2617,7 +2648,8 @@ fn semaphore_bad_permits_are_usage_errors_before_any_io() {
             vec!["extend", "--permit", "--lock-id", &lock_id, "--ttl", "5s"],
             "--key",
         ),
-    ] {
+    ]);
+    for (args, names) in cases {
         let out = sg(&down, &args);
         out.expect_error(2, "InvalidArgument");
         out.expect_stderr(names, "the error names the flag");

@@ -1,8 +1,10 @@
 //! Who holds a lock the command takes: the holder description `acquire` and `run` store with
 //! it, which `status` shows.
 //!
-//! Defaults: `run` stores `HOST:PID COMMAND…` (its own pid: the process that holds the lock
-//! while the command runs, and the command line, cut to fit); `acquire` stores `HOST:PPID`
+//! Defaults: `run` stores `HOST:PID PROGRAM` (its own pid: the process that holds the lock
+//! while the command runs, and the file name of the program it runs — never its arguments,
+//! which carry passwords as often as not, and anyone who may run `status` or `list` sees the
+//! holder); `acquire` stores `HOST:PPID`
 //! (its parent's pid: `acquire` exits at once, and the lock belongs to the script that ran it
 //! until that script releases it). `--holder TEXT` replaces either.
 
@@ -10,20 +12,20 @@ use syncguard::LockError;
 use syncguard::driver::Holder;
 
 /// `--holder`, checked before any backend is reached (`InvalidArgument`: empty, over 256
-/// bytes, or with a control character).
+/// bytes, or with a control or format character, named by its code point).
 pub fn given(holder: &str) -> syncguard::Result<Holder> {
     Holder::new(holder)
         .map_err(|error| LockError::invalid_argument(format!("--holder: {}", error.message())))
 }
 
-/// `run`'s default: `HOST:PID COMMAND…`, cut on a character boundary to fit the 256 bytes.
-pub fn of_run(command: &[String]) -> Option<Holder> {
-    Holder::truncated(&format!(
-        "{}:{} {}",
-        hostname(),
-        std::process::id(),
-        command.join(" ")
-    ))
+/// `run`'s default: `HOST:PID PROGRAM`, PROGRAM being the file name of the command's
+/// `argv[0]` (`/usr/bin/mysqldump` → `mysqldump`), cleaned and cut to fit as
+/// [`Holder::truncated`] does.
+pub fn of_run(program: &str) -> Option<Holder> {
+    let name = std::path::Path::new(program)
+        .file_name()
+        .map_or_else(|| program.into(), |name| name.to_string_lossy());
+    Holder::truncated(&format!("{}:{} {name}", hostname(), std::process::id()))
 }
 
 /// `acquire`'s default: `HOST:PPID`, the process that ran `syncguard acquire`.
@@ -58,15 +60,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_describes_host_pid_and_command() {
-        let holder = of_run(&["./job.sh".to_owned(), "--full".to_owned()]).unwrap();
-        let expected = format!("{}:{} ./job.sh --full", hostname(), std::process::id());
-        assert_eq!(holder.as_str(), expected);
+    fn run_describes_host_pid_and_program_file_name() {
+        let prefix = format!("{}:{} ", hostname(), std::process::id());
+        for (program, name) in [
+            ("./job.sh", "job.sh"),
+            ("/usr/bin/mysqldump", "mysqldump"),
+            ("mysqldump", "mysqldump"),
+            ("/opt/jobs/", "jobs"),
+            ("..", ".."),
+        ] {
+            let holder = of_run(program).unwrap();
+            assert_eq!(holder.as_str(), format!("{prefix}{name}"), "{program}");
+        }
     }
 
     #[test]
-    fn a_long_command_line_is_cut_on_a_character_boundary() {
-        let holder = of_run(&["é".repeat(300)]).unwrap();
+    fn a_long_program_name_is_cut_on_a_character_boundary() {
+        let holder = of_run(&format!("/bin/{}", "é".repeat(300))).unwrap();
         assert!(holder.as_str().len() <= 256);
         assert!(holder.as_str().len() >= 255);
         assert!(holder.as_str().ends_with('é'));
@@ -75,7 +85,7 @@ mod tests {
     #[test]
     fn given_holders_are_checked() {
         assert_eq!(given("ops on-call").unwrap().as_str(), "ops on-call");
-        for bad in ["", "a\nb", &"x".repeat(257)] {
+        for bad in ["", "a\nb", "a\u{202E}b", &"x".repeat(257)] {
             let error = given(bad).unwrap_err();
             assert_eq!(error.code(), syncguard::ErrorCode::InvalidArgument);
             assert!(error.message().starts_with("--holder: "), "{error}");

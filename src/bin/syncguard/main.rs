@@ -218,37 +218,14 @@ enum Command {
     Run {
         #[command(flatten)]
         lock: LockArgs,
-        /// What to do if the lock is lost while the command runs.
-        #[arg(long, value_enum, default_value = "kill")]
-        on_lost: OnLost,
         /// How long the command's process group has between SIGTERM and SIGKILL. With --on-lost
         /// kill, SIGTERM goes out --grace before the lease's local deadline, so --grace may be
         /// at most half of --ttl (the rest is for renewals). [default: 5s, or half of --ttl if
         /// that is less]
         #[arg(long, value_parser = parse_duration)]
         grace: Option<Duration>,
-        /// Longest the command may run (timeout(1)'s limit): then its process group is ended
-        /// as on loss, run exits 124 and the lock is released. Default: no limit.
-        #[arg(long, value_parser = parse_duration)]
-        max_runtime: Option<Duration>,
-        /// Hold the lock at least this long after acquiring it, even when the command ends
-        /// sooner, fails or is killed: run then sets the lease to end at acquisition + D and
-        /// exits at once, leaving the record to expire. Cron on several machines then runs a
-        /// job once per schedule: make D longer than the machines' clock skew plus cron's
-        /// start jitter, and shorter than the schedule's period. Default: none.
-        #[arg(long, value_parser = parse_duration, value_name = "D")]
-        min_hold: Option<Duration>,
-        /// Exit code when the lock was not acquired within --wait (as flock(1)'s -E).
-        #[arg(
-            short = 'E',
-            long,
-            default_value_t = EXIT_NOT_ACQUIRED,
-            value_name = "N"
-        )]
-        conflict_exit_code: u8,
-        /// The command and its arguments (after `--`).
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<String>,
+        #[command(flatten)]
+        flags: RunFlags,
     },
     /// Create the PostgreSQL tables (idempotent); the other backends need none.
     #[command(after_help = "Example:\n  syncguard --url postgres://app@db/app setup")]
@@ -308,9 +285,9 @@ struct LockArgs {
     /// How long to wait while someone else holds it.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     wait: Duration,
-    /// Who holds the lock, as `status` shows it (at most 256 bytes, no control characters).
-    /// [default: run: HOST:PID COMMAND (run's own pid, the command line cut to fit); acquire:
-    /// HOST:PPID (the process that ran acquire)]
+    /// Who holds the lock, as `status` shows it (at most 256 bytes, no control or format
+    /// characters). [default: run: HOST:PID PROGRAM (run's own pid, the file name of the
+    /// command, never its arguments); acquire: HOST:PPID (the process that ran acquire)]
     #[arg(long, allow_hyphen_values = true, value_name = "TEXT")]
     holder: Option<String>,
     /// Take one of N permits of the key's semaphore instead of the lock: at most N holders at
@@ -330,6 +307,39 @@ struct PermitOf {
     /// The semaphore's key (with --permit).
     #[arg(long, allow_hyphen_values = true, requires = "permit")]
     key: Option<String>,
+}
+
+/// `run`'s own flags, handed to the supervisor as they are.
+#[derive(clap::Args)]
+pub struct RunFlags {
+    /// What to do if the lock is lost while the command runs.
+    #[arg(long, value_enum, default_value = "kill")]
+    pub on_lost: OnLost,
+    /// Longest the command may run (timeout(1)'s limit): then its process group is ended
+    /// as on loss, run exits 124 and the lock is released. Default: no limit.
+    #[arg(long, value_parser = parse_duration)]
+    pub max_runtime: Option<Duration>,
+    /// Hold the lock at least this long after acquiring it, even when the command ends
+    /// sooner, fails or is killed, or the backend is unreachable at its end: the lease is
+    /// taken (and renewed) to last until acquisition + D at least; when the command ends,
+    /// run sets it to end then and exits at once, leaving the record to expire, and says
+    /// on stderr until when it holds. Not for a command that never started: the lock is
+    /// then released at once. Cron on several machines then runs a job once per schedule:
+    /// make D longer than the machines' clock skew plus cron's start jitter, and shorter
+    /// than the schedule's period. Default: none.
+    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    pub min_hold: Option<Duration>,
+    /// Exit code when the lock was not acquired within --wait (as flock(1)'s -E).
+    #[arg(
+        short = 'E',
+        long,
+        default_value_t = EXIT_NOT_ACQUIRED,
+        value_name = "N"
+    )]
+    pub conflict_exit_code: u8,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// What `run` does when the lease is lost.
@@ -484,25 +494,23 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             raw,
             permits,
         } => list(backend()?.as_ref(), &prefix, limit, raw, permits),
-        Command::Run {
-            lock,
-            on_lost,
-            grace,
-            max_runtime,
-            min_hold,
-            conflict_exit_code,
-            command,
-        } => {
+        Command::Run { lock, grace, flags } => {
             // Checked before the backend is reached: bad usage acquires nothing.
-            let grace = grace_for(grace, lock.ttl, on_lost)?;
-            if min_hold.is_some_and(|hold| hold < Duration::from_millis(1)) {
-                return Err(LockError::invalid_argument(
-                    "--min-hold must be at least 1ms",
-                ));
+            let grace = grace_for(grace, lock.ttl, flags.on_lost)?;
+            if let Some(hold) = flags.min_hold {
+                LockOptions::default()
+                    .min_hold(hold)
+                    .validate()
+                    .map_err(|error| {
+                        LockError::invalid_argument(format!("--min-hold: {}", error.message()))
+                    })?;
             }
             let holder = match lock.holder.as_deref() {
                 Some(given) => Some(holder::given(given)?),
-                None => holder::of_run(&command),
+                None => flags
+                    .command
+                    .first()
+                    .and_then(|program| holder::of_run(program)),
             };
             run::run(
                 backend()?,
@@ -511,13 +519,9 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     permits: lock.permits,
                     ttl: lock.ttl,
                     wait: lock.wait,
-                    on_lost,
                     grace,
-                    max_runtime,
-                    min_hold,
-                    conflict_exit_code,
-                    command,
                     holder,
+                    flags,
                 },
             )
         }

@@ -17,13 +17,13 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::driver::Holder;
+use syncguard::driver::{Holder, TIME_TOLERANCE_MS};
 use syncguard::{
     CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
 };
 
 use crate::group::{Group, become_subreaper};
-use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, take, waiting};
+use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, take, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -43,14 +43,12 @@ pub struct RunArgs {
     pub permits: Option<u32>,
     pub ttl: Duration,
     pub wait: Duration,
-    pub on_lost: OnLost,
+    /// `--grace`, or its default.
     pub grace: Duration,
-    pub max_runtime: Option<Duration>,
-    pub min_hold: Option<Duration>,
-    pub conflict_exit_code: u8,
-    pub command: Vec<String>,
-    /// Who holds the lock (`--holder`, or `HOST:PID COMMAND`).
+    /// Who holds the lock (`--holder`, or `HOST:PID PROGRAM`).
     pub holder: Option<Holder>,
+    /// The rest, as given.
+    pub flags: RunFlags,
 }
 
 /// What the supervisor waits for.
@@ -72,7 +70,7 @@ enum Stop {
 }
 
 pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Outcome> {
-    let Some((program, program_args)) = args.command.split_first() else {
+    let Some((program, program_args)) = args.flags.command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
     };
     let (events, inbox) = mpsc::channel::<Event>();
@@ -105,7 +103,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     // The library's heartbeat renews the lease, often enough that two renewals and their
     // retries fit before the group must be told to stop; it reports the loss at once when a
     // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
-    let interval = renewal_interval(args.ttl, args.grace, args.on_lost);
+    let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
     let lost_events = Mutex::new(events.clone());
     let mut options = waiting(LockOptions::default())
         .ttl(args.ttl)
@@ -116,8 +114,10 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
                 let _ = sender.send(Event::Lost(error.message().to_owned()));
             }
         });
-    if let Some(hold) = args.min_hold {
-        // The release at the end then keeps the lock until the hold ends (see LockOptions).
+    if let Some(hold) = args.flags.min_hold {
+        // The lease lasts until the hold ends from the acquisition on, and the release at the
+        // end keeps it so (see LockOptions::min_hold); a command that never started is
+        // released at once instead (Ending::NeverStarted).
         options = options.min_hold(hold);
     }
     if let Some(holder) = args.holder {
@@ -134,7 +134,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     let guard = match (acquired, early_signal) {
         (Ok(Some(guard)), None) => guard,
         (Ok(Some(guard)), Some(signal)) => {
-            release_within(guard, locker, release_limit);
+            release_within(guard, locker, Ending::NeverStarted, release_limit);
             stop_forwarding();
             return Ok(Outcome::Exit(signal_exit(signal)));
         }
@@ -163,12 +163,12 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
                     humantime::format_duration(args.wait)
                 );
             }
-            return Ok(Outcome::Exit(args.conflict_exit_code));
+            return Ok(Outcome::Exit(args.flags.conflict_exit_code));
         }
     };
 
     let deadline = guard.deadline();
-    let too_late = args.on_lost == OnLost::Kill
+    let too_late = args.flags.on_lost == OnLost::Kill
         && Instant::now() >= deadline.checked_sub(args.grace).unwrap_or(deadline);
     if guard.is_lost() || too_late {
         // The lease ran out (or would be ending) before the command could start: it must not
@@ -177,7 +177,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             "syncguard: lost the lock on {:?} before the command started; not running it",
             args.key
         );
-        release_within(guard, locker, release_limit);
+        release_within(guard, locker, Ending::NeverStarted, release_limit);
         stop_forwarding();
         return Ok(Outcome::Exit(EXIT_LOST));
     }
@@ -194,7 +194,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     }) {
         Ok(group) => group,
         Err(error) => {
-            release_within(guard, locker, release_limit);
+            release_within(guard, locker, Ending::NeverStarted, release_limit);
             stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
@@ -211,18 +211,18 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     let code = Supervisor {
         group: &group,
         guard: &guard,
-        on_lost: args.on_lost,
+        on_lost: args.flags.on_lost,
         grace: args.grace,
         ttl: args.ttl,
     }
-    .supervise(&inbox, args.max_runtime);
+    .supervise(&inbox, args.flags.max_runtime);
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
     stop_forwarding();
     // The group is gone: release in every case, a lost lease included: a renewal applied
     // without its answer may have kept it alive in the store.
-    release_within(guard, locker, release_limit);
+    release_within(guard, locker, Ending::Ran, release_limit);
     Ok(Outcome::Exit(code))
 }
 
@@ -386,48 +386,119 @@ impl Supervisor<'_> {
     }
 }
 
-/// What the release at the end came to.
-type Released = syncguard::Result<bool>;
+/// Whether the command ran: `--min-hold` holds the lock for a job that ran, not for one that
+/// never started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The command ran: a `--min-hold` keeps the lock until it ends.
+    Ran,
+    /// It never started (a signal while acquiring, the lease lost before the start, a command
+    /// that could not be executed): the lock is released at once.
+    NeverStarted,
+}
+
+/// What the release at the end came to, and what the lease looked like just before it.
+struct Released {
+    outcome: syncguard::Result<bool>,
+    /// When `--min-hold` ends (store time), if it was kept.
+    hold_until_ms: Option<i64>,
+    /// The last expiry the store confirmed.
+    expires_at_ms: i64,
+}
 
 /// Releases the lease, whatever became of it: one the store confirmed lost costs nothing (the
 /// library knows there is nothing to release), and one that ran out here unconfirmed may have
 /// been kept alive in the store by a renewal whose answer never came back (applied late, e.g.
 /// behind a PgBouncer `PAUSE`): releasing it frees the key now instead of a TTL later.
-fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>) -> Released {
-    let released = guard.release();
+fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, ending: Ending) -> Released {
+    let hold_until_ms = guard.min_hold_until_ms().filter(|_| ending == Ending::Ran);
+    let expires_at_ms = guard.expires_at_ms();
+    let outcome = match ending {
+        Ending::Ran => guard.release(),
+        Ending::NeverStarted => guard.release_without_hold(),
+    };
     // The backend's connections close here too, within the same limit.
     drop(locker);
-    released
+    Released {
+        outcome,
+        hold_until_ms,
+        expires_at_ms,
+    }
 }
 
 /// Releases the lease on a thread of its own and waits for it at most `limit`: if the backend
-/// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL.
-pub fn release_within(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, limit: Duration) {
+/// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL
+/// (with `--min-hold`, at the hold's end at the earliest).
+pub fn release_within(
+    guard: LockGuard,
+    locker: Locker<Box<dyn LockBackend>>,
+    ending: Ending,
+    limit: Duration,
+) {
     let (done, outcome) = mpsc::channel();
     let releasing = thread::Builder::new()
         .name("syncguard-release".to_owned())
         .spawn(move || {
-            let _ = done.send(release(guard, locker));
+            let _ = done.send(release(guard, locker, ending));
         });
     if releasing.is_err() {
         eprintln!("syncguard: could not start the release; the lock expires at its ttl");
         return;
     }
-    report(outcome.recv_timeout(limit), limit);
-}
-
-/// Says on stderr what went wrong with the release, if anything.
-fn report(outcome: Result<Released, mpsc::RecvTimeoutError>, limit: Duration) {
-    match outcome {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => {
-            eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
-        }
+    match outcome.recv_timeout(limit) {
+        Ok(released) => report(&released),
         Err(_) => eprintln!(
-            "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires at its ttl)",
-            humantime::format_duration(limit)
+            "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires \
+             at its ttl{})",
+            humantime::format_duration(limit),
+            if ending == Ending::Ran {
+                ", or when --min-hold ends if later"
+            } else {
+                ""
+            }
         ),
     }
+}
+
+/// Says on stderr what became of the lock: with `--min-hold`, whether the hold is set and until
+/// when; otherwise only what went wrong, if anything.
+fn report(released: &Released) {
+    let Some(hold_until_ms) = released.hold_until_ms else {
+        if let Err(error) = &released.outcome {
+            eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
+        }
+        return;
+    };
+    let expires = released.expires_at_ms;
+    match &released.outcome {
+        Ok(true) => eprintln!(
+            "syncguard: --min-hold: hold set until {}",
+            timestamp(hold_until_ms)
+        ),
+        Ok(false) => eprintln!(
+            "syncguard: --min-hold: hold not set: the lock was gone already (lost or taken over)"
+        ),
+        // The acquisition and every renewal asked the store for the hold at least, so the
+        // record lasts until then whether or not this last call got through (the store's own
+        // tolerance covers the few ms by which the renewals' clocks and the acquisition's
+        // differ).
+        Err(error) if expires.saturating_add(TIME_TOLERANCE_MS) >= hold_until_ms => eprintln!(
+            "syncguard: --min-hold: hold set until {} (setting the lock to end then failed: \
+             {error}; it expires at {})",
+            timestamp(hold_until_ms),
+            timestamp(expires)
+        ),
+        Err(error) => eprintln!(
+            "syncguard: --min-hold: hold not set: lease expires at {}: {error}",
+            timestamp(expires)
+        ),
+    }
+}
+
+/// `ms` (Unix ms) as an RFC 3339 UTC timestamp.
+fn timestamp(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs());
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 /// The exit code of a process ended by `signal`, as shells report it.

@@ -4,12 +4,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::{ErrorCode, LockBackend, LockOptions, owns};
+use crate::driver::TIME_TOLERANCE_MS;
+use crate::{ErrorCode, LockBackend, LockOptions, get_by_id, owns};
 
 use crate::testing::recorder::{Call, recorded_locker};
-use crate::testing::support::{PATIENCE, short_lease, unique_key, wait_until};
+use crate::testing::support::{CLOCK_SLACK_MS, PATIENCE, short_lease, unique_key, wait_until};
 
 /// Transient renewal failures are retried, and a lease that survives them stays owned.
 pub fn transient_renewal_failures_are_retried<B: LockBackend + 'static>(backend: B) {
@@ -191,4 +192,81 @@ pub fn failed_releases_are_retried<B: LockBackend + 'static>(backend: B) {
     wait_until("the lock released in the background", PATIENCE, || {
         !locker.backend().is_locked(&key).unwrap()
     });
+}
+
+/// `min_hold` through an outage at the job's end: the release inside the hold (its extension
+/// to the hold's end) fails and so do the renewals, yet once the outage is over — well after
+/// the lease's TTL and the store's tolerance have passed — the key is still held, its record
+/// ending no earlier than the hold.
+pub fn min_hold_outlasts_a_failed_release<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("min-hold-outage");
+    let ttl = Duration::from_millis(1_000);
+    let (locker, recorder) = recorded_locker(
+        backend,
+        short_lease(1_000, 300).min_hold(Duration::from_secs(30)),
+    );
+    let acquired = Instant::now();
+    let guard = locker.lock(&key).unwrap();
+    let lock_id = guard.lock_id().to_owned();
+    let hold_until_ms = guard
+        .min_hold_until_ms()
+        .expect("the guard knows its hold's end");
+
+    // The outage: neither renewals nor the release's extension reach the store.
+    recorder.extends_down.store(true, Ordering::SeqCst);
+    recorder.releases_down.store(true, Ordering::SeqCst);
+    let error = guard.release().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::NetworkTimeout, "{error}");
+    let expired_by = ttl + Duration::from_millis(TIME_TOLERANCE_MS.unsigned_abs()) * 2;
+    wait_until("the lease's TTL and tolerance to pass", PATIENCE, || {
+        acquired.elapsed() > expired_by
+    });
+    recorder.extends_down.store(false, Ordering::SeqCst);
+    recorder.releases_down.store(false, Ordering::SeqCst);
+
+    assert!(
+        locker.backend().is_locked(&key).unwrap(),
+        "the key is held past its lease's TTL: the hold stands"
+    );
+    assert!(locker.try_lock(&key).unwrap().is_none(), "{key}");
+    let info = get_by_id(locker.backend(), &lock_id)
+        .unwrap()
+        .expect("still stored under its lock id");
+    assert!(
+        info.expires_at_ms + CLOCK_SLACK_MS >= hold_until_ms,
+        "the record ends with the hold ({hold_until_ms}), not before: {info:?}"
+    );
+    assert!(locker.backend().release(&lock_id).unwrap());
+}
+
+/// `min_hold` whose last extension fails when the lease's TTL reaches far beyond the hold: the
+/// lock is not deleted before the hold ends, and is released in the background once it has
+/// (not left until its 120 s TTL), as a release after the hold would have.
+pub fn min_hold_failed_release_ends_with_the_hold<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("min-hold-release-later");
+    let hold = Duration::from_secs(3);
+    let long = LockOptions::default()
+        .ttl(Duration::from_secs(120))
+        .min_hold(hold);
+    let (locker, recorder) = recorded_locker(backend, long);
+    let acquired = Instant::now();
+    let guard = locker.lock(&key).unwrap();
+    let release = Call::Release(guard.lock_id().to_owned());
+    // Both down: on a machine so slow that the hold is over by now, the release is a delete.
+    recorder.extends_down.store(true, Ordering::SeqCst);
+    recorder.releases_down.store(true, Ordering::SeqCst);
+    let error = guard.release().unwrap_err();
+    assert!(error.code().is_transient(), "{error}");
+    recorder.extends_down.store(false, Ordering::SeqCst);
+    recorder.releases_down.store(false, Ordering::SeqCst);
+    let held = locker.backend().is_locked(&key).unwrap();
+    // Only an answer that came back before the hold ended says anything about the hold.
+    if acquired.elapsed() < hold {
+        assert!(held, "deleted before its min_hold ended");
+        assert_eq!(recorder.count(&release), 0, "a delete inside the hold");
+    }
+    wait_until("the lock released once the hold ended", PATIENCE, || {
+        !locker.backend().is_locked(&key).unwrap()
+    });
+    assert!(recorder.count(&release) >= 1, "released, not expired");
 }
