@@ -246,7 +246,14 @@ ON CONFLICT (key) DO NOTHING;
 SELECT s.fence INTO counter FROM "syncguard_locks_semaphores" s WHERE s.key = $1 FOR UPDATE;
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 DELETE FROM "syncguard_locks_permits" p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;
-SELECT count(*) INTO held FROM "syncguard_locks_permits" p WHERE p.key = $1;
+SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence
+FROM "syncguard_locks_permits" p WHERE p.key = $1;
+IF fence IS NOT NULL THEN
+UPDATE "syncguard_locks_permits" p SET expires_at_ms = now_ms + $3
+WHERE p.key = $1 AND p.lock_id = $2
+RETURNING p.expires_at_ms INTO expires_at_ms;
+RETURN;
+END IF;
 IF held >= $5 THEN RETURN; END IF;
 IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;
 counter := counter + 1;

@@ -62,7 +62,13 @@
 //! take turns here, through a pooler too — it is held until the call's transaction commits),
 //! reads the clock, deletes the expired permits, counts the others (a fresh snapshot: it sees
 //! every permit granted by an acquirer that held the row lock before), and grants a permit
-//! only when fewer than the caller's N are held, with the counter plus one as its fence. Each
+//! only when fewer than the caller's N are held, with the counter plus one as its fence. A
+//! permit already held under the caller's lock id is this very call made again (the pool
+//! repeats a call once when its connection died before the answer came, and a lock id is
+//! drawn afresh for every acquisition): it is answered as granted, with its fence, its expiry
+//! renewed to the caller's TTL from now — as the lock's acquire renews its own lock id's row —
+//! instead of being counted as another holder's (the semaphore would look full of its own
+//! permit) or inserted a second time (a duplicate key). Each
 //! table is first locked in the strongest mode the call takes on it (`ROW EXCLUSIVE`, by the
 //! first `INSERT` or `DELETE`), so no call waits to upgrade a lock it already holds. Release
 //! deletes the permit by key and lock id and announces it like a lock's release; renewal
@@ -319,7 +325,8 @@ pub(crate) struct Statements {
     /// `$5` permits, `$6` largest fence, `$7` tolerance ms, `$8` holder description (NULL:
     /// none) → one row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
     /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
-    /// was granted).
+    /// was granted). A live permit already stored under `$2` is answered as granted (see
+    /// "Semaphores" in the module docs).
     pub permit_acquire: Op,
     /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` tolerance ms → one
     /// row: `live` (NULL when no such permit was stored; else whether it was live). Announces
@@ -599,7 +606,14 @@ impl Statements {
                  SELECT s.fence INTO counter FROM {semaphores} s WHERE s.key = $1 FOR UPDATE;\n\
                  now_ms := {NOW_MS};\n\
                  DELETE FROM {permits} p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;\n\
-                 SELECT count(*) INTO held FROM {permits} p WHERE p.key = $1;\n\
+                 SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence\n\
+                     FROM {permits} p WHERE p.key = $1;\n\
+                 IF fence IS NOT NULL THEN\n\
+                     UPDATE {permits} p SET expires_at_ms = now_ms + $3\n\
+                         WHERE p.key = $1 AND p.lock_id = $2\n\
+                         RETURNING p.expires_at_ms INTO expires_at_ms;\n\
+                     RETURN;\n\
+                 END IF;\n\
                  IF held >= $5 THEN RETURN; END IF;\n\
                  IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;\n\
                  counter := counter + 1;\n\
