@@ -67,9 +67,8 @@ pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Res
 }
 
 /// One row, one boolean: whether everything [`setup_sql`] creates is there (the lock and fence
-/// tables, the semaphore and permit tables, the lock table's indexes and `holder` column, every
-/// server function of this version). Reads the
-/// catalogs only.
+/// tables, the semaphore and permit tables, the lock and permit tables' indexes, the lock table's
+/// `holder` column, every server function of this version). Reads the catalogs only.
 pub(crate) fn installed_sql(tables: &TableNames) -> String {
     let locks = tables.lock_table();
     let mut present = vec![
@@ -79,6 +78,7 @@ pub(crate) fn installed_sql(tables: &TableNames) -> String {
         format!("to_regclass('idx_{locks}_expires') IS NOT NULL"),
         format!("to_regclass('{}') IS NOT NULL", tables.semaphore_table()),
         format!("to_regclass('{}') IS NOT NULL", tables.permit_table()),
+        format!("to_regclass('{locks}_permit_exp') IS NOT NULL"),
         format!(
             "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
              AND attname = 'holder' AND NOT attisdropped)"

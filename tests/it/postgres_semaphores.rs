@@ -601,6 +601,55 @@ fn a_repeated_permit_acquisition_answers_the_first_ones_permit_through_pgbouncer
     a_repeated_permit_acquisition_answers_the_first_ones_permit(shared_pgbouncer().port);
 }
 
+/// A semaphore per job id: 1 000 keys, one permit each, never released (their holders died)
+/// and never asked for again. Once they have been expired for over a minute (their expiry is
+/// moved back ten minutes, as the clock would have moved on), permit acquisitions on another
+/// key delete them, a few each: the permit table keeps none of them. The semaphore rows stay:
+/// they hold the fence counters, which are never deleted.
+#[test]
+fn expired_permits_of_keys_never_used_again_are_deleted() {
+    const KEYS: i64 = 1000;
+    const TEN_MINUTES_MS: i64 = 600_000;
+    let backend = direct();
+    let prefix = format!("{}:", unique("sem-single-use"));
+    for n in 0..KEYS {
+        permit(&backend, &format!("{prefix}{n}"), 1, TTL);
+    }
+    let mut client = shared_postgres().client();
+    let moved = client
+        .execute(
+            "UPDATE syncguard_locks_permits SET expires_at_ms = expires_at_ms - $2 \
+             WHERE starts_with(user_key, $1)",
+            &[&prefix, &TEN_MINUTES_MS],
+        )
+        .unwrap();
+    assert_eq!(moved, KEYS as u64);
+    let mut rows = |table: &str| -> i64 {
+        client
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE starts_with(user_key, $1)"),
+                &[&prefix],
+            )
+            .unwrap()
+            .get(0)
+    };
+    // Further activity, on a key of its own: bounded, so that a sweep that never comes fails
+    // the test instead of hanging it.
+    let busy = unique("sem-busy");
+    let mut acquisitions = 0;
+    while rows("syncguard_locks_permits") > 0 {
+        assert!(
+            acquisitions < KEYS,
+            "{acquisitions} acquisitions later, {} of the {KEYS} expired permits are still there",
+            rows("syncguard_locks_permits")
+        );
+        let held = permit(&backend, &busy, 1, TTL);
+        assert!(backend.release_permit(&busy, &held.lock_id).unwrap());
+        acquisitions += 1;
+    }
+    assert_eq!(rows("syncguard_locks_semaphores"), KEYS);
+}
+
 #[test]
 fn a_bad_number_of_permits_is_refused_before_any_io() {
     shared_postgres_with_tables();
