@@ -263,8 +263,8 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
 const PERMIT_SWEEP_AFTER_MS: i64 = 60_000;
 
 /// One permit acquisition in this many, drawn at random, deletes expired permits of any key:
-/// the statement costs a noticeable part of an acquisition's server time even when it finds
-/// nothing (docs/postgres.md), so most acquisitions skip it.
+/// the statement costs about a tenth of a permit cycle's server time even when it finds
+/// nothing (measured in docs/postgres.md), so most acquisitions skip it.
 const PERMIT_SWEEP_EVERY: u32 = 8;
 
 /// How many expired permits of any key one sweeping acquisition deletes at most: on average
