@@ -8,7 +8,7 @@
 //!   [`Mode::BlackHole`] accepts new connections and, on new and existing connections alike,
 //!   reads and discards whatever either side sends, never answering (connections accepted
 //!   during the black hole have no upstream and are closed once it ends);
-//! - [`cut_all`](FaultProxy::cut_all) closes every live connection now, both sides;
+//! - [`cut_all`](FaultProxy::cut_all) closes every live connection now, both sides.
 //! - [`cut_answer_to`](FaultProxy::cut_answer_to): the next request that contains some bytes
 //!   reaches the server, and its connection is closed, both sides, as the answer comes back,
 //!   which the client never sees (a call carried out whose answer was lost).
