@@ -67,8 +67,9 @@ pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Res
 }
 
 /// One row, one boolean: whether everything [`setup_sql`] creates is there (the lock and fence
-/// tables, the semaphore and permit tables, the lock and permit tables' indexes, the lock table's
-/// `holder` column, every server function of this version). Reads the catalogs only.
+/// tables, the semaphore and permit tables, the lock table's indexes and `holder` column, every
+/// server function of this version). Reads the
+/// catalogs only.
 pub(crate) fn installed_sql(tables: &TableNames) -> String {
     let locks = tables.lock_table();
     let mut present = vec![
