@@ -72,14 +72,14 @@
 //! permits and counting, one acquisition in `PERMIT_SWEEP_EVERY` (drawn at random) also
 //! deletes a few permits of any key that expired more than a minute ago
 //! (`PERMIT_SWEEP_AFTER_MS`; the oldest first, at most `PERMIT_SWEEP_BATCH`, found through the
-//! permit table's index on `expires_at_ms`), so that a
-//! semaphore whose key is never used again (one per job id) leaves no permit row behind; its
-//! semaphore row stays, as a lock's fence counter row does, for it holds the fence counter.
-//! Those rows are taken `FOR UPDATE SKIP LOCKED`: the acquisition never waits for them, and
-//! waits for nothing after taking them (the count only reads, the semaphore row is its own
-//! already, a new permit's key is new), so they close no cycle of waits — an acquirer of
-//! their own key, or a release, that wants one waits for this call to end and then finds it
-//! gone. Renewals never want them: they touch only the permits live by their own clock. Each
+//! permit table's index on `expires_at_ms`), so that a semaphore whose key is never used again
+//! (one per job id) leaves no permit row behind; its semaphore row stays, as a lock's fence
+//! counter row does, for it holds the fence counter. Those rows are taken `FOR UPDATE SKIP
+//! LOCKED`: the acquisition never waits for them, and waits for nothing after taking them (the
+//! count only reads, the semaphore row is its own already, and so is the key and lock id of a
+//! permit it inserts), so they close no cycle of waits — an acquirer of their own key, or a
+//! release, that wants one waits for this call to end and then finds it gone. Renewals never
+//! want them: they touch only the permits live by their own statement's clock. Each
 //! table is first locked in the strongest mode the call takes on it (`ROW EXCLUSIVE`, by the
 //! first `INSERT` or `DELETE`), so no call waits to upgrade a lock it already holds. Release
 //! deletes the permit by key and lock id and announces it like a lock's release; renewal
@@ -258,8 +258,8 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
 /// acquisition of another key deletes it. A permit whose key is never used again would
 /// otherwise stay forever; one that expired a moment ago is left to its own key's acquisitions
 /// and to its holder's last release or renewal, which answer it as expired rather than unknown.
-/// A renewal's clock is never a minute behind an acquirer's, so the two never want the same
-/// row (see "Semaphores" in the module docs).
+/// A renewal judges liveness by the clock its statement read when it started: it would have
+/// to run for a minute to want a row a sweep takes (see "Semaphores" in the module docs).
 const PERMIT_SWEEP_AFTER_MS: i64 = 60_000;
 
 /// One permit acquisition in this many, drawn at random, deletes expired permits of any key:
