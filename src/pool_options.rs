@@ -34,6 +34,56 @@ impl Default for PoolOptions {
     }
 }
 
+/// The public setters of [`PoolOptions`], written once for both builders: expanded inside a
+/// builder's `impl`, whose `options` field holds them and whose `pool` setter takes the
+/// application's pool. `$url_ca_parameter` is the URL parameter that names a CA file too
+/// (`sslrootcert` for PostgreSQL, `tls_ca_file` for Redis).
+macro_rules! pool_option_setters {
+    ($url_ca_parameter:literal) => {
+        /// Lets `is_locked` delete the key's lock when it is more than
+        /// [`CLEANUP_GUARD_MS`](super::CLEANUP_GUARD_MS) past expiry; it never touches fence
+        /// counters. Defaults to off: `is_locked` only reads.
+        pub fn cleanup_in_is_locked(mut self, enabled: bool) -> Self {
+            self.options.cleanup_in_is_locked = enabled;
+            self
+        }
+
+        /// The most connections kept open. Defaults to 8. Ignored with [`pool`](Self::pool).
+        pub fn pool_size(mut self, size: u32) -> Self {
+            self.options.pool_size = size;
+            self
+        }
+
+        /// The deadline for opening a connection. Defaults to 2 s.
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.options.connect_timeout = timeout;
+            self
+        }
+
+        /// How long an operation waits for a pooled connection. Defaults to 3 s. Ignored with
+        /// [`pool`](Self::pool), whose own setting applies.
+        pub fn pool_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.options.pool_timeout = timeout;
+            self
+        }
+
+        #[doc = concat!(
+            "A PEM file of CA certificates to trust besides the system's roots, for TLS \
+             connections (a private CA, or a TLS-inspecting proxy's; see [TLS](super#tls)); the \
+             URL's `?", $url_ca_parameter, "=` does the same, and this option wins. Used only \
+             when the URL asks for TLS. A file that cannot be read or holds no certificate \
+             fails [`build`](Self::build) with `InvalidArgument` naming the path. Defaults to \
+             none; refused with [`pool`](Self::pool), whose connections have TLS settings of \
+             their own."
+        )]
+        pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+            self.options.tls_ca_file = Some(path.into());
+            self
+        }
+    };
+}
+pub(crate) use pool_option_setters;
+
 /// Where a pooled backend gets its connections: a URL to open its own pool from, or the
 /// application's pool.
 pub(crate) enum Source<P> {

@@ -120,9 +120,7 @@ impl PostgresBackend {
                 TIME_TOLERANCE_MS.into(),
             ],
         )?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::internal("permit release returned no row"))?;
+        let row = answer_row(&rows, "permit release")?;
         Ok(match column::<Option<bool>>(row, "live")? {
             Some(true) => Outcome::Applied(()),
             Some(false) => Outcome::Expired,
@@ -163,7 +161,7 @@ impl PostgresBackend {
             match rows {
                 Ok(rows) => {
                     for row in &rows {
-                        let answer = permit_renewal_outcome(row);
+                        let answer = extension_outcome(row);
                         let position = column::<i64>(row, "ord")
                             .ok()
                             .and_then(|ord| usize::try_from(ord).ok())
@@ -243,6 +241,51 @@ fn in_doubt_if_unanswered(error: LockError, lock_id: &str, key: &Key) -> LockErr
     }
 }
 
+/// The parameters of both acquisitions, a lock's and a permit's (see `Statements::acquire` and
+/// `Statements::permit_acquire`): the same but `$5`, `fifth` — the lock's fence key, the
+/// semaphore's number of permits.
+fn acquire_params(
+    storage_key: &str,
+    lock_id: &str,
+    ttl: Ttl,
+    key: &Key,
+    fifth: impl Into<Param>,
+    holder: Option<&Holder>,
+) -> Vec<Param> {
+    vec![
+        storage_key.into(),
+        lock_id.into(),
+        ttl.as_millis().into(),
+        key.as_str().into(),
+        fifth.into(),
+        (FENCE_MAX as i64).into(),
+        TIME_TOLERANCE_MS.into(),
+        // The lock's function only: its statement sent inline never stores a holder.
+        holder.map(Holder::as_str).into(),
+    ]
+}
+
+/// The one row an operation answers (`what` names it in the error when there is none).
+fn answer_row<'a>(rows: &'a [Row], what: &str) -> Result<&'a Row> {
+    rows.first()
+        .ok_or_else(|| LockError::internal(format!("{what} returned no row")))
+}
+
+/// What an acquisition, of a lock or of a permit, answered (`fence`, `expires_at_ms`,
+/// `bad_counter`): granted under `lock_id`; refused before anything was written, for a fence
+/// counter no fence can follow; or held by others.
+fn acquisition(row: &Row, lock_id: String, key: &Key) -> Result<Acquisition> {
+    let fence: Option<String> = column(row, "fence")?;
+    let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
+    match (fence, expires_at_ms) {
+        (Some(fence), Some(expires_at_ms)) => granted(lock_id, &fence, expires_at_ms, key),
+        _ if let Some(counter) = column::<Option<i64>>(row, "bad_counter")? => {
+            Err(bad_counter_error(counter).with_key(key.as_str()))
+        }
+        _ => Ok(Acquisition::Locked),
+    }
+}
+
 /// A granted lock or permit, from the fence text and the expiry the server answered.
 fn granted(lock_id: String, fence: &str, expires_at_ms: i64, key: &Key) -> Result<Acquisition> {
     let fence: Fence = fence.parse()?;
@@ -318,14 +361,15 @@ fn renewal_outcome(row: &Row, tables: &TableNames) -> Result<Outcome<Extension>>
     }
 }
 
-/// One permit's row of the permit renewal.
-fn permit_renewal_outcome(row: &Row) -> Result<Outcome<Extension>> {
+/// One lease's row of an extension, a lock's (once its `malformed_key` is checked) or a
+/// permit's renewal: `expires_at_ms` when extended, else whether it was `present`.
+fn extension_outcome(row: &Row) -> Result<Outcome<Extension>> {
     Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
         Some(expires_at_ms) => Outcome::Applied(Extension {
             expires_at_ms,
             version: None,
         }),
-        // Found expired, and removed by the renewal.
+        // Found, but expired: left in place, never extended.
         None if column::<bool>(row, "present")? => Outcome::Expired,
         None => Outcome::NotFound,
     })
@@ -384,40 +428,15 @@ impl Driver for PostgresBackend {
         let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
-        let fence_max = FENCE_MAX as i64;
+        let params = acquire_params(&storage_key, &lock_id, ttl, key, fence_key.as_str(), holder);
         let rows = self
-            .query(
-                &self.statements.acquire,
-                vec![
-                    storage_key.as_str().into(),
-                    lock_id.as_str().into(),
-                    ttl.as_millis().into(),
-                    key.as_str().into(),
-                    fence_key.as_str().into(),
-                    fence_max.into(),
-                    TIME_TOLERANCE_MS.into(),
-                    // The function's only: the statement sent inline never stores a holder.
-                    holder.map(Holder::as_str).into(),
-                ],
-            )
+            .query(&self.statements.acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::internal("acquire returned no row"))?;
-        let fence: Option<String> = column(row, "fence")?;
-        let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
-        let bad_counter: Option<i64> = column(row, "bad_counter")?;
+        let row = answer_row(&rows, "acquire")?;
         if column::<Option<bool>>(row, "malformed")? == Some(true) {
             return Err(not_a_record(&self.tables, key.as_str()));
         }
-        match (fence, expires_at_ms) {
-            (Some(fence), Some(expires_at_ms)) => granted(lock_id, &fence, expires_at_ms, key),
-            // Refused by the statement before anything was written.
-            _ if let Some(counter) = bad_counter => {
-                Err(bad_counter_error(counter).with_key(key.as_str()))
-            }
-            _ => Ok(Acquisition::Locked),
-        }
+        acquisition(row, lock_id, key)
     }
 
     fn try_acquire_permit(
@@ -429,33 +448,12 @@ impl Driver for PostgresBackend {
     ) -> Result<Acquisition> {
         let storage_key = storage_key_of(key)?;
         let lock_id = LockId::generate().into_string();
+        let permits = i64::from(permits.get());
+        let params = acquire_params(&storage_key, &lock_id, ttl, key, permits, holder);
         let rows = self
-            .call_function(
-                &self.statements.permit_acquire,
-                vec![
-                    storage_key.as_str().into(),
-                    lock_id.as_str().into(),
-                    ttl.as_millis().into(),
-                    key.as_str().into(),
-                    i64::from(permits.get()).into(),
-                    (FENCE_MAX as i64).into(),
-                    TIME_TOLERANCE_MS.into(),
-                    holder.map(Holder::as_str).into(),
-                ],
-            )
+            .call_function(&self.statements.permit_acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::internal("permit acquire returned no row"))?;
-        let fence: Option<String> = column(row, "fence")?;
-        let expires_at_ms: Option<i64> = column(row, "expires_at_ms")?;
-        match (fence, expires_at_ms) {
-            (Some(fence), Some(expires_at_ms)) => granted(lock_id, &fence, expires_at_ms, key),
-            _ if let Some(counter) = column::<Option<i64>>(row, "bad_counter")? => {
-                Err(bad_counter_error(counter).with_key(key.as_str()))
-            }
-            _ => Ok(Acquisition::Locked),
-        }
+        acquisition(answer_row(&rows, "permit acquire")?, lock_id, key)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
@@ -514,20 +512,11 @@ impl Driver for PostgresBackend {
                 TIME_TOLERANCE_MS.into(),
             ],
         )?;
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::internal("extend returned no row"))?;
+        let row = answer_row(&rows, "extend")?;
         if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
             return Err(not_a_record(&self.tables, &key));
         }
-        Ok(match column::<Option<i64>>(row, "expires_at_ms")? {
-            Some(expires_at_ms) => Outcome::Applied(Extension {
-                expires_at_ms,
-                version: None,
-            }),
-            None if column::<bool>(row, "present")? => Outcome::Expired,
-            None => Outcome::NotFound,
-        })
+        extension_outcome(row)
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
@@ -569,9 +558,7 @@ impl Driver for PostgresBackend {
                 vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
             )?
         };
-        let row = rows
-            .first()
-            .ok_or_else(|| LockError::internal("is_locked returned no row"))?;
+        let row = answer_row(&rows, "is_locked")?;
         if column::<Option<bool>>(row, "malformed")? == Some(true) {
             return Err(not_a_record(&self.tables, key.as_str()));
         }

@@ -134,11 +134,13 @@ fn classify_state(state: &SqlState) -> ErrorCode {
         // lock_timeout): transient conflicts. read_only_sql_transaction: a standby, or a
         // primary being demoted, during a failover.
         "40001" | "40P01" | "55P03" | "25006" => ErrorCode::ServiceUnavailable,
-        _ => match &code[..2] {
+        // The class is the first two characters; a code too short for one, or not ASCII (a
+        // server or pooler can send anything), has none and falls to the default.
+        _ => match code.get(..2) {
             // connection_exception (PgBouncer reports its own transient failures as 08P01),
             // insufficient_resources (too many connections, disk full), operator_intervention
             // (shutdowns), system_error.
-            "08" | "53" | "57" | "58" => ErrorCode::ServiceUnavailable,
+            Some("08" | "53" | "57" | "58") => ErrorCode::ServiceUnavailable,
             // Everything else, a missing database (3D000) among them. Data exceptions (22)
             // and integrity constraint violations (23) too: every value syncguard writes was
             // checked before any I/O, so the server refusing one means the tables differ from
@@ -359,6 +361,35 @@ mod tests {
             assert_eq!(classify_state(&state), code, "{}", state.code());
             assert!(!code.is_transient() || !matches!(state.code(), "26000" | "42P05"));
         }
+    }
+
+    /// A SQLSTATE comes from the peer as text: one too short for a class, or with characters
+    /// of several bytes where the class would end, is `Internal` and never panics.
+    #[test]
+    fn short_or_non_ascii_sqlstates_never_panic() {
+        for code in [
+            "",
+            "4",
+            "0",
+            "é",
+            "é1",
+            "1é",
+            "€",
+            "€0801",
+            "ø8P01",
+            "0\u{301}8",
+        ] {
+            assert_eq!(
+                classify_state(&SqlState::from_code(code)),
+                ErrorCode::Internal,
+                "{code:?}"
+            );
+        }
+        // A class followed by anything still counts.
+        assert_eq!(
+            classify_state(&SqlState::from_code("08é")),
+            ErrorCode::ServiceUnavailable
+        );
     }
 
     #[test]

@@ -32,8 +32,10 @@
 //! one call of a server function (one round trip, one transaction): acquirers of one semaphore
 //! take turns on a row lock of its `_semaphores` row, so concurrent acquires, through a
 //! transaction-mode pooler too, never grant more than N live permits; an acquire first
-//! deletes the semaphore's expired permits (a renewal never does: it answers them expired).
-//! Releasing a permit is announced like a lock's release.
+//! deletes the semaphore's expired permits (a renewal never does: it answers them expired),
+//! and now and then a few of any key expired over a minute ago, so that keys never used again
+//! leave no permits behind (docs/postgres.md says how many, and why the `_semaphores` rows
+//! stay). Releasing a permit is announced like a lock's release.
 //! [`LockBackend::list_permits`](crate::LockBackend::list_permits) reads the live rows of
 //! `syncguard_locks_permits` whose `user_key` starts with the prefix, by user key (byte order)
 //! then fence, as the lock listing reads the lock table. Without the functions (tables set up

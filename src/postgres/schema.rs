@@ -79,6 +79,7 @@ pub(crate) fn installed_sql(tables: &TableNames) -> String {
         format!("to_regclass('idx_{locks}_expires') IS NOT NULL"),
         format!("to_regclass('{}') IS NOT NULL", tables.semaphore_table()),
         format!("to_regclass('{}') IS NOT NULL", tables.permit_table()),
+        format!("to_regclass('{locks}_permit_exp') IS NOT NULL"),
         format!(
             "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
              AND attname = 'holder' AND NOT attisdropped)"

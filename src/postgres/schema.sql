@@ -53,8 +53,8 @@ CREATE TABLE IF NOT EXISTS syncguard_locks_semaphores (
   CONSTRAINT syncguard_locks_sem_pk PRIMARY KEY (key)
 );
 
--- One row per permit held; deleted on release, or once expired by the next acquire or renewal
--- that comes across it. A permit is named by its key and lock id.
+-- One row per permit held; deleted on release, or once expired by the next acquire of its key
+-- (or, a minute later, of any key). A permit is named by its key and lock id.
 CREATE TABLE IF NOT EXISTS syncguard_locks_permits (
   key TEXT NOT NULL,               -- storage key of the semaphore
   lock_id TEXT NOT NULL,           -- 22 base64url characters from a CSPRNG
@@ -65,6 +65,10 @@ CREATE TABLE IF NOT EXISTS syncguard_locks_permits (
   holder TEXT,                     -- who holds it, as described at acquisition (NULL: none)
   CONSTRAINT syncguard_locks_permit_pk PRIMARY KEY (key, lock_id)
 );
+
+-- Permit acquisitions delete a few permits of any key that expired over a minute ago, the
+-- oldest first: a semaphore whose key is never used again leaves no permit row behind.
+CREATE INDEX IF NOT EXISTS syncguard_locks_permit_exp ON syncguard_locks_permits (expires_at_ms);
 
 -- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
 -- one statement of the backend does, with plans cached per server connection: without them
@@ -246,7 +250,22 @@ ON CONFLICT (key) DO NOTHING;
 SELECT s.fence INTO counter FROM "syncguard_locks_semaphores" s WHERE s.key = $1 FOR UPDATE;
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 DELETE FROM "syncguard_locks_permits" p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;
-SELECT count(*) INTO held FROM "syncguard_locks_permits" p WHERE p.key = $1;
+IF random() < 1.0 / 8 THEN
+DELETE FROM "syncguard_locks_permits" p WHERE p.ctid = ANY (ARRAY(
+SELECT q.ctid FROM "syncguard_locks_permits" q
+WHERE q.expires_at_ms < now_ms - $7 - 60000
+ORDER BY q.expires_at_ms LIMIT 64
+FOR UPDATE SKIP LOCKED))
+AND p.expires_at_ms < now_ms - $7 - 60000;
+END IF;
+SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence
+FROM "syncguard_locks_permits" p WHERE p.key = $1;
+IF fence IS NOT NULL THEN
+UPDATE "syncguard_locks_permits" p SET expires_at_ms = now_ms + $3
+WHERE p.key = $1 AND p.lock_id = $2
+RETURNING p.expires_at_ms INTO expires_at_ms;
+RETURN;
+END IF;
 IF held >= $5 THEN RETURN; END IF;
 IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;
 counter := counter + 1;

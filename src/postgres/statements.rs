@@ -62,7 +62,24 @@
 //! take turns here, through a pooler too — it is held until the call's transaction commits),
 //! reads the clock, deletes the expired permits, counts the others (a fresh snapshot: it sees
 //! every permit granted by an acquirer that held the row lock before), and grants a permit
-//! only when fewer than the caller's N are held, with the counter plus one as its fence. Each
+//! only when fewer than the caller's N are held, with the counter plus one as its fence. A
+//! permit already held under the caller's lock id is this very call made again (the pool
+//! repeats a call once when its connection died before the answer came, and a lock id is
+//! drawn afresh for every acquisition): it is answered as granted, with its fence, its expiry
+//! renewed to the caller's TTL from now — as the lock's acquire renews its own lock id's row —
+//! instead of being counted as another holder's (the semaphore would look full of its own
+//! permit) or inserted a second time (a duplicate key). Between deleting its key's expired
+//! permits and counting, one acquisition in `PERMIT_SWEEP_EVERY` (drawn at random) also
+//! deletes a few permits of any key that expired more than a minute ago
+//! (`PERMIT_SWEEP_AFTER_MS`; the oldest first, at most `PERMIT_SWEEP_BATCH`, found through the
+//! permit table's index on `expires_at_ms`), so that a semaphore whose key is never used again
+//! (one per job id) leaves no permit row behind; its semaphore row stays, as a lock's fence
+//! counter row does, for it holds the fence counter. Those rows are taken `FOR UPDATE SKIP
+//! LOCKED`: the acquisition never waits for them, and waits for nothing after taking them (the
+//! count only reads, the semaphore row is its own already, and so is the key and lock id of a
+//! permit it inserts), so they close no cycle of waits — an acquirer of their own key, or a
+//! release, that wants one waits for this call to end and then finds it gone. Renewals never
+//! want them: they touch only the permits live by their own statement's clock. Each
 //! table is first locked in the strongest mode the call takes on it (`ROW EXCLUSIVE`, by the
 //! first `INSERT` or `DELETE`), so no call waits to upgrade a lock it already holds. Release
 //! deletes the permit by key and lock id and announces it like a lock's release; renewal
@@ -148,20 +165,13 @@ impl Op {
         Op::new(tables, name, types, text, definition)
     }
 
-    /// An operation that exists only as its server function, written step by step like
-    /// [`steps`](Op::steps): nothing correct can be sent inline (see "Semaphores" in the module
+    /// The same operation, existing only as its server function (written with no statement
+    /// to send inline): nothing correct can be sent inline (see "Semaphores" in the module
     /// docs), so its `inline` form is the call itself, and without the function the call fails
     /// with the "run `syncguard setup`" error.
-    fn function_only(
-        tables: &TableNames,
-        name: &str,
-        types: &'static [Type],
-        outs: &str,
-        body: String,
-    ) -> Op {
-        let mut op = Op::steps(tables, name, types, outs, String::new(), body);
-        op.inline = op.call.clone();
-        op
+    fn function_only(mut self) -> Op {
+        self.inline = self.call.clone();
+        self
     }
 
     fn new(
@@ -244,6 +254,25 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
     format!("{}_released", tables.lock_table())
 }
 
+/// How long past its expiry (and the tolerance) a permit of any key is left before a permit
+/// acquisition of another key deletes it. A permit whose key is never used again would
+/// otherwise stay forever; one that expired a moment ago is left to its own key's acquisitions
+/// and to its holder's last release or renewal, which answer it as expired rather than unknown.
+/// A renewal judges liveness by the clock its statement read when it started: it would have
+/// to run for a minute to want a row a sweep takes (see "Semaphores" in the module docs).
+const PERMIT_SWEEP_AFTER_MS: i64 = 60_000;
+
+/// One permit acquisition in this many, drawn at random, deletes expired permits of any key:
+/// the statement costs about a tenth of a permit cycle's server time even when it finds
+/// nothing (measured in docs/postgres.md), so most acquisitions skip it.
+const PERMIT_SWEEP_EVERY: u32 = 8;
+
+/// How many expired permits of any key one sweeping acquisition deletes at most: on average
+/// (`PERMIT_SWEEP_BATCH / PERMIT_SWEEP_EVERY`) eight times the one permit an acquisition may
+/// leave behind, so that expired permits never pile up while acquisitions go on, and few
+/// enough that one acquisition stays cheap after a crash left many.
+const PERMIT_SWEEP_BATCH: u32 = 64;
+
 /// Part of every function's name; bump it whenever a statement or its parameters change.
 const FUNCTION_VERSION: &str = "v3";
 
@@ -319,7 +348,8 @@ pub(crate) struct Statements {
     /// `$5` permits, `$6` largest fence, `$7` tolerance ms, `$8` holder description (NULL:
     /// none) → one row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
     /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
-    /// was granted).
+    /// was granted). A live permit already stored under `$2` is answered as granted (see
+    /// "Semaphores" in the module docs).
     pub permit_acquire: Op,
     /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` tolerance ms → one
     /// row: `live` (NULL when no such permit was stored; else whether it was live). Announces
@@ -577,7 +607,7 @@ impl Statements {
                     text(&holder_l),
                 )
             },
-            permit_acquire: Op::function_only(
+            permit_acquire: Op::steps(
                 tables,
                 "pacquire",
                 &[
@@ -591,6 +621,7 @@ impl Statements {
                     T::TEXT,
                 ],
                 "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint",
+                String::new(),
                 format!(
                     "DECLARE\n  now_ms bigint;\n  counter bigint;\n  held bigint;\n\
                  BEGIN\n\
@@ -599,7 +630,22 @@ impl Statements {
                  SELECT s.fence INTO counter FROM {semaphores} s WHERE s.key = $1 FOR UPDATE;\n\
                  now_ms := {NOW_MS};\n\
                  DELETE FROM {permits} p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;\n\
-                 SELECT count(*) INTO held FROM {permits} p WHERE p.key = $1;\n\
+                 IF random() < 1.0 / {PERMIT_SWEEP_EVERY} THEN\n\
+                     DELETE FROM {permits} p WHERE p.ctid = ANY (ARRAY(\n\
+                         SELECT q.ctid FROM {permits} q\n\
+                         WHERE q.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS}\n\
+                         ORDER BY q.expires_at_ms LIMIT {PERMIT_SWEEP_BATCH}\n\
+                         FOR UPDATE SKIP LOCKED))\n\
+                         AND p.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS};\n\
+                 END IF;\n\
+                 SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence\n\
+                     FROM {permits} p WHERE p.key = $1;\n\
+                 IF fence IS NOT NULL THEN\n\
+                     UPDATE {permits} p SET expires_at_ms = now_ms + $3\n\
+                         WHERE p.key = $1 AND p.lock_id = $2\n\
+                         RETURNING p.expires_at_ms INTO expires_at_ms;\n\
+                     RETURN;\n\
+                 END IF;\n\
                  IF held >= $5 THEN RETURN; END IF;\n\
                  IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;\n\
                  counter := counter + 1;\n\
@@ -611,12 +657,14 @@ impl Statements {
                      VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);\n\
                  END"
                 ),
-            ),
-            permit_release: Op::function_only(
+            )
+            .function_only(),
+            permit_release: Op::steps(
                 tables,
                 "prelease",
                 &[T::TEXT, T::TEXT, T::INT8],
                 "OUT live boolean",
+                String::new(),
                 format!(
                     "DECLARE\n  gone_expires_at_ms bigint;\n  gone_key text;\n\
                  BEGIN\n\
@@ -628,7 +676,8 @@ impl Statements {
                  END IF;\n\
                  END"
                 ),
-            ),
+            )
+            .function_only(),
             permit_renew: Op::query(
                 tables,
                 "prenew",

@@ -148,6 +148,7 @@ mod tests {
             format!("{locks}_released"),
             format!("{locks}_sem_pk"),
             format!("{locks}_permit_pk"),
+            format!("{locks}_permit_exp"),
         ] {
             assert!(name.len() <= MAX_IDENTIFIER, "{name}");
         }

@@ -538,6 +538,118 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
     );
 }
 
+/// A permit acquisition whose answer is lost with its connection (the proxy closes it as the
+/// answer comes back: the server has granted the permit) is repeated once by the pool on a
+/// fresh connection, with the same lock id: the repeat answers the permit the first call was
+/// granted (same lock id, same fence, granted), stores no second one, and leaves the semaphore
+/// to its holder: once released, the next acquisition of the one permit is granted. With two
+/// permits, a repeat would otherwise insert its permit twice (a duplicate key); with one, it
+/// would find the semaphore full of its own orphaned permit.
+fn a_repeated_permit_acquisition_answers_the_first_ones_permit(upstream: u16) {
+    let proxy = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], upstream)));
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/postgres",
+        support::PG_USER,
+        support::PG_PASSWORD,
+        proxy.port()
+    );
+    let backend = support::patient_postgres(&url)
+        .pool_size(1)
+        .build()
+        .unwrap();
+    let other = direct();
+    let mut client = shared_postgres().client();
+    for n in [1, 2] {
+        let key = unique(&format!("sem-repeat-{n}"));
+        // The pool's connection is open before the answer to lose is chosen.
+        assert!(backend.permit_holders(&key).unwrap().is_empty());
+        let cuts = proxy.answers_cut();
+        proxy.cut_answer_to(b"_pacquire_v");
+        let held = permit(&backend, &key, n, TTL);
+        assert_eq!(proxy.answers_cut(), cuts + 1, "N={n}: an answer was lost");
+        assert_eq!(held.fence.value(), 1, "N={n}: the first call's fence");
+        let rows: Vec<(String, String)> = client
+            .query(
+                "SELECT lock_id, fence FROM syncguard_locks_permits WHERE key = $1",
+                &[&backend.storage_key(&key).unwrap()],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(
+            rows,
+            [(held.lock_id.clone(), held.fence.to_string())],
+            "N={n}: one permit row, the one answered"
+        );
+        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        // No orphan holds the semaphore: its one permit (or both) are free again.
+        let next = permit(&other, &key, 1, TTL);
+        assert_eq!(next.fence.value(), 2, "N={n}: no fence was drawn twice");
+        assert!(other.release_permit(&key, &next.lock_id).unwrap());
+    }
+}
+
+#[test]
+fn a_repeated_permit_acquisition_answers_the_first_ones_permit_directly() {
+    a_repeated_permit_acquisition_answers_the_first_ones_permit(shared_postgres_with_tables().port);
+}
+
+#[test]
+fn a_repeated_permit_acquisition_answers_the_first_ones_permit_through_pgbouncer() {
+    shared_postgres_with_tables();
+    a_repeated_permit_acquisition_answers_the_first_ones_permit(shared_pgbouncer().port);
+}
+
+/// A semaphore per job id: 1 000 keys, one permit each, never released (their holders died)
+/// and never asked for again. Once they have been expired for over a minute (their expiry is
+/// moved back ten minutes, as the clock would have moved on), permit acquisitions on another
+/// key delete them, a few each: the permit table keeps none of them. The semaphore rows stay:
+/// they hold the fence counters, which are never deleted.
+#[test]
+fn expired_permits_of_keys_never_used_again_are_deleted() {
+    const KEYS: i64 = 1000;
+    const TEN_MINUTES_MS: i64 = 600_000;
+    let backend = direct();
+    let prefix = format!("{}:", unique("sem-single-use"));
+    for n in 0..KEYS {
+        permit(&backend, &format!("{prefix}{n}"), 1, TTL);
+    }
+    let mut client = shared_postgres().client();
+    let moved = client
+        .execute(
+            "UPDATE syncguard_locks_permits SET expires_at_ms = expires_at_ms - $2 \
+             WHERE starts_with(user_key, $1)",
+            &[&prefix, &TEN_MINUTES_MS],
+        )
+        .unwrap();
+    assert_eq!(moved, KEYS as u64);
+    let mut rows = |table: &str| -> i64 {
+        client
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE starts_with(user_key, $1)"),
+                &[&prefix],
+            )
+            .unwrap()
+            .get(0)
+    };
+    // Further activity, on a key of its own: bounded, so that a sweep that never comes fails
+    // the test instead of hanging it.
+    let busy = unique("sem-busy");
+    let mut acquisitions = 0;
+    while rows("syncguard_locks_permits") > 0 {
+        assert!(
+            acquisitions < KEYS,
+            "{acquisitions} acquisitions later, {} of the {KEYS} expired permits are still there",
+            rows("syncguard_locks_permits")
+        );
+        let held = permit(&backend, &busy, 1, TTL);
+        assert!(backend.release_permit(&busy, &held.lock_id).unwrap());
+        acquisitions += 1;
+    }
+    assert_eq!(rows("syncguard_locks_semaphores"), KEYS);
+}
+
 #[test]
 fn a_bad_number_of_permits_is_refused_before_any_io() {
     shared_postgres_with_tables();

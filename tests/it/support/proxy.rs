@@ -11,6 +11,9 @@
 //!   [`Mode::DropReplies`] forwards what clients send and discards what the upstream answers
 //!   (a request that lands and whose answer is lost);
 //! - [`cut_all`](FaultProxy::cut_all) closes every live connection now, both sides.
+//! - [`cut_answer_to`](FaultProxy::cut_answer_to): the next request that contains some bytes
+//!   reaches the server, and its connection is closed, both sides, as the answer comes back,
+//!   which the client never sees (a call carried out whose answer was lost).
 //!
 //! Every thread polls with short read timeouts and every socket is shut down on `Drop`, so
 //! no thread is left blocked once the proxy is gone.
@@ -85,7 +88,15 @@ struct Shared {
     faults: AtomicU64,
     links: Mutex<Vec<Link>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// What the request whose answer is to be lost contains ([`FaultProxy::cut_answer_to`]).
+    cut_answer_to: Mutex<Option<Vec<u8>>>,
+    /// The link that sent that request: its next answer closes it.
+    doomed: AtomicU64,
+    answers_cut: AtomicU64,
 }
+
+/// No link is doomed.
+const NO_LINK: u64 = u64::MAX;
 
 impl Shared {
     fn mode(&self) -> Mode {
@@ -98,6 +109,35 @@ impl Shared {
 
     fn fault(&self) {
         self.faults.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether `chunk`, sent by the client of link `id`, is the request whose answer is to be
+    /// lost: then the link is doomed, before the request goes on (so before any answer).
+    fn dooms(&self, id: u64, chunk: &[u8]) {
+        let mut needle = self
+            .cut_answer_to
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let found = needle
+            .as_deref()
+            .is_some_and(|needle| chunk.windows(needle.len()).any(|w| w == needle));
+        if found {
+            *needle = None;
+            self.doomed.store(id, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the answer just read from the upstream of link `id` is the one to lose.
+    fn loses_answer(&self, id: u64) -> bool {
+        let lost = self
+            .doomed
+            .compare_exchange(id, NO_LINK, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if lost {
+            self.answers_cut.fetch_add(1, Ordering::SeqCst);
+            self.fault();
+        }
+        lost
     }
 
     fn links(&self) -> std::sync::MutexGuard<'_, Vec<Link>> {
@@ -149,6 +189,9 @@ impl FaultProxy {
             faults: AtomicU64::new(0),
             links: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
+            cut_answer_to: Mutex::new(None),
+            doomed: AtomicU64::new(NO_LINK),
+            answers_cut: AtomicU64::new(0),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -194,6 +237,23 @@ impl FaultProxy {
             self.shared.fault();
         }
         links.len()
+    }
+
+    /// The next request (one chunk from a client) that contains `needle` is forwarded; when the
+    /// server's answer to it arrives, the connection is closed, both sides, instead of passing
+    /// the answer on: the client sees its connection end mid-call, the server has done what it
+    /// was asked. Once only; [`answers_cut`](FaultProxy::answers_cut) counts the cuts.
+    pub fn cut_answer_to(&self, needle: &[u8]) {
+        *self
+            .shared
+            .cut_answer_to
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(needle.to_vec());
+    }
+
+    /// Answers lost so far by [`cut_answer_to`](FaultProxy::cut_answer_to).
+    pub fn answers_cut(&self) -> u64 {
+        self.shared.answers_cut.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far (refused ones included).
@@ -348,6 +408,11 @@ fn pump(shared: &Shared, id: u64, mut from: TcpStream, mut to: TcpStream, delaye
         if mode == Mode::BlackHole || (mode == Mode::DropReplies && !delayed) {
             shared.fault();
             continue;
+        }
+        if delayed {
+            shared.dooms(id, &buf[..n]);
+        } else if shared.loses_answer(id) {
+            break;
         }
         if delayed {
             let latency = Duration::from_micros(shared.latency_us.load(Ordering::SeqCst));
