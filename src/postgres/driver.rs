@@ -111,12 +111,11 @@ impl PostgresBackend {
     pub(super) fn call_function(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
         self.connections.query(&op.call, &params).map_err(|error| {
             match self.missing_for_semaphores(op, &error) {
+                // The cause's message names the server and says how to run setup.
                 Some(missing) => LockError::invalid_argument(format!(
-                    "{missing} is missing: semaphores need the server functions and tables of \
-                     this syncguard version, which these tables lack (set up by the TypeScript \
-                     SyncGuard or by an earlier syncguard; locks work without them): run \
-                     `syncguard setup` (or syncguard::postgres::setup_schema) once with the \
-                     table names this backend uses ({})",
+                    "semaphores need the server functions and tables of this syncguard \
+                     version, which these tables (made by the TypeScript SyncGuard or by an \
+                     earlier syncguard) lack: {missing} is missing; locks work without them. {}",
                     error.message()
                 ))
                 .with_source(error),

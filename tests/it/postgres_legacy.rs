@@ -254,6 +254,9 @@ mod binary {
         let (_backend, locks) = backend_on_fresh_tables(&shared_postgres().url());
         let tables = TableNames::new(&locks, &locks.replace("t_locks_", "t_fences_")).unwrap();
         let url = url_of(&tables);
+        let acquire =
+            format!("{locks}_acquire_v3(text, text, bigint, text, text, bigint, bigint, text)");
+        let original = source_of(&acquire);
         shared_postgres()
             .client()
             .batch_execute(&format!(
@@ -266,6 +269,7 @@ mod binary {
         let key = unique("replaced-cli");
         sg(&url, &["acquire", "--key", &key]).expect_code(1);
         sg(&url, &["setup"]).expect_json(0, &json!({"ok": true}));
+        assert_eq!(source_of(&acquire), original);
         let acquired = sg(&url, &["acquire", "--key", &key]);
         acquired.expect_code(0);
         let lock_id = acquired.json()["lockId"].as_str().map(str::to_owned);
