@@ -209,13 +209,14 @@ mod binary {
             listed.context()
         );
 
-        let permit = sg(&url, &["acquire", "--key", &key, "--permits", "2"]);
-        permit.expect_error(2, "InvalidArgument");
-        assert!(
-            permit.stderr.contains("`syncguard setup`"),
-            "{}",
-            permit.context()
-        );
+        for refused in [
+            sg(&url, &["acquire", "--key", &key, "--permits", "2"]),
+            sg(&url, &["list", "--permits", "--prefix", &key]),
+        ] {
+            refused.expect_error(2, "InvalidArgument");
+            let says = refused.stderr.contains("`syncguard setup`");
+            assert!(says, "{}", refused.context());
+        }
 
         sg(&url, &["setup"]).expect_json(0, &json!({"ok": true}));
         let permit = sg(&url, &["acquire", "--key", &key, "--permits", "2"]);
