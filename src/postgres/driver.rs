@@ -45,10 +45,11 @@ impl PostgresBackend {
         &self.tables
     }
 
-    /// Creates this backend's tables, indexes and server functions if missing
+    /// Creates this backend's tables, indexes and server functions if missing, and puts back
+    /// server functions that differ from this version's
     /// ([`setup_schema`](super::setup_schema) with its table names). Idempotent; safe to call
-    /// from every process at start-up: when nothing is missing it changes nothing and takes no
-    /// lock on the tables.
+    /// from every process at start-up: when nothing is missing or different it changes nothing
+    /// and takes no lock on the tables.
     pub fn setup_schema(&self) -> Result<()> {
         let installed = Sql {
             text: schema::installed_sql(&self.tables).into(),
@@ -102,10 +103,46 @@ impl PostgresBackend {
     }
 
     /// Runs `op` through its server function only (the semaphore operations, which have no
-    /// inline form): a missing function is the "run `syncguard setup`" error (42883), and never
-    /// switches the lock operations to their inline statements.
+    /// inline form). Without that function or the semaphore tables it calls for, the call is
+    /// refused with `InvalidArgument` saying to run setup, as a backend without semaphores
+    /// refuses it: locks keep working there, and reads that show semaphores beside locks
+    /// (`syncguard status`) take it for "no semaphores here". Never switches the lock
+    /// operations to their inline statements.
     pub(super) fn call_function(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
-        self.connections.query(&op.call, &params)
+        self.connections.query(&op.call, &params).map_err(|error| {
+            match self.missing_for_semaphores(op, &error) {
+                // The cause's message names the server and says how to run setup.
+                Some(missing) => LockError::invalid_argument(format!(
+                    "semaphores need the server functions and tables of this syncguard \
+                     version, which these tables (made by the TypeScript SyncGuard or by an \
+                     earlier syncguard) lack: {missing} is missing; locks work without them. {}",
+                    error.message()
+                ))
+                .with_source(error),
+                None => error,
+            }
+        })
+    }
+
+    /// What a semaphore call's `error` says is missing — `op`'s function, or the semaphore or
+    /// permit table — if that is why it failed.
+    fn missing_for_semaphores(&self, op: &Op, error: &LockError) -> Option<String> {
+        let quoted = |name: &str| format!("\"{name}\"");
+        match ServerError::state_of(error)? {
+            state
+                if *state == SqlState::UNDEFINED_FUNCTION
+                    && error.message().contains(&op.function) =>
+            {
+                Some(format!("the server function {}", op.function))
+            }
+            state if *state == SqlState::UNDEFINED_TABLE => {
+                [self.tables.semaphore_table(), self.tables.permit_table()]
+                    .into_iter()
+                    .find(|table| error.message().contains(&quoted(table)))
+                    .map(|table| format!("the table {table}"))
+            }
+            _ => None,
+        }
     }
 
     /// Releases the permit `lease` names (one call).

@@ -39,8 +39,10 @@
 //! [`LockBackend::list_permits`](crate::LockBackend::list_permits) reads the live rows of
 //! `syncguard_locks_permits` whose `user_key` starts with the prefix, by user key (byte order)
 //! then fence, as the lock listing reads the lock table. Without the functions (tables set up
-//! by an older syncguard) semaphore calls fail with the "run `syncguard setup`" error; locks
-//! keep working.
+//! by an older syncguard or by the TypeScript SyncGuard) semaphore calls (acquire, holders,
+//! listing permits) are refused with `InvalidArgument`, saying to run `syncguard setup` or
+//! [`setup_schema`], as a backend without semaphores refuses them; locks, lookups and listing
+//! locks keep working, and `syncguard status --key` shows the lock with no permits.
 //!
 //! # Atomicity and mixed fleets
 //!
@@ -103,7 +105,8 @@
 //! `ServiceUnavailable`; 28000/28P01/42501 and a missing password → `AuthFailed`; 57014 (a
 //! cancelled statement) and client deadlines → `NetworkTimeout`; no pooled connection free
 //! within the pool timeout → `RateLimited` (when connecting is what fails: that error's code).
-//! `InvalidArgument` is only ever what the caller passed, refused before any I/O. Errors of the
+//! `InvalidArgument` is only ever what the caller passed, refused before any I/O — or a
+//! semaphore call on tables without this version's semaphore functions (see "Storage"). Errors of the
 //! deployment, which retrying will not mend, are `Internal` with a message that says what to
 //! change: tables missing or outdated (42P01, 42703, 42883: run `syncguard setup` or
 //! [`setup_schema`]), tables changed by hand so that the server refuses syncguard's rows

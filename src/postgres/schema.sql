@@ -3,9 +3,12 @@
 -- writes and ignores). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
--- For other table names, replace "syncguard_locks" and "syncguard_fence_counters" throughout
--- (index, function, semaphore and permit table names follow the lock table's name), or use
--- syncguard::postgres::schema_sql.
+-- Written for these table names (index, function, semaphore and permit table names follow the
+-- lock table's name):
+--   lock table:          syncguard_locks
+--   fence counter table: syncguard_fence_counters
+-- For other names, generate it with syncguard::postgres::schema_sql rather than search and
+-- replace, which goes wrong where one name contains another.
 
 -- Locks: one row per held key; deleted on release (or replaced once expired).
 CREATE TABLE IF NOT EXISTS syncguard_locks (
@@ -74,6 +77,67 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_permit_exp ON syncguard_locks_permits
 -- one statement of the backend does, with plans cached per server connection: without them
 -- the statements are sent inline, planned on every call. Generated from the source; the
 -- version suffix changes with the statements.
+-- A function of the same name and parameter types whose parameters or result differ
+-- (an earlier syncguard's) cannot be replaced: it is dropped first.
+DO $replaced$ BEGIN
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v3(text, bigint)'))
+    IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_release_v3(text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v3(text, bigint, bigint)'))
+    IS DISTINCT FROM 'text, bigint, bigint -> TABLE(expires_at_ms bigint, present boolean, malformed_key text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_extend_v3(text, bigint, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v3(text[], bigint[], bigint)'))
+    IS DISTINCT FROM 'text[], bigint[], bigint -> TABLE(lock_id text, expires_at_ms bigint, present boolean, live boolean, malformed_key text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_renew_v3(text[], bigint[], bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v3(text, bigint)'))
+    IS DISTINCT FROM 'text, bigint -> TABLE(locked boolean, malformed boolean)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_locked_v3(text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v3(text, bigint, bigint)'))
+    IS DISTINCT FROM 'text, bigint, bigint -> TABLE(locked boolean, malformed boolean)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v3(text, bigint, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v3(text, bigint)'))
+    IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v3(text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v3(text, bigint)'))
+    IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v3(text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v3(text, bigint, bigint)'))
+    IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_list_v3(text, bigint, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text)'))
+    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v3(text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v3(text, text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v3(text[], text[], bigint[], bigint)'))
+    IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v3(text[], text[], bigint[], bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v3(text, bigint)'))
+    IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_permits_v3(text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v3(text, bigint, bigint)'))
+    IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_plist_v3(text, bigint, bigint);
+END IF;
+END $replaced$;
+
 CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$

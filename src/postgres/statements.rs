@@ -89,12 +89,13 @@
 //! waits for acquirers. Listing the permits under a key prefix only reads, like the lock
 //! listing: the live rows of the permit table whose user key starts with it, by user key
 //! (`COLLATE "C"`) then fence, one more than the limit. Without the functions
-//! (tables set up by an older syncguard) the call fails with the "run `syncguard setup`"
-//! error.
+//! (tables set up by an older syncguard or by the TypeScript SyncGuard) the call is refused
+//! with `InvalidArgument`, saying to run `syncguard setup`.
 
 use std::sync::Arc;
 
 use postgres::types::Type;
+use sha2::{Digest, Sha256};
 
 use super::tables::TableNames;
 use crate::driver::MAX_PERMITS;
@@ -115,9 +116,18 @@ pub(crate) struct Op {
     pub call: Sql,
     /// The function's name (a validated identifier).
     pub function: String,
-    /// What follows the function's parameter types in its `CREATE FUNCTION`: its result and
-    /// its body.
-    definition: String,
+    /// What the function answers: its `OUT` parameters or the columns of its table.
+    outputs: Outputs,
+    /// The function's PL/pgSQL source, as the server keeps it (`pg_proc.prosrc`).
+    source: String,
+}
+
+/// What a server function answers.
+enum Outputs {
+    /// `RETURNS TABLE (<columns>)`.
+    Table(String),
+    /// `OUT name type, …` parameters after the inputs: one row.
+    Params(String),
 }
 
 impl Op {
@@ -143,11 +153,15 @@ impl Op {
         text: String,
         in_function: String,
     ) -> Op {
-        let definition = plpgsql(
-            &format!(") RETURNS TABLE ({returns})"),
-            &format!("BEGIN\n  RETURN QUERY {in_function};\nEND"),
-        );
-        Op::new(tables, name, types, text, definition)
+        let source = plpgsql(&format!("BEGIN\n  RETURN QUERY {in_function};\nEND"));
+        Op::new(
+            tables,
+            name,
+            types,
+            text,
+            Outputs::Table(returns.to_owned()),
+            source,
+        )
     }
 
     /// An operation whose function takes the statement's steps one by one (`body`, PL/pgSQL
@@ -161,14 +175,20 @@ impl Op {
         text: String,
         body: String,
     ) -> Op {
-        let definition = plpgsql(&format!(",\n  {outs})"), &body);
-        Op::new(tables, name, types, text, definition)
+        Op::new(
+            tables,
+            name,
+            types,
+            text,
+            Outputs::Params(outs.to_owned()),
+            plpgsql(&body),
+        )
     }
 
     /// The same operation, existing only as its server function (written with no statement
     /// to send inline): nothing correct can be sent inline (see "Semaphores" in the module
     /// docs), so its `inline` form is the call itself, and without the function the call fails
-    /// with the "run `syncguard setup`" error.
+    /// with the `InvalidArgument` refusal that says to run `syncguard setup`.
     fn function_only(mut self) -> Op {
         self.inline = self.call.clone();
         self
@@ -179,7 +199,8 @@ impl Op {
         name: &str,
         types: &'static [Type],
         text: String,
-        definition: String,
+        outputs: Outputs,
+        source: String,
     ) -> Op {
         // A lock table name has at most 51 bytes and an operation's name at most 8, so this
         // stays within PostgreSQL's 63 (tests::function_names_fit).
@@ -195,7 +216,8 @@ impl Op {
                 types,
             },
             function,
-            definition,
+            outputs,
+            source,
         }
     }
 
@@ -209,16 +231,52 @@ impl Op {
 
     /// `CREATE OR REPLACE FUNCTION …` for this operation.
     fn function_ddl(&self) -> String {
+        let result = match &self.outputs {
+            Outputs::Table(columns) => format!(") RETURNS TABLE ({columns})"),
+            Outputs::Params(outs) => format!(",\n  {outs})"),
+        };
         format!(
-            "CREATE OR REPLACE FUNCTION {}({}{}",
+            "CREATE OR REPLACE FUNCTION {}({}{result}\nLANGUAGE plpgsql AS $syncguard${}$syncguard$;\n",
             self.function,
             self.parameter_types(),
-            self.definition
+            self.source
         )
     }
 
+    /// The function's parameters and result as the server prints them
+    /// (`pg_get_function_arguments`, ` -> `, `pg_get_function_result`): what `CREATE OR
+    /// REPLACE` cannot change, so a function of the same signature that differs here must be
+    /// dropped before it is created again.
+    pub fn shape(&self) -> String {
+        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (arguments, result) = match &self.outputs {
+            Outputs::Table(columns) => {
+                (self.parameter_types(), format!("TABLE({})", words(columns)))
+            }
+            Outputs::Params(outs) => {
+                // One OUT parameter makes the function return its type; several, a record.
+                let single = (!outs.contains(','))
+                    .then(|| outs.split_whitespace().last())
+                    .flatten();
+                (
+                    format!("{}, {}", self.parameter_types(), words(outs)),
+                    single.unwrap_or("record").to_owned(),
+                )
+            }
+        };
+        format!("{arguments} -> {result}")
+    }
+
+    /// What tells this function from any other of its signature: SHA-256 (hex) of its
+    /// language, [`shape`](Op::shape) and source, as [`SERVER_FINGERPRINT`] computes it from the
+    /// catalog.
+    pub fn fingerprint(&self) -> String {
+        let digest = Sha256::digest(format!("plpgsql\n{}\n{}", self.shape(), self.source));
+        digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
     /// The function's name and parameter types, as `to_regprocedure` reads them.
-    fn signature(&self) -> String {
+    pub fn signature(&self) -> String {
         format!("{}({})", self.function, self.parameter_types())
     }
 
@@ -238,15 +296,24 @@ impl Op {
     }
 }
 
-/// A PL/pgSQL function's definition after its parameter types: `result` (the rest of the
-/// parameter list and the result), then `body`. `use_column`: the result columns share names
+/// A PL/pgSQL function's source around `body`. `use_column`: the result columns share names
 /// with table columns, and the statements mean the table's.
-fn plpgsql(result: &str, body: &str) -> String {
-    format!(
-        "{result}\nLANGUAGE plpgsql AS $syncguard$\n#variable_conflict use_column\n{body}\n\
-         $syncguard$;\n"
-    )
+fn plpgsql(body: &str) -> String {
+    format!("\n#variable_conflict use_column\n{body}\n")
 }
+
+/// The server's side of [`Op::fingerprint`], for the function `pg_proc` row `p`: SHA-256 (hex)
+/// of its language, parameters, result and source. Computed from the catalog, so a function
+/// replaced behind syncguard's back (another body under the same name and signature) no
+/// longer matches, whatever comment or name it kept.
+pub(crate) const SERVER_FINGERPRINT: &str = "encode(sha256(convert_to(\
+     (SELECT l.lanname FROM pg_language l WHERE l.oid = p.prolang) || E'\\n' \
+     || pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) \
+     || E'\\n' || p.prosrc, 'UTF8')), 'hex')";
+
+/// The server's side of [`Op::shape`], for the function `pg_proc` row `p`.
+pub(crate) const SERVER_SHAPE: &str =
+    "pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid)";
 
 /// The channel releases are announced on (`NOTIFY`, with the user key as payload): the lock
 /// table's name and `_released`, at most 60 bytes.
@@ -758,9 +825,9 @@ impl Statements {
         ]
     }
 
-    /// Every operation's function name and parameter types (`name(text, bigint)`).
-    pub fn function_signatures(&self) -> impl Iterator<Item = String> + '_ {
-        self.all().into_iter().map(Op::signature)
+    /// Every operation, for checking their functions.
+    pub fn operations(&self) -> impl Iterator<Item = &Op> {
+        self.all().into_iter()
     }
 
     /// The DDL of every operation's server function.

@@ -176,7 +176,7 @@ fn syncguard(args: &[&str]) -> Command {
 }
 
 /// `syncguard --url URL args…` run to completion.
-fn sg(url: &str, args: &[&str]) -> Finished {
+pub(crate) fn sg(url: &str, args: &[&str]) -> Finished {
     Running::start(syncguard(&with_url(url, args))).finish()
 }
 
@@ -266,11 +266,11 @@ impl Drop for Running {
 }
 
 /// What a finished run of the binary printed, and how it exited.
-struct Finished {
+pub(crate) struct Finished {
     what: String,
     status: ExitStatus,
-    stdout: String,
-    stderr: String,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Finished {
@@ -289,7 +289,7 @@ impl Finished {
         }
     }
 
-    fn context(&self) -> String {
+    pub(crate) fn context(&self) -> String {
         format!(
             "{}\nexit: {:?}\nstdout: {}\nstderr: {}",
             self.what, self.status, self.stdout, self.stderr
@@ -300,7 +300,7 @@ impl Finished {
         self.status.code()
     }
 
-    fn expect_code(&self, code: i32) -> &Finished {
+    pub(crate) fn expect_code(&self, code: i32) -> &Finished {
         assert_eq!(self.code(), Some(code), "{}", self.context());
         self
     }
@@ -321,7 +321,7 @@ impl Finished {
     }
 
     /// Stdout as JSON, which must be exactly one line.
-    fn json(&self) -> Json {
+    pub(crate) fn json(&self) -> Json {
         let line = self.stdout.strip_suffix('\n').unwrap_or(&self.stdout);
         assert!(
             !line.is_empty() && !line.contains('\n'),
@@ -333,14 +333,14 @@ impl Finished {
     }
 
     /// Exit `code` and stdout exactly `expected` (as JSON).
-    fn expect_json(&self, code: i32, expected: &Json) {
+    pub(crate) fn expect_json(&self, code: i32, expected: &Json) {
         self.expect_code(code);
         assert_eq!(&self.json(), expected, "{}", self.context());
     }
 
     /// Exit `exit`, nothing on stdout, and exactly one line `error: <code>: <message>` on
     /// stderr.
-    fn expect_error(&self, exit: i32, code: &str) {
+    pub(crate) fn expect_error(&self, exit: i32, code: &str) {
         self.expect_code(exit);
         let lines: Vec<&str> = self.stderr.lines().collect();
         assert_eq!(
@@ -465,7 +465,7 @@ fn expect_held_then_release(url: &str, key: &str, holder: &Json, why: &str) {
 // ---------------------------------------------------------------------------------------------
 
 /// Stdout's lines, each a JSON object.
-fn json_lines(out: &Finished) -> Vec<Json> {
+pub(crate) fn json_lines(out: &Finished) -> Vec<Json> {
     out.stdout
         .lines()
         .map(|line| {

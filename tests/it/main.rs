@@ -48,6 +48,8 @@ mod postgres_errors;
 #[cfg(feature = "postgres")]
 mod postgres_fences;
 #[cfg(feature = "postgres")]
+mod postgres_legacy;
+#[cfg(feature = "postgres")]
 mod postgres_semaphores;
 #[cfg(feature = "redis")]
 mod redis;

@@ -648,17 +648,7 @@ fn tables_the_typescript_library_created_keep_working_without_holders() {
     let suffix = generate_lock_id().to_lowercase().replace('-', "_");
     let (locks, fences) = (format!("ts_locks_{suffix}"), format!("ts_fences_{suffix}"));
     let mut client = shared_postgres().client();
-    client
-        .batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {locks} (key TEXT PRIMARY KEY, lock_id TEXT NOT NULL, \
-             expires_at_ms BIGINT NOT NULL, acquired_at_ms BIGINT NOT NULL, fence TEXT NOT NULL, \
-             user_key TEXT NOT NULL);
-             CREATE UNIQUE INDEX IF NOT EXISTS idx_{locks}_lock_id ON {locks}(lock_id);
-             CREATE INDEX IF NOT EXISTS idx_{locks}_expires ON {locks}(expires_at_ms);
-             CREATE TABLE IF NOT EXISTS {fences} (fence_key TEXT PRIMARY KEY, \
-             fence BIGINT NOT NULL DEFAULT 0, key_debug TEXT);"
-        ))
-        .unwrap();
+    support::create_typescript_tables(&mut client, &locks, &fences);
     let backend = support::patient_postgres(&shared_postgres().url())
         .table_name(&locks)
         .fence_table_name(&fences)
@@ -1247,6 +1237,59 @@ fn backend_on_tables(tables: &TableNames) -> PostgresBackend {
         .fence_table_name(tables.fence_table())
         .build()
         .unwrap()
+}
+
+/// Table names that contain one another or a default name (`app_locks` beside
+/// `syncguard_locks_fences`, the defaults' names swapped): setup creates exactly the tables
+/// named, and a lock cycle works on them.
+#[test]
+fn names_that_contain_one_another_get_their_own_tables() {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    for (locks, fences) in [
+        ("app_locks", "syncguard_locks_fences"),
+        ("syncguard_fence_counters", "syncguard_locks"),
+    ] {
+        let tables =
+            TableNames::new(&format!("{locks}_{suffix}"), &format!("{fences}_{suffix}")).unwrap();
+        let backend = backend_on_tables(&tables);
+        backend.setup_schema().unwrap();
+        let mut client = shared_postgres().client();
+        let mut made: Vec<String> = client
+            .query(
+                "SELECT relname::text FROM pg_class WHERE relkind = 'r' AND relname LIKE $1",
+                &[&format!("%\\_{suffix}%")],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        made.sort();
+        let mut expected = vec![
+            tables.lock_table().to_owned(),
+            tables.fence_table().to_owned(),
+            tables.semaphore_table(),
+            tables.permit_table(),
+        ];
+        expected.sort();
+        assert_eq!(made, expected);
+
+        let key = unique("names");
+        let held = lease(backend.acquire(&key, TTL));
+        assert!(backend.is_locked(&key).unwrap());
+        let counter: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT fence FROM {} WHERE fence_key = $1",
+                    tables.fence_table()
+                ),
+                &[&backend.fence_key(&key).unwrap()],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(counter, held.fence.value() as i64);
+        assert!(backend.release(&held.lock_id).unwrap());
+        support::drop_tables(&tables);
+    }
 }
 
 /// `setup_schema` at every start-up, as the docs invite, with a long transaction holding a lock

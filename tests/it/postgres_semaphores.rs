@@ -750,7 +750,8 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     let held = permit(&backend, &key, 1, TTL);
     assert!(backend.release_permit(&key, &held.lock_id).unwrap());
 
-    // Without the semaphore functions (tables of an older syncguard): the setup error.
+    // Without the semaphore functions (tables of an older syncguard): refused, saying to run
+    // setup.
     client
         .batch_execute(&format!(
             "DROP FUNCTION {locks}_pacquire_v3, {locks}_prelease_v3, {locks}_prenew_v3, \
@@ -758,7 +759,7 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
         ))
         .unwrap();
     let run_setup = |error: syncguard::LockError| {
-        assert_eq!(error.code(), ErrorCode::Internal, "{error}");
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
         assert!(error.message().contains("syncguard setup"), "{error}");
     };
     run_setup(backend.acquire_permit(&key, 1, TTL).unwrap_err());
@@ -772,7 +773,7 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     let held = permit(&backend, &key, 1, TTL);
     assert!(backend.release_permit(&key, &held.lock_id).unwrap());
 
-    // Without the permit table (functions left in place): the same error.
+    // Without the permit table (functions left in place): the same refusal.
     client
         .batch_execute(&format!("DROP TABLE {locks}_permits"))
         .unwrap();

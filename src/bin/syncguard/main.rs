@@ -253,8 +253,9 @@ Example:
 With --key, the holders of the key's semaphore (taken with acquire/run --permits), if it has
 any, are added as \"permits\": an array of the objects status prints for a lock, in fence
 order (lock ids hashed unless --raw). A key whose lock is free but whose semaphore is held
-prints {\"permits\":[…]} alone (exit 0); a key with neither prints null (exit 1). --lock-id
-finds locks only.";
+prints {\"permits\":[…]} alone (exit 0); a key with neither prints null (exit 1). Where the
+store keeps no semaphores (PostgreSQL tables without this version's setup), the lock is shown
+alone. --lock-id finds locks only.";
 
 /// `--permits`: a number from 1 to [`MAX_PERMITS`], checked before any backend is reached.
 fn parse_permits(text: &str) -> Result<u32, String> {
@@ -623,11 +624,11 @@ fn status(
     let (found, permits): (Option<Value>, Vec<Value>) = match (key, lock_id, raw) {
         (Some(key), _, false) => (
             get_by_key(backend, key)?.map(|info| json!(info)),
-            json_values(&backend.permit_holders(key)?),
+            held_permits(backend.permit_holders(key))?,
         ),
         (Some(key), _, true) => (
             get_by_key_raw(backend, key)?.map(|info| json!(info)),
-            json_values(&backend.permit_holders_raw(key)?),
+            held_permits(backend.permit_holders_raw(key))?,
         ),
         // A permit is found by its key: a lock id alone names locks only.
         (None, Some(id), false) => (get_by_id(backend, id)?.map(|info| json!(info)), Vec::new()),
@@ -644,6 +645,20 @@ fn status(
     let shown = with_permits(found, permits);
     let live = !shown.is_null();
     Ok(Outcome::Printed(shown, u8::from(!live)))
+}
+
+/// The permits `status` shows beside the lock: none where the store keeps no semaphores.
+/// `InvalidArgument` here, for a key the lock lookup accepted, is the store refusing semaphores
+/// (a backend without them, PostgreSQL tables without this version's semaphore functions): a
+/// store that cannot hold a permit has no holders, and the lock's status stands.
+fn held_permits<T: serde::Serialize>(
+    holders: syncguard::Result<Vec<T>>,
+) -> syncguard::Result<Vec<Value>> {
+    match holders {
+        Ok(holders) => Ok(json_values(&holders)),
+        Err(error) if error.code() == ErrorCode::InvalidArgument => Ok(Vec::new()),
+        Err(error) => Err(error),
+    }
 }
 
 /// What `status` prints: the lock's object as before, with `"permits"` added only when the

@@ -257,6 +257,49 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
         .expect("drop the server functions");
 }
 
+/// Creates `locks` and `fences` as the TypeScript SyncGuard's own DDL does (seed 004, its
+/// `setupSchema`): the tables and indexes, no `holder` column, no server functions, no
+/// semaphore tables.
+pub fn create_typescript_tables(client: &mut postgres::Client, locks: &str, fences: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {locks} (key TEXT PRIMARY KEY, lock_id TEXT NOT NULL, \
+             expires_at_ms BIGINT NOT NULL, acquired_at_ms BIGINT NOT NULL, fence TEXT NOT NULL, \
+             user_key TEXT NOT NULL);
+             CREATE UNIQUE INDEX IF NOT EXISTS idx_{locks}_lock_id ON {locks}(lock_id);
+             CREATE INDEX IF NOT EXISTS idx_{locks}_expires ON {locks}(expires_at_ms);
+             CREATE TABLE IF NOT EXISTS {fences} (fence_key TEXT PRIMARY KEY, \
+             fence BIGINT NOT NULL DEFAULT 0, key_debug TEXT);"
+        ))
+        .expect("create the tables as the TypeScript SyncGuard does");
+}
+
+/// Removes the tables of one test (`tables` and the semaphore tables named after them) and
+/// every function named after its lock table, from [`shared_postgres`].
+pub fn drop_tables(tables: &TableNames) {
+    let mut client = shared_postgres().client();
+    let locks = tables.lock_table();
+    let functions: Vec<String> = client
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
+            &[&format!("{locks}\\_%")],
+        )
+        .expect("list the functions")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut ddl = format!(
+        "DROP TABLE IF EXISTS {locks}, {}, {}, {};",
+        tables.fence_table(),
+        tables.semaphore_table(),
+        tables.permit_table()
+    );
+    if !functions.is_empty() {
+        ddl.push_str(&format!("DROP FUNCTION {};", functions.join(", ")));
+    }
+    client.batch_execute(&ddl).expect("drop the tables");
+}
+
 /// One cluster shared by every test, of every area, that needs no cluster of its own.
 pub fn shared_postgres() -> &'static PgServer {
     static SERVER: OnceLock<PgServer> = OnceLock::new();

@@ -1,0 +1,207 @@
+-- Test fixture: src/postgres/schema.sql as an earlier syncguard shipped it (commit 4f156fd: the
+-- lock functions _v3 with holders and listing, no semaphore tables or functions). The tests
+-- apply it with the table names replaced, as an earlier `setup` left a database.
+
+-- syncguard (Rust) and SyncGuard (TypeScript) share these tables: same names, columns, types
+-- and indexes (plus syncguard's optional `holder` column, which the TypeScript SyncGuard never
+-- names). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
+-- syncguard::postgres::setup_schema. Safe to run again.
+--
+-- For other table names, replace "syncguard_locks" and "syncguard_fence_counters" throughout
+-- (index names follow the lock table's name), or use syncguard::postgres::schema_sql.
+
+-- Locks: one row per held key; deleted on release (or replaced once expired).
+CREATE TABLE IF NOT EXISTS syncguard_locks (
+  key TEXT PRIMARY KEY,            -- storage key: make_storage_key("", user key, 1700, 0)
+  lock_id TEXT NOT NULL,           -- 22 base64url characters from a CSPRNG
+  expires_at_ms BIGINT NOT NULL,   -- server time, Unix ms
+  acquired_at_ms BIGINT NOT NULL,  -- server time, Unix ms
+  fence TEXT NOT NULL,             -- 15-digit zero-padded fencing token
+  user_key TEXT NOT NULL           -- the NFC-normalised user key
+);
+
+-- Release, extend and lookup find a lock by its id.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_syncguard_locks_lock_id ON syncguard_locks (lock_id);
+
+-- Finding expired locks (monitoring, cleanup).
+CREATE INDEX IF NOT EXISTS idx_syncguard_locks_expires ON syncguard_locks (expires_at_ms);
+
+-- Fence counters: one row per key ever locked. NEVER delete these rows: fences must keep
+-- growing across releases, expiries and restarts.
+CREATE TABLE IF NOT EXISTS syncguard_fence_counters (
+  fence_key TEXT PRIMARY KEY,      -- make_storage_key("", "fence:" + storage key, 1700, 0)
+  fence BIGINT NOT NULL DEFAULT 0, -- the last fence issued
+  key_debug TEXT                   -- the user key, for people reading the table
+);
+
+-- Who holds each lock (syncguard for Rust, optional: the TypeScript SyncGuard names its columns
+-- and neither reads nor writes this one; tables it created lack it until this runs): the lock
+-- id of the lock described, a space, the description. Written and read by the functions below
+-- only; a description left from an earlier lock (another lock id) reads as none.
+ALTER TABLE syncguard_locks ADD COLUMN IF NOT EXISTS holder TEXT;
+
+-- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
+-- one statement of the backend does, with plans cached per server connection: without them
+-- the statements are sent inline, planned on every call. Generated from the source; the
+-- version suffix changes with the statements.
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint;
+  held boolean;
+  counter bigint;
+BEGIN
+PERFORM pg_advisory_xact_lock(hashtext($1));
+now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2, NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+INTO held, malformed FROM "syncguard_locks" l WHERE l.key = $1;
+IF held OR malformed THEN RETURN; END IF;
+INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)
+ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
+WHERE f.fence >= 0 AND f.fence < $6
+RETURNING f.fence INTO counter;
+IF counter IS NULL THEN
+SELECT f.fence INTO bad_counter FROM "syncguard_fence_counters" f WHERE f.fence_key = $5;
+RETURN;
+END IF;
+INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
+VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4,
+$2 || ' ' || $8)
+ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,
+expires_at_ms = EXCLUDED.expires_at_ms,
+acquired_at_ms = EXCLUDED.acquired_at_ms,
+fence = EXCLUDED.fence, user_key = EXCLUDED.user_key,
+holder = EXCLUDED.holder
+WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7
+OR l.lock_id = EXCLUDED.lock_id
+RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v3(text, bigint,
+  OUT live boolean, OUT malformed_key text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  gone_expires_at_ms bigint;
+  gone_key text;
+BEGIN
+DELETE FROM "syncguard_locks" l WHERE l.lock_id = $1 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+RETURNING l.expires_at_ms, l.user_key INTO gone_expires_at_ms, gone_key;
+IF FOUND THEN
+live := gone_expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2;
+PERFORM pg_notify('syncguard_locks_released', gone_key);
+ELSE
+SELECT COALESCE(l.user_key, l.key) INTO malformed_key FROM "syncguard_locks" l
+WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE;
+END IF;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v3(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+renewed AS (
+UPDATE "syncguard_locks" AS l SET expires_at_ms = c.now_ms + $2 FROM clock c
+WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+RETURNING l.expires_at_ms)
+SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,
+EXISTS (SELECT 1 FROM "syncguard_locks" WHERE lock_id = $1) AS present,
+CASE WHEN NOT EXISTS (SELECT 1 FROM renewed) THEN
+(SELECT COALESCE(l.user_key, l.key) FROM "syncguard_locks" l
+WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE) END AS malformed_key;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v3(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+malformed_key text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+wanted AS (SELECT w.lock_id, w.ttl_ms
+FROM unnest($1::text[], $2::bigint[]) AS w(lock_id, ttl_ms)),
+target AS (
+SELECT l.key, l.lock_id, w.ttl_ms
+FROM "syncguard_locks" l JOIN wanted w ON l.lock_id = w.lock_id, clock c
+WHERE l.expires_at_ms > c.now_ms - $3 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
+FOR UPDATE OF l SKIP LOCKED),
+renewed AS (
+UPDATE "syncguard_locks" AS l SET expires_at_ms = c.now_ms + t.ttl_ms
+FROM target t, clock c
+WHERE l.key = t.key AND l.lock_id = t.lock_id
+AND l.expires_at_ms > c.now_ms - $3
+RETURNING l.lock_id, l.expires_at_ms)
+SELECT w.lock_id, r.expires_at_ms,
+x.lock_id IS NOT NULL AS present,
+COALESCE(x.expires_at_ms > c.now_ms - $3, false) AS live,
+CASE WHEN r.lock_id IS NULL AND x.lock_id IS NOT NULL AND NOT (x.fence ~ '^[0-9]{15}$' AND x.fence <> '000000000000000' AND x.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND x.expires_at_ms IS NOT NULL AND x.acquired_at_ms IS NOT NULL AND x.user_key IS NOT NULL) IS TRUE
+THEN COALESCE(x.user_key, x.key) END AS malformed_key
+FROM wanted w CROSS JOIN clock c
+LEFT JOIN renewed r ON r.lock_id = w.lock_id
+LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v3(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT EXISTS (SELECT 1 FROM "syncguard_locks"
+WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2) AS locked,
+(SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) AS malformed;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v3(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+swept AS (DELETE FROM "syncguard_locks" l USING clock c
+WHERE l.key = $1 AND l.expires_at_ms < c.now_ms - $3 AND (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE)
+SELECT EXISTS (SELECT 1 FROM "syncguard_locks" l, clock c
+WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
+(SELECT NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE FROM "syncguard_locks" l WHERE l.key = $1) AS malformed;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder FROM "syncguard_locks" l WHERE l.key = $1
+AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder FROM "syncguard_locks" l WHERE l.lock_id = $1
+AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE);
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v3(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms)
+SELECT l.key, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence,
+l.user_key, CASE WHEN left(l.holder, 23) = l.lock_id || ' ' THEN substr(l.holder, 24) END AS holder
+FROM "syncguard_locks" l, clock c
+WHERE starts_with(COALESCE(l.user_key, l.key), $1)
+AND (l.expires_at_ms > c.now_ms - $2 OR NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE)
+ORDER BY COALESCE(l.user_key, l.key) COLLATE "C"
+LIMIT $3;
+END
+$syncguard$;
