@@ -464,6 +464,18 @@ fn expect_held_then_release(url: &str, key: &str, holder: &Json, why: &str) {
 // list
 // ---------------------------------------------------------------------------------------------
 
+/// `status --key` exits 0 and shows `count` permits of the key's semaphore.
+pub(crate) fn expect_permits_in_status(url: &str, key: &str, count: usize) {
+    let status = sg(url, &["status", "--key", key]);
+    status.expect_code(0);
+    assert_eq!(
+        status.json()["permits"].as_array().map(Vec::len),
+        Some(count),
+        "{}",
+        status.context()
+    );
+}
+
 /// Stdout's lines, each a JSON object.
 pub(crate) fn json_lines(out: &Finished) -> Vec<Json> {
     out.stdout
@@ -2527,14 +2539,7 @@ fn semaphore_acquire_status_extend_release(url: &str) {
     permit("release", &[]).expect_json(0, &json!({"ok": true}));
     permit("release", &[]).expect_json(1, &json!({"ok": false}));
     permit("extend", &["--ttl", "1h"]).expect_json(1, &json!({"ok": false}));
-    let status = sg(url, &["status", "--key", &key]);
-    status.expect_code(0);
-    assert_eq!(
-        status.json()["permits"].as_array().map(Vec::len),
-        Some(1),
-        "{}",
-        status.context()
-    );
+    expect_permits_in_status(url, &key, 1);
     on_permit(url, "release", &key, str_field(&second, "lockId"), &[])
         .expect_json(0, &json!({"ok": true}));
     expect_unlocked(url, &key);

@@ -172,7 +172,7 @@ mod binary {
     use serde_json::json;
 
     use super::*;
-    use crate::cli::{json_lines, sg};
+    use crate::cli::{expect_permits_in_status, json_lines, sg};
 
     fn url_of(tables: &TableNames) -> String {
         format!(
@@ -221,14 +221,7 @@ mod binary {
         sg(&url, &["setup"]).expect_json(0, &json!({"ok": true}));
         let permit = sg(&url, &["acquire", "--key", &key, "--permits", "2"]);
         permit.expect_code(0);
-        let status = sg(&url, &["status", "--key", &key]);
-        status.expect_code(0);
-        assert_eq!(
-            status.json()["permits"].as_array().map(Vec::len),
-            Some(1),
-            "{}",
-            status.context()
-        );
+        expect_permits_in_status(&url, &key, 1);
         assert!(backend.release(&held.lock_id).unwrap());
         drop_tables(&tables);
     }
