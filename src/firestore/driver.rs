@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::combiner::Combiner;
 use super::commit::{
     Attempt, OpError, OpResult, lock_error, renewal_write, unchanged_since, with_retries,
 };
@@ -15,6 +16,7 @@ use super::document::{
     LockDoc, document_id, fence_document_id_of, parse_counter, parse_version, version_of,
 };
 use super::rest::{Document, RestClient, RestError, integer_value, string_value};
+use super::semaphore::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
@@ -56,6 +58,8 @@ pub struct FirestoreBackend {
     pub(super) max_clock_skew: Option<Duration>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) aborted_retries: AtomicU64,
+    /// The semaphore documents being written, whose changes meet in one commit.
+    pub(super) semaphores: Combiner<PermitChange>,
 }
 
 impl FirestoreBackend {

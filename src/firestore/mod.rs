@@ -145,6 +145,7 @@
 
 mod auth;
 mod builder;
+mod combiner;
 mod commit;
 mod document;
 mod driver;

@@ -271,6 +271,15 @@ impl Scheduler {
     /// Queues `leases` for the workers in batches, starting a worker if none is idle.
     fn dispatch(self: &Arc<Self>, leases: Vec<Arc<HeldLease>>, store: &Weak<dyn Store>) {
         let mut queue = self.queue();
+        // Renewals that find every worker busy (a slow store) join the batch still waiting
+        // for one: else each window's few renewals would queue as a batch of their own, and
+        // with every call slow the queue would grow faster than workers take from it.
+        let mut leases = leases.into_iter();
+        if let Some(waiting) = queue.batches.back_mut() {
+            let room = MAX_BATCH.saturating_sub(waiting.len());
+            waiting.extend(leases.by_ref().take(room));
+        }
+        let leases: Vec<Arc<HeldLease>> = leases.collect();
         for batch in leases.chunks(MAX_BATCH) {
             queue.batches.push_back(batch.to_vec());
         }
