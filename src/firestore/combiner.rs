@@ -115,7 +115,10 @@ impl<C: Change> Turns<C> {
         let tickets = first..first + count;
         let mut write = Some(write);
         loop {
-            if tickets.clone().all(|ticket| state.answered.contains_key(&ticket)) {
+            if tickets
+                .clone()
+                .all(|ticket| state.answered.contains_key(&ticket))
+            {
                 return tickets
                     .map(|ticket| {
                         state
@@ -215,7 +218,7 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
-        assert_eq!(*total.lock().unwrap(), (0..8).map(|i| 100 + 2 * i).sum());
+        assert_eq!(*total.lock().unwrap(), (0..8u64).map(|i| 100 + 2 * i).sum::<u64>());
         assert!(writes.load(Ordering::SeqCst) <= 8);
         assert!(combiner.documents.lock().unwrap().is_empty(), "forgotten");
     }

@@ -521,7 +521,12 @@ fn mismatched(answer: Option<Result<PermitAnswer>>) -> LockError {
 }
 
 /// The write of `doc`, whole, over the document `name`, if it is as `precondition` says.
-fn semaphore_write(name: &str, key: &Key, precondition: Value, doc: &SemaphoreDoc) -> Result<Value> {
+fn semaphore_write(
+    name: &str,
+    key: &Key,
+    precondition: Value,
+    doc: &SemaphoreDoc,
+) -> Result<Value> {
     Ok(json!({
         "update": { "name": name, "fields": doc.fields(key.as_str())? },
         "currentDocument": precondition,

@@ -108,7 +108,11 @@ fn a_permit_acquisition_whose_answer_is_lost_answers_its_own_permit() {
         other => panic!("expected the permit the lost commit took, got {other:?}"),
     };
     assert_eq!(faulty.pending(), 0);
-    assert_eq!(faulty.count("commit"), 1, "the one commit, whose answer was lost");
+    assert_eq!(
+        faulty.count("commit"),
+        1,
+        "the one commit, whose answer was lost"
+    );
     let holders = shared_firestore_backend().permit_holders_raw(&key).unwrap();
     assert_eq!(holders.len(), 1, "{holders:?}");
     assert_eq!(holders[0].lock_id, lease.lock_id);
@@ -138,9 +142,11 @@ fn a_permit_release_whose_answer_is_lost_answers_removed_and_wakes_local_waiters
     let reads = faulty.count("batchGet");
     thread::scope(|scope| {
         let waiter = scope.spawn(|| semaphore.acquire_with(&only_when_woken));
-        wait_until("the waiter found no permit free", Duration::from_secs(60), || {
-            faulty.count("batchGet") > reads
-        });
+        wait_until(
+            "the waiter found no permit free",
+            Duration::from_secs(60),
+            || faulty.count("batchGet") > reads,
+        );
         faulty.inject("commit", 1, Injected::LoseAnswer);
         let released = guard.release();
         let woken = wait_for(Duration::from_secs(60), || waiter.is_finished());
