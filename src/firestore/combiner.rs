@@ -218,7 +218,10 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
-        assert_eq!(*total.lock().unwrap(), (0..8u64).map(|i| 100 + 2 * i).sum::<u64>());
+        assert_eq!(
+            *total.lock().unwrap(),
+            (0..8u64).map(|i| 100 + 2 * i).sum::<u64>()
+        );
         assert!(writes.load(Ordering::SeqCst) <= 8);
         assert!(combiner.documents.lock().unwrap().is_empty(), "forgotten");
     }

@@ -16,7 +16,7 @@ use super::document::{
     LockDoc, document_id, fence_document_id_of, parse_counter, parse_version, version_of,
 };
 use super::rest::{Document, RestClient, RestError, integer_value, string_value};
-use super::semaphore::PermitChange;
+use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit,

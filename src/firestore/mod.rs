@@ -156,6 +156,7 @@ mod driver;
 mod list;
 mod rest;
 mod semaphore;
+mod semaphore_change;
 mod semaphore_doc;
 mod skew;
 mod timestamp;
