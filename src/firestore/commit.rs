@@ -48,6 +48,9 @@ pub(super) enum Attempt<T> {
     Done(T),
     /// The commit's precondition failed: the document changed after the read.
     Conflict,
+    /// As [`Conflict`](Attempt::Conflict), and the next attempt must start within this
+    /// (a lease it renews runs out then).
+    ConflictWithin(Duration),
 }
 
 /// The precondition that a document is still as read: same `updateTime`, or still absent.
@@ -88,9 +91,11 @@ pub(super) fn with_retries_up_to<T>(
 ) -> Result<T> {
     let mut tries = 1;
     loop {
+        let mut pause_at_most = Duration::MAX;
         match attempt() {
             Ok(Attempt::Done(value)) => return Ok(value),
             Ok(Attempt::Conflict) => {}
+            Ok(Attempt::ConflictWithin(within)) => pause_at_most = within,
             Err(OpError::Rest(error)) if error.is_aborted() => {
                 aborted_retries.fetch_add(1, Ordering::Relaxed);
             }
@@ -102,10 +107,10 @@ pub(super) fn with_retries_up_to<T>(
                 format!("Firestore kept changing under this operation ({attempts} attempts)"),
             ));
         }
+        // Jittered, so that writers who met here do not meet again at the next attempt.
         let base = 10u64 << tries.min(CAS_ATTEMPTS);
-        std::thread::sleep(Duration::from_millis(
-            base / 2 + rand::random_range(0..=base / 2),
-        ));
+        let pause = Duration::from_millis(base / 2 + rand::random_range(0..=base / 2));
+        std::thread::sleep(pause.min(pause_at_most));
         tries += 1;
     }
 }

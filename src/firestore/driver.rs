@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::combiner::Combiner;
 use super::commit::{
     Attempt, OpError, OpResult, lock_error, renewal_write, unchanged_since, with_retries,
 };
@@ -15,6 +16,7 @@ use super::document::{
     LockDoc, document_id, fence_document_id_of, parse_counter, parse_version, version_of,
 };
 use super::rest::{Document, RestClient, RestError, integer_value, string_value};
+use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
@@ -56,6 +58,8 @@ pub struct FirestoreBackend {
     pub(super) max_clock_skew: Option<Duration>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) aborted_retries: AtomicU64,
+    /// The semaphore documents being written, whose changes meet in one commit.
+    pub(super) semaphores: Combiner<PermitChange>,
 }
 
 impl FirestoreBackend {
@@ -273,10 +277,11 @@ impl FirestoreBackend {
         })
     }
 
-    /// The lease's lock document and its update time, when the holder knows its version and
-    /// the lock is live by this machine's clock: then a renewal or release is one write with
-    /// that version as precondition. `None` sends the caller the long way (find it by lock id).
-    fn known(&self, lease: LeaseRef<'_>) -> Result<Option<(String, String)>> {
+    /// The lease's lock document, its update time and its expiry, when the holder knows its
+    /// version and the lock is live by this machine's clock: then a renewal or release is one
+    /// write with that version as precondition. `None` sends the caller the long way (find it
+    /// by lock id).
+    fn known(&self, lease: LeaseRef<'_>) -> Result<Option<(String, String, i64)>> {
         let (Some(key), Some(version)) = (lease.key, lease.version) else {
             return Ok(None);
         };
@@ -289,7 +294,7 @@ impl FirestoreBackend {
         let name = self
             .rest
             .document_name(&self.collection, &document_id(key.as_str())?);
-        Ok(Some((name, update_time.to_owned())))
+        Ok(Some((name, update_time.to_owned(), expires_at_ms)))
     }
 
     /// A renewal the long way: the lock found by its id, changed if unchanged since read.
@@ -321,7 +326,7 @@ impl FirestoreBackend {
         let mut batch = Vec::new();
         for (i, (lease, ttl)) in leases.iter().enumerate() {
             match self.known(*lease) {
-                Ok(Some((name, update_time))) => batch.push((i, name, update_time, *ttl)),
+                Ok(Some((name, update_time, _))) => batch.push((i, name, update_time, *ttl)),
                 Ok(None) => {}
                 Err(error) => answers[i] = Some(Err(error)),
             }
@@ -433,7 +438,9 @@ impl Driver for FirestoreBackend {
             return self.give_back_permit(lease);
         }
         self.check_skew()?;
-        if let Some((name, update_time)) = self.known(lease)? {
+        // The expiry of the lock a delete without an answer may have removed.
+        let mut maybe_removed_live_until = None;
+        if let Some((name, update_time, expires_at_ms)) = self.known(lease)? {
             let delete = json!({
                 "delete": name,
                 "currentDocument": { "updateTime": update_time },
@@ -448,6 +455,9 @@ impl Driver for FirestoreBackend {
                 // reads again and decides, so that a hiccup does not leave the lock to block
                 // everyone until it expires (if this delete did happen, it answers "gone").
                 Err(error) if error.is_worth_retrying_now() => {
+                    if error.may_have_been_applied() {
+                        maybe_removed_live_until = Some(expires_at_ms);
+                    }
                     let error = self.rest.lock_error(error);
                     log::debug!("syncguard: Firestore release retried by lock id: {error}");
                 }
@@ -460,6 +470,16 @@ impl Driver for FirestoreBackend {
         })?;
         Ok(match outcome {
             Outcome::Applied(_) => Outcome::Applied(()),
+            // Gone while it would still be live: only this release's own delete, whose answer
+            // was lost, removes a live lock (a permit's release judges the same way).
+            Outcome::NotFound
+                if maybe_removed_live_until.is_some_and(|until| {
+                    self.now_ms()
+                        .is_ok_and(|now| is_live(until, now, TIME_TOLERANCE_MS))
+                }) =>
+            {
+                Outcome::Applied(())
+            }
             Outcome::NotFound => Outcome::NotFound,
             Outcome::Expired => Outcome::Expired,
             Outcome::NotOwner => Outcome::NotOwner,
@@ -471,7 +491,7 @@ impl Driver for FirestoreBackend {
             return self.renew_permit(lease, ttl);
         }
         self.check_skew()?;
-        if let Some((name, update_time)) = self.known(lease)? {
+        if let Some((name, update_time, _)) = self.known(lease)? {
             let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
             let write = renewal_write(&name, expires_at_ms, &update_time);
             match self.rest.commit_versions(vec![write]) {

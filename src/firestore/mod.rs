@@ -66,9 +66,11 @@
 //! renews all its permits of one semaphore in one commit. A commit that lost a race to another
 //! writer of the same semaphore (or met a transaction) reads again, at most 12 times, then
 //! `ServiceUnavailable`: a permit is never granted twice nor lost. An acquisition whose commit
-//! may have been applied is [in doubt](crate::LockError::in_doubt), as a lock's is. Permits
-//! carry no version (every write to the semaphore changes it). Firestore has no release watch:
-//! waiters for a permit poll.
+//! may have been applied is read again once: it answers the permit it finds under its own lock
+//! id; only when that read fails too is it [in doubt](crate::LockError::in_doubt), as a lock's
+//! is. The changes one backend makes to one semaphore at the same time share a commit (see
+//! `docs/firestore.md`). Permits carry no version (every write to the semaphore changes it).
+//! Firestore has no release watch: waiters for a permit poll.
 //!
 //! list ([`LockBackend::list`](crate::LockBackend::list)): `runQuery` on a range of the `key`
 //! field, ordered by it (the automatic single-field index serves it), liveness by the client
@@ -122,7 +124,9 @@
 //!
 //! A guard's release whose write meets such a failure (or a refused or lost connection) is
 //! tried once more by lock id, which re-reads and decides; if the first write did go through,
-//! the lock is gone by then and the release answers `false`.
+//! the lock is gone by then, while it would still be live: only that write removes a live lock,
+//! so the release answers `true` (removed) and wakes the `Locker`'s waiters. A permit's release
+//! judges the same way.
 //!
 //! Messages name the endpoint (`firestore.googleapis.com`, or the emulator's `host:port`), the
 //! project and the database, and keep the cause: `Firestore at 127.0.0.1:8080 (project p,
@@ -145,12 +149,14 @@
 
 mod auth;
 mod builder;
+mod combiner;
 mod commit;
 mod document;
 mod driver;
 mod list;
 mod rest;
 mod semaphore;
+mod semaphore_change;
 mod semaphore_doc;
 mod skew;
 mod timestamp;

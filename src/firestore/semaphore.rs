@@ -1,34 +1,47 @@
 //! Semaphores ([`Driver::try_acquire_permit`](crate::driver::Driver::try_acquire_permit) and
-//! the permit leases): every operation is one read of the semaphore's document and one
-//! compare-and-set commit of the whole document (precondition: its `updateTime` as read, or
-//! "does not exist"), retried when another writer of the same semaphore got in between.
+//! the permit leases): every operation is a change to the semaphore's one document, made by
+//! a read of it and a compare-and-set commit of the whole document (precondition: its
+//! `updateTime` as read, or "does not exist"), read and applied again when another writer of
+//! the same semaphore got in between.
 //!
 //! Why compare-and-set and not a server-side transaction: as for locks (see the module docs),
 //! Firestore's transactions lock what they read, and a semaphore's document is read by every
 //! acquirer, so its holders' releases and renewals would starve behind them. A lost race here
 //! says nothing about the outcome (unlike a lock's acquisition, where it means "someone else
-//! took it"): the operation reads again, up to [`SEMAPHORE_ATTEMPTS`] times.
+//! took it"): the operation reads again, up to [`SEMAPHORE_ATTEMPTS`] times, pausing less
+//! than the time a permit it renews has left.
+//!
+//! The changes one backend makes to one semaphore at the same time go in one commit (see
+//! [`Combiner`](super::combiner::Combiner)): its own acquisitions, releases and renewals never
+//! race each other, and a heartbeat's renewals that meet share a write.
+//!
+//! A commit without a usable answer (a lost connection, a garbled answer) is read again once:
+//! an acquisition that finds its own lock id in the document was taken by that commit and
+//! answers that permit (never a second one, never "full" against itself); a release that finds
+//! its permit gone while it would still be live removed it (nothing else removes a live permit)
+//! and answers so; a renewal renews again.
 //!
 //! No version is handed out with a permit: every acquisition, release and renewal of any
 //! permit changes the one document, so a holder's last-seen version would rarely still match
 //! and a renewal reads first anyway.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::commit::{Attempt, OpError, OpResult, lock_error, unchanged_since, with_retries_up_to};
+use super::commit::{Attempt, lock_error, unchanged_since, with_retries_up_to};
 use super::driver::FirestoreBackend;
-use super::rest::{Document, RestError};
-use super::semaphore_doc::{Permit, SemaphoreDoc, semaphore_document_id};
+use super::rest::Document;
+use super::semaphore_change::{Applied, Committed, PermitAnswer, PermitChange};
+use super::semaphore_doc::{SemaphoreDoc, semaphore_document_id};
 use crate::driver::{
-    Acquisition, Extension, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits, Ttl,
-    in_order,
+    Acquisition, Extension, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits,
+    TIME_TOLERANCE_MS, Ttl, in_order,
 };
 use crate::error::{LockError, Result};
-use crate::fence::Fence;
 
-/// Attempts of a semaphore operation whose commit keeps meeting other writers of the same
+/// Attempts of a semaphore write whose commit keeps meeting other writers of the same
 /// semaphore (every permit's holder writes its document) before it gives up with
 /// `ServiceUnavailable`.
 const SEMAPHORE_ATTEMPTS: u32 = 12;
@@ -46,51 +59,17 @@ impl FirestoreBackend {
         holder: Option<&Holder>,
     ) -> Result<Acquisition> {
         self.check_skew()?;
-        let name = self.semaphore_name(key)?;
-        with_retries_up_to(
-            SEMAPHORE_ATTEMPTS,
-            &self.rest,
-            &self.aborted_retries,
-            || {
-                let (read, mut doc) = self.read_semaphore(&name, key)?;
-                let now = self.now_ms()?;
-                // Only live permits count; the expired ones go with this commit, if there is one.
-                doc.reclaim(now);
-                if doc.permits.len() >= permits.get() as usize {
-                    return Ok(Attempt::Done(Acquisition::Locked));
-                }
-                // Checked before the commit: a counter at the limit writes nothing.
-                let counter = doc.counter + 1;
-                let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
-                let lock_id = LockId::generate().into_string();
-                let expires_at_ms = now.saturating_add(ttl.as_millis());
-                doc.counter = counter;
-                doc.permits.push(Permit {
-                    lock_id: lock_id.clone(),
-                    fence,
-                    expires_at_ms,
-                    acquired_at_ms: now,
-                    holder: holder.map(Holder::to_string),
-                });
-                let write = semaphore_write(&name, key, read.as_ref(), &doc)?;
-                match self.rest.commit_versions(vec![write]) {
-                    Ok(Some(_)) => Ok(Attempt::Done(Acquisition::granted(
-                        lock_id,
-                        fence,
-                        expires_at_ms,
-                        None,
-                    ))),
-                    Ok(None) => Ok(Attempt::Conflict),
-                    // As for locks: the permit may be held although no answer says so; the caller
-                    // gets the lock id it would hold, to release it.
-                    Err(error) if !error.is_aborted() && error.may_have_been_applied() => {
-                        let error = self.rest.lock_error(error).with_key(key.as_str());
-                        Err(OpError::Lock(error.in_doubt(lock_id)))
-                    }
-                    Err(error) => Err(error.into()),
-                }
-            },
-        )
+        let change = PermitChange::Take {
+            permits,
+            ttl,
+            holder: holder.map(Holder::to_string),
+            lock_id: LockId::generate().into_string(),
+            maybe_written: false,
+        };
+        match self.change_semaphore(key, vec![change])?.pop() {
+            Some(Ok(PermitAnswer::Taken(acquisition))) => Ok(acquisition),
+            other => Err(mismatched(other)),
+        }
     }
 
     /// The live permits of the semaphore on `key`, in fence order.
@@ -113,47 +92,27 @@ impl FirestoreBackend {
     pub(super) fn give_back_permit(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         self.check_skew()?;
         let key = lease.permit_key()?;
-        let name = self.semaphore_name(key)?;
-        let lock_id = lease.lock_id.as_str();
-        let mut unanswered = false;
-        with_retries_up_to(
-            SEMAPHORE_ATTEMPTS,
-            &self.rest,
-            &self.aborted_retries,
-            || {
-                let (read, mut doc) = self.read_semaphore(&name, key)?;
-                let Some(at) = doc.position(lock_id) else {
-                    return Ok(Attempt::Done(Outcome::NotFound));
-                };
-                let now = self.now_ms()?;
-                let permit = doc.permits.remove(at);
-                let outcome = if permit.is_live(now) {
-                    Outcome::Applied(())
-                } else {
-                    Outcome::Expired
-                };
-                // The document is written anyway: expired permits of others go with it.
-                doc.reclaim(now);
-                let write = semaphore_write(&name, key, read.as_ref(), &doc)?;
-                let committed = self.rest.commit_versions(vec![write]);
-                Ok(match self.after_commit(committed, &mut unanswered)? {
-                    true => Attempt::Done(outcome),
-                    false => Attempt::Conflict,
-                })
-            },
-        )
+        let change = PermitChange::GiveBack {
+            lock_id: lease.lock_id.as_str().to_owned(),
+            maybe_removed_live_until: None,
+        };
+        match self.change_semaphore(key, vec![change])?.pop() {
+            Some(Ok(PermitAnswer::GivenBack(outcome))) => Ok(outcome),
+            other => Err(mismatched(other)),
+        }
     }
 
     /// Renews the permit `lease` names (its key and lock id) to *now + ttl*.
     pub(super) fn renew_permit(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         self.check_skew()?;
         let key = lease.permit_key()?;
-        let mut answers = self.extend_permits_of(key, &[(lease.lock_id, ttl)])?;
-        Ok(answers.pop().unwrap_or(Outcome::NotFound))
+        let mut answers = self.renew_permits_of(key, &[(lease.lock_id, ttl)])?;
+        answers.pop().unwrap_or_else(|| Err(mismatched(None)))
     }
 
     /// Renews the permit leases of a batch: one commit per semaphore, for all its permits in
-    /// the batch. One answer per lease, in order.
+    /// the batch (and whatever else this backend changes in it meanwhile). One answer per
+    /// lease, in order.
     pub(super) fn renew_permit_leases(
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
@@ -177,19 +136,11 @@ impl FirestoreBackend {
                 .iter()
                 .map(|(_, lock_id, ttl)| (*lock_id, *ttl))
                 .collect();
-            match self.extend_permits_of(key, &items) {
-                Ok(outcomes) => {
-                    answers.extend(
-                        group
-                            .iter()
-                            .map(|(i, ..)| *i)
-                            .zip(outcomes.into_iter().map(Ok)),
-                    );
-                }
+            let positions = group.iter().map(|(i, ..)| *i);
+            match self.renew_permits_of(key, &items) {
+                Ok(outcomes) => answers.extend(positions.zip(outcomes)),
                 Err(error) => answers.extend(
-                    group
-                        .iter()
-                        .map(|(i, ..)| (*i, Err(LockError::new(error.code(), error.message())))),
+                    positions.map(|i| (i, Err(LockError::new(error.code(), error.message())))),
                 ),
             }
         }
@@ -199,71 +150,121 @@ impl FirestoreBackend {
     /// Renews permits of the semaphore on `key` in one commit: each live one to *now + its
     /// ttl*; an expired one is removed (`Expired`), never revived; an absent one is
     /// `NotFound`. One outcome per item, in order.
-    fn extend_permits_of(
+    fn renew_permits_of(
         &self,
         key: &Key,
         items: &[(&LockId, Ttl)],
-    ) -> Result<Vec<Outcome<Extension>>> {
+    ) -> Result<Vec<Result<Outcome<Extension>>>> {
+        let changes = items
+            .iter()
+            .map(|(lock_id, ttl)| PermitChange::Renew {
+                lock_id: lock_id.as_str().to_owned(),
+                ttl: *ttl,
+            })
+            .collect();
+        Ok(self
+            .change_semaphore(key, changes)?
+            .into_iter()
+            .map(|answer| match answer {
+                Ok(PermitAnswer::Renewed(outcome)) => Ok(outcome),
+                other => Err(mismatched(Some(other))),
+            })
+            .collect())
+    }
+
+    /// Makes `changes` to the semaphore on `key`, together with the changes other threads of
+    /// this backend make to it meanwhile (one commit for all). One answer per change, in order.
+    fn change_semaphore(
+        &self,
+        key: &Key,
+        changes: Vec<PermitChange>,
+    ) -> Result<Vec<Result<PermitAnswer>>> {
         let name = self.semaphore_name(key)?;
+        Ok(self.semaphores.submit(&name, changes, |changes, last| {
+            self.write_semaphore(&name, key, changes, last)
+        }))
+    }
+
+    /// Applies `changes` in order to the semaphore document `name` (of `key`) as read (or as
+    /// this backend's `last` commit left it), and commits it if any changed it; read and
+    /// applied again after a lost race (pausing less than a permit it renews has left), or
+    /// once after a commit without a usable answer.
+    ///
+    /// Answers worked out from `last` rather than a read are only given when its commit
+    /// succeeds, which proves the document was still as `last` says; changes that write
+    /// nothing are answered from a read.
+    fn write_semaphore(
+        &self,
+        name: &str,
+        key: &Key,
+        mut changes: Vec<PermitChange>,
+        last: &mut Option<Committed>,
+    ) -> Vec<Result<PermitAnswer>> {
         let mut unanswered = false;
-        with_retries_up_to(
+        let written = with_retries_up_to(
             SEMAPHORE_ATTEMPTS,
             &self.rest,
             &self.aborted_retries,
             || {
-                let (read, mut doc) = self.read_semaphore(&name, key)?;
-                let now = self.now_ms()?;
-                let mut outcomes = Vec::with_capacity(items.len());
-                let mut changed = false;
-                for (lock_id, ttl) in items {
-                    let outcome = match doc.position(lock_id.as_str()) {
-                        None => Outcome::NotFound,
-                        Some(at) if doc.permits[at].is_live(now) => {
-                            let expires_at_ms = now.saturating_add(ttl.as_millis());
-                            doc.permits[at].expires_at_ms = expires_at_ms;
-                            Outcome::Applied(Extension {
-                                expires_at_ms,
-                                version: None,
-                            })
+                let (precondition, doc, now, applied) = loop {
+                    let remembered = last.take();
+                    let from_memory = remembered.is_some();
+                    let (precondition, mut doc) = match remembered {
+                        Some(Committed { update_time, doc }) => {
+                            (json!({ "updateTime": update_time }), doc)
                         }
-                        Some(at) => {
-                            doc.permits.remove(at);
-                            Outcome::Expired
+                        None => {
+                            let (read, doc) = self.read_semaphore(name, key)?;
+                            (unchanged_since(read.as_ref()), doc)
                         }
                     };
-                    changed |= !matches!(outcome, Outcome::NotFound);
-                    outcomes.push(outcome);
+                    let now = self.now_ms()?;
+                    let applied: Vec<Applied> = changes
+                        .iter()
+                        .map(|change| change.apply(&mut doc, now, key))
+                        .collect();
+                    if applied.iter().any(|applied| applied.wrote) {
+                        break (precondition, doc, now, applied);
+                    }
+                    if !from_memory {
+                        return Ok(Attempt::Done(answers(applied)));
+                    }
+                };
+                let write = semaphore_write(name, key, precondition, &doc)?;
+                match self.rest.commit_versions(vec![write]) {
+                    Ok(Some(times)) => {
+                        *last = times
+                            .into_iter()
+                            .next()
+                            .flatten()
+                            .map(|update_time| Committed { update_time, doc });
+                        Ok(Attempt::Done(answers(applied)))
+                    }
+                    Ok(None) => Ok(conflict(&applied, now)),
+                    Err(error) if error.is_aborted() => Err(error.into()),
+                    Err(error) => {
+                        if error.may_have_been_applied() {
+                            for (change, applied) in changes.iter_mut().zip(&applied) {
+                                change.may_have_been_written(applied);
+                            }
+                        }
+                        if unanswered || !error.is_worth_retrying_now() {
+                            return Err(error.into());
+                        }
+                        unanswered = true;
+                        let error = self.rest.lock_error(error);
+                        log::debug!("syncguard: Firestore semaphore write read again: {error}");
+                        Ok(conflict(&applied, now))
+                    }
                 }
-                if !changed {
-                    return Ok(Attempt::Done(outcomes));
-                }
-                let write = semaphore_write(&name, key, read.as_ref(), &doc)?;
-                let committed = self.rest.commit_versions(vec![write]);
-                Ok(match self.after_commit(committed, &mut unanswered)? {
-                    true => Attempt::Done(outcomes),
-                    false => Attempt::Conflict,
-                })
             },
-        )
-    }
-
-    /// Whether a release's or renewal's commit happened (`false`: read again and decide). A
-    /// commit without a usable answer is read again once, as a lock's release is: if it did
-    /// happen, the new read shows it.
-    fn after_commit(
-        &self,
-        committed: std::result::Result<Option<Vec<Option<String>>>, RestError>,
-        unanswered: &mut bool,
-    ) -> OpResult<bool> {
-        match committed {
-            Ok(times) => Ok(times.is_some()),
-            Err(error) if !*unanswered && error.is_worth_retrying_now() => {
-                *unanswered = true;
-                let error = self.rest.lock_error(error);
-                log::debug!("syncguard: Firestore semaphore write read again: {error}");
-                Ok(false)
-            }
-            Err(error) => Err(error.into()),
+        );
+        match written {
+            Ok(answers) => answers,
+            Err(error) => changes
+                .iter()
+                .map(|change| Err(change.failed(&error, key)))
+                .collect(),
         }
     }
 
@@ -274,22 +275,52 @@ impl FirestoreBackend {
     }
 
     /// The semaphore document `name` (of `key`), read without a transaction.
-    fn read_semaphore(&self, name: &str, key: &Key) -> OpResult<Read> {
+    fn read_semaphore(&self, name: &str, key: &Key) -> super::commit::OpResult<Read> {
         let [document] = self.rest.batch_get([name])?;
         let doc = SemaphoreDoc::parse(document.as_ref(), key.as_str())?;
         Ok((document, doc))
     }
 }
 
-/// The write of `doc`, whole, over the document `name` as `read` (or where none was).
+/// The answers of changes applied to a document that was written (or needed no write).
+fn answers(applied: Vec<Applied>) -> Vec<Result<PermitAnswer>> {
+    applied.into_iter().map(|applied| applied.answer).collect()
+}
+
+/// A lost race: try again, before the first permit being renewed runs out (by the expiry
+/// read, with the tolerance), if any is.
+fn conflict(applied: &[Applied], now: i64) -> Attempt<Vec<Result<PermitAnswer>>> {
+    let first_expiry = applied
+        .iter()
+        .filter(|applied| applied.wrote)
+        .filter_map(|applied| applied.live_until)
+        .min();
+    match first_expiry {
+        Some(expiry) => {
+            let left = expiry.saturating_add(TIME_TOLERANCE_MS).saturating_sub(now);
+            Attempt::ConflictWithin(Duration::from_millis(u64::try_from(left).unwrap_or(0)))
+        }
+        None => Attempt::Conflict,
+    }
+}
+
+/// A change answered with another kind of answer than it asks for: a bug.
+fn mismatched(answer: Option<Result<PermitAnswer>>) -> LockError {
+    match answer {
+        Some(Err(error)) => error,
+        _ => LockError::internal("a Firestore semaphore change got another change's answer"),
+    }
+}
+
+/// The write of `doc`, whole, over the document `name`, if it is as `precondition` says.
 fn semaphore_write(
     name: &str,
     key: &Key,
-    read: Option<&Document>,
+    precondition: Value,
     doc: &SemaphoreDoc,
 ) -> Result<Value> {
     Ok(json!({
         "update": { "name": name, "fields": doc.fields(key.as_str())? },
-        "currentDocument": unchanged_since(read),
+        "currentDocument": precondition,
     }))
 }

@@ -13,12 +13,12 @@
 //! [`Driver::extend_leases`]: crate::driver::Driver::extend_leases
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use crate::driver::{LeaseRef, Ttl};
+use crate::driver::{LeaseKind, LeaseRef, Ttl};
 use crate::error::{LockError, Result};
 use crate::locker::lease::{Begin, HeldLease, Renewal, Ticket};
 use crate::locker::store::Store;
@@ -250,6 +250,7 @@ impl Scheduler {
                 Task::Deadline => deadlines.push(entry.lease),
             }
         }
+        Self::add_their_semaphores(&queue, &mut renewals);
         drop(queue);
         let store = if deadlines.is_empty() {
             None
@@ -268,9 +269,45 @@ impl Scheduler {
         Some(renewals)
     }
 
+    /// Adds to `renewals` the other permits of their semaphores, whatever their due times:
+    /// renewed early with the first that falls due, they fall due together from then on. A
+    /// store may keep a semaphore's permits in one record (Firestore: one document), where
+    /// every renewal sent on its own is a write of that record; renewed together they are one.
+    fn add_their_semaphores(queue: &Queue, renewals: &mut Vec<Arc<HeldLease>>) {
+        let semaphores: HashSet<String> = renewals
+            .iter()
+            .filter(|lease| lease.kind() == LeaseKind::Permit)
+            .map(|lease| lease.key().as_str().to_owned())
+            .collect();
+        if semaphores.is_empty() {
+            return;
+        }
+        for Reverse(due) in queue.due.iter() {
+            if let Task::Renew { generation } = due.task
+                && due.lease.kind() == LeaseKind::Permit
+                && due.lease.generation() == generation
+                && !due.lease.is_finished()
+                && semaphores.contains(due.lease.key().as_str())
+            {
+                // Its queued renewal is stale from now on: this one replaces it.
+                due.lease.next_generation();
+                renewals.push(Arc::clone(&due.lease));
+            }
+        }
+    }
+
     /// Queues `leases` for the workers in batches, starting a worker if none is idle.
     fn dispatch(self: &Arc<Self>, leases: Vec<Arc<HeldLease>>, store: &Weak<dyn Store>) {
         let mut queue = self.queue();
+        // Renewals that find every worker busy (a slow store) join the batch still waiting
+        // for one: else each window's few renewals would queue as a batch of their own, and
+        // with every call slow the queue would grow faster than workers take from it.
+        let mut leases = leases.into_iter();
+        if let Some(waiting) = queue.batches.back_mut() {
+            let room = MAX_BATCH.saturating_sub(waiting.len());
+            waiting.extend(leases.by_ref().take(room));
+        }
+        let leases: Vec<Arc<HeldLease>> = leases.collect();
         for batch in leases.chunks(MAX_BATCH) {
             queue.batches.push_back(batch.to_vec());
         }

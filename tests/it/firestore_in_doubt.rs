@@ -5,8 +5,15 @@
 //! Through a forwarding stub in front of the emulator: the write is real, only its answer is
 //! lost.
 
+use std::thread;
+use std::time::{Duration, Instant};
+
 use syncguard::driver::{Driver as _, Key, Ttl};
-use syncguard::{ErrorCode, LockBackend, get_by_id_raw};
+use syncguard::testing::support::wait_until;
+use syncguard::{
+    AcquireOutcome, CancelToken, ErrorCode, Heartbeat, LockBackend, LockOptions, Locker,
+    get_by_id_raw,
+};
 
 use crate::support::{
     BRISK, FaultyFirestore, Injected, TTL, shared_firestore_backend, unique, within_a_minute,
@@ -82,4 +89,91 @@ fn a_refused_acquire_is_not_in_doubt() {
     assert_eq!(err.code(), ErrorCode::AuthFailed, "{err:?}");
     assert!(!err.is_in_doubt(), "{err:?}");
     assert!(!shared_firestore_backend().is_locked(&key).unwrap());
+}
+
+/// Issue 30, item 3: a permit acquisition whose commit went through but whose answer was lost
+/// reads the semaphore again, finds its own lock id there and answers that permit: one permit
+/// taken, not a second one, and not "full" against itself (the semaphore has one permit).
+/// Firestore never applies a repeated commit (its precondition, the `updateTime` read, no
+/// longer holds); this re-read is where a repeat would show.
+#[test]
+fn a_permit_acquisition_whose_answer_is_lost_answers_its_own_permit() {
+    let faulty = FaultyFirestore::start();
+    let backend = faulty.builder().build().unwrap();
+    let key = unique("permit-answer-lost");
+    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    faulty.inject("commit", 1, Injected::LoseAnswer);
+    let lease = match backend.acquire_permit(&key, 1, TTL) {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected the permit the lost commit took, got {other:?}"),
+    };
+    assert_eq!(faulty.pending(), 0);
+    assert_eq!(
+        faulty.count("commit"),
+        1,
+        "the one commit, whose answer was lost"
+    );
+    let holders = shared_firestore_backend().permit_holders_raw(&key).unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].lock_id, lease.lock_id);
+    assert_eq!(holders[0].info.fence, lease.fence);
+    assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+}
+
+/// Issue 30, item 6: a guard's permit release whose commit went through but whose answer was
+/// lost reads the semaphore again and finds its permit gone while it would still be live, which
+/// only its own commit does: it answers `true` (removed), as a release that was answered, and
+/// wakes this `Locker`'s waiters for the semaphore, which would otherwise sleep their whole poll
+/// delay (here longer than any test).
+#[test]
+fn a_permit_release_whose_answer_is_lost_answers_removed_and_wakes_local_waiters() {
+    let faulty = FaultyFirestore::start();
+    let locker = Locker::new(faulty.builder().build().unwrap());
+    let key = unique("permit-release-answer-lost");
+    let semaphore = locker.semaphore(&key, 1).unwrap();
+    let options = LockOptions::default().ttl(TTL).heartbeat(Heartbeat::Off);
+    let guard = semaphore.acquire_with(&options).unwrap();
+    let cancel = CancelToken::new();
+    let only_when_woken = options
+        .clone()
+        .retry_delay(Duration::from_secs(3600))
+        .max_retry_delay(Duration::from_secs(3600))
+        .cancel(cancel.clone());
+    let reads = faulty.count("batchGet");
+    thread::scope(|scope| {
+        let waiter = scope.spawn(|| semaphore.acquire_with(&only_when_woken));
+        wait_until(
+            "the waiter found no permit free",
+            Duration::from_secs(60),
+            || faulty.count("batchGet") > reads,
+        );
+        faulty.inject("commit", 1, Injected::LoseAnswer);
+        let released = guard.release();
+        let woken = wait_for(Duration::from_secs(60), || waiter.is_finished());
+        // Never leave the waiter asleep for an hour, whatever happened.
+        cancel.cancel();
+        let next = waiter.join().unwrap();
+        assert!(
+            released.as_ref().is_ok_and(|removed| *removed),
+            "{released:?}"
+        );
+        assert!(woken, "the waiter was not woken by the release");
+        let next = next.unwrap();
+        assert_eq!(
+            shared_firestore_backend().permit_holders_raw(&key).unwrap()[0].lock_id,
+            next.lock_id()
+        );
+    });
+}
+
+/// Whether `condition` held within `limit` (checked every few milliseconds).
+fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    true
 }

@@ -11,15 +11,16 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support::{
-    TTL, lease, raw_document, shared_firestore_backend, shared_firestore_builder, unique,
-    write_document,
+    FIRESTORE_PROJECT, FirestoreEmulator, PATIENT, TTL, lease, raw_document,
+    shared_firestore_backend, shared_firestore_builder, unique, write_document,
 };
 use serde_json::json;
 use syncguard::driver::{Acquisition, Driver as _, Holder, Key, LeaseRef, LockId, Permits, Ttl};
 use syncguard::firestore::{FirestoreBackend, MAX_LIST_PAGES};
 use syncguard::testing::support::wait_until;
 use syncguard::{
-    AcquireOutcome, Clock as _, Coverage, ErrorCode, Lease, LockBackend, ManualClock, SystemClock,
+    AcquireOutcome, Clock as _, Coverage, ErrorCode, Lease, LockBackend, LockGuard, LockOptions,
+    Locker, ManualClock, SystemClock,
 };
 
 /// Long enough for an expired permit to be reclaimable: TTL plus the 1000 ms tolerance, on a
@@ -590,4 +591,55 @@ fn permit_listings_page_past_expired_permits_and_skip_other_prefixes() {
         assert!(backend.release_permit(key, &lease.lock_id).unwrap());
     }
     assert_eq!(listed(100), (Vec::new(), Coverage::Complete, 1));
+}
+
+/// Issue 30, item 8: one `Locker` holding 1 000 permits of one semaphore at TTL 3 s loses none
+/// of them, with no fault injected. Every permit's renewal rewrites the one semaphore document;
+/// renewals and acquisitions of one backend that meet are combined into one commit, so that
+/// they do not race each other into giving up. On an emulator of its own: the load would slow
+/// every other Firestore test's calls past their heartbeats.
+#[test]
+fn a_thousand_permits_of_one_locker_are_all_kept_under_their_renewals() {
+    const PERMITS: usize = 1000;
+    const THREADS: usize = 4;
+    const TTL_UNDER_LOAD: Duration = Duration::from_secs(3);
+    const HOLD: Duration = Duration::from_secs(9);
+    let emulator = FirestoreEmulator::start();
+    let backend = FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(emulator.host())
+        .timeout(PATIENT)
+        .build()
+        .unwrap();
+    let locker = Locker::new(backend);
+    let semaphore = locker
+        .semaphore(&unique("held-under-load"), PERMITS as u32)
+        .unwrap();
+    // A fresh emulator's first answers can take longer than the TTL: they come first.
+    assert!(semaphore.holders().unwrap().is_empty());
+    let options = LockOptions::default().ttl(TTL_UNDER_LOAD);
+    let guards: Vec<LockGuard> = thread::scope(|scope| {
+        let takers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..PERMITS / THREADS)
+                        .map(|_| semaphore.acquire_with(&options).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        takers
+            .into_iter()
+            .flat_map(|taker| taker.join().unwrap())
+            .collect()
+    });
+    assert_eq!(guards.len(), PERMITS);
+    // Holding is the point: the heartbeat renews every permit three times a second meanwhile.
+    thread::sleep(HOLD);
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {PERMITS} permits were lost");
+    // Not released one by one: the emulator, and the permits with it, go with this test.
+    for guard in guards {
+        let _ = guard.detach();
+    }
 }

@@ -1,0 +1,219 @@
+//! The changes made to a semaphore's document ([`PermitChange`]: take, give back, renew a
+//! permit), how each applies to the document as read, and what it answers; with what an
+//! earlier attempt of it may have left behind (a commit whose answer was lost), so that the
+//! next attempt recognises its own work: an acquisition its lock id, a release its removal.
+
+use super::combiner::Change;
+use super::semaphore_doc::{Permit, SemaphoreDoc};
+use crate::driver::{
+    Acquisition, Extension, Key, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, is_live,
+};
+use crate::error::{LockError, Result};
+use crate::fence::Fence;
+
+/// One change to a semaphore's document, with what earlier attempts of it left in doubt.
+pub(super) enum PermitChange {
+    /// Take a permit of `permits` under `lock_id` (the same at every attempt).
+    Take {
+        permits: Permits,
+        ttl: Ttl,
+        holder: Option<String>,
+        lock_id: String,
+        /// A commit that carried it may have been applied.
+        maybe_written: bool,
+    },
+    /// Give back the permit held under `lock_id`.
+    GiveBack {
+        lock_id: String,
+        /// A commit that removed it may have been applied; the permit's expiry then.
+        maybe_removed_live_until: Option<i64>,
+    },
+    /// Renew the permit held under `lock_id` to *now + ttl*.
+    Renew { lock_id: String, ttl: Ttl },
+}
+
+/// What a [`PermitChange`] did.
+pub(super) enum PermitAnswer {
+    Taken(Acquisition),
+    GivenBack(Outcome<()>),
+    Renewed(Outcome<Extension>),
+}
+
+impl Change for PermitChange {
+    type Answer = PermitAnswer;
+    type Memo = Option<Committed>;
+}
+
+/// A semaphore document as this backend's last commit of it left it: its `updateTime` and
+/// contents. The next write starts from it instead of reading; its commit is conditioned on
+/// that `updateTime`, so it applies only if nobody wrote the document since (else it reads).
+pub(super) struct Committed {
+    pub(super) update_time: String,
+    pub(super) doc: SemaphoreDoc,
+}
+
+/// A change applied to a document as read: its answer if that document is committed, whether
+/// it changed the document, and the expiry (as read) of the permit it renews or removes.
+pub(super) struct Applied {
+    pub(super) answer: Result<PermitAnswer>,
+    pub(super) wrote: bool,
+    pub(super) live_until: Option<i64>,
+}
+
+impl Applied {
+    fn unwritten(answer: Result<PermitAnswer>) -> Applied {
+        Applied {
+            answer,
+            wrote: false,
+            live_until: None,
+        }
+    }
+}
+
+impl PermitChange {
+    /// Applies the change to `doc` (of the semaphore on `key`) as read at `now`.
+    pub(super) fn apply(&self, doc: &mut SemaphoreDoc, now: i64, key: &Key) -> Applied {
+        match self {
+            PermitChange::Take {
+                permits,
+                ttl,
+                holder,
+                lock_id,
+                ..
+            } => {
+                if let Some(at) = doc.position(lock_id)
+                    && doc.permits[at].is_live(now)
+                {
+                    // An earlier commit of this acquisition went through, its answer lost:
+                    // the permit is this caller's, and nothing more is written.
+                    let permit = &doc.permits[at];
+                    return Applied::unwritten(Ok(PermitAnswer::Taken(Acquisition::granted(
+                        lock_id.clone(),
+                        permit.fence,
+                        permit.expires_at_ms,
+                        None,
+                    ))));
+                }
+                // Only live permits count; the expired ones go with this commit, if there is
+                // one (this caller's own, expired, among them: it takes a new permit).
+                doc.reclaim(now);
+                if doc.permits.len() >= permits.get() as usize {
+                    return Applied::unwritten(Ok(PermitAnswer::Taken(Acquisition::Locked)));
+                }
+                // Checked before the commit: a counter at the limit writes nothing.
+                let counter = doc.counter + 1;
+                let fence = match Fence::from_counter(counter) {
+                    Ok(fence) => fence,
+                    Err(error) => return Applied::unwritten(Err(error.with_key(key.as_str()))),
+                };
+                let expires_at_ms = now.saturating_add(ttl.as_millis());
+                doc.counter = counter;
+                doc.permits.push(Permit {
+                    lock_id: lock_id.clone(),
+                    fence,
+                    expires_at_ms,
+                    acquired_at_ms: now,
+                    holder: holder.clone(),
+                });
+                Applied {
+                    answer: Ok(PermitAnswer::Taken(Acquisition::granted(
+                        lock_id.clone(),
+                        fence,
+                        expires_at_ms,
+                        None,
+                    ))),
+                    wrote: true,
+                    live_until: None,
+                }
+            }
+            PermitChange::GiveBack {
+                lock_id,
+                maybe_removed_live_until,
+            } => {
+                let Some(at) = doc.position(lock_id) else {
+                    // Gone while it would still be live: only this release's own earlier
+                    // commit, whose answer was lost, removes a live permit.
+                    let outcome = match maybe_removed_live_until {
+                        Some(until) if is_live(*until, now, TIME_TOLERANCE_MS) => {
+                            Outcome::Applied(())
+                        }
+                        _ => Outcome::NotFound,
+                    };
+                    return Applied::unwritten(Ok(PermitAnswer::GivenBack(outcome)));
+                };
+                let permit = doc.permits.remove(at);
+                let outcome = if permit.is_live(now) {
+                    Outcome::Applied(())
+                } else {
+                    Outcome::Expired
+                };
+                // The document is written anyway: expired permits of others go with it.
+                doc.reclaim(now);
+                Applied {
+                    answer: Ok(PermitAnswer::GivenBack(outcome)),
+                    wrote: true,
+                    live_until: permit.is_live(now).then_some(permit.expires_at_ms),
+                }
+            }
+            PermitChange::Renew { lock_id, ttl } => match doc.position(lock_id) {
+                None => Applied::unwritten(Ok(PermitAnswer::Renewed(Outcome::NotFound))),
+                Some(at) if doc.permits[at].is_live(now) => {
+                    let live_until = doc.permits[at].expires_at_ms;
+                    let expires_at_ms = now.saturating_add(ttl.as_millis());
+                    doc.permits[at].expires_at_ms = expires_at_ms;
+                    Applied {
+                        answer: Ok(PermitAnswer::Renewed(Outcome::Applied(Extension {
+                            expires_at_ms,
+                            version: None,
+                        }))),
+                        wrote: true,
+                        live_until: Some(live_until),
+                    }
+                }
+                // Expired: removed, never revived.
+                Some(at) => {
+                    doc.permits.remove(at);
+                    Applied {
+                        answer: Ok(PermitAnswer::Renewed(Outcome::Expired)),
+                        wrote: true,
+                        live_until: None,
+                    }
+                }
+            },
+        }
+    }
+
+    /// Notes that a commit carrying this change as `applied` may have been applied although
+    /// no answer says so.
+    pub(super) fn may_have_been_written(&mut self, applied: &Applied) {
+        if !applied.wrote {
+            return;
+        }
+        match self {
+            PermitChange::Take { maybe_written, .. } => *maybe_written = true,
+            PermitChange::GiveBack {
+                maybe_removed_live_until,
+                ..
+            } => {
+                if applied.live_until.is_some() {
+                    *maybe_removed_live_until = applied.live_until;
+                }
+            }
+            PermitChange::Renew { .. } => {}
+        }
+    }
+
+    /// The error this change answers when its write failed with `error`: an acquisition that
+    /// may have been written is in doubt, with the lock id it would hold.
+    pub(super) fn failed(&self, error: &LockError, key: &Key) -> LockError {
+        let copy = LockError::new(error.code(), error.message()).with_key(key.as_str());
+        match self {
+            PermitChange::Take {
+                lock_id,
+                maybe_written: true,
+                ..
+            } => copy.in_doubt(lock_id.clone()),
+            _ => copy,
+        }
+    }
+}
