@@ -597,8 +597,11 @@ fn permit_listings_page_past_expired_permits_and_skip_other_prefixes() {
 /// of them, with no fault injected. Every permit's renewal rewrites the one semaphore document;
 /// renewals and acquisitions of one backend that meet are combined into one commit, so that
 /// they do not race each other into giving up. On an emulator of its own: the load would slow
-/// every other Firestore test's calls past their heartbeats.
+/// every other Firestore test's calls past their heartbeats. `.ci/run` runs it alone, after the
+/// other tests: beside them on two cores, the emulator's answers fell behind the 3-second TTL
+/// (254 of 1 000 lost, by the machine's load, not by a conflict).
 #[test]
+#[ignore = "a load test: .ci/run runs it alone, after the other tests"]
 fn a_thousand_permits_of_one_locker_are_all_kept_under_their_renewals() {
     const PERMITS: usize = 1000;
     const THREADS: usize = 4;
