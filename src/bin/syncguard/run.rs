@@ -47,6 +47,8 @@ pub struct RunArgs {
     pub grace: Duration,
     /// Who holds the lock (`--holder`, or `HOST:PID PROGRAM`).
     pub holder: Option<Holder>,
+    /// `-q`: nothing printed when the lock stays held.
+    pub quiet: bool,
     /// The rest, as given.
     pub flags: RunFlags,
 }
@@ -69,10 +71,42 @@ enum Stop {
     MaxRuntime,
 }
 
-pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Outcome> {
+/// Runs the command under the lock; `connect` is called only once the lease's options have
+/// passed their checks, so that bad usage exits 2 without reaching the backend.
+pub fn run(
+    connect: impl FnOnce() -> syncguard::Result<Box<dyn LockBackend>>,
+    args: RunArgs,
+) -> syncguard::Result<Outcome> {
     let Some((program, program_args)) = args.flags.command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
     };
+    // The library's heartbeat renews the lease, often enough that two renewals and their
+    // retries fit before the group must be told to stop; it reports the loss at once when a
+    // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
+    let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
+    let mut options = waiting(LockOptions::default())
+        .ttl(args.ttl)
+        .heartbeat(Heartbeat::Every(interval));
+    if let Some(hold) = args.flags.min_hold {
+        // The lease lasts until the hold ends from the acquisition on, and the release at the
+        // end keeps it so (see LockOptions::min_hold); a command that never started is
+        // released at once instead (Ending::NeverStarted).
+        options = options.min_hold(hold);
+    }
+    if let Some(holder) = args.holder {
+        options = options.holder(holder.into_string());
+    }
+    crate::input::ttl(args.ttl)?;
+    // The TTL is valid, the holder and the hold were checked: what is left to refuse is a TTL
+    // too short for the renewals (1ms: the renewal interval cannot be below it).
+    options.validate().map_err(|error| {
+        LockError::invalid_argument(format!(
+            "--ttl {}: too short for run, which renews the lease while the command runs: {}",
+            humantime::format_duration(args.ttl),
+            error.message()
+        ))
+    })?;
+    let backend = connect()?;
     let (events, inbox) = mpsc::channel::<Event>();
 
     // Signals are caught from the start: one arriving while we wait for the lock ends the wait
@@ -100,29 +134,12 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         let _ = forwarder.join();
     };
 
-    // The library's heartbeat renews the lease, often enough that two renewals and their
-    // retries fit before the group must be told to stop; it reports the loss at once when a
-    // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
-    let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
     let lost_events = Mutex::new(events.clone());
-    let mut options = waiting(LockOptions::default())
-        .ttl(args.ttl)
-        .heartbeat(Heartbeat::Every(interval))
-        .cancel(cancel)
-        .on_lock_lost(move |error| {
-            if let Ok(sender) = lost_events.lock() {
-                let _ = sender.send(Event::Lost(error.message().to_owned()));
-            }
-        });
-    if let Some(hold) = args.flags.min_hold {
-        // The lease lasts until the hold ends from the acquisition on, and the release at the
-        // end keeps it so (see LockOptions::min_hold); a command that never started is
-        // released at once instead (Ending::NeverStarted).
-        options = options.min_hold(hold);
-    }
-    if let Some(holder) = args.holder {
-        options = options.holder(holder.into_string());
-    }
+    let options = options.cancel(cancel).on_lock_lost(move |error| {
+        if let Ok(sender) = lost_events.lock() {
+            let _ = sender.send(Event::Lost(error.message().to_owned()));
+        }
+    });
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     // The lock or a permit: from here on both are a LockGuard, supervised alike.
@@ -148,6 +165,9 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
         (Ok(None), _) => {
             stop_forwarding();
+            if args.quiet {
+                return Ok(Outcome::Exit(args.flags.conflict_exit_code));
+            }
             let (held, is) = match args.permits {
                 None => (format!("the lock on {:?}", args.key), "is"),
                 Some(n) => (
