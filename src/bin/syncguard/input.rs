@@ -56,14 +56,11 @@ mod tests {
             ttl(Duration::from_millis(0)),
             ttl(Duration::from_secs(318 * 366 * 24 * 3600)),
         ];
-        for (error, option) in refused.into_iter().zip([
-            "--key",
-            "--key",
-            "--lock-id",
-            "--prefix",
-            "--ttl",
-            "--ttl",
-        ]) {
+        for (error, option) in
+            refused
+                .into_iter()
+                .zip(["--key", "--key", "--lock-id", "--prefix", "--ttl", "--ttl"])
+        {
             let error = error.unwrap_err();
             assert_eq!(error.code(), ErrorCode::InvalidArgument);
             assert!(error.message().starts_with(option), "{error}");

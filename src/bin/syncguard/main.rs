@@ -71,8 +71,9 @@ macro_rules! examples {
 Examples:
   export SYNCGUARD_URL=redis://127.0.0.1:6379/
   # cron on several machines: the report runs once per schedule (at most 2 hours); the key
-  # stays held 5 minutes at least, so the others skip it, exiting 0 (cron mails nothing)
-  syncguard run --key nightly-report --min-hold 5m --max-runtime 2h -E 0 -- ./make-report.sh
+  # stays held 5 minutes at least, so the others skip it, exiting 0 and printing nothing
+  # (-E 0 -q: cron mails nothing for a skip)
+  syncguard run --key nightly-report --min-hold 5m --max-runtime 2h -E 0 -q -- ./make-report.sh
   # every machine runs the job, one at a time
   syncguard run --key reindex --wait 1h -- ./reindex.sh
   # at most 3 machines export at once (a semaphore: one of 3 permits instead of the lock)
@@ -299,9 +300,11 @@ struct LockArgs {
     /// apart from the key's lock.
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<u32>,
-    /// Print nothing when the lock stays held (flock(1)'s habit): acquire prints no
-    /// {"ok":false} line (exit 1 says it), run no note on stderr (its exit code, 75 or -E N,
-    /// says it). Errors (exit 2, 3) and a lost lease (76) still print.
+    /// Print nothing when the lock stays held (flock(1)'s habit), so that cron mails nothing
+    /// for a skip: acquire prints no {"ok":false} line (exit 1 says it), run no note on stderr
+    /// (its exit code, 75 or -E N, says it), nor, with --min-hold, the note that the hold was
+    /// set. Errors (exit 2, 3), a lost lease (76) and a hold not set still print. -E 0 alone
+    /// does not imply it.
     #[arg(short, long)]
     quiet: bool,
 }

@@ -151,7 +151,13 @@ pub fn run(
     let guard = match (acquired, early_signal) {
         (Ok(Some(guard)), None) => guard,
         (Ok(Some(guard)), Some(signal)) => {
-            release_within(guard, locker, Ending::NeverStarted, release_limit);
+            release_within(
+                guard,
+                locker,
+                Ending::NeverStarted,
+                release_limit,
+                args.quiet,
+            );
             stop_forwarding();
             return Ok(Outcome::Exit(signal_exit(signal)));
         }
@@ -197,7 +203,13 @@ pub fn run(
             "syncguard: lost the lock on {:?} before the command started; not running it",
             args.key
         );
-        release_within(guard, locker, Ending::NeverStarted, release_limit);
+        release_within(
+            guard,
+            locker,
+            Ending::NeverStarted,
+            release_limit,
+            args.quiet,
+        );
         stop_forwarding();
         return Ok(Outcome::Exit(EXIT_LOST));
     }
@@ -214,7 +226,13 @@ pub fn run(
     }) {
         Ok(group) => group,
         Err(error) => {
-            release_within(guard, locker, Ending::NeverStarted, release_limit);
+            release_within(
+                guard,
+                locker,
+                Ending::NeverStarted,
+                release_limit,
+                args.quiet,
+            );
             stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
@@ -242,7 +260,7 @@ pub fn run(
     stop_forwarding();
     // The group is gone: release in every case, a lost lease included: a renewal applied
     // without its answer may have kept it alive in the store.
-    release_within(guard, locker, Ending::Ran, release_limit);
+    release_within(guard, locker, Ending::Ran, release_limit, args.quiet);
     Ok(Outcome::Exit(code))
 }
 
@@ -448,12 +466,14 @@ fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, ending: Endin
 
 /// Releases the lease on a thread of its own and waits for it at most `limit`: if the backend
 /// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL
-/// (with `--min-hold`, at the hold's end at the earliest).
+/// (with `--min-hold`, at the hold's end at the earliest). `quiet` (`-q`): no note when all
+/// went well.
 pub fn release_within(
     guard: LockGuard,
     locker: Locker<Box<dyn LockBackend>>,
     ending: Ending,
     limit: Duration,
+    quiet: bool,
 ) {
     let (done, outcome) = mpsc::channel();
     let releasing = thread::Builder::new()
@@ -466,7 +486,7 @@ pub fn release_within(
         return;
     }
     match outcome.recv_timeout(limit) {
-        Ok(released) => report(&released),
+        Ok(released) => report(&released, quiet),
         Err(_) => eprintln!(
             "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires \
              at its ttl{})",
@@ -481,8 +501,9 @@ pub fn release_within(
 }
 
 /// Says on stderr what became of the lock: with `--min-hold`, whether the hold is set and until
-/// when; otherwise only what went wrong, if anything.
-fn report(released: &Released) {
+/// when (unless `quiet`: a hold set as asked is the one outcome cron need not mail about);
+/// otherwise only what went wrong, if anything.
+fn report(released: &Released, quiet: bool) {
     let Some(hold_until_ms) = released.hold_until_ms else {
         if let Err(error) = &released.outcome {
             eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
@@ -491,6 +512,7 @@ fn report(released: &Released) {
     };
     let expires = released.expires_at_ms;
     match &released.outcome {
+        Ok(true) if quiet => {}
         Ok(true) => eprintln!(
             "syncguard: --min-hold: hold set until {}",
             timestamp(hold_until_ms)
