@@ -1195,6 +1195,8 @@ fn delete_redis_lock(key: &str) -> i64 {
         .expect("DEL")
 }
 
+/// A lock deleted under a running command ends it with 76, and says so on stderr, `-q` or not
+/// (`-q` silences conflicts only).
 #[test]
 fn run_terminates_the_command_when_the_lease_is_lost() {
     let (scratch, key) = scratch_and_key("run-lost");
@@ -1202,7 +1204,7 @@ fn run_terminates_the_command_when_the_lease_is_lost() {
     let (running, pid) = start_run(
         &redis_url(),
         &key,
-        &["--ttl", HELD_TTL],
+        &["--ttl", HELD_TTL, "-q"],
         &pid_file,
         "exec sleep 30",
         &[],
