@@ -85,6 +85,7 @@ on_redis_and_postgres!(
     conflict_exit_code_is_chosen,
     status_shows_who_holds_the_lock,
     the_readme_crontab_line_runs_the_job_once,
+    quiet_conflicts_print_nothing,
     with_wait_every_machine_runs_the_job_in_turn,
 );
 
@@ -177,7 +178,14 @@ fn syncguard(args: &[&str]) -> Command {
 
 /// `syncguard --url URL args…` run to completion.
 pub(crate) fn sg(url: &str, args: &[&str]) -> Finished {
-    Running::start(syncguard(&with_url(url, args))).finish()
+    sg_env(url, args, &[])
+}
+
+/// [`sg`] with these variables added to the binary's environment.
+pub(crate) fn sg_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let mut command = syncguard(&with_url(url, args));
+    command.envs(env.iter().copied());
+    Running::start(command).finish()
 }
 
 fn with_url<'a>(url: &'a str, args: &[&'a str]) -> Vec<&'a str> {
@@ -303,6 +311,15 @@ impl Finished {
     pub(crate) fn expect_code(&self, code: i32) -> &Finished {
         assert_eq!(self.code(), Some(code), "{}", self.context());
         self
+    }
+
+    /// Fails unless nothing was printed, on stdout or stderr; `why` says why that matters.
+    fn expect_silent(&self, why: &str) {
+        assert!(
+            self.stdout.is_empty() && self.stderr.is_empty(),
+            "expected no output ({why}): {}",
+            self.context()
+        );
     }
 
     /// Fails unless stderr contains `part`; `why` says what it tells, for the failure message.
@@ -1019,6 +1036,42 @@ fn a_long_program_name_is_cut_to_fit_the_holder() {
     running.finish().expect_code(0);
 }
 
+/// `run` passes its command line on as bytes, whatever their encoding: a program whose file
+/// name has the byte 0xff (a link to the shell) runs, an argument that is not UTF-8 reaches it
+/// byte for byte, and the holder shows the name with U+FFFD for the byte.
+#[test]
+fn run_passes_a_command_line_that_is_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+
+    let url = redis_url();
+    let (scratch, key) = scratch_and_key("not-utf8");
+    let program = scratch.0.join(OsStr::from_bytes(b"job\xff"));
+    std::os::unix::fs::symlink("/bin/sh", &program).expect("link the shell under the name");
+    let argument = OsStr::from_bytes(b"caf\xe9 \xff\xfe-\x80");
+    let (got, status) = (scratch.path("got"), scratch.path("status"));
+    let mut command = syncguard(&["--url", &url, "run", "--key", &key, "--"]);
+    command
+        .arg(&program)
+        .arg("-c")
+        .arg(r#"printf '%s' "$1" > "$2"; "$3" --url "$4" status --key "$SYNCGUARD_KEY" > "$5""#)
+        .arg("job")
+        .arg(argument)
+        .arg(&got)
+        .args([BIN, &url])
+        .arg(&status);
+    Running::start(command).finish().expect_code(0);
+    assert_eq!(
+        std::fs::read(&got).unwrap_or_default(),
+        argument.as_bytes(),
+        "the argument reached the command byte for byte"
+    );
+    let shown: Json = serde_json::from_str(&read(&status)).expect("status printed JSON");
+    let holder = shown["holder"].as_str().unwrap_or_default();
+    assert!(holder.ends_with(" job\u{FFFD}"), "{shown}");
+    expect_unlocked(&url, &key);
+}
+
 /// A holder with a Unicode format character (here U+202E, which shows what follows it
 /// reversed) is refused before anything is sent, the message naming the code point.
 #[test]
@@ -1142,6 +1195,8 @@ fn delete_redis_lock(key: &str) -> i64 {
         .expect("DEL")
 }
 
+/// A lock deleted under a running command ends it with 76, and says so on stderr, `-q` or not
+/// (`-q` silences conflicts only).
 #[test]
 fn run_terminates_the_command_when_the_lease_is_lost() {
     let (scratch, key) = scratch_and_key("run-lost");
@@ -1149,7 +1204,7 @@ fn run_terminates_the_command_when_the_lease_is_lost() {
     let (running, pid) = start_run(
         &redis_url(),
         &key,
-        &["--ttl", HELD_TTL],
+        &["--ttl", HELD_TTL, "-q"],
         &pid_file,
         "exec sleep 30",
         &[],
@@ -2309,7 +2364,8 @@ fn cron_on_three_machines(url: &str, name: &str, line: &[&str]) -> (Vec<Finished
 
 /// The README's crontab line: with cron starting it on three machines within 0.6 s and a 2 s
 /// job, the job runs exactly once and every machine exits 0 (the others find the key held,
-/// also after the job ended, by `--min-hold`).
+/// also after the job ended, by `--min-hold`), and none prints anything (`-q`), so cron mails
+/// nothing: neither the two that skip nor the one that ran (its hold was set).
 fn the_readme_crontab_line_runs_the_job_once(url: &str) {
     let line = [
         "run",
@@ -2321,6 +2377,7 @@ fn the_readme_crontab_line_runs_the_job_once(url: &str) {
         "2h",
         "-E",
         "0",
+        "-q",
         "--",
         "sh",
         "-c",
@@ -2329,8 +2386,70 @@ fn the_readme_crontab_line_runs_the_job_once(url: &str) {
     let (machines, runs) = cron_on_three_machines(url, "crontab-once", &line);
     for machine in &machines {
         machine.expect_code(0);
+        machine.expect_silent("cron mails any output");
     }
     assert_eq!(runs, 1, "the job ran once per schedule");
+}
+
+/// `-q`: a conflict, at once or after `--wait`, prints nothing (`run`: not on stderr either;
+/// `acquire`: no `{"ok":false}` line), and the exit code says it; errors still print.
+fn quiet_conflicts_print_nothing(url: &str) {
+    let (scratch, key) = scratch_and_key("quiet");
+    let holder = acquire(url, &key, &[]);
+    // The semaphore is apart from the lock: its one permit is held too.
+    let permit = sg(url, &["acquire", "--key", &key, "--permits", "1"]);
+    permit.expect_code(0);
+    let permit_id = permit.json()["lockId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let marker = scratch.arg("ran");
+    for (args, code) in [
+        (vec!["run", "-q"], 75),
+        (vec!["run", "--quiet", "--wait", "200ms"], 75),
+        (vec!["run", "-q", "-E", "0"], 0),
+        (vec!["run", "-q", "--permits", "1", "--wait", "0s"], 75),
+    ] {
+        let mut all = args;
+        all.extend(["--key", &key, "--", "touch", &marker]);
+        let out = sg(url, &all);
+        out.expect_code(code);
+        out.expect_silent("a quiet conflict");
+        assert!(
+            !Path::new(&marker).exists(),
+            "the command ran without the lock"
+        );
+    }
+    for args in [
+        vec!["acquire", "-q", "--key", &key],
+        vec!["acquire", "--quiet", "--key", &key, "--wait", "200ms"],
+    ] {
+        let out = sg(url, &args);
+        out.expect_code(1);
+        out.expect_silent("a quiet conflict");
+    }
+    // Errors still print.
+    sg(
+        url,
+        &[
+            "run", "-q", "--key", &key, "--ttl", "abc", "--", "touch", &marker,
+        ],
+    )
+    .expect_error(2, "InvalidArgument");
+    sg(url, &["acquire", "-q", "--key", ""]).expect_error(2, "InvalidArgument");
+    sg(
+        url,
+        &[
+            "release",
+            "--permit",
+            "--key",
+            &key,
+            "--lock-id",
+            &permit_id,
+        ],
+    )
+    .expect_json(0, &json!({"ok": true}));
+    expect_held_then_release(url, &key, &holder, "the holder's lock is untouched");
 }
 
 /// The other pattern (docs/cli.md): every machine runs the job, one at a time (`--wait`).

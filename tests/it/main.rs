@@ -14,6 +14,8 @@ mod chaos;
 // `cli` brings every backend.
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_input;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;
 mod docs;

@@ -8,6 +8,9 @@
 //! (its parent's pid: `acquire` exits at once, and the lock belongs to the script that ran it
 //! until that script releases it). `--holder TEXT` replaces either.
 
+use std::ffi::OsStr;
+use std::path::Path;
+
 use syncguard::LockError;
 use syncguard::driver::Holder;
 
@@ -19,12 +22,14 @@ pub fn given(holder: &str) -> syncguard::Result<Holder> {
 }
 
 /// `run`'s default: `HOST:PID PROGRAM`, PROGRAM being the file name of the command's
-/// `argv[0]` (`/usr/bin/mysqldump` → `mysqldump`), cleaned and cut to fit as
-/// [`Holder::truncated`] does.
-pub fn of_run(program: &str) -> Option<Holder> {
-    let name = std::path::Path::new(program)
+/// `argv[0]` (`/usr/bin/mysqldump` → `mysqldump`), whatever its encoding: bytes that are not
+/// UTF-8 become U+FFFD (the command itself gets its name as it was given), then cleaned and
+/// cut to fit as [`Holder::truncated`] does.
+pub fn of_run(program: &OsStr) -> Option<Holder> {
+    let name = Path::new(program)
         .file_name()
-        .map_or_else(|| program.into(), |name| name.to_string_lossy());
+        .unwrap_or(program)
+        .to_string_lossy();
     Holder::truncated(&format!("{}:{} {name}", hostname(), std::process::id()))
 }
 
@@ -69,14 +74,23 @@ mod tests {
             ("/opt/jobs/", "jobs"),
             ("..", ".."),
         ] {
-            let holder = of_run(program).unwrap();
+            let holder = of_run(OsStr::new(program)).unwrap();
             assert_eq!(holder.as_str(), format!("{prefix}{name}"), "{program}");
         }
     }
 
     #[test]
+    fn a_program_name_that_is_not_utf8_is_shown_lossily_and_cleaned() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let prefix = format!("{}:{} ", hostname(), std::process::id());
+        let program = OsStr::from_bytes(b"/tmp/x\xff/job\xff\x1b[2J\xe2\x80\xae.sh");
+        let holder = of_run(program).unwrap();
+        assert_eq!(holder.as_str(), format!("{prefix}job\u{FFFD} [2J.sh"));
+    }
+
+    #[test]
     fn a_long_program_name_is_cut_on_a_character_boundary() {
-        let holder = of_run(&format!("/bin/{}", "é".repeat(300))).unwrap();
+        let holder = of_run(OsStr::new(&format!("/bin/{}", "é".repeat(300)))).unwrap();
         assert!(holder.as_str().len() <= 256);
         assert!(holder.as_str().len() >= 255);
         assert!(holder.as_str().ends_with('é'));

@@ -5,14 +5,17 @@
 //! `error: <Code>: <message>`. The exit codes, and what `run` does on each signal, are in one
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
-//! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here; [`run`]
-//! is the `run` supervisor; [`group`] the process group it runs the command in.
+//! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here;
+//! [`input`] checks the input before any backend is reached; [`run`] is the `run` supervisor;
+//! [`group`] the process group it runs the command in.
 
 mod duration;
 mod group;
 mod holder;
+mod input;
 mod run;
 
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -68,8 +71,9 @@ macro_rules! examples {
 Examples:
   export SYNCGUARD_URL=redis://127.0.0.1:6379/
   # cron on several machines: the report runs once per schedule (at most 2 hours); the key
-  # stays held 5 minutes at least, so the others skip it, exiting 0 (cron mails nothing)
-  syncguard run --key nightly-report --min-hold 5m --max-runtime 2h -E 0 -- ./make-report.sh
+  # stays held 5 minutes at least, so the others skip it, exiting 0 and printing nothing
+  # (-E 0 -q: cron mails nothing for a skip)
+  syncguard run --key nightly-report --min-hold 5m --max-runtime 2h -E 0 -q -- ./make-report.sh
   # every machine runs the job, one at a time
   syncguard run --key reindex --wait 1h -- ./reindex.sh
   # at most 3 machines export at once (a semaphore: one of 3 permits instead of the lock)
@@ -296,6 +300,13 @@ struct LockArgs {
     /// apart from the key's lock.
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<u32>,
+    /// Print nothing when the lock stays held (flock(1)'s habit), so that cron mails nothing
+    /// for a skip: acquire prints no {"ok":false} line (exit 1 says it), run no note on stderr
+    /// (its exit code, 75 or -E N, says it), nor, with --min-hold, the note that the hold was
+    /// set. Errors (exit 2, 3), a lost lease (76) and a hold not set still print. -E 0 alone
+    /// does not imply it.
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 /// `release` and `extend`: the lock id is a semaphore permit's, of the semaphore on `--key`
@@ -338,9 +349,15 @@ pub struct RunFlags {
         value_name = "N"
     )]
     pub conflict_exit_code: u8,
-    /// The command and its arguments (after `--`).
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    /// The command and its arguments (after `--`), passed on as they are, byte for byte,
+    /// whatever their encoding.
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "CMD",
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub command: Vec<OsString>,
 }
 
 /// What `run` does when the lease is lost.
@@ -448,17 +465,24 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
              command means nothing to the next; use redis://, postgres:// or firestore://",
         ));
     }
+    // Every command checks its input before it calls this: bad usage exits 2 at once, without
+    // waiting for a server that may never answer (see `input`).
     let backend = || syncguard::connect(&url);
     match cli.command {
         Command::Acquire { lock } => {
-            // Checked before the backend is reached: bad usage acquires nothing.
             let holder = match lock.holder.as_deref() {
                 Some(given) => Some(holder::given(given)?),
                 None => holder::of_acquire(),
             };
-            acquire(backend()?, &lock, holder)
+            input::key(&lock.key)?;
+            input::ttl(lock.ttl)?;
+            let options = acquire_options(&lock, holder);
+            options.validate()?;
+            acquire(backend()?, &lock, options)
         }
         Command::Release { lock_id, permit } => {
+            input::lock_id(&lock_id)?;
+            permit.key.as_deref().map(input::key).transpose()?;
             let backend = backend()?;
             let released = match permit.key.as_deref() {
                 Some(key) => backend.release_permit(key, &lock_id)?,
@@ -474,6 +498,9 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             ttl,
             permit,
         } => {
+            input::lock_id(&lock_id)?;
+            input::ttl(ttl)?;
+            permit.key.as_deref().map(input::key).transpose()?;
             let backend = backend()?;
             let extended = match permit.key.as_deref() {
                 Some(key) => backend.extend_permit(key, &lock_id, ttl)?,
@@ -487,6 +514,8 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             })
         }
         Command::Status { key, lock_id, raw } => {
+            key.as_deref().map(input::key).transpose()?;
+            lock_id.as_deref().map(input::lock_id).transpose()?;
             status(backend()?.as_ref(), key.as_deref(), lock_id.as_deref(), raw)
         }
         Command::List {
@@ -494,9 +523,12 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             limit,
             raw,
             permits,
-        } => list(backend()?.as_ref(), &prefix, limit, raw, permits),
+        } => {
+            input::prefix(&prefix)?;
+            list(backend()?.as_ref(), &prefix, limit, raw, permits)
+        }
         Command::Run { lock, grace, flags } => {
-            // Checked before the backend is reached: bad usage acquires nothing.
+            input::key(&lock.key)?;
             let grace = grace_for(grace, lock.ttl, flags.on_lost)?;
             if let Some(hold) = flags.min_hold {
                 LockOptions::default()
@@ -513,8 +545,10 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     .first()
                     .and_then(|program| holder::of_run(program)),
             };
+            // The lease's options (ttl, renewals, holder) are checked by `run` before it calls
+            // `backend`.
             run::run(
-                backend()?,
+                backend,
                 run::RunArgs {
                     key: lock.key,
                     permits: lock.permits,
@@ -522,6 +556,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                     wait: lock.wait,
                     grace,
                     holder,
+                    quiet: lock.quiet,
                     flags,
                 },
             )
@@ -545,20 +580,28 @@ pub fn take(
     }
 }
 
+/// `acquire`'s lease: no heartbeat, as this process ends now and the lease must outlive it
+/// until --ttl.
+fn acquire_options(lock: &LockArgs, holder: Option<Holder>) -> LockOptions {
+    let options = waiting(LockOptions::default())
+        .ttl(lock.ttl)
+        .heartbeat(Heartbeat::Off);
+    match holder {
+        Some(holder) => options.holder(holder.into_string()),
+        None => options,
+    }
+}
+
 fn acquire(
     backend: Box<dyn LockBackend>,
     lock: &LockArgs,
-    holder: Option<Holder>,
+    options: LockOptions,
 ) -> syncguard::Result<Outcome> {
-    // No heartbeat: this process ends now, and the lease must outlive it until --ttl.
-    let mut options = waiting(LockOptions::default())
-        .ttl(lock.ttl)
-        .heartbeat(Heartbeat::Off);
-    if let Some(holder) = holder {
-        options = options.holder(holder.into_string());
-    }
     let locker = Locker::with_defaults(backend, options);
     let Some(guard) = take(&locker, &lock.key, lock.permits, lock.wait)? else {
+        if lock.quiet {
+            return Ok(Outcome::Exit(1));
+        }
         return Ok(Outcome::Printed(
             json!({ "ok": false, "reason": "locked" }),
             1,

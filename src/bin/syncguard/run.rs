@@ -47,6 +47,8 @@ pub struct RunArgs {
     pub grace: Duration,
     /// Who holds the lock (`--holder`, or `HOST:PID PROGRAM`).
     pub holder: Option<Holder>,
+    /// `-q`: nothing printed when the lock stays held.
+    pub quiet: bool,
     /// The rest, as given.
     pub flags: RunFlags,
 }
@@ -69,10 +71,42 @@ enum Stop {
     MaxRuntime,
 }
 
-pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Outcome> {
+/// Runs the command under the lock; `connect` is called only once the lease's options have
+/// passed their checks, so that bad usage exits 2 without reaching the backend.
+pub fn run(
+    connect: impl FnOnce() -> syncguard::Result<Box<dyn LockBackend>>,
+    args: RunArgs,
+) -> syncguard::Result<Outcome> {
     let Some((program, program_args)) = args.flags.command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
     };
+    // The library's heartbeat renews the lease, often enough that two renewals and their
+    // retries fit before the group must be told to stop; it reports the loss at once when a
+    // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
+    let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
+    let mut options = waiting(LockOptions::default())
+        .ttl(args.ttl)
+        .heartbeat(Heartbeat::Every(interval));
+    if let Some(hold) = args.flags.min_hold {
+        // The lease lasts until the hold ends from the acquisition on, and the release at the
+        // end keeps it so (see LockOptions::min_hold); a command that never started is
+        // released at once instead (Ending::NeverStarted).
+        options = options.min_hold(hold);
+    }
+    if let Some(holder) = args.holder {
+        options = options.holder(holder.into_string());
+    }
+    crate::input::ttl(args.ttl)?;
+    // The TTL is valid, the holder and the hold were checked: what is left to refuse is a TTL
+    // too short for the renewals (1ms: the renewal interval cannot be below it).
+    options.validate().map_err(|error| {
+        LockError::invalid_argument(format!(
+            "--ttl {}: too short for run, which renews the lease while the command runs: {}",
+            humantime::format_duration(args.ttl),
+            error.message()
+        ))
+    })?;
+    let backend = connect()?;
     let (events, inbox) = mpsc::channel::<Event>();
 
     // Signals are caught from the start: one arriving while we wait for the lock ends the wait
@@ -100,29 +134,12 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         let _ = forwarder.join();
     };
 
-    // The library's heartbeat renews the lease, often enough that two renewals and their
-    // retries fit before the group must be told to stop; it reports the loss at once when a
-    // renewal finds the lock gone, and at the local deadline even while a renewal hangs.
-    let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
     let lost_events = Mutex::new(events.clone());
-    let mut options = waiting(LockOptions::default())
-        .ttl(args.ttl)
-        .heartbeat(Heartbeat::Every(interval))
-        .cancel(cancel)
-        .on_lock_lost(move |error| {
-            if let Ok(sender) = lost_events.lock() {
-                let _ = sender.send(Event::Lost(error.message().to_owned()));
-            }
-        });
-    if let Some(hold) = args.flags.min_hold {
-        // The lease lasts until the hold ends from the acquisition on, and the release at the
-        // end keeps it so (see LockOptions::min_hold); a command that never started is
-        // released at once instead (Ending::NeverStarted).
-        options = options.min_hold(hold);
-    }
-    if let Some(holder) = args.holder {
-        options = options.holder(holder.into_string());
-    }
+    let options = options.cancel(cancel).on_lock_lost(move |error| {
+        if let Ok(sender) = lost_events.lock() {
+            let _ = sender.send(Event::Lost(error.message().to_owned()));
+        }
+    });
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     // The lock or a permit: from here on both are a LockGuard, supervised alike.
@@ -134,7 +151,13 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     let guard = match (acquired, early_signal) {
         (Ok(Some(guard)), None) => guard,
         (Ok(Some(guard)), Some(signal)) => {
-            release_within(guard, locker, Ending::NeverStarted, release_limit);
+            release_within(
+                guard,
+                locker,
+                Ending::NeverStarted,
+                release_limit,
+                args.quiet,
+            );
             stop_forwarding();
             return Ok(Outcome::Exit(signal_exit(signal)));
         }
@@ -148,6 +171,9 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
         }
         (Ok(None), _) => {
             stop_forwarding();
+            if args.quiet {
+                return Ok(Outcome::Exit(args.flags.conflict_exit_code));
+            }
             let (held, is) = match args.permits {
                 None => (format!("the lock on {:?}", args.key), "is"),
                 Some(n) => (
@@ -177,7 +203,13 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
             "syncguard: lost the lock on {:?} before the command started; not running it",
             args.key
         );
-        release_within(guard, locker, Ending::NeverStarted, release_limit);
+        release_within(
+            guard,
+            locker,
+            Ending::NeverStarted,
+            release_limit,
+            args.quiet,
+        );
         stop_forwarding();
         return Ok(Outcome::Exit(EXIT_LOST));
     }
@@ -194,7 +226,13 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     }) {
         Ok(group) => group,
         Err(error) => {
-            release_within(guard, locker, Ending::NeverStarted, release_limit);
+            release_within(
+                guard,
+                locker,
+                Ending::NeverStarted,
+                release_limit,
+                args.quiet,
+            );
             stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
@@ -222,7 +260,7 @@ pub fn run(backend: Box<dyn LockBackend>, args: RunArgs) -> syncguard::Result<Ou
     stop_forwarding();
     // The group is gone: release in every case, a lost lease included: a renewal applied
     // without its answer may have kept it alive in the store.
-    release_within(guard, locker, Ending::Ran, release_limit);
+    release_within(guard, locker, Ending::Ran, release_limit, args.quiet);
     Ok(Outcome::Exit(code))
 }
 
@@ -428,12 +466,14 @@ fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, ending: Endin
 
 /// Releases the lease on a thread of its own and waits for it at most `limit`: if the backend
 /// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL
-/// (with `--min-hold`, at the hold's end at the earliest).
+/// (with `--min-hold`, at the hold's end at the earliest). `quiet` (`-q`): no note when all
+/// went well.
 pub fn release_within(
     guard: LockGuard,
     locker: Locker<Box<dyn LockBackend>>,
     ending: Ending,
     limit: Duration,
+    quiet: bool,
 ) {
     let (done, outcome) = mpsc::channel();
     let releasing = thread::Builder::new()
@@ -446,7 +486,7 @@ pub fn release_within(
         return;
     }
     match outcome.recv_timeout(limit) {
-        Ok(released) => report(&released),
+        Ok(released) => report(&released, quiet),
         Err(_) => eprintln!(
             "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires \
              at its ttl{})",
@@ -461,8 +501,9 @@ pub fn release_within(
 }
 
 /// Says on stderr what became of the lock: with `--min-hold`, whether the hold is set and until
-/// when; otherwise only what went wrong, if anything.
-fn report(released: &Released) {
+/// when (unless `quiet`: a hold set as asked is the one outcome cron need not mail about);
+/// otherwise only what went wrong, if anything.
+fn report(released: &Released, quiet: bool) {
     let Some(hold_until_ms) = released.hold_until_ms else {
         if let Err(error) = &released.outcome {
             eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
@@ -471,6 +512,7 @@ fn report(released: &Released) {
     };
     let expires = released.expires_at_ms;
     match &released.outcome {
+        Ok(true) if quiet => {}
         Ok(true) => eprintln!(
             "syncguard: --min-hold: hold set until {}",
             timestamp(hold_until_ms)
