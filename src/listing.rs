@@ -128,7 +128,8 @@ pub enum Coverage {
     LimitReached,
     /// The store's bound on the work of one listing was reached first (each backend documents
     /// its bound): the list holds what was found within it, and locks may be missing from
-    /// it. Narrow the prefix.
+    /// it. What lifts the bound depends on the backend (on Redis a narrower prefix does not:
+    /// its bound counts every key examined).
     WorkBoundReached,
 }
 

@@ -36,7 +36,7 @@ pub struct RedisBuilder {
     options: PoolOptions,
     read_timeout: Duration,
     write_timeout: Duration,
-    list_scan_budget: usize,
+    list_scan_budget: Option<usize>,
 }
 
 impl Default for RedisBuilder {
@@ -51,7 +51,7 @@ impl Default for RedisBuilder {
             options: PoolOptions::default(),
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(2),
-            list_scan_budget: DEFAULT_LIST_SCAN_BUDGET,
+            list_scan_budget: None,
         }
     }
 }
@@ -82,7 +82,8 @@ impl RedisBuilder {
     ///
     /// Parameters: `?prefix=NAME` (the key prefix), `?layout=typescript|cluster` (see
     /// [`KeyLayout`]), `?min_replicas=N&replica_timeout=D` (see [`min_replicas`](Self::min_replicas);
-    /// `D` as `500ms`, `2s` or milliseconds), `?tls_ca_file=PATH` (TLS only) adds a CA file;
+    /// `D` as `500ms`, `2s` or milliseconds), `?list_scan_budget=N` (see
+    /// [`list_scan_budget`](Self::list_scan_budget)), `?tls_ca_file=PATH` (TLS only) adds a CA file;
     /// `?protocol=` is passed on; `?db=`, `?user=` and `?pass=` are read for sockets only.
     /// [`build`](RedisBuilder::build) refuses any other parameter, an empty or repeated one, a
     /// fragment (`#insecure`) and a path that is not a database number, naming what is wrong.
@@ -143,11 +144,14 @@ impl RedisBuilder {
     /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list), or
     /// [`LockBackend::list_permits`](crate::LockBackend::list_permits)) asks `SCAN` to
     /// examine, in all (the sum of its `COUNT`s, across a Cluster's primaries; default
-    /// [`DEFAULT_LIST_SCAN_BUDGET`], at least 1). A listing that runs out says so
+    /// [`DEFAULT_LIST_SCAN_BUDGET`], at least 1; the URL's `?list_scan_budget=` otherwise).
+    /// Every key of the database counts, under the listing's prefix or not: on a server shared
+    /// with other data, raise it to the size of the database (or keep the locks in a database
+    /// of their own) for listings that cover every lock. A listing that runs out says so
     /// ([`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached)); see
     /// [Listing](super#listing).
     pub fn list_scan_budget(mut self, keys: usize) -> Self {
-        self.list_scan_budget = keys.max(1);
+        self.list_scan_budget = Some(keys.max(1));
         self
     }
 
@@ -228,6 +232,7 @@ impl RedisBuilder {
             timeouts.read,
         )?;
 
+        let parsed_budget = parsed.as_ref().and_then(|p| p.list_scan_budget);
         let (pool, watch, server, display_url) = match (source, parsed) {
             (Some(pool), _) => (
                 Pool::External(pool, timeouts),
@@ -251,7 +256,10 @@ impl RedisBuilder {
             cleanup_in_is_locked: self.options.cleanup_in_is_locked,
             replicas,
             display_url,
-            list_scan_budget: self.list_scan_budget,
+            list_scan_budget: self
+                .list_scan_budget
+                .or(parsed_budget)
+                .unwrap_or(DEFAULT_LIST_SCAN_BUDGET),
         })
     }
 }
@@ -364,7 +372,8 @@ mod tests {
             (
                 url("redis://:hunter2@127.0.0.1:1/?prefx=myapp"),
                 "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
-                 prefix, tls_ca_file, layout, min_replicas, replica_timeout, protocol",
+                 prefix, tls_ca_file, layout, min_replicas, replica_timeout, list_scan_budget, \
+                 protocol",
             ),
             (
                 url("redis://:hunter2@127.0.0.1:1/?prefix="),
@@ -427,8 +436,8 @@ mod tests {
             (
                 url("redis+unix:///run/redis.sock?pass=hunter2&prefx=a"),
                 "unknown Redis URL parameter `prefx` (did you mean `prefix`?); known parameters: \
-                 prefix, tls_ca_file, layout, min_replicas, replica_timeout, protocol, db, user, \
-                 pass",
+                 prefix, tls_ca_file, layout, min_replicas, replica_timeout, list_scan_budget, \
+                 protocol, db, user, pass",
             ),
             (url("redis:///"), "the Redis URL names no host"),
             (
@@ -478,7 +487,15 @@ mod tests {
             (
                 url("redis-cluster://:hunter2@127.0.0.1:1/?sentinel_password=x"),
                 "unknown Redis URL parameter `sentinel_password`; known parameters: prefix, \
-                 tls_ca_file, layout, min_replicas, replica_timeout, protocol",
+                 tls_ca_file, layout, min_replicas, replica_timeout, list_scan_budget, protocol",
+            ),
+            (
+                url("redis-cluster://:hunter2@127.0.0.1:1/?list_scan_budget=0"),
+                "the Redis URL parameter `list_scan_budget` must be a number of keys, at least 1",
+            ),
+            (
+                url("redis://:hunter2@127.0.0.1:1/?list_scan_budget=all"),
+                "the Redis URL parameter `list_scan_budget` must be a number of keys, at least 1",
             ),
             (
                 url("redis-sentinel://:hunter2@127.0.0.1:1/"),

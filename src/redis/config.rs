@@ -32,6 +32,8 @@ pub(crate) struct ParsedUrl {
     pub min_replicas: Option<u32>,
     /// `?replica_timeout=`.
     pub replica_timeout: Option<Duration>,
+    /// `?list_scan_budget=`.
+    pub list_scan_budget: Option<usize>,
     /// One server, a Cluster, or a primary behind Sentinels.
     pub topology: Topology,
 }
@@ -62,6 +64,7 @@ const OURS: &[&str] = &[
     "layout",
     "min_replicas",
     "replica_timeout",
+    "list_scan_budget",
 ];
 /// … and from a Sentinel URL: the Sentinels' own credentials.
 const SENTINEL_OURS: &[&str] = &[
@@ -70,6 +73,7 @@ const SENTINEL_OURS: &[&str] = &[
     "layout",
     "min_replicas",
     "replica_timeout",
+    "list_scan_budget",
     "sentinel_user",
     "sentinel_password",
 ];
@@ -336,6 +340,14 @@ fn parse_single(url: &str, ours: &[&str]) -> Result<(ParsedUrl, Vec<(String, Str
             })
         })
         .transpose()?;
+    let list_scan_budget = option("list_scan_budget")
+        .map(|value| match value.parse::<usize>() {
+            Ok(keys) if keys > 0 => Ok(keys),
+            _ => Err(LockError::invalid_argument(
+                "the Redis URL parameter `list_scan_budget` must be a number of keys, at least 1",
+            )),
+        })
+        .transpose()?;
     let options = split.options.clone();
     Ok((
         ParsedUrl {
@@ -349,6 +361,7 @@ fn parse_single(url: &str, ours: &[&str]) -> Result<(ParsedUrl, Vec<(String, Str
             layout,
             min_replicas,
             replica_timeout,
+            list_scan_budget,
             topology: Topology::Single,
         },
         options,
@@ -478,9 +491,10 @@ mod tests {
     fn cluster_and_sentinel_urls_are_taken_apart_without_showing_secrets() {
         let p = parse_url(
             "redis-cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2/?prefix=jobs&protocol=resp3\
-             &min_replicas=1&replica_timeout=250ms",
+             &min_replicas=1&replica_timeout=250ms&list_scan_budget=2000000",
         )
         .unwrap();
+        assert_eq!(p.list_scan_budget, Some(2_000_000));
         assert_eq!(
             p.display,
             "redis-cluster://app:***@10.0.0.1:7000,10.0.0.2:6379/?protocol=resp3"

@@ -27,8 +27,10 @@
 //!
 //! The work bound, for either listing: one listing asks `SCAN` to examine at most
 //! [`list_scan_budget`](super::RedisBuilder::list_scan_budget) keys in all (the sum of its
-//! `COUNT`s, across nodes; default [`DEFAULT_LIST_SCAN_BUDGET`]). When the budget runs out
-//! before the walk is over, the list holds what was found and says so
+//! `COUNT`s, across nodes; default [`DEFAULT_LIST_SCAN_BUDGET`], or the URL's
+//! `?list_scan_budget=`). `MATCH` filters what `SCAN` examined, so every key of the database
+//! counts, under the prefix or not. When the budget runs out before the walk is over, the list
+//! holds what was found and says so
 //! ([`Coverage::WorkBoundReached`](crate::driver::Coverage::WorkBoundReached)).
 
 use std::collections::HashSet;

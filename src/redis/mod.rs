@@ -172,8 +172,12 @@
 //! their `key` field gives are listed: index entries, fence counters and anything else are
 //! skipped, and hashed (long) keys are found by their record's `key`. The work is bounded: at
 //! most [`RedisBuilder::list_scan_budget`] keys examined by `SCAN` in all (default
-//! [`DEFAULT_LIST_SCAN_BUDGET`]); a listing that runs out answers what it found, with
-//! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
+//! [`DEFAULT_LIST_SCAN_BUDGET`]; the URL's `?list_scan_budget=N` otherwise); a listing that runs
+//! out answers what it found, with
+//! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached). `MATCH` filters only what
+//! `SCAN` has examined, so every key of the database counts against the budget, under the
+//! listing's prefix or not: on a server shared with other data, raise the budget above the
+//! number of keys in the database, or keep the locks in a database of their own.
 //!
 //! [`LockBackend::list_permits`](crate::LockBackend::list_permits) walks the same way, for the
 //! semaphores' permits hashes: `SCAN` `MATCH P{*}:sem:permits` — every semaphore of the key

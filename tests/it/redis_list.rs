@@ -1,6 +1,7 @@
 //! Listing on Redis beyond the contract: what SCAN finds besides lock records (index entries,
 //! fence counters, other values) is skipped, hashed keys are found by their prefix, the bound
-//! on the work is kept and reported, and a Cluster is scanned on every primary.
+//! on the work is kept and reported (and can be raised where other data crowds the database),
+//! and a Cluster is scanned on every primary.
 
 use std::collections::BTreeSet;
 
@@ -9,7 +10,8 @@ use syncguard::redis::{DEFAULT_LIST_SCAN_BUDGET, KeyLayout, RedisBackend};
 use syncguard::{Coverage, LockBackend, MAX_LIST_LIMIT};
 
 use crate::support::{
-    TTL, lease, patient_redis, shared_cluster, shared_redis, shared_redis_namespace, unique,
+    RedisServer, TTL, lease, patient_redis, shared_cluster, shared_redis, shared_redis_namespace,
+    unique,
 };
 
 fn listed_keys(backend: &RedisBackend, prefix: &str, limit: usize) -> (Vec<String>, Coverage) {
@@ -185,4 +187,106 @@ fn a_cluster_is_listed_on_every_primary() {
         listed_keys(&backend, &prefix, 100),
         (Vec::new(), Coverage::Complete)
     );
+}
+
+/// Keys of another application that a crowded server holds: well above the default scan
+/// budget, so that a default listing cannot walk them all.
+const OTHER_KEYS: usize = 250_000;
+
+/// A server of the test's own holding [`OTHER_KEYS`] keys that are not syncguard's (the shared
+/// server must not be crowded: other tests list it with the default budget).
+fn crowded_server() -> RedisServer {
+    const _: () = assert!(OTHER_KEYS > 2 * DEFAULT_LIST_SCAN_BUDGET);
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let mut pipe = redis::pipe();
+    for batch in 0..OTHER_KEYS / 1000 {
+        let pairs: Vec<(String, &str)> = (0..1000)
+            .map(|n| (format!("other:{}", batch * 1000 + n), "x"))
+            .collect();
+        pipe.mset(&pairs).ignore();
+    }
+    let () = pipe.query(&mut conn).expect("fill the crowded server");
+    let size: usize = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_eq!(size, OTHER_KEYS);
+    server
+}
+
+/// `url` with the query parameter `param` added.
+fn with_param(url: &str, param: &str) -> String {
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}{param}")
+}
+
+/// The scan budget counts every key of the database, under the prefix or not: among many
+/// other keys a default listing stops at its bound and says so, a key prefix of its own
+/// (`?prefix=`) changes nothing, and the URL's `?list_scan_budget=` raised above the size of
+/// the database lists the lock.
+#[test]
+fn a_lock_among_many_other_keys_is_listed_with_the_budget_the_url_raises() {
+    let server = crowded_server();
+    let prefix = unique("list-crowd");
+    let key = format!("{prefix}:L000000");
+    for url in [server.url(), format!("{}?prefix=crowd-own", server.url())] {
+        let backend = patient_redis(&url).build().expect("connect to the server");
+        let held = lease(backend.acquire(&key, TTL));
+        let (_, coverage) = listed_keys(&backend, &prefix, MAX_LIST_LIMIT);
+        assert_eq!(coverage, Coverage::WorkBoundReached, "{url}");
+
+        let raised = patient_redis(&with_param(&url, "list_scan_budget=1000000"))
+            .build()
+            .expect("connect to the server");
+        assert_eq!(
+            listed_keys(&raised, &prefix, MAX_LIST_LIMIT),
+            (vec![key.clone()], Coverage::Complete),
+            "{url}"
+        );
+        // The builder's budget wins over the URL's.
+        let narrowed = patient_redis(&with_param(&url, "list_scan_budget=1000000"))
+            .list_scan_budget(10)
+            .build()
+            .expect("connect to the server");
+        assert_eq!(
+            listed_keys(&narrowed, &prefix, MAX_LIST_LIMIT).1,
+            Coverage::WorkBoundReached
+        );
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+}
+
+/// What `syncguard list` advises when it stops at Redis' bound works: following it lists the
+/// lock, completely.
+#[cfg(feature = "cli")]
+#[test]
+fn the_advice_of_a_partial_listing_lists_the_lock() {
+    let server = crowded_server();
+    let backend = patient_redis(&server.url())
+        .build()
+        .expect("connect to the server");
+    let prefix = unique("list-advice");
+    let key = format!("{prefix}:L000000");
+    let held = lease(backend.acquire(&key, TTL));
+
+    let partial = crate::cli::sg(&server.url(), &["list", "--prefix", &prefix, "--raw"]);
+    partial.expect_code(0);
+    assert!(
+        partial.stderr.contains("may be missing")
+            && partial
+                .stderr
+                .contains("raise the URL parameter list_scan_budget"),
+        "{}",
+        partial.context()
+    );
+
+    let advised = with_param(&server.url(), "list_scan_budget=1000000");
+    let complete = crate::cli::sg(&advised, &["list", "--prefix", &prefix, "--raw"]);
+    complete.expect_code(0);
+    assert_eq!(
+        complete.json()["key"],
+        key.as_str(),
+        "{}",
+        complete.context()
+    );
+    assert_eq!(complete.stderr, "", "{}", complete.context());
+    assert!(backend.release(&held.lock_id).unwrap());
 }

@@ -745,13 +745,29 @@ fn list(
             "syncguard: more {what} match than --limit {limit}: these are the first; raise \
              --limit or narrow --prefix"
         ),
-        _ => eprintln!(
-            "syncguard: the listing stopped at the {} backend's bound on its work: {what} may \
-             be missing; narrow --prefix",
-            backend.capabilities().backend
-        ),
+        _ => {
+            let name = backend.capabilities().backend;
+            eprintln!(
+                "syncguard: the listing stopped at the {name} backend's bound on its work: \
+                 {what} may be missing; {}",
+                work_bound_advice(name)
+            );
+        }
     }
     Ok(Outcome::Lines(lines))
+}
+
+/// What lifts a backend's bound on a listing's work. Redis' bound counts every key `SCAN`
+/// examines, under the prefix or not, so a narrower prefix does not help there.
+fn work_bound_advice(backend: &str) -> String {
+    match backend {
+        "redis" => format!(
+            "raise the URL parameter list_scan_budget (default {}) above the number of keys \
+             in the database: every key counts, under --prefix or not",
+            syncguard::redis::DEFAULT_LIST_SCAN_BUDGET
+        ),
+        _ => "narrow --prefix".to_owned(),
+    }
 }
 
 /// One JSON value per listed lock or permit, and whether that is all of them.
