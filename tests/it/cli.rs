@@ -32,7 +32,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// `--ttl` of a `run` whose lease must stay held until the test takes it away: renewed every
 /// third of it, it outlasts any pause of a loaded machine (a lease lost on its own would fail
 /// the test's "it was held" checks).
-const HELD_TTL: &str = "5s";
+pub(crate) const HELD_TTL: &str = "5s";
 
 /// Passwords the tests put in URLs; no output of the binary may ever contain them.
 const SECRETS: [&str; 2] = [PG_PASSWORD, "hunter2"];
@@ -42,12 +42,12 @@ const SECRETS: [&str; 2] = [PG_PASSWORD, "hunter2"];
 const WAIT_FOR_GO_FILE: &str =
     r#"i=0; while [ ! -e "$1" ] && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
 
-fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     shared_redis().url()
 }
 
 /// The shared cluster's URL, once its default tables exist.
-fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     shared_postgres_with_tables().url()
 }
 
@@ -90,25 +90,25 @@ on_redis_and_postgres!(
 );
 
 /// A directory under `CARGO_TARGET_TMPDIR`, removed when dropped.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Scratch {
+    pub(crate) fn new(name: &str) -> Scratch {
         Scratch(scratch_dir(&format!("cli-{name}")))
     }
 
-    fn path(&self, file: &str) -> PathBuf {
+    pub(crate) fn path(&self, file: &str) -> PathBuf {
         self.0.join(file)
     }
 
     /// `path(file)` as an argument for a child.
-    fn arg(&self, file: &str) -> String {
+    pub(crate) fn arg(&self, file: &str) -> String {
         self.path(file).to_string_lossy().into_owned()
     }
 }
 
 /// A scratch directory and a key of its own for the test `name`.
-fn scratch_and_key(name: &str) -> (Scratch, String) {
+pub(crate) fn scratch_and_key(name: &str) -> (Scratch, String) {
     (Scratch::new(name), unique(name))
 }
 
@@ -127,7 +127,7 @@ fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
@@ -167,7 +167,7 @@ fn process_running(pid: u32) -> bool {
 // ---------------------------------------------------------------------------------------------
 
 /// The binary with `args`, no stdin, and no `SYNCGUARD_URL` from the test's environment.
-fn syncguard(args: &[&str]) -> Command {
+pub(crate) fn syncguard(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(args)
@@ -195,7 +195,7 @@ fn with_url<'a>(url: &'a str, args: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// A started binary whose stdout and stderr go to files.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     what: String,
     files: Scratch,
@@ -228,7 +228,7 @@ impl Running {
     }
 
     /// Sends SIGTERM (with `kill`, as an operator would) and waits for the exit.
-    fn terminate(self) -> Finished {
+    pub(crate) fn terminate(self) -> Finished {
         let sent = Command::new("kill")
             .args(["-TERM", &self.pid()])
             .status()
@@ -238,7 +238,7 @@ impl Running {
     }
 
     /// Waits for the exit (failing the test if it does not come within the deadline).
-    fn finish(mut self) -> Finished {
+    pub(crate) fn finish(mut self) -> Finished {
         let deadline = Instant::now() + DEADLINE;
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -323,7 +323,7 @@ impl Finished {
     }
 
     /// Fails unless stderr contains `part`; `why` says what it tells, for the failure message.
-    fn expect_stderr(&self, part: &str, why: &str) {
+    pub(crate) fn expect_stderr(&self, part: &str, why: &str) {
         assert!(self.stderr.contains(part), "{why}: {}", self.context());
     }
 
@@ -402,7 +402,7 @@ fn fields(value: &Json) -> Vec<&str> {
     names
 }
 
-fn str_field<'a>(value: &'a Json, name: &str) -> &'a str {
+pub(crate) fn str_field<'a>(value: &'a Json, name: &str) -> &'a str {
     value[name]
         .as_str()
         .unwrap_or_else(|| panic!("{name} is not a string in {value}"))
@@ -432,7 +432,7 @@ fn assert_lock_id(lock_id: &str) {
 }
 
 /// `acquire --key key args…`, which must succeed; its JSON, checked for shape.
-fn acquire(url: &str, key: &str, args: &[&str]) -> Json {
+pub(crate) fn acquire(url: &str, key: &str, args: &[&str]) -> Json {
     let mut all = vec!["acquire", "--key", key];
     all.extend_from_slice(args);
     let out = sg(url, &all);
@@ -451,11 +451,11 @@ fn acquire(url: &str, key: &str, args: &[&str]) -> Json {
     acquired
 }
 
-fn release(url: &str, lock_id: &str) {
+pub(crate) fn release(url: &str, lock_id: &str) {
     sg(url, &["release", "--lock-id", lock_id]).expect_json(0, &json!({"ok": true}));
 }
 
-fn expect_unlocked(url: &str, key: &str) {
+pub(crate) fn expect_unlocked(url: &str, key: &str) {
     sg(url, &["status", "--key", key]).expect_json(1, &Json::Null);
 }
 
@@ -1132,7 +1132,7 @@ fn run_reports_death_by_signal_as_128_plus_n() {
 /// (so `$1`… in `script` are `script_args`) and waits until the command runs, which it does
 /// only once the lock is held (which `status` confirms); returns the process and the command's
 /// pid.
-fn start_run(
+pub(crate) fn start_run(
     url: &str,
     key: &str,
     extra: &[&str],
@@ -1188,7 +1188,7 @@ fn expect_lost(running: Running, pid: u32) {
 
 /// Deletes syncguard's lock record for `key` from the shared Redis, as an operator (or an
 /// eviction) might; returns how many records went.
-fn delete_redis_lock(key: &str) -> i64 {
+pub(crate) fn delete_redis_lock(key: &str) -> i64 {
     shared_redis()
         .connection()
         .del(format!("syncguard:{key}"))

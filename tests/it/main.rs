@@ -16,6 +16,8 @@ mod chaos;
 mod cli;
 #[cfg(feature = "cli")]
 mod cli_input;
+#[cfg(feature = "cli")]
+mod cli_metrics;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;
 mod docs;

@@ -7,12 +7,14 @@
 //!
 //! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here;
 //! [`input`] checks the input before any backend is reached; [`run`] is the `run` supervisor;
-//! [`group`] the process group it runs the command in.
+//! [`group`] the process group it runs the command in; [`metrics_file`] writes
+//! `run --metrics-file`.
 
 mod duration;
 mod group;
 mod holder;
 mod input;
+mod metrics_file;
 mod run;
 
 use std::ffi::OsString;
@@ -349,6 +351,13 @@ pub struct RunFlags {
         value_name = "N"
     )]
     pub conflict_exit_code: u8,
+    /// When run ends, however it ends (ran, skipped, lost, a signal, --max-runtime, an
+    /// error), write its figures to this file in the Prometheus text format, for
+    /// node_exporter's textfile collector (name it *.prom in the collector's folder): a
+    /// temporary file in the same folder, renamed over PATH. A file that cannot be written is
+    /// a warning on stderr (with -q too), never a changed exit code. See docs/cli.md.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
     /// The command and its arguments (after `--`), passed on as they are, byte for byte,
     /// whatever their encoding.
     #[arg(
@@ -442,14 +451,19 @@ fn usage_error(error: &clap::Error) -> ExitCode {
     )))
 }
 
-/// Prints the error line and picks the exit code: 2 for bad input, 3 for everything else.
+/// Prints the error line and exits with [`error_exit_code`].
 fn fail(error: &LockError) -> ExitCode {
     eprintln!("error: {}: {}", error.code(), error.message());
-    ExitCode::from(if error.code() == ErrorCode::InvalidArgument {
+    ExitCode::from(error_exit_code(error))
+}
+
+/// The exit code of a command that ended with `error`: 2 for bad input, 3 for everything else.
+pub fn error_exit_code(error: &LockError) -> u8 {
+    if error.code() == ErrorCode::InvalidArgument {
         2
     } else {
         3
-    })
+    }
 }
 
 fn execute(cli: Cli) -> syncguard::Result<Outcome> {

@@ -23,6 +23,7 @@ use syncguard::{
 };
 
 use crate::group::{Group, become_subreaper};
+use crate::metrics_file::Figures;
 use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, take, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
@@ -72,10 +73,31 @@ enum Stop {
 }
 
 /// Runs the command under the lock; `connect` is called only once the lease's options have
-/// passed their checks, so that bad usage exits 2 without reaching the backend.
+/// passed their checks, so that bad usage exits 2 without reaching the backend. With
+/// `--metrics-file`, the run's figures are written however it ends (an error included).
 pub fn run(
     connect: impl FnOnce() -> syncguard::Result<Box<dyn LockBackend>>,
     args: RunArgs,
+) -> syncguard::Result<Outcome> {
+    let metrics_file = args.flags.metrics_file.clone();
+    let mut figures = Figures::new(&args.key);
+    let outcome = run_recording(connect, args, &mut figures);
+    if let Some(path) = metrics_file {
+        figures.exit_code = match &outcome {
+            Ok(Outcome::Exit(code) | Outcome::Printed(_, code)) => *code,
+            Ok(Outcome::Lines(_)) => 0,
+            Err(error) => crate::error_exit_code(error),
+        };
+        figures.write_or_warn(&path);
+    }
+    outcome
+}
+
+/// [`run`], noting in `figures` what happened (all but the exit code, which [`run`] adds).
+fn run_recording(
+    connect: impl FnOnce() -> syncguard::Result<Box<dyn LockBackend>>,
+    args: RunArgs,
+    figures: &mut Figures,
 ) -> syncguard::Result<Outcome> {
     let Some((program, program_args)) = args.flags.command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
@@ -143,7 +165,10 @@ pub fn run(
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     // The lock or a permit: from here on both are a LockGuard, supervised alike.
+    let asked = Instant::now();
     let acquired = take(&locker, &args.key, args.permits, args.wait);
+    figures.wait = asked.elapsed();
+    figures.acquired = matches!(acquired, Ok(Some(_)));
     let early_signal = inbox.try_iter().find_map(|event| match event {
         Event::Signal(signal) => Some(signal),
         _ => None,
@@ -199,6 +224,7 @@ pub fn run(
     if guard.is_lost() || too_late {
         // The lease ran out (or would be ending) before the command could start: it must not
         // run unlocked.
+        figures.lost = true;
         eprintln!(
             "syncguard: lost the lock on {:?} before the command started; not running it",
             args.key
@@ -244,9 +270,11 @@ pub fn run(
         }
     };
 
+    let started = Instant::now();
+    figures.started = true;
     // If run dies from here on (SIGKILL), the watcher ends the whole group.
     let watcher = group.watch();
-    let code = Supervisor {
+    let (code, lost) = Supervisor {
         group: &group,
         guard: &guard,
         on_lost: args.flags.on_lost,
@@ -254,6 +282,8 @@ pub fn run(
         ttl: args.ttl,
     }
     .supervise(&inbox, args.flags.max_runtime);
+    figures.ran = started.elapsed();
+    figures.lost = lost || guard.is_lost();
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
@@ -289,14 +319,19 @@ impl Supervisor<'_> {
     /// Waits until the command has exited and every process of its group is gone, ending the
     /// group on a signal, on loss, as the lease's local deadline nears (`--on-lost kill`:
     /// SIGTERM `--grace` before it, SIGKILL at it) or at `max_runtime`; returns `run`'s exit
-    /// code.
-    fn supervise(&self, inbox: &mpsc::Receiver<Event>, max_runtime: Option<Duration>) -> u8 {
+    /// code, and whether the lease was lost (or about to be) meanwhile.
+    fn supervise(
+        &self,
+        inbox: &mpsc::Receiver<Event>,
+        max_runtime: Option<Duration>,
+    ) -> (u8, bool) {
         let kill_on_loss = self.on_lost == OnLost::Kill;
         let started = Instant::now();
         let mut max_runtime_at = max_runtime.and_then(|limit| started.checked_add(limit));
         let mut stop: Option<Stop> = None;
         let mut kill_at: Option<Instant> = None;
         let mut killed_at_deadline = false;
+        let mut lost = false;
         let mut status: Option<io::Result<ExitStatus>> = None;
         loop {
             if status.is_some() && self.group.is_gone() {
@@ -378,19 +413,22 @@ impl Supervisor<'_> {
                 Event::Signal(signal) => {
                     self.terminate(&mut stop, &mut kill_at, Stop::Signal, signal);
                 }
-                Event::Lost(why) => match self.on_lost {
-                    OnLost::Kill => {
-                        eprintln!("syncguard: {why}; terminating the command's process group");
-                        self.terminate(&mut stop, &mut kill_at, Stop::Lost, libc::SIGTERM);
+                Event::Lost(why) => {
+                    lost = true;
+                    match self.on_lost {
+                        OnLost::Kill => {
+                            eprintln!("syncguard: {why}; terminating the command's process group");
+                            self.terminate(&mut stop, &mut kill_at, Stop::Lost, libc::SIGTERM);
+                        }
+                        OnLost::Warn => {
+                            eprintln!("syncguard: {why}; the command runs on (--on-lost warn)");
+                        }
                     }
-                    OnLost::Warn => {
-                        eprintln!("syncguard: {why}; the command runs on (--on-lost warn)");
-                    }
-                },
+                }
                 Event::Exited(exited) => status = Some(exited),
             }
         }
-        match stop {
+        let code = match stop {
             Some(Stop::Lost) => EXIT_LOST,
             Some(Stop::MaxRuntime) => EXIT_MAX_RUNTIME,
             Some(Stop::Signal) | None => match status {
@@ -401,7 +439,8 @@ impl Supervisor<'_> {
                 }
                 None => 1,
             },
-        }
+        };
+        (code, lost || stop == Some(Stop::Lost))
     }
 
     /// Sends `signal` to the group and, the first time the group is told to stop, starts the
