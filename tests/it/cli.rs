@@ -39,7 +39,7 @@ const SECRETS: [&str; 2] = [PG_PASSWORD, "hunter2"];
 
 /// A `sh -c` script that waits (at most 30 s, so nothing outlives the test run for long) until
 /// the file `$1` exists.
-const WAIT_FOR_GO_FILE: &str =
+pub(crate) const WAIT_FOR_GO_FILE: &str =
     r#"i=0; while [ ! -e "$1" ] && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
 
 pub(crate) fn redis_url() -> String {
@@ -119,7 +119,7 @@ impl Drop for Scratch {
 }
 
 /// Polls `ready` every few milliseconds until it holds, or fails the test.
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + DEADLINE;
     while !ready() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -219,11 +219,11 @@ impl Running {
         self.child.id().to_string()
     }
 
-    fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("try_wait").is_none()
     }
 
-    fn stderr_so_far(&self) -> String {
+    pub(crate) fn stderr_so_far(&self) -> String {
         read(&self.files.path("stderr"))
     }
 

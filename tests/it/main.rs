@@ -18,6 +18,8 @@ mod cli;
 mod cli_input;
 #[cfg(feature = "cli")]
 mod cli_metrics;
+#[cfg(feature = "cli")]
+mod cli_verbose;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;
 mod docs;

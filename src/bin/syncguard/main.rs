@@ -8,7 +8,7 @@
 //! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here;
 //! [`input`] checks the input before any backend is reached; [`run`] is the `run` supervisor;
 //! [`group`] the process group it runs the command in; [`metrics_file`] writes
-//! `run --metrics-file`.
+//! `run --metrics-file`; [`verbose`] is `-v`.
 
 mod duration;
 mod group;
@@ -16,6 +16,7 @@ mod holder;
 mod input;
 mod metrics_file;
 mod run;
+mod verbose;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -102,6 +103,12 @@ struct Cli {
     /// (memory: is refused: its locks live inside one process)
     #[arg(long, global = true, env = "SYNCGUARD_URL", hide_env_values = true)]
     url: Option<String>,
+    /// Print on stderr what syncguard does: each backend operation (every acquisition
+    /// attempt, renewal and release, with hashed keys and lock ids) and the library's notes
+    /// and warnings. -vv adds trace lines. With -q, both apply: -q silences a skip, -v still
+    /// prints what it saw.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -467,6 +474,7 @@ pub fn error_exit_code(error: &LockError) -> u8 {
 }
 
 fn execute(cli: Cli) -> syncguard::Result<Outcome> {
+    verbose::install(cli.verbose);
     let url = cli
         .url
         .filter(|url| !url.trim().is_empty())
@@ -481,7 +489,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
     }
     // Every command checks its input before it calls this: bad usage exits 2 at once, without
     // waiting for a server that may never answer (see `input`).
-    let backend = || syncguard::connect(&url);
+    let backend = || syncguard::connect(&url).map(verbose::observed);
     match cli.command {
         Command::Acquire { lock } => {
             let holder = match lock.holder.as_deref() {
