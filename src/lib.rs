@@ -96,6 +96,7 @@ mod locker;
 mod memory;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
+pub mod observe;
 mod permits;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod pool_options;
