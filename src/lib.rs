@@ -94,6 +94,8 @@ mod listing;
 mod lock_id;
 mod locker;
 mod memory;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
 pub mod observe;

@@ -240,6 +240,9 @@ pub struct Lost<'a> {
     /// `true` when a renewal found the lease gone from the store; `false` when it ran past its
     /// local deadline without a successful renewal (or reached its `max_hold`).
     pub by_renewal: bool,
+    /// The loss ends the hold; `false` only when a release that had just begun ended it first
+    /// (then [`Released`] counts the hold).
+    pub ends_hold: bool,
 }
 
 /// [`LockObserver::released`].
@@ -252,7 +255,7 @@ pub struct Released<'a> {
     pub held_for: Duration,
     /// What the release came to.
     pub how: Release,
-    /// The lease had been lost before (then [`Lost`] already ended its hold).
+    /// The lease had been lost before (then [`Lost`] ended the hold, not this).
     pub after_loss: bool,
 }
 

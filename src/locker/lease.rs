@@ -122,8 +122,11 @@ pub(crate) struct HeldLease {
     heartbeat: Heartbeat,
     on_lock_lost: Option<LostCallback>,
     observers: Observers,
-    /// The end of the hold (release or hand-over) has been told to the observers.
-    end_observed: AtomicBool,
+    /// The end of the hold (loss, release or hand-over) has been told to the observers: the
+    /// first of them to swap it ends the hold, whatever order the events race in.
+    hold_ended: AtomicBool,
+    /// The release has been told to the observers.
+    release_observed: AtomicBool,
     lost_token: CancelToken,
     /// When renewals stop (`LockOptions::max_hold`): the lease then ends at its last expiry.
     hold_until: Option<Instant>,
@@ -191,7 +194,8 @@ impl HeldLease {
             heartbeat: terms.heartbeat,
             on_lock_lost: terms.on_lock_lost,
             observers: terms.observers,
-            end_observed: AtomicBool::new(false),
+            hold_ended: AtomicBool::new(false),
+            release_observed: AtomicBool::new(false),
             lost_token: CancelToken::new(),
             hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
             hold_at_least_until: terms.min_hold.and_then(|hold| grant.sent.checked_add(hold)),
@@ -490,7 +494,7 @@ impl HeldLease {
     /// fails, the store's record still lasts until then at least: see the module docs).
     pub(crate) fn release(&self, driver: &dyn Driver, keep_hold: bool) -> Result<Released> {
         let result = self.release_in_store(driver, keep_hold);
-        if !self.end_observed.swap(true, Ordering::AcqRel) {
+        if !self.release_observed.swap(true, Ordering::AcqRel) {
             let how = match &result {
                 Ok(Released::Removed) => Release::Released,
                 Ok(Released::Kept) => Release::KeptForMinHold,
@@ -498,7 +502,7 @@ impl HeldLease {
                 Err(error) => Release::Error(error.code()),
             };
             let held_for = self.base.elapsed();
-            let after_loss = self.lost_reported.load(Ordering::Acquire);
+            let after_loss = self.hold_ended.swap(true, Ordering::AcqRel);
             self.observe(|observer, subject| {
                 observer.released(&observe::Released {
                     subject,
@@ -581,7 +585,7 @@ impl HeldLease {
         let held = state.phase == Phase::Held;
         self.set_phase(&mut state, Phase::Detached);
         drop(state);
-        if held && !self.end_observed.swap(true, Ordering::AcqRel) {
+        if held && !self.hold_ended.swap(true, Ordering::AcqRel) {
             let held_for = self.base.elapsed();
             self.observe(|observer, subject| {
                 observer.detached(&observe::Detached { subject, held_for })
@@ -644,11 +648,13 @@ impl HeldLease {
             return;
         }
         let held_for = self.base.elapsed();
+        let ends_hold = !self.hold_ended.swap(true, Ordering::AcqRel);
         self.observe(|observer, subject| {
             observer.lost(&observe::Lost {
                 subject,
                 held_for,
                 by_renewal,
+                ends_hold,
             })
         });
         self.lost_token.cancel();
