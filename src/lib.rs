@@ -68,6 +68,10 @@
 //! - `cli`: the `syncguard` command, with all three backends.
 //! - `testing`: the contract suite (`syncguard::testing`) for the tests of a backend written
 //!   elsewhere.
+//! - `metrics`: every [`Locker`] records what its acquisitions and leases lived through under
+//!   fixed `syncguard_*` names through the `metrics` facade (the facade only; the program
+//!   installs the recorder or exporter): see `syncguard::metrics`. Without it, an application
+//!   can still attach its own [`observe::LockObserver`]s.
 //!
 //! ```toml
 //! [dependencies]

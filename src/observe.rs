@@ -118,7 +118,7 @@ impl Subject<'_> {
         }
     }
 
-    /// The key's hash ([`hash_key`](crate::driver::hash_key)); computed on each call.
+    /// The key's hash ([`hash_key`]); computed on each call.
     pub fn key_hash(&self) -> String {
         hash_key(self.key.as_str())
     }
