@@ -585,6 +585,8 @@ impl HeldLease {
         let held = state.phase == Phase::Held;
         self.set_phase(&mut state, Phase::Detached);
         drop(state);
+        // A lease handed over is never released here: the guard's drop finds nothing to say.
+        self.release_observed.store(true, Ordering::Release);
         if held && !self.hold_ended.swap(true, Ordering::AcqRel) {
             let held_for = self.base.elapsed();
             self.observe(|observer, subject| {

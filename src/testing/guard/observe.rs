@@ -1,6 +1,7 @@
 //! Guard contracts for lifecycle hooks: what observers attached to a `Locker` are told.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Duration;
 
@@ -15,7 +16,8 @@ use crate::{Jitter, LockBackend};
 /// outside is lost exactly once, at a renewal; the others keep being renewed; a `try_lock` of a
 /// held key is refused as held, a `try_lock_for` as timed out; a waiter woken by a release
 /// reports its wait and attempts; releases say whether they released, kept a `min_hold`, or
-/// found the lease gone. The panicking observer changes none of it.
+/// found the lease gone; failed renewals and a hand-over are reported too. The panicking
+/// observer changes none of it.
 pub fn observers_see_what_each_lease_lived_through<B: LockBackend + 'static>(backend: B) {
     let [removed, waited_on, kept] = ["obs-removed", "obs-waited", "obs-kept"].map(unique_key);
     let log = Arc::new(EventLog::default());
@@ -148,4 +150,21 @@ pub fn observers_see_what_each_lease_lived_through<B: LockBackend + 'static>(bac
             .iter()
             .all(|(key, _)| key.is_none())
     );
+
+    // Failed renewals are reported, and the lease goes on; a hand-over ends it here.
+    let blip = unique_key("obs-blip");
+    let guard = locker.lock(&blip).unwrap();
+    recorder.failing_extends.store(2, Ordering::SeqCst);
+    wait_until("two failed renewals, then a good one", PATIENCE, || {
+        let seen = log.of(&blip);
+        let failed = seen
+            .iter()
+            .position(|seen| matches!(seen, Seen::RenewalFailed { .. }));
+        failed.is_some_and(|at| seen[at..].contains(&Seen::Renewed))
+    });
+    let failures = log.count(&blip, |seen| matches!(seen, Seen::RenewalFailed { .. }));
+    assert_eq!(failures, 2, "{:?}", log.of(&blip));
+    let lease = guard.detach();
+    assert_eq!(log.of(&blip).last(), Some(&Seen::Detached));
+    assert!(locker.backend().release(&lease.lock_id).unwrap());
 }
