@@ -284,7 +284,7 @@ pub struct Detached<'a> {
 }
 
 /// The observers of one locker, and the one place that calls them.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Observers {
     list: Arc<[Arc<dyn LockObserver>]>,
     backend: &'static str,
