@@ -46,6 +46,10 @@
 //! Backends never delete fence counters, so each run leaves one counter per key it used
 //! (about 10 000 for `hold`) on a real server.
 //!
+//! Built with the feature `metrics` and run with `SYNCGUARD_BENCH_RECORDER=1`, it first installs
+//! a metrics recorder (a registry of atomics, as an exporter keeps), to measure what recording
+//! the `syncguard_*` metrics costs.
+//!
 //! Exit status: 0 on success, 2 for bad usage, 3 when a lock operation fails
 //! (`error: <Code>: <message>` on stderr).
 
@@ -53,6 +57,9 @@
 // example reaches only the public API.
 #[path = "../src/duration.rs"]
 mod duration;
+#[cfg(feature = "metrics")]
+#[path = "bench_parts/recorder.rs"]
+mod recorder;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt;
@@ -978,6 +985,10 @@ fn run(args: &Args) -> Result<(), BenchError> {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "metrics")]
+    if std::env::var_os("SYNCGUARD_BENCH_RECORDER").is_some_and(|v| v == "1") {
+        recorder::install();
+    }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(Command::Run(args)) => args,
         Ok(Command::Help) => {

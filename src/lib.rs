@@ -68,6 +68,10 @@
 //! - `cli`: the `syncguard` command, with all three backends.
 //! - `testing`: the contract suite (`syncguard::testing`) for the tests of a backend written
 //!   elsewhere.
+//! - `metrics`: every [`Locker`] records what its acquisitions and leases lived through under
+//!   fixed `syncguard_*` names through the `metrics` facade (the facade only; the program
+//!   installs the recorder or exporter): see `syncguard::metrics`. Without it, an application
+//!   can still attach its own [`observe::LockObserver`]s.
 //!
 //! ```toml
 //! [dependencies]
@@ -94,8 +98,11 @@ mod listing;
 mod lock_id;
 mod locker;
 mod memory;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod net;
+pub mod observe;
 mod permits;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod pool_options;

@@ -242,7 +242,7 @@ struct Ids<'a> {
     error: Option<ErrorCode>,
 }
 
-fn looks_sensitive(key: &str) -> bool {
+pub(crate) fn looks_sensitive(key: &str) -> bool {
     let lower = key.to_lowercase();
     SENSITIVE_KEY_WORDS.iter().any(|word| lower.contains(word))
 }

@@ -37,6 +37,7 @@ use crate::key::Key;
 use crate::lock_id::LockId;
 use crate::locker::options::{Heartbeat, LostCallback};
 use crate::locker::store::{Origin, Store, Unheld};
+use crate::observe::{self, LockObserver, Observers, Release, Subject};
 use crate::time::Ttl;
 
 /// Where a lease is in its life.
@@ -120,6 +121,12 @@ pub(crate) struct HeldLease {
     fence: Fence,
     heartbeat: Heartbeat,
     on_lock_lost: Option<LostCallback>,
+    observers: Observers,
+    /// The end of the hold (loss, release or hand-over) has been told to the observers: the
+    /// first of them to swap it ends the hold, whatever order the events race in.
+    hold_ended: AtomicBool,
+    /// The release has been told to the observers.
+    release_observed: AtomicBool,
     lost_token: CancelToken,
     /// When renewals stop (`LockOptions::max_hold`): the lease then ends at its last expiry.
     hold_until: Option<Instant>,
@@ -174,6 +181,7 @@ pub(crate) struct Terms {
     pub max_hold: Option<Duration>,
     pub min_hold: Option<Duration>,
     pub on_lock_lost: Option<LostCallback>,
+    pub observers: Observers,
 }
 
 impl HeldLease {
@@ -185,6 +193,9 @@ impl HeldLease {
             fence: grant.lease.fence,
             heartbeat: terms.heartbeat,
             on_lock_lost: terms.on_lock_lost,
+            observers: terms.observers,
+            hold_ended: AtomicBool::new(false),
+            release_observed: AtomicBool::new(false),
             lost_token: CancelToken::new(),
             hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
             hold_at_least_until: terms.min_hold.and_then(|hold| grant.sent.checked_add(hold)),
@@ -336,7 +347,10 @@ impl HeldLease {
         if self.is_lost() {
             self.mark_lost(&mut state, false);
             drop(state);
-            self.report_lost(self.why_lost("it ran out before a renewal succeeded"));
+            self.report_lost(
+                self.why_lost("it ran out before a renewal succeeded"),
+                false,
+            );
             return Begin::Done(Renewal::Ended);
         }
         let sent = Instant::now();
@@ -393,7 +407,10 @@ impl HeldLease {
                 } else if Instant::now() >= self.deadline() {
                     self.mark_lost(&mut state, false);
                     drop(state);
-                    self.report_lost(self.why_lost("a renewal came back after it had run out"));
+                    self.report_lost(
+                        self.why_lost("a renewal came back after it had run out"),
+                        false,
+                    );
                     Renewal::Ended
                 } else {
                     let Extension {
@@ -407,16 +424,31 @@ impl HeldLease {
                         ticket.length,
                         expires_at_ms,
                     );
+                    drop(state);
+                    self.observe(|observer, subject| {
+                        observer.renewed(&observe::Renewed { subject })
+                    });
                     Renewal::Renewed
                 }
             }
             Ok(Outcome::NotFound | Outcome::Expired | Outcome::NotOwner) => {
                 self.mark_lost(&mut state, true);
                 drop(state);
-                self.report_lost("the lock was gone when its lease was renewed");
+                self.report_lost("the lock was gone when its lease was renewed", true);
                 Renewal::Ended
             }
-            Err(error) => Renewal::Failed(error),
+            Err(error) => {
+                drop(state);
+                let left = self.deadline().saturating_duration_since(Instant::now());
+                self.observe(|observer, subject| {
+                    observer.renewal_failed(&observe::RenewalFailed {
+                        subject,
+                        code: error.code(),
+                        left,
+                    })
+                });
+                Renewal::Failed(error)
+            }
         }
     }
 
@@ -453,7 +485,7 @@ impl HeldLease {
         };
         self.mark_lost(&mut state, false);
         drop(state);
-        self.report_lost(why);
+        self.report_lost(why, false);
     }
 
     /// Releases the lease through `driver`, once. Waits for a renewal in flight to come back
@@ -461,6 +493,30 @@ impl HeldLease {
     /// `keep_hold`, the lock is kept: one extension sets it to expire when the hold ends (if it
     /// fails, the store's record still lasts until then at least: see the module docs).
     pub(crate) fn release(&self, driver: &dyn Driver, keep_hold: bool) -> Result<Released> {
+        let result = self.release_in_store(driver, keep_hold);
+        if !self.release_observed.swap(true, Ordering::AcqRel) {
+            let how = match &result {
+                Ok(Released::Removed) => Release::Released,
+                Ok(Released::Kept) => Release::KeptForMinHold,
+                Ok(Released::Absent) => Release::AlreadyGone,
+                Err(error) => Release::Error(error.code()),
+            };
+            let held_for = self.base.elapsed();
+            let after_loss = self.hold_ended.swap(true, Ordering::AcqRel);
+            self.observe(|observer, subject| {
+                observer.released(&observe::Released {
+                    subject,
+                    held_for,
+                    how,
+                    after_loss,
+                })
+            });
+        }
+        result
+    }
+
+    /// [`release`](Self::release) without the observing.
+    fn release_in_store(&self, driver: &dyn Driver, keep_hold: bool) -> Result<Released> {
         let version = {
             let mut state = self.settled_state();
             match state.phase {
@@ -526,7 +582,17 @@ impl HeldLease {
     /// renewal in flight, so that the expiry returned is the latest.
     pub(crate) fn detach(&self) -> Lease {
         let mut state = self.settled_state();
+        let held = state.phase == Phase::Held;
         self.set_phase(&mut state, Phase::Detached);
+        drop(state);
+        // A lease handed over is never released here: the guard's drop finds nothing to say.
+        self.release_observed.store(true, Ordering::Release);
+        if held && !self.hold_ended.swap(true, Ordering::AcqRel) {
+            let held_for = self.base.elapsed();
+            self.observe(|observer, subject| {
+                observer.detached(&observe::Detached { subject, held_for })
+            });
+        }
         Lease {
             lock_id: self.lock_id.as_str().to_owned(),
             fence: self.fence,
@@ -579,10 +645,20 @@ impl HeldLease {
 
     /// Tells the program (once) that the lease is lost: the lost token, then the callback or a
     /// log line. Called without the state lock.
-    fn report_lost(&self, why: &str) {
+    fn report_lost(&self, why: &str, by_renewal: bool) {
         if self.lost_reported.swap(true, Ordering::AcqRel) {
             return;
         }
+        let held_for = self.base.elapsed();
+        let ends_hold = !self.hold_ended.swap(true, Ordering::AcqRel);
+        self.observe(|observer, subject| {
+            observer.lost(&observe::Lost {
+                subject,
+                held_for,
+                by_renewal,
+                ends_hold,
+            })
+        });
         self.lost_token.cancel();
         let message = format!("lost the lock on key {}: {why}", self.key);
         let error = self.error(ErrorCode::LockLost, &message);
@@ -594,6 +670,11 @@ impl HeldLease {
             }
             None => log::warn!("syncguard: {message}"),
         }
+    }
+
+    /// Tells the observers about this lease.
+    fn observe(&self, call: impl Fn(&dyn LockObserver, Subject<'_>)) {
+        self.observers.emit(self.kind, &self.key, call);
     }
 
     fn error(&self, code: ErrorCode, message: &str) -> LockError {

@@ -12,7 +12,7 @@ mod store;
 mod wake;
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use rand::RngExt as _;
@@ -33,6 +33,7 @@ use crate::driver::{Acquisition, Driver, LeaseKind, LeaseRef, Permits};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
 use crate::lock_id::LockId;
+use crate::observe::{Acquired, LockObserver, NotAcquired, Observers, Refusal};
 use crate::time::Ttl;
 
 /// Takes locks from a backend and hands out guards that release on drop and are kept alive
@@ -65,6 +66,8 @@ struct Shared<B> {
     wakeups: Arc<Wakeups>,
     orphans: Arc<Orphans>,
     fences: FenceWatch,
+    /// Told what each acquisition and lease lived through; leases keep the set they began with.
+    observers: RwLock<Observers>,
     /// Itself, for the thread that releases orphaned locks.
     this: Weak<Shared<B>>,
 }
@@ -124,6 +127,11 @@ impl<B: Driver + 'static> Locker<B> {
     /// A locker over `backend` whose [`lock`](Locker::lock), [`try_lock`](Locker::try_lock)
     /// and [`with_lock`](Locker::with_lock) use `defaults`.
     pub fn with_defaults(backend: B, defaults: LockOptions) -> Self {
+        let observers = Observers::new(backend.describe().backend);
+        #[cfg(feature = "metrics")]
+        let observers = observers.with(Arc::new(crate::metrics::Metrics::new(
+            backend.describe().backend,
+        )));
         Locker {
             shared: Arc::new_cyclic(|this| Shared {
                 backend,
@@ -132,9 +140,25 @@ impl<B: Driver + 'static> Locker<B> {
                 wakeups: Arc::new(Wakeups::default()),
                 orphans: Arc::new(Orphans::default()),
                 fences: FenceWatch::default(),
+                observers: RwLock::new(observers),
                 this: this.clone(),
             }),
         }
+    }
+
+    /// Adds `observer`, told from now on what the acquisitions and leases of this locker (and
+    /// of its clones, which share it) live through: see [`observe`](crate::observe). Leases
+    /// acquired before keep the observers they began with.
+    #[must_use]
+    pub fn with_observer(self, observer: Arc<dyn LockObserver>) -> Self {
+        let mut observers = self
+            .shared
+            .observers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        *observers = observers.with(observer);
+        drop(observers);
+        self
     }
 
     /// The backend, for direct single-attempt operations and lookups.
@@ -216,13 +240,65 @@ impl<B: Driver + 'static> Locker<B> {
         self.acquire_target(Key::new(key)?, Target::Lock, options)
     }
 
-    /// The retry loop, for a lock or a permit. `Ok(None)` when it stayed held past the timeout
-    /// or retry budget.
+    /// The retry loop, for a lock or a permit, and the one place its outcome is observed.
+    /// `Ok(None)` when it stayed held past the timeout or retry budget.
     fn acquire_target(
         &self,
         key: Key,
         target: Target,
         options: &LockOptions,
+    ) -> Result<Option<LockGuard>> {
+        let observers = self
+            .shared
+            .observers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let start = Instant::now();
+        let mut attempts: u32 = 0;
+        let result = self.take(&key, target, options, &observers, start, &mut attempts);
+        if observers.is_empty() {
+            return result;
+        }
+        let wait = start.elapsed();
+        let why = match &result {
+            Ok(Some(guard)) => {
+                observers.emit(target.kind(), &key, |observer, subject| {
+                    observer.acquired(&Acquired {
+                        subject,
+                        wait,
+                        attempts,
+                        fence: guard.fence(),
+                    })
+                });
+                return result;
+            }
+            Ok(None) if options.max_retries == 0 || options.timeout.is_zero() => Refusal::Held,
+            Ok(None) => Refusal::Timeout,
+            Err(error) if error.code() == ErrorCode::Aborted => Refusal::Cancelled,
+            Err(error) => Refusal::Error(error.code()),
+        };
+        observers.emit(target.kind(), &key, |observer, subject| {
+            observer.not_acquired(&NotAcquired {
+                subject,
+                why,
+                wait,
+                attempts,
+            })
+        });
+        result
+    }
+
+    /// [`acquire_target`](Self::acquire_target) without the observing; `attempts` counts the
+    /// attempts sent to the store.
+    fn take(
+        &self,
+        key: &Key,
+        target: Target,
+        options: &LockOptions,
+        observers: &Observers,
+        start: Instant,
+        tried: &mut u32,
     ) -> Result<Option<LockGuard>> {
         let (ttl, holder) = options.checked()?;
         // min_hold: the store is asked for the hold at least, so that its record outlasts the
@@ -237,14 +313,13 @@ impl<B: Driver + 'static> Locker<B> {
         let aborted =
             || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(key.as_str());
         let cancel = options.cancel.as_ref();
-        let start = Instant::now();
         let mut attempts: u32 = 0;
         // Registered as a waiter before the first attempt (a map entry, no I/O), so that a
         // release during any attempt is heard; the count of releases heard is read before each
         // attempt, so a release between an attempt and the sleep after it ends that sleep at
         // once. The driver's watch (other processes' releases) starts only on contention.
         let waiting = (options.max_retries > 0 && !options.timeout.is_zero())
-            .then(|| self.shared.wakeups.enter(&key));
+            .then(|| self.shared.wakeups.enter(key));
         // A transient failure (timeout, unreachable store) does not end the wait: it is tried
         // again like contention, and reported only if the wait ends with it.
         let mut failure: Option<LockError> = None;
@@ -254,13 +329,14 @@ impl<B: Driver + 'static> Locker<B> {
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
             // Granted fences must be above what this locker had seen when it asked.
-            let seen = self.shared.fences.highest(&key, target.kind());
+            let seen = self.shared.fences.highest(key, target.kind());
             let sent = Instant::now();
+            *tried = tried.saturating_add(1);
             let backend = &self.shared.backend;
             let attempt = match target {
-                Target::Lock => backend.try_acquire(&key, length, holder.as_ref()),
+                Target::Lock => backend.try_acquire(key, length, holder.as_ref()),
                 Target::Permit(permits) => {
-                    backend.try_acquire_permit(&key, permits, length, holder.as_ref())
+                    backend.try_acquire_permit(key, permits, length, holder.as_ref())
                 }
             };
             match attempt {
@@ -274,7 +350,7 @@ impl<B: Driver + 'static> Locker<B> {
                     }
                 }
                 Err(error) => {
-                    self.release_if_in_doubt(&key, target.kind(), length, &error);
+                    self.release_if_in_doubt(key, target.kind(), length, &error);
                     if !error.code().is_transient() {
                         return Err(error);
                     }
@@ -314,14 +390,14 @@ impl<B: Driver + 'static> Locker<B> {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
         })?;
         let kind = target.kind();
-        if let Err(error) = self.shared.fences.check(&key, kind, lease.fence, seen) {
+        if let Err(error) = self.shared.fences.check(key, kind, lease.fence, seen) {
             let lease = LeaseRef::new(&lock_id)
-                .with_key(&key)
+                .with_key(key)
                 .with_kind(kind)
                 .with_version(version.as_ref());
             if self.shared.backend.release_lease(lease).is_err() {
                 self.shared.release_later(Unheld::now(
-                    &key,
+                    key,
                     &lock_id,
                     kind,
                     length,
@@ -332,7 +408,7 @@ impl<B: Driver + 'static> Locker<B> {
         }
         let held = Arc::new(HeldLease::new(
             Grant {
-                key,
+                key: key.clone(),
                 lock_id,
                 kind,
                 lease,
@@ -346,6 +422,7 @@ impl<B: Driver + 'static> Locker<B> {
                 max_hold: options.max_hold,
                 min_hold: options.min_hold,
                 on_lock_lost: options.on_lock_lost.clone(),
+                observers: observers.clone(),
             },
         ));
         self.shared.scheduler.schedule(&held);

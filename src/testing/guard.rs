@@ -19,7 +19,9 @@ use super::recorder::{Call, Recorder, recorded_locker};
 use super::support::{PATIENCE, short_lease, unique_key, wait_until};
 
 mod failures;
+mod observe;
 pub use self::failures::*;
+pub use self::observe::*;
 
 /// Dropping a guard releases its lock.
 pub fn drop_releases<B: LockBackend + 'static>(backend: B) {

@@ -32,6 +32,7 @@
 
 pub mod backend;
 pub mod guard;
+pub mod observed;
 pub mod recorder;
 pub mod semaphore;
 pub mod support;
@@ -145,6 +146,7 @@ macro_rules! __contract_tests {
             min_hold_failed_release_ends_with_the_hold,
             holder_option_is_stored_with_the_lock,
             holder_is_validated_before_any_io,
+            observers_see_what_each_lease_lived_through,
         );
     };
     (semaphore: $factory:expr) => {
@@ -163,6 +165,7 @@ macro_rules! __contract_tests {
             holders_are_listed_in_fence_order,
             permits_are_listed_by_prefix,
             bad_permits_are_refused_before_any_io,
+            permits_are_observed,
         );
     };
     (

@@ -519,3 +519,52 @@ pub fn permits_are_listed_by_prefix<B: LockBackend + 'static>(backend: B) {
     assert!(backend.release(&lock.lock_id).unwrap());
     assert!(backend.list_permits(&under, 10).unwrap().locks.is_empty());
 }
+
+/// Permits are observed as leases of kind `permit`: acquired, refused when all are held (by
+/// one attempt and by a bounded wait), renewed, and released.
+pub fn permits_are_observed<B: LockBackend + 'static>(backend: B) {
+    use crate::observe::{Kind, Refusal, Release};
+    use crate::testing::observed::{EventLog, Seen};
+
+    let key = unique_key("sem-observed");
+    let log = Arc::new(EventLog::default());
+    let (locker, _) = recorded_locker(backend, short_lease(5_000, 500));
+    let locker = locker.with_observer(log.clone());
+    let semaphore = locker.semaphore(&key, 1).unwrap();
+    let permit = semaphore.acquire().unwrap();
+    assert!(semaphore.try_acquire().unwrap().is_none());
+    let short = Duration::from_millis(300);
+    assert!(semaphore.try_acquire_for(short).unwrap().is_none());
+    wait_until("a renewal of the permit", PATIENCE, || {
+        log.count(&key, |seen| *seen == Seen::Renewed) >= 1
+    });
+    assert!(permit.release().unwrap());
+    let events: Vec<Seen> = log
+        .of(&key)
+        .into_iter()
+        .filter(|seen| *seen != Seen::Renewed)
+        .collect();
+    match events.as_slice() {
+        [
+            Seen::Acquired {
+                kind: Kind::Permit,
+                attempts: 1,
+                ..
+            },
+            Seen::NotAcquired {
+                kind: Kind::Permit,
+                why: Refusal::Held,
+            },
+            Seen::NotAcquired {
+                kind: Kind::Permit,
+                why: Refusal::Timeout,
+            },
+            Seen::Released {
+                kind: Kind::Permit,
+                how: Release::Released,
+                after_loss: false,
+            },
+        ] => {}
+        other => panic!("the permit's events: {other:?}"),
+    }
+}
