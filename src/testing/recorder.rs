@@ -29,6 +29,8 @@ pub enum Call {
 pub struct Recorder<B> {
     inner: B,
     log: Mutex<Vec<Call>>,
+    /// The keys of the acquisitions answered [`Acquisition::Locked`], each when its answer came.
+    found_held: Mutex<Vec<String>>,
     /// Fail this many upcoming extends with `NetworkTimeout`.
     pub(super) failing_extends: AtomicU32,
     /// Fail every extend with `NetworkTimeout` while set.
@@ -49,6 +51,7 @@ impl<B: Driver> Recorder<B> {
         Arc::new(Recorder {
             inner,
             log: Mutex::new(Vec::new()),
+            found_held: Mutex::new(Vec::new()),
             failing_extends: AtomicU32::new(0),
             extends_down: AtomicBool::new(false),
             releases_down: AtomicBool::new(false),
@@ -88,6 +91,17 @@ impl<B: Driver> Recorder<B> {
             .count()
     }
 
+    /// How many acquisitions of `key` have come back found held ([`Acquisition::Locked`]):
+    /// unlike [`count`](Recorder::count), which counts calls as they start, only answers.
+    pub fn found_held(&self, key: &str) -> usize {
+        self.found_held
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| *k == key)
+            .count()
+    }
+
     fn record(&self, call: Call) {
         self.log.lock().unwrap().push(call);
     }
@@ -114,6 +128,10 @@ impl<B: Driver> Recorder<B> {
         match acquire()? {
             Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
                 Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
+            }
+            Acquisition::Locked => {
+                self.found_held.lock().unwrap().push(key.to_string());
+                Ok(Acquisition::Locked)
             }
             acquisition => Ok(acquisition),
         }

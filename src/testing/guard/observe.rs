@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::observe::{Kind, Refusal, Release};
 use crate::testing::observed::{EventLog, Panicking, Seen};
-use crate::testing::recorder::{Call, recorded_locker};
+use crate::testing::recorder::recorded_locker;
 use crate::testing::support::{PATIENCE, short_lease, unique_key, wait_until};
 use crate::{Jitter, LockBackend};
 
@@ -83,8 +83,10 @@ pub fn observers_see_what_each_lease_lived_through<B: LockBackend + 'static>(bac
     assert_eq!(refusals, [Refusal::Held, Refusal::Timeout]);
 
     // A waiter woken by a release: its wait and attempts are recorded.
-    let attempts = || recorder.count(&Call::Acquire(waited_on.clone()));
-    let before = attempts();
+    // Awaited by its answer, not by its start: a release while the first attempt is still on
+    // its way would let that attempt take the key (seen through PgBouncer on a loaded machine).
+    let found_held = || recorder.found_held(&waited_on);
+    let before = found_held();
     let patient = short_lease(5_000, 500)
         .retry_delay(Duration::from_secs(30))
         .max_retry_delay(Duration::from_secs(30))
@@ -97,9 +99,11 @@ pub fn observers_see_what_each_lease_lived_through<B: LockBackend + 'static>(bac
                 .map(|guard| guard.release())
         }
     });
-    wait_until("the waiter's first attempt", PATIENCE, || {
-        attempts() > before
-    });
+    wait_until(
+        "the waiter's first attempt to find it held",
+        PATIENCE,
+        || found_held() > before,
+    );
     assert!(held.release().unwrap());
     assert!(waiter.join().unwrap().unwrap().unwrap());
     let acquisitions: Vec<Seen> = log
