@@ -51,24 +51,6 @@ pub(crate) fn pg_url() -> String {
     shared_postgres_with_tables().url()
 }
 
-/// For each `check`, a module of that name with the `#[test]`s `on_redis` and `on_postgres`,
-/// each running `check` against the shared server.
-macro_rules! on_redis_and_postgres {
-    ($($check:ident),* $(,)?) => {$(
-        mod $check {
-            #[test]
-            fn on_redis() {
-                super::$check(&super::redis_url());
-            }
-
-            #[test]
-            fn on_postgres() {
-                super::$check(&super::pg_url());
-            }
-        }
-    )*};
-}
-
 on_redis_and_postgres!(
     acquire_status_extend_release,
     list_prints_what_status_prints_sorted,

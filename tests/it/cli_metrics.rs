@@ -23,23 +23,6 @@ const GAUGES: [&str; 7] = [
     "syncguard_run_last_success_timestamp_seconds",
 ];
 
-/// For each `check`, a module with `on_redis` and `on_postgres` running it on that server.
-macro_rules! on_redis_and_postgres {
-    ($($check:ident),* $(,)?) => {$(
-        mod $check {
-            #[test]
-            fn on_redis() {
-                super::$check(&super::redis_url());
-            }
-
-            #[test]
-            fn on_postgres() {
-                super::$check(&super::pg_url());
-            }
-        }
-    )*};
-}
-
 on_redis_and_postgres!(a_run_that_ran_then_one_skipped);
 
 /// The gauges of `key` in a metrics file, by name; fails unless each has its `# HELP` and

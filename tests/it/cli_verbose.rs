@@ -15,23 +15,6 @@ const REFUSED_ATTEMPT: &str = r#""type":"acquire","result":"fail","reason":"lock
 /// What `-v` prints for a renewal the backend confirmed.
 const RENEWED: &str = r#""type":"extend","result":"ok""#;
 
-/// For each `check`, a module with `on_redis` and `on_postgres` running it on that server.
-macro_rules! on_redis_and_postgres {
-    ($($check:ident),* $(,)?) => {$(
-        mod $check {
-            #[test]
-            fn on_redis() {
-                super::$check(&super::redis_url());
-            }
-
-            #[test]
-            fn on_postgres() {
-                super::$check(&super::pg_url());
-            }
-        }
-    )*};
-}
-
 on_redis_and_postgres!(a_contended_run_shows_its_attempt_with_v_only);
 
 fn a_contended_run_shows_its_attempt_with_v_only(url: &str) {

@@ -9,6 +9,26 @@
 
 mod support;
 
+/// For each `check`, a module of that name with the `#[test]`s `on_redis` and `on_postgres`,
+/// each running `check` against the shared server (`redis_url()` / `pg_url()` in the module that
+/// invokes it). Defined before the modules that use it: `cli`, `cli_metrics`, `cli_verbose`.
+#[cfg(feature = "cli")]
+macro_rules! on_redis_and_postgres {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            #[test]
+            fn on_redis() {
+                super::$check(&super::redis_url());
+            }
+
+            #[test]
+            fn on_postgres() {
+                super::$check(&super::pg_url());
+            }
+        }
+    )*};
+}
+
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod chaos;
 // `cli` brings every backend.
