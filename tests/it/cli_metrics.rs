@@ -132,19 +132,22 @@ fn a_run_that_ran_then_one_skipped(url: &str) {
     let key = format!("{base}\"q\\b");
     let file = scratch.path("job.prom");
     let file_arg = scratch.arg("job.prom");
+    let run_true = || {
+        sg(
+            url,
+            &[
+                "run",
+                "--key",
+                &key,
+                "--metrics-file",
+                &file_arg,
+                "--",
+                "true",
+            ],
+        )
+    };
 
-    let out = sg(
-        url,
-        &[
-            "run",
-            "--key",
-            &key,
-            "--metrics-file",
-            &file_arg,
-            "--",
-            "true",
-        ],
-    );
+    let out = run_true();
     out.expect_code(0);
     let ran = metrics(&file, &key);
     expect_figures(&ran, 0, true, false);
@@ -157,18 +160,7 @@ fn a_run_that_ran_then_one_skipped(url: &str) {
     );
 
     let holder = acquire(url, &key, &[]);
-    let out = sg(
-        url,
-        &[
-            "run",
-            "--key",
-            &key,
-            "--metrics-file",
-            &file_arg,
-            "--",
-            "true",
-        ],
-    );
+    let out = run_true();
     out.expect_code(75);
     let skipped = metrics(&file, &key);
     expect_figures(&skipped, 75, false, false);

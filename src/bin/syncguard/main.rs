@@ -556,9 +556,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 LockOptions::default()
                     .min_hold(hold)
                     .validate()
-                    .map_err(|error| {
-                        LockError::invalid_argument(format!("--min-hold: {}", error.message()))
-                    })?;
+                    .map_err(|error| input::named("--min-hold", &error))?;
             }
             let holder = match lock.holder.as_deref() {
                 Some(given) => Some(holder::given(given)?),
