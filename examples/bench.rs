@@ -72,8 +72,8 @@ use std::time::{Duration, Instant};
 use crate::duration::parse_duration;
 use serde::Serialize;
 use syncguard::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, LeaseRef, LockRecord, OnRelease, Outcome,
-    Permits, ReleaseWatch, Ttl,
+    Acquisition, Driver, Extension, Find, Holder, Key, LeaseKind, LeaseRef, Line, LockId,
+    LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, Ttl,
 };
 use syncguard::{
     AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
@@ -901,8 +901,9 @@ impl Driver for CountingRenewals {
         key: &Key,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> syncguard::Result<Acquisition> {
-        self.inner.try_acquire(key, ttl, holder)
+        self.inner.try_acquire(key, ttl, holder, line)
     }
     fn try_acquire_permit(
         &self,
@@ -910,11 +911,16 @@ impl Driver for CountingRenewals {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> syncguard::Result<Acquisition> {
-        self.inner.try_acquire_permit(key, permits, ttl, holder)
+        self.inner
+            .try_acquire_permit(key, permits, ttl, holder, line)
     }
     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
         self.inner.release_lease(lease)
+    }
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> syncguard::Result<()> {
+        self.inner.leave_line(key, kind, place)
     }
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
         let answer = self.inner.extend_lease(lease, ttl);

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::driver::{Acquisition, Capabilities, Driver, Find, Lease, LeaseRef, LockRecord};
+use crate::driver::{
+    Acquisition, Capabilities, Driver, Find, Lease, LeaseKind, LeaseRef, Line, LockRecord,
+    PlaceRecord,
+};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::hash::hash_key;
@@ -45,7 +48,7 @@ pub trait LockBackend: Driver {
     /// Contention is [`AcquireOutcome::Locked`], not an error.
     fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
-        Ok(match self.try_acquire(&key, ttl, None)? {
+        Ok(match self.try_acquire(&key, ttl, None, Line::Keep)? {
             Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
             Acquisition::Locked => AcquireOutcome::Locked,
         })
@@ -149,10 +152,12 @@ pub trait LockBackend: Driver {
     /// ```
     fn acquire_permit(&self, key: &str, permits: u32, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, permits, ttl) = (Key::new(key)?, Permits::new(permits)?, Ttl::new(ttl)?);
-        Ok(match self.try_acquire_permit(&key, permits, ttl, None)? {
-            Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
-            Acquisition::Locked => AcquireOutcome::Locked,
-        })
+        Ok(
+            match self.try_acquire_permit(&key, permits, ttl, None, Line::Keep)? {
+                Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
+                Acquisition::Locked => AcquireOutcome::Locked,
+            },
+        )
     }
 
     /// Gives back the permit of the semaphore on `key` held under `lock_id`: `true` when this
@@ -210,6 +215,22 @@ pub trait LockBackend: Driver {
             .map(LockInfoDebug::from))
     }
 
+    /// The line of waiters for the lock on `key`: their live places in the order they will be
+    /// served, each with its holder text and expiry ([`LockOptions::wait_in_line`]). Empty when
+    /// nobody waits, or for a backend without a line. Sanitised: the place ids as hashes.
+    ///
+    /// [`LockOptions::wait_in_line`]: crate::LockOptions::wait_in_line
+    fn line(&self, key: &str) -> Result<Vec<PlaceInfo>> {
+        let key = Key::new(key)?;
+        Ok(places(self.find_line(&key, LeaseKind::Lock)?))
+    }
+
+    /// [`line`](LockBackend::line) for the semaphore on `key`.
+    fn permit_line(&self, key: &str) -> Result<Vec<PlaceInfo>> {
+        let key = Key::new(key)?;
+        Ok(places(self.find_line(&key, LeaseKind::Permit)?))
+    }
+
     /// What this backend is and guarantees: its driver's [`Driver::describe`], under the name
     /// a lock user calls. The two cannot be one method: named alike, a call on any
     /// `B: LockBackend` would be ambiguous; on the driver alone, a lock user would have to
@@ -228,6 +249,32 @@ impl fmt::Debug for dyn LockBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "LockBackend({})", self.describe().backend)
     }
+}
+
+fn places(records: Vec<PlaceRecord>) -> Vec<PlaceInfo> {
+    records
+        .into_iter()
+        .map(|record| PlaceInfo {
+            place_hash: hash_key(&record.place_id),
+            expires_at_ms: record.expires_at_ms,
+            holder: record.holder,
+        })
+        .collect()
+}
+
+/// A waiter's place in a key's line, sanitised: what [`LockBackend::line`] returns. Serialises
+/// with camelCase names, as [`LockInfo`] does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlaceInfo {
+    /// `hash_key(place id)`.
+    pub place_hash: String,
+    /// When the place lapses unless its waiter renews it (each of its attempts does), in Unix
+    /// ms of the backend's time authority.
+    pub expires_at_ms: i64,
+    /// Who waits, as described by its [`holder`](crate::LockOptions::holder) option; `None`
+    /// without one.
+    pub holder: Option<String>,
 }
 
 /// The answer to [`LockBackend::acquire`].

@@ -41,7 +41,7 @@
 //!     fn describe(&self) -> Capabilities {
 //!         Capabilities::new("toy", true, TimeAuthority::Client)
 //!     }
-//!     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> syncguard::Result<Acquisition> {
+//!     fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>, _: Line<'_>) -> syncguard::Result<Acquisition> {
 //!         let now = SystemClock.now_ms();
 //!         let mut state = self.0.lock().unwrap();
 //!         let (locks, fences) = &mut *state;
@@ -110,6 +110,7 @@ pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
 pub use crate::hash::hash_key;
 pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
+pub use crate::line::{Admission, Line, PLACE_TTL, PlaceRecord, Places};
 pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
 };
@@ -132,7 +133,18 @@ pub trait Driver: Send + Sync {
     /// key's next fence. The expiry comes from the store's time authority. `holder`, when
     /// given, is stored with the lock and returned by [`find`](Driver::find) for as long as
     /// this lock lives (never for a later lock on the key).
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition>;
+    ///
+    /// `line` says how the key's line of waiters is heeded (see [`Line`]: a lock has one slot).
+    /// A store without a line ([`find_line`](Driver::find_line) left at its default) treats
+    /// every `line` as [`Line::Ignore`]. An acquisition that finds the key free and its line
+    /// empty writes nothing but the lock, in the one round trip it always made.
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition>;
 
     /// Takes one of the `permits` permits of the semaphore on `key` for `ttl`, unless that
     /// many live permits are held, with a fresh lock id and the semaphore's next fence. Permits
@@ -147,6 +159,9 @@ pub trait Driver: Send + Sync {
     /// [`LeaseKind::Permit`], which names the key. A release is announced to
     /// [`watch_releases`](Driver::watch_releases) with the key, as a lock's is.
     ///
+    /// `line` is heeded as for a lock, over the semaphore's own line, with one slot per free
+    /// permit (the first in line takes the next free permit).
+    ///
     /// The default refuses (`InvalidArgument`: this backend has no semaphores); every bundled
     /// backend has them.
     fn try_acquire_permit(
@@ -155,9 +170,25 @@ pub trait Driver: Send + Sync {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
-        let _ = (key, permits, ttl, holder);
+        let _ = (key, permits, ttl, holder, line);
         Err(no_semaphores(self.describe()))
+    }
+
+    /// Removes the place `place` from the line of `key`'s lock or semaphore (`kind`): its
+    /// waiter gave up. Nothing when it is not there. The default (a store without a line) does
+    /// nothing.
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        let _ = (key, kind, place);
+        Ok(())
+    }
+
+    /// The live places of the line of `key`'s lock or semaphore (`kind`), in line order, with
+    /// their raw values. Read only. The default (a store without a line) answers none.
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        let _ = (key, kind);
+        Ok(Vec::new())
     }
 
     /// The live permits of the semaphore on `key`, with their raw values, in fence order
@@ -261,8 +292,9 @@ macro_rules! forward_driver {
                 key: &Key,
                 ttl: Ttl,
                 holder: Option<&Holder>,
+                line: Line<'_>,
             ) -> Result<Acquisition> {
-                (**self).try_acquire(key, ttl, holder)
+                (**self).try_acquire(key, ttl, holder, line)
             }
             fn try_acquire_permit(
                 &self,
@@ -270,8 +302,15 @@ macro_rules! forward_driver {
                 permits: Permits,
                 ttl: Ttl,
                 holder: Option<&Holder>,
+                line: Line<'_>,
             ) -> Result<Acquisition> {
-                (**self).try_acquire_permit(key, permits, ttl, holder)
+                (**self).try_acquire_permit(key, permits, ttl, holder, line)
+            }
+            fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+                (**self).leave_line(key, kind, place)
+            }
+            fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+                (**self).find_line(key, kind)
             }
             fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
                 (**self).find_permits(key)

@@ -94,6 +94,7 @@ mod fence;
 mod hash;
 mod holder;
 mod key;
+mod line;
 mod listing;
 mod lock_id;
 mod locker;
@@ -121,8 +122,8 @@ pub mod redis;
 pub mod testing;
 
 pub use crate::backend::{
-    AcquireOutcome, LockBackend, LockInfo, LockInfoDebug, Lookup, get_by_id, get_by_id_raw,
-    get_by_key, get_by_key_raw, list_locks, list_locks_raw, owns,
+    AcquireOutcome, LockBackend, LockInfo, LockInfoDebug, Lookup, PlaceInfo, get_by_id,
+    get_by_id_raw, get_by_key, get_by_key_raw, list_locks, list_locks_raw, owns,
 };
 pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;

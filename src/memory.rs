@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
-    LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
-    is_live,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
+    LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, Places, ReleaseWatch,
+    TIME_TOLERANCE_MS, Ttl, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::Result;
@@ -67,6 +67,8 @@ struct State {
     sweep_at: usize,
     /// Normalised key → its semaphore: apart from the key's lock and its fences.
     semaphores: HashMap<String, Semaphore>,
+    /// Normalised key → the line of waiters for its lock, while anyone is in it.
+    lines: HashMap<String, Places>,
 }
 
 /// The permits of one key's semaphore and its own fence sequence.
@@ -76,6 +78,8 @@ struct Semaphore {
     held: HashMap<String, Entry>,
     /// The last fence issued. Never shrinks.
     fence: u64,
+    /// Its line of waiters.
+    line: Places,
 }
 
 struct Entry {
@@ -250,6 +254,44 @@ impl State {
         Ok((outcome, Some(key.to_string())))
     }
 
+    /// Decides an acquisition of `key`'s lock with `free` slots by its line ([`Places::admit`]);
+    /// a line left empty is dropped.
+    fn admit(
+        &mut self,
+        key: &Key,
+        line: Line<'_>,
+        free: usize,
+        now_ms: i64,
+        holder: Option<&Holder>,
+    ) -> bool {
+        let Some(places) = self.lines.get_mut(key.as_str()) else {
+            // No one in line: nothing to decide unless this waiter must take a place.
+            if free > 0 || line.place().is_none() {
+                return free > 0;
+            }
+            let mut places = Places::default();
+            let _ = places.admit(line, free, now_ms, holder);
+            self.lines.insert(key.to_string(), places);
+            return false;
+        };
+        let granted = places.admit(line, free, now_ms, holder).granted;
+        if places.is_empty() {
+            self.lines.remove(key.as_str());
+        }
+        granted
+    }
+
+    /// The line of `key`'s lock or semaphore, if anyone is in it.
+    fn line_mut(&mut self, key: &Key, kind: LeaseKind) -> Option<&mut Places> {
+        match kind {
+            LeaseKind::Lock => self.lines.get_mut(key.as_str()),
+            LeaseKind::Permit => self
+                .semaphores
+                .get_mut(key.as_str())
+                .map(|semaphore| &mut semaphore.line),
+        }
+    }
+
     fn sweep_expired(&mut self, now_ms: i64) {
         let keys_by_id = &mut self.keys_by_id;
         self.locks.retain(|_, entry| {
@@ -268,11 +310,18 @@ impl Driver for MemoryBackend {
         Capabilities::new("memory", true, TimeAuthority::Client)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        if state.live_entry(key.as_str(), now_ms).is_some() {
+        let free = usize::from(state.live_entry(key.as_str(), now_ms).is_none());
+        if !state.admit(key, line, free, now_ms, holder) {
             return Ok(Acquisition::Locked);
         }
         if state.locks.len() >= state.sweep_at {
@@ -297,6 +346,7 @@ impl Driver for MemoryBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
@@ -306,7 +356,8 @@ impl Driver for MemoryBackend {
         semaphore
             .held
             .retain(|_, entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS));
-        if semaphore.held.len() >= permits.get() as usize {
+        let free = (permits.get() as usize).saturating_sub(semaphore.held.len());
+        if !semaphore.line.admit(line, free, now_ms, holder).granted {
             return Ok(Acquisition::Locked);
         }
         let counter = semaphore.fence + 1;
@@ -316,6 +367,26 @@ impl Driver for MemoryBackend {
         let entry = Entry::granted(&lock_id, now_ms, ttl, fence, holder);
         semaphore.held.insert(lock_id.clone(), entry);
         Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        let mut state = self.state();
+        if let Some(places) = state.line_mut(key, kind) {
+            places.leave(place);
+            if kind == LeaseKind::Lock && places.is_empty() {
+                state.lines.remove(key.as_str());
+            }
+        }
+        Ok(())
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        let now_ms = self.clock.now_ms();
+        let mut state = self.state();
+        Ok(state
+            .line_mut(key, kind)
+            .map(|places| places.live(now_ms))
+            .unwrap_or_default())
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::driver::Capabilities;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseRef, ListLimit, LockList,
-    LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, Ttl,
+    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
+    LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, ReleaseWatch, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -296,9 +296,15 @@ impl<B: Driver> Driver for Telemetry<B> {
         self.inner.describe()
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
         // The holder description is never part of an event: events carry hashes only.
-        let outcome = self.inner.try_acquire(key, ttl, holder);
+        let outcome = self.inner.try_acquire(key, ttl, holder, line);
         self.emit_acquisition(LockOp::Acquire, key, &outcome);
         outcome
     }
@@ -309,8 +315,11 @@ impl<B: Driver> Driver for Telemetry<B> {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
-        let outcome = self.inner.try_acquire_permit(key, permits, ttl, holder);
+        let outcome = self
+            .inner
+            .try_acquire_permit(key, permits, ttl, holder, line);
         self.emit_acquisition(LockOp::AcquirePermit, key, &outcome);
         outcome
     }
@@ -325,6 +334,16 @@ impl<B: Driver> Driver for Telemetry<B> {
             (EventResult::Ok, None)
         });
         outcome
+    }
+
+    // The line's calls pass through unreported: a waiter's place is not a lease, and its
+    // attempts are reported as acquisitions.
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.inner.leave_line(key, kind, place)
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
@@ -487,8 +506,9 @@ mod tests {
         let holder = Holder::new("web-1:4242 ./nightly.sh").unwrap();
         let key = Key::new("job").unwrap();
         let ttl = Ttl::new(TTL).unwrap();
-        let Acquisition::Acquired { lease, .. } =
-            backend.try_acquire(&key, ttl, Some(&holder)).unwrap()
+        let Acquisition::Acquired { lease, .. } = backend
+            .try_acquire(&key, ttl, Some(&holder), Line::Keep)
+            .unwrap()
         else {
             panic!("free key");
         };
@@ -548,7 +568,13 @@ mod tests {
         fn describe(&self) -> Capabilities {
             Capabilities::new("failing", true, crate::TimeAuthority::Server)
         }
-        fn try_acquire(&self, _: &Key, _: Ttl, _: Option<&Holder>) -> Result<Acquisition> {
+        fn try_acquire(
+            &self,
+            _: &Key,
+            _: Ttl,
+            _: Option<&Holder>,
+            _: Line<'_>,
+        ) -> Result<Acquisition> {
             Err(down())
         }
         fn release_lease(&self, _: LeaseRef<'_>) -> Result<Outcome<()>> {

@@ -59,8 +59,14 @@ impl Ttl {
     }
 
     /// A TTL from the milliseconds of one checked before (kept in an atomic, say).
-    pub(crate) fn from_checked_millis(ms: i64) -> Ttl {
-        Ttl(ms.clamp(1, MAX_TTL_MS))
+    pub(crate) const fn from_checked_millis(ms: i64) -> Ttl {
+        Ttl(if ms < 1 {
+            1
+        } else if ms > MAX_TTL_MS {
+            MAX_TTL_MS
+        } else {
+            ms
+        })
     }
 
     /// Whole milliseconds, as the stores keep them.

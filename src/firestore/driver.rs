@@ -19,9 +19,9 @@ use super::rest::{Document, RestClient, RestError, integer_value, string_value};
 use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
-    LockId, LockList, LockRecord, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, Version, hash_key,
-    is_live,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
+    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, Version,
+    hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
@@ -404,7 +404,13 @@ impl Driver for FirestoreBackend {
         Capabilities::new("firestore", true, TimeAuthority::Client)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        _line: Line<'_>,
+    ) -> Result<Acquisition> {
         self.check_skew()?;
         with_retries(&self.rest, &self.aborted_retries, || {
             self.acquire_once(key.as_str(), ttl.as_millis(), holder)
@@ -417,6 +423,7 @@ impl Driver for FirestoreBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        _line: Line<'_>,
     ) -> Result<Acquisition> {
         self.take_permit(key, permits, ttl, holder)
     }

@@ -29,9 +29,10 @@ use self::orphans::Orphans;
 use self::store::{Origin, Store, Unheld};
 use self::wake::{Waiting, Wakeups};
 use crate::cancel::CancelToken;
-use crate::driver::{Acquisition, Driver, LeaseKind, LeaseRef, Permits};
+use crate::driver::{Acquisition, Driver, LeaseKind, LeaseRef, Line, Permits};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
+use crate::line::PLACE_RENEWAL;
 use crate::lock_id::LockId;
 use crate::observe::{Acquired, LockObserver, NotAcquired, Observers, Refusal};
 use crate::time::Ttl;
@@ -320,28 +321,40 @@ impl<B: Driver + 'static> Locker<B> {
         // once. The driver's watch (other processes' releases) starts only on contention.
         let waiting = (options.max_retries > 0 && !options.timeout.is_zero())
             .then(|| self.shared.wakeups.enter(key));
+        // The waiter's place in the key's line: one id for all its attempts, so that a repeated
+        // request is one place. A single attempt takes none but heeds the line; with the line
+        // off, every attempt barges.
+        let place = (waiting.is_some() && options.wait_in_line).then(LockId::generate);
+        let line = match &place {
+            Some(place) => Line::Wait(place),
+            None if options.wait_in_line => Line::Keep,
+            None => Line::Ignore,
+        };
+        // Whether a place may be stored: an attempt that waits in line was sent.
+        let mut in_line = false;
         // A transient failure (timeout, unreachable store) does not end the wait: it is tried
         // again like contention, and reported only if the wait ends with it.
         let mut failure: Option<LockError> = None;
-        let (lease, version, sent, seen) = loop {
+        let outcome = loop {
             if cancel.is_some_and(CancelToken::is_cancelled) {
-                return Err(aborted());
+                break Err(aborted());
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
             // Granted fences must be above what this locker had seen when it asked.
             let seen = self.shared.fences.highest(key, target.kind());
             let sent = Instant::now();
             *tried = tried.saturating_add(1);
+            in_line |= place.is_some();
             let backend = &self.shared.backend;
             let attempt = match target {
-                Target::Lock => backend.try_acquire(key, length, holder.as_ref()),
+                Target::Lock => backend.try_acquire(key, length, holder.as_ref(), line),
                 Target::Permit(permits) => {
-                    backend.try_acquire_permit(key, permits, length, holder.as_ref())
+                    backend.try_acquire_permit(key, permits, length, holder.as_ref(), line)
                 }
             };
             match attempt {
                 Ok(Acquisition::Acquired { lease, version }) => {
-                    break (lease, version, sent, seen);
+                    break Ok(Some((lease, version, sent, seen)));
                 }
                 Ok(Acquisition::Locked) => {
                     failure = None;
@@ -352,7 +365,7 @@ impl<B: Driver + 'static> Locker<B> {
                 Err(error) => {
                     self.release_if_in_doubt(key, target.kind(), length, &error);
                     if !error.code().is_transient() {
-                        return Err(error);
+                        break Err(error);
                     }
                     if failure.is_none() {
                         log::warn!(
@@ -365,7 +378,7 @@ impl<B: Driver + 'static> Locker<B> {
             }
             let mut gave_up = || failure.take().map_or(Ok(None), Err);
             if attempts >= options.max_retries {
-                return gave_up();
+                break gave_up();
             }
             attempts = attempts.saturating_add(1);
             let delay_ms = retry::retry_delay_ms(
@@ -376,15 +389,30 @@ impl<B: Driver + 'static> Locker<B> {
                 options.jitter,
                 rand::rng().random::<f64>(),
             );
+            // In line, each attempt renews the waiter's place: it must come before the place
+            // lapses, however long the backoff has grown.
+            let delay_ms = match place {
+                Some(_) => delay_ms.min(PLACE_RENEWAL.as_secs_f64() * 1000.0),
+                None => delay_ms,
+            };
             let Some(delay) = retry::clamp_to_timeout(delay_ms, start.elapsed(), options.timeout)
             else {
-                return gave_up();
+                break gave_up();
             };
             if let Some(waiting) = &waiting {
                 waiting.sleep(heard, delay, cancel);
             }
         };
         drop(waiting);
+        let (lease, version, sent, seen) = match outcome {
+            Ok(Some(granted)) => granted,
+            ended => {
+                if let (true, Some(place)) = (in_line, &place) {
+                    self.leave_line(key, target.kind(), place);
+                }
+                return ended.map(|_| None);
+            }
+        };
         // A driver bug, never seen from the bundled ones; that lock expires at its TTL.
         let lock_id = LockId::new(&lease.lock_id).map_err(|_| {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
@@ -436,6 +464,16 @@ impl<B: Driver + 'static> Locker<B> {
 
     /// An acquisition that failed without an answer may still be applied by the store: its
     /// lock id is released in the background ([`LockError::in_doubt`]).
+    /// A waiter that gave up leaves the line at once; if the store cannot be told now, its
+    /// place lapses on its own within [`PLACE_TTL`](crate::driver::PLACE_TTL).
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) {
+        if let Err(error) = self.shared.backend.leave_line(key, kind, place) {
+            log::info!(
+                "syncguard: leaving the line of key {key} failed ({error}); the place lapses on its own"
+            );
+        }
+    }
+
     fn release_if_in_doubt(&self, key: &Key, kind: LeaseKind, ttl: Ttl, error: &LockError) {
         let Some(lock_id) = error.lock_id().filter(|_| error.is_in_doubt()) else {
             return;

@@ -61,6 +61,7 @@ impl Heartbeat {
 /// | [`max_hold`](LockOptions::max_hold) | none |
 /// | [`min_hold`](LockOptions::min_hold) | none |
 /// | [`holder`](LockOptions::holder) | none |
+/// | [`wait_in_line`](LockOptions::wait_in_line) | yes |
 ///
 /// ```
 /// use std::time::Duration;
@@ -86,6 +87,7 @@ pub struct LockOptions {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) holder: Option<String>,
+    pub(crate) wait_in_line: bool,
     pub(crate) on_lock_lost: Option<LostCallback>,
     pub(crate) on_release_error: Option<ReleaseErrorCallback>,
 }
@@ -105,6 +107,7 @@ impl Default for LockOptions {
             max_hold: None,
             min_hold: None,
             holder: None,
+            wait_in_line: true,
             on_lock_lost: None,
             on_release_error: None,
         }
@@ -249,6 +252,31 @@ impl LockOptions {
         self
     }
 
+    /// Whether a waiter waits in the key's line (the default): served in the order waiters
+    /// arrived at the store, a dead waiter skipped once its place lapses
+    /// ([`PLACE_TTL`](crate::driver::PLACE_TTL) after its last attempt), one that gives up
+    /// leaving at once; and a single attempt ([`Locker::try_lock`](crate::Locker::try_lock))
+    /// does not pass a live line. `false` is barging: each attempt takes the key whenever it is
+    /// free, whoever waited longer, and takes no place — as the TypeScript SyncGuard, which
+    /// knows no line, always does.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{LockOptions, Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let barging = LockOptions::default()
+    ///     .wait_in_line(false)
+    ///     .timeout(Duration::from_secs(5));
+    /// let _guard = locker.lock_with("cache-warmup", &barging)?;
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    #[must_use]
+    pub fn wait_in_line(mut self, wait_in_line: bool) -> Self {
+        self.wait_in_line = wait_in_line;
+        self
+    }
+
     /// A token that ends the wait with `Aborted` when cancelled.
     #[must_use]
     pub fn cancel(mut self, cancel: CancelToken) -> Self {
@@ -367,6 +395,7 @@ impl fmt::Debug for LockOptions {
             .field("max_hold", &self.max_hold)
             .field("min_hold", &self.min_hold)
             .field("holder", &self.holder)
+            .field("wait_in_line", &self.wait_in_line)
             .field("on_lock_lost", &self.on_lock_lost.is_some())
             .field("on_release_error", &self.on_release_error.is_some())
             .finish()

@@ -16,7 +16,7 @@ use super::tables::TableNames;
 use super::{schema, statements};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
-    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
+    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
@@ -461,7 +461,13 @@ impl Driver for PostgresBackend {
         Capabilities::new("postgres", true, TimeAuthority::Server)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        _line: Line<'_>,
+    ) -> Result<Acquisition> {
         let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
@@ -482,6 +488,7 @@ impl Driver for PostgresBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        _line: Line<'_>,
     ) -> Result<Acquisition> {
         let storage_key = storage_key_of(key)?;
         let lock_id = LockId::generate().into_string();

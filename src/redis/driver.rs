@@ -15,7 +15,7 @@ use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
-    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
+    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
@@ -131,7 +131,13 @@ impl Driver for RedisBackend {
         Capabilities::new("redis", true, TimeAuthority::Server)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        _line: Line<'_>,
+    ) -> Result<Acquisition> {
         let store = &self.store;
         let keys = store.keys.lock_keys(key.as_str())?;
         let lock_id = store.keys.new_lock_id();
@@ -237,6 +243,7 @@ impl Driver for RedisBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        _line: Line<'_>,
     ) -> Result<Acquisition> {
         let attempt = semaphore::acquire(
             &self.store,

@@ -32,6 +32,7 @@
 
 pub mod backend;
 pub mod guard;
+pub mod line;
 pub mod observed;
 pub mod recorder;
 pub mod semaphore;
@@ -56,6 +57,18 @@ macro_rules! backend_contract {
 macro_rules! guard_contract {
     ($factory:expr) => {
         $crate::__contract_tests!(guard: $factory);
+    };
+}
+
+/// Expands to a module `line_contract` with one `#[test]` per [`line`] contract (waiting in
+/// arrival order), each on a fresh backend from `$factory`: for a backend with a line
+/// ([`Driver::find_line`](crate::driver::Driver::find_line)) and semaphores. As with
+/// `backend_contract!`, the factory is evaluated in the invoking module (through
+/// `line_contract_factory`); invoke it at most once per module.
+#[macro_export]
+macro_rules! line_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(line: $factory);
     };
 }
 
@@ -168,6 +181,18 @@ macro_rules! __contract_tests {
             permits_are_observed,
         );
     };
+    (line: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests line, line_contract, line_contract_factory, $factory, by_value;
+            waiters_are_served_in_arrival_order,
+            semaphores_serve_their_line_in_order,
+            a_dead_waiter_is_skipped_when_its_place_lapses,
+            a_waiter_that_gives_up_leaves_at_once,
+            a_single_attempt_does_not_pass_a_live_line,
+            without_the_line_an_acquisition_barges,
+            a_repeated_place_is_one_place,
+        );
+    };
     (
         @tests $suite:ident, $module:ident, $factory_fn:ident, $factory:expr, $pass:ident;
         $($name:ident),* $(,)?
@@ -245,10 +270,10 @@ mod tests {
     /// the `backend` and `guard` suites must be listed, and nothing else.
     #[test]
     fn the_macros_run_every_contract() {
-        for suite in ["backend", "guard", "semaphore"] {
+        for suite in ["backend", "guard", "semaphore", "line"] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(
-                public.len() > 10,
+                public.len() > 5,
                 "{suite}: no contracts read from its files"
             );
             let unlisted: Vec<_> = public.difference(&listed).collect();

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockList,
-    LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, Ttl,
+    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
+    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
+    ReleaseWatch, Ttl,
 };
 use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
@@ -147,8 +148,14 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.describe()
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl, holder: Option<&Holder>) -> Result<Acquisition> {
-        self.acquisition(key, || self.inner.try_acquire(key, ttl, holder))
+    fn try_acquire(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        self.acquisition(key, || self.inner.try_acquire(key, ttl, holder, line))
     }
 
     fn try_acquire_permit(
@@ -157,10 +164,20 @@ impl<B: Driver> Driver for Recorder<B> {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         self.acquisition(key, || {
-            self.inner.try_acquire_permit(key, permits, ttl, holder)
+            self.inner
+                .try_acquire_permit(key, permits, ttl, holder, line)
         })
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.inner.leave_line(key, kind, place)
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {

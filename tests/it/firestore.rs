@@ -15,7 +15,7 @@ use crate::support::{
 use serde_json::{Value, json};
 use syncguard::Clock as _;
 use syncguard::driver::{
-    Acquisition, Driver as _, Key, LeaseRef, LockId, Ttl, Version, generate_lock_id,
+    Acquisition, Driver as _, Key, LeaseRef, Line, LockId, Ttl, Version, generate_lock_id,
 };
 use syncguard::firestore::{Credentials, FirestoreBackend};
 use syncguard::testing::support::wait_until;
@@ -450,12 +450,14 @@ fn a_guard_renews_and_releases_in_one_request_each() {
     let ttl = Ttl::new(TTL).unwrap();
     let held: Vec<(LockId, Option<Version>)> = keys
         .iter()
-        .map(|k| match backend.try_acquire(k, ttl, None).unwrap() {
-            Acquisition::Acquired { lease, version } => {
-                (LockId::new(&lease.lock_id).unwrap(), version)
-            }
-            Acquisition::Locked => panic!("a fresh key is free"),
-        })
+        .map(
+            |k| match backend.try_acquire(k, ttl, None, Line::Keep).unwrap() {
+                Acquisition::Acquired { lease, version } => {
+                    (LockId::new(&lease.lock_id).unwrap(), version)
+                }
+                Acquisition::Locked => panic!("a fresh key is free"),
+            },
+        )
         .collect();
     let batch: Vec<(LeaseRef<'_>, Ttl)> = keys
         .iter()

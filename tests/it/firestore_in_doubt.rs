@@ -8,7 +8,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::driver::{Driver as _, Key, Ttl};
+use syncguard::driver::{Driver as _, Key, Line, Ttl};
 use syncguard::testing::support::wait_until;
 use syncguard::{
     AcquireOutcome, CancelToken, ErrorCode, Heartbeat, LockBackend, LockOptions, Locker,
@@ -31,7 +31,7 @@ fn assert_in_doubt_and_releasable(fault: Injected, timeout: std::time::Duration)
     assert!(!patient.is_locked(&key).unwrap());
     faulty.inject("commit", 1, fault);
     let (k, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
-    let err = within_a_minute(move || backend.try_acquire(&k, ttl, None)).unwrap_err();
+    let err = within_a_minute(move || backend.try_acquire(&k, ttl, None, Line::Keep)).unwrap_err();
     faulty.release_withheld();
     assert!(
         err.is_in_doubt(),

@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 use syncguard::Clock as _;
 use syncguard::driver::{
-    Acquisition, Driver as _, Key, LeaseRef, LockId, Ttl, Version, generate_lock_id,
+    Acquisition, Driver as _, Key, LeaseRef, Line, LockId, Ttl, Version, generate_lock_id,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{ErrorCode, LockBackend, Lookup};
@@ -204,7 +204,7 @@ fn a_guards_lease_on_a_record_turned_malformed_is_an_internal_error() {
         let name = shape.name;
         let key = Key::new(&unique("malformed-guard")).unwrap();
         let (lock_id, version): (LockId, Option<Version>) =
-            match backend.try_acquire(&key, ttl, None).unwrap() {
+            match backend.try_acquire(&key, ttl, None, Line::Keep).unwrap() {
                 Acquisition::Acquired { lease, version } => {
                     (LockId::new(&lease.lock_id).unwrap(), version)
                 }

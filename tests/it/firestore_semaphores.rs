@@ -15,7 +15,9 @@ use crate::support::{
     shared_firestore_backend, shared_firestore_builder, unique, write_document,
 };
 use serde_json::json;
-use syncguard::driver::{Acquisition, Driver as _, Holder, Key, LeaseRef, LockId, Permits, Ttl};
+use syncguard::driver::{
+    Acquisition, Driver as _, Holder, Key, LeaseRef, Line, LockId, Permits, Ttl,
+};
 use syncguard::firestore::{FirestoreBackend, MAX_LIST_PAGES};
 use syncguard::testing::support::wait_until;
 use syncguard::{
@@ -405,7 +407,7 @@ fn holders_are_listed_in_fence_order_with_their_descriptions() {
     let take = |holder: Option<&str>| {
         let holder = holder.map(|h| Holder::new(h).unwrap());
         match backend
-            .try_acquire_permit(&key, permits, ttl, holder.as_ref())
+            .try_acquire_permit(&key, permits, ttl, holder.as_ref(), Line::Keep)
             .unwrap()
         {
             Acquisition::Acquired { lease, .. } => lease,

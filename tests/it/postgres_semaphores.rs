@@ -14,7 +14,8 @@ use crate::support::{
     shared_postgres_backend, shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{
-    Acquisition, Driver, Holder, Key, KeyPrefix, LeaseRef, ListLimit, LockId, Outcome, Permits, Ttl,
+    Acquisition, Driver, Holder, Key, KeyPrefix, LeaseRef, Line, ListLimit, LockId, Outcome,
+    Permits, Ttl,
 };
 use syncguard::postgres::PostgresBackend;
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend};
@@ -410,7 +411,7 @@ fn holders_come_in_fence_order_with_their_description(connect: fn() -> PostgresB
         .map(|description| {
             let holder = description.map(|d| Holder::new(d).unwrap());
             match backend
-                .try_acquire_permit(&key, permits, ttl, holder.as_ref())
+                .try_acquire_permit(&key, permits, ttl, holder.as_ref(), Line::Keep)
                 .unwrap()
             {
                 Acquisition::Acquired { lease, .. } => lease,
@@ -458,7 +459,10 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
     for key in &keys {
         let key = Key::new(key).unwrap();
         for holder in [Some(&worker), None] {
-            match backend.try_acquire_permit(&key, two, ttl, holder).unwrap() {
+            match backend
+                .try_acquire_permit(&key, two, ttl, holder, Line::Keep)
+                .unwrap()
+            {
                 Acquisition::Acquired { lease, .. } => held.push((key.clone(), lease)),
                 Acquisition::Locked => panic!("refused"),
             }

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis::Commands as _;
-use syncguard::driver::{Acquisition, Driver, Holder, Key, LeaseRef, LockId, Permits, Ttl};
+use syncguard::driver::{Acquisition, Driver, Holder, Key, LeaseRef, Line, LockId, Permits, Ttl};
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{Coverage, ErrorCode, Lease, LockBackend};
 
@@ -331,7 +331,7 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
         .map(|i| {
             let holder = Holder::new(format!("x{i}")).unwrap();
             match backend
-                .try_acquire_permit(&key_ref, permits, ttl, Some(&holder))
+                .try_acquire_permit(&key_ref, permits, ttl, Some(&holder), Line::Keep)
                 .unwrap()
             {
                 Acquisition::Acquired { lease, .. } => lease.lock_id,

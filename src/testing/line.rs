@@ -1,0 +1,322 @@
+//! The line contracts: waiters are served in the order they arrived at the store, a dead
+//! waiter is skipped once its place lapses, one that gives up leaves at once, a single attempt
+//! does not pass a live line, and [`LockOptions::wait_in_line`]`(false)` barges
+//! ([`Line`](crate::driver::Line)). Each takes the backend by value; several [`Locker`]s share
+//! it through an `Arc`, as several processes share a store.
+//!
+//! A dead waiter is played by a place taken straight through the driver and never renewed:
+//! what a waiter leaves behind when its process is killed. Assertions that need the dead place
+//! to be still live check that it still is *after* looking, through the store's own clock
+//! ([`LockBackend::line`] answers live places only), so a slow machine cannot fail them.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crate::driver::{Acquisition, Key, LeaseKind, Line, LockId, Permits, Ttl};
+use crate::{CancelToken, ErrorCode, Fence, LockBackend, LockOptions, Locker};
+
+use super::recorder::{Call, recorded_locker};
+use super::support::{CONTENTION_DEADLINE, LONG_TTL, PATIENCE, unique_key, wait_until};
+
+/// Waiters that start in turn — each once the one before has its place — on a held lock are
+/// granted in that order (by their fences), and the line shows them in that order meanwhile.
+pub fn waiters_are_served_in_arrival_order<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-order");
+    let locker = Locker::new(Arc::new(backend));
+    let held = locker.lock(&key).unwrap();
+    let granted = served_in_turn(&locker, &key, 4, None);
+    drop(held);
+    assert_eq!(in_fence_order(granted.join()), [0, 1, 2, 3]);
+    assert!(locker.backend().line(&key).unwrap().is_empty());
+}
+
+/// A semaphore's waiters get free permits in their order: with two permits held and three
+/// waiters in line, each permit given back goes to the first waiter.
+pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-permits");
+    let locker = Locker::new(Arc::new(backend));
+    let semaphore = locker.semaphore(&key, 2).unwrap();
+    let [first, second] = [semaphore.acquire().unwrap(), semaphore.acquire().unwrap()];
+    let granted = served_in_turn(&locker, &key, 3, Some(2));
+    assert!(
+        locker.backend().line(&key).unwrap().is_empty(),
+        "the semaphore's line is its own, not the lock's"
+    );
+    // One permit goes round: each waiter takes it in turn (with two free at once, the first
+    // two places could both take one, in either order).
+    drop(first);
+    assert_eq!(in_fence_order(granted.join()), [0, 1, 2]);
+    drop(second);
+    assert!(locker.backend().permit_line(&key).unwrap().is_empty());
+}
+
+/// A waiter that dies in line (its place taken, never renewed) holds up the waiters behind it
+/// only until its place lapses: the next waiter is not granted while the dead place is live,
+/// and is granted after.
+pub fn a_dead_waiter_is_skipped_when_its_place_lapses<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-dead");
+    let locker = Locker::new(Arc::new(backend));
+    let held = locker.lock(&key).unwrap();
+    let dead = dead_place(locker.backend(), &key);
+    let waiter = served_in_turn(&locker, &key, 1, None);
+    drop(held);
+    // Whether the waiter was granted is looked at first, the dead place second: a place that
+    // has lapsed never comes back, so if it is live after the waiter was seen granted, it was
+    // live at the grant.
+    let mut granted_past_it = false;
+    wait_until(
+        "the waiter behind a dead place to be granted",
+        CONTENTION_DEADLINE,
+        || {
+            let finished = waiter.finished();
+            granted_past_it |= finished && still_in_line(locker.backend(), &key, &dead);
+            finished
+        },
+    );
+    assert!(
+        !granted_past_it,
+        "the waiter was granted while the dead place was live"
+    );
+    assert_eq!(waiter.join().len(), 1);
+    assert!(locker.backend().line(&key).unwrap().is_empty());
+}
+
+/// A waiter that gives up — cancelled, or out of time — leaves the line before its call
+/// returns.
+pub fn a_waiter_that_gives_up_leaves_at_once<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-leave");
+    let locker = Locker::new(Arc::new(backend));
+    let _held = locker.lock(&key).unwrap();
+    let cancel = CancelToken::new();
+    let waiter = thread::spawn({
+        let (locker, key) = (locker.clone(), key.clone());
+        let options = LockOptions::default().cancel(cancel.clone());
+        move || locker.lock_with(&key, &options).map(drop)
+    });
+    wait_until("the waiter to take its place", PATIENCE, || {
+        locker.backend().line(&key).unwrap().len() == 1
+    });
+    cancel.cancel();
+    let error = waiter.join().unwrap().unwrap_err();
+    assert_eq!(error.code(), ErrorCode::Aborted);
+    assert!(
+        locker.backend().line(&key).unwrap().is_empty(),
+        "a cancelled waiter left its place behind"
+    );
+    // Its first attempt took a place (the key is held): timing out must give it back.
+    let timed_out = locker.try_lock_for(&key, std::time::Duration::from_millis(300));
+    assert!(timed_out.unwrap().is_none());
+    assert!(
+        locker.backend().line(&key).unwrap().is_empty(),
+        "a waiter out of time left its place behind"
+    );
+}
+
+/// A single attempt — [`Locker::try_lock`], [`LockBackend::acquire`], a semaphore's
+/// `try_acquire` — takes no place and is refused while a live place waits, though the key is
+/// free.
+pub fn a_single_attempt_does_not_pass_a_live_line<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-single");
+    let locker = Locker::new(Arc::new(backend));
+    let dead = dead_place(locker.backend(), &key);
+    let guard = locker.try_lock(&key).unwrap();
+    let acquired = locker.backend().acquire(&key, LONG_TTL).unwrap();
+    if still_in_line(locker.backend(), &key, &dead) {
+        assert!(guard.is_none(), "try_lock passed a live line");
+        assert!(acquired.lease().is_none(), "acquire passed a live line");
+    }
+    assert_eq!(
+        places_other_than(locker.backend(), &key, &dead),
+        0,
+        "a single attempt took a place"
+    );
+
+    // One permit, one waiter: the free permit is the waiter's.
+    let semaphore = locker.semaphore(&key, 1).unwrap();
+    let dead = dead_permit_place(locker.backend(), &key, 1);
+    let permit = semaphore.try_acquire().unwrap();
+    if still_in_permit_line(locker.backend(), &key, &dead) {
+        assert!(
+            permit.is_none(),
+            "a permit's try_acquire passed a live line"
+        );
+    }
+}
+
+/// With [`LockOptions::wait_in_line`]`(false)` an acquisition barges: it takes a free key
+/// though a place waits, and takes no place while it waits itself.
+pub fn without_the_line_an_acquisition_barges<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-off");
+    let barging = LockOptions::default()
+        .wait_in_line(false)
+        .timeout(CONTENTION_DEADLINE);
+    let (locker, recorder) = recorded_locker(backend, barging);
+    let held = locker.lock(&key).unwrap();
+    let dead = dead_place(locker.backend(), &key);
+    let waiter = thread::spawn({
+        let (locker, key) = (locker.clone(), key.clone());
+        move || locker.lock(&key).map(drop)
+    });
+    wait_until("the barging waiter to try twice", PATIENCE, || {
+        recorder.count(&Call::Acquire(key.clone())) >= 3
+    });
+    assert_eq!(
+        places_other_than(locker.backend(), &key, &dead),
+        0,
+        "a barging waiter took a place"
+    );
+    drop(held);
+    waiter.join().unwrap().unwrap();
+    // Barging past a live place, in one attempt:
+    let barged = locker.try_lock(&key).unwrap();
+    if still_in_line(locker.backend(), &key, &dead) {
+        assert!(barged.is_some(), "try_lock without the line heeded it");
+    }
+}
+
+/// One waiter's attempts are one place, however often they are sent (a request the pool
+/// repeats): the place keeps its ticket and is renewed.
+pub fn a_repeated_place_is_one_place<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-repeat");
+    let held = backend.acquire(&key, LONG_TTL).unwrap().lease();
+    assert!(held.is_some());
+    let checked = Key::new(&key).unwrap();
+    let place = LockId::generate();
+    let ttl = Ttl::new(LONG_TTL).unwrap();
+    for _ in 0..3 {
+        let answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+        assert_eq!(answer.unwrap(), Acquisition::Locked);
+    }
+    let line = backend.find_line(&checked, LeaseKind::Lock).unwrap();
+    assert_eq!(line.len(), 1, "one waiter, one place: {line:?}");
+    assert_eq!(line[0].place_id, place.as_str());
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &place)
+        .unwrap();
+    assert!(backend.line(&key).unwrap().is_empty());
+}
+
+/// Waiters started in turn on `key` (a lock, or a semaphore of `permits`): each thread's
+/// holder text is `waiter-N`, and it starts once the line shows the one before. The line
+/// shows them in that order.
+fn served_in_turn<B: LockBackend + 'static>(
+    locker: &Locker<B>,
+    key: &str,
+    waiters: usize,
+    permits: Option<u32>,
+) -> Granted {
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let line = |locker: &Locker<B>| match permits {
+        None => locker.backend().line(key).unwrap(),
+        Some(_) => locker.backend().permit_line(key).unwrap(),
+    };
+    let ahead = line(locker).len();
+    let mut threads = Vec::new();
+    for n in 0..waiters {
+        let options = LockOptions::default()
+            .holder(format!("waiter-{n}"))
+            .timeout(CONTENTION_DEADLINE);
+        let (waiter, key, granted) = (locker.clone(), key.to_owned(), Arc::clone(&granted));
+        threads.push(thread::spawn(move || {
+            let guard = match permits {
+                None => waiter.lock_with(&key, &options),
+                Some(permits) => waiter
+                    .semaphore(&key, permits)
+                    .and_then(|semaphore| semaphore.acquire_with(&options)),
+            };
+            let guard = guard.expect("granted within the deadline");
+            granted.lock().unwrap().push((guard.fence().to_owned(), n));
+        }));
+        wait_until(&format!("waiter {n} to take its place"), PATIENCE, || {
+            line(locker).len() > ahead + n
+        });
+    }
+    let holders: Vec<Option<String>> = line(locker)
+        .into_iter()
+        .skip(ahead)
+        .map(|p| p.holder)
+        .collect();
+    let expected: Vec<Option<String>> = (0..waiters).map(|n| Some(format!("waiter-{n}"))).collect();
+    assert_eq!(holders, expected, "the line in arrival order");
+    Granted { threads, granted }
+}
+
+/// The waiters of [`served_in_turn`], and the (fence, waiter) of each grant.
+struct Granted {
+    threads: Vec<thread::JoinHandle<()>>,
+    granted: Arc<Mutex<Vec<(Fence, usize)>>>,
+}
+
+impl Granted {
+    fn finished(&self) -> bool {
+        self.threads.iter().all(thread::JoinHandle::is_finished)
+    }
+
+    fn join(self) -> Vec<(Fence, usize)> {
+        for thread in self.threads {
+            thread.join().expect("a waiter panicked");
+        }
+        std::mem::take(&mut *self.granted.lock().unwrap())
+    }
+}
+
+/// The waiters, in the order their grants' fences say they were served.
+fn in_fence_order(mut granted: Vec<(Fence, usize)>) -> Vec<usize> {
+    granted.sort();
+    granted.into_iter().map(|(_, n)| n).collect()
+}
+
+/// A place in the lock's line of `key` taken and never renewed: a waiter killed in line.
+fn dead_place<B: LockBackend + ?Sized>(backend: &B, key: &str) -> LockId {
+    let checked = Key::new(key).unwrap();
+    let place = LockId::generate();
+    let ttl = Ttl::new(LONG_TTL).unwrap();
+    let mut answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    if let Ok(Acquisition::Acquired { lease, .. }) = &answer {
+        // The key was free: take it, then ask again as a waiter behind ourselves.
+        let held = lease.lock_id.clone();
+        answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+        assert!(backend.release(&held).unwrap());
+    }
+    assert_eq!(answer.unwrap(), Acquisition::Locked);
+    assert!(still_in_line(backend, key, &place), "the place was taken");
+    place
+}
+
+/// [`dead_place`] in the line of the semaphore of `permits` on `key`.
+fn dead_permit_place<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u32) -> LockId {
+    let checked = Key::new(key).unwrap();
+    let permits_n = Permits::new(permits).unwrap();
+    let place = LockId::generate();
+    let ttl = Ttl::new(LONG_TTL).unwrap();
+    let mut held = Vec::new();
+    let answer = loop {
+        match backend.try_acquire_permit(&checked, permits_n, ttl, None, Line::Wait(&place)) {
+            Ok(Acquisition::Acquired { lease, .. }) => held.push(lease.lock_id),
+            other => break other,
+        }
+    };
+    for lock_id in held {
+        assert!(backend.release_permit(key, &lock_id).unwrap());
+    }
+    assert_eq!(answer.unwrap(), Acquisition::Locked);
+    place
+}
+
+fn still_in_line<B: LockBackend + ?Sized>(backend: &B, key: &str, place: &LockId) -> bool {
+    let checked = Key::new(key).unwrap();
+    let line = backend.find_line(&checked, LeaseKind::Lock).unwrap();
+    line.iter().any(|p| p.place_id == place.as_str())
+}
+
+fn still_in_permit_line<B: LockBackend + ?Sized>(backend: &B, key: &str, place: &LockId) -> bool {
+    let checked = Key::new(key).unwrap();
+    let line = backend.find_line(&checked, LeaseKind::Permit).unwrap();
+    line.iter().any(|p| p.place_id == place.as_str())
+}
+
+fn places_other_than<B: LockBackend + ?Sized>(backend: &B, key: &str, place: &LockId) -> usize {
+    let checked = Key::new(key).unwrap();
+    let line = backend.find_line(&checked, LeaseKind::Lock).unwrap();
+    line.iter().filter(|p| p.place_id != place.as_str()).count()
+}
