@@ -30,9 +30,13 @@
 //!   (`LockGuard::extend`: the key is known, as for every renewal of a held lock).
 //! - `lookup`: each thread holds one lease and looks it up by key over and over.
 //!
-//! - `handoff`: a holder releases a lock another `Locker` (its own connections, as another
-//!   process would have) is waiting for with default options; one operation is the time from
-//!   the release to the waiter holding the lock.
+//! - `handoff`: a holder releases a lock that `--waiters` waiters (default 1) of another
+//!   `Locker` (its own connections, as another process would have) wait for with default
+//!   options, lined up one after another; each releases as soon as it holds the lock. One
+//!   operation is the time from a release to the next waiter holding the lock.
+//!
+//! `--line off` makes the waiters of `contended`, `semaphore` and `handoff` barge
+//! (`LockOptions::wait_in_line(false)`) instead of waiting in line; their lines say `"line"`.
 //!
 //! And `hold`: `--guards` guards (default 10 000) held at once through one `Locker` with the
 //! heartbeat on, with TTL `--ttl` (default 30 s) for `--hold` (default: none), reporting the
@@ -66,14 +70,14 @@ use std::fmt;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::duration::parse_duration;
 use serde::Serialize;
 use syncguard::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, LeaseKind, LeaseRef, Line, LockId,
-    LockRecord, OnRelease, Outcome, Permits, ReleaseWatch, Ttl,
+    LockRecord, OnRelease, Outcome, Permits, PlaceRecord, ReleaseWatch, Ttl,
 };
 use syncguard::{
     AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
@@ -95,6 +99,8 @@ OPTIONS:
                         cycle, guard, contended, semaphore, extend, lookup,
                         handoff, hold
     --permits N         permits of the semaphore scenario's semaphore (default: 4)
+    --waiters N         waiters the handoff scenario lines up (default: 1)
+    --line on|off       waiters wait in line, or barge (default: on)
     --guards N          guards the hold scenario keeps (default: 10000)
     --ttl D             their TTL, e.g. 3s or 3000ms (default: 30s)
     --hold D            how long they are held (default: 0s)
@@ -243,6 +249,10 @@ struct Args {
     scenarios: Vec<Scenario>,
     hold: HoldPlan,
     permits: u32,
+    /// Whether waiters wait in line (`--line on`, the default) or barge (`--line off`).
+    line: bool,
+    /// How many waiters the `handoff` scenario lines up.
+    waiters: usize,
 }
 
 /// What the `hold` scenario does.
@@ -267,6 +277,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
     let mut duration = Duration::from_secs(3);
     let mut scenarios = Scenario::ALL.to_vec();
     let mut permits = PERMITS;
+    let mut line = true;
+    let mut waiters = 1;
     let mut hold = HoldPlan {
         guards: HOLD_GUARDS,
         ttl: TTL,
@@ -295,6 +307,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                 | "--ttl"
                 | "--hold"
                 | "--permits"
+                | "--line"
+                | "--waiters"
         ) {
             return Err(format!("unknown option {flag}"));
         }
@@ -317,6 +331,20 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                     .ok()
                     .filter(|&n: &u32| n >= 1)
                     .ok_or_else(|| format!("--permits wants a whole number >= 1, not {value:?}"))?;
+            }
+            "--line" => {
+                line = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("--line wants on or off, not {value:?}")),
+                };
+            }
+            "--waiters" => {
+                waiters = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n >= 1)
+                    .ok_or_else(|| format!("--waiters wants a whole number >= 1, not {value:?}"))?;
             }
             "--ttl" => {
                 hold.ttl = parse_duration(&value)
@@ -366,6 +394,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         scenarios,
         hold,
         permits,
+        line,
+        waiters,
     }))
 }
 
@@ -420,6 +450,12 @@ struct TimedReport {
     /// The semaphore's size, for the `semaphore` scenario only.
     #[serde(skip_serializing_if = "Option::is_none")]
     permits: Option<u32>,
+    /// Whether the waiters waited in line, for the scenarios that wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<bool>,
+    /// The waiters lined up, for `handoff`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiters: Option<usize>,
 }
 
 /// The JSON line of the `hold` scenario.
@@ -457,6 +493,10 @@ struct Ctx {
     duration: Duration,
     /// The `semaphore` scenario's semaphore size.
     permits: u32,
+    /// Whether waiters wait in line.
+    line: bool,
+    /// The `handoff` scenario's waiters.
+    waiters: usize,
 }
 
 impl Ctx {
@@ -568,9 +608,11 @@ fn with_held_lease(
     Ok(samples)
 }
 
-/// How the contended scenarios wait: retry often, for as long as a loaded machine may need.
-fn contended_options() -> LockOptions {
+/// How the contended scenarios wait: retry often, for as long as a loaded machine may need, in
+/// line or not.
+fn contended_options(line: bool) -> LockOptions {
     LockOptions::default()
+        .wait_in_line(line)
         .retry_delay(Duration::from_millis(1))
         .timeout(Duration::from_secs(60))
         .max_retries(u32::MAX)
@@ -600,7 +642,7 @@ fn scenario_thread(
         }
         Scenario::Contended => {
             let key = ctx.key(scenario, 0);
-            let options = contended_options();
+            let options = contended_options(ctx.line);
             start.wait();
             timed_loop(ctx.duration, || {
                 release_guard(ctx.locker.lock_with(&key, &options)?)
@@ -608,7 +650,7 @@ fn scenario_thread(
         }
         Scenario::Semaphore => {
             let semaphore = ctx.locker.semaphore(&ctx.key(scenario, 0), ctx.permits);
-            let options = contended_options();
+            let options = contended_options(ctx.line);
             start.wait();
             let semaphore = semaphore?;
             timed_part_loop(ctx.duration, || {
@@ -659,48 +701,83 @@ fn scenario_thread(
 // The handoff scenario
 // ---------------------------------------------------------------------------------------------
 
-/// For `--seconds`: a waiter on the other locker blocks in `lock`, the holder releases, and the
-/// time from the release to the waiter holding the lock is one sample.
+/// For `--seconds`: `--waiters` waiters on the other locker block in `lock`, each once the one
+/// before is in line (or, with `--line off`, once started); the holder releases, and each waiter
+/// releases as soon as it holds the lock. One sample is the time from a release to the next
+/// holder holding the lock: `--waiters` samples a round.
 fn run_handoff(ctx: &Ctx) -> Result<TimedReport, BenchError> {
     let mut nanos = Vec::new();
     let start = Instant::now();
     let mut round = 0;
+    let options = LockOptions::default().wait_in_line(ctx.line);
     while start.elapsed() < ctx.duration {
         let key = ctx.key(Scenario::Handoff, round);
         round += 1;
         let held = ctx.locker.lock(&key)?;
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let waited = std::thread::scope(|scope| {
-            let waiter = scope.spawn(|| {
-                let _ = ready_tx.send(());
-                let guard = ctx.other.lock(&key)?;
-                let acquired = Instant::now();
-                release_guard(guard)?;
-                Ok::<_, BenchError>(acquired)
-            });
-            // Long enough for the waiter to find the lock held and start waiting.
-            let _ = ready_rx.recv();
-            std::thread::sleep(Duration::from_millis(20));
-            let released = Instant::now();
+        // When the lock was last released, for the next holder's sample.
+        let released: Mutex<Option<Instant>> = Mutex::new(None);
+        let samples: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            let mut waiters = Vec::new();
+            for n in 0..ctx.waiters {
+                let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+                let (key, options, released, samples) = (&key, &options, &released, &samples);
+                waiters.push(scope.spawn(move || {
+                    let _ = ready_tx.send(());
+                    let guard = ctx.other.lock_with(key, options)?;
+                    let acquired = Instant::now();
+                    let mut last = released.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(released) = *last {
+                        let waited = acquired.saturating_duration_since(released);
+                        samples
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+                    }
+                    *last = Some(Instant::now());
+                    drop(last);
+                    release_guard(guard)
+                }));
+                let _ = ready_rx.recv();
+                let in_line = |count: usize| {
+                    ctx.backend()
+                        .line(key)
+                        .map(|line| line.len() > count)
+                        .unwrap_or(true)
+                };
+                // Long enough for the waiter to find the lock held and start waiting.
+                let began = Instant::now();
+                while ctx.line && !in_line(n) && began.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if !ctx.line {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            *released.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
             release_guard(held)?;
-            let acquired = waiter
-                .join()
-                .unwrap_or_else(|_| Err(unexpected("the waiter panicked")))?;
-            Ok::<_, BenchError>(acquired.saturating_duration_since(released))
+            for waiter in waiters {
+                waiter
+                    .join()
+                    .unwrap_or_else(|_| Err(unexpected("a waiter panicked")))?;
+            }
+            Ok::<_, BenchError>(())
         })?;
-        nanos.push(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+        nanos.extend(samples.into_inner().unwrap_or_else(PoisonError::into_inner));
     }
     nanos.sort_unstable();
     let ops = nanos.len();
     Ok(TimedReport {
         backend: ctx.backend().capabilities().backend,
         scenario: Scenario::Handoff.name(),
-        threads: 2,
+        threads: ctx.waiters + 1,
         ops,
         ops_per_s: (ops as f64 / start.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         p50_us: percentile_us(&nanos, 0.50),
         p99_us: percentile_us(&nanos, 0.99),
         permits: None,
+        line: Some(ctx.line),
+        waiters: Some(ctx.waiters),
     })
 }
 
@@ -746,6 +823,8 @@ fn run_timed(ctx: &Ctx, scenario: Scenario, threads: usize) -> Result<TimedRepor
         p50_us: percentile_us(&nanos, 0.50),
         p99_us: percentile_us(&nanos, 0.99),
         permits: (scenario == Scenario::Semaphore).then_some(ctx.permits),
+        line: matches!(scenario, Scenario::Contended | Scenario::Semaphore).then_some(ctx.line),
+        waiters: None,
     })
 }
 
@@ -922,6 +1001,9 @@ impl Driver for CountingRenewals {
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> syncguard::Result<()> {
         self.inner.leave_line(key, kind, place)
     }
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> syncguard::Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
+    }
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
         let answer = self.inner.extend_lease(lease, ttl);
         self.count(std::slice::from_ref(&answer));
@@ -975,6 +1057,8 @@ fn run(args: &Args) -> Result<(), BenchError> {
         run_id: syncguard::driver::generate_lock_id(),
         duration: args.duration,
         permits: args.permits,
+        line: args.line,
+        waiters: args.waiters,
     };
     for &scenario in &args.scenarios {
         let line = match scenario {

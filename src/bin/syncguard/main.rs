@@ -266,7 +266,9 @@ Example:
 With --key, the holders of the key's semaphore (taken with acquire/run --permits), if it has
 any, are added as \"permits\": an array of the objects status prints for a lock, in fence
 order (lock ids hashed unless --raw). A key whose lock is free but whose semaphore is held
-prints {\"permits\":[…]} alone (exit 0); a key with neither prints null (exit 1). Where the
+prints {\"permits\":[…]} alone (exit 0); a key with neither prints null (exit 1).
+Waiters in line for the lock are added as \"waiters\" (for the semaphore: \"permitWaiters\"),
+in the order they will be served: [{\"placeHash\",\"expiresAtMs\",\"holder\"}, …]. Where the
 store keeps no semaphores (PostgreSQL tables without this version's setup), the lock is shown
 alone. --lock-id finds locks only.";
 
@@ -687,11 +689,11 @@ fn status(
     let (found, permits): (Option<Value>, Vec<Value>) = match (key, lock_id, raw) {
         (Some(key), _, false) => (
             get_by_key(backend, key)?.map(|info| json!(info)),
-            held_permits(backend.permit_holders(key))?,
+            shown_unless_refused(backend.permit_holders(key))?,
         ),
         (Some(key), _, true) => (
             get_by_key_raw(backend, key)?.map(|info| json!(info)),
-            held_permits(backend.permit_holders_raw(key))?,
+            shown_unless_refused(backend.permit_holders_raw(key))?,
         ),
         // A permit is found by its key: a lock id alone names locks only.
         (None, Some(id), false) => (get_by_id(backend, id)?.map(|info| json!(info)), Vec::new()),
@@ -705,16 +707,30 @@ fn status(
             ));
         }
     };
-    let shown = with_permits(found, permits);
-    let live = !shown.is_null();
+    let live = found.is_some() || !permits.is_empty();
+    let (waiters, permit_waiters) = match key {
+        Some(key) => (
+            shown_unless_refused(backend.line(key))?,
+            shown_unless_refused(backend.permit_line(key))?,
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let shown = with_extras(
+        found,
+        [
+            ("permits", permits),
+            ("waiters", waiters),
+            ("permitWaiters", permit_waiters),
+        ],
+    );
     Ok(Outcome::Printed(shown, u8::from(!live)))
 }
 
-/// The permits `status` shows beside the lock: none where the store keeps no semaphores.
-/// `InvalidArgument` here, for a key the lock lookup accepted, is the store refusing semaphores
+/// The permits or waiters `status` shows beside the lock: none where the store keeps no
+/// semaphores. `InvalidArgument` here, for a key the lock lookup accepted, is the store refusing semaphores
 /// (a backend without them, PostgreSQL tables without this version's semaphore functions): a
 /// store that cannot hold a permit has no holders, and the lock's status stands.
-fn held_permits<T: serde::Serialize>(
+fn shown_unless_refused<T: serde::Serialize>(
     holders: syncguard::Result<Vec<T>>,
 ) -> syncguard::Result<Vec<Value>> {
     match holders {
@@ -724,12 +740,13 @@ fn held_permits<T: serde::Serialize>(
     }
 }
 
-/// What `status` prints: the lock's object as before, with `"permits"` added only when the
-/// key's semaphore has holders, so that the output for a key without a semaphore is unchanged
+/// What `status` prints: the lock's object as before, with each of `extras` (`"permits"`, the
+/// semaphore's holders; `"waiters"` and `"permitWaiters"`, the lock's and the semaphore's lines)
+/// added only when it has entries, so that the output for a key nobody else uses is unchanged
 /// (and stays what `list` prints for it); `{"permits":[…]}` alone when only the semaphore is
-/// held; `null` when neither is.
-fn with_permits(lock: Option<Value>, permits: Vec<Value>) -> Value {
-    if permits.is_empty() {
+/// held; `null` when nothing is.
+fn with_extras<const N: usize>(lock: Option<Value>, extras: [(&str, Vec<Value>); N]) -> Value {
+    if extras.iter().all(|(_, values)| values.is_empty()) {
         return lock.unwrap_or(Value::Null);
     }
     let mut shown = match lock {
@@ -739,7 +756,11 @@ fn with_permits(lock: Option<Value>, permits: Vec<Value>) -> Value {
         Some(other) => serde_json::Map::from_iter([("lock".to_owned(), other)]),
         None => serde_json::Map::new(),
     };
-    shown.insert("permits".to_owned(), Value::Array(permits));
+    for (name, values) in extras {
+        if !values.is_empty() {
+            shown.insert(name.to_owned(), Value::Array(values));
+        }
+    }
     Value::Object(shown)
 }
 
@@ -846,18 +867,27 @@ mod tests {
     }
 
     #[test]
-    fn status_adds_permits_only_when_held() {
+    fn status_adds_permits_and_waiters_only_when_there_are_any() {
+        let with_permits = |lock, permits| with_extras(lock, [("permits", permits)]);
         let lock = json!({ "fence": "000000000000001" });
         assert_eq!(with_permits(None, Vec::new()), Value::Null);
         assert_eq!(with_permits(Some(lock.clone()), Vec::new()), lock);
         let permit = json!({ "fence": "000000000000002" });
         assert_eq!(
-            with_permits(Some(lock), vec![permit.clone()]),
+            with_permits(Some(lock.clone()), vec![permit.clone()]),
             json!({ "fence": "000000000000001", "permits": [permit.clone()] })
         );
         assert_eq!(
             with_permits(None, vec![permit.clone()]),
             json!({ "permits": [permit] })
+        );
+        let waiter = json!({ "holder": "host:1 job" });
+        assert_eq!(
+            with_extras(
+                Some(lock),
+                [("permits", Vec::new()), ("waiters", vec![waiter.clone()])]
+            ),
+            json!({ "fence": "000000000000001", "waiters": [waiter] })
         );
     }
 
