@@ -18,9 +18,11 @@
 //!     static_configs: [{ targets: ["127.0.0.1:9464"] }]
 //! ```
 
+use std::convert::Infallible;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
@@ -127,23 +129,21 @@ fn run(args: &Args) -> Result<(), String> {
     thread::spawn(move || serve(&listener, &handle));
 
     // Two workers take turns on one key, so that waits, holds and refused `try_lock`s show.
-    thread::scope(|scope| {
-        let workers: Vec<_> = (0..2)
-            .map(|_| scope.spawn(|| work(&locker, &key)))
-            .collect();
-        workers
-            .into_iter()
-            .map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|_| Err("a worker panicked".into()))
-            })
-            .collect::<Result<(), String>>()
-    })
+    // They run until one fails, which ends the program.
+    let (failed, failure) = mpsc::channel();
+    for _ in 0..2 {
+        let (locker, key, failed) = (locker.clone(), key.clone(), failed.clone());
+        thread::spawn(move || failed.send(work(&locker, &key)));
+    }
+    match failure.recv() {
+        Ok(Err(message)) => Err(message),
+        Ok(Ok(never)) => match never {},
+        Err(_) => Err("the workers ended".into()),
+    }
 }
 
 /// Takes the lock, holds it a moment, lets it go, over and over.
-fn work(locker: &Locker<Box<dyn LockBackend>>, key: &str) -> Result<(), String> {
+fn work(locker: &Locker<Box<dyn LockBackend>>, key: &str) -> Result<Infallible, String> {
     loop {
         let guard = locker.lock(key).map_err(lock_error)?;
         // Held, so a second attempt is refused (`outcome="locked"`).
