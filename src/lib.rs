@@ -70,7 +70,8 @@
 //!   elsewhere.
 //! - `metrics`: every [`Locker`] records what its acquisitions and leases lived through under
 //!   fixed `syncguard_*` names through the `metrics` facade (the facade only; the program
-//!   installs the recorder or exporter): see `syncguard::metrics`. Without it, an application
+//!   installs the recorder or exporter, before making its `Locker`s): see `syncguard::metrics`
+//!   and `examples/metrics.rs`. Without it, an application
 //!   can still attach its own [`observe::LockObserver`]s.
 //!
 //! ```toml

@@ -20,6 +20,8 @@ struct Values {
     gauges: BTreeMap<String, f64>,
     histograms: BTreeMap<String, Vec<f64>>,
     units: BTreeMap<String, Option<Unit>>,
+    /// Calls of `register_*`: an exporter's lookup in its registry, each under a lock.
+    registrations: u64,
 }
 
 #[derive(Default, Clone)]
@@ -83,6 +85,7 @@ impl HistogramFn for Cell {
 
 impl Kept {
     fn cell(&self, key: &Key) -> Arc<Cell> {
+        self.values(|v| v.registrations += 1);
         let mut labels: Vec<String> = key
             .labels()
             .map(|label| format!("{}={}", label.key(), label.value()))
@@ -131,12 +134,17 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 
 #[test]
 fn a_locker_records_the_fixed_names() {
+    // Made before the recorder is installed: it records into the no-op recorder for good.
+    let early = Locker::new(MemoryBackend::new());
     let kept = Kept::default();
     metrics::set_global_recorder(kept.clone()).expect("the only recorder of this binary");
     let defaults = LockOptions::default()
         .ttl(Duration::from_secs(5))
         .heartbeat(Heartbeat::Every(Duration::from_millis(100)));
     let locker = Locker::with_defaults(MemoryBackend::new(), defaults);
+    // Every handle is registered when the locker is made; no event looks one up again.
+    let registered = kept.values(|v| v.registrations);
+    drop(early.lock("metrics:early").unwrap());
     let lock = |outcome: &str| {
         format!("syncguard_acquisitions_total{{backend=memory,kind=lock,outcome={outcome}}}")
     };
@@ -225,4 +233,5 @@ fn a_locker_records_the_fixed_names() {
         .collect()
     });
     assert!(ids.iter().all(|id| !id.contains("metrics:")), "{ids:?}");
+    assert_eq!(kept.values(|v| v.registrations), registered);
 }

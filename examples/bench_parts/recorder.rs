@@ -1,5 +1,5 @@
 //! Feature `metrics`: a recorder like an exporter's (a registry of atomics, looked up under a
-//! lock per update), for measuring what the `syncguard_*` metrics cost a `Locker`.
+//! lock per registration), for measuring what the `syncguard_*` metrics cost a `Locker`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
