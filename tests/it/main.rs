@@ -37,6 +37,8 @@ mod cli;
 #[cfg(feature = "cli")]
 mod cli_input;
 #[cfg(feature = "cli")]
+mod cli_line;
+#[cfg(feature = "cli")]
 mod cli_metrics;
 #[cfg(feature = "cli")]
 mod cli_verbose;

@@ -1,0 +1,214 @@
+//! `syncguard run --wait` waiters are served in the order they arrived, on every store and
+//! topology, a waiter killed in line is skipped once its place lapses, and `status` shows the
+//! line meanwhile (issue 33).
+//!
+//! Each waiter starts once `status` shows the one before in line (no guessed sleeps); a job
+//! appends its number to a log, so the log's order is the order the lock was granted in. The
+//! delay the dead waiter caused is printed (`--nocapture`), never asserted: the waits are
+//! generous and only the order is checked.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+
+use crate::cli::{Scratch, read, syncguard, wait_for};
+use crate::support;
+
+/// Waiters that run their job (the seventh, killed in line, never does).
+const WAITERS: usize = 6;
+/// The live waiter the dead one is started after.
+const DEAD_AFTER: usize = 2;
+
+/// A store for the command: its URL and the environment it needs.
+struct Store {
+    url: String,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Store {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = syncguard(&[&["--url", &self.url], args].concat());
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        command
+    }
+
+    /// Runs the command to its end: its exit code and stdout.
+    fn output(&self, args: &[&str]) -> (i32, String) {
+        let output = self
+            .command(args)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run syncguard");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    }
+
+    /// The pids in the holder texts of the key's `"waiters"`, in line order.
+    fn waiting_pids(&self, key: &str) -> Vec<u32> {
+        let (_, out) = self.output(&["status", "--key", key]);
+        let status: Json = serde_json::from_str(out.trim()).unwrap_or(Json::Null);
+        status["waiters"]
+            .as_array()
+            .map(|waiters| {
+                waiters
+                    .iter()
+                    .filter_map(|waiter| waiter["holder"].as_str().and_then(holder_pid))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// `HOST:PID PROGRAM` → PID.
+fn holder_pid(holder: &str) -> Option<u32> {
+    let (_, rest) = holder.rsplit_once(':')?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// A `run --wait` whose job appends `label` and the time (ns) to `log`.
+fn start_waiter(store: &Store, key: &str, log: &Path, label: &str) -> Child {
+    let job = r#"echo "$1 $(date +%s%N)" >> "$2""#;
+    let log = log.to_string_lossy();
+    store
+        .command(&[
+            "run", "--key", key, "--wait", "2m", "--", "sh", "-c", job, "sh", label, &log,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start a waiter")
+}
+
+fn waiters_run_in_arrival_order(store: &Store) {
+    let scratch = Scratch::new("line");
+    let key = support::unique("line-order");
+    let log = scratch.path("log");
+    let (code, out) = store.output(&["acquire", "--key", &key, "--ttl", "2m"]);
+    assert_eq!(code, 0, "acquire: {out}");
+    let acquired: Json = serde_json::from_str(out.trim()).expect("acquire prints JSON");
+    let lock_id = acquired["lockId"].as_str().expect("a lock id").to_owned();
+
+    let mut live: Vec<(String, Child)> = Vec::new();
+    let mut in_line: Vec<u32> = Vec::new();
+    let mut dead = None;
+    for _ in 0..=WAITERS {
+        let label = if live.len() == DEAD_AFTER && dead.is_none() {
+            "dead".to_owned()
+        } else {
+            live.len().to_string()
+        };
+        let child = start_waiter(store, &key, &log, &label);
+        let pid = child.id();
+        wait_for(&format!("waiter {label} in line"), || {
+            store.waiting_pids(&key).contains(&pid)
+        });
+        in_line.push(pid);
+        if label == "dead" {
+            let mut child = child;
+            let killed = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .expect("run kill");
+            assert!(killed.success());
+            let _ = child.wait();
+            dead = Some(pid);
+        } else {
+            live.push((label, child));
+        }
+    }
+    // The line, meanwhile, in arrival order (the dead place shown while it is live).
+    let shown = store.waiting_pids(&key);
+    let expected: Vec<u32> = in_line
+        .iter()
+        .copied()
+        .filter(|pid| shown.contains(pid))
+        .collect();
+    assert_eq!(shown, expected, "status shows the line in arrival order");
+    assert!(
+        shown.len() >= WAITERS,
+        "every live waiter is in line: {shown:?}"
+    );
+
+    let released = Instant::now();
+    let (code, out) = store.output(&["release", "--lock-id", &lock_id]);
+    assert_eq!(code, 0, "release: {out}");
+    for (label, mut child) in live {
+        let deadline = Instant::now() + Duration::from_secs(150);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "waiter {label} never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0), "waiter {label}");
+    }
+    let ran = read(&log);
+    let order: Vec<&str> = ran.lines().filter_map(|l| l.split(' ').next()).collect();
+    let expected: Vec<String> = (0..WAITERS).map(|n| n.to_string()).collect();
+    assert_eq!(order, expected, "the jobs ran in arrival order:\n{ran}");
+    let at = |n: usize| -> u128 {
+        ran.lines()
+            .nth(n)
+            .and_then(|l| l.split(' ').nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    eprintln!(
+        "line on {}: {WAITERS} waiters in order; the waiter killed in line (pid {dead:?}) held \
+         the next one back {:.2} s; all done {:.2} s after the release",
+        store.url,
+        (at(DEAD_AFTER) as f64 - at(DEAD_AFTER - 1) as f64) / 1e9,
+        released.elapsed().as_secs_f64(),
+    );
+    assert!(store.waiting_pids(&key).is_empty(), "nobody left in line");
+}
+
+#[test]
+fn on_redis() {
+    waiters_run_in_arrival_order(&Store {
+        url: support::shared_redis().url(),
+        env: Vec::new(),
+    });
+}
+
+#[test]
+fn on_a_redis_cluster() {
+    waiters_run_in_arrival_order(&Store {
+        url: support::shared_cluster().url(),
+        env: Vec::new(),
+    });
+}
+
+#[test]
+fn on_postgres() {
+    waiters_run_in_arrival_order(&Store {
+        url: support::shared_postgres_with_tables().url(),
+        env: Vec::new(),
+    });
+}
+
+#[test]
+fn through_pgbouncer() {
+    support::shared_postgres_with_tables();
+    waiters_run_in_arrival_order(&Store {
+        url: support::shared_pgbouncer().url(),
+        env: Vec::new(),
+    });
+}
+
+#[test]
+fn on_firestore() {
+    waiters_run_in_arrival_order(&Store {
+        url: format!("firestore://{}", support::FIRESTORE_PROJECT),
+        env: vec![(
+            "FIRESTORE_EMULATOR_HOST",
+            support::shared_firestore().host().to_owned(),
+        )],
+    });
+}
