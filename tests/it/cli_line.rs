@@ -71,8 +71,21 @@ fn holder_pid(holder: &str) -> Option<u32> {
     rest.split(' ').next()?.parse().ok()
 }
 
+/// A started waiter, killed if the test ends before it did (a failed assertion must not leave
+/// commands behind that outlive the servers).
+struct Waiter(Child);
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A `run --wait` whose job appends `label` and the time (ns) to `log`.
-fn start_waiter(store: &Store, key: &str, log: &Path, label: &str) -> Child {
+fn start_waiter(store: &Store, key: &str, log: &Path, label: &str) -> Waiter {
     let job = r#"echo "$1 $(date +%s%N)" >> "$2""#;
     let log = log.to_string_lossy();
     store
@@ -82,6 +95,7 @@ fn start_waiter(store: &Store, key: &str, log: &Path, label: &str) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
+        .map(Waiter)
         .expect("start a waiter")
 }
 
@@ -94,7 +108,7 @@ fn waiters_run_in_arrival_order(store: &Store) {
     let acquired: Json = serde_json::from_str(out.trim()).expect("acquire prints JSON");
     let lock_id = acquired["lockId"].as_str().expect("a lock id").to_owned();
 
-    let mut live: Vec<(String, Child)> = Vec::new();
+    let mut live: Vec<(String, Waiter)> = Vec::new();
     let mut in_line: Vec<u32> = Vec::new();
     let mut dead = None;
     for _ in 0..=WAITERS {
@@ -103,23 +117,23 @@ fn waiters_run_in_arrival_order(store: &Store) {
         } else {
             live.len().to_string()
         };
-        let child = start_waiter(store, &key, &log, &label);
-        let pid = child.id();
+        let waiter = start_waiter(store, &key, &log, &label);
+        let pid = waiter.0.id();
         wait_for(&format!("waiter {label} in line"), || {
             store.waiting_pids(&key).contains(&pid)
         });
         in_line.push(pid);
         if label == "dead" {
-            let mut child = child;
+            let mut waiter = waiter;
             let killed = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status()
                 .expect("run kill");
             assert!(killed.success());
-            let _ = child.wait();
+            let _ = waiter.0.wait();
             dead = Some(pid);
         } else {
-            live.push((label, child));
+            live.push((label, waiter));
         }
     }
     // The line, meanwhile, in arrival order (the dead place shown while it is live).
@@ -138,10 +152,10 @@ fn waiters_run_in_arrival_order(store: &Store) {
     let released = Instant::now();
     let (code, out) = store.output(&["release", "--lock-id", &lock_id]);
     assert_eq!(code, 0, "release: {out}");
-    for (label, mut child) in live {
+    for (label, mut waiter) in live {
         let deadline = Instant::now() + Duration::from_secs(150);
         let status = loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
+            if let Some(status) = waiter.0.try_wait().expect("try_wait") {
                 break status;
             }
             assert!(Instant::now() < deadline, "waiter {label} never ended");
