@@ -310,6 +310,7 @@ mod driver;
 mod errors;
 mod hosts;
 mod layout;
+mod line;
 mod list;
 mod node;
 mod pool;
@@ -326,6 +327,6 @@ mod watch;
 pub use self::builder::RedisBuilder;
 pub use self::driver::{CLEANUP_GUARD_MS, RedisBackend};
 pub use self::layout::{
-    DEFAULT_PREFIX, KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
+    DEFAULT_PREFIX, KeyLayout, LineKeys, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
 };
 pub use self::list::DEFAULT_LIST_SCAN_BUDGET;
