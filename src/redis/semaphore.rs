@@ -43,9 +43,7 @@ pub(super) fn acquire(
     let lock_id = store.keys.new_lock_id();
     let slot = key_slot(keys.holders.as_bytes());
     let mut invocation = SCRIPTS.semaphore_acquire.key(&keys.holders);
-    invocation
-        .key(&keys.permits)
-        .key(&keys.fence);
+    invocation.key(&keys.permits).key(&keys.fence);
     super::line::push_keys(&mut invocation, &line_keys);
     invocation
         .arg(lock_id.as_str())

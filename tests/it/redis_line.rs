@@ -28,8 +28,7 @@ fn attempt(
 fn attempt_permit(backend: &RedisBackend, key: &str, line: Line<'_>) -> Acquisition {
     let ttl = Ttl::new(TTL).unwrap();
     let permits = syncguard::driver::Permits::new(1).unwrap();
-    Driver::try_acquire_permit(backend, &Key::new(key).unwrap(), permits, ttl, None, line)
-        .unwrap()
+    Driver::try_acquire_permit(backend, &Key::new(key).unwrap(), permits, ttl, None, line).unwrap()
 }
 
 fn order(conn: &mut redis::Connection, keys: &LineKeys) -> Vec<(String, i64)> {
@@ -117,7 +116,10 @@ fn no_one_in_line_means_no_line_key_written() {
         attempt(&backend, &key, None, Line::Keep).unwrap(),
         Acquisition::Locked
     );
-    assert!(!stored(&mut conn, &backend.line_keys(&key, LeaseKind::Lock).unwrap()));
+    assert!(!stored(
+        &mut conn,
+        &backend.line_keys(&key, LeaseKind::Lock).unwrap()
+    ));
     assert!(backend.release(&granted.lock_id).unwrap());
 
     let Acquisition::Acquired { lease: permit, .. } =
@@ -129,7 +131,10 @@ fn no_one_in_line_means_no_line_key_written() {
         attempt_permit(&backend, &key, Line::Keep),
         Acquisition::Locked
     );
-    assert!(!stored(&mut conn, &backend.line_keys(&key, LeaseKind::Permit).unwrap()));
+    assert!(!stored(
+        &mut conn,
+        &backend.line_keys(&key, LeaseKind::Permit).unwrap()
+    ));
     assert!(backend.release_permit(&key, &permit.lock_id).unwrap());
 }
 
@@ -145,7 +150,11 @@ fn every_expired_place_is_pruned() {
     let now = redis_now_ms(&mut conn);
     // Places 1 and 3 lapsed long ago (their waiters died); 2 and 4 are live.
     for (ticket, id) in (1..).zip(&ids) {
-        let expires = if ticket % 2 == 1 { now - 60_000 } else { now + 60_000 };
+        let expires = if ticket % 2 == 1 {
+            now - 60_000
+        } else {
+            now + 60_000
+        };
         let _: () = conn.zadd(&keys.order, id.as_str(), ticket).unwrap();
         let _: () = conn.zadd(&keys.expiry, id.as_str(), expires).unwrap();
         let _: () = conn.hset(&keys.places, id.as_str(), "").unwrap();
