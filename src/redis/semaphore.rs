@@ -27,8 +27,8 @@ pub(super) struct Attempt {
     pub acknowledged: Option<Result<i64>>,
 }
 
-/// Takes a permit: one script on the semaphore's keys and its line's (and `WAIT` on the same connection with
-/// `min_replicas`).
+/// Takes a permit: one script on the semaphore's keys and its line's (and `WAIT` on the same
+/// connection with `min_replicas`, for a granted permit only: a place is not waited for).
 pub(super) fn acquire(
     store: &Store,
     replicas: Option<&ReplicaAcks>,
