@@ -88,6 +88,8 @@ mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
 mod redis_deployment_errors;
 #[cfg(feature = "redis")]
+mod redis_line;
+#[cfg(feature = "redis")]
 mod redis_list;
 #[cfg(feature = "redis")]
 mod redis_records;
