@@ -169,6 +169,7 @@ mod connection;
 mod driver;
 mod errors;
 mod io;
+mod line;
 mod list;
 mod schema;
 mod statements;
