@@ -1270,6 +1270,7 @@ fn names_that_contain_one_another_get_their_own_tables() {
             tables.fence_table().to_owned(),
             tables.semaphore_table(),
             tables.permit_table(),
+            tables.line_table(),
         ];
         expected.sort();
         assert_eq!(made, expected);
