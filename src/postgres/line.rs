@@ -16,9 +16,10 @@
 //! 1. `free` is known (the lock: 1 unless a live lock of another lock id exists; a semaphore:
 //!    its permits less the live ones). A single attempt or a barging one that finds no slot
 //!    free stops here, as before the line.
-//! 2. One index probe: is any place of this line stored? If not, nothing is pruned or counted
-//!    — an acquisition that finds the key free and the line empty writes nothing more than the
-//!    lock (or the permit) it always wrote.
+//! 2. One index probe, made in the statement that reads the key's lock (or counts its
+//!    permits) anyway ([`line_probe`]): is any place of this line stored? If not, nothing is
+//!    pruned or counted — an acquisition that finds the key free and the line empty runs no
+//!    statement and writes nothing more than before the line.
 //! 3. Otherwise every expired place of the line is deleted (`expires_at_ms <= now -
 //!    tolerance`, the complement of liveness), the waiter's own place is looked up, and the
 //!    places ahead of it counted (every live place for a newcomer or a single attempt).
@@ -65,11 +66,20 @@ pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>) {
 
 /// The variables [`admit_by_line`] uses, for the `DECLARE` of the function it is part of.
 pub(super) const LINE_DECLARATIONS: &str =
-    "  slots bigint;\n  mine bigint;\n  ahead bigint;\n  admitted boolean;\n";
+    "  queued boolean;\n  slots bigint;\n  mine bigint;\n  ahead bigint;\n  admitted boolean;\n";
+
+/// Whether the line `kind` of the key `$1` in the table `line` (quoted) has any place: one
+/// index probe, which the acquire functions make in the statement that reads the key's lock
+/// or permits anyway (no statement of its own), into the variable `queued` that
+/// [`admit_by_line`] reads.
+pub(super) fn line_probe(line: &str, kind: LeaseKind) -> String {
+    let kind = line_kind(kind);
+    format!("EXISTS (SELECT 1 FROM {line} q WHERE q.key = $1 AND q.kind = '{kind}')")
+}
 
 /// THE RULE in PL/pgSQL, for the line `kind` of the key `$1` in the table `line` (quoted), with
-/// `free` slots (an expression of the function's variables) at `now_ms`: the steps of the module
-/// docs. Continues the function when the acquisition is granted, returns from it (answering
+/// `free` slots (an expression of the function's variables) at `now_ms`, once `queued` holds
+/// the [`line_probe`]: the steps of the module docs. Continues the function when the acquisition is granted, returns from it (answering
 /// "held") when not. The function's parameters: `$7` tolerance ms, `$8` holder description,
 /// `$9` mode, `$10` place id (see [`line_params`]).
 pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
@@ -80,8 +90,7 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
         "slots := {free};\n\
          IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
          admitted := slots > 0;\n\
-         PERFORM 1 FROM {line} q WHERE {this_line} LIMIT 1;\n\
-         IF FOUND THEN\n\
+         IF queued THEN\n\
          DELETE FROM {line} q WHERE {this_line} AND q.expires_at_ms <= now_ms - $7;\n\
          IF $9 = 'wait' THEN\n\
          SELECT q.ticket INTO mine FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\

@@ -172,6 +172,7 @@ DECLARE
   held boolean;
   own boolean;
   counter bigint;
+  queued boolean;
   slots bigint;
   mine bigint;
   ahead bigint;
@@ -179,16 +180,16 @@ DECLARE
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2, NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE,
-l.lock_id = $2
-INTO held, malformed, own FROM "syncguard_locks" l WHERE l.key = $1;
+SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2,
+l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE, l.lock_id = $2, EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock')
+INTO held, malformed, own, queued
+FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1;
 IF malformed THEN RETURN; END IF;
 IF own IS NOT TRUE THEN
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 admitted := slots > 0;
-PERFORM 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' LIMIT 1;
-IF FOUND THEN
+IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
 SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
@@ -370,6 +371,7 @@ DECLARE
   now_ms bigint;
   counter bigint;
   held bigint;
+  queued boolean;
   slots bigint;
   mine bigint;
   ahead bigint;
@@ -388,8 +390,8 @@ ORDER BY q.expires_at_ms LIMIT 64
 FOR UPDATE SKIP LOCKED))
 AND p.expires_at_ms < now_ms - $7 - 60000;
 END IF;
-SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence
-FROM "syncguard_locks_permits" p WHERE p.key = $1;
+SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2), EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit')
+INTO held, fence, queued FROM "syncguard_locks_permits" p WHERE p.key = $1;
 IF fence IS NOT NULL THEN
 UPDATE "syncguard_locks_permits" p SET expires_at_ms = now_ms + $3
 WHERE p.key = $1 AND p.lock_id = $2
@@ -399,8 +401,7 @@ END IF;
 slots := $5 - held;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 admitted := slots > 0;
-PERFORM 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' LIMIT 1;
-IF FOUND THEN
+IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
 SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;

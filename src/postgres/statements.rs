@@ -107,7 +107,7 @@ use std::sync::Arc;
 use postgres::types::Type;
 use sha2::{Digest, Sha256};
 
-use super::line::{LINE_DECLARATIONS, admit_by_line};
+use super::line::{LINE_DECLARATIONS, admit_by_line, line_probe};
 use super::tables::TableNames;
 use crate::driver::{LeaseKind, MAX_PERMITS};
 
@@ -521,6 +521,10 @@ impl Statements {
         let line = format!("\"{}\"", tables.line_table());
         let lock_line = admit_by_line(&line, LeaseKind::Lock, "CASE WHEN held THEN 0 ELSE 1 END");
         let permit_line = admit_by_line(&line, LeaseKind::Permit, "$5 - held");
+        let (lock_probe, permit_probe) = (
+            line_probe(&line, LeaseKind::Lock),
+            line_probe(&line, LeaseKind::Permit),
+        );
         use Type as T;
         Statements {
             acquire: Op::steps(
@@ -569,9 +573,10 @@ impl Statements {
                  BEGIN\n\
                  PERFORM pg_advisory_xact_lock(hashtext($1));\n\
                  now_ms := {NOW_MS};\n\
-                 SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2, NOT {sound_l},\n\
-                     l.lock_id = $2\n\
-                     INTO held, malformed, own FROM {locks} l WHERE l.key = $1;\n\
+                 SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2,\n\
+                     l.key IS NOT NULL AND NOT {sound_l}, l.lock_id = $2, {lock_probe}\n\
+                     INTO held, malformed, own, queued\n\
+                     FROM (SELECT 1) AS one LEFT JOIN {locks} l ON l.key = $1;\n\
                  IF malformed THEN RETURN; END IF;\n\
                  IF own IS NOT TRUE THEN\n\
                  {lock_line}\
@@ -747,8 +752,8 @@ impl Statements {
                          FOR UPDATE SKIP LOCKED))\n\
                          AND p.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS};\n\
                  END IF;\n\
-                 SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence\n\
-                     FROM {permits} p WHERE p.key = $1;\n\
+                 SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2), {permit_probe}\n\
+                     INTO held, fence, queued FROM {permits} p WHERE p.key = $1;\n\
                  IF fence IS NOT NULL THEN\n\
                      UPDATE {permits} p SET expires_at_ms = now_ms + $3\n\
                          WHERE p.key = $1 AND p.lock_id = $2\n\
