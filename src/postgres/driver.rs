@@ -11,7 +11,7 @@ use postgres::error::SqlState;
 use super::client::Param;
 use super::connection::{Connections, Listening, OnNotify};
 use super::errors::ServerError;
-use super::line::line_params;
+use super::line_sql::line_params;
 use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};

@@ -96,18 +96,18 @@
 //!
 //! Both acquire functions decide THE RULE of the key's line (`<lock table>_line`) in their own
 //! transaction, once they have shut out the key's other acquirers (the advisory lock, the
-//! semaphore's row lock), with the steps `line::admit_by_line` writes and `line.rs` explains:
-//! an index probe when the line is empty, nothing more. Their statements sent inline (locks on
-//! tables without the functions) know no line: they barge. Reading the live places
-//! (`Statements::line`) and leaving the line (`Statements::leave_line`) are one statement each,
-//! through their functions only.
+//! semaphore's row lock), with the steps `line_sql::admit_by_line` writes and `line_sql.rs`
+//! explains: an index probe when the line is empty, nothing more. Their statements sent
+//! inline (locks on tables without the functions) know no line: they barge. Reading the live
+//! places (`Statements::line`) and leaving the line (`Statements::leave_line`) are one
+//! statement each, through their functions only.
 
 use std::sync::Arc;
 
 use postgres::types::Type;
 use sha2::{Digest, Sha256};
 
-use super::line::{LINE_DECLARATIONS, admit_by_line, line_probe};
+use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe};
 use super::tables::TableNames;
 use crate::driver::{LeaseKind, MAX_PERMITS};
 
