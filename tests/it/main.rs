@@ -78,6 +78,8 @@ mod postgres_fences;
 #[cfg(feature = "postgres")]
 mod postgres_legacy;
 #[cfg(feature = "postgres")]
+mod postgres_line;
+#[cfg(feature = "postgres")]
 mod postgres_semaphores;
 #[cfg(feature = "redis")]
 mod redis;
