@@ -1,7 +1,8 @@
 //! The changes made to a semaphore's document ([`PermitChange`]: take, give back, renew a
-//! permit, leave its line), how each applies to the document as read, and what it answers; with what an
-//! earlier attempt of it may have left behind (a commit whose answer was lost), so that the
-//! next attempt recognises its own work: an acquisition its lock id, a release its removal.
+//! permit, leave its line), how each applies to the document as read, and what it answers;
+//! with what an earlier attempt of it may have left behind (a commit whose answer was lost), so
+//! that the next attempt recognises its own work: an acquisition its lock id, a release its
+//! removal, a waiter its place.
 
 use super::combiner::Change;
 use super::semaphore_doc::{Permit, SemaphoreDoc};
