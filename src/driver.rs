@@ -273,10 +273,7 @@ pub trait Driver: Send + Sync {
     /// heartbeat renews through it. The default extends one lease after another; a store
     /// that can do many in one request should.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        leases
-            .iter()
-            .map(|(lease, ttl)| self.extend_lease(*lease, *ttl))
-            .collect()
+        one_by_one(self, leases)
     }
 
     /// Whether a live lock is stored under `key`.
@@ -621,37 +618,45 @@ impl LeaseKind {
     }
 }
 
-/// A heartbeat batch that may mix locks and permits, extended by a store that keeps the two
-/// kinds apart: `extend_locks` gets the batch's locks and `extend_permits` its permits (each in
-/// the batch's order, and only when there are any), and every answer is put back in its
-/// lease's place. Each function answers one result per lease it is given, in order.
+/// A heartbeat batch that may mix kinds of lease (locks, permits, shared holds), extended by a
+/// store that keeps them apart: `extend` is called once per kind present, with that kind's
+/// leases in the batch's order, and every answer is put back in its lease's place. `extend`
+/// answers one result per lease it is given, in order.
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 pub(crate) fn extend_by_kind<'a>(
     leases: &[(LeaseRef<'a>, Ttl)],
-    extend_locks: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
-    extend_permits: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
+    mut extend: impl FnMut(LeaseKind, &[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
 ) -> Vec<Result<Outcome<Extension>>> {
-    let (permits, locks): (Vec<usize>, Vec<usize>) =
-        (0..leases.len()).partition(|&i| leases[i].0.kind == LeaseKind::Permit);
-    if permits.is_empty() {
-        return extend_locks(leases);
+    let Some(first) = leases.first() else {
+        return Vec::new();
+    };
+    if leases.iter().all(|(lease, _)| lease.kind == first.0.kind) {
+        return extend(first.0.kind, leases);
     }
-    let pick = |indices: &[usize]| -> Vec<(LeaseRef<'a>, Ttl)> {
-        indices.iter().map(|&i| leases[i]).collect()
-    };
-    let lock_answers = if locks.is_empty() {
-        Vec::new()
-    } else {
-        extend_locks(&pick(&locks))
-    };
-    let permit_answers = extend_permits(&pick(&permits));
-    in_order(
-        leases.len(),
-        locks
-            .into_iter()
-            .zip(lock_answers)
-            .chain(permits.into_iter().zip(permit_answers)),
-    )
+    let mut answers = Vec::with_capacity(leases.len());
+    for kind in [LeaseKind::Lock, LeaseKind::Permit, LeaseKind::Shared] {
+        let positions: Vec<usize> = (0..leases.len())
+            .filter(|&i| leases[i].0.kind == kind)
+            .collect();
+        if positions.is_empty() {
+            continue;
+        }
+        let batch: Vec<(LeaseRef<'a>, Ttl)> = positions.iter().map(|&i| leases[i]).collect();
+        answers.extend(positions.into_iter().zip(extend(kind, &batch)));
+    }
+    in_order(leases.len(), answers)
+}
+
+/// Extends `leases` one after another: [`Driver::extend_leases`]' default, and for a kind a
+/// store renews no faster in a batch.
+pub(crate) fn one_by_one<D: Driver + ?Sized>(
+    driver: &D,
+    leases: &[(LeaseRef<'_>, Ttl)],
+) -> Vec<Result<Outcome<Extension>>> {
+    leases
+        .iter()
+        .map(|(lease, ttl)| driver.extend_lease(*lease, *ttl))
+        .collect()
 }
 
 /// The answers to a batch of `count` leases, given as `(position, answer)` pairs, in the

@@ -23,7 +23,7 @@ use crate::driver::{
     ListLimit, LockId, LockList, LockRecord, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, Version,
     hash_key, is_live,
 };
-use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
+use crate::driver::{Capabilities, TimeAuthority, extend_by_kind, one_by_one};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::time::Clock;
@@ -527,11 +527,11 @@ impl Driver for FirestoreBackend {
                 .collect();
         }
         // The locks as one batch write, the permits one commit per semaphore.
-        extend_by_kind(
-            leases,
-            |locks| self.extend_lock_leases(locks),
-            |permits| self.renew_permit_leases(permits),
-        )
+        extend_by_kind(leases, |kind, batch| match kind {
+            LeaseKind::Lock => self.extend_lock_leases(batch),
+            LeaseKind::Permit => self.renew_permit_leases(batch),
+            LeaseKind::Shared => one_by_one(self, batch),
+        })
     }
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;

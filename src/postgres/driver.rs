@@ -19,7 +19,7 @@ use crate::driver::{
     Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
-use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
+use crate::driver::{Capabilities, TimeAuthority, extend_by_kind, one_by_one};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
@@ -565,11 +565,11 @@ impl Driver for PostgresBackend {
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
         // Locks and permits live in different tables: one statement for each kind present.
-        extend_by_kind(
-            leases,
-            |locks| self.extend_lock_leases(locks),
-            |permits| self.extend_permit_leases(permits),
-        )
+        extend_by_kind(leases, |kind, batch| match kind {
+            LeaseKind::Lock => self.extend_lock_leases(batch),
+            LeaseKind::Permit => self.extend_permit_leases(batch),
+            LeaseKind::Shared => one_by_one(self, batch),
+        })
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

@@ -18,7 +18,7 @@ use crate::driver::{
     Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl,
 };
-use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
+use crate::driver::{Capabilities, TimeAuthority, extend_by_kind, one_by_one};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
@@ -312,14 +312,14 @@ impl Driver for RedisBackend {
     /// them, the permits' through their semaphores' keys), and each answer is put back at its
     /// own lease's place.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        extend_by_kind(
-            leases,
-            |locks| match self.store.keys.layout() {
-                KeyLayout::TypeScript => typescript::extend_all(&self.store, locks),
-                KeyLayout::Cluster => split::extend_all(&self.store, locks),
+        extend_by_kind(leases, |kind, batch| match kind {
+            LeaseKind::Lock => match self.store.keys.layout() {
+                KeyLayout::TypeScript => typescript::extend_all(&self.store, batch),
+                KeyLayout::Cluster => split::extend_all(&self.store, batch),
             },
-            |permits| semaphore::extend_all(&self.store, permits),
-        )
+            LeaseKind::Permit => semaphore::extend_all(&self.store, batch),
+            LeaseKind::Shared => one_by_one(self, batch),
+        })
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
