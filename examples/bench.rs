@@ -1034,6 +1034,18 @@ impl Driver for CountingRenewals {
     fn find_line(&self, key: &Key, kind: LeaseKind) -> syncguard::Result<Vec<PlaceRecord>> {
         self.inner.find_line(key, kind)
     }
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> syncguard::Result<Acquisition> {
+        self.inner.try_acquire_shared(key, ttl, holder, line)
+    }
+    fn find_shared(&self, key: &Key) -> syncguard::Result<Vec<LockRecord>> {
+        self.inner.find_shared(key)
+    }
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
         let answer = self.inner.extend_lease(lease, ttl);
         self.count(std::slice::from_ref(&answer));
