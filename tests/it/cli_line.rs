@@ -127,7 +127,7 @@ fn waiters_run_in_arrival_order(store: &Store) {
     eprintln!(
         "line on {}: {WAITERS} waiters in order; the waiter killed in line (pid {dead:?}) held \
          the next one back {:.2} s; all done {:.2} s after the release",
-        store.url,
+        store.url.split('@').next_back().unwrap_or_default(),
         (at(DEAD_AFTER) as f64 - at(DEAD_AFTER - 1) as f64) / 1e9,
         released.elapsed().as_secs_f64(),
     );
