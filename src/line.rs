@@ -31,7 +31,7 @@ use crate::time::{TIME_TOLERANCE_MS, Ttl, is_live};
 ///
 /// Short, because a waiter that dies keeps everyone behind it waiting until then (plus the
 /// [`TIME_TOLERANCE_MS`] every lease is judged with): a dead waiter delays the line by about
-/// 6 s. Long enough that a waiter renews it several times over ([`PLACE_RENEWAL`]) through a
+/// 6 s. Long enough that a waiter renews it several times over (a waiter in line tries at least every 1.7 s) through a
 /// slow round trip or a lost one, without a thread of its own: it renews its place with each
 /// attempt, which it makes anyway.
 pub const PLACE_TTL: Ttl = Ttl::from_checked_millis(5_000);

@@ -13,15 +13,17 @@ use super::commit::{
     Attempt, OpError, OpResult, lock_error, renewal_write, unchanged_since, with_retries,
 };
 use super::document::{
-    LockDoc, document_id, fence_document_id_of, parse_counter, parse_version, version_of,
+    LockDoc, counter_fields, document_id, fence_document_id_of, parse_counter, parse_version,
+    version_of,
 };
+use super::line_doc::parse_line;
 use super::rest::{Document, RestClient, RestError, integer_value, string_value};
 use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
-    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, Version,
-    hash_key, is_live,
+    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord, Places,
+    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind, one_by_one};
 use crate::error::{ErrorCode, LockError, Result};
@@ -111,11 +113,16 @@ impl FirestoreBackend {
         Ok(())
     }
 
+    /// One attempt at the lock on `user_key`, heeding its `line` (stored in the fence counter
+    /// document, read in the same `batchGet`): granted, the lock and the counter (with the line
+    /// as [`Places::admit`] left it) in one commit; refused, nothing more unless a waiter's
+    /// place was taken or renewed, then the counter document alone.
     fn acquire_once(
         &self,
         user_key: &str,
         ttl_ms: i64,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> OpResult<Attempt<Acquisition>> {
         let lock_doc_id = document_id(user_key)?;
         let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
@@ -125,16 +132,54 @@ impl FirestoreBackend {
         let [lock_doc, counter_doc] = self.rest.batch_get([&lock_name, &fence_name])?;
         let (lock_doc, counter_doc) = (lock_doc.as_ref(), counter_doc.as_ref());
         let now = self.now_ms()?;
+        let mut held = None;
         if let Some(doc) = lock_doc {
-            let held = LockDoc::parse(doc, Some(user_key))?;
-            if is_live(held.expires_at_ms, now, TIME_TOLERANCE_MS) {
-                return Ok(Attempt::Done(Acquisition::Locked));
+            let lock = LockDoc::parse(doc, Some(user_key))?;
+            if is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS) {
+                // Held, and no place to take: refused on this one read, as ever.
+                if line.place().is_none() {
+                    return Ok(Attempt::Done(Acquisition::Locked));
+                }
+                held = Some(lock);
             }
         }
         let counter = match counter_doc {
             None => 0,
             Some(doc) => parse_counter(doc, user_key)?,
         };
+        let mut places = parse_line(counter_doc, user_key, "fence counter")?;
+        let admission = places.admit(line, usize::from(held.is_none()), now, holder);
+        let counter_write = |fence: Fence, places: &Places| {
+            json!({
+                "update": { "name": fence_name, "fields": counter_fields(user_key, fence, places) },
+                "currentDocument": unchanged_since(counter_doc),
+            })
+        };
+        if !admission.granted {
+            // A single attempt leaves expired places to the next write: it writes nothing.
+            if line.place().is_none() {
+                return Ok(Attempt::Done(Acquisition::Locked));
+            }
+            // The waiter's place, taken or renewed, in the counter document alone. A counter
+            // missing under a held lock (only a hand-written lock has none) is restored at
+            // that lock's fence, which its acquisition would have written.
+            let fence = match (counter, &held) {
+                (0, Some(lock)) => lock.fence,
+                _ => Fence::from_counter(counter).map_err(|e| e.with_key(user_key))?,
+            };
+            // Lost (no answer): the waiter's next attempt finds its place (the same id) or
+            // takes it, one place either way, and nothing else was written.
+            return Ok(
+                match self
+                    .rest
+                    .commit_versions(vec![counter_write(fence, &places)])?
+                {
+                    Some(_) => Attempt::Done(Acquisition::Locked),
+                    // Another waiter or an acquirer wrote the counter: read again.
+                    None => Attempt::Conflict,
+                },
+            );
+        }
         // Checked before the commit: a counter past the limit writes nothing.
         let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
         let lock_id = LockId::generate().into_string();
@@ -157,13 +202,7 @@ impl FirestoreBackend {
                 "update": { "name": lock_name, "fields": lock_fields },
                 "currentDocument": unchanged_since(lock_doc),
             }),
-            json!({
-                "update": { "name": fence_name, "fields": {
-                    "fence": string_value(&fence.to_string()),
-                    "keyDebug": string_value(user_key),
-                }},
-                "currentDocument": unchanged_since(counter_doc),
-            }),
+            counter_write(fence, &places),
         ];
         let committed = match self.rest.commit_versions(writes) {
             // The commit may have been applied although no answer says so: the caller gets
@@ -175,8 +214,14 @@ impl FirestoreBackend {
             committed => committed?,
         };
         let Some(times) = committed else {
-            // Someone changed the lock or the counter since the read: another acquirer won.
-            return Ok(Attempt::Done(Acquisition::Locked));
+            // Someone changed the lock or the counter since the read: another acquirer won,
+            // or a waiter took or renewed its place. A waiter reads again, so that it keeps
+            // its place (or is granted); a single attempt is refused, as a lost race always
+            // was.
+            return Ok(match line {
+                Line::Wait(_) => Attempt::Conflict,
+                Line::Keep | Line::Ignore => Attempt::Done(Acquisition::Locked),
+            });
         };
         Ok(Attempt::Done(Acquisition::granted(
             lock_id,
@@ -409,11 +454,11 @@ impl Driver for FirestoreBackend {
         key: &Key,
         ttl: Ttl,
         holder: Option<&Holder>,
-        _line: Line<'_>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         self.check_skew()?;
         with_retries(&self.rest, &self.aborted_retries, || {
-            self.acquire_once(key.as_str(), ttl.as_millis(), holder)
+            self.acquire_once(key.as_str(), ttl.as_millis(), holder, line)
         })
     }
 
@@ -423,9 +468,25 @@ impl Driver for FirestoreBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
-        _line: Line<'_>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
-        self.take_permit(key, permits, ttl, holder)
+        self.take_permit(key, permits, ttl, holder, line)
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.check_skew()?;
+        match kind {
+            LeaseKind::Lock => self.leave_lock_line(key, place),
+            LeaseKind::Permit => self.leave_permit_line(key, place),
+        }
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.check_skew()?;
+        match kind {
+            LeaseKind::Lock => self.lock_line(key),
+            LeaseKind::Permit => self.permit_line(key),
+        }
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {

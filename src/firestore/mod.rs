@@ -23,7 +23,13 @@
 //! (string, 15 digits), and `holder` (string) when the holder described itself
 //! ([`LockOptions::holder`](crate::LockOptions::holder); the TypeScript SyncGuard writes no
 //! such field and ignores it). In `fence_counters`, document `msk("", "fence:" + lock doc id)`:
-//! `fence` (string, 15 digits) and `keyDebug` (string); never deleted. A document id Firestore
+//! `fence` (string, 15 digits) and `keyDebug` (string); never deleted. Once a waiter has
+//! waited in the lock's line ([`Line`](crate::driver::Line)), it also holds that line:
+//! `lineTicket` (integer, the last ticket issued) and `line` (array, in ticket order, of maps
+//! `placeId` (string), `ticket` and `expiresAtMs` (integers), and `holder` (string) when
+//! given). The TypeScript SyncGuard knows no line: its acquisitions pass it, and set the
+//! counter document whole, which clears it (the waiters take new places at their next
+//! attempt). A document id Firestore
 //! would reject (containing `/`, `.` or `..`, or of the form `__…__`) is replaced by its hashed
 //! form, step 4 of [`make_storage_key`].
 //!
@@ -33,7 +39,8 @@
 //! the key as a lock document's is (`msk("", key)`, hashed where Firestore would reject it): `key`
 //! (string), `fence` (string, 15 digits: the last fence the semaphore issued, its own sequence),
 //! and `permits` (array, in fence order) of maps `lockId` (string), `fence` (string, 15
-//! digits), `expiresAtMs` and `acquiredAtMs` (integer), and `holder` (string) when given. A
+//! digits), `expiresAtMs` and `acquiredAtMs` (integer), and `holder` (string) when given; and
+//! the semaphore's line, as the counter document holds the lock's (`lineTicket`, `line`). A
 //! semaphore is never deleted (its counter lives in it); expired permits are dropped by the
 //! next write to it. At most 1000 permits of about 100 bytes (under 400 with a 256-byte
 //! holder) stay well under Firestore's 1 MiB document limit. The TypeScript SyncGuard has no semaphores and never reads this
@@ -52,8 +59,12 @@
 //! waiting readers starve the holder's release (observed on the emulator: releases aborted
 //! five times in a row with seven contenders).
 //!
-//! acquire: `batchGet` of the lock and counter documents, then `commit` of both (one request
-//! when the lock is visibly held; a lost race is reported as held). release and extend:
+//! acquire: `batchGet` of the lock and counter documents (the line with them), then `commit`
+//! of both (one request when the lock is visibly held; a lost race is reported as held). A
+//! waiter in line ([`Line::Wait`](crate::driver::Line::Wait)) refused writes its place (taken
+//! or renewed) into the counter document in one commit instead, and reads again after a lost
+//! race, as does a waiter whose grant lost one (see `docs/firestore.md` for every count).
+//! find_line: one `batchGet`; leave_line: `batchGet`, then `commit` when the place is there. release and extend:
 //! `runQuery` for `lockId == id` (without a limit: two matches would be an inconsistency,
 //! reported and left alone), then `commit` (a lost race is retried). is_locked and lookup: one
 //! read. A commit that meets a TypeScript client's transaction (`ABORTED`) is retried a few
@@ -153,7 +164,9 @@ mod combiner;
 mod commit;
 mod document;
 mod driver;
+mod line_doc;
 mod list;
+mod lock_line;
 mod rest;
 mod semaphore;
 mod semaphore_change;

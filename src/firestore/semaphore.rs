@@ -33,11 +33,11 @@ use serde_json::{Value, json};
 use super::commit::{Attempt, lock_error, unchanged_since, with_retries_up_to};
 use super::driver::FirestoreBackend;
 use super::rest::Document;
-use super::semaphore_change::{Applied, Committed, PermitAnswer, PermitChange};
+use super::semaphore_change::{Applied, Committed, LineAsk, PermitAnswer, PermitChange};
 use super::semaphore_doc::{SemaphoreDoc, semaphore_document_id};
 use crate::driver::{
-    Acquisition, Extension, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits,
-    TIME_TOLERANCE_MS, Ttl, in_order,
+    Acquisition, Extension, Holder, Key, LeaseRef, Line, LockId, LockRecord, Outcome, Permits,
+    PlaceRecord, TIME_TOLERANCE_MS, Ttl, in_order,
 };
 use crate::error::{LockError, Result};
 
@@ -50,19 +50,22 @@ const SEMAPHORE_ATTEMPTS: u32 = 12;
 type Read = (Option<Document>, SemaphoreDoc);
 
 impl FirestoreBackend {
-    /// Takes one of `permits` permits of the semaphore on `key`; see the module docs.
+    /// Takes one of `permits` permits of the semaphore on `key`, heeding its `line`; see the
+    /// module docs.
     pub(super) fn take_permit(
         &self,
         key: &Key,
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         self.check_skew()?;
         let change = PermitChange::Take {
             permits,
             ttl,
-            holder: holder.map(Holder::to_string),
+            holder: holder.cloned(),
+            line: LineAsk::of(line),
             lock_id: LockId::generate().into_string(),
             maybe_written: false,
         };
@@ -86,6 +89,26 @@ impl FirestoreBackend {
             .filter(|permit| permit.is_live(now))
             .map(|permit| permit.record(key.as_str()))
             .collect())
+    }
+
+    /// The live places of the semaphore's line of `key`, in line order: one read.
+    pub(super) fn permit_line(&self, key: &Key) -> Result<Vec<PlaceRecord>> {
+        let name = self.semaphore_name(key)?;
+        let (_, doc) = self
+            .read_semaphore(&name, key)
+            .map_err(|e| lock_error(&self.rest, e))?;
+        Ok(doc.line.live(self.now_ms()?))
+    }
+
+    /// Removes `place` from the semaphore's line of `key` (a write only if it was there).
+    pub(super) fn leave_permit_line(&self, key: &Key, place: &LockId) -> Result<()> {
+        let change = PermitChange::Leave {
+            place: place.clone(),
+        };
+        match self.change_semaphore(key, vec![change])?.pop() {
+            Some(Ok(PermitAnswer::Left)) => Ok(()),
+            other => Err(mismatched(other)),
+        }
     }
 
     /// Gives back the permit `lease` names (its key and lock id).

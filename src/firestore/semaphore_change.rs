@@ -1,23 +1,27 @@
 //! The changes made to a semaphore's document ([`PermitChange`]: take, give back, renew a
-//! permit), how each applies to the document as read, and what it answers; with what an
-//! earlier attempt of it may have left behind (a commit whose answer was lost), so that the
-//! next attempt recognises its own work: an acquisition its lock id, a release its removal.
+//! permit, leave its line), how each applies to the document as read, and what it answers;
+//! with what an earlier attempt of it may have left behind (a commit whose answer was lost), so
+//! that the next attempt recognises its own work: an acquisition its lock id, a release its
+//! removal, a waiter its place.
 
 use super::combiner::Change;
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{
-    Acquisition, Extension, Key, Outcome, Permits, TIME_TOLERANCE_MS, Ttl, is_live,
+    Acquisition, Extension, Holder, Key, Line, LockId, Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
+    is_live,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 
 /// One change to a semaphore's document, with what earlier attempts of it left in doubt.
 pub(super) enum PermitChange {
-    /// Take a permit of `permits` under `lock_id` (the same at every attempt).
+    /// Take a permit of `permits` under `lock_id` (the same at every attempt), heeding the
+    /// semaphore's line as `line` asks.
     Take {
         permits: Permits,
         ttl: Ttl,
-        holder: Option<String>,
+        holder: Option<Holder>,
+        line: LineAsk,
         lock_id: String,
         /// A commit that carried it may have been applied.
         maybe_written: bool,
@@ -30,6 +34,33 @@ pub(super) enum PermitChange {
     },
     /// Renew the permit held under `lock_id` to *now + ttl*.
     Renew { lock_id: String, ttl: Ttl },
+    /// Leave the semaphore's line: remove the place `place`.
+    Leave { place: LockId },
+}
+
+/// A [`Line`], owned: a change waits for its write in another thread's hands.
+pub(super) enum LineAsk {
+    Ignore,
+    Keep,
+    Wait(LockId),
+}
+
+impl LineAsk {
+    pub(super) fn of(line: Line<'_>) -> LineAsk {
+        match line {
+            Line::Ignore => LineAsk::Ignore,
+            Line::Keep => LineAsk::Keep,
+            Line::Wait(place) => LineAsk::Wait(place.clone()),
+        }
+    }
+
+    fn line(&self) -> Line<'_> {
+        match self {
+            LineAsk::Ignore => Line::Ignore,
+            LineAsk::Keep => Line::Keep,
+            LineAsk::Wait(place) => Line::Wait(place),
+        }
+    }
 }
 
 /// What a [`PermitChange`] did.
@@ -37,6 +68,7 @@ pub(super) enum PermitAnswer {
     Taken(Acquisition),
     GivenBack(Outcome<()>),
     Renewed(Outcome<Extension>),
+    Left,
 }
 
 impl Change for PermitChange {
@@ -78,6 +110,7 @@ impl PermitChange {
                 permits,
                 ttl,
                 holder,
+                line,
                 lock_id,
                 ..
             } => {
@@ -97,8 +130,16 @@ impl PermitChange {
                 // Only live permits count; the expired ones go with this commit, if there is
                 // one (this caller's own, expired, among them: it takes a new permit).
                 doc.reclaim(now);
-                if doc.permits.len() >= permits.get() as usize {
-                    return Applied::unwritten(Ok(PermitAnswer::Taken(Acquisition::Locked)));
+                let free = (permits.get() as usize).saturating_sub(doc.permits.len());
+                let admission = doc.line.admit(line.line(), free, now, holder.as_ref());
+                if !admission.granted {
+                    // A waiter's place, taken or renewed, is written; a single attempt leaves
+                    // expired places to the next write.
+                    return Applied {
+                        answer: Ok(PermitAnswer::Taken(Acquisition::Locked)),
+                        wrote: admission.changed && matches!(line, LineAsk::Wait(_)),
+                        live_until: None,
+                    };
                 }
                 // Checked before the commit: a counter at the limit writes nothing.
                 let counter = doc.counter + 1;
@@ -113,7 +154,7 @@ impl PermitChange {
                     fence,
                     expires_at_ms,
                     acquired_at_ms: now,
-                    holder: holder.clone(),
+                    holder: holder.as_ref().map(Holder::to_string),
                 });
                 Applied {
                     answer: Ok(PermitAnswer::Taken(Acquisition::granted(
@@ -180,6 +221,11 @@ impl PermitChange {
                     }
                 }
             },
+            PermitChange::Leave { place } => Applied {
+                answer: Ok(PermitAnswer::Left),
+                wrote: doc.line.leave(place),
+                live_until: None,
+            },
         }
     }
 
@@ -190,7 +236,15 @@ impl PermitChange {
             return;
         }
         match self {
-            PermitChange::Take { maybe_written, .. } => *maybe_written = true,
+            // Only a permit it wrote puts an acquisition in doubt, not a place in line.
+            PermitChange::Take { maybe_written, .. } => {
+                if matches!(
+                    applied.answer,
+                    Ok(PermitAnswer::Taken(Acquisition::Acquired { .. }))
+                ) {
+                    *maybe_written = true;
+                }
+            }
             PermitChange::GiveBack {
                 maybe_removed_live_until,
                 ..
@@ -199,7 +253,7 @@ impl PermitChange {
                     *maybe_removed_live_until = applied.live_until;
                 }
             }
-            PermitChange::Renew { .. } => {}
+            PermitChange::Renew { .. } | PermitChange::Leave { .. } => {}
         }
     }
 

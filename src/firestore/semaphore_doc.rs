@@ -1,14 +1,15 @@
-//! The semaphore document ([`SemaphoreDoc`]): one per semaphore, holding all its permits and
-//! its own fence counter, its collection and id, and what is checked when it is read — a
+//! The semaphore document ([`SemaphoreDoc`]): one per semaphore, holding all its permits, its
+//! own fence counter and its line of waiters (`line_doc.rs`), its collection and id, and what is checked when it is read — a
 //! document that is not a SyncGuard semaphore is an error naming its key, never "no permits".
 
 use serde_json::{Map, Value, json};
 
 use super::document::document_id;
+use super::line_doc::{add_line_fields, parse_line};
 use super::rest::{
     Document, array_value, integer_of, integer_value, map_of, map_value, string_of, string_value,
 };
-use crate::driver::{LockRecord, TIME_TOLERANCE_MS, is_live};
+use crate::driver::{LockRecord, Places, TIME_TOLERANCE_MS, is_live};
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 
@@ -90,20 +91,22 @@ impl Permit {
 const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
 /// A semaphore document, as read (or empty, for a semaphore never acquired): its permits in
-/// fence order, expired ones included until something reclaims them, and the last fence it
-/// issued.
+/// fence order, expired ones included until something reclaims them, the last fence it
+/// issued, and its line.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(super) struct SemaphoreDoc {
     /// The last fence issued (0 before the first): never lowered, the document never deleted.
     pub(super) counter: u64,
     pub(super) permits: Vec<Permit>,
+    /// The semaphore's line of waiters (not the lock's of the same key).
+    pub(super) line: Places,
 }
 
 impl SemaphoreDoc {
     /// The semaphore `document` holds (empty when there is none), or why it is not a
     /// SyncGuard semaphore document: `key` a string, `fence` 15 digits, `permits` an array of
     /// maps each with `lockId`, `fence`, `expiresAtMs`, `acquiredAtMs` (and `holder`, a
-    /// string, when given). Anything else is `Internal`, naming `key`, and is never
+    /// string, when given), and a line as `line_doc.rs` reads it. Anything else is `Internal`, naming `key`, and is never
     /// overwritten.
     pub(super) fn parse(document: Option<&Document>, key: &str) -> Result<SemaphoreDoc> {
         let Some(document) = document else {
@@ -138,7 +141,12 @@ impl SemaphoreDoc {
         if permits.iter().any(|permit| permit.fence.value() > counter) {
             return Err(not_a_semaphore("a permit's fence is above the counter"));
         }
-        let mut doc = SemaphoreDoc { counter, permits };
+        let line = parse_line(Some(document), key, "semaphore")?;
+        let mut doc = SemaphoreDoc {
+            counter,
+            permits,
+            line,
+        };
         // Written in fence order; sorted again so that a hand-edited document cannot make
         // `find_permits` answer out of order.
         doc.permits.sort_by_key(|permit| permit.fence);
@@ -148,11 +156,13 @@ impl SemaphoreDoc {
     /// The document's fields, for the semaphore on `key`.
     pub(super) fn fields(&self, key: &str) -> Result<Value> {
         let fence = Fence::from_counter(self.counter).map_err(|e| e.with_key(key))?;
-        Ok(json!({
-            "key": string_value(key),
-            "fence": string_value(&fence.to_string()),
-            "permits": array_value(self.permits.iter().map(Permit::value).collect()),
-        }))
+        let mut fields = Map::new();
+        fields.insert("key".to_owned(), string_value(key));
+        fields.insert("fence".to_owned(), string_value(&fence.to_string()));
+        let permits = self.permits.iter().map(Permit::value).collect();
+        fields.insert("permits".to_owned(), array_value(permits));
+        add_line_fields(&self.line, &mut fields);
+        Ok(Value::Object(fields))
     }
 
     /// Drops the permits expired at `now_ms`; whether any was.
@@ -186,10 +196,15 @@ mod tests {
 
     #[test]
     fn fields_read_back() {
-        let doc = SemaphoreDoc {
+        let mut doc = SemaphoreDoc {
             counter: 7,
             permits: vec![permit(3, 100, None), permit(7, 200, Some("worker 1"))],
+            ..SemaphoreDoc::default()
         };
+        let place = crate::driver::LockId::generate();
+        let _ = doc
+            .line
+            .admit(crate::driver::Line::Wait(&place), 0, 100, None);
         let fields = doc.fields("k").unwrap();
         let document = Document::for_tests("projects/p/x/k", fields);
         assert_eq!(SemaphoreDoc::parse(Some(&document), "k").unwrap(), doc);
@@ -204,6 +219,7 @@ mod tests {
         let good = SemaphoreDoc {
             counter: 2,
             permits: vec![permit(2, 100, None)],
+            ..SemaphoreDoc::default()
         }
         .fields("k")
         .unwrap();
@@ -232,6 +248,7 @@ mod tests {
         let mut doc = SemaphoreDoc {
             counter: 2,
             permits: vec![permit(1, 1_000, None), permit(2, 10_000, None)],
+            ..SemaphoreDoc::default()
         };
         assert!(!doc.reclaim(1_000 + TIME_TOLERANCE_MS - 1));
         assert!(doc.reclaim(5_000));

@@ -11,13 +11,14 @@ use postgres::error::SqlState;
 use super::client::Param;
 use super::connection::{Connections, Listening, OnNotify};
 use super::errors::ServerError;
+use super::line_sql::line_params;
 use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
-    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
-    TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
+    ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind, one_by_one};
 use crate::error::{ErrorCode, LockError, Result};
@@ -77,22 +78,14 @@ impl PostgresBackend {
 
     /// Runs `op`: through its server function, or inline once the functions are found missing.
     pub(super) fn query(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
-        if !self.inline.load(Ordering::Relaxed) {
+        if !self.functions_known_missing() {
             match self.connections.query(&op.call, &params) {
                 // The call failed before anything ran: the same statement inline is safe.
                 Err(error)
                     if ServerError::state_of(&error) == Some(&SqlState::UNDEFINED_FUNCTION)
                         && error.message().contains(&op.function) =>
                 {
-                    if !self.inline.swap(true, Ordering::Relaxed) {
-                        log::warn!(
-                            "syncguard: {}: the server functions are missing (tables set up by \
-                             an older syncguard or by the TypeScript SyncGuard); statements are \
-                             sent inline and planned on every call. Run `syncguard setup` or \
-                             setup_schema once for faster calls",
-                            self.display
-                        );
-                    }
+                    self.functions_missing();
                 }
                 result => return result,
             }
@@ -100,6 +93,27 @@ impl PostgresBackend {
         // The statement may take fewer parameters than its function (acquire's holder).
         let inline_params = params.len().min(op.inline.types.len());
         self.connections.query(&op.inline, &params[..inline_params])
+    }
+
+    /// Whether this version's server functions were found missing (since the last
+    /// [`setup_schema`](Self::setup_schema)).
+    pub(super) fn functions_known_missing(&self) -> bool {
+        self.inline.load(Ordering::Relaxed)
+    }
+
+    /// Notes that this version's server functions are missing: the lock operations go inline
+    /// from now on, and there is no line. Says so in the log once per backend (until setup).
+    pub(super) fn functions_missing(&self) {
+        if !self.inline.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "syncguard: {}: the server functions of this syncguard version are missing \
+                 (tables set up by an older syncguard or by the TypeScript SyncGuard): \
+                 statements are sent inline and planned on every call, and waiters do not \
+                 wait in line (they barge, as the TypeScript SyncGuard's do). Run `syncguard \
+                 setup` or setup_schema once: it adds the line and makes calls faster",
+                self.display
+            );
+        }
     }
 
     /// Runs `op` through its server function only (the semaphore operations, which have no
@@ -280,7 +294,7 @@ fn in_doubt_if_unanswered(error: LockError, lock_id: &str, key: &Key) -> LockErr
 
 /// The parameters of both acquisitions, a lock's and a permit's (see `Statements::acquire` and
 /// `Statements::permit_acquire`): the same but `$5`, `fifth` — the lock's fence key, the
-/// semaphore's number of permits.
+/// semaphore's number of permits — and then the line's mode and place (`line_params`).
 fn acquire_params(
     storage_key: &str,
     lock_id: &str,
@@ -288,7 +302,9 @@ fn acquire_params(
     key: &Key,
     fifth: impl Into<Param>,
     holder: Option<&Holder>,
+    line: Line<'_>,
 ) -> Vec<Param> {
+    let (mode, place) = line_params(line);
     vec![
         storage_key.into(),
         lock_id.into(),
@@ -297,8 +313,11 @@ fn acquire_params(
         fifth.into(),
         (FENCE_MAX as i64).into(),
         TIME_TOLERANCE_MS.into(),
-        // The lock's function only: its statement sent inline never stores a holder.
+        // The functions only: the lock's statement sent inline never stores a holder, and
+        // knows no line.
         holder.map(Holder::as_str).into(),
+        mode.into(),
+        place.into(),
     ]
 }
 
@@ -337,7 +356,7 @@ fn fence_key_of(storage_key: &str) -> Result<String> {
 }
 
 /// The storage key of `key`, refusing what PostgreSQL text cannot store (before any I/O).
-fn storage_key_of(key: &Key) -> Result<String> {
+pub(super) fn storage_key_of(key: &Key) -> Result<String> {
     if key.as_str().contains('\0') {
         return Err(LockError::invalid_argument(
             "PostgreSQL text cannot hold NUL characters; this key cannot be locked here",
@@ -466,12 +485,13 @@ impl Driver for PostgresBackend {
         key: &Key,
         ttl: Ttl,
         holder: Option<&Holder>,
-        _line: Line<'_>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         let storage_key = storage_key_of(key)?;
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
-        let params = acquire_params(&storage_key, &lock_id, ttl, key, fence_key.as_str(), holder);
+        let fence_key = fence_key.as_str();
+        let params = acquire_params(&storage_key, &lock_id, ttl, key, fence_key, holder, line);
         let rows = self
             .query(&self.statements.acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
@@ -488,16 +508,24 @@ impl Driver for PostgresBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
-        _line: Line<'_>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         let storage_key = storage_key_of(key)?;
         let lock_id = LockId::generate().into_string();
         let permits = i64::from(permits.get());
-        let params = acquire_params(&storage_key, &lock_id, ttl, key, permits, holder);
+        let params = acquire_params(&storage_key, &lock_id, ttl, key, permits, holder, line);
         let rows = self
             .call_function(&self.statements.permit_acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
         acquisition(answer_row(&rows, "permit acquire")?, lock_id, key)
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.leave(key, kind, place)
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.places(key, kind)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {

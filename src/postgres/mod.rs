@@ -44,6 +44,17 @@
 //! [`setup_schema`], as a backend without semaphores refuses them; locks, lookups and listing
 //! locks keep working, and `syncguard status --key` shows the lock with no permits.
 //!
+//! The line of waiters (DESIGN §12) is one more table named after the lock table,
+//! `syncguard_locks_line(key, kind, place_id, ticket, expires_at_ms, holder)`: one row per
+//! place, keyed by `(key, kind, place_id)` (`kind` is `lock` or `permit`: a key's lock and its
+//! semaphore have a line each), `ticket` an identity column (arrival order at the server),
+//! `expires_at_ms` by the server's clock. The acquire functions decide the line in the
+//! transaction that writes the lock or the permit; an acquisition that finds the key free and
+//! the line empty writes nothing more (one index probe in the read it already makes). The
+//! TypeScript SyncGuard knows no line: its acquisition passes it. On tables without this
+//! version's functions there is no line (waiters barge; one warning says `syncguard setup` adds
+//! it). The steps are in `line_sql.rs`.
+//!
 //! # Atomicity and mixed fleets
 //!
 //! Each operation is a single statement (one round trip, one implicit transaction); acquire
@@ -169,6 +180,8 @@ mod connection;
 mod driver;
 mod errors;
 mod io;
+mod line;
+mod line_sql;
 mod list;
 mod schema;
 mod statements;

@@ -36,6 +36,7 @@ pub fn schema_sql(tables: &TableNames) -> String {
 fn tables_ddl(tables: &TableNames) -> String {
     let (locks, fences) = (tables.lock_table(), tables.fence_table());
     let (semaphores, permits) = (tables.semaphore_table(), tables.permit_table());
+    let line = tables.line_table();
     format!(
         "\
 -- syncguard (Rust) and SyncGuard (TypeScript) share these tables: same names, columns, types
@@ -43,8 +44,8 @@ fn tables_ddl(tables: &TableNames) -> String {
 -- writes and ignores). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
--- Written for these table names (index, function, semaphore and permit table names follow the
--- lock table's name):
+-- Written for these table names (index, function, semaphore, permit and line table names follow
+-- the lock table's name):
 --   lock table:          {locks}
 --   fence counter table: {fences}
 -- For other names, generate it with syncguard::postgres::schema_sql rather than search and
@@ -113,6 +114,23 @@ CREATE TABLE IF NOT EXISTS {permits} (
 -- oldest first: a semaphore whose key is never used again leaves no permit row behind.
 CREATE INDEX IF NOT EXISTS {locks}_permit_exp ON {permits} (expires_at_ms);
 
+-- The line (syncguard for Rust only: the TypeScript SyncGuard knows no line, never reads this
+-- table, and its acquisitions pass the line). One row per waiter's place in the line of a key's
+-- lock or of its semaphore; deleted when its waiter is granted or gives up, or once expired by
+-- the next acquisition of its line. Written and read by the server functions below only.
+CREATE TABLE IF NOT EXISTS {line} (
+  key TEXT NOT NULL,               -- storage key of the lock or the semaphore
+  kind TEXT NOT NULL,              -- 'lock' or 'permit': the key's lock and semaphore each have one
+  place_id TEXT NOT NULL,          -- the waiter's place id, 22 base64url characters
+  ticket BIGINT GENERATED ALWAYS AS IDENTITY, -- arrival order at the server; never drawn twice
+  expires_at_ms BIGINT NOT NULL,   -- server time, Unix ms; renewed by each attempt of its waiter
+  holder TEXT,                     -- who waits, as described at acquisition (NULL: none)
+  CONSTRAINT {locks}_line_pk PRIMARY KEY (key, kind, place_id)
+);
+
+-- A line in ticket order, and the probe every acquisition makes for it.
+CREATE INDEX IF NOT EXISTS {locks}_line_ticket ON {line} (key, kind, ticket);
+
 "
     )
 }
@@ -178,7 +196,7 @@ pub fn setup_schema(client: &mut impl GenericClient, tables: &TableNames) -> Res
 }
 
 /// One row, one boolean: whether everything [`setup_sql`] creates is there as this version
-/// creates it (the lock and fence tables, the semaphore and permit tables, the lock table's
+/// creates it (the lock and fence tables, the semaphore, permit and line tables, the lock table's
 /// indexes and `holder` column, every server function of this version with this version's
 /// parameters, result and body — compared by fingerprint, so a function replaced since, by hand
 /// or by an earlier syncguard under the same name, is put right). Reads the catalogs only.
@@ -192,6 +210,8 @@ pub(crate) fn installed_sql(tables: &TableNames) -> String {
         format!("to_regclass('{}') IS NOT NULL", tables.semaphore_table()),
         format!("to_regclass('{}') IS NOT NULL", tables.permit_table()),
         format!("to_regclass('{locks}_permit_exp') IS NOT NULL"),
+        format!("to_regclass('{}') IS NOT NULL", tables.line_table()),
+        format!("to_regclass('{locks}_line_ticket') IS NOT NULL"),
         format!(
             "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
              AND attname = 'holder' AND NOT attisdropped)"
@@ -297,11 +317,15 @@ mod tests {
                 tables.permit_table(),
                 format!("{locks}_permit_exp"),
                 tables.permit_table(),
+                tables.line_table(),
+                format!("{locks}_line_ticket"),
+                tables.line_table(),
             ];
             assert_eq!(names_made(tables_part), expected, "{locks} + {fences}");
             assert!(
                 tables_part.contains(&format!("CONSTRAINT {locks}_sem_pk PRIMARY KEY"))
-                    && tables_part.contains(&format!("CONSTRAINT {locks}_permit_pk PRIMARY KEY")),
+                    && tables_part.contains(&format!("CONSTRAINT {locks}_permit_pk PRIMARY KEY"))
+                    && tables_part.contains(&format!("CONSTRAINT {locks}_line_pk PRIMARY KEY")),
                 "{locks} + {fences}"
             );
             assert!(ddl.contains(&format!("INSERT INTO \"{fences}\" AS f")));
@@ -318,6 +342,8 @@ mod tests {
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_semaphores ("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_permits ("));
         assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v3("));
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_line ("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v3("));
         assert_eq!(schema_sql(&TableNames::default()), SCHEMA_SQL);
     }
 }

@@ -3,8 +3,8 @@
 -- writes and ignores). Apply once, e.g. `psql -d myapp -f schema.sql`, or call
 -- syncguard::postgres::setup_schema. Safe to run again.
 --
--- Written for these table names (index, function, semaphore and permit table names follow the
--- lock table's name):
+-- Written for these table names (index, function, semaphore, permit and line table names follow
+-- the lock table's name):
 --   lock table:          syncguard_locks
 --   fence counter table: syncguard_fence_counters
 -- For other names, generate it with syncguard::postgres::schema_sql rather than search and
@@ -73,6 +73,23 @@ CREATE TABLE IF NOT EXISTS syncguard_locks_permits (
 -- oldest first: a semaphore whose key is never used again leaves no permit row behind.
 CREATE INDEX IF NOT EXISTS syncguard_locks_permit_exp ON syncguard_locks_permits (expires_at_ms);
 
+-- The line (syncguard for Rust only: the TypeScript SyncGuard knows no line, never reads this
+-- table, and its acquisitions pass the line). One row per waiter's place in the line of a key's
+-- lock or of its semaphore; deleted when its waiter is granted or gives up, or once expired by
+-- the next acquisition of its line. Written and read by the server functions below only.
+CREATE TABLE IF NOT EXISTS syncguard_locks_line (
+  key TEXT NOT NULL,               -- storage key of the lock or the semaphore
+  kind TEXT NOT NULL,              -- 'lock' or 'permit': the key's lock and semaphore each have one
+  place_id TEXT NOT NULL,          -- the waiter's place id, 22 base64url characters
+  ticket BIGINT GENERATED ALWAYS AS IDENTITY, -- arrival order at the server; never drawn twice
+  expires_at_ms BIGINT NOT NULL,   -- server time, Unix ms; renewed by each attempt of its waiter
+  holder TEXT,                     -- who waits, as described at acquisition (NULL: none)
+  CONSTRAINT syncguard_locks_line_pk PRIMARY KEY (key, kind, place_id)
+);
+
+-- A line in ticket order, and the probe every acquisition makes for it.
+CREATE INDEX IF NOT EXISTS syncguard_locks_line_ticket ON syncguard_locks_line (key, kind, ticket);
+
 -- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
 -- one statement of the backend does, with plans cached per server connection: without them
 -- the statements are sent inline, planned on every call. Generated from the source; the
@@ -80,9 +97,9 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_permit_exp ON syncguard_locks_permits
 -- A function of the same name and parameter types whose parameters or result differ
 -- (an earlier syncguard's) cannot be replaced: it is dropped first.
 DO $replaced$ BEGIN
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text)'))
-    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text);
 END IF;
 IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v3(text, bigint)'))
     IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
@@ -116,9 +133,9 @@ IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
   DROP FUNCTION IF EXISTS syncguard_locks_list_v3(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text)'))
-    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text)'))
+    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text);
 END IF;
 IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v3(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
@@ -136,22 +153,68 @@ IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
   DROP FUNCTION IF EXISTS syncguard_locks_plist_v3(text, bigint, bigint);
 END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v3(text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_line_v3(text, text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v3(text, text, text)'))
+    IS DISTINCT FROM 'text, text, text -> TABLE(gone boolean)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_leave_v3(text, text, text);
+END IF;
 END $replaced$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 DECLARE
   now_ms bigint;
   held boolean;
+  own boolean;
   counter bigint;
+  queued boolean;
+  slots bigint;
+  mine bigint;
+  ahead bigint;
+  admitted boolean;
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2, NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE
-INTO held, malformed FROM "syncguard_locks" l WHERE l.key = $1;
-IF held OR malformed THEN RETURN; END IF;
+SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2,
+l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE, l.lock_id = $2, EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock')
+INTO held, malformed, own, queued
+FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1;
+IF malformed THEN RETURN; END IF;
+IF own IS NOT TRUE THEN
+slots := CASE WHEN held THEN 0 ELSE 1 END;
+IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
+admitted := slots > 0;
+IF queued THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
+IF $9 = 'wait' THEN
+SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+END IF;
+IF $9 <> 'ignore' AND admitted THEN
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = 'lock' AND (mine IS NULL OR q.ticket < mine);
+admitted := slots > ahead;
+END IF;
+END IF;
+IF $9 = 'wait' THEN
+IF admitted THEN
+IF mine IS NOT NULL THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+END IF;
+ELSIF mine IS NOT NULL THEN
+UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+ELSE
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder)
+VALUES ($1, 'lock', $10, now_ms + 5000, $8);
+END IF;
+END IF;
+IF NOT admitted THEN RETURN; END IF;
+END IF;
 INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)
 ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
 WHERE f.fence >= 0 AND f.fence < $6
@@ -300,7 +363,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -308,6 +371,11 @@ DECLARE
   now_ms bigint;
   counter bigint;
   held bigint;
+  queued boolean;
+  slots bigint;
+  mine bigint;
+  ahead bigint;
+  admitted boolean;
 BEGIN
 INSERT INTO "syncguard_locks_semaphores" AS s (key, fence, user_key) VALUES ($1, 0, $4)
 ON CONFLICT (key) DO NOTHING;
@@ -322,15 +390,42 @@ ORDER BY q.expires_at_ms LIMIT 64
 FOR UPDATE SKIP LOCKED))
 AND p.expires_at_ms < now_ms - $7 - 60000;
 END IF;
-SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence
-FROM "syncguard_locks_permits" p WHERE p.key = $1;
+SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2), EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit')
+INTO held, fence, queued FROM "syncguard_locks_permits" p WHERE p.key = $1;
 IF fence IS NOT NULL THEN
 UPDATE "syncguard_locks_permits" p SET expires_at_ms = now_ms + $3
 WHERE p.key = $1 AND p.lock_id = $2
 RETURNING p.expires_at_ms INTO expires_at_ms;
 RETURN;
 END IF;
-IF held >= $5 THEN RETURN; END IF;
+slots := $5 - held;
+IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
+admitted := slots > 0;
+IF queued THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
+IF $9 = 'wait' THEN
+SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
+END IF;
+IF $9 <> 'ignore' AND admitted THEN
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = 'permit' AND (mine IS NULL OR q.ticket < mine);
+admitted := slots > ahead;
+END IF;
+END IF;
+IF $9 = 'wait' THEN
+IF admitted THEN
+IF mine IS NOT NULL THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
+END IF;
+ELSIF mine IS NOT NULL THEN
+UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
+WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
+ELSE
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder)
+VALUES ($1, 'permit', $10, now_ms + 5000, $8);
+END IF;
+END IF;
+IF NOT admitted THEN RETURN; END IF;
 IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;
 counter := counter + 1;
 UPDATE "syncguard_locks_semaphores" s SET fence = counter WHERE s.key = $1;
@@ -412,5 +507,25 @@ FROM "syncguard_locks_permits" p, clock c
 WHERE starts_with(p.user_key, $1) AND p.expires_at_ms > c.now_ms - $2
 ORDER BY p.user_key COLLATE "C", p.fence COLLATE "C"
 LIMIT $3;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_line_v3(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $3
+ORDER BY q.ticket;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_leave_v3(text, text, text) RETURNS TABLE (gone boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH deleted AS (DELETE FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = $2 AND q.place_id = $3 RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM deleted) AS gone;
 END
 $syncguard$;

@@ -91,14 +91,25 @@
 //! (`COLLATE "C"`) then fence, one more than the limit. Without the functions
 //! (tables set up by an older syncguard or by the TypeScript SyncGuard) the call is refused
 //! with `InvalidArgument`, saying to run `syncguard setup`.
+//!
+//! # The line
+//!
+//! Both acquire functions decide THE RULE of the key's line (`<lock table>_line`) in their own
+//! transaction, once they have shut out the key's other acquirers (the advisory lock, the
+//! semaphore's row lock), with the steps `line_sql::admit_by_line` writes and `line_sql.rs`
+//! explains: an index probe when the line is empty, nothing more. Their statements sent
+//! inline (locks on tables without the functions) know no line: they barge. Reading the live
+//! places (`Statements::line`) and leaving the line (`Statements::leave_line`) are one
+//! statement each, through their functions only.
 
 use std::sync::Arc;
 
 use postgres::types::Type;
 use sha2::{Digest, Sha256};
 
+use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe};
 use super::tables::TableNames;
-use crate::driver::MAX_PERMITS;
+use crate::driver::{LeaseKind, MAX_PERMITS};
 
 /// One statement: its text and its parameter types, sent together as an unnamed statement
 /// (one round trip; nothing is left prepared on the server, which poolers require).
@@ -345,6 +356,36 @@ const FUNCTION_VERSION: &str = "v3";
 
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
+/// The lock acquire function's parameters (see `Statements::acquire`); the statement sent
+/// inline takes the first seven.
+const ACQUIRE_TYPES: &[Type] = &[
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+];
+
+/// The permit acquire function's parameters (see `Statements::permit_acquire`): the lock's,
+/// but `$5` is the number of permits.
+const PERMIT_ACQUIRE_TYPES: &[Type] = &[
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+];
+
 /// The holder description of the row `l`, if it was written for the lock the row holds now: the
 /// `holder` column holds that lock's id, a space, and the description. The TypeScript
 /// SyncGuard's acquisition leaves the column as it was when it takes a key over from an expired
@@ -376,7 +417,9 @@ fn sound(l: &str) -> String {
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms, and for the function only `$8` the holder description (NULL: none),
-    /// stored in the `holder` column after the lock id (see `holder_of`) → one row: `fence`
+    /// stored in the `holder` column after the lock id (see `holder_of`), `$9` the line mode
+    /// and `$10` the place id (see `line_params`; the statement sent inline knows no line and
+    /// barges) → one row: `fence`
     /// (text, null unless acquired), `expires_at_ms`,
     /// `bad_counter` (the key's fence counter when no fence can follow it — below 0, or at the
     /// largest fence — checked before anything is written: then nothing was), `malformed`
@@ -413,7 +456,8 @@ pub(crate) struct Statements {
     pub list: Op,
     /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` ttl ms, `$4` user key,
     /// `$5` permits, `$6` largest fence, `$7` tolerance ms, `$8` holder description (NULL:
-    /// none) → one row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
+    /// none), `$9` the line mode, `$10` the place id (see `line_params`) → one row: `fence`
+    /// (text, null unless a permit was granted), `expires_at_ms`,
     /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
     /// was granted). A live permit already stored under `$2` is answered as granted (see
     /// "Semaphores" in the module docs).
@@ -435,6 +479,13 @@ pub(crate) struct Statements {
     /// live permits of the semaphores whose user key starts with the prefix, as `permits`
     /// answers them, in user-key byte order then fence order (see `list.rs`).
     pub permit_list: Op,
+    /// The line (function only). `$1` storage key, `$2` kind (`'lock'` or `'permit'`, see
+    /// `line_kind`), `$3` tolerance ms → the live places of that line, in ticket order:
+    /// `place_id`, `ticket`, `expires_at_ms`, `holder` (the waiter's description as given).
+    pub line: Op,
+    /// The line (function only). `$1` storage key, `$2` kind, `$3` place id → one row:
+    /// `gone` (whether the place was there). One `DELETE`.
+    pub leave_line: Op,
 }
 
 impl Statements {
@@ -467,21 +518,19 @@ impl Statements {
                 text(&holder_l),
             )
         };
+        let line = format!("\"{}\"", tables.line_table());
+        let lock_line = admit_by_line(&line, LeaseKind::Lock, "CASE WHEN held THEN 0 ELSE 1 END");
+        let permit_line = admit_by_line(&line, LeaseKind::Permit, "$5 - held");
+        let (lock_probe, permit_probe) = (
+            line_probe(&line, LeaseKind::Lock),
+            line_probe(&line, LeaseKind::Permit),
+        );
         use Type as T;
         Statements {
             acquire: Op::steps(
                 tables,
                 "acquire",
-                &[
-                    T::TEXT,
-                    T::TEXT,
-                    T::INT8,
-                    T::TEXT,
-                    T::TEXT,
-                    T::INT8,
-                    T::INT8,
-                    T::TEXT,
-                ],
+                ACQUIRE_TYPES,
                 "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean",
                 format!(
                     "WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),\n\
@@ -519,13 +568,19 @@ impl Statements {
                             AS malformed"
                 ),
                 format!(
-                    "DECLARE\n  now_ms bigint;\n  held boolean;\n  counter bigint;\n\
+                    "DECLARE\n  now_ms bigint;\n  held boolean;\n  own boolean;\n  counter bigint;\n\
+                 {LINE_DECLARATIONS}\
                  BEGIN\n\
                  PERFORM pg_advisory_xact_lock(hashtext($1));\n\
                  now_ms := {NOW_MS};\n\
-                 SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2, NOT {sound_l}\n\
-                     INTO held, malformed FROM {locks} l WHERE l.key = $1;\n\
-                 IF held OR malformed THEN RETURN; END IF;\n\
+                 SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2,\n\
+                     l.key IS NOT NULL AND NOT {sound_l}, l.lock_id = $2, {lock_probe}\n\
+                     INTO held, malformed, own, queued\n\
+                     FROM (SELECT 1) AS one LEFT JOIN {locks} l ON l.key = $1;\n\
+                 IF malformed THEN RETURN; END IF;\n\
+                 IF own IS NOT TRUE THEN\n\
+                 {lock_line}\
+                 END IF;\n\
                  INSERT INTO {fences} AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)\n\
                      ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1\n\
                      WHERE f.fence >= 0 AND f.fence < $6\n\
@@ -677,20 +732,12 @@ impl Statements {
             permit_acquire: Op::steps(
                 tables,
                 "pacquire",
-                &[
-                    T::TEXT,
-                    T::TEXT,
-                    T::INT8,
-                    T::TEXT,
-                    T::INT8,
-                    T::INT8,
-                    T::INT8,
-                    T::TEXT,
-                ],
+                PERMIT_ACQUIRE_TYPES,
                 "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint",
                 String::new(),
                 format!(
                     "DECLARE\n  now_ms bigint;\n  counter bigint;\n  held bigint;\n\
+                 {LINE_DECLARATIONS}\
                  BEGIN\n\
                  INSERT INTO {semaphores} AS s (key, fence, user_key) VALUES ($1, 0, $4)\n\
                      ON CONFLICT (key) DO NOTHING;\n\
@@ -705,15 +752,15 @@ impl Statements {
                          FOR UPDATE SKIP LOCKED))\n\
                          AND p.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS};\n\
                  END IF;\n\
-                 SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2) INTO held, fence\n\
-                     FROM {permits} p WHERE p.key = $1;\n\
+                 SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2), {permit_probe}\n\
+                     INTO held, fence, queued FROM {permits} p WHERE p.key = $1;\n\
                  IF fence IS NOT NULL THEN\n\
                      UPDATE {permits} p SET expires_at_ms = now_ms + $3\n\
                          WHERE p.key = $1 AND p.lock_id = $2\n\
                          RETURNING p.expires_at_ms INTO expires_at_ms;\n\
                      RETURN;\n\
                  END IF;\n\
-                 IF held >= $5 THEN RETURN; END IF;\n\
+                 {permit_line}\
                  IF counter < 0 OR counter >= $6 THEN bad_counter := counter; RETURN; END IF;\n\
                  counter := counter + 1;\n\
                  UPDATE {semaphores} s SET fence = counter WHERE s.key = $1;\n\
@@ -802,11 +849,35 @@ impl Statements {
                  LIMIT $3"
                 ),
             ),
+            line: Op::query(
+                tables,
+                "line",
+                &[T::TEXT, T::TEXT, T::INT8],
+                "place_id text, ticket bigint, expires_at_ms bigint, holder text",
+                format!(
+                    "SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder FROM {line} q\n\
+                 WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > {NOW_MS} - $3\n\
+                 ORDER BY q.ticket"
+                ),
+            )
+            .function_only(),
+            leave_line: Op::query(
+                tables,
+                "leave",
+                &[T::TEXT, T::TEXT, T::TEXT],
+                "gone boolean",
+                format!(
+                    "WITH deleted AS (DELETE FROM {line} q\n\
+                     WHERE q.key = $1 AND q.kind = $2 AND q.place_id = $3 RETURNING 1)\n\
+                 SELECT EXISTS (SELECT 1 FROM deleted) AS gone"
+                ),
+            )
+            .function_only(),
         }
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 14] {
+    fn all(&self) -> [&Op; 16] {
         [
             &self.acquire,
             &self.release,
@@ -822,6 +893,8 @@ impl Statements {
             &self.permit_renew,
             &self.permits,
             &self.permit_list,
+            &self.line,
+            &self.leave_line,
         ]
     }
 

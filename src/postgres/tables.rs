@@ -1,4 +1,4 @@
-//! The names of the two tables: the one input that reaches SQL text, so validated where it is
+//! The names of the two tables (and of the tables named after the lock table): the one input that reaches SQL text, so validated where it is
 //! made. The statements and the DDL are both written for a [`TableNames`].
 
 use crate::error::{LockError, Result};
@@ -6,8 +6,9 @@ use crate::error::{LockError, Result};
 pub(super) const DEFAULT_LOCK_TABLE: &str = "syncguard_locks";
 pub(super) const DEFAULT_FENCE_TABLE: &str = "syncguard_fence_counters";
 /// PostgreSQL truncates identifiers beyond 63 bytes; the longest derived names are the index
-/// `idx_<lock table>_lock_id` and the semaphore table `<lock table>_semaphores` (both 12 bytes
-/// of affixes; the tests check every derived name).
+/// `idx_<lock table>_lock_id`, the semaphore table `<lock table>_semaphores` and the line's
+/// index `<lock table>_line_ticket` (all 12 bytes of affixes; the tests check every derived
+/// name).
 const MAX_IDENTIFIER: usize = 63;
 const LONGEST_INDEX_AFFIXES: usize = "idx_".len() + "_lock_id".len();
 
@@ -48,10 +49,15 @@ impl TableNames {
             lock_table: lock_table.to_owned(),
             fence_table: fence_table.to_owned(),
         };
-        if [tables.semaphore_table(), tables.permit_table()].contains(&tables.fence_table) {
+        let derived = [
+            tables.semaphore_table(),
+            tables.permit_table(),
+            tables.line_table(),
+        ];
+        if derived.contains(&tables.fence_table) {
             return Err(LockError::invalid_argument(
-                "the fence table must not be named after the lock table's semaphore or permit \
-                 table (<lock table>_semaphores, <lock table>_permits)",
+                "the fence table must not be named after the lock table's semaphore, permit or \
+                 line table (<lock table>_semaphores, <lock table>_permits, <lock table>_line)",
             ));
         }
         Ok(tables)
@@ -80,10 +86,17 @@ impl TableNames {
     pub fn permit_table(&self) -> String {
         format!("{}{PERMIT_SUFFIX}", self.lock_table)
     }
+
+    /// The line table: one row per waiter's place in the line of a key's lock or semaphore
+    /// (`<lock table>_line`, default `syncguard_locks_line`).
+    pub fn line_table(&self) -> String {
+        format!("{}{LINE_SUFFIX}", self.lock_table)
+    }
 }
 
 const SEMAPHORE_SUFFIX: &str = "_semaphores";
 const PERMIT_SUFFIX: &str = "_permits";
+const LINE_SUFFIX: &str = "_line";
 
 fn validate_identifier(what: &str, name: &str, max_len: usize) -> Result<()> {
     let mut bytes = name.bytes();
@@ -132,6 +145,7 @@ mod tests {
         assert!(TableNames::new("l", &"f".repeat(64)).is_err());
         assert!(TableNames::new("l", "l_permits").is_err());
         assert!(TableNames::new("l", "l_semaphores").is_err());
+        assert!(TableNames::new("l", "l_line").is_err());
     }
 
     /// Every name derived from the longest lock table fits PostgreSQL's 63 bytes (beyond, the
@@ -149,6 +163,9 @@ mod tests {
             format!("{locks}_sem_pk"),
             format!("{locks}_permit_pk"),
             format!("{locks}_permit_exp"),
+            tables.line_table(),
+            format!("{locks}_line_pk"),
+            format!("{locks}_line_ticket"),
         ] {
             assert!(name.len() <= MAX_IDENTIFIER, "{name}");
         }
@@ -156,5 +173,6 @@ mod tests {
         let defaults = TableNames::default();
         assert_eq!(defaults.semaphore_table(), "syncguard_locks_semaphores");
         assert_eq!(defaults.permit_table(), "syncguard_locks_permits");
+        assert_eq!(defaults.line_table(), "syncguard_locks_line");
     }
 }

@@ -4,10 +4,10 @@
 
 use std::fmt;
 
-use super::{scripts, semaphore, split, typescript};
+use super::{line, scripts, semaphore, split, typescript};
 
 use super::errors::{Phase, Unanswered, map_error};
-use super::layout::{KeyLayout, SemaphoreKeys};
+use super::layout::{KeyLayout, LineKeys, SemaphoreKeys};
 use super::replicas::ReplicaAcks;
 use super::scripts::{Reply, SCRIPTS, Status};
 use super::slot::key_slot;
@@ -15,8 +15,8 @@ use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
 use crate::driver::{
     Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
-    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, ReleaseWatch,
-    TIME_TOLERANCE_MS, Ttl,
+    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
+    ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind, one_by_one};
 use crate::error::{ErrorCode, LockError, Result};
@@ -75,6 +75,13 @@ impl RedisBackend {
     /// layouts.
     pub fn semaphore_keys(&self, key: &str) -> Result<SemaphoreKeys> {
         self.store.keys.semaphore_keys(Key::new(key)?.as_str())
+    }
+
+    /// The Redis keys of the line of waiters for the lock (`kind` [`LeaseKind::Lock`]) or the
+    /// semaphore ([`LeaseKind::Permit`]) on `key` (for inspection and tests): the same in both
+    /// layouts.
+    pub fn line_keys(&self, key: &str, kind: LeaseKind) -> Result<LineKeys> {
+        self.store.keys.line_keys(Key::new(key)?.as_str(), kind)
     }
 
     /// Releases a lock (or permit) whose acquisition did not reach enough replicas, and says
@@ -136,10 +143,11 @@ impl Driver for RedisBackend {
         key: &Key,
         ttl: Ttl,
         holder: Option<&Holder>,
-        _line: Line<'_>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         let store = &self.store;
         let keys = store.keys.lock_keys(key.as_str())?;
+        let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
         let lock_id = store.keys.new_lock_id();
         let index_key = store.keys.index_key(&lock_id);
         // The slots an acquisition writes, which `min_replicas` waits for: the record's (with
@@ -147,6 +155,7 @@ impl Driver for RedisBackend {
         let mut slots = vec![key_slot(keys.lock.as_bytes())];
         let mut invocation = SCRIPTS.acquire.key(&keys.lock);
         invocation.key(&keys.fence);
+        line::push_keys(&mut invocation, &line_keys);
         // The index entry: written by the script itself in the TypeScript layout (its keys
         // share one server's keyspace), by a `SET` sent beside it in the cluster layout (it
         // lies in another hash slot).
@@ -167,6 +176,7 @@ impl Driver for RedisBackend {
             .arg(key.as_str())
             .arg(FENCE_MAX)
             .arg(holder.map_or("", Holder::as_str));
+        line::push_args(&mut invocation, line);
         let unanswered = Unanswered::default();
         let note = |error: redis::RedisError| {
             unanswered.note(&error);
@@ -243,7 +253,7 @@ impl Driver for RedisBackend {
         permits: Permits,
         ttl: Ttl,
         holder: Option<&Holder>,
-        _line: Line<'_>,
+        line: Line<'_>,
     ) -> Result<Acquisition> {
         let attempt = semaphore::acquire(
             &self.store,
@@ -252,6 +262,7 @@ impl Driver for RedisBackend {
             permits,
             ttl,
             holder,
+            line,
         )?;
         if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged)
             && !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas))
@@ -260,6 +271,14 @@ impl Driver for RedisBackend {
             return Err(self.undo_unreplicated(lease, key, acknowledged));
         }
         Ok(attempt.acquisition)
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        line::leave(&self.store, key, kind, place)
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        line::find(&self.store, key, kind)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {

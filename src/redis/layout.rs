@@ -1,7 +1,7 @@
 //! Key layouts: how a lock's record, its lock-id index entry and its fence counter are named
 //! (the rules are on [`KeyLayout`]).
 
-use crate::driver::{LOCK_ID_LENGTH, LockId, make_storage_key};
+use crate::driver::{LOCK_ID_LENGTH, LeaseKind, LockId, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::hash::truncated_hash;
 
@@ -158,6 +158,23 @@ pub struct SemaphoreKeys {
     pub fence: String,
 }
 
+/// The Redis keys of one line of waiters (see [The line](super#the-line)): the line of the lock
+/// on a user key, `P{T}:line:…`, or of its semaphore, `P{T}:sem:line:…`, with the cluster
+/// layout's tag `T` of the user key, in both layouts. The tag puts them in the hash slot of the
+/// lock's (and the semaphore's) other keys, so that the acquire script decides and writes the
+/// line in the same call. Every one of them expires a little after the line's last write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineKeys {
+    /// Sorted set: each place's id, scored by its ticket (the line's order).
+    pub order: String,
+    /// Sorted set: each place's id, scored by its expiry (Unix ms of Redis `TIME`): every
+    /// expired place is found with one `ZRANGEBYSCORE`.
+    pub expiry: String,
+    /// Hash: each place's id → its waiter's holder text (empty: none), and the field `ticket`:
+    /// the last ticket issued (`HINCRBY`; no place id is 6 characters long).
+    pub places: String,
+}
+
 impl Keys {
     /// Keys under `prefix` (already validated) in `layout`; `InvalidArgument` for a prefix the
     /// cluster layout cannot use.
@@ -206,6 +223,20 @@ impl Keys {
             holders: format!("{base}:holders"),
             permits: format!("{base}:permits"),
             fence: format!("{base}:fence"),
+        })
+    }
+
+    /// The keys of the line of the lock (`kind` [`LeaseKind::Lock`]) or of the semaphore
+    /// ([`LeaseKind::Permit`]) on the (normalised) user key `key` (see [`LineKeys`]).
+    pub fn line_keys(&self, key: &str, kind: LeaseKind) -> Result<LineKeys> {
+        let base = match kind {
+            LeaseKind::Lock => format!("{}{{{}}}:line", self.prefix, self.tag(key)?),
+            LeaseKind::Permit => format!("{}{{{}}}:sem:line", self.prefix, self.tag(key)?),
+        };
+        Ok(LineKeys {
+            order: format!("{base}:order"),
+            expiry: format!("{base}:expiry"),
+            places: format!("{base}:places"),
         })
     }
 
@@ -395,6 +426,43 @@ mod tests {
         assert_eq!(
             layouts[0].semaphore_keys("sem:job").unwrap(),
             layouts[1].semaphore_keys("sem:job").unwrap()
+        );
+    }
+
+    /// A line's keys share the hash slot of the lock's (and the semaphore's) keys, and none of
+    /// them is a lock record, index entry, fence counter or semaphore key under the prefix.
+    #[test]
+    fn line_keys_share_the_lock_slot_and_name_no_other_key() {
+        use super::super::slot::key_slot;
+        for names in [keys(KeyLayout::TypeScript), keys(KeyLayout::Cluster)] {
+            for key in ["job", "line:job", "a{b}c", "é", &"k".repeat(512)] {
+                let sem = names.semaphore_keys(key).unwrap();
+                let slot = key_slot(sem.holders.as_bytes());
+                if names.layout() == KeyLayout::Cluster {
+                    let lock = names.lock_keys(key).unwrap();
+                    assert_eq!(key_slot(lock.lock.as_bytes()), slot, "{key}");
+                }
+                let lines = [LeaseKind::Lock, LeaseKind::Permit]
+                    .map(|kind| names.line_keys(key, kind).unwrap());
+                assert_ne!(lines[0], lines[1]);
+                for line in &lines {
+                    for name in [&line.order, &line.expiry, &line.places] {
+                        assert_eq!(key_slot(name.as_bytes()), slot, "{name}");
+                        assert!(name.len() <= STORAGE_KEY_LIMIT, "{name}");
+                        assert!(name.starts_with("syncguard{"), "{name}");
+                        assert!(!name.ends_with('}'), "{name}");
+                        assert!(![&sem.holders, &sem.permits, &sem.fence].contains(&name));
+                        assert!(!name.ends_with(":permits"), "listed as a semaphore: {name}");
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            keys(KeyLayout::TypeScript)
+                .line_keys("job", LeaseKind::Lock)
+                .unwrap()
+                .order,
+            "syncguard{job}:line:order"
         );
     }
 

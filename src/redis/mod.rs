@@ -76,6 +76,25 @@
 //! is not of the lock record's shape, or a counter that is no counter → `Internal`, naming the
 //! key, nothing written.
 //!
+//! # The line
+//!
+//! A waiter that finds a key held takes a place in the key's line
+//! ([`Line`](crate::driver::Line)); the lock's line and the semaphore's are two lines, each
+//! three keys of its own, the same in both layouts, in the hash slot of the lock's and the
+//! semaphore's keys ([`LineKeys`], [`RedisBackend::line_keys`]):
+//!
+//! | Redis key (the semaphore's: `P{T}:sem:line:…`) | type | content | TTL |
+//! |---|---|---|---|
+//! | `P{T}:line:order` | sorted set | each place's id, scored by its ticket | 7 s after the line's last write |
+//! | `P{T}:line:expiry` | sorted set | each place's id, scored by its expiry (Redis `TIME` + [`PLACE_TTL`](crate::driver::PLACE_TTL)) | the same |
+//! | `P{T}:line:places` | hash | place id → holder text (empty: none); `ticket` → the last ticket issued | the same |
+//!
+//! The acquire scripts (lock and permit) decide the grant by the line and write the place in
+//! the same call; with no one in line that costs one read (`TYPE`) inside the script and no
+//! write. Leaving the line is one script, reading it one read-only script. With `min_replicas`
+//! only a granted acquisition is `WAIT`ed for: a place is not. The TypeScript SyncGuard knows
+//! no line: its acquisitions pass it.
+//!
 //! # Key layouts
 //!
 //! Those three keys of a lock lie in different hash slots, and a Cluster runs a script only on
@@ -310,6 +329,7 @@ mod driver;
 mod errors;
 mod hosts;
 mod layout;
+mod line;
 mod list;
 mod node;
 mod pool;
@@ -326,6 +346,6 @@ mod watch;
 pub use self::builder::RedisBuilder;
 pub use self::driver::{CLEANUP_GUARD_MS, RedisBackend};
 pub use self::layout::{
-    DEFAULT_PREFIX, KeyLayout, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
+    DEFAULT_PREFIX, KeyLayout, LineKeys, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
 };
 pub use self::list::DEFAULT_LIST_SCAN_BUDGET;

@@ -6,22 +6,12 @@ use redis::{Script, Value};
 
 use crate::error::{LockError, Result};
 
+/// A script: the prelude, then the given parts of `scripts/` in order (shared parts first).
 macro_rules! script {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         Script::new(concat!(
             include_str!("scripts/prelude.lua"),
-            include_str!(concat!("scripts/", $file))
-        ))
-    };
-}
-
-/// A semaphore script: the prelude, the semaphores' shared part, then the script.
-macro_rules! semaphore_script {
-    ($file:literal) => {
-        Script::new(concat!(
-            include_str!("scripts/prelude.lua"),
-            include_str!("scripts/semaphore.lua"),
-            include_str!(concat!("scripts/", $file))
+            $(include_str!(concat!("scripts/", $file))),+
         ))
     };
 }
@@ -41,10 +31,12 @@ pub(crate) struct Scripts {
     pub semaphore_release: Script,
     pub semaphore_extend: Script,
     pub semaphore_holders: Script,
+    pub line_leave: Script,
+    pub line_find: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: script!("acquire.lua"),
+    acquire: script!("line.lua", "acquire.lua"),
     release: script!("release.lua"),
     extend: script!("extend.lua"),
     release_record: script!("release_record.lua"),
@@ -52,10 +44,12 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     is_locked: script!("is_locked.lua"),
     lookup_key: script!("lookup_key.lua"),
     lookup_id: script!("lookup_id.lua"),
-    semaphore_acquire: semaphore_script!("semaphore_acquire.lua"),
-    semaphore_release: semaphore_script!("semaphore_release.lua"),
-    semaphore_extend: semaphore_script!("semaphore_extend.lua"),
-    semaphore_holders: semaphore_script!("semaphore_holders.lua"),
+    semaphore_acquire: script!("semaphore.lua", "line.lua", "semaphore_acquire.lua"),
+    semaphore_release: script!("semaphore.lua", "semaphore_release.lua"),
+    semaphore_extend: script!("semaphore.lua", "semaphore_extend.lua"),
+    semaphore_holders: script!("semaphore.lua", "semaphore_holders.lua"),
+    line_leave: script!("line.lua", "line_leave.lua"),
+    line_find: script!("line.lua", "line_find.lua"),
 });
 
 /// The status that opens every reply (see `prelude.lua`).
@@ -112,10 +106,15 @@ impl Reply {
         }
     }
 
+    /// Whether every value of the reply was read.
+    pub fn is_done(&self) -> bool {
+        self.values.as_slice().is_empty()
+    }
+
     /// Every string left in the reply (a list of records).
     pub fn strings(mut self) -> Result<Vec<String>> {
         let mut strings = Vec::with_capacity(self.values.len());
-        while !self.values.as_slice().is_empty() {
+        while !self.is_done() {
             strings.push(self.string()?);
         }
         Ok(strings)

@@ -11,8 +11,8 @@ use super::scripts::{Reply, SCRIPTS, Status, granted};
 use super::slot::key_slot;
 use super::store::Store;
 use crate::driver::{
-    Acquisition, Extension, FENCE_MAX, Holder, Key, LeaseRef, LockId, LockRecord, Outcome, Permits,
-    TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Extension, FENCE_MAX, Holder, Key, LeaseKind, LeaseRef, Line, LockId, LockRecord,
+    Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -27,8 +27,8 @@ pub(super) struct Attempt {
     pub acknowledged: Option<Result<i64>>,
 }
 
-/// Takes a permit: one script on the semaphore's keys (and `WAIT` on the same connection with
-/// `min_replicas`).
+/// Takes a permit: one script on the semaphore's keys and its line's (and `WAIT` on the same
+/// connection with `min_replicas`, for a granted permit only: a place is not waited for).
 pub(super) fn acquire(
     store: &Store,
     replicas: Option<&ReplicaAcks>,
@@ -36,14 +36,16 @@ pub(super) fn acquire(
     permits: Permits,
     ttl: Ttl,
     holder: Option<&Holder>,
+    line: Line<'_>,
 ) -> Result<Attempt> {
     let keys = store.keys.semaphore_keys(key.as_str())?;
+    let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Permit)?;
     let lock_id = store.keys.new_lock_id();
     let slot = key_slot(keys.holders.as_bytes());
     let mut invocation = SCRIPTS.semaphore_acquire.key(&keys.holders);
+    invocation.key(&keys.permits).key(&keys.fence);
+    super::line::push_keys(&mut invocation, &line_keys);
     invocation
-        .key(&keys.permits)
-        .key(&keys.fence)
         .arg(lock_id.as_str())
         .arg(ttl.as_millis())
         .arg(TIME_TOLERANCE_MS)
@@ -51,6 +53,7 @@ pub(super) fn acquire(
         .arg(key.as_str())
         .arg(FENCE_MAX)
         .arg(holder.map_or("", Holder::as_str));
+    super::line::push_args(&mut invocation, line);
     // As for a lock: a script sent without an answer may have granted the permit.
     let unanswered = Unanswered::default();
     let answer = store.pool.run_on(&store.server, |mut conn| {

@@ -1,7 +1,7 @@
 //! The line contracts: waiters are served in the order they arrived at the store, a dead
 //! waiter is skipped once its place lapses, one that gives up leaves at once, a single attempt
 //! does not pass a live line, and [`LockOptions::wait_in_line`]`(false)` barges
-//! ([`Line`](crate::driver::Line)). Each takes the backend by value; several [`Locker`]s share
+//! ([`Line`]). Each takes the backend by value; several [`Locker`]s share
 //! it through an `Arc`, as several processes share a store.
 //!
 //! A dead waiter is played by a place taken straight through the driver and never renewed:

@@ -61,7 +61,7 @@ macro_rules! guard_contract {
     };
 }
 
-/// Expands to a module `line_contract` with one `#[test]` per [`line`] contract (waiting in
+/// Expands to a module `line_contract` with one `#[test]` per [`line`](mod@line) contract (waiting in
 /// arrival order), each on a fresh backend from `$factory`: for a backend with a line
 /// ([`Driver::find_line`](crate::driver::Driver::find_line)) and semaphores. As with
 /// `backend_contract!`, the factory is evaluated in the invoking module (through

@@ -15,7 +15,8 @@ use crate::support::{
 use serde_json::{Value, json};
 use syncguard::Clock as _;
 use syncguard::driver::{
-    Acquisition, Driver as _, Key, LeaseRef, Line, LockId, Ttl, Version, generate_lock_id,
+    Acquisition, Driver as _, Holder, Key, LeaseKind, LeaseRef, Line, LockId, Ttl, Version,
+    generate_lock_id,
 };
 use syncguard::firestore::{Credentials, FirestoreBackend};
 use syncguard::testing::support::wait_until;
@@ -24,6 +25,7 @@ use syncguard::{AcquireOutcome, ErrorCode, LockBackend, Lookup};
 syncguard::backend_contract!(shared_firestore_backend);
 syncguard::guard_contract!(shared_firestore_backend);
 syncguard::semaphore_contract!(shared_firestore_backend);
+syncguard::line_contract!(shared_firestore_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Documents
@@ -295,6 +297,49 @@ fn a_typescript_lock_after_ours_has_no_holder() {
     assert!(backend.release(&lock_id).unwrap());
 }
 
+/// The TypeScript SyncGuard knows no line: its acquisition takes a free key though a place
+/// waits, and sets the counter document whole, which clears the line; a waiter's next attempt
+/// takes its place again.
+#[test]
+fn a_typescript_acquisition_passes_the_line() {
+    let backend = shared_firestore_backend();
+    let key = unique("line-node");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let held = lease(backend.acquire(&key, TTL));
+    let place = LockId::generate();
+    let wait = || backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    assert_eq!(wait().unwrap(), Acquisition::Locked);
+    assert_eq!(backend.line(&key).unwrap().len(), 1);
+    assert!(backend.release(&held.lock_id).unwrap());
+
+    let lock_id = generate_lock_id();
+    let fence = format!("{:015}", held.fence.value() + 1);
+    typescript::set_lock(
+        &key,
+        &lock_id,
+        &fence,
+        syncguard::SystemClock.now_ms(),
+        30_000,
+    );
+    assert!(
+        backend.line(&key).unwrap().is_empty(),
+        "the line was cleared"
+    );
+    assert_eq!(wait().unwrap(), Acquisition::Locked);
+    assert_eq!(
+        backend.line(&key).unwrap().len(),
+        1,
+        "the waiter is back in line"
+    );
+    assert!(backend.release(&lock_id).unwrap());
+    let Acquisition::Acquired { lease, .. } = wait().unwrap() else {
+        panic!("the first in line takes the free key");
+    };
+    assert_eq!(lease.fence.value(), held.fence.value() + 2);
+    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
 #[test]
 fn documents_with_wrong_field_types_give_typed_errors() {
     let backend = shared_firestore_backend();
@@ -408,6 +453,109 @@ fn at_most_two_requests_per_operation() {
         )),
         1
     );
+}
+
+/// The lock's line lives in the key's fence counter document, which the acquisition reads in
+/// its one `batchGet` and commits anyway: with nobody waiting it costs no request and no field.
+/// A waiting attempt is a read and a commit of the counter document, the first in line is
+/// granted in a read and a commit (which removes its place), a single attempt on a held key is
+/// still one read; finding the line is one read, leaving it a read and a commit (one read when
+/// the place is not there).
+#[test]
+fn the_line_is_stored_with_the_fence_counter_and_costs_nothing_uncontended() {
+    let backend = shared_firestore_backend();
+    let key = unique("line-cost");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let sent = |op: &mut dyn FnMut()| {
+        let before = backend.stats().requests;
+        op();
+        backend.stats().requests - before
+    };
+    let counter = || raw_document("fence_counters", &backend.fence_document_id(&key).unwrap());
+    let acquire = |line: Line<'_>, holder: Option<&Holder>| {
+        backend.try_acquire(&checked, ttl, holder, line).unwrap()
+    };
+
+    let first = LockId::generate();
+    let mut held = None;
+    let uncontended = sent(&mut || held = Some(acquire(Line::Wait(&first), None)));
+    assert_eq!(uncontended, 2, "uncontended, waiting in line");
+    let Some(Acquisition::Acquired { lease: held, .. }) = held else {
+        panic!("a fresh key is free");
+    };
+    assert_eq!(
+        counter().unwrap()["fields"],
+        json!({ "fence": { "stringValue": "000000000000001" }, "keyDebug": { "stringValue": key } }),
+        "nobody waited: the counter document as the TypeScript SyncGuard writes it"
+    );
+    let single = sent(&mut || assert_eq!(acquire(Line::Keep, None), Acquisition::Locked));
+    assert_eq!(single, 1, "a single attempt on a held key");
+
+    let waiter = LockId::generate();
+    let holder = Holder::new("waiter one").unwrap();
+    let waiting = sent(&mut || {
+        assert_eq!(
+            acquire(Line::Wait(&waiter), Some(&holder)),
+            Acquisition::Locked
+        );
+    });
+    assert_eq!(waiting, 2, "a waiting attempt");
+    let fields = counter().unwrap()["fields"].clone();
+    assert_eq!(fields["fence"], json!({ "stringValue": "000000000000001" }));
+    assert_eq!(fields["lineTicket"], json!({ "integerValue": "1" }));
+    let place = &fields["line"]["arrayValue"]["values"][0]["mapValue"]["fields"];
+    assert_eq!(place["placeId"], json!({ "stringValue": waiter.as_str() }));
+    assert_eq!(place["ticket"], json!({ "integerValue": "1" }));
+    assert_eq!(place["holder"], json!({ "stringValue": "waiter one" }));
+    assert!(place["expiresAtMs"]["integerValue"].is_string());
+
+    let mut line = Vec::new();
+    let find = sent(&mut || line = backend.find_line(&checked, LeaseKind::Lock).unwrap());
+    assert_eq!(find, 1, "finding the line");
+    assert_eq!(line.len(), 1);
+    assert_eq!(line[0].holder.as_deref(), Some("waiter one"));
+
+    assert!(backend.release(&held.lock_id).unwrap());
+    let single = sent(&mut || assert_eq!(acquire(Line::Keep, None), Acquisition::Locked));
+    assert_eq!(
+        single, 1,
+        "a single attempt behind a live place, the key free"
+    );
+    let mut granted = None;
+    let first_in_line = sent(&mut || granted = Some(acquire(Line::Wait(&waiter), None)));
+    assert_eq!(first_in_line, 2, "the first in line, granted");
+    let Some(Acquisition::Acquired { lease: granted, .. }) = granted else {
+        panic!("the first in line takes the free key");
+    };
+    assert_eq!(granted.fence.value(), 2);
+    let fields = counter().unwrap()["fields"].clone();
+    assert_eq!(fields["lineTicket"], json!({ "integerValue": "1" }));
+    assert_eq!(
+        fields["line"],
+        json!({ "arrayValue": {} }),
+        "its place left"
+    );
+
+    let gone = sent(&mut || {
+        backend
+            .leave_line(&checked, LeaseKind::Lock, &waiter)
+            .unwrap()
+    });
+    assert_eq!(gone, 1, "leaving when the place is gone");
+    let late = LockId::generate();
+    assert_eq!(acquire(Line::Wait(&late), None), Acquisition::Locked);
+    let leave = sent(&mut || {
+        backend
+            .leave_line(&checked, LeaseKind::Lock, &late)
+            .unwrap()
+    });
+    assert_eq!(leave, 2, "leaving");
+    assert!(backend.line(&key).unwrap().is_empty());
+    assert_eq!(
+        counter().unwrap()["fields"]["lineTicket"],
+        json!({ "integerValue": "2" })
+    );
+    assert!(backend.release(&granted.lock_id).unwrap());
 }
 
 /// A guard knows its document and the `updateTime` of its last write (DESIGN §4.4): its

@@ -8,7 +8,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::driver::{Driver as _, Key, Line, Ttl};
+use syncguard::driver::{Acquisition, Driver as _, Key, LeaseKind, Line, LockId, Permits, Ttl};
 use syncguard::testing::support::wait_until;
 use syncguard::{
     AcquireOutcome, CancelToken, ErrorCode, Heartbeat, LockBackend, LockOptions, Locker,
@@ -164,6 +164,73 @@ fn a_permit_release_whose_answer_is_lost_answers_removed_and_wakes_local_waiters
             next.lock_id()
         );
     });
+}
+
+/// A waiter's place write whose commit went through but whose answer was lost: the attempt
+/// fails, not in doubt (it took no lock), and the waiter's next attempt, with the same place
+/// id, finds its place: one place, its ticket kept, no second ticket issued. Firestore never
+/// applies a repeated commit (its `updateTime` precondition no longer holds); the repeat is the
+/// waiter's next attempt, and the place id makes it the same place.
+#[test]
+fn a_place_whose_answer_is_lost_is_one_place() {
+    let faulty = FaultyFirestore::start();
+    let backend = faulty.builder().build().unwrap();
+    let key = unique("place-answer-lost");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let held = backend.acquire(&key, TTL).unwrap().lease().unwrap();
+    let place = LockId::generate();
+    faulty.inject("commit", 1, Injected::LoseAnswer);
+    let lost = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    assert_eq!(faulty.pending(), 0, "the waiter wrote its place");
+    let error = lost.unwrap_err();
+    assert!(!error.is_in_doubt(), "a place is no lock: {error:?}");
+    assert!(error.code().is_transient(), "{error:?}");
+
+    let again = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    assert_eq!(again.unwrap(), Acquisition::Locked);
+    let line = shared_firestore_backend()
+        .find_line(&checked, LeaseKind::Lock)
+        .unwrap();
+    assert_eq!(line.len(), 1, "one waiter, one place: {line:?}");
+    assert_eq!(line[0].place_id, place.as_str());
+    assert_eq!(line[0].ticket, 1, "no second ticket");
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &place)
+        .unwrap();
+    assert!(backend.release(&held.lock_id).unwrap());
+}
+
+/// A semaphore waiter's place write whose answer is lost is read again at once (as every
+/// semaphore write without an answer): the waiter finds its place, renews it, and is refused:
+/// one place, its ticket kept.
+#[test]
+fn a_permit_place_whose_answer_is_lost_is_one_place() {
+    let faulty = FaultyFirestore::start();
+    let backend = faulty.builder().build().unwrap();
+    let key = unique("permit-place-answer-lost");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let one = Permits::new(1).unwrap();
+    let held = backend
+        .acquire_permit(&key, 1, TTL)
+        .unwrap()
+        .lease()
+        .unwrap();
+    let place = LockId::generate();
+    faulty.inject("commit", 1, Injected::LoseAnswer);
+    let answer = backend.try_acquire_permit(&checked, one, ttl, None, Line::Wait(&place));
+    assert_eq!(answer.unwrap(), Acquisition::Locked);
+    assert_eq!(faulty.pending(), 0, "the waiter wrote its place");
+    let line = shared_firestore_backend()
+        .find_line(&checked, LeaseKind::Permit)
+        .unwrap();
+    assert_eq!(line.len(), 1, "one waiter, one place: {line:?}");
+    assert_eq!(line[0].place_id, place.as_str());
+    assert_eq!(line[0].ticket, 1, "no second ticket");
+    backend
+        .leave_line(&checked, LeaseKind::Permit, &place)
+        .unwrap();
+    assert!(backend.permit_line(&key).unwrap().is_empty());
+    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
 }
 
 /// Whether `condition` held within `limit` (checked every few milliseconds).

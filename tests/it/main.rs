@@ -118,6 +118,8 @@ mod postgres_fences;
 #[cfg(feature = "postgres")]
 mod postgres_legacy;
 #[cfg(feature = "postgres")]
+mod postgres_line;
+#[cfg(feature = "postgres")]
 mod postgres_semaphores;
 #[cfg(feature = "redis")]
 mod redis;
@@ -127,6 +129,8 @@ mod redis_cluster;
 mod redis_cluster_pipelines;
 #[cfg(feature = "redis")]
 mod redis_deployment_errors;
+#[cfg(feature = "redis")]
+mod redis_line;
 #[cfg(feature = "redis")]
 mod redis_list;
 #[cfg(feature = "redis")]

@@ -21,6 +21,7 @@ use syncguard::{AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup};
 syncguard::backend_contract!(shared_postgres_backend);
 syncguard::guard_contract!(shared_postgres_backend);
 syncguard::semaphore_contract!(shared_postgres_backend);
+syncguard::line_contract!(shared_postgres_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Schema and storage format
@@ -1089,7 +1090,7 @@ fn without_the_server_functions_the_statements_go_inline() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(count, 14);
+    assert_eq!(count, 16);
 }
 
 #[test]
@@ -1269,6 +1270,7 @@ fn names_that_contain_one_another_get_their_own_tables() {
             tables.fence_table().to_owned(),
             tables.semaphore_table(),
             tables.permit_table(),
+            tables.line_table(),
         ];
         expected.sort();
         assert_eq!(made, expected);

@@ -6,12 +6,14 @@
 //! binary; a semaphore call is refused with `InvalidArgument` saying to run setup; and setup
 //! brings the tables to this version, also where a function of this version's name differs
 //! from this version's (an earlier syncguard's under the same name, or one altered by hand).
+//! Waiting in line (issue 33) is off there, said once in the log, until setup adds it.
 
+use crate::support::capture_log::capture;
 use crate::support::{
     TTL, backend_on_fresh_tables, create_typescript_tables, drop_tables, lease, lease_held_by,
     patient_postgres, shared_postgres, unique,
 };
-use syncguard::driver::generate_lock_id;
+use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Ttl, generate_lock_id};
 use syncguard::postgres::{PostgresBackend, TableNames};
 use syncguard::{ErrorCode, LockBackend, LockError};
 
@@ -120,6 +122,86 @@ fn on_tables_set_up_before_holders_reads_work_and_setup_brings_the_rest() {
 #[test]
 fn on_tables_set_up_before_semaphores_reads_work_and_setup_brings_the_rest() {
     reads_work_and_setup_brings_the_rest(Made::BeforeSemaphores);
+}
+
+/// Without this version's functions and line table the line is off: a waiter's attempt barges
+/// (refused while the key is held, granted once it is free, as before the line) and takes no
+/// place, a single attempt is not held back, the line reads as empty, and leaving it does
+/// nothing. The backend says so once in its log, however many calls find the functions
+/// missing, naming `syncguard setup`, which adds the line: after it, a waiter takes a place.
+fn without_the_line_waiters_barge_and_setup_adds_it(made: Made) {
+    let (backend, tables) = tables_made(made);
+    let key = unique("legacy-line");
+    let checked = Key::new(&key).unwrap();
+    let ttl = Ttl::new(TTL).unwrap();
+    let place = LockId::generate();
+    let wait = |place: &LockId| {
+        backend
+            .try_acquire(&checked, ttl, None, Line::Wait(place))
+            .unwrap()
+    };
+    let ((), records) = capture(|| {
+        assert_eq!(backend.find_line(&checked, LeaseKind::Lock).unwrap(), []);
+        let held = lease(backend.acquire(&key, TTL));
+        assert_eq!(wait(&place), Acquisition::Locked);
+        assert_eq!(backend.find_line(&checked, LeaseKind::Lock).unwrap(), []);
+        assert!(backend.release(&held.lock_id).unwrap());
+        // Had the waiter taken a place, this single attempt would be refused behind it.
+        let single = backend
+            .try_acquire(&checked, ttl, None, Line::Keep)
+            .unwrap();
+        let Acquisition::Acquired { lease: single, .. } = single else {
+            panic!("a single attempt is held back by a line these tables cannot have");
+        };
+        assert!(backend.release(&single.lock_id).unwrap());
+        let Acquisition::Acquired { lease: waited, .. } = wait(&place) else {
+            panic!("the waiter's attempt on the free key is refused");
+        };
+        backend
+            .leave_line(&checked, LeaseKind::Lock, &place)
+            .unwrap();
+        assert!(backend.release(&waited.lock_id).unwrap());
+    });
+    let warnings: Vec<&str> = records
+        .iter()
+        .filter(|record| record.level == log::Level::Warn)
+        .map(|record| record.message.as_str())
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per backend: {warnings:?}");
+    for part in ["`syncguard setup`", "line", "barge"] {
+        assert!(warnings[0].contains(part), "{part}: {}", warnings[0]);
+    }
+
+    backend.setup_schema().unwrap();
+    let held = lease(backend.acquire(&key, TTL));
+    assert_eq!(wait(&place), Acquisition::Locked);
+    let line = backend.find_line(&checked, LeaseKind::Lock).unwrap();
+    assert_eq!(
+        line.len(),
+        1,
+        "after setup a waiter takes a place: {line:?}"
+    );
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &place)
+        .unwrap();
+    assert_eq!(backend.find_line(&checked, LeaseKind::Lock).unwrap(), []);
+    assert!(backend.release(&held.lock_id).unwrap());
+    drop_tables(&tables);
+}
+
+#[test]
+fn on_tables_the_typescript_library_made_waiters_barge_and_setup_adds_the_line() {
+    without_the_line_waiters_barge_and_setup_adds_it(Made::ByTypeScript);
+}
+
+#[test]
+fn on_tables_set_up_before_holders_waiters_barge_and_setup_adds_the_line() {
+    without_the_line_waiters_barge_and_setup_adds_it(Made::BeforeHolders);
+}
+
+#[test]
+fn on_tables_set_up_before_semaphores_waiters_barge_and_setup_adds_the_line() {
+    without_the_line_waiters_barge_and_setup_adds_it(Made::BeforeSemaphores);
 }
 
 /// `pg_proc.prosrc` of the function `signature`.
@@ -248,14 +330,15 @@ mod binary {
         let (_backend, locks) = backend_on_fresh_tables(&shared_postgres().url());
         let tables = TableNames::new(&locks, &locks.replace("t_locks_", "t_fences_")).unwrap();
         let url = url_of(&tables);
-        let acquire =
-            format!("{locks}_acquire_v3(text, text, bigint, text, text, bigint, bigint, text)");
+        let acquire = format!(
+            "{locks}_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text)"
+        );
         let original = source_of(&acquire);
         shared_postgres()
             .client()
             .batch_execute(&format!(
                 "CREATE OR REPLACE FUNCTION {locks}_acquire_v3(text, text, bigint, text, text, \
-                 bigint, bigint, text, OUT fence text, OUT expires_at_ms bigint, \
+                 bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, \
                  OUT bad_counter bigint, OUT malformed boolean) \
                  LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$"
             ))

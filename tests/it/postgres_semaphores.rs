@@ -722,7 +722,7 @@ fn semaphore_objects(client: &mut postgres::Client, locks: &str) -> Vec<(String,
         .collect();
     names.extend(
         [
-            "pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text)",
+            "pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text)",
             "prelease_v3(text, text, bigint)",
             "prenew_v3(text[], text[], bigint[], bigint)",
             "permits_v3(text, bigint)",

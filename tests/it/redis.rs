@@ -21,6 +21,7 @@ use syncguard::{ErrorCode, LockBackend};
 syncguard::backend_contract!(shared_redis_backend);
 syncguard::guard_contract!(shared_redis_backend);
 syncguard::semaphore_contract!(shared_redis_backend);
+syncguard::line_contract!(shared_redis_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Storage format (shared with the TypeScript SyncGuard)
@@ -693,6 +694,7 @@ mod cluster_layout_on_one_server {
     syncguard::backend_contract!(backend);
     syncguard::guard_contract!(backend);
     syncguard::semaphore_contract!(backend);
+    syncguard::line_contract!(backend);
 
     #[test]
     fn the_index_entry_follows_the_record() {

@@ -111,6 +111,43 @@ fn a_repeated_permit_acquisition_answers_the_first_permit() {
     assert!(backend.release_permit(&key, &repeated.lock_id).unwrap());
 }
 
+/// The answer to a waiter's attempt on a held lock is lost and the attempt repeated (issue 33):
+/// the repeat finds the place the first attempt took, so the waiter has one place, with the
+/// first attempt's ticket, and the line's counter issued one ticket.
+#[test]
+fn a_repeated_attempt_in_line_is_one_place() {
+    use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Ttl};
+
+    let proxy = FaultProxy::start(([127, 0, 0, 1], shared_redis().port).into());
+    let backend = through(&proxy, "");
+    let key = unique("line-repeat");
+    // Held through the proxy too, before any fault: the acquire script is then loaded.
+    let held = lease(backend.acquire(&key, TTL));
+    let place = LockId::generate();
+    let attempt = {
+        let (backend, key, place) = (Arc::clone(&backend), key.clone(), place.clone());
+        move || {
+            let key = Key::new(&key).unwrap();
+            let ttl = Ttl::new(TTL).unwrap();
+            Driver::try_acquire(&*backend, &key, ttl, None, Line::Wait(&place))
+        }
+    };
+    let answer = AnswerLost::start(&proxy, attempt).repeat(&proxy);
+    assert_eq!(answer.unwrap(), Acquisition::Locked);
+
+    let line = Driver::find_line(&*backend, &Key::new(&key).unwrap(), LeaseKind::Lock).unwrap();
+    assert_eq!(line.len(), 1, "one place, not two: {line:?}");
+    assert_eq!(line[0].place_id, place.as_str());
+    assert_eq!(line[0].ticket, 1, "the first attempt's ticket");
+    let keys = backend.line_keys(&key, LeaseKind::Lock).unwrap();
+    let mut conn = shared_redis().connection();
+    let issued: i64 = conn.hget(&keys.places, "ticket").unwrap();
+    assert_eq!(issued, 1, "the repeat took no ticket of its own");
+
+    Driver::leave_line(&*backend, &Key::new(&key).unwrap(), LeaseKind::Lock, &place).unwrap();
+    assert!(backend.release(&held.lock_id).unwrap());
+}
+
 /// A primary, and a replica whose replication stream runs through a proxy (the link, which
 /// can stall it), once the replica follows.
 fn primary_and_replica() -> (Node, FaultProxy, Node) {

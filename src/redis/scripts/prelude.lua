@@ -25,6 +25,21 @@ local function get_string(key)
   return value
 end
 
+-- Lua numbers as Redis arguments: whole milliseconds, never in exponent notation.
+local function ms_arg(ms)
+  return string.format('%d', ms)
+end
+
+-- {FOREIGN, key, why} when key holds a Redis type other than wanted (an empty key is fine):
+-- a WRONGTYPE error would abort the script without naming the key.
+local function check_type(key, wanted)
+  local found = redis.call('TYPE', key).ok
+  if found ~= 'none' and found ~= wanted then
+    return {FOREIGN, key, 'it holds a Redis ' .. found .. ', not a ' .. wanted}
+  end
+  return nil
+end
+
 local function whole_ms(value)
   return type(value) == 'number' and value == value and value >= 0 and value < MAX_MS
     and math.floor(value) == value

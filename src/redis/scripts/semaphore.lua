@@ -3,21 +3,6 @@
 -- JSON record, of the lock record's shape) and its own fence counter (never expires, never
 -- deleted). The record is the truth about a permit; the sorted set counts and reclaims.
 
--- Lua numbers as Redis arguments: whole milliseconds, never in exponent notation.
-local function ms_arg(ms)
-  return string.format('%d', ms)
-end
-
--- {FOREIGN, key, why} when key holds a Redis type other than wanted (an empty key is fine):
--- a WRONGTYPE error would abort the script without naming the key.
-local function check_type(key, wanted)
-  local found = redis.call('TYPE', key).ok
-  if found ~= 'none' and found ~= wanted then
-    return {FOREIGN, key, 'it holds a Redis ' .. found .. ', not a ' .. wanted}
-  end
-  return nil
-end
-
 local function check_semaphore(holders_key, permits_key)
   return check_type(holders_key, 'zset') or check_type(permits_key, 'hash')
 end

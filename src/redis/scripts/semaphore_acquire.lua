@@ -1,7 +1,10 @@
--- KEYS: the semaphore's holders, permits and fence counter (one hash slot)
+-- KEYS: the semaphore's holders, permits and fence counter, then its line (order, expiry,
+-- places: line.lua), all in one hash slot
 -- ARGV: lock id, ttl ms, tolerance ms, permits (N), user key (NFC), largest fence allowed,
--- holder description (empty: none)
--- Reply: {OK, fence, expiresAtMs} | {ABSENT} (N live permits held) | {FENCE_OVERFLOW, counter
+-- holder description (empty: none), then the line: mode, place id, place ttl ms, line keys'
+-- ttl ms
+-- Reply: {OK, fence, expiresAtMs} | {ABSENT} (N live permits held, or no free one for this
+-- caller's place in line) | {FENCE_OVERFLOW, counter
 -- key} | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local holders_key, permits_key, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local lock_id, ttl, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -32,13 +35,22 @@ if #expired > 0 then
   keep_until_last(holders_key, permits_key, now, tolerance)
 end
 
--- Each acquisition is judged by its own N.
-if redis.call('ZCARD', holders_key) >= permits then return {ABSENT} end
+-- Each acquisition is judged by its own N; the first in line takes the next free permit.
+local line = line_of(4, 8, ARGV[7])
+local decision
+decision, why = line_decide(line, permits - redis.call('ZCARD', holders_key), now, tolerance)
+if not decision then return why end
+if not decision.granted then
+  line_write(line, decision, now)
+  return {ABSENT}
+end
 
--- The semaphore's own counter, checked before anything is written, as the lock's is.
+-- The semaphore's own counter, checked before the line or the permit is written, as the
+-- lock's is.
 local fence
 fence, why = next_fence(fence_key, ARGV[6])
 if not fence then return why end
+line_write(line, decision, now)
 local expires_at = now + ttl
 redis.call('HSET', permits_key, lock_id, new_record(lock_id, now, expires_at, ARGV[5], fence, ARGV[7]))
 redis.call('ZADD', holders_key, ms_arg(expires_at), lock_id)

@@ -240,7 +240,7 @@ impl PgServer {
 }
 
 /// Drops the server functions of `lock_table` (as on tables the TypeScript SyncGuard set up),
-/// checking that all fourteen (locks and semaphores) were there.
+/// checking that all sixteen (locks, semaphores and the line) were there.
 pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
     let functions: Vec<String> = client
         .query(
@@ -251,7 +251,7 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(functions.len(), 14, "{functions:?}");
+    assert_eq!(functions.len(), 16, "{functions:?}");
     client
         .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
         .expect("drop the server functions");
@@ -289,10 +289,11 @@ pub fn drop_tables(tables: &TableNames) {
         .map(|row| row.get(0))
         .collect();
     let mut ddl = format!(
-        "DROP TABLE IF EXISTS {locks}, {}, {}, {};",
+        "DROP TABLE IF EXISTS {locks}, {}, {}, {}, {};",
         tables.fence_table(),
         tables.semaphore_table(),
-        tables.permit_table()
+        tables.permit_table(),
+        tables.line_table()
     );
     if !functions.is_empty() {
         ddl.push_str(&format!("DROP FUNCTION {};", functions.join(", ")));

@@ -1,0 +1,139 @@
+//! The line of a key's lock or semaphore on PostgreSQL (DESIGN §12, [`crate::line`]): one table
+//! beside the lock and permit tables, `<lock table>_line(key, kind, place_id, ticket,
+//! expires_at_ms, holder)`, keyed by `(key, kind, place_id)`, with an index on `(key, kind,
+//! ticket)`. `ticket` is an identity column: drawn from a sequence at insertion, so a new place
+//! always goes behind every place of its line (the sequence never goes back), and the order of
+//! tickets is the order the places reached the server.
+//!
+//! THE RULE is decided by the acquire function (locks) and the permit acquire function, in the
+//! transaction that writes the lock or the permit, after it has shut out every other acquirer
+//! of the key: the advisory lock for a lock, the semaphore's row lock for a permit. So the
+//! line of a key's lock (or semaphore) is only ever changed by one acquisition at a time, and
+//! each step below reads a fresh snapshot taken after that (READ COMMITTED, a volatile
+//! function): it sees every place the acquirers before it wrote. The steps
+//! ([`admit_by_line`]):
+//!
+//! 1. `free` is known (the lock: 1 unless a live lock of another lock id exists; a semaphore:
+//!    its permits less the live ones). A single attempt or a barging one that finds no slot
+//!    free stops here, as before the line.
+//! 2. One index probe, made in the statement that reads the key's lock (or counts its
+//!    permits) anyway ([`line_probe`]): is any place of this line stored? If not, nothing is
+//!    pruned or counted — an acquisition that finds the key free and the line empty runs no
+//!    statement and writes nothing more than before the line.
+//! 3. Otherwise every expired place of the line is deleted (`expires_at_ms <= now -
+//!    tolerance`, the complement of liveness), the waiter's own place is looked up, and the
+//!    places ahead of it counted (every live place for a newcomer or a single attempt).
+//! 4. A waiter granted leaves the line (its place deleted); one refused takes a place at the
+//!    back (a new ticket) or, in line already, keeps its ticket and renews it for
+//!    [`PLACE_TTL`], its holder text updated. The place id is the primary key: a repeated
+//!    request is one place.
+//!
+//! A repeat of an acquisition that was granted (the lock row already holds its lock id, or a
+//! permit of its lock id is held) is answered as before the line, without it: the grant it
+//! repeats already passed the line.
+//!
+//! Reading the line and leaving it are one statement each, through their functions (a `SELECT`
+//! of the live places by ticket; a `DELETE` of one place). On tables without this version's
+//! functions (set up by the TypeScript SyncGuard or an earlier syncguard) there is no line:
+//! acquisitions go inline and barge, the line reads as empty and leaving it does nothing; the
+//! backend says so once in its log (`PostgresBackend::functions_missing`).
+
+use crate::driver::{LeaseKind, Line, PLACE_TTL};
+
+/// The `kind` column of a line: a key's lock and its semaphore have a line each.
+pub(super) fn line_kind(kind: LeaseKind) -> &'static str {
+    match kind {
+        LeaseKind::Lock => "lock",
+        LeaseKind::Permit => "permit",
+    }
+}
+
+/// The acquire functions' `$9` (the mode: `ignore`, `keep` or `wait`) and `$10` (the place id,
+/// NULL unless waiting).
+pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>) {
+    match line {
+        Line::Ignore => ("ignore", None),
+        Line::Keep => ("keep", None),
+        Line::Wait(place) => ("wait", Some(place.as_str())),
+    }
+}
+
+/// The variables [`admit_by_line`] uses, for the `DECLARE` of the function it is part of.
+pub(super) const LINE_DECLARATIONS: &str =
+    "  queued boolean;\n  slots bigint;\n  mine bigint;\n  ahead bigint;\n  admitted boolean;\n";
+
+/// Whether the line `kind` of the key `$1` in the table `line` (quoted) has any place: one
+/// index probe, which the acquire functions make in the statement that reads the key's lock
+/// or permits anyway (no statement of its own), into the variable `queued` that
+/// [`admit_by_line`] reads.
+pub(super) fn line_probe(line: &str, kind: LeaseKind) -> String {
+    let kind = line_kind(kind);
+    format!("EXISTS (SELECT 1 FROM {line} q WHERE q.key = $1 AND q.kind = '{kind}')")
+}
+
+/// THE RULE in PL/pgSQL, for the line `kind` of the key `$1` in the table `line` (quoted), with
+/// `free` slots (an expression of the function's variables) at `now_ms`, once `queued` holds
+/// the [`line_probe`]: the steps of the module docs. Continues the function when the acquisition is granted, returns from it (answering
+/// "held") when not. The function's parameters: `$7` tolerance ms, `$8` holder description,
+/// `$9` mode, `$10` place id (see [`line_params`]).
+pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
+    let kind = line_kind(kind);
+    let this_line = format!("q.key = $1 AND q.kind = '{kind}'");
+    let place_ttl_ms = PLACE_TTL.as_millis();
+    format!(
+        "slots := {free};\n\
+         IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
+         admitted := slots > 0;\n\
+         IF queued THEN\n\
+         DELETE FROM {line} q WHERE {this_line} AND q.expires_at_ms <= now_ms - $7;\n\
+         IF $9 = 'wait' THEN\n\
+         SELECT q.ticket INTO mine FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
+         END IF;\n\
+         IF $9 <> 'ignore' AND admitted THEN\n\
+         SELECT count(*) INTO ahead FROM {line} q\n\
+         WHERE {this_line} AND (mine IS NULL OR q.ticket < mine);\n\
+         admitted := slots > ahead;\n\
+         END IF;\n\
+         END IF;\n\
+         IF $9 = 'wait' THEN\n\
+         IF admitted THEN\n\
+         IF mine IS NOT NULL THEN\n\
+         DELETE FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
+         END IF;\n\
+         ELSIF mine IS NOT NULL THEN\n\
+         UPDATE {line} q SET expires_at_ms = now_ms + {place_ttl_ms}, holder = $8\n\
+         WHERE {this_line} AND q.place_id = $10;\n\
+         ELSE\n\
+         INSERT INTO {line} (key, kind, place_id, expires_at_ms, holder)\n\
+         VALUES ($1, '{kind}', $10, now_ms + {place_ttl_ms}, $8);\n\
+         END IF;\n\
+         END IF;\n\
+         IF NOT admitted THEN RETURN; END IF;\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::LockId;
+
+    #[test]
+    fn the_rule_names_its_own_line_only() {
+        let lock = admit_by_line("\"t_line\"", LeaseKind::Lock, "1");
+        let permit = admit_by_line("\"t_line\"", LeaseKind::Permit, "$5 - held");
+        assert!(lock.contains("q.kind = 'lock'") && !lock.contains("'permit'"));
+        assert!(permit.contains("q.kind = 'permit'") && !permit.contains("'lock'"));
+        assert!(lock.contains(&format!("now_ms + {}", PLACE_TTL.as_millis())));
+    }
+
+    #[test]
+    fn modes_and_places() {
+        let place = LockId::generate();
+        assert_eq!(line_params(Line::Ignore), ("ignore", None));
+        assert_eq!(line_params(Line::Keep), ("keep", None));
+        assert_eq!(
+            line_params(Line::Wait(&place)),
+            ("wait", Some(place.as_str()))
+        );
+    }
+}

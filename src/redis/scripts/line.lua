@@ -1,0 +1,103 @@
+-- The line of waiters (after the prelude), shared by the acquire scripts and the line's own.
+-- A line is three keys in the lock's hash slot: the order (a sorted set: place id -> ticket),
+-- the expiries (a sorted set: place id -> expiresAtMs of Redis TIME) and the places (a hash:
+-- place id -> holder text, '' for none, and the field `ticket`: the last ticket issued). Every
+-- write gives all three a PEXPIRE a little longer than a place lives, so a line nobody renews
+-- disappears on its own.
+--
+-- THE RULE (src/line.rs): with `free` slots free, an acquisition is granted when more slots
+-- are free than live places are ahead of it: none for 'ignore', every live place for 'keep'
+-- and for a waiter not (or no longer) in line, those with a smaller ticket for one in line.
+-- Every expired place is pruned. A waiter granted leaves its place; one not granted takes a
+-- place at the back with the next ticket, or renews the one it has.
+
+local TICKET_FIELD = 'ticket'
+
+-- An acquisition's line: its keys KEYS[k], KEYS[k + 1], KEYS[k + 2], and from ARGV[a] on
+-- its mode ('ignore', 'keep' or 'wait'), its place id ('' unless waiting), how long a place
+-- lives and how long the keys outlive the last write (ms); `holder` is its holder text.
+local function line_of(k, a, holder)
+  return {
+    order = KEYS[k], expiry = KEYS[k + 1], places = KEYS[k + 2],
+    mode = ARGV[a], place = ARGV[a + 1],
+    place_ttl = tonumber(ARGV[a + 2]), keep = ARGV[a + 3], holder = holder or ''
+  }
+end
+
+-- {FOREIGN, key, why} when a key of the line holds another Redis type.
+local function line_refusal(line)
+  return check_type(line.order, 'zset') or check_type(line.expiry, 'zset')
+    or check_type(line.places, 'hash')
+end
+
+-- Decides an acquisition with `free` free slots at `now` by THE RULE, reading only. The
+-- decision (`granted`, the expired places `dead`, the waiter's own live ticket `mine`) for
+-- line_write, or nil and the refusal of what is stored. With no one in line this is one read
+-- (TYPE), unless a waiter that is not granted is to take a place.
+local function line_decide(line, free, now, tolerance)
+  local decision = {granted = free > 0, dead = {}}
+  local found = redis.call('TYPE', line.order).ok
+  if found == 'none' and (decision.granted or line.mode ~= 'wait') then return decision end
+  local refusal = line_refusal(line)
+  if refusal then return nil, refusal end
+  decision.dead = redis.call('ZRANGEBYSCORE', line.expiry, '-inf', ms_arg(now - tolerance))
+  if line.mode == 'ignore' then return decision end
+  if line.mode == 'wait' then
+    local expires = redis.call('ZSCORE', line.expiry, line.place)
+    if expires and tonumber(expires) > now - tolerance then
+      decision.mine = tonumber(redis.call('ZSCORE', line.order, line.place))
+    end
+  end
+  local ahead
+  if decision.mine then
+    ahead = redis.call('ZCOUNT', line.order, '-inf', '(' .. ms_arg(decision.mine))
+  else
+    ahead = redis.call('ZCARD', line.order)
+  end
+  for _, place in ipairs(decision.dead) do
+    local ticket = redis.call('ZSCORE', line.order, place)
+    if ticket and (not decision.mine or tonumber(ticket) < decision.mine) then
+      ahead = ahead - 1
+    end
+  end
+  decision.granted = free > ahead
+  return decision
+end
+
+local function line_remove(line, places)
+  for first = 1, #places, 500 do
+    local last = math.min(first + 499, #places)
+    redis.call('ZREM', line.order, unpack(places, first, last))
+    redis.call('ZREM', line.expiry, unpack(places, first, last))
+    redis.call('HDEL', line.places, unpack(places, first, last))
+  end
+end
+
+-- Writes what line_decide decided: prunes the expired places, and for a waiter leaves its
+-- place (granted) or takes or renews it (not granted). Writes nothing when there is nothing
+-- to change, so an acquisition that finds no one in line writes nothing more.
+local function line_write(line, decision, now)
+  line_remove(line, decision.dead)
+  local wrote = #decision.dead > 0
+  if line.mode == 'wait' then
+    if decision.granted then
+      if decision.mine then
+        line_remove(line, {line.place})
+        wrote = true
+      end
+    else
+      if not decision.mine then
+        local ticket = redis.call('HINCRBY', line.places, TICKET_FIELD, 1)
+        redis.call('ZADD', line.order, ms_arg(ticket), line.place)
+      end
+      redis.call('ZADD', line.expiry, ms_arg(now + line.place_ttl), line.place)
+      redis.call('HSET', line.places, line.place, line.holder)
+      wrote = true
+    end
+  end
+  if wrote then
+    for _, key in ipairs({line.order, line.expiry, line.places}) do
+      redis.call('PEXPIRE', key, line.keep)
+    end
+  end
+end

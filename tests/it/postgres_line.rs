@@ -1,0 +1,217 @@
+//! The line on PostgreSQL (issue 33), against the shared cluster directly and through the
+//! shared PgBouncer (transaction mode), looked at in its table: a waiting acquisition whose
+//! answer is lost and which the pool repeats is one place; an acquisition of a free key with an
+//! empty line writes no place; every expired place is pruned by the next acquisition of its
+//! line; the lock's line and the semaphore's line of one key are two lines. (The line
+//! contracts run in `postgres.rs` and `pgbouncer.rs`; tables without the line in
+//! `postgres_legacy.rs`.)
+
+use crate::support::proxy::FaultProxy;
+use crate::support::{
+    self, TTL, lease, patient_postgres, shared_pgbouncer, shared_postgres, shared_postgres_backend,
+    shared_postgres_with_tables, unique,
+};
+use syncguard::LockBackend;
+use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Permits, Ttl};
+use syncguard::postgres::PostgresBackend;
+
+/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
+fn through_pgbouncer() -> PostgresBackend {
+    shared_postgres_with_tables();
+    patient_postgres(&shared_pgbouncer().url()).build().unwrap()
+}
+
+/// Each scenario below, as a test directly and one through PgBouncer.
+macro_rules! both_ways {
+    ($($scenario:ident),* $(,)?) => {
+        mod direct {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario(crate::support::shared_postgres_backend);
+            })*
+        }
+        mod through_pgbouncer {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario(super::through_pgbouncer);
+            })*
+        }
+    };
+}
+
+both_ways!(
+    a_free_key_with_an_empty_line_writes_no_place,
+    every_expired_place_is_pruned,
+    a_keys_lock_and_semaphore_have_a_line_each,
+);
+
+/// The rows of the default line table for `key`'s line `kind` ('lock' or 'permit'):
+/// (place id, ticket), in ticket order, expired ones included.
+fn stored_places(backend: &PostgresBackend, key: &str, kind: &str) -> Vec<(String, i64)> {
+    shared_postgres()
+        .client()
+        .query(
+            "SELECT place_id, ticket FROM syncguard_locks_line WHERE key = $1 AND kind = $2 \
+             ORDER BY ticket",
+            &[&backend.storage_key(key).unwrap(), &kind],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
+fn ttl() -> Ttl {
+    Ttl::new(TTL).unwrap()
+}
+
+/// A waiter's attempt at the lock on `key` with the place `place`.
+fn wait(backend: &PostgresBackend, key: &str, place: &LockId) -> Acquisition {
+    let key = Key::new(key).unwrap();
+    backend
+        .try_acquire(&key, ttl(), None, Line::Wait(place))
+        .unwrap()
+}
+
+/// A waiter's attempt at the acquisition of the key free, line empty: granted, and no place is
+/// written — the uncontended path writes the lock and nothing more.
+fn a_free_key_with_an_empty_line_writes_no_place(backend: fn() -> PostgresBackend) {
+    let backend = backend();
+    let key = unique("line-free");
+    let place = LockId::generate();
+    let Acquisition::Acquired { lease, .. } = wait(&backend, &key, &place) else {
+        panic!("a free key with an empty line is granted");
+    };
+    assert_eq!(stored_places(&backend, &key, "lock"), []);
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
+/// Three places, two of them expired (moved back in time in the table, as a clock moving on
+/// would): the next waiter's acquisition deletes both, not only the first.
+fn every_expired_place_is_pruned(backend: fn() -> PostgresBackend) {
+    let backend = backend();
+    let key = unique("line-prune");
+    let held = lease(backend.acquire(&key, TTL));
+    let places: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+    for place in &places {
+        assert_eq!(wait(&backend, &key, place), Acquisition::Locked);
+    }
+    let stored = stored_places(&backend, &key, "lock");
+    let ids: Vec<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
+    let expected: Vec<&str> = places.iter().map(LockId::as_str).collect();
+    assert_eq!(ids, expected, "in arrival order");
+    shared_postgres()
+        .client()
+        .execute(
+            "UPDATE syncguard_locks_line SET expires_at_ms = expires_at_ms - 3600000 \
+             WHERE key = $1 AND place_id <> $2",
+            &[&backend.storage_key(&key).unwrap(), &places[1].as_str()],
+        )
+        .unwrap();
+    // The next waiter to arrive prunes both, and goes behind the one live place.
+    let late = LockId::generate();
+    assert_eq!(wait(&backend, &key, &late), Acquisition::Locked);
+    let left = stored_places(&backend, &key, "lock");
+    let ids: Vec<&str> = left.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, [places[1].as_str(), late.as_str()], "{left:?}");
+    assert!(backend.release(&held.lock_id).unwrap());
+    // The first live place is granted, and leaves the line in the same statement.
+    let Acquisition::Acquired { lease: first, .. } = wait(&backend, &key, &places[1]) else {
+        panic!("the first live place is granted once the key is free");
+    };
+    let left = stored_places(&backend, &key, "lock");
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].0, late.as_str());
+    let checked = Key::new(&key).unwrap();
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &late)
+        .unwrap();
+    assert!(backend.release(&first.lock_id).unwrap());
+    assert_eq!(stored_places(&backend, &key, "lock"), []);
+}
+
+/// A place in the lock's line of a key is not in its semaphore's line, and leaving one leaves
+/// the other as it was.
+fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) {
+    let backend = backend();
+    let key = unique("line-kinds");
+    let checked = Key::new(&key).unwrap();
+    let one = Permits::new(1).unwrap();
+    let held_lock = lease(backend.acquire(&key, TTL));
+    let held_permit = lease(backend.acquire_permit(&key, 1, TTL));
+    let place = LockId::generate();
+    assert_eq!(wait(&backend, &key, &place), Acquisition::Locked);
+    let in_permit_line = backend.try_acquire_permit(&checked, one, ttl(), None, Line::Wait(&place));
+    assert_eq!(in_permit_line.unwrap(), Acquisition::Locked);
+    assert_eq!(stored_places(&backend, &key, "lock").len(), 1);
+    assert_eq!(stored_places(&backend, &key, "permit").len(), 1);
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &place)
+        .unwrap();
+    assert_eq!(backend.find_line(&checked, LeaseKind::Lock).unwrap(), []);
+    let permit_line = backend.find_line(&checked, LeaseKind::Permit).unwrap();
+    assert_eq!(permit_line.len(), 1);
+    assert_eq!(permit_line[0].place_id, place.as_str());
+    backend
+        .leave_line(&checked, LeaseKind::Permit, &place)
+        .unwrap();
+    assert_eq!(stored_places(&backend, &key, "permit"), []);
+    assert!(backend.release(&held_lock.lock_id).unwrap());
+    assert!(backend.release_permit(&key, &held_permit.lock_id).unwrap());
+}
+
+/// A waiting acquisition whose answer is lost with its connection (the proxy closes it as the
+/// answer comes back: the server has taken the place) is repeated once by the pool on a fresh
+/// connection, with the same place id: the repeat renews that place instead of taking a second
+/// one. A waiter that arrives after it is behind it, and the place keeps its ticket.
+fn a_repeated_waiting_acquisition_is_one_place(upstream: u16) {
+    let proxy = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], upstream)));
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/postgres",
+        support::PG_USER,
+        support::PG_PASSWORD,
+        proxy.port()
+    );
+    let backend = patient_postgres(&url).pool_size(1).build().unwrap();
+    let other = shared_postgres_backend();
+    let key = unique("line-repeat");
+    let held = lease(other.acquire(&key, TTL));
+    // The pool's connection is open before the answer to lose is chosen.
+    assert!(!backend.is_locked(&unique("line-repeat-warm")).unwrap());
+    let place = LockId::generate();
+    let cuts = proxy.answers_cut();
+    proxy.cut_answer_to(b"_acquire_v");
+    assert_eq!(wait(&backend, &key, &place), Acquisition::Locked);
+    assert_eq!(proxy.answers_cut(), cuts + 1, "an answer was lost");
+    let stored = stored_places(&backend, &key, "lock");
+    assert_eq!(stored.len(), 1, "one waiter, one place: {stored:?}");
+    assert_eq!(stored[0].0, place.as_str());
+    let later = LockId::generate();
+    assert_eq!(wait(&other, &key, &later), Acquisition::Locked);
+    assert_eq!(wait(&backend, &key, &place), Acquisition::Locked);
+    let stored = stored_places(&backend, &key, "lock");
+    let ids: Vec<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, [place.as_str(), later.as_str()], "{stored:?}");
+    assert!(other.release(&held.lock_id).unwrap());
+    assert!(matches!(wait(&other, &key, &later), Acquisition::Locked));
+    let Acquisition::Acquired { lease: first, .. } = wait(&backend, &key, &place) else {
+        panic!("the first place is granted once the key is free");
+    };
+    assert!(backend.release(&first.lock_id).unwrap());
+    let Acquisition::Acquired { lease: second, .. } = wait(&other, &key, &later) else {
+        panic!("the second place is granted next");
+    };
+    assert!(other.release(&second.lock_id).unwrap());
+    assert_eq!(stored_places(&backend, &key, "lock"), []);
+}
+
+#[test]
+fn a_repeated_waiting_acquisition_is_one_place_directly() {
+    a_repeated_waiting_acquisition_is_one_place(shared_postgres_with_tables().port);
+}
+
+#[test]
+fn a_repeated_waiting_acquisition_is_one_place_through_pgbouncer() {
+    shared_postgres_with_tables();
+    a_repeated_waiting_acquisition_is_one_place(shared_pgbouncer().port);
+}
