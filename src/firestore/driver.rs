@@ -148,7 +148,7 @@ impl FirestoreBackend {
             Some(doc) => parse_counter(doc, user_key)?,
         };
         let mut places = parse_line(counter_doc, user_key, "fence counter")?;
-        let admission = places.admit(line, usize::from(held.is_none()), now, holder);
+        let admission = places.admit(line, usize::from(held.is_none()), false, now, holder);
         let counter_write = |fence: Fence, places: &Places| {
             json!({
                 "update": { "name": fence_name, "fields": counter_fields(user_key, fence, places) },
@@ -476,7 +476,7 @@ impl Driver for FirestoreBackend {
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
         self.check_skew()?;
         match kind {
-            LeaseKind::Lock => self.leave_lock_line(key, place),
+            LeaseKind::Lock | LeaseKind::Shared => self.leave_lock_line(key, place),
             LeaseKind::Permit => self.leave_permit_line(key, place),
         }
     }
@@ -484,7 +484,7 @@ impl Driver for FirestoreBackend {
     fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
         self.check_skew()?;
         match kind {
-            LeaseKind::Lock => self.lock_line(key),
+            LeaseKind::Lock | LeaseKind::Shared => self.lock_line(key),
             LeaseKind::Permit => self.permit_line(key),
         }
     }

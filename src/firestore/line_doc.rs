@@ -88,6 +88,7 @@ fn parse_place(fields: &Map<String, Value>) -> Option<PlaceRecord> {
         ticket: u64::try_from(integer("ticket")?).ok().filter(|t| *t > 0)?,
         expires_at_ms: integer("expiresAtMs")?,
         holder: fields.get("holder").and_then(string_of).map(str::to_owned),
+        shared: false,
     })
 }
 

@@ -43,7 +43,7 @@ use crate::driver::{LeaseKind, Line, PLACE_TTL};
 /// The `kind` column of a line: a key's lock and its semaphore have a line each.
 pub(super) fn line_kind(kind: LeaseKind) -> &'static str {
     match kind {
-        LeaseKind::Lock => "lock",
+        LeaseKind::Lock | LeaseKind::Shared => "lock",
         LeaseKind::Permit => "permit",
     }
 }

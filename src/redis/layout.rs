@@ -230,7 +230,9 @@ impl Keys {
     /// ([`LeaseKind::Permit`]) on the (normalised) user key `key` (see [`LineKeys`]).
     pub fn line_keys(&self, key: &str, kind: LeaseKind) -> Result<LineKeys> {
         let base = match kind {
-            LeaseKind::Lock => format!("{}{{{}}}:line", self.prefix, self.tag(key)?),
+            LeaseKind::Lock | LeaseKind::Shared => {
+                format!("{}{{{}}}:line", self.prefix, self.tag(key)?)
+            }
             LeaseKind::Permit => format!("{}{{{}}}:sem:line", self.prefix, self.tag(key)?),
         };
         Ok(LineKeys {

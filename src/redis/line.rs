@@ -90,6 +90,7 @@ pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<Plac
             ticket,
             expires_at_ms,
             holder,
+            shared: false,
         });
     }
     Ok(places)
