@@ -337,20 +337,30 @@ struct LockArgs {
 /// `release` and `extend`: the lock id is a semaphore permit's or a shared hold's, of `--key`
 /// (both are found by their key and lock id; a lock by its lock id alone).
 #[derive(clap::Args)]
-#[group(id = "of_key", multiple = false)]
 struct PermitOf {
     /// The lock id is a permit's (acquire --permits): of the semaphore on --key.
-    #[arg(long, requires = "key", group = "of_key")]
+    #[arg(long, requires = "key", conflicts_with = "shared")]
     permit: bool,
     /// The lock id is a shared hold's (acquire --shared): of the lock on --key.
-    #[arg(long, requires = "key", group = "of_key")]
+    #[arg(long, requires = "key")]
     shared: bool,
     /// The key (with --permit or --shared).
-    #[arg(long, allow_hyphen_values = true, requires = "of_key")]
+    #[arg(long, allow_hyphen_values = true)]
     key: Option<String>,
 }
 
 impl PermitOf {
+    /// `--key` alone names nothing a lock id could be found under: bad usage (exit 2), checked
+    /// before any I/O, with the key's own check.
+    fn check(&self) -> syncguard::Result<()> {
+        if self.key.is_some() && !self.permit && !self.shared {
+            return Err(LockError::invalid_argument(
+                "--key names a permit's semaphore (--permit) or a shared hold's lock (--shared): give one",
+            ));
+        }
+        self.key.as_deref().map(input::key).transpose().map(drop)
+    }
+
     /// Releases the lease `lock_id` names: `true` when this call removed it.
     fn release(&self, backend: &dyn LockBackend, lock_id: &str) -> syncguard::Result<bool> {
         match (self.key.as_deref(), self.shared) {
@@ -549,7 +559,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         }
         Command::Release { lock_id, permit } => {
             input::lock_id(&lock_id)?;
-            permit.key.as_deref().map(input::key).transpose()?;
+            permit.check()?;
             let released = permit.release(backend()?.as_ref(), &lock_id)?;
             Ok(Outcome::Printed(
                 json!({ "ok": released }),
@@ -563,7 +573,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         } => {
             input::lock_id(&lock_id)?;
             input::ttl(ttl)?;
-            permit.key.as_deref().map(input::key).transpose()?;
+            permit.check()?;
             let extended = permit.extend(backend()?.as_ref(), &lock_id, ttl)?;
             Ok(match extended {
                 Some(expires_at_ms) => {
