@@ -144,6 +144,8 @@ mod redis_semaphores;
 #[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "redis")]
+mod redis_shared;
+#[cfg(feature = "redis")]
 mod redis_stalls;
 // One test per backend, each under its own feature.
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
