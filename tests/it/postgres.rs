@@ -1091,7 +1091,7 @@ fn without_the_server_functions_the_statements_go_inline() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(count, 16);
+    assert_eq!(count, 21);
 }
 
 #[test]
@@ -1272,6 +1272,7 @@ fn names_that_contain_one_another_get_their_own_tables() {
             tables.semaphore_table(),
             tables.permit_table(),
             tables.line_table(),
+            tables.shared_table(),
         ];
         expected.sort();
         assert_eq!(made, expected);
