@@ -92,6 +92,26 @@
 //! (tables set up by an older syncguard or by the TypeScript SyncGuard) the call is refused
 //! with `InvalidArgument`, saying to run `syncguard setup`.
 //!
+//! # Shared holds
+//!
+//! A shared hold (a reader) of a key's lock is a row of `<lock table>_shared`, beside the lock
+//! record: its own lock id, expiry and holder, and a fence drawn from the key's LOCK fence
+//! counter, so fences order every grant of the key. Its operations exist only as server
+//! functions, as the semaphore's do (on tables without them: `InvalidArgument`, run setup).
+//! The shared acquire function takes the same advisory lock as the exclusive one, so the two
+//! take turns per key and each later step reads a fresh snapshot that sees the other's
+//! writes; it reads the lock row (a live lock refuses it) with the line's probe, deletes its
+//! key's expired readers (and sometimes a few long-expired ones of any key, as permit
+//! acquisitions do), answers a reader already stored under its own lock id as the pool's
+//! repeat (renewed, granted, as a permit), decides THE RULE (a reader passes reader places,
+//! never an exclusive one), draws the fence and inserts its row. The exclusive acquire
+//! function asks whether a live reader exists in the statement that reads the lock row, with
+//! one index probe: a key with a live reader is held, with no statement or write more.
+//! Release, renewal (a batch), `readers` and the listing are the permit table's statements on
+//! the shared table (the same code: `release_by_key`, `renew_by_key`, `holders_of_key`,
+//! `holders_under_prefix`). The statement sent inline for a lock (tables without the functions)
+//! never reads the shared table, which such tables lack: there are no readers there.
+//!
 //! # The line
 //!
 //! Both acquire functions decide THE RULE of the key's line (`<lock table>_line`) in their own
