@@ -121,6 +121,8 @@ mod postgres_legacy;
 mod postgres_line;
 #[cfg(feature = "postgres")]
 mod postgres_semaphores;
+#[cfg(feature = "postgres")]
+mod postgres_shared;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
