@@ -53,7 +53,8 @@ impl Permit {
         }
     }
 
-    fn value(&self) -> Value {
+    /// The permit as a typed map value (also a reader's, see `readers_doc.rs`).
+    pub(super) fn value(&self) -> Value {
         let mut fields = json!({
             "lockId": string_value(&self.lock_id),
             "fence": string_value(&self.fence.to_string()),
@@ -66,7 +67,8 @@ impl Permit {
         map_value(fields)
     }
 
-    fn parse(fields: &Map<String, Value>) -> Option<Permit> {
+    /// A permit (or reader) from its typed map's fields, if it is one.
+    pub(super) fn parse(fields: &Map<String, Value>) -> Option<Permit> {
         let time = |field: &str| {
             fields
                 .get(field)
@@ -204,7 +206,7 @@ mod tests {
         let place = crate::driver::LockId::generate();
         let _ = doc
             .line
-            .admit(crate::driver::Line::Wait(&place), 0, 100, None);
+            .admit(crate::driver::Line::Wait(&place), 0, false, 100, None);
         let fields = doc.fields("k").unwrap();
         let document = Document::for_tests("projects/p/x/k", fields);
         assert_eq!(SemaphoreDoc::parse(Some(&document), "k").unwrap(), doc);

@@ -26,6 +26,7 @@ syncguard::backend_contract!(shared_firestore_backend);
 syncguard::guard_contract!(shared_firestore_backend);
 syncguard::semaphore_contract!(shared_firestore_backend);
 syncguard::line_contract!(shared_firestore_backend);
+syncguard::shared_contract!(shared_firestore_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Documents
