@@ -53,8 +53,7 @@ impl Permit {
         }
     }
 
-    /// The permit as a typed map value (also a reader's, see `readers_doc.rs`).
-    pub(super) fn value(&self) -> Value {
+    fn value(&self) -> Value {
         let mut fields = json!({
             "lockId": string_value(&self.lock_id),
             "fence": string_value(&self.fence.to_string()),
@@ -67,8 +66,7 @@ impl Permit {
         map_value(fields)
     }
 
-    /// A permit (or reader) from its typed map's fields, if it is one.
-    pub(super) fn parse(fields: &Map<String, Value>) -> Option<Permit> {
+    fn parse(fields: &Map<String, Value>) -> Option<Permit> {
         let time = |field: &str| {
             fields
                 .get(field)
