@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 
 use super::line_doc::add_line_fields;
 use super::readers_doc::add_reader_fields;
-use super::semaphore_doc::Permit;
 use super::rest::{Document, string_value};
+use super::semaphore_doc::Permit;
 use crate::driver::{LockRecord, Places, Version, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::fence::Fence;

@@ -19,8 +19,8 @@ use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
-    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord,
-    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord, TIME_TOLERANCE_MS, Ttl,
+    Version, hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};

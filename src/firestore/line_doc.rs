@@ -120,7 +120,10 @@ fn place_value(place: &PlaceRecord) -> Value {
         fields.insert("holder".to_owned(), string_value(holder));
     }
     if place.shared {
-        fields.insert("shared".to_owned(), serde_json::json!({ "booleanValue": true }));
+        fields.insert(
+            "shared".to_owned(),
+            serde_json::json!({ "booleanValue": true }),
+        );
     }
     map_value(Value::Object(fields))
 }

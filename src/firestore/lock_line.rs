@@ -30,8 +30,8 @@ impl FirestoreBackend {
             if counter_doc.read.is_none() || !counter_doc.line.leave(place) {
                 return Ok(Attempt::Done(()));
             }
-            let fence = Fence::from_counter(counter_doc.counter)
-                .map_err(|e| e.with_key(key.as_str()))?;
+            let fence =
+                Fence::from_counter(counter_doc.counter).map_err(|e| e.with_key(key.as_str()))?;
             let write = counter_doc.write(key.as_str(), fence);
             Ok(match self.rest.commit_versions(vec![write])? {
                 Some(_) => Attempt::Done(()),

@@ -80,7 +80,12 @@ pub(super) fn parse_readers(document: Option<&Document>, key: &str) -> Result<Ve
     let mut readers = document
         .string("readers")
         .and_then(|text| serde_json::from_str::<Vec<Stored>>(text).ok())
-        .and_then(|stored| stored.into_iter().map(Stored::reader).collect::<Option<Vec<_>>>())
+        .and_then(|stored| {
+            stored
+                .into_iter()
+                .map(Stored::reader)
+                .collect::<Option<Vec<_>>>()
+        })
         .ok_or_else(|| {
             LockError::internal(
                 "a Firestore fence counter document's readers are not SyncGuard readers: \
@@ -123,7 +128,11 @@ mod tests {
         let mut fields = Map::new();
         add_reader_fields(&[], &mut fields);
         assert!(fields.is_empty());
-        assert!(parse_readers(Some(&document(fields)), "k").unwrap().is_empty());
+        assert!(
+            parse_readers(Some(&document(fields)), "k")
+                .unwrap()
+                .is_empty()
+        );
 
         let reader = |counter, holder: Option<&str>| Permit {
             lock_id: crate::driver::generate_lock_id(),

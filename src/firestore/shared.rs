@@ -197,8 +197,8 @@ impl FirestoreBackend {
             let live = reader.is_live(now);
             // The document is written anyway: expired readers of others go with it.
             counter_doc.reclaim(now);
-            let fence = Fence::from_counter(counter_doc.counter)
-                .map_err(|e| e.with_key(key.as_str()))?;
+            let fence =
+                Fence::from_counter(counter_doc.counter).map_err(|e| e.with_key(key.as_str()))?;
             let write = counter_doc.write(key.as_str(), fence);
             match self.rest.commit_versions(vec![write]) {
                 Ok(Some(_)) => Ok(Attempt::Done(if live {
@@ -274,34 +274,37 @@ impl FirestoreBackend {
             let mut first_expiry: Option<i64> = None;
             let outcomes: Vec<Outcome<Extension>> = items
                 .iter()
-                .map(|(lock_id, ttl)| match counter_doc.reader(lock_id.as_str()) {
-                    None => Outcome::NotFound,
-                    Some(at) if counter_doc.readers[at].is_live(now) => {
-                        let reader = &mut counter_doc.readers[at];
-                        first_expiry = Some(
-                            first_expiry.map_or(reader.expires_at_ms, |e| e.min(reader.expires_at_ms)),
-                        );
-                        reader.expires_at_ms = now.saturating_add(ttl.as_millis());
-                        wrote = true;
-                        Outcome::Applied(Extension {
-                            expires_at_ms: reader.expires_at_ms,
-                            version: None,
-                        })
-                    }
-                    Some(at) => {
-                        // Expired: removed, never revived.
-                        counter_doc.readers.remove(at);
-                        wrote = true;
-                        Outcome::Expired
-                    }
-                })
+                .map(
+                    |(lock_id, ttl)| match counter_doc.reader(lock_id.as_str()) {
+                        None => Outcome::NotFound,
+                        Some(at) if counter_doc.readers[at].is_live(now) => {
+                            let reader = &mut counter_doc.readers[at];
+                            first_expiry = Some(
+                                first_expiry
+                                    .map_or(reader.expires_at_ms, |e| e.min(reader.expires_at_ms)),
+                            );
+                            reader.expires_at_ms = now.saturating_add(ttl.as_millis());
+                            wrote = true;
+                            Outcome::Applied(Extension {
+                                expires_at_ms: reader.expires_at_ms,
+                                version: None,
+                            })
+                        }
+                        Some(at) => {
+                            // Expired: removed, never revived.
+                            counter_doc.readers.remove(at);
+                            wrote = true;
+                            Outcome::Expired
+                        }
+                    },
+                )
                 .collect();
             if !wrote {
                 return Ok(Attempt::Done(outcomes));
             }
             counter_doc.reclaim(now);
-            let fence = Fence::from_counter(counter_doc.counter)
-                .map_err(|e| e.with_key(key.as_str()))?;
+            let fence =
+                Fence::from_counter(counter_doc.counter).map_err(|e| e.with_key(key.as_str()))?;
             let write = counter_doc.write(key.as_str(), fence);
             let conflict = || match first_expiry {
                 Some(expiry) => {
