@@ -38,7 +38,10 @@ pub const PLACE_TTL: Ttl = Ttl::from_checked_millis(5_000);
 
 /// The longest a waiter in line sleeps between attempts (each attempt renews its place): a
 /// third of [`PLACE_TTL`], so two attempts in a row may fail before the place lapses.
-pub(crate) const PLACE_RENEWAL: Duration = Duration::from_millis(5_000 / 3);
+pub(crate) const PLACE_RENEWAL: Duration = Duration::from_millis(RENEWAL_MS as u64);
+
+/// [`PLACE_RENEWAL`] in milliseconds.
+const RENEWAL_MS: i64 = 5_000 / 3;
 
 /// What an acquisition asks of the key's line ([`Driver::try_acquire`](crate::driver::Driver::try_acquire)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +176,19 @@ impl Places {
         match mine {
             Some(mine) => {
                 let kept = &mut self.places[mine];
+                // A place renewed within the last PLACE_RENEWAL is left as it is: a store that
+                // writes one document for the whole line (Firestore) then writes it about once
+                // per PLACE_RENEWAL per waiter, not at every wake-up of every waiter, which
+                // would make the waiters' writes collide. The next attempt, at most
+                // PLACE_RENEWAL later, renews it, long before it lapses.
+                let fresh = kept.expires_at_ms - now_ms > PLACE_TTL.as_millis() - RENEWAL_MS
+                    && kept.holder == holder;
+                if fresh {
+                    return Admission {
+                        granted: false,
+                        changed,
+                    };
+                }
                 kept.expires_at_ms = expires_at_ms;
                 kept.holder = holder;
             }
@@ -294,14 +310,32 @@ mod tests {
         let _ = line.admit(Line::Wait(&b), 0, false, 0, None);
         let holder = Holder::new("again").unwrap();
         let _ = line.admit(Line::Wait(&a), 0, false, 100, Some(&holder));
+        assert_eq!(
+            line.places[0].expires_at_ms,
+            100 + PLACE_TTL.as_millis(),
+            "a new holder text is written at once"
+        );
+        let _ = line.admit(Line::Wait(&a), 0, false, 200, Some(&holder));
+        assert_eq!(
+            line.places[0].expires_at_ms,
+            100 + PLACE_TTL.as_millis(),
+            "fresh: left as it is"
+        );
+        let _ = line.admit(
+            Line::Wait(&a),
+            0,
+            false,
+            100 + RENEWAL_MS + 1,
+            Some(&holder),
+        );
         assert_eq!(line.places.len(), 2);
         assert_eq!(line.places[0].place_id, a.as_str());
         assert_eq!(line.places[0].ticket, 1);
         assert_eq!(line.places[0].holder.as_deref(), Some("again"));
         assert_eq!(
             line.places[0].expires_at_ms,
-            100 + PLACE_TTL.as_millis(),
-            "renewed"
+            101 + RENEWAL_MS + PLACE_TTL.as_millis(),
+            "renewed once no longer fresh"
         );
     }
 
