@@ -26,6 +26,9 @@
 //!   through `Semaphore::acquire_with` (the same options as `contended`) and gives it back at
 //!   once. One operation is one acquisition + release; the latencies are the acquisitions'
 //!   alone, waits included (the line adds `"permits"`).
+//! - `shared`: every thread takes one key's lock through `RwLock` (the same options as
+//!   `contended`), one hold in ten exclusively (`write_with`), the others shared
+//!   (`read_with`), and gives it back at once; one operation is one acquisition + release.
 //! - `extend`: each thread holds one guard (`Locker::lock`) and extends it over and over
 //!   (`LockGuard::extend`: the key is known, as for every renewal of a held lock).
 //! - `lookup`: each thread holds one lease and looks it up by key over and over.
@@ -96,7 +99,7 @@ OPTIONS:
                         scenario takes its guards from at once, a burst (default: 1)
     --seconds S         length of each timed scenario, in seconds (default: 3)
     --scenario NAMES    comma-separated scenarios to run (default: all), from:
-                        cycle, guard, contended, semaphore, extend, lookup,
+                        cycle, guard, contended, semaphore, shared, extend, lookup,
                         handoff, hold
     --permits N         permits of the semaphore scenario's semaphore (default: 4)
     --waiters N         waiters the handoff scenario lines up (default: 1)
@@ -114,6 +117,9 @@ const TTL: Duration = Duration::from_secs(30);
 
 /// How many guards the `hold` scenario keeps at once, unless `--guards` says.
 const HOLD_GUARDS: usize = 10_000;
+
+/// In the `shared` scenario, one hold in this many is a writer's.
+const SHARED_WRITER_EVERY: usize = 10;
 
 /// The size of the `semaphore` scenario's semaphore, unless `--permits` says.
 const PERMITS: u32 = 4;
@@ -203,6 +209,7 @@ enum Scenario {
     Guard,
     Contended,
     Semaphore,
+    Shared,
     Extend,
     Lookup,
     Handoff,
@@ -211,11 +218,12 @@ enum Scenario {
 
 impl Scenario {
     /// All scenarios, in the order they run by default.
-    const ALL: [Scenario; 8] = [
+    const ALL: [Scenario; 9] = [
         Scenario::Cycle,
         Scenario::Guard,
         Scenario::Contended,
         Scenario::Semaphore,
+        Scenario::Shared,
         Scenario::Extend,
         Scenario::Lookup,
         Scenario::Handoff,
@@ -228,6 +236,7 @@ impl Scenario {
             Scenario::Guard => "guard",
             Scenario::Contended => "contended",
             Scenario::Semaphore => "semaphore",
+            Scenario::Shared => "shared",
             Scenario::Extend => "extend",
             Scenario::Lookup => "lookup",
             Scenario::Handoff => "handoff",
@@ -648,6 +657,23 @@ fn scenario_thread(
                 release_guard(ctx.locker.lock_with(&key, &options)?)
             })
         }
+        Scenario::Shared => {
+            let rw = ctx.locker.rw_lock(&ctx.key(scenario, 0));
+            let options = contended_options(ctx.line);
+            start.wait();
+            let rw = rw?;
+            let mut n = thread;
+            timed_loop(ctx.duration, || {
+                n += 1;
+                // One hold in ten is a writer's, spread over the threads.
+                let guard = if n.is_multiple_of(SHARED_WRITER_EVERY) {
+                    rw.write_with(&options)?
+                } else {
+                    rw.read_with(&options)?
+                };
+                release_guard(guard)
+            })
+        }
         Scenario::Semaphore => {
             let semaphore = ctx.locker.semaphore(&ctx.key(scenario, 0), ctx.permits);
             let options = contended_options(ctx.line);
@@ -823,7 +849,11 @@ fn run_timed(ctx: &Ctx, scenario: Scenario, threads: usize) -> Result<TimedRepor
         p50_us: percentile_us(&nanos, 0.50),
         p99_us: percentile_us(&nanos, 0.99),
         permits: (scenario == Scenario::Semaphore).then_some(ctx.permits),
-        line: matches!(scenario, Scenario::Contended | Scenario::Semaphore).then_some(ctx.line),
+        line: matches!(
+            scenario,
+            Scenario::Contended | Scenario::Semaphore | Scenario::Shared
+        )
+        .then_some(ctx.line),
         waiters: None,
     })
 }
@@ -1003,6 +1033,18 @@ impl Driver for CountingRenewals {
     }
     fn find_line(&self, key: &Key, kind: LeaseKind) -> syncguard::Result<Vec<PlaceRecord>> {
         self.inner.find_line(key, kind)
+    }
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> syncguard::Result<Acquisition> {
+        self.inner.try_acquire_shared(key, ttl, holder, line)
+    }
+    fn find_shared(&self, key: &Key) -> syncguard::Result<Vec<LockRecord>> {
+        self.inner.find_shared(key)
     }
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
         let answer = self.inner.extend_lease(lease, ttl);

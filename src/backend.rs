@@ -215,6 +215,90 @@ pub trait LockBackend: Driver {
             .map(LockInfoDebug::from))
     }
 
+    /// Takes a shared hold of the lock on `key` for `ttl` (a reader: see
+    /// [`Driver::try_acquire_shared`]) unless a writer holds it or waits in line. Contention
+    /// is [`AcquireOutcome::Locked`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use syncguard::{AcquireOutcome, LockBackend, MemoryBackend};
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let ttl = Duration::from_secs(10);
+    /// let a = backend.acquire_shared("dataset", ttl)?.lease().expect("free");
+    /// let b = backend.acquire_shared("dataset", ttl)?.lease().expect("readers share");
+    /// assert_eq!(backend.acquire("dataset", ttl)?, AcquireOutcome::Locked); // no writer now
+    /// assert_eq!(backend.readers("dataset")?.len(), 2);
+    /// assert!(backend.release_shared("dataset", &a.lock_id)?);
+    /// assert!(backend.release_shared("dataset", &b.lock_id)?);
+    /// assert!(backend.acquire("dataset", ttl)?.lease().is_some());
+    /// # Ok::<(), syncguard::LockError>(())
+    /// ```
+    fn acquire_shared(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
+        let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
+        Ok(
+            match self.try_acquire_shared(&key, ttl, None, Line::Keep)? {
+                Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
+                Acquisition::Locked => AcquireOutcome::Locked,
+            },
+        )
+    }
+
+    /// Gives back the shared hold of the lock on `key` held under `lock_id`: `true` when this
+    /// call removed it, `false` when it was absent.
+    fn release_shared(&self, key: &str, lock_id: &str) -> Result<bool> {
+        let (key, lock_id) = (Key::new(key)?, LockId::new(lock_id)?);
+        Ok(self
+            .release_lease(LeaseRef::shared(&lock_id, &key))?
+            .is_applied())
+    }
+
+    /// Sets the expiry of the live shared hold of the lock on `key` held under `lock_id` to
+    /// *now + ttl*; `None` when it is absent or expired.
+    fn extend_shared(&self, key: &str, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+        let (key, lock_id, ttl) = (Key::new(key)?, LockId::new(lock_id)?, Ttl::new(ttl)?);
+        Ok(self
+            .extend_lease(LeaseRef::shared(&lock_id, &key), ttl)?
+            .applied()
+            .map(|extension| extension.expires_at_ms))
+    }
+
+    /// Who holds the lock on `key` shared: its live readers, in fence order. Sanitised: hashes
+    /// only.
+    fn readers(&self, key: &str) -> Result<Vec<LockInfo>> {
+        Ok(self
+            .readers_raw(key)?
+            .into_iter()
+            .map(|raw| raw.info)
+            .collect())
+    }
+
+    /// [`readers`](LockBackend::readers) with the raw key and lock ids.
+    fn readers_raw(&self, key: &str) -> Result<Vec<LockInfoDebug>> {
+        let key = Key::new(key)?;
+        Ok(self
+            .find_shared(&key)?
+            .into_iter()
+            .map(LockInfoDebug::from)
+            .collect())
+    }
+
+    /// The live shared holders of every lock whose key starts with `prefix`, sorted by key
+    /// then fence, at most `limit` (1 to [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)), and
+    /// whether that is all of them: what [`list`](LockBackend::list) is for exclusive locks.
+    /// Sanitised: hashes only.
+    fn list_shared(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfo>> {
+        Ok(self.list_shared_raw(prefix, limit)?.map(|raw| raw.info))
+    }
+
+    /// [`list_shared`](LockBackend::list_shared) with the raw keys and lock ids.
+    fn list_shared_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
+        let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
+        Ok(self
+            .list_shared_records(&prefix, limit)?
+            .map(LockInfoDebug::from))
+    }
+
     /// The line of waiters for the lock on `key`: their live places in the order they will be
     /// served, each with its holder text and expiry ([`LockOptions::wait_in_line`]). Empty when
     /// nobody waits, or for a backend without a line. Sanitised: the place ids as hashes.
@@ -258,6 +342,7 @@ fn places(records: Vec<PlaceRecord>) -> Vec<PlaceInfo> {
             place_hash: hash_key(&record.place_id),
             expires_at_ms: record.expires_at_ms,
             holder: record.holder,
+            shared: record.shared,
         })
         .collect()
 }
@@ -275,6 +360,8 @@ pub struct PlaceInfo {
     /// Who waits, as described by its [`holder`](crate::LockOptions::holder) option; `None`
     /// without one.
     pub holder: Option<String>,
+    /// Whether it waits for a shared hold (a reader, [`RwLock::read`](crate::RwLock::read)).
+    pub shared: bool,
 }
 
 /// The answer to [`LockBackend::acquire`].

@@ -213,6 +213,54 @@ pub trait Driver: Send + Sync {
         Err(no_semaphores(self.describe()))
     }
 
+    /// Takes a shared hold of the lock on `key` for `ttl` (a reader), unless a live exclusive
+    /// lock is held: any number of shared holders at once, none beside an exclusive one. Each
+    /// shared holder is a lease of its own — a fresh lock id, the key's next fence from the
+    /// *lock's* fence counter (so fences order every grant of the key, shared or exclusive),
+    /// its own expiry, `holder` — stored beside the lock record, in this crate's layout only
+    /// (the TypeScript SyncGuard sees exclusive records alone). Released and extended through
+    /// [`release_lease`](Driver::release_lease) and [`extend_lease`](Driver::extend_lease) with
+    /// a [`LeaseRef`] of [`LeaseKind::Shared`], which names the key. A store with shared holds
+    /// must also refuse [`try_acquire`](Driver::try_acquire) while a live shared holder exists,
+    /// in the round trip it makes anyway.
+    ///
+    /// `line` is heeded in the key's one line, beside exclusive waiters: a shared waiter is
+    /// granted when no exclusive holder is live and no exclusive place is ahead of it (so
+    /// shared waiters at the head of the line are granted together, and a writer in line is
+    /// not passed by later readers); [`Places::admit`] is the rule.
+    ///
+    /// The default refuses (`InvalidArgument`: this backend has no shared mode).
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        let _ = (key, ttl, holder, line);
+        Err(no_shared_mode(self.describe()))
+    }
+
+    /// The live shared holders of the lock on `key`, with their raw values, in fence order.
+    /// The default refuses, as [`try_acquire_shared`](Driver::try_acquire_shared) does.
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let _ = key;
+        Err(no_shared_mode(self.describe()))
+    }
+
+    /// The live shared holders of the locks whose key starts with `prefix`, with their raw
+    /// values: sorted by key, then fence, at most `limit`, and whether that is all of them.
+    /// Read only, with bounded work, as [`list_records`](Driver::list_records) is. The default
+    /// refuses, as [`try_acquire_shared`](Driver::try_acquire_shared) does.
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let _ = (prefix, limit);
+        Err(no_shared_mode(self.describe()))
+    }
+
     /// Deletes the lock (or the permit) `lease` names if it is stored under its lock id.
     /// `Applied` only when it was live; an expired one is removed too, and answered
     /// [`Outcome::Expired`].
@@ -225,10 +273,7 @@ pub trait Driver: Send + Sync {
     /// heartbeat renews through it. The default extends one lease after another; a store
     /// that can do many in one request should.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        leases
-            .iter()
-            .map(|(lease, ttl)| self.extend_lease(*lease, *ttl))
-            .collect()
+        one_by_one(self, leases)
     }
 
     /// Whether a live lock is stored under `key`.
@@ -311,6 +356,25 @@ macro_rules! forward_driver {
             }
             fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
                 (**self).find_line(key, kind)
+            }
+            fn try_acquire_shared(
+                &self,
+                key: &Key,
+                ttl: Ttl,
+                holder: Option<&Holder>,
+                line: Line<'_>,
+            ) -> Result<Acquisition> {
+                (**self).try_acquire_shared(key, ttl, holder, line)
+            }
+            fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+                (**self).find_shared(key)
+            }
+            fn list_shared_records(
+                &self,
+                prefix: &KeyPrefix,
+                limit: ListLimit,
+            ) -> Result<LockList<LockRecord>> {
+                (**self).list_shared_records(prefix, limit)
             }
             fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
                 (**self).find_permits(key)
@@ -489,11 +553,20 @@ impl<'a> LeaseRef<'a> {
         }
     }
 
-    /// The key of a permit (`InvalidArgument` for one made without it by hand).
+    /// A shared hold of the lock on `key`, granted under `lock_id`: found by both.
+    pub fn shared(lock_id: &'a LockId, key: &'a Key) -> Self {
+        LeaseRef {
+            kind: LeaseKind::Shared,
+            ..LeaseRef::new(lock_id).with_key(key)
+        }
+    }
+
+    /// The key of a permit or a shared hold (`InvalidArgument` for one made without it by
+    /// hand).
     pub fn permit_key(&self) -> Result<&'a Key> {
         self.key.ok_or_else(|| {
             crate::error::LockError::invalid_argument(
-                "a permit is named by its semaphore's key and its lock id; the key is missing",
+                "a permit or a shared hold is named by its key and its lock id; the key is missing",
             )
         })
     }
@@ -520,48 +593,70 @@ impl<'a> LeaseRef<'a> {
     }
 }
 
-/// What a lease holds: a key's lock, or one permit of the key's semaphore (stored apart; see
-/// [`Driver::try_acquire_permit`]).
+/// What a lease holds: a key's lock, one permit of the key's semaphore (stored apart; see
+/// [`Driver::try_acquire_permit`]), or a shared hold of the key's lock
+/// ([`Driver::try_acquire_shared`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum LeaseKind {
-    /// The lock on the key.
+    /// The lock on the key (held exclusively).
     #[default]
     Lock,
     /// A permit of the semaphore on the key: its [`LeaseRef`] always names the key.
     Permit,
+    /// A shared hold of the lock on the key: its [`LeaseRef`] always names the key.
+    Shared,
 }
 
-/// A heartbeat batch that may mix locks and permits, extended by a store that keeps the two
-/// kinds apart: `extend_locks` gets the batch's locks and `extend_permits` its permits (each in
-/// the batch's order, and only when there are any), and every answer is put back in its
-/// lease's place. Each function answers one result per lease it is given, in order.
+impl LeaseKind {
+    /// The fence sequence and the line this kind of lease takes part in: a shared hold shares
+    /// the lock's ([`Driver::try_acquire_shared`]).
+    pub fn sequence(self) -> LeaseKind {
+        match self {
+            LeaseKind::Lock | LeaseKind::Shared => LeaseKind::Lock,
+            LeaseKind::Permit => LeaseKind::Permit,
+        }
+    }
+}
+
+/// A heartbeat batch that may mix kinds of lease (locks, permits, shared holds), extended by a
+/// store that keeps them apart: `extend` is called once per kind present, with that kind's
+/// leases in the batch's order, and every answer is put back in its lease's place. `extend`
+/// answers one result per lease it is given, in order.
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 pub(crate) fn extend_by_kind<'a>(
     leases: &[(LeaseRef<'a>, Ttl)],
-    extend_locks: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
-    extend_permits: impl FnOnce(&[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
+    mut extend: impl FnMut(LeaseKind, &[(LeaseRef<'a>, Ttl)]) -> Vec<Result<Outcome<Extension>>>,
 ) -> Vec<Result<Outcome<Extension>>> {
-    let (permits, locks): (Vec<usize>, Vec<usize>) =
-        (0..leases.len()).partition(|&i| leases[i].0.kind == LeaseKind::Permit);
-    if permits.is_empty() {
-        return extend_locks(leases);
+    let Some(first) = leases.first() else {
+        return Vec::new();
+    };
+    if leases.iter().all(|(lease, _)| lease.kind == first.0.kind) {
+        return extend(first.0.kind, leases);
     }
-    let pick = |indices: &[usize]| -> Vec<(LeaseRef<'a>, Ttl)> {
-        indices.iter().map(|&i| leases[i]).collect()
-    };
-    let lock_answers = if locks.is_empty() {
-        Vec::new()
-    } else {
-        extend_locks(&pick(&locks))
-    };
-    let permit_answers = extend_permits(&pick(&permits));
-    in_order(
-        leases.len(),
-        locks
-            .into_iter()
-            .zip(lock_answers)
-            .chain(permits.into_iter().zip(permit_answers)),
-    )
+    let mut answers = Vec::with_capacity(leases.len());
+    for kind in [LeaseKind::Lock, LeaseKind::Permit, LeaseKind::Shared] {
+        let positions: Vec<usize> = (0..leases.len())
+            .filter(|&i| leases[i].0.kind == kind)
+            .collect();
+        if positions.is_empty() {
+            continue;
+        }
+        let batch: Vec<(LeaseRef<'a>, Ttl)> = positions.iter().map(|&i| leases[i]).collect();
+        answers.extend(positions.into_iter().zip(extend(kind, &batch)));
+    }
+    in_order(leases.len(), answers)
+}
+
+/// Extends `leases` one after another: [`Driver::extend_leases`]' default, and for a kind a
+/// store renews no faster in a batch.
+pub(crate) fn one_by_one<D: Driver + ?Sized>(
+    driver: &D,
+    leases: &[(LeaseRef<'_>, Ttl)],
+) -> Vec<Result<Outcome<Extension>>> {
+    leases
+        .iter()
+        .map(|(lease, ttl)| driver.extend_lease(*lease, *ttl))
+        .collect()
 }
 
 /// The answers to a batch of `count` leases, given as `(position, answer)` pairs, in the
@@ -588,6 +683,14 @@ pub(crate) fn in_order(
             })
         })
         .collect()
+}
+
+/// The error of a driver without a shared mode.
+fn no_shared_mode(capabilities: Capabilities) -> crate::error::LockError {
+    crate::error::LockError::invalid_argument(format!(
+        "the {} backend has no shared mode",
+        capabilities.backend
+    ))
 }
 
 /// The error of a driver without semaphores.

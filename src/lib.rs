@@ -132,6 +132,7 @@ pub use crate::driver::{Capabilities, Lease, TimeAuthority};
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};
+pub use crate::locker::rw_lock::RwLock;
 pub use crate::locker::semaphore::Semaphore;
 pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
 pub use crate::memory::MemoryBackend;

@@ -10,7 +10,9 @@
 //! alike: an acquisition is granted when more slots are free than live places are *ahead* of it
 //! — every live place for a newcomer or a single attempt, the places with a smaller ticket for a
 //! waiter already in line. So the first in line takes the next free slot, and a semaphore with
-//! two free permits admits the first two.
+//! two free permits admits the first two. A shared hold of a lock (a reader) is granted when no
+//! exclusive holder is live and no exclusive place is ahead of it: readers at the head of the
+//! line are granted together, and readers that come after a waiting writer wait behind it.
 //!
 //! [`Line`] is what an acquisition asks of the store; [`PlaceRecord`] is a stored place; and
 //! [`Places`] is that rule written once for the stores that decide in the client (the in-memory
@@ -36,7 +38,10 @@ pub const PLACE_TTL: Ttl = Ttl::from_checked_millis(5_000);
 
 /// The longest a waiter in line sleeps between attempts (each attempt renews its place): a
 /// third of [`PLACE_TTL`], so two attempts in a row may fail before the place lapses.
-pub(crate) const PLACE_RENEWAL: Duration = Duration::from_millis(5_000 / 3);
+pub(crate) const PLACE_RENEWAL: Duration = Duration::from_millis(RENEWAL_MS as u64);
+
+/// [`PLACE_RENEWAL`] in milliseconds.
+const RENEWAL_MS: i64 = 5_000 / 3;
 
 /// What an acquisition asks of the key's line ([`Driver::try_acquire`](crate::driver::Driver::try_acquire)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +84,8 @@ pub struct PlaceRecord {
     pub expires_at_ms: i64,
     /// Who waits, as described by its acquisition's [`holder`](crate::LockOptions::holder).
     pub holder: Option<String>,
+    /// Whether it waits for a shared hold (a reader); else for the lock itself or a permit.
+    pub shared: bool,
 }
 
 impl fmt::Debug for PlaceRecord {
@@ -88,6 +95,7 @@ impl fmt::Debug for PlaceRecord {
             .field("ticket", &self.ticket)
             .field("expires_at_ms", &self.expires_at_ms)
             .field("holder", &self.holder)
+            .field("shared", &self.shared)
             .finish()
     }
 }
@@ -120,14 +128,16 @@ pub struct Admission {
 }
 
 impl Places {
-    /// Decides an acquisition when `free` slots are free at `now_ms` (a lock: 1 or 0; a
-    /// semaphore: its permits less the live ones), as [`Line`] describes, and updates the line:
-    /// prunes every expired place, and for [`Line::Wait`] removes the waiter's place when
-    /// granted, or takes or renews it for [`PLACE_TTL`] (with `holder`) when not.
+    /// Decides an acquisition when `free` slots are free at `now_ms` (a lock: 1 or 0, 0 also
+    /// while shared holders are live; a semaphore: its permits less the live ones; a shared
+    /// hold, `shared`: 1 unless an exclusive lock is live), as [`Line`] describes, and updates
+    /// the line: prunes every expired place, and for [`Line::Wait`] removes the waiter's place
+    /// when granted, or takes or renews it for [`PLACE_TTL`] (with `holder`) when not.
     pub fn admit(
         &mut self,
         line: Line<'_>,
         free: usize,
+        shared: bool,
         now_ms: i64,
         holder: Option<&Holder>,
     ) -> Admission {
@@ -143,15 +153,15 @@ impl Places {
             }
             Line::Keep => {
                 return Admission {
-                    granted: free > self.places.len(),
+                    granted: passes(&self.places, free, shared),
                     changed,
                 };
             }
             Line::Wait(place) => place.as_str(),
         };
         let mine = self.places.iter().position(|p| p.place_id == place);
-        let ahead = mine.unwrap_or(self.places.len());
-        if free > ahead {
+        let ahead = &self.places[..mine.unwrap_or(self.places.len())];
+        if passes(ahead, free, shared) {
             if let Some(mine) = mine {
                 self.places.remove(mine);
                 changed = true;
@@ -166,6 +176,19 @@ impl Places {
         match mine {
             Some(mine) => {
                 let kept = &mut self.places[mine];
+                // A place renewed within the last PLACE_RENEWAL is left as it is: a store that
+                // writes one document for the whole line (Firestore) then writes it about once
+                // per PLACE_RENEWAL per waiter, not at every wake-up of every waiter, which
+                // would make the waiters' writes collide. The next attempt, at most
+                // PLACE_RENEWAL later, renews it, long before it lapses.
+                let fresh = kept.expires_at_ms - now_ms > PLACE_TTL.as_millis() - RENEWAL_MS
+                    && kept.holder == holder;
+                if fresh {
+                    return Admission {
+                        granted: false,
+                        changed,
+                    };
+                }
                 kept.expires_at_ms = expires_at_ms;
                 kept.holder = holder;
             }
@@ -176,6 +199,7 @@ impl Places {
                     ticket: self.last_ticket,
                     expires_at_ms,
                     holder,
+                    shared,
                 });
             }
         }
@@ -207,6 +231,17 @@ impl Places {
     }
 }
 
+/// Whether an acquisition with `free` slots may pass the live places `ahead` of it: a shared
+/// hold when none of them waits for the lock itself, anything else when there are fewer of
+/// them than free slots.
+fn passes(ahead: &[PlaceRecord], free: usize, shared: bool) -> bool {
+    if shared {
+        free > 0 && ahead.iter().all(|place| place.shared)
+    } else {
+        free > ahead.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +255,7 @@ mod tests {
         let mut line = Places::default();
         let place = id();
         for ask in [Line::Ignore, Line::Keep, Line::Wait(&place)] {
-            let admission = line.admit(ask, 1, 0, None);
+            let admission = line.admit(ask, 1, false, 0, None);
             assert_eq!((admission.granted, admission.changed), (true, false));
         }
         assert!(line.is_empty());
@@ -230,19 +265,22 @@ mod tests {
     fn places_are_served_in_ticket_order() {
         let mut line = Places::default();
         let (a, b) = (id(), id());
-        assert!(!line.admit(Line::Wait(&a), 0, 0, None).granted);
-        assert!(!line.admit(Line::Wait(&b), 0, 0, None).granted);
+        assert!(!line.admit(Line::Wait(&a), 0, false, 0, None).granted);
+        assert!(!line.admit(Line::Wait(&b), 0, false, 0, None).granted);
         assert!(
-            !line.admit(Line::Keep, 1, 10, None).granted,
+            !line.admit(Line::Keep, 1, false, 10, None).granted,
             "a single attempt"
         );
         assert!(
-            !line.admit(Line::Wait(&b), 1, 10, None).granted,
+            !line.admit(Line::Wait(&b), 1, false, 10, None).granted,
             "b is second"
         );
-        assert!(line.admit(Line::Ignore, 1, 10, None).granted, "barging");
-        assert!(line.admit(Line::Wait(&a), 1, 10, None).granted);
-        assert!(line.admit(Line::Wait(&b), 1, 10, None).granted);
+        assert!(
+            line.admit(Line::Ignore, 1, false, 10, None).granted,
+            "barging"
+        );
+        assert!(line.admit(Line::Wait(&a), 1, false, 10, None).granted);
+        assert!(line.admit(Line::Wait(&b), 1, false, 10, None).granted);
         assert!(line.is_empty());
         assert_eq!(line.last_ticket, 2);
     }
@@ -252,62 +290,116 @@ mod tests {
         let mut line = Places::default();
         let ids: Vec<LockId> = (0..3).map(|_| id()).collect();
         for place in &ids {
-            assert!(!line.admit(Line::Wait(place), 0, 0, None).granted);
+            assert!(!line.admit(Line::Wait(place), 0, false, 0, None).granted);
         }
-        assert!(!line.admit(Line::Wait(&ids[2]), 2, 1, None).granted);
-        assert!(line.admit(Line::Wait(&ids[1]), 2, 1, None).granted);
+        assert!(!line.admit(Line::Wait(&ids[2]), 2, false, 1, None).granted);
+        assert!(line.admit(Line::Wait(&ids[1]), 2, false, 1, None).granted);
         assert!(
-            !line.admit(Line::Wait(&ids[2]), 1, 1, None).granted,
+            !line.admit(Line::Wait(&ids[2]), 1, false, 1, None).granted,
             "a is ahead"
         );
-        assert!(line.admit(Line::Wait(&ids[0]), 1, 1, None).granted);
-        assert!(line.admit(Line::Wait(&ids[2]), 1, 1, None).granted);
+        assert!(line.admit(Line::Wait(&ids[0]), 1, false, 1, None).granted);
+        assert!(line.admit(Line::Wait(&ids[2]), 1, false, 1, None).granted);
     }
 
     #[test]
     fn a_repeated_place_is_one_place_and_keeps_its_ticket() {
         let mut line = Places::default();
         let (a, b) = (id(), id());
-        let _ = line.admit(Line::Wait(&a), 0, 0, None);
-        let _ = line.admit(Line::Wait(&b), 0, 0, None);
+        let _ = line.admit(Line::Wait(&a), 0, false, 0, None);
+        let _ = line.admit(Line::Wait(&b), 0, false, 0, None);
         let holder = Holder::new("again").unwrap();
-        let _ = line.admit(Line::Wait(&a), 0, 100, Some(&holder));
+        let _ = line.admit(Line::Wait(&a), 0, false, 100, Some(&holder));
+        assert_eq!(
+            line.places[0].expires_at_ms,
+            100 + PLACE_TTL.as_millis(),
+            "a new holder text is written at once"
+        );
+        let _ = line.admit(Line::Wait(&a), 0, false, 200, Some(&holder));
+        assert_eq!(
+            line.places[0].expires_at_ms,
+            100 + PLACE_TTL.as_millis(),
+            "fresh: left as it is"
+        );
+        let _ = line.admit(
+            Line::Wait(&a),
+            0,
+            false,
+            100 + RENEWAL_MS + 1,
+            Some(&holder),
+        );
         assert_eq!(line.places.len(), 2);
         assert_eq!(line.places[0].place_id, a.as_str());
         assert_eq!(line.places[0].ticket, 1);
         assert_eq!(line.places[0].holder.as_deref(), Some("again"));
         assert_eq!(
             line.places[0].expires_at_ms,
-            100 + PLACE_TTL.as_millis(),
-            "renewed"
+            101 + RENEWAL_MS + PLACE_TTL.as_millis(),
+            "renewed once no longer fresh"
         );
+    }
+
+    #[test]
+    fn readers_at_the_head_pass_together_and_a_waiting_writer_stops_later_ones() {
+        let mut line = Places::default();
+        let (r1, r2, w, r3) = (id(), id(), id(), id());
+        // A writer holds: everyone waits.
+        assert!(!line.admit(Line::Wait(&r1), 0, true, 0, None).granted);
+        assert!(!line.admit(Line::Wait(&r2), 0, true, 0, None).granted);
+        assert!(!line.admit(Line::Wait(&w), 0, false, 0, None).granted);
+        assert!(!line.admit(Line::Wait(&r3), 0, true, 0, None).granted);
+        // Released: the two readers at the head pass in either order, the later one does not.
+        assert!(line.admit(Line::Wait(&r2), 1, true, 1, None).granted);
+        assert!(
+            !line.admit(Line::Wait(&r3), 1, true, 1, None).granted,
+            "behind the writer"
+        );
+        assert!(
+            !line.admit(Line::Keep, 1, true, 1, None).granted,
+            "a reader's try"
+        );
+        assert!(line.admit(Line::Wait(&r1), 1, true, 1, None).granted);
+        // Readers hold: the writer has no free slot, and still stops the last reader.
+        assert!(!line.admit(Line::Wait(&w), 0, false, 1, None).granted);
+        assert!(!line.admit(Line::Wait(&r3), 1, true, 1, None).granted);
+        // The readers left.
+        assert!(line.admit(Line::Wait(&w), 1, false, 2, None).granted);
+        assert!(
+            !line.admit(Line::Wait(&r3), 0, true, 2, None).granted,
+            "the writer holds"
+        );
+        assert!(line.admit(Line::Wait(&r3), 1, true, 3, None).granted);
+        assert!(line.is_empty());
     }
 
     #[test]
     fn every_expired_place_is_pruned() {
         let mut line = Places::default();
         let ids: Vec<LockId> = (0..3).map(|_| id()).collect();
-        let _ = line.admit(Line::Wait(&ids[0]), 0, 0, None);
-        let _ = line.admit(Line::Wait(&ids[1]), 0, 4_000, None);
-        let _ = line.admit(Line::Wait(&ids[2]), 0, 0, None);
+        let _ = line.admit(Line::Wait(&ids[0]), 0, false, 0, None);
+        let _ = line.admit(Line::Wait(&ids[1]), 0, false, 4_000, None);
+        let _ = line.admit(Line::Wait(&ids[2]), 0, false, 0, None);
         let lapse = PLACE_TTL.as_millis() + TIME_TOLERANCE_MS;
         assert_eq!(line.live(lapse).len(), 1);
-        let admission = line.admit(Line::Keep, 0, lapse, None);
+        let admission = line.admit(Line::Keep, 0, false, lapse, None);
         assert!(admission.changed);
         assert_eq!(line.places.len(), 1);
         assert_eq!(line.places[0].place_id, ids[1].as_str());
-        assert!(line.admit(Line::Wait(&ids[1]), 1, lapse, None).granted);
+        assert!(
+            line.admit(Line::Wait(&ids[1]), 1, false, lapse, None)
+                .granted
+        );
     }
 
     #[test]
     fn leaving_removes_the_place_only() {
         let mut line = Places::default();
         let (a, b) = (id(), id());
-        let _ = line.admit(Line::Wait(&a), 0, 0, None);
-        let _ = line.admit(Line::Wait(&b), 0, 0, None);
+        let _ = line.admit(Line::Wait(&a), 0, false, 0, None);
+        let _ = line.admit(Line::Wait(&b), 0, false, 0, None);
         assert!(line.leave(&a));
         assert!(!line.leave(&a));
-        assert!(line.admit(Line::Wait(&b), 1, 0, None).granted);
+        assert!(line.admit(Line::Wait(&b), 1, false, 0, None).granted);
     }
 
     #[test]
@@ -318,6 +410,7 @@ mod tests {
             ticket: 1,
             expires_at_ms: 2,
             holder: None,
+            shared: false,
         };
         assert!(!format!("{record:?}").contains(place.as_str()));
     }

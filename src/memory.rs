@@ -69,6 +69,9 @@ struct State {
     semaphores: HashMap<String, Semaphore>,
     /// Normalised key → the line of waiters for its lock, while anyone is in it.
     lines: HashMap<String, Places>,
+    /// Normalised key → its lock's shared holders, by lock id (possibly expired, until
+    /// reclaimed). Their fences come from `fences`, as the lock's do.
+    readers: HashMap<String, HashMap<String, Entry>>,
 }
 
 /// The permits of one key's semaphore and its own fence sequence.
@@ -234,6 +237,32 @@ impl State {
     }
 
     /// [`take_owned`](State::take_owned) for a permit, found by its key and lock id.
+    /// The permits of `key`'s semaphore, or its lock's shared holders (`kind`), by lock id.
+    fn held_by_id(&mut self, key: &Key, kind: LeaseKind) -> Option<&mut HashMap<String, Entry>> {
+        match kind {
+            LeaseKind::Permit => self
+                .semaphores
+                .get_mut(key.as_str())
+                .map(|semaphore| &mut semaphore.held),
+            LeaseKind::Shared => self.readers.get_mut(key.as_str()),
+            LeaseKind::Lock => None,
+        }
+    }
+
+    /// Whether a live shared holder of `key`'s lock exists; reclaims the expired ones.
+    fn has_live_readers(&mut self, key: &str, now_ms: i64) -> bool {
+        let Some(readers) = self.readers.get_mut(key) else {
+            return false;
+        };
+        readers.retain(|_, entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS));
+        if readers.is_empty() {
+            self.readers.remove(key);
+            return false;
+        }
+        true
+    }
+
+    /// Removes the permit or shared hold `lease` names (found by its key and lock id).
     fn take_permit(
         &mut self,
         lease: LeaseRef<'_>,
@@ -241,9 +270,8 @@ impl State {
     ) -> Result<(Outcome<()>, Option<String>)> {
         let key = lease.permit_key()?;
         let taken = self
-            .semaphores
-            .get_mut(key.as_str())
-            .and_then(|semaphore| semaphore.held.remove(lease.lock_id.as_str()));
+            .held_by_id(key, lease.kind)
+            .and_then(|held| held.remove(lease.lock_id.as_str()));
         let outcome = match taken {
             None => return Ok((Outcome::NotFound, None)),
             Some(entry) if is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS) => {
@@ -261,6 +289,7 @@ impl State {
         key: &Key,
         line: Line<'_>,
         free: usize,
+        shared: bool,
         now_ms: i64,
         holder: Option<&Holder>,
     ) -> bool {
@@ -270,11 +299,11 @@ impl State {
                 return free > 0;
             }
             let mut places = Places::default();
-            let _ = places.admit(line, free, now_ms, holder);
+            let _ = places.admit(line, free, shared, now_ms, holder);
             self.lines.insert(key.to_string(), places);
             return false;
         };
-        let granted = places.admit(line, free, now_ms, holder).granted;
+        let granted = places.admit(line, free, shared, now_ms, holder).granted;
         if places.is_empty() {
             self.lines.remove(key.as_str());
         }
@@ -284,7 +313,7 @@ impl State {
     /// The line of `key`'s lock or semaphore, if anyone is in it.
     fn line_mut(&mut self, key: &Key, kind: LeaseKind) -> Option<&mut Places> {
         match kind {
-            LeaseKind::Lock => self.lines.get_mut(key.as_str()),
+            LeaseKind::Lock | LeaseKind::Shared => self.lines.get_mut(key.as_str()),
             LeaseKind::Permit => self
                 .semaphores
                 .get_mut(key.as_str())
@@ -320,8 +349,11 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        let free = usize::from(state.live_entry(key.as_str(), now_ms).is_none());
-        if !state.admit(key, line, free, now_ms, holder) {
+        let free = usize::from(
+            state.live_entry(key.as_str(), now_ms).is_none()
+                && !state.has_live_readers(key.as_str(), now_ms),
+        );
+        if !state.admit(key, line, free, false, now_ms, holder) {
             return Ok(Acquisition::Locked);
         }
         if state.locks.len() >= state.sweep_at {
@@ -357,7 +389,11 @@ impl Driver for MemoryBackend {
             .held
             .retain(|_, entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS));
         let free = (permits.get() as usize).saturating_sub(semaphore.held.len());
-        if !semaphore.line.admit(line, free, now_ms, holder).granted {
+        if !semaphore
+            .line
+            .admit(line, free, false, now_ms, holder)
+            .granted
+        {
             return Ok(Acquisition::Locked);
         }
         let counter = semaphore.fence + 1;
@@ -369,11 +405,74 @@ impl Driver for MemoryBackend {
         Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
     }
 
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        let lock_id = LockId::generate().into_string();
+        let now_ms = self.clock.now_ms();
+        let mut state = self.state();
+        let free = usize::from(state.live_entry(key.as_str(), now_ms).is_none());
+        if !state.admit(key, line, free, true, now_ms, holder) {
+            return Ok(Acquisition::Locked);
+        }
+        let counter = state.fences.get(key.as_str()).copied().unwrap_or(0) + 1;
+        let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
+        state.fences.insert(key.to_string(), counter);
+        let entry = Entry::granted(&lock_id, now_ms, ttl, fence, holder);
+        let expires_at_ms = entry.expires_at_ms;
+        state
+            .readers
+            .entry(key.to_string())
+            .or_default()
+            .insert(lock_id.clone(), entry);
+        Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+    }
+
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        let mut readers: Vec<LockRecord> = state
+            .readers
+            .get(key.as_str())
+            .into_iter()
+            .flat_map(HashMap::values)
+            .filter(|entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
+            .map(|entry| entry.record(key.as_str()))
+            .collect();
+        readers.sort_by_key(|record| record.fence);
+        Ok(readers)
+    }
+
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let now_ms = self.clock.now_ms();
+        let state = self.state();
+        let found = state
+            .readers
+            .iter()
+            .filter(|(key, _)| prefix.matches(key))
+            .flat_map(|(key, readers)| {
+                readers
+                    .values()
+                    .filter(|entry| is_live(entry.expires_at_ms, now_ms, TIME_TOLERANCE_MS))
+                    .map(|entry| entry.record(key))
+            })
+            .collect();
+        Ok(LockList::from_unsorted(found, limit, true))
+    }
+
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
         let mut state = self.state();
         if let Some(places) = state.line_mut(key, kind) {
             places.leave(place);
-            if kind == LeaseKind::Lock && places.is_empty() {
+            if kind.sequence() == LeaseKind::Lock && places.is_empty() {
                 state.lines.remove(key.as_str());
             }
         }
@@ -434,7 +533,7 @@ impl Driver for MemoryBackend {
         let now_ms = self.clock.now_ms();
         let (outcome, removed) = match lease.kind {
             LeaseKind::Lock => self.state().take_owned(lease.lock_id.as_str(), now_ms),
-            LeaseKind::Permit => self.state().take_permit(lease, now_ms)?,
+            LeaseKind::Permit | LeaseKind::Shared => self.state().take_permit(lease, now_ms)?,
         };
         if let Some(key) = removed {
             self.announce(&key);
@@ -446,12 +545,11 @@ impl Driver for MemoryBackend {
         let lock_id = lease.lock_id.as_str();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        if lease.kind == LeaseKind::Permit {
+        if lease.kind != LeaseKind::Lock {
             let key = lease.permit_key()?;
             let permit = state
-                .semaphores
-                .get_mut(key.as_str())
-                .and_then(|semaphore| semaphore.held.get_mut(lock_id));
+                .held_by_id(key, lease.kind)
+                .and_then(|held| held.get_mut(lock_id));
             let Some(entry) = permit else {
                 return Ok(Outcome::NotFound);
             };

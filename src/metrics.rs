@@ -3,7 +3,7 @@
 //!
 //! Names follow Prometheus' conventions; labels are the backend's name
 //! ([`Capabilities::backend`](crate::Capabilities::backend)), the kind of lease (`lock`,
-//! `permit`) and an outcome — never a key, lock id or holder, so that their number stays small.
+//! `permit`, `shared`) and an outcome — never a key, lock id or holder, so that their number stays small.
 //!
 //! **Install the recorder (or the exporter that installs one) before making the `Locker`.** A
 //! `Locker` registers its metrics with the recorder in force when it is made (the global one,
@@ -87,6 +87,7 @@ fn key(name: &'static str, labels: &[(&'static str, &'static str)]) -> Key {
 pub(crate) struct Metrics {
     lock: KindHandles,
     permit: KindHandles,
+    shared: KindHandles,
     renewals: [Counter; 3],
 }
 
@@ -111,6 +112,7 @@ impl Metrics {
         with_recorder(|recorder| Metrics {
             lock: KindHandles::new(recorder, backend, Kind::Lock),
             permit: KindHandles::new(recorder, backend, Kind::Permit),
+            shared: KindHandles::new(recorder, backend, Kind::Shared),
             renewals: RENEWAL_OUTCOMES.map(|outcome| {
                 let key = key(RENEWALS, &[("backend", backend), ("outcome", outcome)]);
                 recorder.register_counter(&key, &METADATA)
@@ -122,6 +124,7 @@ impl Metrics {
         match kind {
             Kind::Lock => &self.lock,
             Kind::Permit => &self.permit,
+            Kind::Shared => &self.shared,
         }
     }
 

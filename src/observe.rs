@@ -115,6 +115,7 @@ impl Subject<'_> {
         match self.kind {
             LeaseKind::Lock => Kind::Lock,
             LeaseKind::Permit => Kind::Permit,
+            LeaseKind::Shared => Kind::Shared,
         }
     }
 
@@ -149,14 +150,17 @@ pub enum Kind {
     Lock,
     /// A permit of a key's semaphore.
     Permit,
+    /// A shared hold of a key's lock (a reader).
+    Shared,
 }
 
 impl Kind {
-    /// `"lock"` or `"permit"`.
+    /// `"lock"`, `"permit"` or `"shared"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Lock => "lock",
             Kind::Permit => "permit",
+            Kind::Shared => "shared",
         }
     }
 }

@@ -84,6 +84,10 @@ pub enum LockOp {
     AcquirePermit,
     /// Reading a semaphore's holders.
     Permits,
+    /// Taking a shared hold of a lock (its release and extension are `Release` and `Extend`).
+    AcquireShared,
+    /// Reading a lock's shared holders.
+    Readers,
 }
 
 /// Whether the operation did what was asked.
@@ -330,6 +334,40 @@ impl<B: Driver> Driver for Telemetry<B> {
         limit: ListLimit,
     ) -> Result<LockList<LockRecord>> {
         let outcome = self.inner.list_permit_records(prefix, limit);
+        self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
+            (EventResult::Ok, None)
+        });
+        outcome
+    }
+
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        let outcome = self.inner.try_acquire_shared(key, ttl, holder, line);
+        self.emit_acquisition(LockOp::AcquireShared, key, &outcome);
+        outcome
+    }
+
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let outcome = self.inner.find_shared(key);
+        let ids = Ids {
+            key: Some(key.as_str()),
+            ..Ids::default()
+        };
+        self.emit_result(LockOp::Readers, &outcome, ids, |_| (EventResult::Ok, None));
+        outcome
+    }
+
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let outcome = self.inner.list_shared_records(prefix, limit);
         self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
             (EventResult::Ok, None)
         });

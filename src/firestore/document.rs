@@ -6,7 +6,9 @@
 use serde_json::{Map, Value};
 
 use super::line_doc::add_line_fields;
+use super::readers_doc::add_reader_fields;
 use super::rest::{Document, string_value};
+use super::semaphore_doc::Permit;
 use crate::driver::{LockRecord, Places, Version, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -154,12 +156,14 @@ pub(super) fn parse_counter(document: &Document, key: &str) -> Result<u64> {
 }
 
 /// The fields of the fence counter document of `key`: the last fence issued, `keyDebug` (as
-/// the TypeScript SyncGuard writes them), and the lock's line when it was ever used.
-pub(super) fn counter_fields(key: &str, fence: Fence, line: &Places) -> Value {
+/// the TypeScript SyncGuard writes them), the lock's line when it was ever used, and its
+/// shared holders when there are any.
+pub(super) fn counter_fields(key: &str, fence: Fence, line: &Places, readers: &[Permit]) -> Value {
     let mut fields = Map::new();
     fields.insert("fence".to_owned(), string_value(&fence.to_string()));
     fields.insert("keyDebug".to_owned(), string_value(key));
     add_line_fields(line, &mut fields);
+    add_reader_fields(readers, &mut fields);
     Value::Object(fields)
 }
 

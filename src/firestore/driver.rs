@@ -12,18 +12,15 @@ use super::combiner::Combiner;
 use super::commit::{
     Attempt, OpError, OpResult, lock_error, renewal_write, unchanged_since, with_retries,
 };
-use super::document::{
-    LockDoc, counter_fields, document_id, fence_document_id_of, parse_counter, parse_version,
-    version_of,
-};
-use super::line_doc::parse_line;
+use super::counter_doc::CounterDoc;
+use super::document::{LockDoc, document_id, fence_document_id_of, parse_version, version_of};
 use super::rest::{Document, RestClient, RestError, integer_value, string_value};
 use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
-    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord, Places,
-    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord, TIME_TOLERANCE_MS, Ttl,
+    Version, hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
@@ -115,7 +112,7 @@ impl FirestoreBackend {
 
     /// One attempt at the lock on `user_key`, heeding its `line` (stored in the fence counter
     /// document, read in the same `batchGet`): granted, the lock and the counter (with the line
-    /// as [`Places::admit`] left it) in one commit; refused, nothing more unless a waiter's
+    /// as [`Places::admit`](crate::driver::Places::admit) left it) in one commit; refused, nothing more unless a waiter's
     /// place was taken or renewed, then the counter document alone.
     fn acquire_once(
         &self,
@@ -129,8 +126,8 @@ impl FirestoreBackend {
         let fence_name = self
             .rest
             .document_name(&self.fence_collection, &fence_document_id_of(&lock_doc_id)?);
-        let [lock_doc, counter_doc] = self.rest.batch_get([&lock_name, &fence_name])?;
-        let (lock_doc, counter_doc) = (lock_doc.as_ref(), counter_doc.as_ref());
+        let [lock_doc, counter_read] = self.rest.batch_get([&lock_name, &fence_name])?;
+        let lock_doc = lock_doc.as_ref();
         let now = self.now_ms()?;
         let mut held = None;
         if let Some(doc) = lock_doc {
@@ -143,18 +140,13 @@ impl FirestoreBackend {
                 held = Some(lock);
             }
         }
-        let counter = match counter_doc {
-            None => 0,
-            Some(doc) => parse_counter(doc, user_key)?,
-        };
-        let mut places = parse_line(counter_doc, user_key, "fence counter")?;
-        let admission = places.admit(line, usize::from(held.is_none()), now, holder);
-        let counter_write = |fence: Fence, places: &Places| {
-            json!({
-                "update": { "name": fence_name, "fields": counter_fields(user_key, fence, places) },
-                "currentDocument": unchanged_since(counter_doc),
-            })
-        };
+        let mut counter_doc = CounterDoc::parse(fence_name, counter_read, user_key)?;
+        // The shared holders, read with the counter: a live one keeps the lock from being
+        // free; expired ones never count and go with this commit, if there is one. A reader
+        // that comes in after this read changes the counter document, so the commit fails.
+        counter_doc.reclaim(now);
+        let free = usize::from(held.is_none() && counter_doc.readers.is_empty());
+        let admission = counter_doc.line.admit(line, free, false, now, holder);
         if !admission.granted {
             // A single attempt leaves expired places to the next write: it writes nothing.
             if line.place().is_none() {
@@ -163,16 +155,16 @@ impl FirestoreBackend {
             // The waiter's place, taken or renewed, in the counter document alone. A counter
             // missing under a held lock (only a hand-written lock has none) is restored at
             // that lock's fence, which its acquisition would have written.
-            let fence = match (counter, &held) {
+            let fence = match (counter_doc.counter, &held) {
                 (0, Some(lock)) => lock.fence,
-                _ => Fence::from_counter(counter).map_err(|e| e.with_key(user_key))?,
+                (counter, _) => Fence::from_counter(counter).map_err(|e| e.with_key(user_key))?,
             };
             // Lost (no answer): the waiter's next attempt finds its place (the same id) or
             // takes it, one place either way, and nothing else was written.
             return Ok(
                 match self
                     .rest
-                    .commit_versions(vec![counter_write(fence, &places)])?
+                    .commit_versions(vec![counter_doc.write(user_key, fence)])?
                 {
                     Some(_) => Attempt::Done(Acquisition::Locked),
                     // Another waiter or an acquirer wrote the counter: read again.
@@ -181,7 +173,8 @@ impl FirestoreBackend {
             );
         }
         // Checked before the commit: a counter past the limit writes nothing.
-        let fence = Fence::from_counter(counter + 1).map_err(|e| e.with_key(user_key))?;
+        let fence =
+            Fence::from_counter(counter_doc.counter + 1).map_err(|e| e.with_key(user_key))?;
         let lock_id = LockId::generate().into_string();
         let expires_at_ms = now.saturating_add(ttl_ms);
         let mut lock_fields = json!({
@@ -202,7 +195,7 @@ impl FirestoreBackend {
                 "update": { "name": lock_name, "fields": lock_fields },
                 "currentDocument": unchanged_since(lock_doc),
             }),
-            counter_write(fence, &places),
+            counter_doc.write(user_key, fence),
         ];
         let committed = match self.rest.commit_versions(writes) {
             // The commit may have been applied although no answer says so: the caller gets
@@ -476,7 +469,7 @@ impl Driver for FirestoreBackend {
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
         self.check_skew()?;
         match kind {
-            LeaseKind::Lock => self.leave_lock_line(key, place),
+            LeaseKind::Lock | LeaseKind::Shared => self.leave_lock_line(key, place),
             LeaseKind::Permit => self.leave_permit_line(key, place),
         }
     }
@@ -484,9 +477,31 @@ impl Driver for FirestoreBackend {
     fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
         self.check_skew()?;
         match kind {
-            LeaseKind::Lock => self.lock_line(key),
+            LeaseKind::Lock | LeaseKind::Shared => self.lock_line(key),
             LeaseKind::Permit => self.permit_line(key),
         }
+    }
+
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        self.take_shared(key, ttl, holder, line)
+    }
+
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        self.shared_of(key)
+    }
+
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.shared_under(prefix, limit)
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
@@ -502,8 +517,10 @@ impl Driver for FirestoreBackend {
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        if lease.kind == LeaseKind::Permit {
-            return self.give_back_permit(lease);
+        match lease.kind {
+            LeaseKind::Permit => return self.give_back_permit(lease),
+            LeaseKind::Shared => return self.give_back_shared(lease),
+            LeaseKind::Lock => {}
         }
         self.check_skew()?;
         // The expiry of the lock a delete without an answer may have removed.
@@ -555,8 +572,15 @@ impl Driver for FirestoreBackend {
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        if lease.kind == LeaseKind::Permit {
-            return self.renew_permit(lease, ttl);
+        match lease.kind {
+            LeaseKind::Permit => return self.renew_permit(lease, ttl),
+            LeaseKind::Shared => {
+                let mut answers = self.renew_shared_leases(&[(lease, ttl)]);
+                return answers.pop().unwrap_or_else(|| {
+                    Err(LockError::internal("a Firestore renewal got no answer"))
+                });
+            }
+            LeaseKind::Lock => {}
         }
         self.check_skew()?;
         if let Some((name, update_time, _)) = self.known(lease)? {
@@ -588,11 +612,11 @@ impl Driver for FirestoreBackend {
                 .collect();
         }
         // The locks as one batch write, the permits one commit per semaphore.
-        extend_by_kind(
-            leases,
-            |locks| self.extend_lock_leases(locks),
-            |permits| self.renew_permit_leases(permits),
-        )
+        extend_by_kind(leases, |kind, batch| match kind {
+            LeaseKind::Lock => self.extend_lock_leases(batch),
+            LeaseKind::Permit => self.renew_permit_leases(batch),
+            LeaseKind::Shared => self.renew_shared_leases(batch),
+        })
     }
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;

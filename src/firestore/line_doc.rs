@@ -4,7 +4,8 @@
 //!
 //! Fields: `lineTicket` (integer, the last ticket issued: it never shrinks while the document
 //! lives) and `line` (array, in ticket order, of maps `placeId` (string), `ticket` and
-//! `expiresAtMs` (integers), and `holder` (string) when the waiter described itself). A
+//! `expiresAtMs` (integers), `holder` (string) when the waiter described itself, and `shared`
+//! (boolean `true`) when it waits for a shared hold). A
 //! document whose line was never used has neither field, so an acquisition that finds nobody
 //! waiting writes its document exactly as before the line existed.
 //!
@@ -88,6 +89,11 @@ fn parse_place(fields: &Map<String, Value>) -> Option<PlaceRecord> {
         ticket: u64::try_from(integer("ticket")?).ok().filter(|t| *t > 0)?,
         expires_at_ms: integer("expiresAtMs")?,
         holder: fields.get("holder").and_then(string_of).map(str::to_owned),
+        // Absent in lines written before shared holds: an exclusive waiter.
+        shared: match fields.get("shared") {
+            None => false,
+            Some(value) => value.get("booleanValue")?.as_bool()?,
+        },
     })
 }
 
@@ -112,6 +118,12 @@ fn place_value(place: &PlaceRecord) -> Value {
     fields.insert("expiresAtMs".to_owned(), integer_value(place.expires_at_ms));
     if let Some(holder) = &place.holder {
         fields.insert("holder".to_owned(), string_value(holder));
+    }
+    if place.shared {
+        fields.insert(
+            "shared".to_owned(),
+            serde_json::json!({ "booleanValue": true }),
+        );
     }
     map_value(Value::Object(fields))
 }
@@ -144,10 +156,11 @@ mod tests {
 
         let mut line = Places::default();
         let holder = Holder::new("worker 1").unwrap();
-        for holder in [None, Some(&holder)] {
+        for (holder, shared) in [(None, false), (Some(&holder), true)] {
             let place = LockId::generate();
-            let _ = line.admit(Line::Wait(&place), 0, 1_000, holder);
+            let _ = line.admit(Line::Wait(&place), 0, shared, 1_000, holder);
         }
+        assert!(line.places[1].shared);
         let mut fields = Map::new();
         add_line_fields(&line, &mut fields);
         assert_eq!(

@@ -48,7 +48,7 @@ impl FirestoreBackend {
         prefix: &KeyPrefix,
         limit: ListLimit,
     ) -> Result<LockList<LockRecord>> {
-        self.list_range(&self.collection, prefix, limit, |document, now| {
+        self.list_range(&self.collection, "key", prefix, limit, |document, now| {
             let lock = LockDoc::parse(document, None)?;
             let key = lock.key.clone();
             let live = is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS);
@@ -71,6 +71,7 @@ impl FirestoreBackend {
     ) -> Result<LockList<LockRecord>> {
         self.list_range(
             &self.semaphore_collection,
+            "key",
             prefix,
             limit,
             |document, now| {
@@ -91,14 +92,15 @@ impl FirestoreBackend {
         )
     }
 
-    /// The live records under `prefix` of the documents of `collection`, each turned into its
-    /// key and live records by `listed` (given the client clock's time): pages of `limit + 1`
+    /// The live records under `prefix` of the documents of `collection` (whose key is in the
+    /// field `key_field`), each turned into its key and live records by `listed` (given the client clock's time): pages of `limit + 1`
     /// documents in `key` order, until more than `limit` records are found (the list is cut
     /// at `limit`: [`Coverage::LimitReached`]), the range ends ([`Coverage::Complete`]) or
     /// [`MAX_LIST_PAGES`] pages were read ([`Coverage::WorkBoundReached`]).
-    fn list_range(
+    pub(super) fn list_range(
         &self,
         collection: &str,
+        key_field: &str,
         prefix: &KeyPrefix,
         limit: ListLimit,
         listed: impl Fn(&Document, i64) -> Result<Listed>,
@@ -109,7 +111,7 @@ impl FirestoreBackend {
         // The `key` and the name of the last document read.
         let mut after: Option<(String, String)> = None;
         for _ in 0..MAX_LIST_PAGES {
-            let query = self.range_query(collection, prefix, page_size, after.as_ref());
+            let query = self.range_query(collection, key_field, prefix, page_size, after.as_ref());
             let documents = self
                 .rest
                 .run_query(query)
@@ -140,18 +142,19 @@ impl FirestoreBackend {
         })
     }
 
-    /// The `structuredQuery` for a page of `page_size` documents of `collection` under
-    /// `prefix`, after the document `after` (its `key` and name).
+    /// The `structuredQuery` for a page of `page_size` documents of `collection` whose
+    /// `key_field` is under `prefix`, after the document `after` (its `key` and name).
     fn range_query(
         &self,
         collection: &str,
+        key_field: &str,
         prefix: &KeyPrefix,
         page_size: usize,
         after: Option<&(String, String)>,
     ) -> Value {
         let range = |op: &str, bound: &str| {
             json!({ "fieldFilter": {
-                "field": { "fieldPath": "key" },
+                "field": { "fieldPath": key_field },
                 "op": op,
                 "value": string_value(bound),
             }})
@@ -164,7 +167,7 @@ impl FirestoreBackend {
             "from": [{ "collectionId": collection }],
             "where": { "compositeFilter": { "op": "AND", "filters": filters } },
             "orderBy": [
-                { "field": { "fieldPath": "key" }, "direction": "ASCENDING" },
+                { "field": { "fieldPath": key_field }, "direction": "ASCENDING" },
                 { "field": { "fieldPath": "__name__" }, "direction": "ASCENDING" },
             ],
             "limit": page_size,

@@ -29,7 +29,11 @@
 //! `placeId` (string), `ticket` and `expiresAtMs` (integers), and `holder` (string) when
 //! given). The TypeScript SyncGuard knows no line: its acquisitions pass it, and set the
 //! counter document whole, which clears it (the waiters take new places at their next
-//! attempt). A document id Firestore
+//! attempt). The lock's shared holders ([`Driver::try_acquire_shared`]) are kept there too:
+//! `readers`, a string holding a JSON array of objects `lockId`, `fence`, `expiresAtMs`,
+//! `acquiredAtMs` and `holder` (when given), at most [`MAX_READERS`] live ones (see
+//! `docs/firestore.md`); the TypeScript SyncGuard neither reads nor keeps it, and takes the lock
+//! while readers hold. A document id Firestore
 //! would reject (containing `/`, `.` or `..`, or of the form `__…__`) is replaced by its hashed
 //! form, step 4 of [`make_storage_key`].
 //!
@@ -48,6 +52,7 @@
 //! or fences the other, and lock cleanups and listings never touch semaphore documents.
 //!
 //! [`make_storage_key`]: crate::driver::make_storage_key
+//! [`Driver::try_acquire_shared`]: crate::driver::Driver::try_acquire_shared
 //!
 //! # Requests and atomicity
 //!
@@ -162,15 +167,18 @@ mod auth;
 mod builder;
 mod combiner;
 mod commit;
+mod counter_doc;
 mod document;
 mod driver;
 mod line_doc;
 mod list;
 mod lock_line;
+mod readers_doc;
 mod rest;
 mod semaphore;
 mod semaphore_change;
 mod semaphore_doc;
+mod shared;
 mod skew;
 mod timestamp;
 mod transport;
@@ -180,4 +188,5 @@ pub use self::builder::FirestoreBuilder;
 pub use self::document::STORAGE_KEY_LIMIT;
 pub use self::driver::{ASSUMED_SKEW_MS, CLEANUP_GUARD_MS, FirestoreBackend, FirestoreStats};
 pub use self::list::MAX_LIST_PAGES;
+pub use self::readers_doc::MAX_READERS;
 pub use self::skew::ClockSkew;

@@ -131,7 +131,9 @@ impl PermitChange {
                 // one (this caller's own, expired, among them: it takes a new permit).
                 doc.reclaim(now);
                 let free = (permits.get() as usize).saturating_sub(doc.permits.len());
-                let admission = doc.line.admit(line.line(), free, now, holder.as_ref());
+                let admission = doc
+                    .line
+                    .admit(line.line(), free, false, now, holder.as_ref());
                 if !admission.granted {
                     // A waiter's place, taken or renewed, is written; a single attempt leaves
                     // expired places to the next write.

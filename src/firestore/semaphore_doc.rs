@@ -204,7 +204,7 @@ mod tests {
         let place = crate::driver::LockId::generate();
         let _ = doc
             .line
-            .admit(crate::driver::Line::Wait(&place), 0, 100, None);
+            .admit(crate::driver::Line::Wait(&place), 0, false, 100, None);
         let fields = doc.fields("k").unwrap();
         let document = Document::for_tests("projects/p/x/k", fields);
         assert_eq!(SemaphoreDoc::parse(Some(&document), "k").unwrap(), doc);

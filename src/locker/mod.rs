@@ -7,6 +7,7 @@ mod lease;
 mod options;
 mod orphans;
 mod retry;
+pub(crate) mod rw_lock;
 pub(crate) mod semaphore;
 mod store;
 mod wake;
@@ -341,7 +342,7 @@ impl<B: Driver + 'static> Locker<B> {
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
             // Granted fences must be above what this locker had seen when it asked.
-            let seen = self.shared.fences.highest(key, target.kind());
+            let seen = self.shared.fences.highest(key, target.kind().sequence());
             let sent = Instant::now();
             *tried = tried.saturating_add(1);
             in_line |= place.is_some();
@@ -351,6 +352,7 @@ impl<B: Driver + 'static> Locker<B> {
                 Target::Permit(permits) => {
                     backend.try_acquire_permit(key, permits, length, holder.as_ref(), line)
                 }
+                Target::Shared => backend.try_acquire_shared(key, length, holder.as_ref(), line),
             };
             match attempt {
                 Ok(Acquisition::Acquired { lease, version }) => {
@@ -418,7 +420,11 @@ impl<B: Driver + 'static> Locker<B> {
             LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
         })?;
         let kind = target.kind();
-        if let Err(error) = self.shared.fences.check(key, kind, lease.fence, seen) {
+        if let Err(error) = self
+            .shared
+            .fences
+            .check(key, kind.sequence(), lease.fence, seen)
+        {
             let lease = LeaseRef::new(&lock_id)
                 .with_key(key)
                 .with_kind(kind)
@@ -488,11 +494,13 @@ impl<B: Driver + 'static> Locker<B> {
     }
 }
 
-/// What an acquisition asks for: the key's lock, or a permit of the key's semaphore.
+/// What an acquisition asks for: the key's lock, a permit of the key's semaphore, or a shared
+/// hold of the key's lock.
 #[derive(Debug, Clone, Copy)]
 enum Target {
     Lock,
     Permit(Permits),
+    Shared,
 }
 
 impl Target {
@@ -500,6 +508,7 @@ impl Target {
         match self {
             Target::Lock => LeaseKind::Lock,
             Target::Permit(_) => LeaseKind::Permit,
+            Target::Shared => LeaseKind::Shared,
         }
     }
 
@@ -508,6 +517,7 @@ impl Target {
         match self {
             Target::Lock => "the lock".to_owned(),
             Target::Permit(permits) => format!("a permit of the semaphore ({permits} permits)"),
+            Target::Shared => "a shared hold of the lock".to_owned(),
         }
     }
 }

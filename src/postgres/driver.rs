@@ -116,20 +116,27 @@ impl PostgresBackend {
         }
     }
 
-    /// Runs `op` through its server function only (the semaphore operations, which have no
-    /// inline form). Without that function or the semaphore tables it calls for, the call is
-    /// refused with `InvalidArgument` saying to run setup, as a backend without semaphores
-    /// refuses it: locks keep working there, and reads that show semaphores beside locks
-    /// (`syncguard status`) take it for "no semaphores here". Never switches the lock
-    /// operations to their inline statements.
-    pub(super) fn call_function(&self, op: &Op, params: Vec<Param>) -> Result<Vec<Row>> {
+    /// Runs `op` through its server function only (the operations of semaphores and of shared
+    /// holds, `feature`, which have no inline form). Without that function or the tables it
+    /// calls for, the call is refused with `InvalidArgument` saying to run setup, as a backend
+    /// without the feature refuses it: locks keep working there, and reads that show semaphores
+    /// or readers beside locks (`syncguard status`) take it for "none here". Never switches the
+    /// lock operations to their inline statements.
+    pub(super) fn call_function(
+        &self,
+        feature: Feature,
+        op: &Op,
+        params: Vec<Param>,
+    ) -> Result<Vec<Row>> {
         self.connections.query(&op.call, &params).map_err(|error| {
-            match self.missing_for_semaphores(op, &error) {
+            match self.missing_for(feature, op, &error) {
                 // The cause's message names the server and says how to run setup.
                 Some(missing) => LockError::invalid_argument(format!(
-                    "semaphores need the server functions and tables of this syncguard \
-                     version, which these tables (made by the TypeScript SyncGuard or by an \
-                     earlier syncguard) lack: {missing} is missing; locks work without them. {}",
+                    "{} need the server functions and tables of this syncguard version, which \
+                     these tables (made by the TypeScript SyncGuard or by an earlier syncguard) \
+                     lack: {missing} is missing; {} work without them. {}",
+                    feature.name(),
+                    feature.what_works(),
                     error.message()
                 ))
                 .with_source(error),
@@ -138,9 +145,9 @@ impl PostgresBackend {
         })
     }
 
-    /// What a semaphore call's `error` says is missing — `op`'s function, or the semaphore or
-    /// permit table — if that is why it failed.
-    fn missing_for_semaphores(&self, op: &Op, error: &LockError) -> Option<String> {
+    /// What a call's `error` says is missing — `op`'s function, or a table of `feature` — if
+    /// that is why it failed.
+    fn missing_for(&self, feature: Feature, op: &Op, error: &LockError) -> Option<String> {
         let quoted = |name: &str| format!("\"{name}\"");
         match ServerError::state_of(error)? {
             state
@@ -149,29 +156,34 @@ impl PostgresBackend {
             {
                 Some(format!("the server function {}", op.function))
             }
-            state if *state == SqlState::UNDEFINED_TABLE => {
-                [self.tables.semaphore_table(), self.tables.permit_table()]
-                    .into_iter()
-                    .find(|table| error.message().contains(&quoted(table)))
-                    .map(|table| format!("the table {table}"))
-            }
+            state if *state == SqlState::UNDEFINED_TABLE => feature
+                .tables(&self.tables)
+                .into_iter()
+                .find(|table| error.message().contains(&quoted(table)))
+                .map(|table| format!("the table {table}")),
             _ => None,
         }
     }
 
-    /// Releases the permit `lease` names (one call).
-    fn release_permit_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+    /// Releases the permit or shared hold `lease` names (one call of `op`).
+    fn release_keyed_lease(
+        &self,
+        feature: Feature,
+        op: &Op,
+        lease: LeaseRef<'_>,
+    ) -> Result<Outcome<()>> {
         let key = lease.permit_key()?;
         let storage_key = storage_key_of(key)?;
         let rows = self.call_function(
-            &self.statements.permit_release,
+            feature,
+            op,
             vec![
                 storage_key.as_str().into(),
                 lease.lock_id.as_str().into(),
                 TIME_TOLERANCE_MS.into(),
             ],
         )?;
-        let row = answer_row(&rows, "permit release")?;
+        let row = answer_row(&rows, "release")?;
         Ok(match column::<Option<bool>>(row, "live")? {
             Some(true) => Outcome::Applied(()),
             Some(false) => Outcome::Expired,
@@ -179,10 +191,13 @@ impl PostgresBackend {
         })
     }
 
-    /// Extends the permits among `leases` in one call (one statement): one answer per lease,
-    /// in order. A lease whose key cannot be stored gets its own error, before any I/O.
-    fn extend_permit_leases(
+    /// Extends the permits or shared holds among `leases` in one call of `op` (one
+    /// statement): one answer per lease, in order. A lease whose key cannot be stored gets its
+    /// own error, before any I/O.
+    fn extend_keyed_leases(
         &self,
+        feature: Feature,
+        op: &Op,
         leases: &[(LeaseRef<'_>, Ttl)],
     ) -> Vec<Result<Outcome<Extension>>> {
         let mut answers: Vec<Option<Result<Outcome<Extension>>>> = Vec::with_capacity(leases.len());
@@ -201,7 +216,8 @@ impl PostgresBackend {
         }
         if !sent.is_empty() {
             let rows = self.call_function(
-                &self.statements.permit_renew,
+                feature,
+                op,
                 vec![
                     keys.into(),
                     lock_ids.into(),
@@ -233,7 +249,7 @@ impl PostgresBackend {
             .into_iter()
             .map(|answer| {
                 answer.unwrap_or_else(|| {
-                    Err(LockError::internal("the batch renewal skipped a permit"))
+                    Err(LockError::internal("the batch renewal skipped a lease"))
                 })
             })
             .collect()
@@ -279,6 +295,41 @@ impl PostgresBackend {
                 })
             })
             .collect()
+    }
+}
+
+/// What an operation without an inline form belongs to: what its refusal names, on tables
+/// without this version's functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Feature {
+    /// A semaphore's permits.
+    Semaphores,
+    /// Shared holds (readers) of a key's lock.
+    SharedHolds,
+}
+
+impl Feature {
+    fn name(self) -> &'static str {
+        match self {
+            Feature::Semaphores => "semaphores",
+            Feature::SharedHolds => "shared holds (readers)",
+        }
+    }
+
+    /// What keeps working without it.
+    fn what_works(self) -> &'static str {
+        match self {
+            Feature::Semaphores => "locks",
+            Feature::SharedHolds => "exclusive locks",
+        }
+    }
+
+    /// The tables its functions read and write, besides the lock table.
+    fn tables(self, tables: &TableNames) -> Vec<String> {
+        match self {
+            Feature::Semaphores => vec![tables.semaphore_table(), tables.permit_table()],
+            Feature::SharedHolds => vec![tables.shared_table(), tables.line_table()],
+        }
     }
 }
 
@@ -515,9 +566,55 @@ impl Driver for PostgresBackend {
         let permits = i64::from(permits.get());
         let params = acquire_params(&storage_key, &lock_id, ttl, key, permits, holder, line);
         let rows = self
-            .call_function(&self.statements.permit_acquire, params)
+            .call_function(Feature::Semaphores, &self.statements.permit_acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
         acquisition(answer_row(&rows, "permit acquire")?, lock_id, key)
+    }
+
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        let storage_key = storage_key_of(key)?;
+        let fence_key = fence_key_of(&storage_key)?;
+        let lock_id = LockId::generate().into_string();
+        let fence_key = fence_key.as_str();
+        let params = acquire_params(&storage_key, &lock_id, ttl, key, fence_key, holder, line);
+        let rows = self
+            .call_function(
+                Feature::SharedHolds,
+                &self.statements.shared_acquire,
+                params,
+            )
+            .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
+        let row = answer_row(&rows, "shared acquire")?;
+        if column::<Option<bool>>(row, "malformed")? == Some(true) {
+            return Err(not_a_record(&self.tables, key.as_str()));
+        }
+        acquisition(row, lock_id, key)
+    }
+
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        let storage_key = storage_key_of(key)?;
+        let rows = self.call_function(
+            Feature::SharedHolds,
+            &self.statements.readers,
+            vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
+        )?;
+        rows.iter()
+            .map(|row| lock_record(row, &self.tables, Some(key.as_str())))
+            .collect()
+    }
+
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.shared_listing(prefix, limit)
     }
 
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
@@ -531,6 +628,7 @@ impl Driver for PostgresBackend {
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
         let storage_key = storage_key_of(key)?;
         let rows = self.call_function(
+            Feature::Semaphores,
             &self.statements.permits,
             vec![storage_key.as_str().into(), TIME_TOLERANCE_MS.into()],
         )?;
@@ -548,8 +646,16 @@ impl Driver for PostgresBackend {
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        if lease.kind == LeaseKind::Permit {
-            return self.release_permit_lease(lease);
+        match lease.kind {
+            LeaseKind::Permit => {
+                let op = &self.statements.permit_release;
+                return self.release_keyed_lease(Feature::Semaphores, op, lease);
+            }
+            LeaseKind::Shared => {
+                let op = &self.statements.shared_release;
+                return self.release_keyed_lease(Feature::SharedHolds, op, lease);
+            }
+            LeaseKind::Lock => {}
         }
         let rows = self.query(
             &self.statements.release,
@@ -570,11 +676,11 @@ impl Driver for PostgresBackend {
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        if lease.kind == LeaseKind::Permit {
+        if lease.kind != LeaseKind::Lock {
             return self
-                .extend_permit_leases(&[(lease, ttl)])
+                .extend_leases(&[(lease, ttl)])
                 .pop()
-                .unwrap_or_else(|| Err(LockError::internal("the permit renewal gave no answer")));
+                .unwrap_or_else(|| Err(LockError::internal("the renewal gave no answer")));
         }
         let rows = self.query(
             &self.statements.extend,
@@ -592,12 +698,19 @@ impl Driver for PostgresBackend {
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        // Locks and permits live in different tables: one statement for each kind present.
-        extend_by_kind(
-            leases,
-            |locks| self.extend_lock_leases(locks),
-            |permits| self.extend_permit_leases(permits),
-        )
+        // Locks, permits and shared holds live in different tables: one statement for each
+        // kind present.
+        extend_by_kind(leases, |kind, batch| match kind {
+            LeaseKind::Lock => self.extend_lock_leases(batch),
+            LeaseKind::Permit => {
+                let op = &self.statements.permit_renew;
+                self.extend_keyed_leases(Feature::Semaphores, op, batch)
+            }
+            LeaseKind::Shared => {
+                let op = &self.statements.shared_renew;
+                self.extend_keyed_leases(Feature::SharedHolds, op, batch)
+            }
+        })
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

@@ -38,6 +38,7 @@ impl PostgresBackend {
                         .try_get("expires_at_ms")
                         .map_err(|_| column("expires_at_ms"))?,
                     holder: row.try_get("holder").map_err(|_| column("holder"))?,
+                    shared: row.try_get("shared").map_err(|_| column("shared"))?,
                 })
             })
             .collect()

@@ -43,7 +43,7 @@ use crate::driver::{LeaseKind, Line, PLACE_TTL};
 /// The `kind` column of a line: a key's lock and its semaphore have a line each.
 pub(super) fn line_kind(kind: LeaseKind) -> &'static str {
     match kind {
-        LeaseKind::Lock => "lock",
+        LeaseKind::Lock | LeaseKind::Shared => "lock",
         LeaseKind::Permit => "permit",
     }
 }
@@ -73,10 +73,16 @@ pub(super) fn line_probe(line: &str, kind: LeaseKind) -> String {
 
 /// THE RULE in PL/pgSQL, for the line `kind` of the key `$1` in the table `line` (quoted), with
 /// `free` slots (an expression of the function's variables) at `now_ms`, once `queued` holds
-/// the [`line_probe`]: the steps of the module docs. Continues the function when the acquisition is granted, returns from it (answering
+/// the [`line_probe`]: the steps of the module docs. A shared request ([`LeaseKind::Shared`],
+/// in its lock's line) counts only the exclusive places ahead of it: with its one slot free
+/// (no live lock), it passes iff none is there, as [`Places::admit`](crate::driver::Places::admit)
+/// decides; its place is stored with `shared` set. Continues the function when the acquisition is granted, returns from it (answering
 /// "held") when not. The function's parameters: `$7` tolerance ms, `$8` holder description,
 /// `$9` mode, `$10` place id (see [`line_params`]).
 pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
+    let shared = kind == LeaseKind::Shared;
+    // Readers pass readers: only exclusive places ahead hold a shared request back.
+    let blocking = if shared { " AND NOT q.shared" } else { "" };
     let kind = line_kind(kind);
     let this_line = format!("q.key = $1 AND q.kind = '{kind}'");
     let place_ttl_ms = PLACE_TTL.as_millis();
@@ -91,7 +97,7 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
          END IF;\n\
          IF $9 <> 'ignore' AND admitted THEN\n\
          SELECT count(*) INTO ahead FROM {line} q\n\
-         WHERE {this_line} AND (mine IS NULL OR q.ticket < mine);\n\
+         WHERE {this_line} AND (mine IS NULL OR q.ticket < mine){blocking};\n\
          admitted := slots > ahead;\n\
          END IF;\n\
          END IF;\n\
@@ -104,8 +110,8 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
          UPDATE {line} q SET expires_at_ms = now_ms + {place_ttl_ms}, holder = $8\n\
          WHERE {this_line} AND q.place_id = $10;\n\
          ELSE\n\
-         INSERT INTO {line} (key, kind, place_id, expires_at_ms, holder)\n\
-         VALUES ($1, '{kind}', $10, now_ms + {place_ttl_ms}, $8);\n\
+         INSERT INTO {line} (key, kind, place_id, expires_at_ms, holder, shared)\n\
+         VALUES ($1, '{kind}', $10, now_ms + {place_ttl_ms}, $8, {shared});\n\
          END IF;\n\
          END IF;\n\
          IF NOT admitted THEN RETURN; END IF;\n"
@@ -124,6 +130,9 @@ mod tests {
         assert!(lock.contains("q.kind = 'lock'") && !lock.contains("'permit'"));
         assert!(permit.contains("q.kind = 'permit'") && !permit.contains("'lock'"));
         assert!(lock.contains(&format!("now_ms + {}", PLACE_TTL.as_millis())));
+        let shared = admit_by_line("\"t_line\"", LeaseKind::Shared, "1");
+        assert!(shared.contains("q.kind = 'lock'") && shared.contains("AND NOT q.shared"));
+        assert!(!lock.contains("NOT q.shared") && !permit.contains("NOT q.shared"));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! TypeScript SyncGuard: no `holder` column, so no holders), as every operation. Listing the
 //! permits under a prefix ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records))
 //! is the same on the permit table (`Statements::permit_list`, ordered by user key then fence),
-//! through its server function only, as every semaphore operation.
+//! through its server function only, as every semaphore operation; and so is listing the shared
+//! holds ([`Driver::list_shared_records`](crate::driver::Driver::list_shared_records)), on the
+//! shared table (`Statements::shared_list`).
 //!
 //! The rows whose user key starts with the prefix (`starts_with`: no `LIKE` pattern to
 //! escape), live by the server's clock, in byte order of the user key (`COLLATE "C"`, the
@@ -18,7 +20,8 @@
 //! bounds it: a listing that does not finish in time fails with `NetworkTimeout`.
 
 use super::client::Param;
-use super::driver::{PostgresBackend, lock_record};
+use super::driver::{Feature, PostgresBackend, lock_record};
+use super::statements::Op;
 use crate::driver::{KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 
@@ -45,7 +48,30 @@ impl PostgresBackend {
         prefix: &KeyPrefix,
         limit: ListLimit,
     ) -> Result<LockList<LockRecord>> {
-        let rows = self.call_function(&self.statements.permit_list, list_params(prefix, limit)?)?;
+        let op = &self.statements.permit_list;
+        self.keyed_listing(Feature::Semaphores, op, prefix, limit)
+    }
+
+    /// The live shared holds under `prefix`, by key then fence: the same, from the shared
+    /// table (`Statements::shared_list`).
+    pub(super) fn shared_listing(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let op = &self.statements.shared_list;
+        self.keyed_listing(Feature::SharedHolds, op, prefix, limit)
+    }
+
+    /// A listing through `op`, a function of `feature` only.
+    fn keyed_listing(
+        &self,
+        feature: Feature,
+        op: &Op,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let rows = self.call_function(feature, op, list_params(prefix, limit)?)?;
         let found = rows
             .iter()
             .map(|row| lock_record(row, &self.tables, None))

@@ -37,6 +37,7 @@ fn tables_ddl(tables: &TableNames) -> String {
     let (locks, fences) = (tables.lock_table(), tables.fence_table());
     let (semaphores, permits) = (tables.semaphore_table(), tables.permit_table());
     let line = tables.line_table();
+    let shared = tables.shared_table();
     format!(
         "\
 -- syncguard (Rust) and SyncGuard (TypeScript) share these tables: same names, columns, types
@@ -131,6 +132,30 @@ CREATE TABLE IF NOT EXISTS {line} (
 -- A line in ticket order, and the probe every acquisition makes for it.
 CREATE INDEX IF NOT EXISTS {locks}_line_ticket ON {line} (key, kind, ticket);
 
+-- Whether a place of a lock's line waits for a shared hold (a reader) or for the lock itself
+-- (lines made before shared holds have none: their places wait for the lock).
+ALTER TABLE {line} ADD COLUMN IF NOT EXISTS shared BOOLEAN NOT NULL DEFAULT false;
+
+-- Shared holds (readers) of a key's lock (syncguard for Rust only: the TypeScript SyncGuard
+-- never reads this table, so it sees the exclusive record alone and can take the lock while
+-- readers hold it shared). One row per reader, beside the key's lock record: its own lock id,
+-- expiry and holder, and a fence from the key's LOCK fence counter. Deleted on release, or once
+-- expired by the next shared acquisition of its key (or, a minute later, of any key). Written
+-- and read by the server functions below only; the exclusive acquisition reads it.
+CREATE TABLE IF NOT EXISTS {shared} (
+  key TEXT NOT NULL,               -- storage key of the lock
+  lock_id TEXT NOT NULL,           -- 22 base64url characters from a CSPRNG
+  expires_at_ms BIGINT NOT NULL,   -- server time, Unix ms
+  acquired_at_ms BIGINT NOT NULL,  -- server time, Unix ms
+  fence TEXT NOT NULL,             -- 15-digit zero-padded fencing token from the lock's counter
+  user_key TEXT NOT NULL,          -- the NFC-normalised user key
+  holder TEXT,                     -- who holds it, as described at acquisition (NULL: none)
+  CONSTRAINT {locks}_shared_pk PRIMARY KEY (key, lock_id)
+);
+
+-- Shared acquisitions delete a few readers of any key that expired over a minute ago.
+CREATE INDEX IF NOT EXISTS {locks}_shared_exp ON {shared} (expires_at_ms);
+
 "
     )
 }
@@ -216,6 +241,13 @@ pub(crate) fn installed_sql(tables: &TableNames) -> String {
             "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
              AND attname = 'holder' AND NOT attisdropped)"
         ),
+        format!(
+            "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{}') \
+             AND attname = 'shared' AND NOT attisdropped)",
+            tables.line_table()
+        ),
+        format!("to_regclass('{}') IS NOT NULL", tables.shared_table()),
+        format!("to_regclass('{locks}_shared_exp') IS NOT NULL"),
     ];
     present.extend(Statements::new(tables).operations().map(|op| {
         format!(
@@ -268,7 +300,7 @@ mod tests {
             "src/postgres/schema.sql is out of date: run SYNCGUARD_BLESS=1 cargo test --features \
              postgres --lib schema"
         );
-        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3("));
+        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v4("));
     }
 
     /// The tables, indexes and columns `ddl` creates or changes, and the table each index is on:
@@ -320,12 +352,18 @@ mod tests {
                 tables.line_table(),
                 format!("{locks}_line_ticket"),
                 tables.line_table(),
+                tables.line_table(),
+                "shared".to_owned(),
+                tables.shared_table(),
+                format!("{locks}_shared_exp"),
+                tables.shared_table(),
             ];
             assert_eq!(names_made(tables_part), expected, "{locks} + {fences}");
             assert!(
                 tables_part.contains(&format!("CONSTRAINT {locks}_sem_pk PRIMARY KEY"))
                     && tables_part.contains(&format!("CONSTRAINT {locks}_permit_pk PRIMARY KEY"))
-                    && tables_part.contains(&format!("CONSTRAINT {locks}_line_pk PRIMARY KEY")),
+                    && tables_part.contains(&format!("CONSTRAINT {locks}_line_pk PRIMARY KEY"))
+                    && tables_part.contains(&format!("CONSTRAINT {locks}_shared_pk PRIMARY KEY")),
                 "{locks} + {fences}"
             );
             assert!(ddl.contains(&format!("INSERT INTO \"{fences}\" AS f")));
@@ -341,9 +379,11 @@ mod tests {
         assert!(ddl.contains("idx_a_locks_expires ON a_locks (expires_at_ms)"));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_semaphores ("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_permits ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v3("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v4("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_line ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v3("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v4("));
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_shared ("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_sacquire_v4("));
         assert_eq!(schema_sql(&TableNames::default()), SCHEMA_SQL);
     }
 }

@@ -90,6 +90,30 @@ CREATE TABLE IF NOT EXISTS syncguard_locks_line (
 -- A line in ticket order, and the probe every acquisition makes for it.
 CREATE INDEX IF NOT EXISTS syncguard_locks_line_ticket ON syncguard_locks_line (key, kind, ticket);
 
+-- Whether a place of a lock's line waits for a shared hold (a reader) or for the lock itself
+-- (lines made before shared holds have none: their places wait for the lock).
+ALTER TABLE syncguard_locks_line ADD COLUMN IF NOT EXISTS shared BOOLEAN NOT NULL DEFAULT false;
+
+-- Shared holds (readers) of a key's lock (syncguard for Rust only: the TypeScript SyncGuard
+-- never reads this table, so it sees the exclusive record alone and can take the lock while
+-- readers hold it shared). One row per reader, beside the key's lock record: its own lock id,
+-- expiry and holder, and a fence from the key's LOCK fence counter. Deleted on release, or once
+-- expired by the next shared acquisition of its key (or, a minute later, of any key). Written
+-- and read by the server functions below only; the exclusive acquisition reads it.
+CREATE TABLE IF NOT EXISTS syncguard_locks_shared (
+  key TEXT NOT NULL,               -- storage key of the lock
+  lock_id TEXT NOT NULL,           -- 22 base64url characters from a CSPRNG
+  expires_at_ms BIGINT NOT NULL,   -- server time, Unix ms
+  acquired_at_ms BIGINT NOT NULL,  -- server time, Unix ms
+  fence TEXT NOT NULL,             -- 15-digit zero-padded fencing token from the lock's counter
+  user_key TEXT NOT NULL,          -- the NFC-normalised user key
+  holder TEXT,                     -- who holds it, as described at acquisition (NULL: none)
+  CONSTRAINT syncguard_locks_shared_pk PRIMARY KEY (key, lock_id)
+);
+
+-- Shared acquisitions delete a few readers of any key that expired over a minute ago.
+CREATE INDEX IF NOT EXISTS syncguard_locks_shared_exp ON syncguard_locks_shared (expires_at_ms);
+
 -- Server functions (syncguard for Rust; the TypeScript SyncGuard does not use them). Each does what
 -- one statement of the backend does, with plans cached per server connection: without them
 -- the statements are sent inline, planned on every call. Generated from the source; the
@@ -97,73 +121,93 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_line_ticket ON syncguard_locks_line (
 -- A function of the same name and parameter types whose parameters or result differ
 -- (an earlier syncguard's) cannot be replaced: it is dropped first.
 DO $replaced$ BEGIN
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text)'))
     IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v3(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v4(text, bigint)'))
     IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_release_v3(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_release_v4(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v3(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v4(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(expires_at_ms bigint, present boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_extend_v3(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_extend_v4(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v3(text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v4(text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], bigint[], bigint -> TABLE(lock_id text, expires_at_ms bigint, present boolean, live boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_renew_v3(text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_renew_v4(text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v3(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v4(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_locked_v3(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_locked_v4(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v3(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v4(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v3(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v4(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v3(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v4(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v3(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v4(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v3(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v4(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v3(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v4(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v3(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v4(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_list_v3(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_list_v4(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v4(text, text, bigint, text, bigint, bigint, bigint, text, text, text)'))
     IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v4(text, text, bigint, text, bigint, bigint, bigint, text, text, text);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v3(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v4(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v3(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v4(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v3(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v4(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v3(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v4(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v3(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v4(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_permits_v3(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_permits_v4(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v3(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v4(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_plist_v3(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_plist_v4(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v3(text, text, bigint)'))
-    IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_line_v3(text, text, bigint);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v3(text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v4(text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v4(text, text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v4(text[], text[], bigint[], bigint)'))
+    IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v4(text[], text[], bigint[], bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v4(text, bigint)'))
+    IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_readers_v4(text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v4(text, bigint, bigint)'))
+    IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_slist_v4(text, bigint, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v4(text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_line_v4(text, text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v4(text, text, text)'))
     IS DISTINCT FROM 'text, text, text -> TABLE(gone boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_leave_v3(text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_leave_v4(text, text, text);
 END IF;
 END $replaced$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -180,7 +224,8 @@ DECLARE
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2,
+SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2) IS TRUE
+OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1 AND s.expires_at_ms > now_ms - $7),
 l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE, l.lock_id = $2, EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock')
 INTO held, malformed, own, queued
 FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1;
@@ -209,8 +254,8 @@ ELSIF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
 ELSE
-INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder)
-VALUES ($1, 'lock', $10, now_ms + 5000, $8);
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1, 'lock', $10, now_ms + 5000, $8, false);
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -237,7 +282,7 @@ RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v3(text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v4(text, bigint,
   OUT live boolean, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -257,7 +302,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v3(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v4(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -274,7 +319,7 @@ WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v3(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v4(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
 malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -304,7 +349,7 @@ LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v3(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v4(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -314,7 +359,7 @@ WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) *
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v3(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v4(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -327,7 +372,7 @@ WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -337,7 +382,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -347,7 +392,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_list_v3(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v4(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -363,7 +408,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v3(text, text, bigint, text, bigint, bigint, bigint, text, text, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v4(text, text, bigint, text, bigint, bigint, bigint, text, text, text,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -421,8 +466,8 @@ ELSIF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
 ELSE
-INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder)
-VALUES ($1, 'permit', $10, now_ms + 5000, $8);
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1, 'permit', $10, now_ms + 5000, $8, false);
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -437,7 +482,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v3(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v4(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -454,7 +499,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v3(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v4(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -481,7 +526,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_permits_v3(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_permits_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -495,7 +540,7 @@ LIMIT 1000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_plist_v3(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_plist_v4(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -510,17 +555,172 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_line_v3(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text)
+CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint;
+  held boolean;
+  counter bigint;
+  queued boolean;
+  slots bigint;
+  mine bigint;
+  ahead bigint;
+  admitted boolean;
+BEGIN
+PERFORM pg_advisory_xact_lock(hashtext($1));
+now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+SELECT l.expires_at_ms > now_ms - $7, l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE,
+EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock')
+INTO held, malformed, queued
+FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1;
+IF malformed THEN RETURN; END IF;
+DELETE FROM "syncguard_locks_shared" p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;
+IF random() < 1.0 / 8 THEN
+DELETE FROM "syncguard_locks_shared" p WHERE p.ctid = ANY (ARRAY(
+SELECT q.ctid FROM "syncguard_locks_shared" q
+WHERE q.expires_at_ms < now_ms - $7 - 60000
+ORDER BY q.expires_at_ms LIMIT 64
+FOR UPDATE SKIP LOCKED))
+AND p.expires_at_ms < now_ms - $7 - 60000;
+END IF;
+SELECT s.fence INTO fence FROM "syncguard_locks_shared" s WHERE s.key = $1 AND s.lock_id = $2;
+IF fence IS NOT NULL THEN
+UPDATE "syncguard_locks_shared" s SET expires_at_ms = now_ms + $3
+WHERE s.key = $1 AND s.lock_id = $2
+RETURNING s.expires_at_ms INTO expires_at_ms;
+RETURN;
+END IF;
+slots := CASE WHEN held THEN 0 ELSE 1 END;
+IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
+admitted := slots > 0;
+IF queued THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
+IF $9 = 'wait' THEN
+SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+END IF;
+IF $9 <> 'ignore' AND admitted THEN
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = 'lock' AND (mine IS NULL OR q.ticket < mine) AND NOT q.shared;
+admitted := slots > ahead;
+END IF;
+END IF;
+IF $9 = 'wait' THEN
+IF admitted THEN
+IF mine IS NOT NULL THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+END IF;
+ELSIF mine IS NOT NULL THEN
+UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+ELSE
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1, 'lock', $10, now_ms + 5000, $8, true);
+END IF;
+END IF;
+IF NOT admitted THEN RETURN; END IF;
+INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)
+ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
+WHERE f.fence >= 0 AND f.fence < $6
+RETURNING f.fence INTO counter;
+IF counter IS NULL THEN
+SELECT f.fence INTO bad_counter FROM "syncguard_fence_counters" f WHERE f.fence_key = $5;
+RETURN;
+END IF;
+fence := lpad(counter::text, 15, '0');
+expires_at_ms := now_ms + $3;
+INSERT INTO "syncguard_locks_shared"
+(key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
+VALUES ($1, $2, now_ms + $3, now_ms, fence, $4, $8);
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v4(text, text, bigint,
+  OUT live boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  gone_expires_at_ms bigint;
+  gone_key text;
+BEGIN
+DELETE FROM "syncguard_locks_shared" p WHERE p.key = $1 AND p.lock_id = $2
+RETURNING p.expires_at_ms, p.user_key INTO gone_expires_at_ms, gone_key;
+IF FOUND THEN
+live := gone_expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $3;
+PERFORM pg_notify('syncguard_locks_released', gone_key);
+END IF;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v4(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
-  RETURN QUERY SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder FROM "syncguard_locks_line" q
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms),
+wanted AS (SELECT w.key, w.lock_id, w.ttl_ms, w.ord
+FROM unnest($1::text[], $2::text[], $3::bigint[])
+WITH ORDINALITY AS w(key, lock_id, ttl_ms, ord)),
+renewed AS (
+UPDATE "syncguard_locks_shared" AS p SET expires_at_ms = c.now_ms + w.ttl_ms
+FROM wanted w, clock c
+WHERE p.key = w.key AND p.lock_id = w.lock_id
+AND p.expires_at_ms > c.now_ms - $4
+RETURNING p.key, p.lock_id, p.expires_at_ms),
+expired AS (
+SELECT p.key, p.lock_id FROM "syncguard_locks_shared" p, wanted w, clock c
+WHERE p.key = w.key AND p.lock_id = w.lock_id
+AND p.expires_at_ms <= c.now_ms - $4)
+SELECT w.ord, r.expires_at_ms,
+(r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present
+FROM wanted w
+LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id
+LEFT JOIN expired d ON d.key = w.key AND d.lock_id = w.lock_id
+ORDER BY w.ord;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_readers_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,
+p.user_key, p.holder
+FROM "syncguard_locks_shared" p
+WHERE p.key = $1 AND p.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2
+ORDER BY p.fence COLLATE "C"
+LIMIT 10000;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_slist_v4(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+fence text, user_key text, holder text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY WITH clock AS (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms)
+SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,
+p.user_key, p.holder
+FROM "syncguard_locks_shared" p, clock c
+WHERE starts_with(p.user_key, $1) AND p.expires_at_ms > c.now_ms - $2
+ORDER BY p.user_key COLLATE "C", p.fence COLLATE "C"
+LIMIT $3;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_line_v4(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder, q.shared
+FROM "syncguard_locks_line" q
 WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $3
 ORDER BY q.ticket;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_leave_v3(text, text, text) RETURNS TABLE (gone boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_leave_v4(text, text, text) RETURNS TABLE (gone boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN

@@ -27,7 +27,7 @@
 //! # Server functions
 //!
 //! Each operation is also installed by `setup_schema` as a PL/pgSQL function, named after the
-//! lock table and the operation (`syncguard_locks_acquire_v3`, …). Calling it is one statement,
+//! lock table and the operation (`syncguard_locks_acquire_v4`, …). Calling it is one statement,
 //! one transaction, as the statement is — but planned in microseconds: PL/pgSQL keeps its
 //! statements' plans for the life of the server connection, which survives behind a
 //! transaction-mode pooler where a client's prepared statements cannot. Sent inline, the acquire
@@ -91,6 +91,26 @@
 //! (`COLLATE "C"`) then fence, one more than the limit. Without the functions
 //! (tables set up by an older syncguard or by the TypeScript SyncGuard) the call is refused
 //! with `InvalidArgument`, saying to run `syncguard setup`.
+//!
+//! # Shared holds
+//!
+//! A shared hold (a reader) of a key's lock is a row of `<lock table>_shared`, beside the lock
+//! record: its own lock id, expiry and holder, and a fence drawn from the key's LOCK fence
+//! counter, so fences order every grant of the key. Its operations exist only as server
+//! functions, as the semaphore's do (on tables without them: `InvalidArgument`, run setup).
+//! The shared acquire function takes the same advisory lock as the exclusive one, so the two
+//! take turns per key and each later step reads a fresh snapshot that sees the other's
+//! writes; it reads the lock row (a live lock refuses it) with the line's probe, deletes its
+//! key's expired readers (and sometimes a few long-expired ones of any key, as permit
+//! acquisitions do), answers a reader already stored under its own lock id as the pool's
+//! repeat (renewed, granted, as a permit), decides THE RULE (a reader passes reader places,
+//! never an exclusive one), draws the fence and inserts its row. The exclusive acquire
+//! function asks whether a live reader exists in the statement that reads the lock row, with
+//! one index probe: a key with a live reader is held, with no statement or write more.
+//! Release, renewal (a batch), `readers` and the listing are the permit table's statements on
+//! the shared table (the same code: `release_by_key`, `renew_by_key`, `holders_of_key`,
+//! `holders_under_prefix`). The statement sent inline for a lock (tables without the functions)
+//! never reads the shared table, which such tables lack: there are no readers there.
 //!
 //! # The line
 //!
@@ -351,8 +371,29 @@ const PERMIT_SWEEP_EVERY: u32 = 8;
 /// enough that one acquisition stays cheap after a crash left many.
 const PERMIT_SWEEP_BATCH: u32 = 64;
 
+/// How many shared holders of one key [`Statements::readers`] answers at most (in fence order):
+/// a bound on one call's work and answer, not on how many may hold (docs/postgres.md).
+pub(crate) const MAX_READERS_FOUND: u32 = 10_000;
+
+/// Deletes the expired rows (permits, shared holds) of the key `$1` in `table` (quoted), and,
+/// one call in [`PERMIT_SWEEP_EVERY`], a few rows of any key that expired long ago: PL/pgSQL
+/// statements of an acquire function, after its clock (`now_ms`) is read; `$7` the tolerance.
+fn sweep_expired(table: &str) -> String {
+    format!(
+        "DELETE FROM {table} p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;\n\
+         IF random() < 1.0 / {PERMIT_SWEEP_EVERY} THEN\n\
+         DELETE FROM {table} p WHERE p.ctid = ANY (ARRAY(\n\
+         SELECT q.ctid FROM {table} q\n\
+         WHERE q.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS}\n\
+         ORDER BY q.expires_at_ms LIMIT {PERMIT_SWEEP_BATCH}\n\
+         FOR UPDATE SKIP LOCKED))\n\
+         AND p.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS};\n\
+         END IF;\n"
+    )
+}
+
 /// Part of every function's name; bump it whenever a statement or its parameters change.
-const FUNCTION_VERSION: &str = "v3";
+const FUNCTION_VERSION: &str = "v4";
 
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
@@ -479,9 +520,25 @@ pub(crate) struct Statements {
     /// live permits of the semaphores whose user key starts with the prefix, as `permits`
     /// answers them, in user-key byte order then fence order (see `list.rs`).
     pub permit_list: Op,
+    /// Shared holds (function only). The parameters and answer of `acquire`; takes a shared
+    /// hold of the key's lock (a row of the shared table, its fence from the lock's counter)
+    /// unless a live lock is held or, by THE RULE, an exclusive place is ahead in the line. A
+    /// live hold already stored under `$2` is answered as granted, renewed (the repeated
+    /// request, as for permits).
+    pub shared_acquire: Op,
+    /// Shared holds (function only): as `permit_release`, on the shared table.
+    pub shared_release: Op,
+    /// Shared holds (function only): as `permit_renew`, on the shared table.
+    pub shared_renew: Op,
+    /// Shared holds (function only): as `permits`, on the shared table (at most
+    /// [`MAX_READERS_FOUND`]).
+    pub readers: Op,
+    /// Shared holds (function only): as `permit_list`, on the shared table.
+    pub shared_list: Op,
     /// The line (function only). `$1` storage key, `$2` kind (`'lock'` or `'permit'`, see
     /// `line_kind`), `$3` tolerance ms → the live places of that line, in ticket order:
-    /// `place_id`, `ticket`, `expires_at_ms`, `holder` (the waiter's description as given).
+    /// `place_id`, `ticket`, `expires_at_ms`, `holder` (the waiter's description as given),
+    /// `shared` (whether it waits for a shared hold).
     pub line: Op,
     /// The line (function only). `$1` storage key, `$2` kind, `$3` place id → one row:
     /// `gone` (whether the place was there). One `DELETE`.
@@ -519,13 +576,105 @@ impl Statements {
             )
         };
         let line = format!("\"{}\"", tables.line_table());
+        let shared = format!("\"{}\"", tables.shared_table());
+        // The one probe the exclusive acquisition adds, in the statement it makes anyway.
+        let live_readers = format!(
+            "EXISTS (SELECT 1 FROM {shared} s WHERE s.key = $1 AND s.expires_at_ms > now_ms - $7)"
+        );
+        let (permit_sweep, shared_sweep) = (sweep_expired(&permits), sweep_expired(&shared));
         let lock_line = admit_by_line(&line, LeaseKind::Lock, "CASE WHEN held THEN 0 ELSE 1 END");
+        let shared_line =
+            admit_by_line(&line, LeaseKind::Shared, "CASE WHEN held THEN 0 ELSE 1 END");
         let permit_line = admit_by_line(&line, LeaseKind::Permit, "$5 - held");
         let (lock_probe, permit_probe) = (
             line_probe(&line, LeaseKind::Lock),
             line_probe(&line, LeaseKind::Permit),
         );
         use Type as T;
+        let release_by_key = |name, table: &str| {
+            Op::steps(
+                tables,
+                name,
+                &[T::TEXT, T::TEXT, T::INT8],
+                "OUT live boolean",
+                String::new(),
+                format!(
+                    "DECLARE\n  gone_expires_at_ms bigint;\n  gone_key text;\n\
+                 BEGIN\n\
+                 DELETE FROM {table} p WHERE p.key = $1 AND p.lock_id = $2\n\
+                     RETURNING p.expires_at_ms, p.user_key INTO gone_expires_at_ms, gone_key;\n\
+                 IF FOUND THEN\n\
+                     live := gone_expires_at_ms > {NOW_MS} - $3;\n\
+                     PERFORM pg_notify('{released}', gone_key);\n\
+                 END IF;\n\
+                 END"
+                ),
+            )
+            .function_only()
+        };
+        let renew_by_key = |name, table: &str| {
+            Op::query(
+                tables,
+                name,
+                &[T::TEXT_ARRAY, T::TEXT_ARRAY, T::INT8_ARRAY, T::INT8],
+                "ord bigint, expires_at_ms bigint, present boolean",
+                format!(
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+                 wanted AS (SELECT w.key, w.lock_id, w.ttl_ms, w.ord\n\
+                     FROM unnest($1::text[], $2::text[], $3::bigint[])\n\
+                     WITH ORDINALITY AS w(key, lock_id, ttl_ms, ord)),\n\
+                 renewed AS (\n\
+                     UPDATE {table} AS p SET expires_at_ms = c.now_ms + w.ttl_ms\n\
+                     FROM wanted w, clock c\n\
+                     WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
+                       AND p.expires_at_ms > c.now_ms - $4\n\
+                     RETURNING p.key, p.lock_id, p.expires_at_ms),\n\
+                 expired AS (\n\
+                     SELECT p.key, p.lock_id FROM {table} p, wanted w, clock c\n\
+                     WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
+                       AND p.expires_at_ms <= c.now_ms - $4)\n\
+                 SELECT w.ord, r.expires_at_ms,\n\
+                        (r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present\n\
+                 FROM wanted w\n\
+                 LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id\n\
+                 LEFT JOIN expired d ON d.key = w.key AND d.lock_id = w.lock_id\n\
+                 ORDER BY w.ord"
+                ),
+            )
+        };
+        let holders_of_key = |name, table: &str, limit: u32| {
+            Op::query(
+                tables,
+                name,
+                &[T::TEXT, T::INT8],
+                row_columns,
+                format!(
+                    "SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,\n\
+                        p.user_key, p.holder\n\
+                 FROM {table} p\n\
+                 WHERE p.key = $1 AND p.expires_at_ms > {NOW_MS} - $2\n\
+                 ORDER BY p.fence COLLATE \"C\"\n\
+                 LIMIT {limit}"
+                ),
+            )
+        };
+        let holders_under_prefix = |name, table: &str| {
+            Op::query(
+                tables,
+                name,
+                &[T::TEXT, T::INT8, T::INT8],
+                row_columns,
+                format!(
+                    "WITH clock AS (SELECT {NOW_MS} AS now_ms)\n\
+                 SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,\n\
+                        p.user_key, p.holder\n\
+                 FROM {table} p, clock c\n\
+                 WHERE starts_with(p.user_key, $1) AND p.expires_at_ms > c.now_ms - $2\n\
+                 ORDER BY p.user_key COLLATE \"C\", p.fence COLLATE \"C\"\n\
+                 LIMIT $3"
+                ),
+            )
+        };
         Statements {
             acquire: Op::steps(
                 tables,
@@ -573,7 +722,8 @@ impl Statements {
                  BEGIN\n\
                  PERFORM pg_advisory_xact_lock(hashtext($1));\n\
                  now_ms := {NOW_MS};\n\
-                 SELECT l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2,\n\
+                 SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2) IS TRUE\n\
+                     OR {live_readers},\n\
                      l.key IS NOT NULL AND NOT {sound_l}, l.lock_id = $2, {lock_probe}\n\
                      INTO held, malformed, own, queued\n\
                      FROM (SELECT 1) AS one LEFT JOIN {locks} l ON l.key = $1;\n\
@@ -743,15 +893,7 @@ impl Statements {
                      ON CONFLICT (key) DO NOTHING;\n\
                  SELECT s.fence INTO counter FROM {semaphores} s WHERE s.key = $1 FOR UPDATE;\n\
                  now_ms := {NOW_MS};\n\
-                 DELETE FROM {permits} p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;\n\
-                 IF random() < 1.0 / {PERMIT_SWEEP_EVERY} THEN\n\
-                     DELETE FROM {permits} p WHERE p.ctid = ANY (ARRAY(\n\
-                         SELECT q.ctid FROM {permits} q\n\
-                         WHERE q.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS}\n\
-                         ORDER BY q.expires_at_ms LIMIT {PERMIT_SWEEP_BATCH}\n\
-                         FOR UPDATE SKIP LOCKED))\n\
-                         AND p.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS};\n\
-                 END IF;\n\
+                 {permit_sweep}\
                  SELECT count(*), min(p.fence) FILTER (WHERE p.lock_id = $2), {permit_probe}\n\
                      INTO held, fence, queued FROM {permits} p WHERE p.key = $1;\n\
                  IF fence IS NOT NULL THEN\n\
@@ -773,89 +915,65 @@ impl Statements {
                 ),
             )
             .function_only(),
-            permit_release: Op::steps(
+            permit_release: release_by_key("prelease", &permits),
+            permit_renew: renew_by_key("prenew", &permits),
+            permits: holders_of_key("permits", &permits, MAX_PERMITS),
+            permit_list: holders_under_prefix("plist", &permits),
+            shared_acquire: Op::steps(
                 tables,
-                "prelease",
-                &[T::TEXT, T::TEXT, T::INT8],
-                "OUT live boolean",
+                "sacquire",
+                ACQUIRE_TYPES,
+                "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean",
                 String::new(),
                 format!(
-                    "DECLARE\n  gone_expires_at_ms bigint;\n  gone_key text;\n\
+                    "DECLARE\n  now_ms bigint;\n  held boolean;\n  counter bigint;\n\
+                 {LINE_DECLARATIONS}\
                  BEGIN\n\
-                 DELETE FROM {permits} p WHERE p.key = $1 AND p.lock_id = $2\n\
-                     RETURNING p.expires_at_ms, p.user_key INTO gone_expires_at_ms, gone_key;\n\
-                 IF FOUND THEN\n\
-                     live := gone_expires_at_ms > {NOW_MS} - $3;\n\
-                     PERFORM pg_notify('{released}', gone_key);\n\
+                 PERFORM pg_advisory_xact_lock(hashtext($1));\n\
+                 now_ms := {NOW_MS};\n\
+                 SELECT l.expires_at_ms > now_ms - $7, l.key IS NOT NULL AND NOT {sound_l},\n\
+                     {lock_probe}\n\
+                     INTO held, malformed, queued\n\
+                     FROM (SELECT 1) AS one LEFT JOIN {locks} l ON l.key = $1;\n\
+                 IF malformed THEN RETURN; END IF;\n\
+                 {shared_sweep}\
+                 SELECT s.fence INTO fence FROM {shared} s WHERE s.key = $1 AND s.lock_id = $2;\n\
+                 IF fence IS NOT NULL THEN\n\
+                     UPDATE {shared} s SET expires_at_ms = now_ms + $3\n\
+                         WHERE s.key = $1 AND s.lock_id = $2\n\
+                         RETURNING s.expires_at_ms INTO expires_at_ms;\n\
+                     RETURN;\n\
                  END IF;\n\
+                 {shared_line}\
+                 INSERT INTO {fences} AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)\n\
+                     ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1\n\
+                     WHERE f.fence >= 0 AND f.fence < $6\n\
+                     RETURNING f.fence INTO counter;\n\
+                 IF counter IS NULL THEN\n\
+                     SELECT f.fence INTO bad_counter FROM {fences} f WHERE f.fence_key = $5;\n\
+                     RETURN;\n\
+                 END IF;\n\
+                 fence := lpad(counter::text, 15, '0');\n\
+                 expires_at_ms := now_ms + $3;\n\
+                 INSERT INTO {shared}\n\
+                     (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)\n\
+                     VALUES ($1, $2, now_ms + $3, now_ms, fence, $4, $8);\n\
                  END"
                 ),
             )
             .function_only(),
-            permit_renew: Op::query(
-                tables,
-                "prenew",
-                &[T::TEXT_ARRAY, T::TEXT_ARRAY, T::INT8_ARRAY, T::INT8],
-                "ord bigint, expires_at_ms bigint, present boolean",
-                format!(
-                    "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
-                 wanted AS (SELECT w.key, w.lock_id, w.ttl_ms, w.ord\n\
-                     FROM unnest($1::text[], $2::text[], $3::bigint[])\n\
-                     WITH ORDINALITY AS w(key, lock_id, ttl_ms, ord)),\n\
-                 renewed AS (\n\
-                     UPDATE {permits} AS p SET expires_at_ms = c.now_ms + w.ttl_ms\n\
-                     FROM wanted w, clock c\n\
-                     WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
-                       AND p.expires_at_ms > c.now_ms - $4\n\
-                     RETURNING p.key, p.lock_id, p.expires_at_ms),\n\
-                 expired AS (\n\
-                     SELECT p.key, p.lock_id FROM {permits} p, wanted w, clock c\n\
-                     WHERE p.key = w.key AND p.lock_id = w.lock_id\n\
-                       AND p.expires_at_ms <= c.now_ms - $4)\n\
-                 SELECT w.ord, r.expires_at_ms,\n\
-                        (r.lock_id IS NOT NULL OR d.lock_id IS NOT NULL) AS present\n\
-                 FROM wanted w\n\
-                 LEFT JOIN renewed r ON r.key = w.key AND r.lock_id = w.lock_id\n\
-                 LEFT JOIN expired d ON d.key = w.key AND d.lock_id = w.lock_id\n\
-                 ORDER BY w.ord"
-                ),
-            ),
-            permits: Op::query(
-                tables,
-                "permits",
-                &[T::TEXT, T::INT8],
-                row_columns,
-                format!(
-                    "SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,\n\
-                        p.user_key, p.holder\n\
-                 FROM {permits} p\n\
-                 WHERE p.key = $1 AND p.expires_at_ms > {NOW_MS} - $2\n\
-                 ORDER BY p.fence COLLATE \"C\"\n\
-                 LIMIT {MAX_PERMITS}"
-                ),
-            ),
-            permit_list: Op::query(
-                tables,
-                "plist",
-                &[T::TEXT, T::INT8, T::INT8],
-                row_columns,
-                format!(
-                    "WITH clock AS (SELECT {NOW_MS} AS now_ms)\n\
-                 SELECT p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence,\n\
-                        p.user_key, p.holder\n\
-                 FROM {permits} p, clock c\n\
-                 WHERE starts_with(p.user_key, $1) AND p.expires_at_ms > c.now_ms - $2\n\
-                 ORDER BY p.user_key COLLATE \"C\", p.fence COLLATE \"C\"\n\
-                 LIMIT $3"
-                ),
-            ),
+            shared_release: release_by_key("srelease", &shared),
+            shared_renew: renew_by_key("srenew", &shared),
+            readers: holders_of_key("readers", &shared, MAX_READERS_FOUND),
+            shared_list: holders_under_prefix("slist", &shared),
             line: Op::query(
                 tables,
                 "line",
                 &[T::TEXT, T::TEXT, T::INT8],
-                "place_id text, ticket bigint, expires_at_ms bigint, holder text",
+                "place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean",
                 format!(
-                    "SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder FROM {line} q\n\
+                    "SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder, q.shared\n\
+                 FROM {line} q\n\
                  WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > {NOW_MS} - $3\n\
                  ORDER BY q.ticket"
                 ),
@@ -877,7 +995,7 @@ impl Statements {
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 16] {
+    fn all(&self) -> [&Op; 21] {
         [
             &self.acquire,
             &self.release,
@@ -893,6 +1011,11 @@ impl Statements {
             &self.permit_renew,
             &self.permits,
             &self.permit_list,
+            &self.shared_acquire,
+            &self.shared_release,
+            &self.shared_renew,
+            &self.readers,
+            &self.shared_list,
             &self.line,
             &self.leave_line,
         ]

@@ -53,11 +53,13 @@ impl TableNames {
             tables.semaphore_table(),
             tables.permit_table(),
             tables.line_table(),
+            tables.shared_table(),
         ];
         if derived.contains(&tables.fence_table) {
             return Err(LockError::invalid_argument(
-                "the fence table must not be named after the lock table's semaphore, permit or \
-                 line table (<lock table>_semaphores, <lock table>_permits, <lock table>_line)",
+                "the fence table must not be named after the lock table's semaphore, permit, \
+                 line or shared table (<lock table>_semaphores, <lock table>_permits, \
+                 <lock table>_line, <lock table>_shared)",
             ));
         }
         Ok(tables)
@@ -92,11 +94,18 @@ impl TableNames {
     pub fn line_table(&self) -> String {
         format!("{}{LINE_SUFFIX}", self.lock_table)
     }
+
+    /// The shared-holder table: one row per shared hold (reader) of a key's lock, beside the
+    /// lock record (`<lock table>_shared`, default `syncguard_locks_shared`).
+    pub fn shared_table(&self) -> String {
+        format!("{}{SHARED_SUFFIX}", self.lock_table)
+    }
 }
 
 const SEMAPHORE_SUFFIX: &str = "_semaphores";
 const PERMIT_SUFFIX: &str = "_permits";
 const LINE_SUFFIX: &str = "_line";
+const SHARED_SUFFIX: &str = "_shared";
 
 fn validate_identifier(what: &str, name: &str, max_len: usize) -> Result<()> {
     let mut bytes = name.bytes();
@@ -146,6 +155,7 @@ mod tests {
         assert!(TableNames::new("l", "l_permits").is_err());
         assert!(TableNames::new("l", "l_semaphores").is_err());
         assert!(TableNames::new("l", "l_line").is_err());
+        assert!(TableNames::new("l", "l_shared").is_err());
     }
 
     /// Every name derived from the longest lock table fits PostgreSQL's 63 bytes (beyond, the
@@ -166,6 +176,9 @@ mod tests {
             tables.line_table(),
             format!("{locks}_line_pk"),
             format!("{locks}_line_ticket"),
+            tables.shared_table(),
+            format!("{locks}_shared_pk"),
+            format!("{locks}_shared_exp"),
         ] {
             assert!(name.len() <= MAX_IDENTIFIER, "{name}");
         }
@@ -174,5 +187,6 @@ mod tests {
         assert_eq!(defaults.semaphore_table(), "syncguard_locks_semaphores");
         assert_eq!(defaults.permit_table(), "syncguard_locks_permits");
         assert_eq!(defaults.line_table(), "syncguard_locks_line");
+        assert_eq!(defaults.shared_table(), "syncguard_locks_shared");
     }
 }

@@ -4,10 +4,10 @@
 
 use std::fmt;
 
-use super::{line, scripts, semaphore, split, typescript};
+use super::{line, scripts, semaphore, shared, split, typescript};
 
 use super::errors::{Phase, Unanswered, map_error};
-use super::layout::{KeyLayout, LineKeys, SemaphoreKeys};
+use super::layout::{KeyLayout, LineKeys, SemaphoreKeys, SharedKeys};
 use super::replicas::ReplicaAcks;
 use super::scripts::{Reply, SCRIPTS, Status};
 use super::slot::key_slot;
@@ -77,11 +77,37 @@ impl RedisBackend {
         self.store.keys.semaphore_keys(Key::new(key)?.as_str())
     }
 
+    /// The Redis keys of the shared holders of the lock on `key` (for inspection and tests):
+    /// the same in both layouts.
+    pub fn shared_keys(&self, key: &str) -> Result<SharedKeys> {
+        self.store.keys.shared_keys(Key::new(key)?.as_str())
+    }
+
     /// The Redis keys of the line of waiters for the lock (`kind` [`LeaseKind::Lock`]) or the
     /// semaphore ([`LeaseKind::Permit`]) on `key` (for inspection and tests): the same in both
     /// layouts.
     pub fn line_keys(&self, key: &str, kind: LeaseKind) -> Result<LineKeys> {
         self.store.keys.line_keys(Key::new(key)?.as_str(), kind)
+    }
+
+    /// A permit's or shared hold's acquisition, undone (and refused) when `min_replicas` is set
+    /// and too few replicas acknowledged it.
+    fn judge_replicas(
+        &self,
+        attempt: semaphore::Attempt,
+        kind: LeaseKind,
+        key: &Key,
+    ) -> Result<Acquisition> {
+        if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged)
+            && !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas))
+        {
+            let lease = match kind {
+                LeaseKind::Shared => LeaseRef::shared(&attempt.lock_id, key),
+                LeaseKind::Permit | LeaseKind::Lock => LeaseRef::permit(&attempt.lock_id, key),
+            };
+            return Err(self.undo_unreplicated(lease, key, acknowledged));
+        }
+        Ok(attempt.acquisition)
     }
 
     /// Releases a lock (or permit) whose acquisition did not reach enough replicas, and says
@@ -148,6 +174,7 @@ impl Driver for RedisBackend {
         let store = &self.store;
         let keys = store.keys.lock_keys(key.as_str())?;
         let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
+        let readers = store.keys.shared_keys(key.as_str())?.holders;
         let lock_id = store.keys.new_lock_id();
         let index_key = store.keys.index_key(&lock_id);
         // The slots an acquisition writes, which `min_replicas` waits for: the record's (with
@@ -156,6 +183,8 @@ impl Driver for RedisBackend {
         let mut invocation = SCRIPTS.acquire.key(&keys.lock);
         invocation.key(&keys.fence);
         line::push_keys(&mut invocation, &line_keys);
+        // Live shared holders refuse a writer in this same script.
+        invocation.key(&readers);
         // The index entry: written by the script itself in the TypeScript layout (its keys
         // share one server's keyspace), by a `SET` sent beside it in the cluster layout (it
         // lies in another hash slot).
@@ -264,13 +293,22 @@ impl Driver for RedisBackend {
             holder,
             line,
         )?;
-        if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged)
-            && !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas))
-        {
-            let lease = LeaseRef::permit(&attempt.lock_id, key);
-            return Err(self.undo_unreplicated(lease, key, acknowledged));
-        }
-        Ok(attempt.acquisition)
+        self.judge_replicas(attempt, LeaseKind::Permit, key)
+    }
+
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        let attempt = shared::acquire(&self.store, self.replicas.as_ref(), key, ttl, holder, line)?;
+        self.judge_replicas(attempt, LeaseKind::Shared, key)
+    }
+
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        semaphore::find(&self.store, key, LeaseKind::Shared)
     }
 
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
@@ -282,11 +320,11 @@ impl Driver for RedisBackend {
     }
 
     fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        semaphore::find(&self.store, key)
+        semaphore::find(&self.store, key, LeaseKind::Permit)
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        if lease.kind == LeaseKind::Permit {
+        if matches!(lease.kind, LeaseKind::Permit | LeaseKind::Shared) {
             return semaphore::release(&self.store, lease);
         }
         match self.store.keys.layout() {
@@ -296,7 +334,7 @@ impl Driver for RedisBackend {
     }
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        if lease.kind == LeaseKind::Permit {
+        if matches!(lease.kind, LeaseKind::Permit | LeaseKind::Shared) {
             return semaphore::extend(&self.store, lease, ttl);
         }
         match self.store.keys.layout() {
@@ -331,14 +369,13 @@ impl Driver for RedisBackend {
     /// them, the permits' through their semaphores' keys), and each answer is put back at its
     /// own lease's place.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-        extend_by_kind(
-            leases,
-            |locks| match self.store.keys.layout() {
-                KeyLayout::TypeScript => typescript::extend_all(&self.store, locks),
-                KeyLayout::Cluster => split::extend_all(&self.store, locks),
+        extend_by_kind(leases, |kind, batch| match kind {
+            LeaseKind::Lock => match self.store.keys.layout() {
+                KeyLayout::TypeScript => typescript::extend_all(&self.store, batch),
+                KeyLayout::Cluster => split::extend_all(&self.store, batch),
             },
-            |permits| semaphore::extend_all(&self.store, permits),
-        )
+            LeaseKind::Permit | LeaseKind::Shared => semaphore::extend_all(&self.store, batch),
+        })
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
@@ -388,6 +425,17 @@ impl Driver for RedisBackend {
     ) -> Result<LockList<LockRecord>> {
         self.store
             .list_permits(prefix, limit, self.list_scan_budget)
+    }
+
+    /// Walks the locks' shared holders' records hashes as
+    /// [`list_permit_records`](Driver::list_permit_records) walks the permits; see
+    /// [Listing](super#listing).
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.store.list_shared(prefix, limit, self.list_scan_budget)
     }
 }
 

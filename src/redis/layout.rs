@@ -158,6 +158,21 @@ pub struct SemaphoreKeys {
     pub fence: String,
 }
 
+/// The Redis keys of the shared holders (readers) of the lock on one user key (see [Shared
+/// holders](super#shared-holders)): `P{T}:shared:…`, with the cluster layout's tag `T` of the
+/// user key, in both layouts. The tag puts them in the hash slot of the lock's line (and, in the
+/// cluster layout, of the lock record and its fence counter), so that the exclusive acquire
+/// counts the live readers in the script it runs anyway. The TypeScript SyncGuard knows none of
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedKeys {
+    /// Sorted set: each shared holder's lock id, scored by its expiry (Unix ms of Redis `TIME`).
+    pub holders: String,
+    /// Hash: each shared holder's lock id → its JSON record (`lockId`, `expiresAtMs`,
+    /// `acquiredAtMs`, `key`, `fence` from the lock's counter, and `holder` when given).
+    pub records: String,
+}
+
 /// The Redis keys of one line of waiters (see [The line](super#the-line)): the line of the lock
 /// on a user key, `P{T}:line:…`, or of its semaphore, `P{T}:sem:line:…`, with the cluster
 /// layout's tag `T` of the user key, in both layouts. The tag puts them in the hash slot of the
@@ -226,11 +241,23 @@ impl Keys {
         })
     }
 
+    /// The keys of the shared holders of the lock on the (normalised) user key `key` (see
+    /// [`SharedKeys`]).
+    pub fn shared_keys(&self, key: &str) -> Result<SharedKeys> {
+        let base = format!("{}{{{}}}:shared", self.prefix, self.tag(key)?);
+        Ok(SharedKeys {
+            holders: format!("{base}:holders"),
+            records: format!("{base}:records"),
+        })
+    }
+
     /// The keys of the line of the lock (`kind` [`LeaseKind::Lock`]) or of the semaphore
     /// ([`LeaseKind::Permit`]) on the (normalised) user key `key` (see [`LineKeys`]).
     pub fn line_keys(&self, key: &str, kind: LeaseKind) -> Result<LineKeys> {
         let base = match kind {
-            LeaseKind::Lock => format!("{}{{{}}}:line", self.prefix, self.tag(key)?),
+            LeaseKind::Lock | LeaseKind::Shared => {
+                format!("{}{{{}}}:line", self.prefix, self.tag(key)?)
+            }
             LeaseKind::Permit => format!("{}{{{}}}:sem:line", self.prefix, self.tag(key)?),
         };
         Ok(LineKeys {

@@ -85,11 +85,13 @@ pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<Plac
             .map_err(|_| LockError::internal("a place in a Redis line has a negative ticket"))?;
         let expires_at_ms = reply.int()?;
         let holder = Some(reply.string()?).filter(|holder| !holder.is_empty());
+        let shared = reply.int()? == 1;
         places.push(PlaceRecord {
             place_id,
             ticket,
             expires_at_ms,
             holder,
+            shared,
         });
     }
     Ok(places)

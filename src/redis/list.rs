@@ -23,7 +23,10 @@
 //! `TIME`. A permit is listed when its field holds a SyncGuard record of its own lock id, whose
 //! `key` names this very hash, under the prefix, and live; anything else — an expired permit
 //! not yet reclaimed, a field that is no record, a key of another type — is skipped, as for
-//! locks. Lock records, index entries and fence counters (`P:…`) never match.
+//! locks. Lock records, index entries and fence counters (`P:…`) never match. The shared
+//! holders of the locks under a prefix
+//! ([`Driver::list_shared_records`](crate::driver::Driver::list_shared_records)) are listed as
+//! permits are, from their records hashes (`P{T}:shared:records`).
 //!
 //! The work bound, for either listing: one listing asks `SCAN` to examine at most
 //! [`list_scan_budget`](super::RedisBuilder::list_scan_budget) keys in all (the sum of its
@@ -78,6 +81,17 @@ impl Store {
         budget: usize,
     ) -> Result<LockList<LockRecord>> {
         self.list_by(&Listing::permits(&self.keys, prefix), limit, budget)
+    }
+
+    /// The live shared holders of the locks under `prefix`, examining at most `budget` keys;
+    /// see the module docs.
+    pub(super) fn list_shared(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+        budget: usize,
+    ) -> Result<LockList<LockRecord>> {
+        self.list_by(&Listing::shared(&self.keys, prefix), limit, budget)
     }
 
     /// What `listing` finds, examining at most `budget` keys.
@@ -215,6 +229,8 @@ enum Kind {
     /// A permits hash per name (`P{T}:sem:permits`, the same in both layouts), read with
     /// `HGETALL`: a permit record per field, filed under its lock id.
     Permits,
+    /// A shared holders' records hash per name (`P{T}:shared:records`), read as permits are.
+    Shared,
 }
 
 /// What a listing looks for: which names it scans for and reads, how it reads them, and which
@@ -225,9 +241,10 @@ struct Listing<'a> {
     /// The `MATCH` pattern.
     pattern: String,
     /// What precedes a name's tag (the user key, or its hash): `P:` or `P:{` for locks, `P{`
-    /// for permits.
+    /// for permits and shared holders.
     head: String,
-    /// What follows the tag: nothing or `}` for locks, [`PERMITS_TAIL`] for permits.
+    /// What follows the tag: nothing or `}` for locks, [`PERMITS_TAIL`] for permits,
+    /// [`SHARED_TAIL`] for shared holders.
     tail: &'static str,
     /// Whether the tag stands between braces, so that it is never empty and holds none.
     braced: bool,
@@ -237,6 +254,8 @@ struct Listing<'a> {
 
 /// What follows a semaphore's tag in the name of its permits hash.
 const PERMITS_TAIL: &str = "}:sem:permits";
+/// What follows a lock's tag in the name of its shared holders' records hash.
+const SHARED_TAIL: &str = "}:shared:records";
 
 impl<'a> Listing<'a> {
     /// The lock records of the keys under `prefix`.
@@ -280,12 +299,28 @@ impl<'a> Listing<'a> {
     /// of the key prefix: a user key under the listing's prefix may be stored under its hash
     /// (a long key, or any key with a brace), so the user-key prefix cannot narrow it.
     fn permits(keys: &Keys, prefix: &'a KeyPrefix) -> Listing<'a> {
+        Listing::holder_sets(keys, prefix, Kind::Permits, PERMITS_TAIL)
+    }
+
+    /// The shared holders of the locks under `prefix`, found as [`permits`](Listing::permits)
+    /// are.
+    fn shared(keys: &Keys, prefix: &'a KeyPrefix) -> Listing<'a> {
+        Listing::holder_sets(keys, prefix, Kind::Shared, SHARED_TAIL)
+    }
+
+    /// Every hash of records `P{T}…tail` of the key prefix.
+    fn holder_sets(
+        keys: &Keys,
+        prefix: &'a KeyPrefix,
+        kind: Kind,
+        tail: &'static str,
+    ) -> Listing<'a> {
         Listing {
-            kind: Kind::Permits,
+            kind,
             prefix,
-            pattern: format!("{}{{*{PERMITS_TAIL}", escape_glob(keys.prefix())),
+            pattern: format!("{}{{*{tail}", escape_glob(keys.prefix())),
             head: format!("{}{{", keys.prefix()),
-            tail: PERMITS_TAIL,
+            tail,
             braced: true,
             hashed: true,
         }
@@ -310,7 +345,7 @@ impl<'a> Listing<'a> {
     fn read(&self, name: &str) -> Cmd {
         let mut read = redis::cmd(match self.kind {
             Kind::Locks => "GET",
-            Kind::Permits => "HGETALL",
+            Kind::Permits | Kind::Shared => "HGETALL",
         });
         read.arg(name);
         read
@@ -338,7 +373,7 @@ impl<'a> Listing<'a> {
                     .into_iter()
                     .collect()
             }
-            Kind::Permits => value
+            Kind::Permits | Kind::Shared => value
                 .into_map_iter()
                 .map_err(|_| unexpected("HGETALL"))?
                 .filter_map(|(field, raw)| Some((Some(text(field)?), text(raw)?)))
@@ -347,6 +382,7 @@ impl<'a> Listing<'a> {
         let home = |key: &str| match self.kind {
             Kind::Locks => store.keys.lock_keys(key).ok().map(|keys| keys.lock),
             Kind::Permits => store.keys.semaphore_keys(key).ok().map(|keys| keys.permits),
+            Kind::Shared => store.keys.shared_keys(key).ok().map(|keys| keys.records),
         };
         for (filed_under, raw) in stored {
             let Ok(record) = store.decode(&raw) else {

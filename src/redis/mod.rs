@@ -95,6 +95,40 @@
 //! only a granted acquisition is `WAIT`ed for: a place is not. The TypeScript SyncGuard knows
 //! no line: its acquisitions pass it.
 //!
+//! # Shared holders
+//!
+//! A shared hold of a lock (a reader:
+//! [`LockBackend::acquire_shared`](crate::LockBackend::acquire_shared),
+//! [`Driver::try_acquire_shared`](crate::driver::Driver::try_acquire_shared)) is a lease of
+//! its own, stored beside the lock under two keys, the same in both layouts, in the hash slot of
+//! the lock's line ([`SharedKeys`], [`RedisBackend::shared_keys`]):
+//!
+//! | Redis key | type | content | TTL |
+//! |---|---|---|---|
+//! | `P{T}:shared:holders` | sorted set | each reader's lock id, scored by its own `expiresAtMs` | the last reader's expiry + 1 s tolerance + 10 s |
+//! | `P{T}:shared:records` | hash | lock id → JSON `{"lockId","expiresAtMs","acquiredAtMs","key","fence"[,"holder"]}` | the same |
+//!
+//! A reader's fence comes from the lock's own counter, so fences order every grant of the key;
+//! its place in line, when it waits, is in the lock's line, marked shared (`shared:<place id>`
+//! → `1` in `P{T}:line:places`). Each reader expires on its own score: the keys' TTL only
+//! clears an abandoned set, and an expired reader never counts (every count is by score, past
+//! the tolerance), whatever the others do; the next reader's grant reclaims it.
+//!
+//! | operation | requests |
+//! |---|---|
+//! | shared acquire | 1 script: the reader's own record (a repeat is the same hold), the lock record (a live exclusive lock refuses), the line (no live exclusive place ahead), `INCR` of the lock's counter, reclaim of expired readers, `HSET` + `ZADD`; then `WAIT` with `min_replicas`, as for locks |
+//! | exclusive acquire | the same one script as before, plus `TYPE` and `ZCOUNT` of the readers' expiries (read only): a live reader refuses it as a live record does |
+//! | release, extend, readers | the semaphore's scripts on these two keys (see [Semaphores](#semaphores)); a release is announced on the lock's channel |
+//! | listing by prefix ([`LockBackend::list_shared`](crate::LockBackend::list_shared)) | a walk of the keyspace, as for permits: see [Listing](#listing) |
+//! | batch renewal (heartbeat) | the readers' scripts in 1 pipeline (1 per node on a Cluster) |
+//!
+//! No fixed limit on readers per key (tested with 1 000): the sorted set and hash grow with
+//! them; reading the readers returns them all in one reply.
+//!
+//! **The TypeScript SyncGuard sees exclusive records only**: its acquire script neither reads
+//! nor writes these keys, so a TypeScript client takes the exclusive lock while Rust readers
+//! hold the key shared. Share keys with TypeScript clients in exclusive mode only.
+//!
 //! # Key layouts
 //!
 //! Those three keys of a lock lie in different hash slots, and a Cluster runs a script only on
@@ -337,6 +371,7 @@ mod replicas;
 mod scripts;
 mod semaphore;
 mod sentinel;
+mod shared;
 mod slot;
 mod split;
 mod store;
@@ -347,5 +382,6 @@ pub use self::builder::RedisBuilder;
 pub use self::driver::{CLEANUP_GUARD_MS, RedisBackend};
 pub use self::layout::{
     DEFAULT_PREFIX, KeyLayout, LineKeys, STORAGE_KEY_LIMIT, STORAGE_KEY_RESERVE, SemaphoreKeys,
+    SharedKeys,
 };
 pub use self::list::DEFAULT_LIST_SCAN_BUDGET;

@@ -2,8 +2,11 @@
 //! three keys in one hash slot (see [Semaphores](super#semaphores) and
 //! [`SemaphoreKeys`](super::layout::SemaphoreKeys)). The same in both key layouts: every key
 //! of a semaphore is named by its user key, never reached through an index entry.
+//!
+//! A lock's shared holders (`shared.rs`) are a set of holders of the same shape (a sorted set of
+//! expiries and a hash of records): their release, renewal and reading are these.
 
-use redis::ScriptInvocation;
+use redis::{ScriptInvocation, Value};
 
 use super::errors::{Phase, Unanswered, map_error};
 use super::replicas::ReplicaAcks;
@@ -54,10 +57,23 @@ pub(super) fn acquire(
         .arg(FENCE_MAX)
         .arg(holder.map_or("", Holder::as_str));
     super::line::push_args(&mut invocation, line);
-    // As for a lock: a script sent without an answer may have granted the permit.
+    run_acquire(store, replicas, key, lock_id, slot, &invocation)
+}
+
+/// Runs an acquire script of a holder set (a permit's or a shared hold's) asked for under
+/// `lock_id`, whose keys lie in `slot`, and reads its answer.
+pub(super) fn run_acquire(
+    store: &Store,
+    replicas: Option<&ReplicaAcks>,
+    key: &Key,
+    lock_id: LockId,
+    slot: u16,
+    invocation: &ScriptInvocation<'_>,
+) -> Result<Attempt> {
+    // As for a lock: a script sent without an answer may have granted the hold.
     let unanswered = Unanswered::default();
     let answer = store.pool.run_on(&store.server, |mut conn| {
-        let value = invocation
+        let value: Value = invocation
             .invoke(conn.as_dyn())
             .inspect_err(|error| unanswered.note(error))?;
         // WAIT counts this connection's writes: the same connection, and its failure is an
@@ -94,6 +110,21 @@ pub(super) fn acquire(
     })
 }
 
+/// The holders and records keys of the holder set of `kind` on `key`: a semaphore's holders
+/// and permits, or the lock's shared holders and their records.
+fn holder_set(store: &Store, key: &Key, kind: LeaseKind) -> Result<(String, String)> {
+    match kind {
+        LeaseKind::Shared => {
+            let keys = store.keys.shared_keys(key.as_str())?;
+            Ok((keys.holders, keys.records))
+        }
+        LeaseKind::Permit | LeaseKind::Lock => {
+            let keys = store.keys.semaphore_keys(key.as_str())?;
+            Ok((keys.holders, keys.permits))
+        }
+    }
+}
+
 /// Where a permit's release is announced: the channel of the lock on the same user key, so
 /// that the release watch hears it as it hears a lock's (with the user key).
 fn release_channel(store: &Store, key: &Key) -> Result<String> {
@@ -103,16 +134,16 @@ fn release_channel(store: &Store, key: &Key) -> Result<String> {
     ))
 }
 
-/// Gives back a permit: one script.
+/// Gives back a permit or a shared hold: one script.
 pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
     let key = lease.permit_key()?;
-    let keys = store.keys.semaphore_keys(key.as_str())?;
+    let (holders, records) = holder_set(store, key, lease.kind)?;
     let channel = release_channel(store, key)?;
     let mut reply = store.run(|conn| {
         SCRIPTS
             .semaphore_release
-            .key(&keys.holders)
-            .key(&keys.permits)
+            .key(&holders)
+            .key(&records)
             .arg(lease.lock_id.as_str())
             .arg(TIME_TOLERANCE_MS)
             .arg(&channel)
@@ -124,14 +155,14 @@ pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>>
         .map_err(|e| e.with_key(key.as_str()))
 }
 
-/// The extend script's invocation for one permit.
+/// The extend script's invocation for one permit or shared hold.
 fn extension_of(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<ScriptInvocation<'static>> {
     let key = lease.permit_key()?;
-    let keys = store.keys.semaphore_keys(key.as_str())?;
+    let (holders, records) = holder_set(store, key, lease.kind)?;
     let mut invocation = SCRIPTS.semaphore_extend.prepare_invoke();
     invocation
-        .key(keys.holders)
-        .key(keys.permits)
+        .key(holders)
+        .key(records)
         .arg(lease.lock_id.as_str())
         .arg(TIME_TOLERANCE_MS)
         .arg(ttl.as_millis())
@@ -140,7 +171,7 @@ fn extension_of(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<ScriptIn
     Ok(invocation)
 }
 
-/// Renews a permit: one script.
+/// Renews a permit or a shared hold: one script.
 pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
     let invocation = extension_of(store, lease, ttl)?;
     let value = store
@@ -149,7 +180,7 @@ pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Out
     store.extension(value, lease.lock_id)
 }
 
-/// Renews several permits in one pipeline (on a Cluster, one per node, all at once): one
+/// Renews several permits or shared holds in one pipeline (on a Cluster, one per node, all at once): one
 /// answer per lease, in order. A lease that cannot even be asked about (no key) gets its own
 /// error; the others their own script's answer.
 pub(super) fn extend_all(
@@ -190,14 +221,15 @@ pub(super) fn extend_all(
     answers
 }
 
-/// The live permits of the semaphore on `key`, in fence order: one read-only script.
-pub(super) fn find(store: &Store, key: &Key) -> Result<Vec<LockRecord>> {
-    let keys = store.keys.semaphore_keys(key.as_str())?;
+/// The live permits of the semaphore on `key` (`kind` [`LeaseKind::Permit`]) or the live
+/// shared holders of its lock ([`LeaseKind::Shared`]), in fence order: one read-only script.
+pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<LockRecord>> {
+    let (holders, records) = holder_set(store, key, kind)?;
     let mut reply = store.run(|conn| {
         SCRIPTS
             .semaphore_holders
-            .key(&keys.holders)
-            .key(&keys.permits)
+            .key(&holders)
+            .key(&records)
             .arg(TIME_TOLERANCE_MS)
             .invoke(conn)
     })?;

@@ -36,6 +36,7 @@ pub mod line;
 pub mod observed;
 pub mod recorder;
 pub mod semaphore;
+pub mod shared;
 pub mod support;
 
 /// Expands to a module `backend_contract` with one `#[test]` per contract function above, each
@@ -69,6 +70,18 @@ macro_rules! guard_contract {
 macro_rules! line_contract {
     ($factory:expr) => {
         $crate::__contract_tests!(line: $factory);
+    };
+}
+
+/// Expands to a module `shared_contract` with one `#[test]` per [`shared`] contract (a key's
+/// lock in shared and exclusive modes), each on a fresh backend from `$factory`: for a backend
+/// with a shared mode ([`Driver::try_acquire_shared`](crate::driver::Driver::try_acquire_shared))
+/// and a line. As with `backend_contract!`, the factory is evaluated in the invoking module
+/// (through `shared_contract_factory`); invoke it at most once per module.
+#[macro_export]
+macro_rules! shared_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(shared: $factory);
     };
 }
 
@@ -181,6 +194,20 @@ macro_rules! __contract_tests {
             permits_are_observed,
         );
     };
+    (shared: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests shared, shared_contract, shared_contract_factory, $factory, by_value;
+            readers_share_and_exclude_a_writer,
+            fences_order_every_grant_of_the_key,
+            a_waiting_writer_is_not_starved_by_later_readers,
+            readers_at_the_head_are_granted_together,
+            a_dead_waiting_writer_holds_readers_up_until_its_place_lapses,
+            one_readers_end_leaves_the_others,
+            a_thousand_readers_share_a_key,
+            shared_holds_are_listed,
+            shared_input_is_checked_before_any_io,
+        );
+    };
     (line: $factory:expr) => {
         $crate::__contract_tests!(
             @tests line, line_contract, line_contract_factory, $factory, by_value;
@@ -270,7 +297,7 @@ mod tests {
     /// the `backend` and `guard` suites must be listed, and nothing else.
     #[test]
     fn the_macros_run_every_contract() {
-        for suite in ["backend", "guard", "semaphore", "line"] {
+        for suite in ["backend", "guard", "semaphore", "line", "shared"] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(
                 public.len() > 5,

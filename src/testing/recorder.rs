@@ -172,6 +172,30 @@ impl<B: Driver> Driver for Recorder<B> {
         })
     }
 
+    fn try_acquire_shared(
+        &self,
+        key: &Key,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisition> {
+        self.acquisition(key, || {
+            self.inner.try_acquire_shared(key, ttl, holder, line)
+        })
+    }
+
+    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
+        self.inner.find_shared(key)
+    }
+
+    fn list_shared_records(
+        &self,
+        prefix: &KeyPrefix,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.inner.list_shared_records(prefix, limit)
+    }
+
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
         self.inner.leave_line(key, kind, place)
     }

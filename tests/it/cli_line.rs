@@ -13,63 +13,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use crate::cli::{Scratch, read, syncguard, wait_for};
+use crate::cli::{Scratch, read, wait_for};
+use crate::cli_store::Store;
 use crate::support;
 
 /// Waiters that run their job (the seventh, killed in line, never does).
 const WAITERS: usize = 6;
 /// The live waiter the dead one is started after.
 const DEAD_AFTER: usize = 2;
-
-/// A store for the command: its URL and the environment it needs.
-struct Store {
-    url: String,
-    env: Vec<(&'static str, String)>,
-}
-
-impl Store {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = syncguard(&[&["--url", &self.url], args].concat());
-        for (name, value) in &self.env {
-            command.env(name, value);
-        }
-        command
-    }
-
-    /// Runs the command to its end: its exit code and stdout.
-    fn output(&self, args: &[&str]) -> (i32, String) {
-        let output = self
-            .command(args)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run syncguard");
-        (
-            output.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-        )
-    }
-
-    /// The pids in the holder texts of the key's `"waiters"`, in line order.
-    fn waiting_pids(&self, key: &str) -> Vec<u32> {
-        let (_, out) = self.output(&["status", "--key", key]);
-        let status: Json = serde_json::from_str(out.trim()).unwrap_or(Json::Null);
-        status["waiters"]
-            .as_array()
-            .map(|waiters| {
-                waiters
-                    .iter()
-                    .filter_map(|waiter| waiter["holder"].as_str().and_then(holder_pid))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// `HOST:PID PROGRAM` → PID.
-fn holder_pid(holder: &str) -> Option<u32> {
-    let (_, rest) = holder.rsplit_once(':')?;
-    rest.split(' ').next()?.parse().ok()
-}
 
 /// A started waiter, killed if the test ends before it did (a failed assertion must not leave
 /// commands behind that outlive the servers).
@@ -183,46 +134,4 @@ fn waiters_run_in_arrival_order(store: &Store) {
     assert!(store.waiting_pids(&key).is_empty(), "nobody left in line");
 }
 
-#[test]
-fn on_redis() {
-    waiters_run_in_arrival_order(&Store {
-        url: support::shared_redis().url(),
-        env: Vec::new(),
-    });
-}
-
-#[test]
-fn on_a_redis_cluster() {
-    waiters_run_in_arrival_order(&Store {
-        url: support::shared_cluster().url(),
-        env: Vec::new(),
-    });
-}
-
-#[test]
-fn on_postgres() {
-    waiters_run_in_arrival_order(&Store {
-        url: support::shared_postgres_with_tables().url(),
-        env: Vec::new(),
-    });
-}
-
-#[test]
-fn through_pgbouncer() {
-    support::shared_postgres_with_tables();
-    waiters_run_in_arrival_order(&Store {
-        url: support::shared_pgbouncer().url(),
-        env: Vec::new(),
-    });
-}
-
-#[test]
-fn on_firestore() {
-    waiters_run_in_arrival_order(&Store {
-        url: format!("firestore://{}", support::FIRESTORE_PROJECT),
-        env: vec![(
-            "FIRESTORE_EMULATOR_HOST",
-            support::shared_firestore().host().to_owned(),
-        )],
-    });
-}
+on_every_store!(waiters_run_in_arrival_order);

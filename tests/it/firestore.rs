@@ -26,6 +26,7 @@ syncguard::backend_contract!(shared_firestore_backend);
 syncguard::guard_contract!(shared_firestore_backend);
 syncguard::semaphore_contract!(shared_firestore_backend);
 syncguard::line_contract!(shared_firestore_backend);
+syncguard::shared_contract!(shared_firestore_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Documents
@@ -554,6 +555,136 @@ fn the_line_is_stored_with_the_fence_counter_and_costs_nothing_uncontended() {
     assert_eq!(
         counter().unwrap()["fields"]["lineTicket"],
         json!({ "integerValue": "2" })
+    );
+    assert!(backend.release(&granted.lock_id).unwrap());
+}
+
+/// Issue 34: readers live in the fence counter document, which the exclusive acquisition reads
+/// anyway: a shared acquire is two requests, an exclusive single attempt beside readers one
+/// (refused), a reader's place in line carries its mode, and the last reader's release leaves
+/// the counter document as the TypeScript SyncGuard writes it.
+#[test]
+fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
+    let backend = shared_firestore_backend();
+    let key = unique("readers-cost");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let sent = |op: &mut dyn FnMut() -> Acquisition| {
+        let before = backend.stats().requests;
+        let answer = op();
+        (answer, backend.stats().requests - before)
+    };
+    let counter = || raw_document("fence_counters", &backend.fence_document_id(&key).unwrap());
+    let holder = Holder::new("reader one").unwrap();
+    let (first, requests) = sent(&mut || {
+        backend
+            .try_acquire_shared(&checked, ttl, Some(&holder), Line::Keep)
+            .unwrap()
+    });
+    assert_eq!(requests, 2, "an uncontended shared acquire");
+    let Acquisition::Acquired { lease: first, .. } = first else {
+        panic!("a fresh key takes a reader");
+    };
+    assert_eq!(first.fence.value(), 1);
+    let fields = counter().unwrap()["fields"].clone();
+    assert_eq!(fields["fence"], json!({ "stringValue": "000000000000001" }));
+    let stored: Value =
+        serde_json::from_str(fields["readers"]["stringValue"].as_str().unwrap()).unwrap();
+    assert_eq!(stored[0]["lockId"], json!(first.lock_id.as_str()));
+    assert_eq!(stored[0]["fence"], json!("000000000000001"));
+    assert_eq!(stored[0]["holder"], json!("reader one"));
+
+    let (refused, requests) = sent(&mut || {
+        backend
+            .try_acquire(&checked, ttl, None, Line::Keep)
+            .unwrap()
+    });
+    assert_eq!(refused, Acquisition::Locked, "a writer beside a reader");
+    assert_eq!(requests, 1, "refused on the read it makes anyway");
+    let (refused, _) = sent(&mut || {
+        backend
+            .try_acquire(&checked, ttl, None, Line::Ignore)
+            .unwrap()
+    });
+    assert_eq!(
+        refused,
+        Acquisition::Locked,
+        "even paying no heed to the line"
+    );
+
+    let (second, requests) = sent(&mut || {
+        backend
+            .try_acquire_shared(&checked, ttl, None, Line::Keep)
+            .unwrap()
+    });
+    assert_eq!(requests, 2, "a second reader");
+    let Acquisition::Acquired { lease: second, .. } = second else {
+        panic!("readers share");
+    };
+    assert_eq!(second.fence.value(), 2);
+    let readers = backend.find_shared(&checked).unwrap();
+    let fences: Vec<u64> = readers.iter().map(|r| r.fence.value()).collect();
+    assert_eq!(fences, [1, 2]);
+
+    // A waiting writer, then a waiting reader behind it: both places keep their mode.
+    let (writer, reader) = (LockId::generate(), LockId::generate());
+    let (refused, _) = sent(&mut || {
+        backend
+            .try_acquire(&checked, ttl, None, Line::Wait(&writer))
+            .unwrap()
+    });
+    assert_eq!(refused, Acquisition::Locked);
+    let (refused, _) = sent(&mut || {
+        backend
+            .try_acquire_shared(&checked, ttl, None, Line::Wait(&reader))
+            .unwrap()
+    });
+    assert_eq!(
+        refused,
+        Acquisition::Locked,
+        "a reader behind a waiting writer"
+    );
+    let line = backend.find_line(&checked, LeaseKind::Shared).unwrap();
+    let modes: Vec<bool> = line.iter().map(|place| place.shared).collect();
+    assert_eq!(modes, [false, true]);
+    assert_eq!(
+        backend.find_shared(&checked).unwrap().len(),
+        2,
+        "the place writes kept the readers"
+    );
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &writer)
+        .unwrap();
+    backend
+        .leave_line(&checked, LeaseKind::Shared, &reader)
+        .unwrap();
+    assert_eq!(
+        backend.find_shared(&checked).unwrap().len(),
+        2,
+        "leaving kept the readers"
+    );
+
+    for lease in [&first, &second] {
+        let before = backend.stats().requests;
+        assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+        assert_eq!(backend.stats().requests - before, 2, "a reader's release");
+    }
+    assert!(
+        counter().unwrap()["fields"].get("readers").is_none(),
+        "no reader left, no field"
+    );
+    let (granted, requests) = sent(&mut || {
+        backend
+            .try_acquire(&checked, ttl, None, Line::Keep)
+            .unwrap()
+    });
+    assert_eq!(requests, 2);
+    let Acquisition::Acquired { lease: granted, .. } = granted else {
+        panic!("the readers left: the writer gets in");
+    };
+    assert_eq!(
+        granted.fence.value(),
+        3,
+        "one fence sequence for both modes"
     );
     assert!(backend.release(&granted.lock_id).unwrap());
 }

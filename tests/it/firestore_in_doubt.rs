@@ -244,3 +244,48 @@ fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     }
     true
 }
+
+/// Issue 34: a shared acquisition whose commit went through but whose answer was lost reads
+/// again with the same lock id and answers the hold it finds: one reader, not two, and not in
+/// doubt.
+#[test]
+fn a_shared_acquisition_whose_answer_is_lost_answers_its_own_hold() {
+    let faulty = FaultyFirestore::start();
+    let backend = faulty.builder().build().unwrap();
+    let key = unique("shared-answer-lost");
+    faulty.inject("commit", 1, Injected::LoseAnswer);
+    let lease = match backend.acquire_shared(&key, TTL) {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("expected the hold the lost commit took, got {other:?}"),
+    };
+    assert_eq!(faulty.pending(), 0);
+    assert_eq!(
+        faulty.count("commit"),
+        1,
+        "the one commit, whose answer was lost"
+    );
+    let readers = shared_firestore_backend()
+        .find_shared(&Key::new(&key).unwrap())
+        .unwrap();
+    assert_eq!(readers.len(), 1, "{readers:?}");
+    assert_eq!(readers[0].lock_id, lease.lock_id);
+    assert_eq!(readers[0].fence, lease.fence);
+    assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+}
+
+/// Issue 34: a shared release whose commit went through but whose answer was lost finds its
+/// reader gone while it would still be live, which only its own commit does: released.
+#[test]
+fn a_shared_release_whose_answer_is_lost_answers_removed() {
+    let faulty = FaultyFirestore::start();
+    let backend = faulty.builder().build().unwrap();
+    let key = unique("shared-release-lost");
+    let lease = match backend.acquire_shared(&key, TTL) {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("a fresh key takes a reader, got {other:?}"),
+    };
+    faulty.inject("commit", 1, Injected::LoseAnswer);
+    assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+    assert_eq!(faulty.pending(), 0);
+    assert!(backend.readers(&key).unwrap().is_empty());
+}

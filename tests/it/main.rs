@@ -29,6 +29,42 @@ macro_rules! on_redis_and_postgres {
     )*};
 }
 
+/// One `#[test]` per store of [`cli_store::Store`] for each check `fn(&Store)`: Redis, a Redis
+/// Cluster, PostgreSQL, PgBouncer and the Firestore emulator.
+#[cfg(feature = "cli")]
+macro_rules! on_every_store {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            use crate::cli_store::Store;
+
+            #[test]
+            fn on_redis() {
+                super::$check(&Store::redis());
+            }
+
+            #[test]
+            fn on_a_redis_cluster() {
+                super::$check(&Store::redis_cluster());
+            }
+
+            #[test]
+            fn on_postgres() {
+                super::$check(&Store::postgres());
+            }
+
+            #[test]
+            fn through_pgbouncer() {
+                super::$check(&Store::pgbouncer());
+            }
+
+            #[test]
+            fn on_firestore() {
+                super::$check(&Store::firestore());
+            }
+        }
+    )*};
+}
+
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod chaos;
 // `cli` brings every backend.
@@ -40,6 +76,10 @@ mod cli_input;
 mod cli_line;
 #[cfg(feature = "cli")]
 mod cli_metrics;
+#[cfg(feature = "cli")]
+mod cli_shared;
+#[cfg(feature = "cli")]
+mod cli_store;
 #[cfg(feature = "cli")]
 mod cli_verbose;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
@@ -81,6 +121,8 @@ mod postgres_legacy;
 mod postgres_line;
 #[cfg(feature = "postgres")]
 mod postgres_semaphores;
+#[cfg(feature = "postgres")]
+mod postgres_shared;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
@@ -104,7 +146,12 @@ mod redis_semaphores;
 #[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "redis")]
+mod redis_shared;
+#[cfg(feature = "redis")]
 mod redis_stalls;
+// One test per backend, each under its own feature.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod rw_stress;
 // One test per backend, each under its own feature.
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod semaphore_stress;

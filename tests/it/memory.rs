@@ -15,6 +15,7 @@ syncguard::backend_contract!(syncguard::MemoryBackend::new);
 syncguard::guard_contract!(syncguard::MemoryBackend::new);
 syncguard::semaphore_contract!(syncguard::MemoryBackend::new);
 syncguard::line_contract!(syncguard::MemoryBackend::new);
+syncguard::shared_contract!(syncguard::MemoryBackend::new);
 
 /// The same backend contract through `Box<dyn LockBackend>`, proving the forwarding impl.
 mod boxed {

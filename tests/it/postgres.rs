@@ -22,6 +22,7 @@ syncguard::backend_contract!(shared_postgres_backend);
 syncguard::guard_contract!(shared_postgres_backend);
 syncguard::semaphore_contract!(shared_postgres_backend);
 syncguard::line_contract!(shared_postgres_backend);
+syncguard::shared_contract!(shared_postgres_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Schema and storage format
@@ -1052,7 +1053,7 @@ fn operations_go_through_the_server_functions() {
     let mut client = shared_postgres().client();
     client
         .batch_execute(&format!(
-            "CREATE OR REPLACE FUNCTION {locks}_by_key_v3(text, bigint) RETURNS TABLE (key text, \
+            "CREATE OR REPLACE FUNCTION {locks}_by_key_v4(text, bigint) RETURNS TABLE (key text, \
              lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
              text, holder text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', \
              4102444800000::bigint, 0::bigint, '000000000000042', 'impostor', 'an impostor' $$"
@@ -1086,11 +1087,11 @@ fn without_the_server_functions_the_statements_go_inline() {
     let count: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_proc WHERE proname LIKE $1",
-            &[&format!("{locks}\\_%\\_v3")],
+            &[&format!("{locks}\\_%\\_v4")],
         )
         .unwrap()
         .get(0);
-    assert_eq!(count, 16);
+    assert_eq!(count, 21);
 }
 
 #[test]
@@ -1271,6 +1272,7 @@ fn names_that_contain_one_another_get_their_own_tables() {
             tables.semaphore_table(),
             tables.permit_table(),
             tables.line_table(),
+            tables.shared_table(),
         ];
         expected.sort();
         assert_eq!(made, expected);

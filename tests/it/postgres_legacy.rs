@@ -27,6 +27,9 @@ enum Made {
     BeforeHolders,
     /// An earlier syncguard: holders and listing, no semaphore tables or functions.
     BeforeSemaphores,
+    /// An earlier syncguard (issue 33): semaphores and the line, functions `_v3`, no shared
+    /// table and no `shared` column in the line.
+    BeforeShared,
 }
 
 /// Tables of their own, made as `made` says, and a backend on them.
@@ -56,6 +59,9 @@ fn tables_made(made: Made) -> (PostgresBackend, TableNames) {
                 "postgres_legacy/before_semaphores.sql"
             )))
             .expect("apply the earlier schema"),
+        Made::BeforeShared => client
+            .batch_execute(&earlier(include_str!("postgres_legacy/before_shared.sql")))
+            .expect("apply the earlier schema"),
     }
     let backend = patient_postgres(&shared_postgres().url())
         .table_name(locks)
@@ -68,10 +74,67 @@ fn tables_made(made: Made) -> (PostgresBackend, TableNames) {
 /// The refusal of a semaphore call on tables without this version's semaphore functions.
 #[track_caller]
 fn assert_says_run_setup(error: LockError) {
+    assert_refused_naming(error, "semaphores");
+}
+
+/// The refusal of a call of `feature` on tables without this version's functions for it.
+#[track_caller]
+fn assert_refused_naming(error: LockError, feature: &str) {
     assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
-    for part in ["`syncguard setup`", "setup_schema", "semaphores"] {
+    for part in ["`syncguard setup`", "setup_schema", feature] {
         assert!(error.message().contains(part), "{part}: {error}");
     }
+}
+
+/// Shared holds (issue 34) need this version's functions: on tables without them every shared
+/// call is refused with `InvalidArgument` naming `syncguard setup`, as semaphore calls are,
+/// and the exclusive lock keeps working; setup brings shared holds, which then keep the
+/// exclusive lock out.
+fn shared_holds_are_refused_until_setup(made: Made) {
+    let (backend, tables) = tables_made(made);
+    let key = unique("legacy-shared");
+    let held = lease_held_by(&backend, &key, "nightly job");
+    let ((), _) = capture(|| {
+        assert_refused_naming(backend.acquire_shared(&key, TTL).unwrap_err(), "shared");
+        assert_refused_naming(backend.readers(&key).unwrap_err(), "shared");
+        assert_refused_naming(backend.list_shared(&key, 10).unwrap_err(), "shared");
+        assert_refused_naming(
+            backend.release_shared(&key, &held.lock_id).unwrap_err(),
+            "shared",
+        );
+        assert_refused_naming(
+            backend.extend_shared(&key, &held.lock_id, TTL).unwrap_err(),
+            "shared",
+        );
+    });
+    // The refusals switched nothing: the exclusive lock goes on as before.
+    assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
+    assert!(backend.release(&held.lock_id).unwrap());
+    let again = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&again.lock_id).unwrap());
+
+    backend.setup_schema().unwrap();
+    let reader = lease(backend.acquire_shared(&key, TTL));
+    assert_eq!(backend.readers(&key).unwrap().len(), 1);
+    assert_eq!(
+        backend.acquire(&key, TTL).unwrap(),
+        syncguard::AcquireOutcome::Locked,
+        "a reader keeps the writer out"
+    );
+    assert!(backend.release_shared(&key, &reader.lock_id).unwrap());
+    let writer = lease(backend.acquire(&key, TTL));
+    assert!(backend.release(&writer.lock_id).unwrap());
+    drop_tables(&tables);
+}
+
+#[test]
+fn on_tables_the_typescript_library_made_shared_holds_are_refused_until_setup() {
+    shared_holds_are_refused_until_setup(Made::ByTypeScript);
+}
+
+#[test]
+fn on_tables_set_up_before_shared_holds_they_are_refused_until_setup() {
+    shared_holds_are_refused_until_setup(Made::BeforeShared);
 }
 
 /// Lookups, `is_locked`, `list` and the lock cycle work; semaphore calls say to run setup;
@@ -204,6 +267,11 @@ fn on_tables_set_up_before_semaphores_waiters_barge_and_setup_adds_the_line() {
     without_the_line_waiters_barge_and_setup_adds_it(Made::BeforeSemaphores);
 }
 
+#[test]
+fn on_tables_set_up_before_shared_holds_reads_work_and_setup_brings_the_rest() {
+    reads_work_and_setup_brings_the_rest(Made::BeforeShared);
+}
+
 /// `pg_proc.prosrc` of the function `signature`.
 fn source_of(signature: &str) -> String {
     shared_postgres()
@@ -223,12 +291,12 @@ fn setup_puts_back_a_function_replaced_behind_its_back() {
     let (backend, locks) = backend_on_fresh_tables(&shared_postgres().url());
     let key = unique("replaced");
     let held = lease_held_by(&backend, &key, "the real holder");
-    let by_key = format!("{locks}_by_key_v3(text, bigint)");
+    let by_key = format!("{locks}_by_key_v4(text, bigint)");
     let original = source_of(&by_key);
     shared_postgres()
         .client()
         .batch_execute(&format!(
-            "CREATE OR REPLACE FUNCTION {locks}_by_key_v3(text, bigint) RETURNS TABLE (key text, \
+            "CREATE OR REPLACE FUNCTION {locks}_by_key_v4(text, bigint) RETURNS TABLE (key text, \
              lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
              text, holder text) LANGUAGE plpgsql AS $$ BEGIN RETURN QUERY SELECT $1, \
              'IMPOSTORIMPOSTORIMPOST'::text, 4102444800000::bigint, 0::bigint, \
@@ -331,13 +399,13 @@ mod binary {
         let tables = TableNames::new(&locks, &locks.replace("t_locks_", "t_fences_")).unwrap();
         let url = url_of(&tables);
         let acquire = format!(
-            "{locks}_acquire_v3(text, text, bigint, text, text, bigint, bigint, text, text, text)"
+            "{locks}_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text)"
         );
         let original = source_of(&acquire);
         shared_postgres()
             .client()
             .batch_execute(&format!(
-                "CREATE OR REPLACE FUNCTION {locks}_acquire_v3(text, text, bigint, text, text, \
+                "CREATE OR REPLACE FUNCTION {locks}_acquire_v4(text, text, bigint, text, text, \
                  bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, \
                  OUT bad_counter bigint, OUT malformed boolean) \
                  LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$"

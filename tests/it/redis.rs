@@ -22,6 +22,7 @@ syncguard::backend_contract!(shared_redis_backend);
 syncguard::guard_contract!(shared_redis_backend);
 syncguard::semaphore_contract!(shared_redis_backend);
 syncguard::line_contract!(shared_redis_backend);
+syncguard::shared_contract!(shared_redis_backend);
 
 // ---------------------------------------------------------------------------------------------
 // Storage format (shared with the TypeScript SyncGuard)
@@ -695,6 +696,7 @@ mod cluster_layout_on_one_server {
     syncguard::guard_contract!(backend);
     syncguard::semaphore_contract!(backend);
     syncguard::line_contract!(backend);
+    syncguard::shared_contract!(backend);
 
     #[test]
     fn the_index_entry_follows_the_record() {

@@ -22,6 +22,7 @@ syncguard::backend_contract!(cluster_backend);
 syncguard::guard_contract!(cluster_backend);
 syncguard::semaphore_contract!(cluster_backend);
 syncguard::line_contract!(cluster_backend);
+syncguard::shared_contract!(cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -74,7 +74,7 @@ impl<T: Send + 'static> AnswerLost<T> {
     }
 }
 
-/// The permit records stored in `permits_key`, by lock id.
+/// The records (permits, or shared holders) stored in the hash `permits_key`, by lock id.
 fn permits(conn: &mut redis::Connection, permits_key: &str) -> HashMap<String, serde_json::Value> {
     let raw: HashMap<String, String> = conn.hgetall(permits_key).unwrap();
     raw.into_iter()
@@ -109,6 +109,37 @@ fn a_repeated_permit_acquisition_answers_the_first_permit() {
     let counter: i64 = conn.get(&keys.fence).unwrap();
     assert_eq!(counter, 1, "the repeat took no fence of its own");
     assert!(backend.release_permit(&key, &repeated.lock_id).unwrap());
+}
+
+/// The answer to a shared acquisition is lost and the acquisition repeated (issue 34): the
+/// repeat answers the shared hold the first attempt took (same lock id, same fence), not a
+/// second reader with a fence of its own.
+#[test]
+fn a_repeated_shared_acquisition_answers_the_first_hold() {
+    let proxy = FaultProxy::start(([127, 0, 0, 1], shared_redis().port).into());
+    let backend = through(&proxy, "");
+    let key = unique("shared-repeat");
+    // Taken through the proxy before any fault: the shared acquire script is then loaded.
+    let warm = lease(backend.acquire_shared(&key, TTL));
+    assert!(backend.release_shared(&key, &warm.lock_id).unwrap());
+    let keys = backend.shared_keys(&key).unwrap();
+    let acquire = {
+        let (backend, key) = (Arc::clone(&backend), key.clone());
+        move || backend.acquire_shared(&key, TTL)
+    };
+    let repeated = lease(AnswerLost::start(&proxy, acquire).repeat(&proxy));
+
+    let mut conn = shared_redis().connection();
+    let stored = permits(&mut conn, &keys.records);
+    assert_eq!(stored.len(), 1, "one reader, not two: {stored:?}");
+    let record = stored
+        .get(&repeated.lock_id)
+        .expect("the hold answered is the one stored");
+    assert_eq!(record["fence"], repeated.fence.to_string());
+    assert_eq!(repeated.fence.value(), 2, "the warm-up took fence 1");
+    let counter: i64 = conn.get(backend.fence_key(&key).unwrap()).unwrap();
+    assert_eq!(counter, 2, "the repeat took no fence of its own");
+    assert!(backend.release_shared(&key, &repeated.lock_id).unwrap());
 }
 
 /// The answer to a waiter's attempt on a held lock is lost and the attempt repeated (issue 33):

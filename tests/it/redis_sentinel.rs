@@ -20,6 +20,7 @@ syncguard::backend_contract!(sentinel_backend);
 syncguard::guard_contract!(sentinel_backend);
 syncguard::semaphore_contract!(sentinel_backend);
 syncguard::line_contract!(sentinel_backend);
+syncguard::shared_contract!(sentinel_backend);
 
 /// The cluster layout on a Sentinel deployment (what a deployment on its way to a Cluster
 /// runs), through the contract suite too.

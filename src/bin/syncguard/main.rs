@@ -12,6 +12,7 @@
 
 mod duration;
 mod group;
+mod hold;
 mod holder;
 mod input;
 mod metrics_file;
@@ -28,11 +29,12 @@ use serde_json::{Value, json};
 use syncguard::driver::{Holder, MAX_PERMITS};
 use syncguard::{
     Backoff, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
-    LockGuard, LockList, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
+    LockList, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
     get_by_key_raw,
 };
 
 use crate::duration::parse_duration;
+use crate::hold::Hold;
 
 /// The text of [`EXIT_CODES`], as a macro so that `concat!` can put it into the help.
 macro_rules! exit_codes {
@@ -221,8 +223,11 @@ enum Command {
         #[arg(long)]
         raw: bool,
         /// List the held permits of semaphores (acquire/run --permits) instead of locks.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "shared")]
         permits: bool,
+        /// List the shared holders of locks (acquire/run --shared) instead of exclusive locks.
+        #[arg(long)]
+        shared: bool,
     },
     /// Run a command while holding the lock (a distributed flock(1)), or with --permits N one
     /// of the N permits of the key's semaphore; release once every process it started has
@@ -267,8 +272,9 @@ With --key, the holders of the key's semaphore (taken with acquire/run --permits
 any, are added as \"permits\": an array of the objects status prints for a lock, in fence
 order (lock ids hashed unless --raw). A key whose lock is free but whose semaphore is held
 prints {\"permits\":[…]} alone (exit 0); a key with neither prints null (exit 1).
+The lock's shared holders (acquire/run --shared) are added as \"readers\", in fence order.
 Waiters in line for the lock are added as \"waiters\" (for the semaphore: \"permitWaiters\"),
-in the order they will be served: [{\"placeHash\",\"expiresAtMs\",\"holder\"}, …]. Where the
+in the order they will be served: [{\"placeHash\",\"expiresAtMs\",\"holder\",\"shared\"}, …]. Where the
 store keeps no semaphores (PostgreSQL tables without this version's setup), the lock is shown
 alone. --lock-id finds locks only.";
 
@@ -311,6 +317,14 @@ struct LockArgs {
     /// apart from the key's lock.
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<u32>,
+    /// Hold the key shared (flock -s): any number of shared holders at once, and none beside
+    /// the exclusive lock (a plain run/acquire); waits in the key's line behind a waiting
+    /// exclusive holder. Not seen by TypeScript SyncGuard clients.
+    #[arg(short = 's', long, conflicts_with_all = ["permits", "exclusive"])]
+    shared: bool,
+    /// Hold the key exclusively (flock -x): the default, accepted for flock's scripts.
+    #[arg(short = 'x', long, conflicts_with = "permits")]
+    exclusive: bool,
     /// Print nothing when the lock stays held (flock(1)'s habit), so that cron mails nothing
     /// for a skip: acquire prints no {"ok":false} line (exit 1 says it), run no note on stderr
     /// (its exit code, 75 or -E N, says it), nor, with --min-hold, the note that the hold was
@@ -320,16 +334,55 @@ struct LockArgs {
     quiet: bool,
 }
 
-/// `release` and `extend`: the lock id is a semaphore permit's, of the semaphore on `--key`
-/// (a permit is found by its key and lock id; a lock by its lock id alone).
+/// `release` and `extend`: the lock id is a semaphore permit's or a shared hold's, of `--key`
+/// (both are found by their key and lock id; a lock by its lock id alone).
 #[derive(clap::Args)]
 struct PermitOf {
     /// The lock id is a permit's (acquire --permits): of the semaphore on --key.
-    #[arg(long, requires = "key")]
+    #[arg(long, requires = "key", conflicts_with = "shared")]
     permit: bool,
-    /// The semaphore's key (with --permit).
-    #[arg(long, allow_hyphen_values = true, requires = "permit")]
+    /// The lock id is a shared hold's (acquire --shared): of the lock on --key.
+    #[arg(long, requires = "key")]
+    shared: bool,
+    /// The key (with --permit or --shared).
+    #[arg(long, allow_hyphen_values = true)]
     key: Option<String>,
+}
+
+impl PermitOf {
+    /// `--key` alone names nothing a lock id could be found under: bad usage (exit 2), checked
+    /// before any I/O, with the key's own check.
+    fn check(&self) -> syncguard::Result<()> {
+        if self.key.is_some() && !self.permit && !self.shared {
+            return Err(LockError::invalid_argument(
+                "--key names a permit's semaphore (--permit) or a shared hold's lock (--shared): give one",
+            ));
+        }
+        self.key.as_deref().map(input::key).transpose().map(drop)
+    }
+
+    /// Releases the lease `lock_id` names: `true` when this call removed it.
+    fn release(&self, backend: &dyn LockBackend, lock_id: &str) -> syncguard::Result<bool> {
+        match (self.key.as_deref(), self.shared) {
+            (Some(key), true) => backend.release_shared(key, lock_id),
+            (Some(key), false) => backend.release_permit(key, lock_id),
+            (None, _) => backend.release(lock_id),
+        }
+    }
+
+    /// Extends the lease `lock_id` names by `ttl`: its new expiry, if it was live.
+    fn extend(
+        &self,
+        backend: &dyn LockBackend,
+        lock_id: &str,
+        ttl: Duration,
+    ) -> syncguard::Result<Option<i64>> {
+        match (self.key.as_deref(), self.shared) {
+            (Some(key), true) => backend.extend_shared(key, lock_id, ttl),
+            (Some(key), false) => backend.extend_permit(key, lock_id, ttl),
+            (None, _) => backend.extend(lock_id, ttl),
+        }
+    }
 }
 
 /// `run`'s own flags, handed to the supervisor as they are.
@@ -506,12 +559,8 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         }
         Command::Release { lock_id, permit } => {
             input::lock_id(&lock_id)?;
-            permit.key.as_deref().map(input::key).transpose()?;
-            let backend = backend()?;
-            let released = match permit.key.as_deref() {
-                Some(key) => backend.release_permit(key, &lock_id)?,
-                None => backend.release(&lock_id)?,
-            };
+            permit.check()?;
+            let released = permit.release(backend()?.as_ref(), &lock_id)?;
             Ok(Outcome::Printed(
                 json!({ "ok": released }),
                 u8::from(!released),
@@ -524,12 +573,8 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         } => {
             input::lock_id(&lock_id)?;
             input::ttl(ttl)?;
-            permit.key.as_deref().map(input::key).transpose()?;
-            let backend = backend()?;
-            let extended = match permit.key.as_deref() {
-                Some(key) => backend.extend_permit(key, &lock_id, ttl)?,
-                None => backend.extend(&lock_id, ttl)?,
-            };
+            permit.check()?;
+            let extended = permit.extend(backend()?.as_ref(), &lock_id, ttl)?;
             Ok(match extended {
                 Some(expires_at_ms) => {
                     Outcome::Printed(json!({ "ok": true, "expiresAtMs": expires_at_ms }), 0)
@@ -547,9 +592,15 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             limit,
             raw,
             permits,
+            shared,
         } => {
             input::prefix(&prefix)?;
-            list(backend()?.as_ref(), &prefix, limit, raw, permits)
+            let listed = match (permits, shared) {
+                (true, _) => Listed::Permits,
+                (false, true) => Listed::Shared,
+                (false, false) => Listed::Locks,
+            };
+            list(backend()?.as_ref(), &prefix, limit, raw, listed)
         }
         Command::Run { lock, grace, flags } => {
             input::key(&lock.key)?;
@@ -572,8 +623,8 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             run::run(
                 backend,
                 run::RunArgs {
+                    hold: Hold::of(lock.shared, lock.permits),
                     key: lock.key,
-                    permits: lock.permits,
                     ttl: lock.ttl,
                     wait: lock.wait,
                     grace,
@@ -584,21 +635,6 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             )
         }
         Command::Setup => setup(&url),
-    }
-}
-
-/// Takes the lock on `key`, or with `--permits N` one of the N permits of its semaphore,
-/// waiting up to `wait`: the one place where `acquire` and `run` choose between the two, so
-/// that everything after (heartbeat, loss, min-hold, release) is the same [`LockGuard`]'s.
-pub fn take(
-    locker: &Locker<Box<dyn LockBackend>>,
-    key: &str,
-    permits: Option<u32>,
-    wait: Duration,
-) -> syncguard::Result<Option<LockGuard>> {
-    match permits {
-        None => locker.try_lock_for(key, wait),
-        Some(permits) => locker.semaphore(key, permits)?.try_acquire_for(wait),
     }
 }
 
@@ -620,7 +656,8 @@ fn acquire(
     options: LockOptions,
 ) -> syncguard::Result<Outcome> {
     let locker = Locker::with_defaults(backend, options);
-    let Some(guard) = take(&locker, &lock.key, lock.permits, lock.wait)? else {
+    let hold = Hold::of(lock.shared, lock.permits);
+    let Some(guard) = hold.take(&locker, &lock.key, lock.wait)? else {
         if lock.quiet {
             return Ok(Outcome::Exit(1));
         }
@@ -637,9 +674,14 @@ fn acquire(
         "fence": lease.fence,
         "expiresAtMs": lease.expires_at_ms,
     });
-    // A permit's lock id means nothing without its key and `--permit`: say which it is.
-    if let (Some(permits), Some(fields)) = (lock.permits, printed.as_object_mut()) {
-        fields.insert("permits".to_owned(), json!(permits));
+    // A permit's or a shared hold's lock id means nothing without its key and `--permit` or
+    // `--shared`: say which it is.
+    if let Some(fields) = printed.as_object_mut() {
+        match hold {
+            Hold::Permit(permits) => drop(fields.insert("permits".to_owned(), json!(permits))),
+            Hold::Shared => drop(fields.insert("shared".to_owned(), json!(true))),
+            Hold::Exclusive => {}
+        }
     }
     Ok(Outcome::Printed(printed, 0))
 }
@@ -686,28 +728,36 @@ fn status(
     lock_id: Option<&str>,
     raw: bool,
 ) -> syncguard::Result<Outcome> {
-    let (found, permits): (Option<Value>, Vec<Value>) = match (key, lock_id, raw) {
-        (Some(key), _, false) => (
-            get_by_key(backend, key)?.map(|info| json!(info)),
-            shown_unless_refused(backend.permit_holders(key))?,
-        ),
-        (Some(key), _, true) => (
-            get_by_key_raw(backend, key)?.map(|info| json!(info)),
-            shown_unless_refused(backend.permit_holders_raw(key))?,
-        ),
-        // A permit is found by its key: a lock id alone names locks only.
-        (None, Some(id), false) => (get_by_id(backend, id)?.map(|info| json!(info)), Vec::new()),
-        (None, Some(id), true) => (
-            get_by_id_raw(backend, id)?.map(|info| json!(info)),
-            Vec::new(),
-        ),
-        (None, None, _) => {
-            return Err(LockError::invalid_argument(
-                "status needs --key or --lock-id",
-            ));
-        }
-    };
-    let live = found.is_some() || !permits.is_empty();
+    let (found, permits, readers): (Option<Value>, Vec<Value>, Vec<Value>) =
+        match (key, lock_id, raw) {
+            (Some(key), _, false) => (
+                get_by_key(backend, key)?.map(|info| json!(info)),
+                shown_unless_refused(backend.permit_holders(key))?,
+                shown_unless_refused(backend.readers(key))?,
+            ),
+            (Some(key), _, true) => (
+                get_by_key_raw(backend, key)?.map(|info| json!(info)),
+                shown_unless_refused(backend.permit_holders_raw(key))?,
+                shown_unless_refused(backend.readers_raw(key))?,
+            ),
+            // Permits and shared holds are found by their key: a lock id alone names locks only.
+            (None, Some(id), false) => (
+                get_by_id(backend, id)?.map(|info| json!(info)),
+                Vec::new(),
+                Vec::new(),
+            ),
+            (None, Some(id), true) => (
+                get_by_id_raw(backend, id)?.map(|info| json!(info)),
+                Vec::new(),
+                Vec::new(),
+            ),
+            (None, None, _) => {
+                return Err(LockError::invalid_argument(
+                    "status needs --key or --lock-id",
+                ));
+            }
+        };
+    let live = found.is_some() || !permits.is_empty() || !readers.is_empty();
     let (waiters, permit_waiters) = match key {
         Some(key) => (
             shown_unless_refused(backend.line(key))?,
@@ -718,6 +768,7 @@ fn status(
     let shown = with_extras(
         found,
         [
+            ("readers", readers),
             ("permits", permits),
             ("waiters", waiters),
             ("permitWaiters", permit_waiters),
@@ -766,20 +817,34 @@ fn with_extras<const N: usize>(lock: Option<Value>, extras: [(&str, Vec<Value>);
 
 /// `list`: the locks (or the semaphores' permits), one JSON line each; a note on stderr when
 /// that is not all of them.
+/// What `list` lists.
+#[derive(Clone, Copy)]
+enum Listed {
+    Locks,
+    Permits,
+    Shared,
+}
+
 fn list(
     backend: &dyn LockBackend,
     prefix: &str,
     limit: usize,
     raw: bool,
-    permits: bool,
+    listed: Listed,
 ) -> syncguard::Result<Outcome> {
-    let (lines, coverage) = match (permits, raw) {
-        (false, true) => json_lines(backend.list_raw(prefix, limit)?),
-        (false, false) => json_lines(backend.list(prefix, limit)?),
-        (true, true) => json_lines(backend.list_permits_raw(prefix, limit)?),
-        (true, false) => json_lines(backend.list_permits(prefix, limit)?),
+    let (lines, coverage) = match (listed, raw) {
+        (Listed::Locks, true) => json_lines(backend.list_raw(prefix, limit)?),
+        (Listed::Locks, false) => json_lines(backend.list(prefix, limit)?),
+        (Listed::Permits, true) => json_lines(backend.list_permits_raw(prefix, limit)?),
+        (Listed::Permits, false) => json_lines(backend.list_permits(prefix, limit)?),
+        (Listed::Shared, true) => json_lines(backend.list_shared_raw(prefix, limit)?),
+        (Listed::Shared, false) => json_lines(backend.list_shared(prefix, limit)?),
     };
-    let what = if permits { "permits" } else { "locks" };
+    let what = match listed {
+        Listed::Locks => "locks",
+        Listed::Permits => "permits",
+        Listed::Shared => "shared holders",
+    };
     match coverage {
         Coverage::Complete => {}
         Coverage::LimitReached => eprintln!(

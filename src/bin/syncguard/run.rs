@@ -23,8 +23,9 @@ use syncguard::{
 };
 
 use crate::group::{Group, become_subreaper};
+use crate::hold::Hold;
 use crate::metrics_file::Figures;
-use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, take, waiting};
+use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -40,8 +41,8 @@ const GROUP_POLL: Duration = Duration::from_millis(20);
 /// What `run` was asked to do.
 pub struct RunArgs {
     pub key: String,
-    /// `--permits N`: hold one of the N permits of the key's semaphore instead of the lock.
-    pub permits: Option<u32>,
+    /// What to hold: the lock, a shared hold of it, or a permit.
+    pub hold: Hold,
     pub ttl: Duration,
     pub wait: Duration,
     /// `--grace`, or its default.
@@ -166,7 +167,7 @@ fn run_recording(
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     // The lock or a permit: from here on both are a LockGuard, supervised alike.
     let asked = Instant::now();
-    let acquired = take(&locker, &args.key, args.permits, args.wait);
+    let acquired = args.hold.take(&locker, &args.key, args.wait);
     figures.wait = asked.elapsed();
     figures.acquired = matches!(acquired, Ok(Some(_)));
     let early_signal = inbox.try_iter().find_map(|event| match event {
@@ -199,13 +200,7 @@ fn run_recording(
             if args.quiet {
                 return Ok(Outcome::Exit(args.flags.conflict_exit_code));
             }
-            let (held, is) = match args.permits {
-                None => (format!("the lock on {:?}", args.key), "is"),
-                Some(n) => (
-                    format!("all {n} permits of the semaphore on {:?}", args.key),
-                    "are",
-                ),
-            };
+            let (held, is) = args.hold.what_was_held(&args.key);
             if args.wait.is_zero() {
                 eprintln!("syncguard: {held} {is} held; not running the command");
             } else {

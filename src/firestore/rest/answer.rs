@@ -51,6 +51,11 @@ impl Document {
         integer_of(self.fields.get(name)?)
     }
 
+    /// Whether field `name` is present, whatever it holds.
+    pub fn has(&self, name: &str) -> bool {
+        self.fields.contains_key(name)
+    }
+
     /// Field `name` when it holds an `arrayValue`: its elements, typed values (an empty array
     /// travels without `values`).
     pub fn array(&self, name: &str) -> Option<&[Value]> {

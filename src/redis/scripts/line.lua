@@ -1,27 +1,46 @@
 -- The line of waiters (after the prelude), shared by the acquire scripts and the line's own.
 -- A line is three keys in the lock's hash slot: the order (a sorted set: place id -> ticket),
 -- the expiries (a sorted set: place id -> expiresAtMs of Redis TIME) and the places (a hash:
--- place id -> holder text, '' for none, and the field `ticket`: the last ticket issued). Every
+-- place id -> holder text, '' for none, the field `shared:<place id>` = '1' for a place that
+-- waits for a shared hold, and the field `ticket`: the last ticket issued). Every
 -- write gives all three a PEXPIRE a little longer than a place lives, so a line nobody renews
 -- disappears on its own.
 --
 -- THE RULE (src/line.rs): with `free` slots free, an acquisition is granted when more slots
 -- are free than live places are ahead of it: none for 'ignore', every live place for 'keep'
--- and for a waiter not (or no longer) in line, those with a smaller ticket for one in line.
+-- and for a waiter not (or no longer) in line, those with a smaller ticket for one in line. A
+-- shared one (a reader) is granted when a slot is free and no live place ahead of it waits for
+-- the exclusive lock (readers at the head of the line go together; a writer is not passed).
 -- Every expired place is pruned. A waiter granted leaves its place; one not granted takes a
 -- place at the back with the next ticket, or renews the one it has.
 
 local TICKET_FIELD = 'ticket'
+local SHARED_FIELD = 'shared:'
 
 -- An acquisition's line: its keys KEYS[k], KEYS[k + 1], KEYS[k + 2], and from ARGV[a] on
 -- its mode ('ignore', 'keep' or 'wait'), its place id ('' unless waiting), how long a place
--- lives and how long the keys outlive the last write (ms); `holder` is its holder text.
-local function line_of(k, a, holder)
+-- lives and how long the keys outlive the last write (ms); `holder` is its holder text and
+-- `shared` whether it asks for a shared hold.
+local function line_of(k, a, holder, shared)
   return {
     order = KEYS[k], expiry = KEYS[k + 1], places = KEYS[k + 2],
     mode = ARGV[a], place = ARGV[a + 1],
-    place_ttl = tonumber(ARGV[a + 2]), keep = ARGV[a + 3], holder = holder or ''
+    place_ttl = tonumber(ARGV[a + 2]), keep = ARGV[a + 3], holder = holder or '',
+    shared = shared or false
   }
+end
+
+-- Whether a live place that waits for the exclusive lock has a ticket below `below` (any
+-- ticket when nil); `dead` holds the expired places (as a set). Stops at the first one found.
+local function exclusive_ahead(line, below, dead)
+  local until_ticket = below and '(' .. ms_arg(below) or '+inf'
+  local ahead = redis.call('ZRANGEBYSCORE', line.order, '-inf', until_ticket)
+  for _, place in ipairs(ahead) do
+    if not dead[place] and redis.call('HGET', line.places, SHARED_FIELD .. place) ~= '1' then
+      return true
+    end
+  end
+  return false
 end
 
 -- {FOREIGN, key, why} when a key of the line holds another Redis type.
@@ -48,6 +67,12 @@ local function line_decide(line, free, now, tolerance)
       decision.mine = tonumber(redis.call('ZSCORE', line.order, line.place))
     end
   end
+  if line.shared then
+    local dead = {}
+    for _, place in ipairs(decision.dead) do dead[place] = true end
+    decision.granted = free > 0 and not exclusive_ahead(line, decision.mine, dead)
+    return decision
+  end
   local ahead
   if decision.mine then
     ahead = redis.call('ZCOUNT', line.order, '-inf', '(' .. ms_arg(decision.mine))
@@ -69,7 +94,12 @@ local function line_remove(line, places)
     local last = math.min(first + 499, #places)
     redis.call('ZREM', line.order, unpack(places, first, last))
     redis.call('ZREM', line.expiry, unpack(places, first, last))
-    redis.call('HDEL', line.places, unpack(places, first, last))
+    local fields = {}
+    for i = first, last do
+      fields[#fields + 1] = places[i]
+      fields[#fields + 1] = SHARED_FIELD .. places[i]
+    end
+    redis.call('HDEL', line.places, unpack(fields))
   end
 end
 
@@ -92,6 +122,7 @@ local function line_write(line, decision, now)
       end
       redis.call('ZADD', line.expiry, ms_arg(now + line.place_ttl), line.place)
       redis.call('HSET', line.places, line.place, line.holder)
+      if line.shared then redis.call('HSET', line.places, SHARED_FIELD .. line.place, '1') end
       wrote = true
     end
   end

@@ -1,6 +1,7 @@
 -- Reads only. KEYS: a line's order, expiry and places (line.lua)
 -- ARGV: tolerance ms
--- Reply: {OK, place id, ticket, expiresAtMs, holder ('' for none), ...} for each live place,
+-- Reply: {OK, place id, ticket, expiresAtMs, holder ('' for none), shared (1 or 0), ...} for
+-- each live place,
 -- in ticket order | {FOREIGN, key, why}
 local line = {order = KEYS[1], expiry = KEYS[2], places = KEYS[3]}
 local refusal = line_refusal(line)
@@ -16,6 +17,7 @@ for i = 1, #order, 2 do
     reply[#reply + 1] = tonumber(order[i + 1])
     reply[#reply + 1] = tonumber(expires)
     reply[#reply + 1] = redis.call('HGET', line.places, place) or ''
+    reply[#reply + 1] = redis.call('HGET', line.places, SHARED_FIELD .. place) == '1' and 1 or 0
   end
 end
 return reply

@@ -15,25 +15,11 @@ local now = now_ms()
 
 local mine, why = read_permit(holders_key, permits_key, lock_id)
 if mine == nil then return why end
-if mine and mine.expiresAtMs > now - tolerance then
-  -- This very acquisition, repeated after its reply was lost (the pool repeats a call once
-  -- on a dead connection): the same permit again, never a second one. The record is written
-  -- again, unchanged, so that a WAIT after this reply (min_replicas) counts replicas that have
-  -- everything the first attempt wrote: a connection that wrote nothing has nothing to wait for.
-  redis.call('HSET', permits_key, lock_id, redis.call('HGET', permits_key, lock_id))
-  return {OK, mine.fence, mine.expiresAtMs}
-end
+local again = repeated_grant(permits_key, lock_id, mine, now, tolerance)
+if again then return again end
 
 -- Reclaim: permits past their expiry and the tolerance no longer count.
-local expired_until = ms_arg(now - tolerance)
-local expired = redis.call('ZRANGEBYSCORE', holders_key, '-inf', expired_until)
-for first = 1, #expired, 500 do
-  redis.call('HDEL', permits_key, unpack(expired, first, math.min(first + 499, #expired)))
-end
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', holders_key, '-inf', expired_until)
-  keep_until_last(holders_key, permits_key, now, tolerance)
-end
+reclaim_expired(holders_key, permits_key, now, tolerance)
 
 -- Each acquisition is judged by its own N; the first in line takes the next free permit.
 local line = line_of(4, 8, ARGV[7])
@@ -52,7 +38,6 @@ fence, why = next_fence(fence_key, ARGV[6])
 if not fence then return why end
 line_write(line, decision, now)
 local expires_at = now + ttl
-redis.call('HSET', permits_key, lock_id, new_record(lock_id, now, expires_at, ARGV[5], fence, ARGV[7]))
-redis.call('ZADD', holders_key, ms_arg(expires_at), lock_id)
-keep_until_last(holders_key, permits_key, now, tolerance)
+local record = new_record(lock_id, now, expires_at, ARGV[5], fence, ARGV[7])
+add_holder(holders_key, permits_key, lock_id, record, expires_at, now, tolerance)
 return {OK, fence, expires_at}

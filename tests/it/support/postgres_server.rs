@@ -240,18 +240,18 @@ impl PgServer {
 }
 
 /// Drops the server functions of `lock_table` (as on tables the TypeScript SyncGuard set up),
-/// checking that all sixteen (locks, semaphores and the line) were there.
+/// checking that all twenty-one (locks, semaphores, the line and shared holds) were there.
 pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
     let functions: Vec<String> = client
         .query(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
-            &[&format!("{lock_table}\\_%\\_v3")],
+            &[&format!("{lock_table}\\_%\\_v4")],
         )
         .expect("list the server functions")
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(functions.len(), 16, "{functions:?}");
+    assert_eq!(functions.len(), 21, "{functions:?}");
     client
         .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
         .expect("drop the server functions");
@@ -289,11 +289,12 @@ pub fn drop_tables(tables: &TableNames) {
         .map(|row| row.get(0))
         .collect();
     let mut ddl = format!(
-        "DROP TABLE IF EXISTS {locks}, {}, {}, {}, {};",
+        "DROP TABLE IF EXISTS {locks}, {}, {}, {}, {}, {};",
         tables.fence_table(),
         tables.semaphore_table(),
         tables.permit_table(),
-        tables.line_table()
+        tables.line_table(),
+        tables.shared_table()
     );
     if !functions.is_empty() {
         ddl.push_str(&format!("DROP FUNCTION {};", functions.join(", ")));

@@ -1,0 +1,74 @@
+//! A key's fence counter document as read, whole: the last fence issued, the lock's line
+//! (`line_doc.rs`) and its shared holders (`readers_doc.rs`), and the write that puts it back
+//! with all three, conditioned on the document being as read. Whatever writes the counter
+//! document goes through here, so that no write drops the line or the readers.
+
+use serde_json::{Value, json};
+
+use super::commit::unchanged_since;
+use super::document::{counter_fields, parse_counter};
+use super::line_doc::parse_line;
+use super::readers_doc::parse_readers;
+use super::rest::Document;
+use super::semaphore_doc::Permit;
+use crate::driver::Places;
+use crate::error::Result;
+use crate::fence::Fence;
+
+/// A fence counter document as read (or absent), and its contents.
+pub(super) struct CounterDoc {
+    /// The document's full name.
+    pub(super) name: String,
+    /// The document as read, for the precondition (`None`: it did not exist).
+    pub(super) read: Option<Document>,
+    /// The last fence issued (0: none yet).
+    pub(super) counter: u64,
+    /// The lock's line.
+    pub(super) line: Places,
+    /// The lock's shared holders, in fence order, expired ones included until reclaimed.
+    pub(super) readers: Vec<Permit>,
+}
+
+impl CounterDoc {
+    /// The counter document `name` of `key`, as `read`; a document that is not ours is
+    /// `Internal`, naming `key`.
+    pub(super) fn parse(name: String, read: Option<Document>, key: &str) -> Result<CounterDoc> {
+        let counter = match &read {
+            None => 0,
+            Some(document) => parse_counter(document, key)?,
+        };
+        let line = parse_line(read.as_ref(), key, "fence counter")?;
+        let readers = parse_readers(read.as_ref(), key)?;
+        Ok(CounterDoc {
+            name,
+            read,
+            counter,
+            line,
+            readers,
+        })
+    }
+
+    /// Drops the readers expired at `now_ms`.
+    pub(super) fn reclaim(&mut self, now_ms: i64) {
+        self.readers.retain(|reader| reader.is_live(now_ms));
+    }
+
+    /// The position of the reader holding `lock_id`, live or not.
+    pub(super) fn reader(&self, lock_id: &str) -> Option<usize> {
+        self.readers
+            .iter()
+            .position(|reader| reader.lock_id == lock_id)
+    }
+
+    /// The write of the document with `fence` as its counter, its line and readers as they
+    /// are now, applied only if the document is still as read.
+    pub(super) fn write(&self, key: &str, fence: Fence) -> Value {
+        json!({
+            "update": {
+                "name": self.name,
+                "fields": counter_fields(key, fence, &self.line, &self.readers),
+            },
+            "currentDocument": unchanged_since(self.read.as_ref()),
+        })
+    }
+}
