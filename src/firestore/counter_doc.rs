@@ -3,13 +3,13 @@
 //! with all three, conditioned on the document being as read. Whatever writes the counter
 //! document goes through here, so that no write drops the line or the readers.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::commit::unchanged_since;
-use super::document::{counter_fields, parse_counter};
-use super::line_doc::parse_line;
-use super::readers_doc::parse_readers;
-use super::rest::Document;
+use super::document::parse_counter;
+use super::line_doc::{add_line_fields, parse_line};
+use super::readers_doc::{add_reader_fields, parse_readers};
+use super::rest::{Document, string_value};
 use super::semaphore_doc::Permit;
 use crate::driver::Places;
 use crate::error::Result;
@@ -71,4 +71,16 @@ impl CounterDoc {
             "currentDocument": unchanged_since(self.read.as_ref()),
         })
     }
+}
+
+/// The fields of the fence counter document of `key`: the last fence issued, `keyDebug` (as
+/// the TypeScript SyncGuard writes them), the lock's line when it was ever used, and its
+/// shared holders when there are any.
+fn counter_fields(key: &str, fence: Fence, line: &Places, readers: &[Permit]) -> Value {
+    let mut fields = Map::new();
+    fields.insert("fence".to_owned(), string_value(&fence.to_string()));
+    fields.insert("keyDebug".to_owned(), string_value(key));
+    add_line_fields(line, &mut fields);
+    add_reader_fields(readers, &mut fields);
+    Value::Object(fields)
 }

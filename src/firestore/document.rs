@@ -3,13 +3,8 @@
 //! waiters, see `line_doc.rs`), their ids, and how a lease carries a lock document's version. What is read is checked here: a document that is not a SyncGuard record is an
 //! error naming its key, never a lock nor an absence.
 
-use serde_json::{Map, Value};
-
-use super::line_doc::add_line_fields;
-use super::readers_doc::add_reader_fields;
-use super::rest::{Document, string_value};
-use super::semaphore_doc::Permit;
-use crate::driver::{LockRecord, Places, Version, make_storage_key};
+use super::rest::Document;
+use crate::driver::{LockRecord, Version, make_storage_key};
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
 use crate::key::hashed_storage_key;
@@ -153,18 +148,6 @@ pub(super) fn parse_counter(document: &Document, key: &str) -> Result<u64> {
             )
             .with_key(key)
         })
-}
-
-/// The fields of the fence counter document of `key`: the last fence issued, `keyDebug` (as
-/// the TypeScript SyncGuard writes them), the lock's line when it was ever used, and its
-/// shared holders when there are any.
-pub(super) fn counter_fields(key: &str, fence: Fence, line: &Places, readers: &[Permit]) -> Value {
-    let mut fields = Map::new();
-    fields.insert("fence".to_owned(), string_value(&fence.to_string()));
-    fields.insert("keyDebug".to_owned(), string_value(key));
-    add_line_fields(line, &mut fields);
-    add_reader_fields(readers, &mut fields);
-    Value::Object(fields)
 }
 
 #[cfg(test)]
