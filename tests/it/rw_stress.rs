@@ -12,7 +12,7 @@
 //! - (b) no fence was granted twice (shared and exclusive grants draw on one counter);
 //! - (c) no fence regression: a hold asked for after another one's release returned has a
 //!   higher fence;
-//! - (d) every worker process passed and every planned section ran; readers did overlap.
+//! - (d) every worker process passed and every planned section ran.
 //!
 //! Holds last milliseconds against a TTL of seconds that the heartbeat renews anyway, and
 //! nothing injects faults: so no overlap is excused. The waits are generous (no timing is
@@ -247,11 +247,9 @@ fn run(backend: &str, url: &str, env: &[(&str, String)], per_thread: usize) {
         "{backend}: fences not above one given back before they were asked for: {:?}",
         &audit.regressions[..audit.regressions.len().min(5)]
     );
+    // Whether readers overlapped depends on timing (a slow store serialises them): printed
+    // above, not asserted; `cli_shared` and the shared contracts make them overlap.
     assert!(audit.writers > 0, "{backend}: no writer ran");
-    assert!(
-        audit.peak_readers > 1,
-        "{backend}: readers never overlapped"
-    );
 }
 
 /// The audit itself, on made-up logs: each check catches what it is for.
