@@ -191,19 +191,26 @@ impl<B: Driver + 'static> Locker<B> {
     /// Takes the lock on `key` if it is free right now (one attempt, no waiting; a failure is
     /// returned as it is).
     pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
-        let once = self.shared.defaults.clone().max_retries(0);
-        self.acquire(key, &once)
+        self.acquire(key, &self.once())
     }
 
     /// Takes the lock on `key`, waiting up to `timeout`; `Ok(None)` if it stayed held.
     pub fn try_lock_for(&self, key: &str, timeout: Duration) -> Result<Option<LockGuard>> {
-        let options = self
-            .shared
+        self.acquire(key, &self.up_to(timeout))
+    }
+
+    /// The defaults for one attempt: what every `try_` call without a timeout uses.
+    pub(crate) fn once(&self) -> LockOptions {
+        self.shared.defaults.clone().max_retries(0)
+    }
+
+    /// The defaults for a wait of at most `timeout`: what every `try_…_for` call uses.
+    pub(crate) fn up_to(&self, timeout: Duration) -> LockOptions {
+        self.shared
             .defaults
             .clone()
             .timeout(timeout)
-            .max_retries(u32::MAX);
-        self.acquire(key, &options)
+            .max_retries(u32::MAX)
     }
 
     /// Takes the lock on `key` with `options`, waiting as they say; `AcquisitionTimeout` if the

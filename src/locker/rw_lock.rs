@@ -79,13 +79,12 @@ impl<B: Driver + 'static> RwLock<B> {
     /// Takes a shared hold if it can be had right now (one attempt, no waiting, no place in
     /// line; refused while a writer waits in line).
     pub fn try_read(&self) -> Result<Option<LockGuard>> {
-        let once = self.locker.defaults().clone().max_retries(0);
-        self.attempt(Target::Shared, &once)
+        self.attempt(Target::Shared, &self.locker.once())
     }
 
     /// Takes a shared hold, waiting up to `timeout`; `Ok(None)` if a writer kept it.
     pub fn try_read_for(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.attempt(Target::Shared, &self.bounded(timeout))
+        self.attempt(Target::Shared, &self.locker.up_to(timeout))
     }
 
     /// Takes a shared hold with `options`; `AcquisitionTimeout` if a writer kept the key,
@@ -103,13 +102,12 @@ impl<B: Driver + 'static> RwLock<B> {
 
     /// [`Locker::try_lock`] on the key.
     pub fn try_write(&self) -> Result<Option<LockGuard>> {
-        let once = self.locker.defaults().clone().max_retries(0);
-        self.attempt(Target::Lock, &once)
+        self.attempt(Target::Lock, &self.locker.once())
     }
 
     /// [`Locker::try_lock_for`] on the key.
     pub fn try_write_for(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.attempt(Target::Lock, &self.bounded(timeout))
+        self.attempt(Target::Lock, &self.locker.up_to(timeout))
     }
 
     /// [`Locker::lock_with`] on the key.
@@ -136,14 +134,6 @@ impl<B: Driver + 'static> RwLock<B> {
             .into_iter()
             .map(LockInfoDebug::from)
             .collect())
-    }
-
-    fn bounded(&self, timeout: Duration) -> LockOptions {
-        self.locker
-            .defaults()
-            .clone()
-            .timeout(timeout)
-            .max_retries(u32::MAX)
     }
 
     fn timed_out(&self, kept: &str, options: &LockOptions) -> LockError {

@@ -81,19 +81,12 @@ impl<B: Driver + 'static> Semaphore<B> {
 
     /// Takes a permit if one is free right now (one attempt, no waiting).
     pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        let once = self.locker.defaults().clone().max_retries(0);
-        self.attempt(&once)
+        self.attempt(&self.locker.once())
     }
 
     /// Takes a permit, waiting up to `timeout`; `Ok(None)` if all stayed held.
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        let options = self
-            .locker
-            .defaults()
-            .clone()
-            .timeout(timeout)
-            .max_retries(u32::MAX);
-        self.attempt(&options)
+        self.attempt(&self.locker.up_to(timeout))
     }
 
     /// Takes a permit with `options`, waiting as they say; `AcquisitionTimeout` if all permits
