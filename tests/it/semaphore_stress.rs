@@ -20,11 +20,12 @@
 //! is excused. The waits are generous (no timing is asserted); the run is small enough for CI
 //! on two cores.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::support::workers::{self, append_log, now_us};
+use crate::support::workers::{
+    self, Grant, append_log, fence_regressions, now_us, repeated_fences,
+};
 use crate::support::{self, child};
 use syncguard::driver::generate_lock_id;
 use syncguard::{LockOptions, Locker};
@@ -189,32 +190,18 @@ fn audit(sections: &[Section], permits: u32) -> Audit {
             }
         }
     }
-    // (b)
-    let mut seen = HashSet::new();
-    audit.repeated_fences = sections
+    let grants: Vec<Grant> = sections
         .iter()
-        .filter(|s| !seen.insert(s.fence))
-        .map(|s| s.fence)
-        .collect();
-    // (c) Sections by when their release returned, with the highest fence given back so far:
-    // every section asked for after one of them must have a higher fence than that highest.
-    let mut by_release: Vec<&Section> = sections.iter().collect();
-    by_release.sort_by_key(|s| s.released);
-    let highest_so_far: Vec<u64> = by_release
-        .iter()
-        .scan(0, |highest, s| {
-            *highest = (*highest).max(s.fence);
-            Some(*highest)
+        .map(|s| Grant {
+            fence: s.fence,
+            asked: s.asked,
+            released: s.released,
         })
         .collect();
-    for later in sections {
-        let given_back_before = by_release.partition_point(|s| s.released < later.asked);
-        if given_back_before > 0 && highest_so_far[given_back_before - 1] >= later.fence {
-            audit
-                .regressions
-                .push((highest_so_far[given_back_before - 1], later.fence));
-        }
-    }
+    // (b)
+    audit.repeated_fences = repeated_fences(&grants);
+    // (c)
+    audit.regressions = fence_regressions(&grants);
     audit
 }
 

@@ -1,8 +1,8 @@
 //! Worker processes that share a log: what the multi-process audits (`stress`,
-//! `semaphore_stress`) have in common. The parent starts several copies of one ignored worker
-//! test (see [`child`](super::child)) with the same environment, waits for them all, and
-//! fails unless each ran its test to success; the workers append one line per event to a log
-//! in a shared directory, which the parent then audits.
+//! `semaphore_stress`, `rw_stress`) have in common. The parent starts several copies of one
+//! ignored worker test (see [`child`](super::child)) with the same environment, waits for them
+//! all, and fails unless each ran its test to success; the workers append one line per event
+//! to a log in a shared directory, which the parent then audits with the fence checks below.
 
 use std::fs::File;
 use std::io::Write as _;
@@ -100,4 +100,46 @@ pub fn run_processes(
         let read = |stream| std::fs::read_to_string(output(i, stream)).unwrap_or_default();
         child::assert_passed(worker_test, status, &read("stdout"), &read("stderr"));
     }
+}
+
+/// One grant as an audit sees it: its fence, when it was asked for and when its release
+/// returned (µs on this machine's clock).
+#[derive(Clone, Copy, Debug)]
+pub struct Grant {
+    pub fence: u64,
+    pub asked: u64,
+    pub released: u64,
+}
+
+/// Fences granted more than once.
+pub fn repeated_fences(grants: &[Grant]) -> Vec<u64> {
+    let mut seen = std::collections::HashSet::new();
+    grants
+        .iter()
+        .filter(|grant| !seen.insert(grant.fence))
+        .map(|grant| grant.fence)
+        .collect()
+}
+
+/// `(given back, later)` pairs where `later` was asked for after a grant with fence `given back`
+/// was released, yet its fence is not higher: every grant asked for after some were given
+/// back must have a fence above theirs.
+pub fn fence_regressions(grants: &[Grant]) -> Vec<(u64, u64)> {
+    let mut by_release: Vec<&Grant> = grants.iter().collect();
+    by_release.sort_by_key(|grant| grant.released);
+    let highest_so_far: Vec<u64> = by_release
+        .iter()
+        .scan(0, |highest, grant| {
+            *highest = (*highest).max(grant.fence);
+            Some(*highest)
+        })
+        .collect();
+    grants
+        .iter()
+        .filter_map(|later| {
+            let given_back_before = by_release.partition_point(|g| g.released < later.asked);
+            (given_back_before > 0 && highest_so_far[given_back_before - 1] >= later.fence)
+                .then(|| (highest_so_far[given_back_before - 1], later.fence))
+        })
+        .collect()
 }
