@@ -647,6 +647,48 @@ pub(crate) fn extend_by_kind<'a>(
     in_order(leases.len(), answers)
 }
 
+/// A heartbeat batch of leases that a store renews one key at a time (a key's permits or
+/// readers kept in one record): `extend` is called once per key with that key's leases (lock
+/// id and TTL, in the batch's order) and answers one result per lease, or one error for them
+/// all; every answer is put back in its lease's place. A lease without a key is answered
+/// `InvalidArgument`.
+#[cfg(feature = "firestore")]
+pub(crate) fn extend_by_key<'a>(
+    leases: &[(LeaseRef<'a>, Ttl)],
+    mut extend: impl FnMut(&'a Key, &[(&'a LockId, Ttl)]) -> Result<Vec<Result<Outcome<Extension>>>>,
+) -> Vec<Result<Outcome<Extension>>> {
+    let mut answers = Vec::with_capacity(leases.len());
+    type Group<'a> = (&'a Key, Vec<(usize, &'a LockId, Ttl)>);
+    let mut by_key: std::collections::BTreeMap<&str, Group<'a>> = std::collections::BTreeMap::new();
+    for (i, (lease, ttl)) in leases.iter().enumerate() {
+        match lease.permit_key() {
+            Ok(key) => by_key
+                .entry(key.as_str())
+                .or_insert_with(|| (key, Vec::new()))
+                .1
+                .push((i, lease.lock_id, *ttl)),
+            Err(error) => answers.push((i, Err(error))),
+        }
+    }
+    for (key, group) in by_key.into_values() {
+        let items: Vec<(&LockId, Ttl)> = group
+            .iter()
+            .map(|(_, lock_id, ttl)| (*lock_id, *ttl))
+            .collect();
+        let positions = group.iter().map(|(i, ..)| *i);
+        match extend(key, &items) {
+            Ok(outcomes) => answers.extend(positions.zip(outcomes)),
+            Err(error) => answers.extend(positions.map(|i| {
+                (
+                    i,
+                    Err(crate::error::LockError::new(error.code(), error.message())),
+                )
+            })),
+        }
+    }
+    in_order(leases.len(), answers)
+}
+
 /// Extends `leases` one after another: [`Driver::extend_leases`]' default, and for a kind a
 /// store renews no faster in a batch.
 pub(crate) fn one_by_one<D: Driver + ?Sized>(

@@ -25,7 +25,6 @@
 //! permit changes the one document, so a holder's last-seen version would rarely still match
 //! and a renewal reads first anyway.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -37,7 +36,7 @@ use super::semaphore_change::{Applied, Committed, LineAsk, PermitAnswer, PermitC
 use super::semaphore_doc::{SemaphoreDoc, semaphore_document_id};
 use crate::driver::{
     Acquisition, Extension, Holder, Key, LeaseRef, Line, LockId, LockRecord, Outcome, Permits,
-    PlaceRecord, TIME_TOLERANCE_MS, Ttl, in_order,
+    PlaceRecord, TIME_TOLERANCE_MS, Ttl, extend_by_key,
 };
 use crate::error::{LockError, Result};
 
@@ -140,34 +139,7 @@ impl FirestoreBackend {
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
     ) -> Vec<Result<Outcome<Extension>>> {
-        let mut answers = Vec::with_capacity(leases.len());
-        // By semaphore (its key), in the batch's order within each.
-        type Group<'a> = (&'a Key, Vec<(usize, &'a LockId, Ttl)>);
-        let mut by_key: BTreeMap<&str, Group<'_>> = BTreeMap::new();
-        for (i, (lease, ttl)) in leases.iter().enumerate() {
-            match lease.permit_key() {
-                Ok(key) => by_key
-                    .entry(key.as_str())
-                    .or_insert_with(|| (key, Vec::new()))
-                    .1
-                    .push((i, lease.lock_id, *ttl)),
-                Err(error) => answers.push((i, Err(error))),
-            }
-        }
-        for (key, group) in by_key.into_values() {
-            let items: Vec<(&LockId, Ttl)> = group
-                .iter()
-                .map(|(_, lock_id, ttl)| (*lock_id, *ttl))
-                .collect();
-            let positions = group.iter().map(|(i, ..)| *i);
-            match self.renew_permits_of(key, &items) {
-                Ok(outcomes) => answers.extend(positions.zip(outcomes)),
-                Err(error) => answers.extend(
-                    positions.map(|i| (i, Err(LockError::new(error.code(), error.message())))),
-                ),
-            }
-        }
-        in_order(leases.len(), answers)
+        extend_by_key(leases, |key, items| self.renew_permits_of(key, items))
     }
 
     /// Renews permits of the semaphore on `key` in one commit: each live one to *now + its

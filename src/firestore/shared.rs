@@ -15,7 +15,6 @@
 //! lock id was taken by that commit and answers that hold (never a second one); a release
 //! that finds its reader gone while it would still be live removed it; a renewal renews again.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::commit::{Attempt, OpResult, lock_error, with_retries_up_to};
@@ -26,9 +25,9 @@ use super::readers_doc::MAX_READERS;
 use super::semaphore_doc::Permit;
 use crate::driver::{
     Acquisition, Extension, Holder, Key, KeyPrefix, LeaseRef, Line, ListLimit, LockId, LockList,
-    LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, in_order, is_live,
+    LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, extend_by_key, is_live,
 };
-use crate::error::{LockError, Result};
+use crate::error::Result;
 use crate::fence::Fence;
 
 /// Attempts of a shared-hold write whose commit keeps meeting other writers of the key's
@@ -228,33 +227,10 @@ impl FirestoreBackend {
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
     ) -> Vec<Result<Outcome<Extension>>> {
-        let mut answers = Vec::with_capacity(leases.len());
-        type Group<'a> = (&'a Key, Vec<(usize, &'a LockId, Ttl)>);
-        let mut by_key: BTreeMap<&str, Group<'_>> = BTreeMap::new();
-        for (i, (lease, ttl)) in leases.iter().enumerate() {
-            match lease.permit_key() {
-                Ok(key) => by_key
-                    .entry(key.as_str())
-                    .or_insert_with(|| (key, Vec::new()))
-                    .1
-                    .push((i, lease.lock_id, *ttl)),
-                Err(error) => answers.push((i, Err(error))),
-            }
-        }
-        for (key, group) in by_key.into_values() {
-            let items: Vec<(&LockId, Ttl)> = group
-                .iter()
-                .map(|(_, lock_id, ttl)| (*lock_id, *ttl))
-                .collect();
-            let positions = group.iter().map(|(i, ..)| *i);
-            match self.renew_shared_of(key, &items) {
-                Ok(outcomes) => answers.extend(positions.zip(outcomes.into_iter().map(Ok))),
-                Err(error) => answers.extend(
-                    positions.map(|i| (i, Err(LockError::new(error.code(), error.message())))),
-                ),
-            }
-        }
-        in_order(leases.len(), answers)
+        extend_by_key(leases, |key, items| {
+            self.renew_shared_of(key, items)
+                .map(|outcomes| outcomes.into_iter().map(Ok).collect())
+        })
     }
 
     /// Renews readers of the lock on `key` in one commit: each live one to *now + its ttl*;
