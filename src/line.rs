@@ -43,6 +43,14 @@ pub(crate) const PLACE_RENEWAL: Duration = Duration::from_millis(RENEWAL_MS as u
 /// [`PLACE_RENEWAL`] in milliseconds.
 const RENEWAL_MS: i64 = 5_000 / 3;
 
+/// A place with more than this many milliseconds left was renewed within the last
+/// [`PLACE_RENEWAL`]: an attempt leaves it as it is (unless its holder text changed). So a
+/// waiter writes its place about once per `PLACE_RENEWAL`, not at every wake-up: a store that
+/// writes one document for the whole line (Firestore) would see the waiters' writes collide,
+/// and one that logs every write (PostgreSQL) would flush one per attempt. The next attempt,
+/// at most `PLACE_RENEWAL` later, renews it long before it lapses.
+pub(crate) const PLACE_FRESH_MS: i64 = 5_000 - RENEWAL_MS;
+
 /// What an acquisition asks of the key's line ([`Driver::try_acquire`](crate::driver::Driver::try_acquire)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Line<'a> {
@@ -176,13 +184,7 @@ impl Places {
         match mine {
             Some(mine) => {
                 let kept = &mut self.places[mine];
-                // A place renewed within the last PLACE_RENEWAL is left as it is: a store that
-                // writes one document for the whole line (Firestore) then writes it about once
-                // per PLACE_RENEWAL per waiter, not at every wake-up of every waiter, which
-                // would make the waiters' writes collide. The next attempt, at most
-                // PLACE_RENEWAL later, renews it, long before it lapses.
-                let fresh = kept.expires_at_ms - now_ms > PLACE_TTL.as_millis() - RENEWAL_MS
-                    && kept.holder == holder;
+                let fresh = kept.expires_at_ms - now_ms > PLACE_FRESH_MS && kept.holder == holder;
                 if fresh {
                     return Admission {
                         granted: false,

@@ -25,7 +25,9 @@
 //!    places ahead of it counted (every live place for a newcomer or a single attempt).
 //! 4. A waiter granted leaves the line (its place deleted); one refused takes a place at the
 //!    back (a new ticket) or, in line already, keeps its ticket and renews it for
-//!    [`PLACE_TTL`], its holder text updated. The place id is the primary key: a repeated
+//!    [`PLACE_TTL`], its holder text updated — unless it was renewed within the last
+//!    [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text: then nothing is
+//!    written, so a refused attempt commits no change (and flushes no WAL) most of the time. The place id is the primary key: a repeated
 //!    request is one place.
 //!
 //! A repeat of an acquisition that was granted (the lock row already holds its lock id, or a
@@ -39,6 +41,7 @@
 //! backend says so once in its log (`PostgresBackend::functions_missing`).
 
 use crate::driver::{LeaseKind, Line, PLACE_TTL};
+use crate::line::PLACE_FRESH_MS;
 
 /// The `kind` column of a line: a key's lock and its semaphore have a line each.
 pub(super) fn line_kind(kind: LeaseKind) -> &'static str {
@@ -108,7 +111,8 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
          END IF;\n\
          ELSIF mine IS NOT NULL THEN\n\
          UPDATE {line} q SET expires_at_ms = now_ms + {place_ttl_ms}, holder = $8\n\
-         WHERE {this_line} AND q.place_id = $10;\n\
+         WHERE {this_line} AND q.place_id = $10\n\
+         AND (q.expires_at_ms <= now_ms + {PLACE_FRESH_MS} OR q.holder IS DISTINCT FROM $8);\n\
          ELSE\n\
          INSERT INTO {line} (key, kind, place_id, expires_at_ms, holder, shared)\n\
          VALUES ($1, '{kind}', $10, now_ms + {place_ttl_ms}, $8, {shared});\n\

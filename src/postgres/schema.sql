@@ -252,7 +252,8 @@ DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.
 END IF;
 ELSIF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
-WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10
+AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
 ELSE
 INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
 VALUES ($1, 'lock', $10, now_ms + 5000, $8, false);
@@ -464,7 +465,8 @@ DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND 
 END IF;
 ELSIF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
-WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
+WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10
+AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
 ELSE
 INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
 VALUES ($1, 'permit', $10, now_ms + 5000, $8, false);
@@ -613,7 +615,8 @@ DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.
 END IF;
 ELSIF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
-WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10
+AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
 ELSE
 INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
 VALUES ($1, 'lock', $10, now_ms + 5000, $8, true);

@@ -113,9 +113,10 @@ pub fn lookup_is_read_only<B: LockBackend>(backend: &B) {
 // Concurrency
 // ---------------------------------------------------------------------------------------------
 
-/// Seed 003 "Concurrent access patterns": 8×50 rounds on one key, one holder, fences increase.
+/// Seed 003 "Concurrent access patterns": 8 threads × 25 rounds on one key, one holder, fences
+/// increase.
 pub fn contention<B: LockBackend>(backend: &B) {
-    contention_with(backend, 8, 50);
+    contention_with(backend, 8, 25);
 }
 
 /// [`contention`] with a chosen number of threads and rounds per thread.

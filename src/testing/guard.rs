@@ -171,7 +171,7 @@ pub fn removed_lease_is_reported_lost<B: LockBackend + 'static>(backend: B) {
 /// show a renewal of a lease after its release started.
 pub fn no_renewal_after_release<B: LockBackend + 'static>(backend: B) {
     let (locker, recorder) = recorded_locker(backend, short_lease(2_000, 1));
-    for round in 0..10 {
+    for round in 0..5 {
         let guards: Vec<LockGuard> = (0..20)
             .map(|i| {
                 locker

@@ -203,7 +203,6 @@ macro_rules! __contract_tests {
             readers_at_the_head_are_granted_together,
             a_dead_waiting_writer_holds_readers_up_until_its_place_lapses,
             one_readers_end_leaves_the_others,
-            a_thousand_readers_share_a_key,
             shared_holds_are_listed,
             shared_input_is_checked_before_any_io,
         );

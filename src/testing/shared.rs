@@ -278,6 +278,11 @@ pub fn one_readers_end_leaves_the_others<B: LockBackend + 'static>(backend: B) {
 
 /// A key holds [`MANY_READERS`] readers at once, listed in fence order, and takes a writer
 /// once they are gone.
+///
+/// A capacity check, not part of [`shared_contract!`](crate::shared_contract): it takes its
+/// readers one by one, which a document store (each reader rewrites the key's document) needs
+/// a minute or two for, and it tests a store's layout, not its topology. Call it once per
+/// store: `#[test] fn many() { a_thousand_readers_share_a_key(my_backend()) }`.
 pub fn a_thousand_readers_share_a_key<B: LockBackend + 'static>(backend: B) {
     let key = unique_key("rw-many");
     let mut lock_ids = Vec::with_capacity(MANY_READERS);

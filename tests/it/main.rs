@@ -65,6 +65,10 @@ macro_rules! on_every_store {
     )*};
 }
 
+// The multi-process audits: first by name, so that libtest, which starts tests in name order,
+// starts its longest tests first and fills the end of the run with short ones.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
+mod audits;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod chaos;
 // `cli` brings every backend.
@@ -149,15 +153,7 @@ mod redis_sentinel;
 mod redis_shared;
 #[cfg(feature = "redis")]
 mod redis_stalls;
-// One test per backend, each under its own feature.
-#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
-mod rw_stress;
-// One test per backend, each under its own feature.
-#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
-mod semaphore_stress;
 mod storage_keys;
-#[cfg(all(feature = "redis", feature = "postgres"))]
-mod stress;
 mod structure;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod tls;

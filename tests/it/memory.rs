@@ -17,6 +17,13 @@ syncguard::semaphore_contract!(syncguard::MemoryBackend::new);
 syncguard::line_contract!(syncguard::MemoryBackend::new);
 syncguard::shared_contract!(syncguard::MemoryBackend::new);
 
+/// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
+/// topology).
+#[test]
+fn a_thousand_readers_share_a_key() {
+    syncguard::testing::shared::a_thousand_readers_share_a_key(syncguard::MemoryBackend::new());
+}
+
 /// The same backend contract through `Box<dyn LockBackend>`, proving the forwarding impl.
 mod boxed {
     syncguard::backend_contract!(|| -> Box<dyn syncguard::LockBackend> {

@@ -24,6 +24,13 @@ syncguard::semaphore_contract!(shared_postgres_backend);
 syncguard::line_contract!(shared_postgres_backend);
 syncguard::shared_contract!(shared_postgres_backend);
 
+/// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
+/// topology).
+#[test]
+fn a_thousand_readers_share_a_key() {
+    syncguard::testing::shared::a_thousand_readers_share_a_key(shared_postgres_backend());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Schema and storage format
 // ---------------------------------------------------------------------------------------------

@@ -41,6 +41,12 @@ impl FirestoreEmulator {
         let args: Vec<String> = vec![
             "-Duser.language=en".to_owned(),
             "-Xmx512m".to_owned(),
+            // The client compiler only, and one garbage collector thread: the emulator serves
+            // the tests for a few minutes, too short for the optimising compiler to pay for the
+            // CPU it takes from them. Measured (the Firestore tests alone, 6 at a time, 2 cores):
+            // 218 → 135 CPU seconds, 111 → 80 s.
+            "-XX:TieredStopAtLevel=1".to_owned(),
+            "-XX:+UseSerialGC".to_owned(),
             "-cp".to_owned(),
             jar.to_string_lossy().into_owned(),
             "com.google.cloud.datastore.emulator.firestore.CloudFirestore".to_owned(),

@@ -237,8 +237,6 @@ pub mod stopped;
 mod test_ca;
 #[cfg(feature = "firestore")]
 pub mod tls_proxy;
-#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
-pub mod workers;
 
 #[allow(unused_imports)]
 pub use faults::*;

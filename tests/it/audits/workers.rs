@@ -1,6 +1,6 @@
-//! Worker processes that share a log: what the multi-process audits (`stress`,
-//! `semaphore_stress`, `rw_stress`) have in common. The parent starts several copies of one
-//! ignored worker test (see [`child`](super::child)) with the same environment, waits for them
+//! Worker processes that share a log: what the multi-process audits ([`lock`](super::lock),
+//! [`semaphore`](super::semaphore), [`rw`](super::rw)) have in common. The parent starts several
+//! copies of one ignored worker test (see [`child`]) with the same environment, waits for them
 //! all, and fails unless each ran its test to success; the workers append one line per event
 //! to a log in a shared directory, which the parent then audits with the fence checks below.
 
@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::child;
+use crate::support::child;
 
 /// Microseconds since 1970 on this machine's clock: every worker runs on this machine, so the
 /// times different processes log are on one scale.

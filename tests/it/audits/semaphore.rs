@@ -23,9 +23,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::support::workers::{
-    self, Grant, append_log, fence_regressions, now_us, repeated_fences,
-};
+use super::workers::{self, Grant, append_log, fence_regressions, now_us, repeated_fences};
 use crate::support::{self, child};
 use syncguard::driver::generate_lock_id;
 use syncguard::{LockOptions, Locker};
@@ -42,12 +40,12 @@ const PERMITS: u32 = 3;
 const PROCESSES: usize = 8;
 const THREADS: usize = 4;
 #[cfg(any(feature = "redis", feature = "postgres"))]
-const SECTIONS_PER_THREAD: usize = 5;
+const SECTIONS_PER_THREAD: usize = 3;
 /// On the Firestore emulator, which every Firestore test shares: each grant there is a read and
 /// a conditioned commit that 32 threads race for, and a longer run slows the other tests'
 /// calls past their heartbeats' schedules.
 #[cfg(feature = "firestore")]
-const FIRESTORE_SECTIONS_PER_THREAD: usize = 2;
+const FIRESTORE_SECTIONS_PER_THREAD: usize = 1;
 
 // ---------------------------------------------------------------------------------------------
 // The worker (runs in a child process)
@@ -70,6 +68,11 @@ fn semaphore_stress_worker_process() {
         LockOptions::default()
             .ttl(Duration::from_secs(10))
             .retry_delay(Duration::from_millis(5))
+            // In line, a slot freed goes to the first waiter at its next attempt. Where no
+            // release is heard from other processes (PgBouncer in transaction mode, Firestore),
+            // that attempt comes when its backoff ends: with the default ceiling (1 s) the 32
+            // threads would hand over about once a second.
+            .max_retry_delay(Duration::from_millis(100))
             // Waiting is the point: 32 threads for 3 permits on a loaded machine. A wait
             // this long only ends a run that is stuck.
             .timeout(Duration::from_secs(120))
@@ -88,7 +91,7 @@ fn semaphore_stress_worker_process() {
                     let start = now_us();
                     // Long enough, next to an acquisition's round trips (tens of ms on the
                     // Firestore emulator), that sections of different threads overlap and the
-                    // semaphore is held full: 160 sections cost about a second more per run.
+                    // semaphore is held full (20 ms × 96 sections: well under a second per run).
                     std::thread::sleep(Duration::from_millis(20));
                     let end = now_us();
                     let fence = permit.fence().value();
