@@ -27,10 +27,13 @@
 //! generous deadline, never a bare sleep, and no assertion depends on how long anything took.
 //! The contracts are also public functions ([`backend`], [`guard`], [`semaphore`]) for a test that needs
 //! a setup of its own; what they share (TTLs, unique keys, waiting, assertions) is in
-//! [`support`], and the guard contracts' test double in [`recorder`]. Every public function of
+//! [`support`], and the guard contracts' test double in [`recorder`]. Capacity checks (what a
+//! store holds at once), which test a store's layout rather than its deployment and are slow on
+//! document stores, are in [`capacity`]: call them once per store. Every public function of
 //! `backend` and `guard` is a contract the macros run (a test in this module checks it).
 
 pub mod backend;
+pub mod capacity;
 pub mod guard;
 pub mod line;
 pub mod observed;

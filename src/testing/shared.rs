@@ -19,9 +19,6 @@ use super::support::{
     short_lease, unique_key, wait_until,
 };
 
-/// How many readers [`a_thousand_readers_share_a_key`] holds at once.
-pub const MANY_READERS: usize = 1000;
-
 /// Two readers hold a key at once; while they do, neither `write`, a plain `lock` nor a
 /// backend `acquire` gets it; once they are gone a writer does, and while it holds, no reader
 /// gets in.
@@ -274,38 +271,6 @@ pub fn one_readers_end_leaves_the_others<B: LockBackend + 'static>(backend: B) {
             .unwrap()
     );
     assert!(kept.release().unwrap());
-}
-
-/// A key holds [`MANY_READERS`] readers at once, listed in fence order, and takes a writer
-/// once they are gone.
-///
-/// A capacity check, not part of [`shared_contract!`](crate::shared_contract): it takes its
-/// readers one by one, which a document store (each reader rewrites the key's document) needs
-/// a minute or two for, and it tests a store's layout, not its topology. Call it once per
-/// store: `#[test] fn many() { a_thousand_readers_share_a_key(my_backend()) }`.
-pub fn a_thousand_readers_share_a_key<B: LockBackend + 'static>(backend: B) {
-    let key = unique_key("rw-many");
-    let mut lock_ids = Vec::with_capacity(MANY_READERS);
-    // Long enough that the first readers outlive the taking of the last on a slow store (each
-    // reader of a document store rewrites the key's document).
-    let ttl = Duration::from_secs(600);
-    for n in 0..MANY_READERS {
-        match backend.acquire_shared(&key, ttl).unwrap() {
-            AcquireOutcome::Acquired(lease) => lock_ids.push(lease.lock_id),
-            AcquireOutcome::Locked => panic!("reader {n} was refused"),
-        }
-    }
-    let readers = backend.readers(&key).unwrap();
-    assert_eq!(readers.len(), MANY_READERS);
-    assert!(readers.windows(2).all(|pair| pair[0].fence < pair[1].fence));
-    assert_eq!(
-        backend.acquire(&key, LONG_TTL).unwrap(),
-        AcquireOutcome::Locked
-    );
-    for lock_id in &lock_ids {
-        assert!(backend.release_shared(&key, lock_id).unwrap());
-    }
-    assert!(backend.acquire(&key, LONG_TTL).unwrap().lease().is_some());
 }
 
 /// Shared holders are listed by prefix, apart from exclusive locks, with their holder texts.

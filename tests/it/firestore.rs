@@ -35,7 +35,7 @@ syncguard::shared_contract!(shared_firestore_backend);
 #[test]
 #[ignore = "a capacity check of over a minute: run by hand"]
 fn a_thousand_readers_share_a_key() {
-    syncguard::testing::shared::a_thousand_readers_share_a_key(shared_firestore_backend());
+    syncguard::testing::capacity::a_thousand_readers_share_a_key(shared_firestore_backend());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ syncguard::shared_contract!(syncguard::MemoryBackend::new);
 /// topology).
 #[test]
 fn a_thousand_readers_share_a_key() {
-    syncguard::testing::shared::a_thousand_readers_share_a_key(syncguard::MemoryBackend::new());
+    syncguard::testing::capacity::a_thousand_readers_share_a_key(syncguard::MemoryBackend::new());
 }
 
 /// The same backend contract through `Box<dyn LockBackend>`, proving the forwarding impl.

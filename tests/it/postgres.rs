@@ -28,7 +28,7 @@ syncguard::shared_contract!(shared_postgres_backend);
 /// topology).
 #[test]
 fn a_thousand_readers_share_a_key() {
-    syncguard::testing::shared::a_thousand_readers_share_a_key(shared_postgres_backend());
+    syncguard::testing::capacity::a_thousand_readers_share_a_key(shared_postgres_backend());
 }
 
 // ---------------------------------------------------------------------------------------------

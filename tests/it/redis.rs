@@ -28,7 +28,7 @@ syncguard::shared_contract!(shared_redis_backend);
 /// topology).
 #[test]
 fn a_thousand_readers_share_a_key() {
-    syncguard::testing::shared::a_thousand_readers_share_a_key(shared_redis_backend());
+    syncguard::testing::capacity::a_thousand_readers_share_a_key(shared_redis_backend());
 }
 
 // ---------------------------------------------------------------------------------------------
