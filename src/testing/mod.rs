@@ -22,6 +22,13 @@
 //! syncguard::semaphore_contract!(backend); // if it has semaphores
 //! ```
 //!
+//! A second deployment of a store whose own setup runs the full suites (a Redis Cluster or
+//! Sentinel beside a single server, a pooler in front of PostgreSQL) can run
+//! `guard_contract!(topology: f)`, `line_contract!(topology: f)` and
+//! `shared_contract!(topology: f)`: every contract but the few that wait out the store's own
+//! timing logic for seconds (a `min_hold`, a `max_hold`, a short lease, a dead waiter's place),
+//! which do the same thing on every deployment of one store.
+//!
 //! Backends may share one live server with other tests and earlier runs: every contract works on
 //! keys of its own and never assumes an empty store. Waiting is polling a condition with a
 //! generous deadline, never a bare sleep, and no assertion depends on how long anything took.
@@ -59,6 +66,9 @@ macro_rules! backend_contract {
 /// most once per module.
 #[macro_export]
 macro_rules! guard_contract {
+    (topology: $factory:expr) => {
+        $crate::__contract_tests!(guard_topology: $factory);
+    };
     ($factory:expr) => {
         $crate::__contract_tests!(guard: $factory);
     };
@@ -71,6 +81,9 @@ macro_rules! guard_contract {
 /// `line_contract_factory`); invoke it at most once per module.
 #[macro_export]
 macro_rules! line_contract {
+    (topology: $factory:expr) => {
+        $crate::__contract_tests!(line_topology: $factory);
+    };
     ($factory:expr) => {
         $crate::__contract_tests!(line: $factory);
     };
@@ -83,6 +96,9 @@ macro_rules! line_contract {
 /// (through `shared_contract_factory`); invoke it at most once per module.
 #[macro_export]
 macro_rules! shared_contract {
+    (topology: $factory:expr) => {
+        $crate::__contract_tests!(shared_topology: $factory);
+    };
     ($factory:expr) => {
         $crate::__contract_tests!(shared: $factory);
     };
@@ -136,6 +152,40 @@ macro_rules! __contract_tests {
             ttl_validation,
             max_ttl_is_stored_exactly,
             capabilities,
+        );
+    };
+    (guard_topology: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests guard, guard_contract, guard_contract_factory, $factory, by_value;
+            drop_releases,
+            release_reports_and_fences_grow,
+            guard_outlives_its_locker,
+            without_heartbeat_the_lease_lapses,
+            removed_lease_is_reported_lost,
+            no_renewal_after_release,
+            transient_renewal_failures_are_retried,
+            failing_renewals_end_in_loss,
+            guard_extend,
+            contention_outcomes,
+            waiter_gets_the_lock_after_release,
+            cancel_aborts_the_wait,
+            invalid_input_sends_nothing,
+            with_lock_always_releases,
+            release_errors_go_to_the_callback,
+            guard_is_send,
+            many_threads_one_key_through_one_locker,
+            guard_debug_hides_the_lock_id,
+            loss_is_reported_while_a_renewal_hangs,
+            a_release_wakes_the_waiter,
+            batch_renewals_answer_each_lease,
+            transient_acquire_failures_are_waited_through,
+            acquisitions_in_doubt_are_released,
+            failed_releases_are_retried,
+            min_hold_after_the_hold_and_on_loss,
+            min_hold_is_validated_before_any_io,
+            holder_option_is_stored_with_the_lock,
+            holder_is_validated_before_any_io,
+            observers_see_what_each_lease_lived_through,
         );
     };
     (guard: $factory:expr) => {
@@ -197,6 +247,18 @@ macro_rules! __contract_tests {
             permits_are_observed,
         );
     };
+    (shared_topology: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests shared, shared_contract, shared_contract_factory, $factory, by_value;
+            readers_share_and_exclude_a_writer,
+            fences_order_every_grant_of_the_key,
+            a_waiting_writer_is_not_starved_by_later_readers,
+            readers_at_the_head_are_granted_together,
+            one_readers_end_leaves_the_others,
+            shared_holds_are_listed,
+            shared_input_is_checked_before_any_io,
+        );
+    };
     (shared: $factory:expr) => {
         $crate::__contract_tests!(
             @tests shared, shared_contract, shared_contract_factory, $factory, by_value;
@@ -208,6 +270,17 @@ macro_rules! __contract_tests {
             one_readers_end_leaves_the_others,
             shared_holds_are_listed,
             shared_input_is_checked_before_any_io,
+        );
+    };
+    (line_topology: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests line, line_contract, line_contract_factory, $factory, by_value;
+            waiters_are_served_in_arrival_order,
+            semaphores_serve_their_line_in_order,
+            a_waiter_that_gives_up_leaves_at_once,
+            a_single_attempt_does_not_pass_a_live_line,
+            without_the_line_an_acquisition_barges,
+            a_repeated_place_is_one_place,
         );
     };
     (line: $factory:expr) => {
@@ -293,6 +366,20 @@ mod tests {
             .filter(|name| !name.is_empty())
             .map(str::to_owned)
             .collect()
+    }
+
+    /// The topology form of a suite runs all its contracts but a few: never one that is not
+    /// the suite's.
+    #[test]
+    fn topology_forms_run_part_of_their_suite() {
+        for suite in ["guard", "line", "shared"] {
+            let (all, part) = (listed(suite), listed(&format!("{suite}_topology")));
+            assert!(part.is_subset(&all) && part.len() < all.len(), "{suite}");
+            assert!(
+                all.len() - part.len() <= 6,
+                "{suite}: most contracts run on a topology"
+            );
+        }
     }
 
     /// A contract left off the macro's list would silently never run: every public function of

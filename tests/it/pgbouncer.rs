@@ -45,10 +45,10 @@ fn backend_through_pgbouncer() -> PostgresBackend {
 }
 
 syncguard::backend_contract!(backend_through_pgbouncer);
-syncguard::guard_contract!(backend_through_pgbouncer);
+syncguard::guard_contract!(topology: backend_through_pgbouncer);
 syncguard::semaphore_contract!(backend_through_pgbouncer);
-syncguard::line_contract!(backend_through_pgbouncer);
-syncguard::shared_contract!(backend_through_pgbouncer);
+syncguard::line_contract!(topology: backend_through_pgbouncer);
+syncguard::shared_contract!(topology: backend_through_pgbouncer);
 
 /// Whether `info` describes the lock `lock_id` with `fence`.
 fn describes(info: &LockInfo, lock_id: &str, fence: &str) -> bool {

@@ -704,10 +704,10 @@ mod cluster_layout_on_one_server {
     }
 
     syncguard::backend_contract!(backend);
-    syncguard::guard_contract!(backend);
+    syncguard::guard_contract!(topology: backend);
     syncguard::semaphore_contract!(backend);
-    syncguard::line_contract!(backend);
-    syncguard::shared_contract!(backend);
+    syncguard::line_contract!(topology: backend);
+    syncguard::shared_contract!(topology: backend);
 
     #[test]
     fn the_index_entry_follows_the_record() {

@@ -19,10 +19,10 @@ fn cluster_backend() -> RedisBackend {
 }
 
 syncguard::backend_contract!(cluster_backend);
-syncguard::guard_contract!(cluster_backend);
+syncguard::guard_contract!(topology: cluster_backend);
 syncguard::semaphore_contract!(cluster_backend);
-syncguard::line_contract!(cluster_backend);
-syncguard::shared_contract!(cluster_backend);
+syncguard::line_contract!(topology: cluster_backend);
+syncguard::shared_contract!(topology: cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
