@@ -82,6 +82,14 @@ impl CancelToken {
     }
 }
 
+/// Cancelled when another token it listens to is: what relays a loss to the token of several
+/// keys held together.
+impl OnCancel for CancelToken {
+    fn cancelled(&self) {
+        self.cancel();
+    }
+}
+
 impl fmt::Debug for CancelToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CancelToken")

@@ -110,6 +110,7 @@ pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
 pub use crate::hash::hash_key;
 pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
+pub use crate::key_set::{KeySet, MAX_KEYS, acquire_one_by_one};
 pub use crate::line::{Admission, Line, PLACE_TTL, PlaceRecord, Places};
 pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
@@ -174,6 +175,25 @@ pub trait Driver: Send + Sync {
     ) -> Result<Acquisition> {
         let _ = (key, permits, ttl, holder, line);
         Err(no_semaphores(self.describe()))
+    }
+
+    /// Takes the locks on every key of `keys` for `ttl`, each with a fresh lock id and its key's
+    /// next fence, or none of them: [`Acquisitions::Locked`] when any key is held (or its line
+    /// goes first), and then no key of the set is held for this call. `holder` is stored with
+    /// each lock. The leases answer the keys in the set's order.
+    ///
+    /// The default, [`acquire_one_by_one`], takes the keys one at a time and gives back what it
+    /// took on a refusal; a store that can decide the whole set in one round trip (one script,
+    /// statement or commit) overrides it. In this version several keys take no place in any
+    /// line: `line` is heeded as [`Line::Keep`] heeds it (see [`acquire_one_by_one`]).
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        acquire_one_by_one(self, keys, ttl, holder, line)
     }
 
     /// Removes the place `place` from the line of `key`'s lock or semaphore (`kind`): its
@@ -340,6 +360,15 @@ macro_rules! forward_driver {
                 line: Line<'_>,
             ) -> Result<Acquisition> {
                 (**self).try_acquire(key, ttl, holder, line)
+            }
+            fn try_acquire_all(
+                &self,
+                keys: &KeySet,
+                ttl: Ttl,
+                holder: Option<&Holder>,
+                line: Line<'_>,
+            ) -> Result<Acquisitions> {
+                (**self).try_acquire_all(keys, ttl, holder, line)
             }
             fn try_acquire_permit(
                 &self,
@@ -513,6 +542,27 @@ impl Acquisition {
                 expires_at_ms,
             },
             version,
+        }
+    }
+}
+
+/// The answer to [`Driver::try_acquire_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "acquired leases stay held until released or expired"]
+pub enum Acquisitions {
+    /// Every key is now held: a lease and the store's version of its record per key, in the
+    /// order of the [`KeySet`].
+    Acquired(Vec<(Lease, Option<Version>)>),
+    /// Some key is held by someone else (or its line goes first): none is held for this call.
+    Locked,
+}
+
+impl From<Acquisition> for Acquisitions {
+    /// One key's answer as a set of one.
+    fn from(acquisition: Acquisition) -> Self {
+        match acquisition {
+            Acquisition::Acquired { lease, version } => Acquisitions::Acquired(vec![(lease, version)]),
+            Acquisition::Locked => Acquisitions::Locked,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
+    Acquisition, Acquisitions, Driver, KeySet, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
     LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, Places, ReleaseWatch,
     TIME_TOLERANCE_MS, Ttl, is_live,
 };
@@ -310,6 +310,47 @@ impl State {
         granted
     }
 
+    /// Whether `key`'s lock may be granted now: no live lock, no live reader, and its line
+    /// lets this request pass ([`admit`](State::admit)).
+    fn lock_is_free(
+        &mut self,
+        key: &Key,
+        line: Line<'_>,
+        now_ms: i64,
+        holder: Option<&Holder>,
+    ) -> bool {
+        let free = usize::from(
+            self.live_entry(key.as_str(), now_ms).is_none()
+                && !self.has_live_readers(key.as_str(), now_ms),
+        );
+        self.admit(key, line, free, false, now_ms, holder)
+    }
+
+    /// Takes `key`'s lock, which [`lock_is_free`](State::lock_is_free) found free.
+    fn grant_lock(
+        &mut self,
+        key: &Key,
+        lock_id: String,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        now_ms: i64,
+    ) -> Result<Acquisition> {
+        if self.locks.len() >= self.sweep_at {
+            self.sweep_expired(now_ms);
+        }
+        let counter = self.fences.get(key.as_str()).copied().unwrap_or(0) + 1;
+        let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
+        let expires_at_ms = now_ms.saturating_add(ttl.as_millis());
+        self.fences.insert(key.to_string(), counter);
+        if let Some(old) = self.locks.remove(key.as_str()) {
+            self.keys_by_id.remove(&old.lock_id);
+        }
+        self.keys_by_id.insert(lock_id.clone(), key.to_string());
+        let entry = Entry::granted(&lock_id, now_ms, ttl, fence, holder);
+        self.locks.insert(key.to_string(), entry);
+        Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+    }
+
     /// The line of `key`'s lock or semaphore, if anyone is in it.
     fn line_mut(&mut self, key: &Key, kind: LeaseKind) -> Option<&mut Places> {
         match kind {
@@ -346,30 +387,56 @@ impl Driver for MemoryBackend {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> Result<Acquisition> {
+        // Drawn before the mutex is taken, as everything that needs no shared state.
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        let free = usize::from(
-            state.live_entry(key.as_str(), now_ms).is_none()
-                && !state.has_live_readers(key.as_str(), now_ms),
-        );
-        if !state.admit(key, line, free, false, now_ms, holder) {
+        if !state.lock_is_free(key, line, now_ms, holder) {
             return Ok(Acquisition::Locked);
         }
-        if state.locks.len() >= state.sweep_at {
-            state.sweep_expired(now_ms);
+        state.grant_lock(key, lock_id, ttl, holder, now_ms)
+    }
+
+    /// Every key decided and taken under the one mutex: all or none at one instant. Several
+    /// keys take no place in a line ([`Driver::try_acquire_all`]).
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        let line = match line {
+            Line::Ignore => Line::Ignore,
+            Line::Keep | Line::Wait(_) => Line::Keep,
+        };
+        let mut lock_ids: Vec<String> = keys
+            .iter()
+            .map(|_| LockId::generate().into_string())
+            .collect();
+        let now_ms = self.clock.now_ms();
+        let mut state = self.state();
+        if !keys
+            .iter()
+            .all(|key| state.lock_is_free(key, line, now_ms, holder))
+        {
+            return Ok(Acquisitions::Locked);
         }
-        let counter = state.fences.get(key.as_str()).copied().unwrap_or(0) + 1;
-        let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
-        let expires_at_ms = now_ms.saturating_add(ttl.as_millis());
-        state.fences.insert(key.to_string(), counter);
-        if let Some(old) = state.locks.remove(key.as_str()) {
-            state.keys_by_id.remove(&old.lock_id);
+        // A fence counter at its end refuses its key: checked for every key before any is
+        // taken, so that the refusal leaves none held.
+        for key in keys {
+            let counter = state.fences.get(key.as_str()).copied().unwrap_or(0) + 1;
+            Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
         }
-        state.keys_by_id.insert(lock_id.clone(), key.to_string());
-        let entry = Entry::granted(&lock_id, now_ms, ttl, fence, holder);
-        state.locks.insert(key.to_string(), entry);
-        Ok(Acquisition::granted(lock_id, fence, expires_at_ms, None))
+        let mut leases = Vec::with_capacity(keys.len());
+        for (key, lock_id) in keys.iter().zip(lock_ids.drain(..)) {
+            if let Acquisition::Acquired { lease, version } =
+                state.grant_lock(key, lock_id, ttl, holder, now_ms)?
+            {
+                leases.push((lease, version));
+            }
+        }
+        Ok(Acquisitions::Acquired(leases))
     }
 
     fn try_acquire_permit(

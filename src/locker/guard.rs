@@ -70,6 +70,11 @@ impl LockGuard {
         self.lease.key().as_str()
     }
 
+    /// The key, validated.
+    pub(crate) fn lease_key(&self) -> &crate::key::Key {
+        self.lease.key()
+    }
+
     /// The lock id: the handle to this lock in the backend. Keep it secret.
     pub fn lock_id(&self) -> &str {
         self.lease.lock_id().as_str()

@@ -4,6 +4,7 @@ mod fences;
 mod guard;
 mod heartbeat;
 mod lease;
+pub(crate) mod multi_lock;
 mod options;
 mod orphans;
 mod retry;
@@ -26,11 +27,12 @@ use self::fences::FenceWatch;
 use self::guard::GuardStore;
 use self::heartbeat::Scheduler;
 use self::lease::{Grant, HeldLease, Terms};
+use self::options::LostCallback;
 use self::orphans::Orphans;
 use self::store::{Origin, Store, Unheld};
 use self::wake::{Waiting, Wakeups};
 use crate::cancel::CancelToken;
-use crate::driver::{Acquisition, Driver, LeaseKind, LeaseRef, Line, Permits};
+use crate::driver::{Acquisitions, Driver, KeySet, LeaseKind, LeaseRef, Line, Permits};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
 use crate::line::PLACE_RENEWAL;
@@ -249,14 +251,26 @@ impl<B: Driver + 'static> Locker<B> {
         self.acquire_target(Key::new(key)?, Target::Lock, options)
     }
 
-    /// The retry loop, for a lock or a permit, and the one place its outcome is observed.
-    /// `Ok(None)` when it stayed held past the timeout or retry budget.
+    /// The retry loop for one key's lock, permit or shared hold.
     fn acquire_target(
         &self,
         key: Key,
         target: Target,
         options: &LockOptions,
     ) -> Result<Option<LockGuard>> {
+        let guards = self.acquire_set(&KeySet::one(key), target, options)?;
+        Ok(guards.and_then(|guards| guards.into_iter().next()))
+    }
+
+    /// The retry loop, for every kind of lock, and the one place its outcome is observed (for
+    /// each key of `keys`). `Ok(None)` when it stayed held past the timeout or retry budget;
+    /// otherwise a guard per key, in the set's order.
+    fn acquire_set(
+        &self,
+        keys: &KeySet,
+        target: Target,
+        options: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>> {
         let observers = self
             .shared
             .observers
@@ -265,21 +279,23 @@ impl<B: Driver + 'static> Locker<B> {
             .clone();
         let start = Instant::now();
         let mut attempts: u32 = 0;
-        let result = self.take(&key, target, options, &observers, start, &mut attempts);
+        let result = self.take(keys, target, options, &observers, start, &mut attempts);
         if observers.is_empty() {
             return result;
         }
         let wait = start.elapsed();
         let why = match &result {
-            Ok(Some(guard)) => {
-                observers.emit(target.kind(), &key, |observer, subject| {
-                    observer.acquired(&Acquired {
-                        subject,
-                        wait,
-                        attempts,
-                        fence: guard.fence(),
-                    })
-                });
+            Ok(Some(guards)) => {
+                for guard in guards {
+                    observers.emit(target.kind(), guard.lease_key(), |observer, subject| {
+                        observer.acquired(&Acquired {
+                            subject,
+                            wait,
+                            attempts,
+                            fence: guard.fence(),
+                        })
+                    });
+                }
                 return result;
             }
             Ok(None) if options.max_retries == 0 || options.timeout.is_zero() => Refusal::Held,
@@ -287,28 +303,30 @@ impl<B: Driver + 'static> Locker<B> {
             Err(error) if error.code() == ErrorCode::Aborted => Refusal::Cancelled,
             Err(error) => Refusal::Error(error.code()),
         };
-        observers.emit(target.kind(), &key, |observer, subject| {
-            observer.not_acquired(&NotAcquired {
-                subject,
-                why,
-                wait,
-                attempts,
-            })
-        });
+        for key in keys {
+            observers.emit(target.kind(), key, |observer, subject| {
+                observer.not_acquired(&NotAcquired {
+                    subject,
+                    why,
+                    wait,
+                    attempts,
+                })
+            });
+        }
         result
     }
 
-    /// [`acquire_target`](Self::acquire_target) without the observing; `attempts` counts the
+    /// [`acquire_set`](Self::acquire_set) without the observing; `attempts` counts the
     /// attempts sent to the store.
     fn take(
         &self,
-        key: &Key,
+        keys: &KeySet,
         target: Target,
         options: &LockOptions,
         observers: &Observers,
         start: Instant,
         tried: &mut u32,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Option<Vec<LockGuard>>> {
         let (ttl, holder) = options.checked()?;
         // min_hold: the store is asked for the hold at least, so that its record outlasts the
         // hold whatever becomes of this process or its connection (renewals keep it so).
@@ -319,20 +337,26 @@ impl<B: Driver + 'static> Locker<B> {
         // leases and reports them lost at their deadlines, also with the heartbeat off.
         let store: Weak<dyn Store> = self.shared.this.clone();
         self.shared.scheduler.ensure_running(store)?;
-        let aborted =
-            || LockError::new(ErrorCode::Aborted, "the wait was cancelled").with_key(key.as_str());
+        let kind = target.kind();
+        let first_key = &keys.as_slice()[0];
+        let aborted = || {
+            LockError::new(ErrorCode::Aborted, "the wait was cancelled")
+                .with_key(first_key.as_str())
+        };
         let cancel = options.cancel.as_ref();
         let mut attempts: u32 = 0;
-        // Registered as a waiter before the first attempt (a map entry, no I/O), so that a
-        // release during any attempt is heard; the count of releases heard is read before each
-        // attempt, so a release between an attempt and the sleep after it ends that sleep at
-        // once. The driver's watch (other processes' releases) starts only on contention.
+        // Registered as a waiter before the first attempt (a map entry per key, no I/O), so
+        // that a release during any attempt is heard; the count of releases heard is read before
+        // each attempt, so a release between an attempt and the sleep after it ends that sleep
+        // at once. The driver's watch (other processes' releases) starts only on contention.
         let waiting = (options.max_retries > 0 && !options.timeout.is_zero())
-            .then(|| self.shared.wakeups.enter(key));
+            .then(|| self.shared.wakeups.enter(keys.as_slice()));
         // The waiter's place in the key's line: one id for all its attempts, so that a repeated
         // request is one place. A single attempt takes none but heeds the line; with the line
-        // off, every attempt barges.
-        let place = (waiting.is_some() && options.wait_in_line).then(LockId::generate);
+        // off, every attempt barges. Several keys take no place in this version (see
+        // `Driver::try_acquire_all`): they heed the lines as a single attempt does.
+        let place = (waiting.is_some() && options.wait_in_line && target.takes_places())
+            .then(LockId::generate);
         let line = match &place {
             Some(place) => Line::Wait(place),
             None if options.wait_in_line => Line::Keep,
@@ -349,36 +373,45 @@ impl<B: Driver + 'static> Locker<B> {
             }
             let heard = waiting.as_ref().map_or(0, Waiting::heard);
             // Granted fences must be above what this locker had seen when it asked.
-            let seen = self.shared.fences.highest(key, target.kind().sequence());
+            let seen: Vec<_> = keys
+                .iter()
+                .map(|key| self.shared.fences.highest(key, kind.sequence()))
+                .collect();
             let sent = Instant::now();
             *tried = tried.saturating_add(1);
             in_line |= place.is_some();
             let backend = &self.shared.backend;
+            let holder = holder.as_ref();
             let attempt = match target {
-                Target::Lock => backend.try_acquire(key, length, holder.as_ref(), line),
-                Target::Permit(permits) => {
-                    backend.try_acquire_permit(key, permits, length, holder.as_ref(), line)
-                }
-                Target::Shared => backend.try_acquire_shared(key, length, holder.as_ref(), line),
+                Target::Lock => backend
+                    .try_acquire(first_key, length, holder, line)
+                    .map(Acquisitions::from),
+                Target::Permit(permits) => backend
+                    .try_acquire_permit(first_key, permits, length, holder, line)
+                    .map(Acquisitions::from),
+                Target::Shared => backend
+                    .try_acquire_shared(first_key, length, holder, line)
+                    .map(Acquisitions::from),
+                Target::All => backend.try_acquire_all(keys, length, holder, line),
             };
             match attempt {
-                Ok(Acquisition::Acquired { lease, version }) => {
-                    break Ok(Some((lease, version, sent, seen)));
+                Ok(Acquisitions::Acquired(leases)) => {
+                    break Ok(Some((leases, sent, seen)));
                 }
-                Ok(Acquisition::Locked) => {
+                Ok(Acquisitions::Locked) => {
                     failure = None;
                     if let Some(waiting) = &waiting {
                         waiting.listen(&self.shared.backend);
                     }
                 }
                 Err(error) => {
-                    self.release_if_in_doubt(key, target.kind(), length, &error);
+                    self.release_if_in_doubt(keys, kind, length, &error);
                     if !error.code().is_transient() {
                         break Err(error);
                     }
                     if failure.is_none() {
                         log::warn!(
-                            "syncguard: acquiring {} on key {key} failed, will retry: {error}",
+                            "syncguard: acquiring {} on {keys} failed, will retry: {error}",
                             target.what()
                         );
                     }
@@ -413,30 +446,102 @@ impl<B: Driver + 'static> Locker<B> {
             }
         };
         drop(waiting);
-        let (lease, version, sent, seen) = match outcome {
+        let (leases, sent, seen) = match outcome {
             Ok(Some(granted)) => granted,
             ended => {
                 if let (true, Some(place)) = (in_line, &place) {
-                    self.leave_line(key, target.kind(), place);
+                    self.leave_line(first_key, kind, place);
                 }
                 return ended.map(|_| None);
             }
         };
-        // A driver bug, never seen from the bundled ones; that lock expires at its TTL.
-        let lock_id = LockId::new(&lease.lock_id).map_err(|_| {
-            LockError::internal("the backend granted a malformed lock id").with_key(key.as_str())
-        })?;
-        let kind = target.kind();
-        if let Err(error) = self
-            .shared
-            .fences
-            .check(key, kind.sequence(), lease.fence, seen)
-        {
-            let lease = LeaseRef::new(&lock_id)
+        // A driver bug, never seen from the bundled ones: given back at once.
+        if leases.len() != keys.len() {
+            self.give_back(keys, kind, length, &leases);
+            return Err(LockError::internal(format!(
+                "the backend granted {} leases for {} keys",
+                leases.len(),
+                keys.len()
+            ))
+            .with_key(first_key.as_str()));
+        }
+        let mut checked = Vec::with_capacity(leases.len());
+        for ((key, (lease, version)), seen) in keys.iter().zip(&leases).zip(seen) {
+            let verdict = LockId::new(&lease.lock_id)
+                .map_err(|_| {
+                    LockError::internal("the backend granted a malformed lock id")
+                        .with_key(key.as_str())
+                })
+                .and_then(|lock_id| {
+                    self.shared
+                        .fences
+                        .check(key, kind.sequence(), lease.fence, seen)
+                        .map(|()| lock_id)
+                });
+            match verdict {
+                Ok(lock_id) => checked.push((key, lock_id, lease.clone(), version.clone())),
+                Err(error) => {
+                    // All or none: every key of the set is given back.
+                    self.give_back(keys, kind, length, &leases);
+                    return Err(error);
+                }
+            }
+        }
+        // Several keys are lost as a whole: the first loss cancels the set's token and runs the
+        // caller's `on_lock_lost` once.
+        let on_lock_lost = match target {
+            Target::All if keys.len() > 1 => Some(lost_together(options.on_lock_lost.clone())),
+            _ => options.on_lock_lost.clone(),
+        };
+        let guards = checked
+            .into_iter()
+            .map(|(key, lock_id, lease, version)| {
+                let held = Arc::new(HeldLease::new(
+                    Grant {
+                        key: key.clone(),
+                        lock_id,
+                        kind,
+                        lease,
+                        version,
+                        sent,
+                        ttl,
+                        length,
+                    },
+                    Terms {
+                        heartbeat: options.heartbeat,
+                        max_hold: options.max_hold,
+                        min_hold: options.min_hold,
+                        on_lock_lost: on_lock_lost.clone(),
+                        observers: observers.clone(),
+                    },
+                ));
+                self.shared.scheduler.schedule(&held);
+                let store: Arc<dyn GuardStore> = self.shared.clone();
+                LockGuard::new(held, store, options.on_release_error.clone())
+            })
+            .collect();
+        Ok(Some(guards))
+    }
+
+    /// Releases the leases granted for `keys` that the caller will not hold (a fence check or
+    /// a driver bug refused the set): each is released now, or later if that fails.
+    fn give_back(
+        &self,
+        keys: &KeySet,
+        kind: LeaseKind,
+        length: Ttl,
+        leases: &[(crate::driver::Lease, Option<crate::driver::Version>)],
+    ) {
+        for (key, (lease, version)) in keys.iter().zip(leases) {
+            let Ok(lock_id) = LockId::new(&lease.lock_id) else {
+                // Malformed: it cannot be named to the store; it expires at its TTL.
+                continue;
+            };
+            let given_back = LeaseRef::new(&lock_id)
                 .with_key(key)
                 .with_kind(kind)
                 .with_version(version.as_ref());
-            if self.shared.backend.release_lease(lease).is_err() {
+            if self.shared.backend.release_lease(given_back).is_err() {
                 self.shared.release_later(Unheld::now(
                     key,
                     &lock_id,
@@ -445,34 +550,7 @@ impl<B: Driver + 'static> Locker<B> {
                     Origin::FailedRelease,
                 ));
             }
-            return Err(error);
         }
-        let held = Arc::new(HeldLease::new(
-            Grant {
-                key: key.clone(),
-                lock_id,
-                kind,
-                lease,
-                version,
-                sent,
-                ttl,
-                length,
-            },
-            Terms {
-                heartbeat: options.heartbeat,
-                max_hold: options.max_hold,
-                min_hold: options.min_hold,
-                on_lock_lost: options.on_lock_lost.clone(),
-                observers: observers.clone(),
-            },
-        ));
-        self.shared.scheduler.schedule(&held);
-        let store: Arc<dyn GuardStore> = self.shared.clone();
-        Ok(Some(LockGuard::new(
-            held,
-            store,
-            options.on_release_error.clone(),
-        )))
     }
 
     /// An acquisition that failed without an answer may still be applied by the store: its
@@ -487,10 +565,15 @@ impl<B: Driver + 'static> Locker<B> {
         }
     }
 
-    fn release_if_in_doubt(&self, key: &Key, kind: LeaseKind, ttl: Ttl, error: &LockError) {
+    fn release_if_in_doubt(&self, keys: &KeySet, kind: LeaseKind, ttl: Ttl, error: &LockError) {
         let Some(lock_id) = error.lock_id().filter(|_| error.is_in_doubt()) else {
             return;
         };
+        // The key the doubt is about: the one the error names (several keys), or the only one.
+        let key = keys
+            .iter()
+            .find(|key| error.key() == Some(key.as_str()))
+            .unwrap_or(&keys.as_slice()[0]);
         match LockId::new(lock_id) {
             Ok(lock_id) => {
                 self.shared
@@ -508,15 +591,23 @@ enum Target {
     Lock,
     Permit(Permits),
     Shared,
+    /// The locks of every key of a set, all or none.
+    All,
 }
 
 impl Target {
     fn kind(self) -> LeaseKind {
         match self {
-            Target::Lock => LeaseKind::Lock,
+            Target::Lock | Target::All => LeaseKind::Lock,
             Target::Permit(_) => LeaseKind::Permit,
             Target::Shared => LeaseKind::Shared,
         }
+    }
+
+    /// Whether a waiter takes a place in line: not for several keys in this version (places on
+    /// several lines with tickets of their own could put two callers each ahead of the other).
+    fn takes_places(self) -> bool {
+        !matches!(self, Target::All)
     }
 
     /// For messages: what was being acquired.
@@ -525,6 +616,20 @@ impl Target {
             Target::Lock => "the lock".to_owned(),
             Target::Permit(permits) => format!("a permit of the semaphore ({permits} permits)"),
             Target::Shared => "a shared hold of the lock".to_owned(),
+            Target::All => "the locks".to_owned(),
         }
     }
+}
+
+/// The `on_lock_lost` of each lease of several keys taken together: the first loss among them
+/// runs `callback` once.
+fn lost_together(callback: Option<LostCallback>) -> LostCallback {
+    let fired = std::sync::atomic::AtomicBool::new(false);
+    Arc::new(move |error: &LockError| {
+        if !fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+            && let Some(callback) = &callback
+        {
+            callback(error);
+        }
+    })
 }

@@ -52,17 +52,18 @@ impl Wakeups {
         }
     }
 
-    /// Registers a waiter of `key` until the returned [`Waiting`] is dropped: from now on the
-    /// releases heard for `key` are counted, also those that happen during its first attempt.
-    /// Costs a map entry, no I/O.
-    pub(crate) fn enter(self: &Arc<Self>, key: &Key) -> Waiting {
-        self.state()
-            .entry(key.as_str().to_owned())
-            .or_default()
-            .waiters += 1;
+    /// Registers a waiter of `keys` (one, or several taken together) until the returned
+    /// [`Waiting`] is dropped: from now on the releases heard for them are counted, also those
+    /// that happen during its first attempt. Costs a map entry per key, no I/O.
+    pub(crate) fn enter(self: &Arc<Self>, keys: &[Key]) -> Waiting {
+        let mut state = self.state();
+        for key in keys {
+            state.entry(key.as_str().to_owned()).or_default().waiters += 1;
+        }
+        drop(state);
         Waiting {
             wakeups: Arc::clone(self),
-            key: key.clone(),
+            keys: keys.to_vec(),
             listening: std::cell::Cell::new(false),
         }
     }
@@ -100,39 +101,54 @@ impl OnCancel for Wakeups {
     }
 }
 
-/// One waiter of one key, registered with its `Locker`'s [`Wakeups`].
+/// One waiter of one key (or of several taken together), registered with its `Locker`'s
+/// [`Wakeups`].
 pub(crate) struct Waiting {
     wakeups: Arc<Wakeups>,
-    key: Key,
-    /// Whether this waiter asked the driver's watch for the key's releases.
+    keys: Vec<Key>,
+    /// Whether this waiter asked the driver's watch for its keys' releases.
     listening: std::cell::Cell<bool>,
 }
 
 impl Waiting {
-    /// Releases of the key heard so far: read before an attempt, passed to [`sleep`].
+    /// Releases of the keys heard so far: read before an attempt, passed to [`sleep`].
     ///
     /// [`sleep`]: Waiting::sleep
     pub(crate) fn heard(&self) -> u64 {
-        self.wakeups
-            .state()
-            .get(self.key.as_str())
-            .map_or(0, |watched| watched.heard)
+        Self::heard_in(&self.wakeups.state(), &self.keys)
     }
 
-    /// Makes sure releases of the key in other processes are heard too: starts the driver's
-    /// watch if this `Locker` has none yet, and asks it for this key.
+    /// The releases heard of any of `keys` (a sum: any release of one of them moves it).
+    fn heard_in(state: &HashMap<String, Watched>, keys: &[Key]) -> u64 {
+        keys.iter()
+            .filter_map(|key| state.get(key.as_str()))
+            .fold(0, |sum, watched| sum.wrapping_add(watched.heard))
+    }
+
+    /// Makes sure releases of the keys in other processes are heard too: starts the driver's
+    /// watch if this `Locker` has none yet, and asks it for each key no waiter listens for yet.
     pub(crate) fn listen(&self, driver: &dyn Driver) {
         if self.listening.replace(true) {
             return;
         }
-        let first = {
+        let first: Vec<&Key> = {
             let mut state = self.wakeups.state();
-            let watched = state.entry(self.key.as_str().to_owned()).or_default();
-            watched.listening += 1;
-            watched.listening == 1
+            self.keys
+                .iter()
+                .filter(|key| {
+                    let watched = state.entry(key.as_str().to_owned()).or_default();
+                    watched.listening += 1;
+                    watched.listening == 1
+                })
+                .collect()
         };
-        if let (true, Some(watch)) = (first, self.wakeups.watch(driver)) {
-            watch.watch(&self.key);
+        if first.is_empty() {
+            return;
+        }
+        if let Some(watch) = self.wakeups.watch(driver) {
+            for key in first {
+                watch.watch(key);
+            }
         }
     }
 
@@ -145,9 +161,7 @@ impl Waiting {
         let until = Instant::now().checked_add(delay);
         let mut state = self.wakeups.state();
         loop {
-            let heard_now = state
-                .get(self.key.as_str())
-                .map_or(0, |watched| watched.heard);
+            let heard_now = Self::heard_in(&state, &self.keys);
             if heard_now != heard || cancel.is_some_and(CancelToken::is_cancelled) {
                 return;
             }
@@ -170,25 +184,35 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let last_listener = {
+        let unheard: Vec<&Key> = {
             let mut state = self.wakeups.state();
-            let Some(watched) = state.get_mut(self.key.as_str()) else {
-                return;
-            };
-            watched.waiters -= 1;
-            let last_listener = if self.listening.get() {
-                watched.listening -= 1;
-                watched.listening == 0
-            } else {
-                false
-            };
-            if watched.waiters == 0 {
-                state.remove(self.key.as_str());
-            }
-            last_listener
+            self.keys
+                .iter()
+                .filter(|key| {
+                    let Some(watched) = state.get_mut(key.as_str()) else {
+                        return false;
+                    };
+                    watched.waiters -= 1;
+                    let last_listener = if self.listening.get() {
+                        watched.listening -= 1;
+                        watched.listening == 0
+                    } else {
+                        false
+                    };
+                    if watched.waiters == 0 {
+                        state.remove(key.as_str());
+                    }
+                    last_listener
+                })
+                .collect()
         };
-        if last_listener && let Some(Some(watch)) = self.wakeups.watch.get() {
-            watch.unwatch(&self.key);
+        if unheard.is_empty() {
+            return;
+        }
+        if let Some(Some(watch)) = self.wakeups.watch.get() {
+            for key in unheard {
+                watch.unwatch(key);
+            }
         }
     }
 }

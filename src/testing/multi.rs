@@ -1,0 +1,184 @@
+//! The contracts of several keys held together ([`Locker::lock_all`]): all or none, no
+//! deadlock whatever order callers name the keys in (through their waits too), a fence per key,
+//! lost as a whole, released as a whole, and bad input refused before any I/O. Each takes the
+//! backend by value; several [`Locker`]s share it through an `Arc`, as several processes share
+//! a store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use crate::driver::MAX_KEYS;
+use crate::{ErrorCode, LockBackend, LockOptions, Locker};
+
+use super::recorder::{Call, recorded_locker};
+use super::support::{CONTENTION_DEADLINE, LONG_TTL, PATIENCE, short_lease, unique_key, wait_until};
+
+/// One key of a set held elsewhere: a single attempt on the set is refused and takes none of
+/// the free keys; once it is given back, the set is taken whole, each key with its own fence
+/// from its own sequence, in one order whatever the order asked in.
+pub fn all_or_none<B: LockBackend + 'static>(backend: B) {
+    let prefix = unique_key("multi-all");
+    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let locker = Locker::new(Arc::new(backend));
+    let other = Locker::new(Arc::clone(locker.backend()));
+    let held = other.lock(&b).unwrap();
+    assert!(locker.try_lock_all(&[&c, &b, &a]).unwrap().is_none());
+    for free in [&a, &c] {
+        assert!(
+            !locker.backend().is_locked(free).unwrap(),
+            "a refused set left a key held"
+        );
+    }
+    let b_fence = *held.fence();
+    drop(held);
+    let all = locker.try_lock_all(&[&c, &b, &a, &b]).unwrap().expect("all free");
+    assert_eq!(all.keys(), [a.as_str(), b.as_str(), c.as_str()]);
+    assert!(all.fence(&b).unwrap() > &b_fence, "b's own sequence goes on");
+    for key in [&a, &b, &c] {
+        assert!(locker.backend().is_locked(key).unwrap());
+        assert!(other.try_lock(key).unwrap().is_none());
+    }
+    let fences: Vec<_> = all.fences().into_iter().copied().collect();
+    assert!(all.release().unwrap());
+    let again = locker.lock_all(&[&a, &b, &c]).unwrap();
+    for (before, now) in fences.iter().zip(again.fences()) {
+        assert!(now > before, "each key's fence grows");
+    }
+}
+
+/// Callers taking `{a, b}`, `{b, a}`, `a` and `b` over and over from threads of their own: every
+/// call is granted within the contention deadline (no deadlock), and no key ever has two
+/// holders at once.
+pub fn reversed_orders_do_not_deadlock<B: LockBackend + 'static>(backend: B) {
+    const ROUNDS: usize = 8;
+    let prefix = unique_key("multi-order");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
+    let backend = Arc::new(backend);
+    let inside = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    let most = AtomicUsize::new(0);
+    let sets: [Vec<usize>; 4] = [vec![0, 1], vec![1, 0], vec![0], vec![1]];
+    thread::scope(|scope| {
+        for set in &sets {
+            let locker = Locker::new(Arc::clone(&backend));
+            let (keys, inside, most) = (
+                set.iter().map(|&n| [&a, &b][n].clone()).collect::<Vec<_>>(),
+                &inside,
+                &most,
+            );
+            scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let guard = locker
+                        .try_lock_all_for(&keys, CONTENTION_DEADLINE)
+                        .unwrap()
+                        .unwrap_or_else(|| panic!("{keys:?} round {round}: never granted"));
+                    let entered: Vec<&AtomicUsize> = guard
+                        .keys()
+                        .iter()
+                        .map(|key| &inside[usize::from(*key == b.as_str())])
+                        .collect();
+                    for count in &entered {
+                        most.fetch_max(count.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                    guard.check().unwrap();
+                    for count in &entered {
+                        count.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    guard.release().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two holders of one key at once");
+}
+
+/// Two of three keys taken away from outside: the set is lost as a whole — `is_lost`, `check`
+/// fails with `LockLost`, its lost token is cancelled and `on_lock_lost` runs once — while the
+/// key still held stays held until the set is released.
+pub fn losing_one_key_loses_the_set<B: LockBackend + 'static>(backend: B) {
+    let prefix = unique_key("multi-lost");
+    let keys = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let lost = Arc::new(AtomicUsize::new(0));
+    let options = short_lease(3_000, 100).on_lock_lost({
+        let lost = Arc::clone(&lost);
+        move |_| {
+            lost.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let locker = Locker::new(backend);
+    let all = locker.lock_all_with(&keys, &options).unwrap();
+    let token = all.lost_token();
+    all.check().unwrap();
+    for guard in &all.guards()[1..] {
+        assert!(locker.backend().release(guard.lock_id()).unwrap());
+    }
+    wait_until("the set to be lost", PATIENCE, || all.is_lost());
+    assert_eq!(all.check().unwrap_err().code(), ErrorCode::LockLost);
+    assert!(token.is_cancelled());
+    wait_until("both losses to be reported", PATIENCE, || {
+        all.guards()[1..].iter().all(|guard| guard.is_lost())
+    });
+    assert_eq!(lost.load(Ordering::SeqCst), 1, "on_lock_lost runs once");
+    assert!(!all.guards()[0].is_lost(), "the key still held stays held");
+    assert!(locker.backend().is_locked(&keys[0]).unwrap());
+    assert!(!all.release().unwrap(), "two keys were gone");
+    assert!(!locker.backend().is_locked(&keys[0]).unwrap());
+}
+
+/// `release`, `Drop` and `detach`: the first two free every key, the last leaves every lease in
+/// the store and answers them in the set's order.
+pub fn released_as_a_whole<B: LockBackend + 'static>(backend: B) {
+    let prefix = unique_key("multi-release");
+    let keys = ["x", "y", "z"].map(|suffix| format!("{prefix}:{suffix}"));
+    let locker = Locker::new(backend);
+    let free = |locker: &Locker<B>| {
+        keys.iter()
+            .all(|key| !locker.backend().is_locked(key).unwrap())
+    };
+    assert!(locker.lock_all(&keys).unwrap().release().unwrap());
+    assert!(free(&locker));
+    drop(locker.lock_all(&keys).unwrap());
+    assert!(free(&locker));
+    let options = LockOptions::default().ttl(LONG_TTL);
+    let leases = locker.lock_all_with(&keys, &options).unwrap().detach();
+    assert_eq!(leases.len(), keys.len());
+    for (key, lease) in keys.iter().zip(&leases) {
+        let info = crate::get_by_id(locker.backend(), &lease.lock_id)
+            .unwrap()
+            .expect("a detached lease stays");
+        assert_eq!(info.key, *key);
+        assert!(locker.backend().release(&lease.lock_id).unwrap());
+    }
+}
+
+/// No key, more than [`MAX_KEYS`] distinct ones, or an invalid key among valid ones: refused
+/// with `InvalidArgument` before anything is sent, and no key is held after.
+pub fn bad_input_is_refused_before_any_io<B: LockBackend + 'static>(backend: B) {
+    let (locker, recorder) = recorded_locker(backend, LockOptions::default());
+    let prefix = unique_key("multi-bad");
+    let too_many: Vec<String> = (0..=MAX_KEYS).map(|n| format!("{prefix}:{n}")).collect();
+    let valid = format!("{prefix}:valid");
+    let too_long = "k".repeat(crate::driver::MAX_KEY_LENGTH_BYTES + 1);
+    let refusals = [
+        locker.try_lock_all::<&str>(&[]).map(|_| ()),
+        locker.try_lock_all(&too_many).map(|_| ()),
+        locker.try_lock_all(&[valid.as_str(), ""]).map(|_| ()),
+        locker.lock_all(&[too_long.as_str(), valid.as_str()]).map(|_| ()),
+    ];
+    for refusal in refusals {
+        assert_eq!(refusal.unwrap_err().code(), ErrorCode::InvalidArgument);
+    }
+    assert!(
+        !recorder
+            .calls()
+            .iter()
+            .any(|call| matches!(call, Call::Acquire(_))),
+        "bad input reached the store"
+    );
+    assert!(!locker.backend().is_locked(&valid).unwrap());
+    // The most keys a set takes are taken.
+    let most = locker.try_lock_all(&too_many[..MAX_KEYS]).unwrap().expect("64 free keys");
+    assert_eq!(most.keys().len(), MAX_KEYS);
+}
