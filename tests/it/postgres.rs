@@ -23,6 +23,7 @@ syncguard::guard_contract!(shared_postgres_backend);
 syncguard::semaphore_contract!(shared_postgres_backend);
 syncguard::line_contract!(shared_postgres_backend);
 syncguard::shared_contract!(shared_postgres_backend);
+syncguard::multi_contract!(shared_postgres_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

@@ -23,6 +23,7 @@ syncguard::guard_contract!(topology: cluster_backend);
 syncguard::semaphore_contract!(cluster_backend);
 syncguard::line_contract!(topology: cluster_backend);
 syncguard::shared_contract!(topology: cluster_backend);
+syncguard::multi_contract!(cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
