@@ -62,6 +62,7 @@ pub fn reversed_orders_do_not_deadlock<B: LockBackend + 'static>(backend: B) {
     thread::scope(|scope| {
         for set in &sets {
             let locker = Locker::new(Arc::clone(&backend));
+            let b_key = b.as_str();
             let (keys, inside, most) = (
                 set.iter().map(|&n| [&a, &b][n].clone()).collect::<Vec<_>>(),
                 &inside,
@@ -76,7 +77,7 @@ pub fn reversed_orders_do_not_deadlock<B: LockBackend + 'static>(backend: B) {
                     let entered: Vec<&AtomicUsize> = guard
                         .keys()
                         .iter()
-                        .map(|key| &inside[usize::from(*key == b.as_str())])
+                        .map(|key| &inside[usize::from(*key == b_key)])
                         .collect();
                     for count in &entered {
                         most.fetch_max(count.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
