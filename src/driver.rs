@@ -561,7 +561,9 @@ impl From<Acquisition> for Acquisitions {
     /// One key's answer as a set of one.
     fn from(acquisition: Acquisition) -> Self {
         match acquisition {
-            Acquisition::Acquired { lease, version } => Acquisitions::Acquired(vec![(lease, version)]),
+            Acquisition::Acquired { lease, version } => {
+                Acquisitions::Acquired(vec![(lease, version)])
+            }
             Acquisition::Locked => Acquisitions::Locked,
         }
     }

@@ -175,7 +175,10 @@ fn give_back<D: Driver + ?Sized>(
             failed.get_or_insert(
                 LockError::new(
                     error.code(),
-                    format!("giving back a key taken with others failed: {}", error.message()),
+                    format!(
+                        "giving back a key taken with others failed: {}",
+                        error.message()
+                    ),
                 )
                 .with_key(key.as_str())
                 .in_doubt(lock_id.as_str()),
@@ -212,7 +215,11 @@ mod tests {
         let long = "x".repeat(600);
         let error = KeySet::new(&["fine", long.as_str()]).unwrap_err();
         assert_eq!(error.code(), crate::ErrorCode::InvalidArgument);
-        assert!(error.message().starts_with("key 2 of 2:"), "{}", error.message());
+        assert!(
+            error.message().starts_with("key 2 of 2:"),
+            "{}",
+            error.message()
+        );
         assert!(!error.message().contains("xxxx"));
     }
 }

@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, KeySet, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
-    LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, Places, ReleaseWatch,
-    TIME_TOLERANCE_MS, Ttl, is_live,
+    Acquisition, Acquisitions, Driver, Extension, Find, Holder, KeyPrefix, KeySet, LeaseKind,
+    LeaseRef, Line, ListLimit, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
+    Places, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::Result;

@@ -12,13 +12,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::LockOptions;
 use super::guard::LockGuard;
 use super::{Locker, Target};
 use crate::cancel::{CancelToken, OnCancel};
 use crate::driver::{Driver, KeySet, Lease};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
-use super::LockOptions;
 
 impl<B: Driver + 'static> Locker<B> {
     /// Takes the locks on every one of `keys` — 1 to [`MAX_KEYS`](crate::driver::MAX_KEYS),

@@ -13,7 +13,9 @@ use crate::driver::MAX_KEYS;
 use crate::{ErrorCode, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
-use super::support::{CONTENTION_DEADLINE, LONG_TTL, PATIENCE, short_lease, unique_key, wait_until};
+use super::support::{
+    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, short_lease, unique_key, wait_until,
+};
 
 /// One key of a set held elsewhere: a single attempt on the set is refused and takes none of
 /// the free keys; once it is given back, the set is taken whole, each key with its own fence
@@ -33,9 +35,15 @@ pub fn all_or_none<B: LockBackend + 'static>(backend: B) {
     }
     let b_fence = *held.fence();
     drop(held);
-    let all = locker.try_lock_all(&[&c, &b, &a, &b]).unwrap().expect("all free");
+    let all = locker
+        .try_lock_all(&[&c, &b, &a, &b])
+        .unwrap()
+        .expect("all free");
     assert_eq!(all.keys(), [a.as_str(), b.as_str(), c.as_str()]);
-    assert!(all.fence(&b).unwrap() > &b_fence, "b's own sequence goes on");
+    assert!(
+        all.fence(&b).unwrap() > &b_fence,
+        "b's own sequence goes on"
+    );
     for key in [&a, &b, &c] {
         assert!(locker.backend().is_locked(key).unwrap());
         assert!(other.try_lock(key).unwrap().is_none());
@@ -92,7 +100,11 @@ pub fn reversed_orders_do_not_deadlock<B: LockBackend + 'static>(backend: B) {
             });
         }
     });
-    assert_eq!(most.load(Ordering::SeqCst), 1, "two holders of one key at once");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two holders of one key at once"
+    );
 }
 
 /// Two of three keys taken away from outside: the set is lost as a whole — `is_lost`, `check`
@@ -146,7 +158,7 @@ pub fn released_as_a_whole<B: LockBackend + 'static>(backend: B) {
     let leases = locker.lock_all_with(&keys, &options).unwrap().detach();
     assert_eq!(leases.len(), keys.len());
     for (key, lease) in keys.iter().zip(&leases) {
-        let info = crate::get_by_id(locker.backend(), &lease.lock_id)
+        let info = crate::get_by_id_raw(locker.backend(), &lease.lock_id)
             .unwrap()
             .expect("a detached lease stays");
         assert_eq!(info.key, *key);
@@ -166,7 +178,9 @@ pub fn bad_input_is_refused_before_any_io<B: LockBackend + 'static>(backend: B) 
         locker.try_lock_all::<&str>(&[]).map(|_| ()),
         locker.try_lock_all(&too_many).map(|_| ()),
         locker.try_lock_all(&[valid.as_str(), ""]).map(|_| ()),
-        locker.lock_all(&[too_long.as_str(), valid.as_str()]).map(|_| ()),
+        locker
+            .lock_all(&[too_long.as_str(), valid.as_str()])
+            .map(|_| ()),
     ];
     for refusal in refusals {
         assert_eq!(refusal.unwrap_err().code(), ErrorCode::InvalidArgument);
@@ -180,6 +194,9 @@ pub fn bad_input_is_refused_before_any_io<B: LockBackend + 'static>(backend: B) 
     );
     assert!(!locker.backend().is_locked(&valid).unwrap());
     // The most keys a set takes are taken.
-    let most = locker.try_lock_all(&too_many[..MAX_KEYS]).unwrap().expect("64 free keys");
+    let most = locker
+        .try_lock_all(&too_many[..MAX_KEYS])
+        .unwrap()
+        .expect("64 free keys");
     assert_eq!(most.keys().len(), MAX_KEYS);
 }
