@@ -103,14 +103,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{LockError, Result};
 use crate::fence::Fence;
 
 pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
 pub use crate::hash::hash_key;
 pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
-pub use crate::key_set::{KeySet, MAX_KEYS, acquire_one_by_one};
+pub use crate::key_set::{KeySet, MAX_KEYS};
 pub use crate::line::{Admission, Line, PLACE_TTL, PlaceRecord, Places};
 pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
@@ -124,7 +124,7 @@ pub use crate::time::{
 /// One store's lock protocol, over validated values. See the [module docs](self).
 ///
 /// Each method is a single attempt: no retries (the [`Locker`](crate::Locker) retries), and a
-/// deadline on every network call. Errors are [`LockError`](crate::LockError)s with the code
+/// deadline on every network call. Errors are [`LockError`]s with the code
 /// the failure implies; an absent or expired lock is an [`Outcome`], not an error.
 pub trait Driver: Send + Sync {
     /// What this store is and guarantees.
@@ -544,6 +544,81 @@ impl Acquisition {
             version,
         }
     }
+}
+
+/// [`Driver::try_acquire_all`] for a store without a native one: each key in the set's order
+/// with [`Driver::try_acquire`], and on the first refusal every key taken so far given back
+/// before answering [`Acquisitions::Locked`]. All or none as the caller sees it, but not at
+/// one instant: another caller may find some of the keys held for the moment between. Such a
+/// set takes no place in any line (a line is heeded as [`Line::Keep`] heeds it): places on
+/// several keys, drawn from each key's own ticket sequence, could put two callers each ahead
+/// of the other.
+///
+/// A failure ends the attempt after the keys taken are given back; a give-back that fails is
+/// reported as an acquisition in doubt of that lock id (its caller releases it later).
+pub fn acquire_one_by_one<D: Driver + ?Sized>(
+    driver: &D,
+    keys: &KeySet,
+    ttl: Ttl,
+    holder: Option<&Holder>,
+    line: Line<'_>,
+) -> Result<Acquisitions> {
+    let line = match line {
+        Line::Ignore => Line::Ignore,
+        Line::Keep | Line::Wait(_) => Line::Keep,
+    };
+    let mut taken = Vec::with_capacity(keys.len());
+    for key in keys {
+        match driver.try_acquire(key, ttl, holder, line) {
+            Ok(Acquisition::Acquired { lease, version }) => taken.push((lease, version)),
+            Ok(Acquisition::Locked) => {
+                give_back(driver, keys, &taken)?;
+                return Ok(Acquisitions::Locked);
+            }
+            Err(error) => {
+                // The failed key's own doubt (if any) rides on `error`; a give-back's, if that
+                // fails too, would need a second: it is logged, and that lock lapses at its TTL.
+                if let Err(lost) = give_back(driver, keys, &taken) {
+                    log::warn!("syncguard: {lost}; it lapses at its TTL");
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(Acquisitions::Acquired(taken))
+}
+
+/// Releases the leases `taken` of the first keys of `keys`: every one is tried; the first that
+/// fails is returned, in doubt.
+fn give_back<D: Driver + ?Sized>(
+    driver: &D,
+    keys: &KeySet,
+    taken: &[(Lease, Option<Version>)],
+) -> Result<()> {
+    let mut failed = None;
+    for (key, (lease, version)) in keys.iter().zip(taken) {
+        let Ok(lock_id) = LockId::new(&lease.lock_id) else {
+            continue;
+        };
+        let given_back = LeaseRef::new(&lock_id)
+            .with_key(key)
+            .with_kind(LeaseKind::Lock)
+            .with_version(version.as_ref());
+        if let Err(error) = driver.release_lease(given_back) {
+            failed.get_or_insert(
+                LockError::new(
+                    error.code(),
+                    format!(
+                        "giving back a key taken with others failed: {}",
+                        error.message()
+                    ),
+                )
+                .with_key(key.as_str())
+                .in_doubt(lock_id.as_str()),
+            );
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// The answer to [`Driver::try_acquire_all`].

@@ -1,6 +1,6 @@
 //! Several keys taken together (DESIGN §12, "Several keys"): the validated [`KeySet`] that
-//! [`Locker::lock_all`](crate::Locker::lock_all) asks for, and the acquisition of such a set
-//! one key at a time that a store without a native one falls back on.
+//! [`Locker::lock_all`](crate::Locker::lock_all) asks for (a store takes it in
+//! [`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)).
 //!
 //! A set holds 1 to [`MAX_KEYS`] keys, each a valid [`Key`], duplicates collapsed after NFC
 //! normalisation, in one fixed order (the keys' UTF-8 bytes) whatever the order the caller
@@ -9,12 +9,8 @@
 
 use std::fmt;
 
-use crate::driver::{Acquisition, Acquisitions, Driver, LeaseKind, LeaseRef, Line};
 use crate::error::{LockError, Result};
-use crate::holder::Holder;
 use crate::key::Key;
-use crate::lock_id::LockId;
-use crate::time::Ttl;
 
 /// The most keys one [`KeySet`] holds (after duplicates are collapsed).
 pub const MAX_KEYS: usize = 64;
@@ -111,81 +107,6 @@ impl<'a> IntoIterator for &'a KeySet {
     fn into_iter(self) -> Self::IntoIter {
         self.0.iter()
     }
-}
-
-/// [`Driver::try_acquire_all`] for a store without a native one: each key in the set's order
-/// with [`Driver::try_acquire`], and on the first refusal every key taken so far given back
-/// before answering [`Acquisitions::Locked`]. All or none as the caller sees it, but not at
-/// one instant: another caller may find some of the keys held for the moment between. Such a
-/// set takes no place in any line (a line is heeded as [`Line::Keep`] heeds it): places on
-/// several keys, drawn from each key's own ticket sequence, could put two callers each ahead
-/// of the other.
-///
-/// A failure ends the attempt after the keys taken are given back; a give-back that fails is
-/// reported as an acquisition in doubt of that lock id (its caller releases it later).
-pub fn acquire_one_by_one<D: Driver + ?Sized>(
-    driver: &D,
-    keys: &KeySet,
-    ttl: Ttl,
-    holder: Option<&Holder>,
-    line: Line<'_>,
-) -> Result<Acquisitions> {
-    let line = match line {
-        Line::Ignore => Line::Ignore,
-        Line::Keep | Line::Wait(_) => Line::Keep,
-    };
-    let mut taken = Vec::with_capacity(keys.len());
-    for key in keys {
-        match driver.try_acquire(key, ttl, holder, line) {
-            Ok(Acquisition::Acquired { lease, version }) => taken.push((lease, version)),
-            Ok(Acquisition::Locked) => {
-                give_back(driver, keys, &taken)?;
-                return Ok(Acquisitions::Locked);
-            }
-            Err(error) => {
-                // The failed key's own doubt (if any) rides on `error`; a give-back's, if that
-                // fails too, would need a second: it is logged, and that lock lapses at its TTL.
-                if let Err(lost) = give_back(driver, keys, &taken) {
-                    log::warn!("syncguard: {lost}; it lapses at its TTL");
-                }
-                return Err(error);
-            }
-        }
-    }
-    Ok(Acquisitions::Acquired(taken))
-}
-
-/// Releases the leases `taken` of the first keys of `keys`: every one is tried; the first that
-/// fails is returned, in doubt.
-fn give_back<D: Driver + ?Sized>(
-    driver: &D,
-    keys: &KeySet,
-    taken: &[(crate::driver::Lease, Option<crate::driver::Version>)],
-) -> Result<()> {
-    let mut failed = None;
-    for (key, (lease, version)) in keys.iter().zip(taken) {
-        let Ok(lock_id) = LockId::new(&lease.lock_id) else {
-            continue;
-        };
-        let given_back = LeaseRef::new(&lock_id)
-            .with_key(key)
-            .with_kind(LeaseKind::Lock)
-            .with_version(version.as_ref());
-        if let Err(error) = driver.release_lease(given_back) {
-            failed.get_or_insert(
-                LockError::new(
-                    error.code(),
-                    format!(
-                        "giving back a key taken with others failed: {}",
-                        error.message()
-                    ),
-                )
-                .with_key(key.as_str())
-                .in_doubt(lock_id.as_str()),
-            );
-        }
-    }
-    failed.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
