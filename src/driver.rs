@@ -563,10 +563,7 @@ pub fn acquire_one_by_one<D: Driver + ?Sized>(
     holder: Option<&Holder>,
     line: Line<'_>,
 ) -> Result<Acquisitions> {
-    let line = match line {
-        Line::Ignore => Line::Ignore,
-        Line::Keep | Line::Wait(_) => Line::Keep,
-    };
+    let line = line.without_place();
     let mut taken = Vec::with_capacity(keys.len());
     for key in keys {
         match driver.try_acquire(key, ttl, holder, line) {

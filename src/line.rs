@@ -78,6 +78,16 @@ impl Line<'_> {
             Line::Ignore | Line::Keep => None,
         }
     }
+
+    /// The same heed of the line without a place: [`Line::Wait`] becomes [`Line::Keep`] (as a
+    /// single attempt heeds it), the others stay. What several keys taken together ask of each
+    /// key's line ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)).
+    pub fn without_place(self) -> Line<'static> {
+        match self {
+            Line::Ignore => Line::Ignore,
+            Line::Keep | Line::Wait(_) => Line::Keep,
+        }
+    }
 }
 
 /// A place in a key's line, raw: what [`Driver::find_line`](crate::driver::Driver::find_line)

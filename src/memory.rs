@@ -406,10 +406,7 @@ impl Driver for MemoryBackend {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> Result<Acquisitions> {
-        let line = match line {
-            Line::Ignore => Line::Ignore,
-            Line::Keep | Line::Wait(_) => Line::Keep,
-        };
+        let line = line.without_place();
         let mut lock_ids: Vec<String> = keys
             .iter()
             .map(|_| LockId::generate().into_string())
