@@ -111,7 +111,7 @@ pub use crate::hash::hash_key;
 pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
 pub use crate::key_set::{KeySet, MAX_KEYS};
-pub use crate::line::{Admission, Line, PLACE_TTL, PlaceRecord, Places};
+pub use crate::line::{Admission, Line, PLACE_TTL, PlaceRecord, Places, SetAdmission, admit_all};
 pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
 };
@@ -184,8 +184,12 @@ pub trait Driver: Send + Sync {
     ///
     /// The default, [`acquire_one_by_one`], takes the keys one at a time and gives back what it
     /// took on a refusal; a store that can decide the whole set in one round trip (one script,
-    /// statement or commit) overrides it. In this version several keys take no place in any
-    /// line: `line` is heeded as [`Line::Keep`] heeds it (see [`acquire_one_by_one`]).
+    /// statement or commit) overrides it.
+    ///
+    /// `line` is heeded on every key's lock line by the [several keys](Line#several-keys)
+    /// rule: a waiter ([`Line::Wait`], then [`Line::WaitAt`] with the ticket the refusal
+    /// answered) holds no key while it waits and stands in line with one ticket on the keys
+    /// that refused it.
     fn try_acquire_all(
         &self,
         keys: &KeySet,
@@ -549,10 +553,13 @@ impl Acquisition {
 /// [`Driver::try_acquire_all`] for a store without a native one: each key in the set's order
 /// with [`Driver::try_acquire`], and on the first refusal every key taken so far given back
 /// before answering [`Acquisitions::Locked`]. All or none as the caller sees it, but not at
-/// one instant: another caller may find some of the keys held for the moment between. Such a
-/// set takes no place in any line (a line is heeded as [`Line::Keep`] heeds it): places on
-/// several keys, drawn from each key's own ticket sequence, could put two callers each ahead
-/// of the other.
+/// one instant: another caller may find some of the keys held for the moment between.
+///
+/// A waiter stands in line on the key that refused it, with its one ticket
+/// ([several keys](crate::driver::Line#several-keys)): each key is asked with
+/// [`Line::WaitAt`]; at the first refusal, before the waiter has a ticket, the refusing key's
+/// line gives it one ([`Line::Wait`], then [`Driver::find_line`] reads it back). Each attempt
+/// stops at its first refused key, so a waiter takes its places one refusal at a time.
 ///
 /// A failure ends the attempt after the keys taken are given back; a give-back that fails is
 /// reported as an acquisition in doubt of that lock id (its caller releases it later).
@@ -563,14 +570,21 @@ pub fn acquire_one_by_one<D: Driver + ?Sized>(
     holder: Option<&Holder>,
     line: Line<'_>,
 ) -> Result<Acquisitions> {
-    let line = line.without_place();
     let mut taken = Vec::with_capacity(keys.len());
     for key in keys {
         match driver.try_acquire(key, ttl, holder, line) {
             Ok(Acquisition::Acquired { lease, version }) => taken.push((lease, version)),
             Ok(Acquisition::Locked) => {
                 give_back(driver, keys, &taken)?;
-                return Ok(Acquisitions::Locked);
+                let ticket = match (line.place(), line.ticket()) {
+                    (Some(place), None) => driver
+                        .find_line(key, LeaseKind::Lock)?
+                        .iter()
+                        .find(|stood| stood.place_id == place.as_str())
+                        .map(|stood| stood.ticket),
+                    (_, ticket) => ticket,
+                };
+                return Ok(Acquisitions::Locked { ticket });
             }
             Err(error) => {
                 // The failed key's own doubt (if any) rides on `error`; a give-back's, if that
@@ -626,7 +640,12 @@ pub enum Acquisitions {
     /// order of the [`KeySet`].
     Acquired(Vec<(Lease, Option<Version>)>),
     /// Some key is held by someone else (or its line goes first): none is held for this call.
-    Locked,
+    Locked {
+        /// The ticket of the waiter's places, when it stands in line after this refusal
+        /// ([`Line::Wait`] or [`Line::WaitAt`] asked): its next attempts ask [`Line::WaitAt`]
+        /// with it. `None` when it took no place.
+        ticket: Option<u64>,
+    },
 }
 
 impl From<Acquisition> for Acquisitions {
@@ -636,7 +655,7 @@ impl From<Acquisition> for Acquisitions {
             Acquisition::Acquired { lease, version } => {
                 Acquisitions::Acquired(vec![(lease, version)])
             }
-            Acquisition::Locked => Acquisitions::Locked,
+            Acquisition::Locked => Acquisitions::Locked { ticket: None },
         }
     }
 }

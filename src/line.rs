@@ -14,9 +14,34 @@
 //! exclusive holder is live and no exclusive place is ahead of it: readers at the head of the
 //! line are granted together, and readers that come after a waiting writer wait behind it.
 //!
+//! # Several keys
+//!
+//! A waiter for several keys at once ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all))
+//! holds none of them while it waits, and waits in line on the keys it found held — with **one
+//! ticket on every key**, so that the waiters of several keys stand in one order on all their
+//! lines and no two can each be ahead of the other (which, with a ticket per line, would have
+//! them wait for each other forever). The rule, for a waiter with place id *P*:
+//!
+//! 1. Its ticket *T* is the one it carries ([`Line::WaitAt`]), or, at its first refusal
+//!    ([`Line::Wait`]), one above the highest last ticket of the set's lines.
+//! 2. On each key, the places ahead of it are the live places ordered before (*T*, *P*) by
+//!    ticket, then place id (every live place for a single attempt, [`Line::Keep`]). A key
+//!    admits it when it has more free slots than places ahead.
+//! 3. When every key admits it, every lock is taken and its place leaves every line.
+//! 4. Otherwise nothing is taken, and its place with ticket *T* is taken (or kept and renewed,
+//!    as for one key) on every key that did not admit it and on every key where it already
+//!    stands; a line's last ticket grows to *T* when below. The answer carries *T*
+//!    ([`Acquisitions::Locked`](crate::driver::Acquisitions::Locked)), and the waiter's next
+//!    attempts ask [`Line::WaitAt`] with it.
+//!
+//! Every expired place is pruned, on every key, as for one key. A waiter's places only grow
+//! while it waits, and nobody passes it on a key where it stands: so the waiter with the
+//! smallest ticket is granted once the holders of its keys are gone, and every waiter in turn.
+//! A waiter of one key keeps taking the ticket after the last one of its line.
+//!
 //! [`Line`] is what an acquisition asks of the store; [`PlaceRecord`] is a stored place; and
-//! [`Places`] is that rule written once for the stores that decide in the client (the in-memory
-//! store, Firestore inside a transaction). Redis and PostgreSQL decide the same rule in their
+//! [`Places`] (and [`admit_all`] for several keys) is that rule written once for the stores
+//! that decide in the client (the in-memory store, Firestore inside a transaction). Redis and PostgreSQL decide the same rule in their
 //! script and statement.
 
 use std::fmt;
@@ -68,24 +93,37 @@ pub enum Line<'a> {
     /// [`PLACE_TTL`]. Every expired place is pruned. The same id twice is one place, so a
     /// repeated request takes no second one.
     Wait(&'a LockId),
+    /// An attempt of a waiter of several keys ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)),
+    /// or of one of its keys: as [`Wait`](Line::Wait), but its place carries this ticket —
+    /// the same on every key of the set — and stands among the places by ticket (then place
+    /// id), not at the back. The last ticket of the line grows to it if it is beyond. See
+    /// [several keys](self#several-keys).
+    WaitAt(&'a LockId, u64),
 }
 
 impl Line<'_> {
     /// The waiter's place id, for [`Line::Wait`].
     pub fn place(&self) -> Option<&LockId> {
         match self {
-            Line::Wait(place) => Some(place),
+            Line::Wait(place) | Line::WaitAt(place, _) => Some(place),
             Line::Ignore | Line::Keep => None,
         }
     }
 
-    /// The same heed of the line without a place: [`Line::Wait`] becomes [`Line::Keep`] (as a
-    /// single attempt heeds it), the others stay. What several keys taken together ask of each
-    /// key's line ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)).
-    pub fn without_place(self) -> Line<'static> {
+    /// The ticket a waiter of several keys carries ([`Line::WaitAt`]).
+    pub fn ticket(&self) -> Option<u64> {
         match self {
-            Line::Ignore => Line::Ignore,
-            Line::Keep | Line::Wait(_) => Line::Keep,
+            Line::WaitAt(_, ticket) => Some(*ticket),
+            Line::Ignore | Line::Keep | Line::Wait(_) => None,
+        }
+    }
+
+    /// This waiter with its `ticket`: [`Line::Wait`] becomes [`Line::WaitAt`]; the others
+    /// stay.
+    pub fn at(self, ticket: u64) -> Self {
+        match self {
+            Line::Wait(place) | Line::WaitAt(place, _) => Line::WaitAt(place, ticket),
+            other => other,
         }
     }
 }
@@ -149,8 +187,9 @@ impl Places {
     /// Decides an acquisition when `free` slots are free at `now_ms` (a lock: 1 or 0, 0 also
     /// while shared holders are live; a semaphore: its permits less the live ones; a shared
     /// hold, `shared`: 1 unless an exclusive lock is live), as [`Line`] describes, and updates
-    /// the line: prunes every expired place, and for [`Line::Wait`] removes the waiter's place
-    /// when granted, or takes or renews it for [`PLACE_TTL`] (with `holder`) when not.
+    /// the line: prunes every expired place, and for [`Line::Wait`] and [`Line::WaitAt`]
+    /// removes the waiter's place when granted, or takes or renews it for [`PLACE_TTL`] (with
+    /// `holder`) when not.
     pub fn admit(
         &mut self,
         line: Line<'_>,
@@ -159,66 +198,94 @@ impl Places {
         now_ms: i64,
         holder: Option<&Holder>,
     ) -> Admission {
-        let before = self.places.len();
-        self.places.retain(|place| place.is_live(now_ms));
-        let mut changed = self.places.len() != before;
-        let place = match line {
-            Line::Ignore => {
-                return Admission {
-                    granted: free > 0,
-                    changed,
-                };
-            }
-            Line::Keep => {
-                return Admission {
-                    granted: passes(&self.places, free, shared),
-                    changed,
-                };
-            }
-            Line::Wait(place) => place.as_str(),
-        };
-        let mine = self.places.iter().position(|p| p.place_id == place);
-        let ahead = &self.places[..mine.unwrap_or(self.places.len())];
-        if passes(ahead, free, shared) {
-            if let Some(mine) = mine {
-                self.places.remove(mine);
-                changed = true;
-            }
-            return Admission {
-                granted: true,
-                changed,
+        let mut changed = self.prune(now_ms);
+        let granted = self.admits(line, free, shared);
+        if let Some(place) = line.place() {
+            changed |= if granted {
+                self.leave(place)
+            } else {
+                let ticket = line.ticket().unwrap_or_else(|| self.next_ticket());
+                self.stand(place, ticket, shared, now_ms, holder)
             };
         }
+        Admission { granted, changed }
+    }
+
+    /// Removes every place expired at `now_ms`; whether any was.
+    pub fn prune(&mut self, now_ms: i64) -> bool {
+        let before = self.places.len();
+        self.places.retain(|place| place.is_live(now_ms));
+        self.places.len() != before
+    }
+
+    /// Whether an acquisition asking `line` may take one of `free` slots, given the places
+    /// stored (prune first): changes nothing.
+    pub fn admits(&self, line: Line<'_>, free: usize, shared: bool) -> bool {
+        let ahead = match line {
+            Line::Ignore => return free > 0,
+            Line::Keep => &self.places[..],
+            Line::Wait(place) => {
+                let mine = self.position(place);
+                &self.places[..mine.unwrap_or(self.places.len())]
+            }
+            Line::WaitAt(place, ticket) => {
+                let behind = self.places.partition_point(|p| {
+                    (p.ticket, p.place_id.as_str()) < (ticket, place.as_str())
+                });
+                &self.places[..behind]
+            }
+        };
+        passes(ahead, free, shared)
+    }
+
+    /// The ticket a new place at the back of this line gets.
+    pub fn next_ticket(&self) -> u64 {
+        self.last_ticket.saturating_add(1)
+    }
+
+    /// Whether the waiter `place` stands in this line.
+    pub fn has(&self, place: &LockId) -> bool {
+        self.position(place).is_some()
+    }
+
+    /// Takes the waiter's place with `ticket`, in ticket (then place id) order, or, when it
+    /// stands in line already, keeps it where it is and renews it for [`PLACE_TTL`] from
+    /// `now_ms` — unless it is fresh (renewed within the last
+    /// [`PLACE_RENEWAL`]) with the same holder text. Whether the line changed.
+    pub fn stand(
+        &mut self,
+        place: &LockId,
+        ticket: u64,
+        shared: bool,
+        now_ms: i64,
+        holder: Option<&Holder>,
+    ) -> bool {
         let expires_at_ms = now_ms.saturating_add(PLACE_TTL.as_millis());
         let holder = holder.map(Holder::to_string);
-        match mine {
-            Some(mine) => {
-                let kept = &mut self.places[mine];
-                let fresh = kept.expires_at_ms - now_ms > PLACE_FRESH_MS && kept.holder == holder;
-                if fresh {
-                    return Admission {
-                        granted: false,
-                        changed,
-                    };
-                }
-                kept.expires_at_ms = expires_at_ms;
-                kept.holder = holder;
+        if let Some(mine) = self.position(place) {
+            let kept = &mut self.places[mine];
+            if kept.expires_at_ms - now_ms > PLACE_FRESH_MS && kept.holder == holder {
+                return false;
             }
-            None => {
-                self.last_ticket += 1;
-                self.places.push(PlaceRecord {
-                    place_id: place.to_owned(),
-                    ticket: self.last_ticket,
-                    expires_at_ms,
-                    holder,
-                    shared,
-                });
-            }
+            kept.expires_at_ms = expires_at_ms;
+            kept.holder = holder;
+            return true;
         }
-        Admission {
-            granted: false,
-            changed: true,
-        }
+        let at = self
+            .places
+            .partition_point(|p| (p.ticket, p.place_id.as_str()) < (ticket, place.as_str()));
+        self.places.insert(
+            at,
+            PlaceRecord {
+                place_id: place.as_str().to_owned(),
+                ticket,
+                expires_at_ms,
+                holder,
+                shared,
+            },
+        );
+        self.last_ticket = self.last_ticket.max(ticket);
+        true
     }
 
     /// Removes the place `place` (a waiter that gave up); whether it was there.
@@ -240,6 +307,74 @@ impl Places {
     /// Whether no place is stored (live or not): the store may drop the line.
     pub fn is_empty(&self) -> bool {
         self.places.is_empty()
+    }
+
+    fn position(&self, place: &LockId) -> Option<usize> {
+        self.places
+            .iter()
+            .position(|p| p.place_id == place.as_str())
+    }
+}
+
+/// What [`admit_all`] decided for several keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct SetAdmission {
+    /// Whether every key may be taken (then the waiter's places are gone from every line).
+    pub granted: bool,
+    /// Per line, in the order given: whether it changed (a store writes back only those).
+    pub changed: Vec<bool>,
+    /// The ticket the waiter's places carry, when it stands in line after this refusal: given
+    /// back as [`Line::WaitAt`] in its next attempt.
+    pub ticket: Option<u64>,
+}
+
+/// Decides an acquisition of the locks of several keys at once, all or none, as the
+/// [several keys](self#several-keys) rule says, for the stores that decide in the client:
+/// `lines[i]` is the line of the `i`-th key and `free[i]` its free slots (1 or 0) at `now_ms`.
+/// Prunes every line; when granted, removes the waiter's place from each; when refused, takes
+/// or renews it on each key that did not admit it and on each where it already stands.
+pub fn admit_all(
+    lines: &mut [&mut Places],
+    free: &[usize],
+    line: Line<'_>,
+    now_ms: i64,
+    holder: Option<&Holder>,
+) -> SetAdmission {
+    let mut changed: Vec<bool> = lines.iter_mut().map(|l| l.prune(now_ms)).collect();
+    let line = match (line.place(), line.ticket()) {
+        (Some(_), None) => {
+            let fresh = lines.iter().map(|l| l.next_ticket()).max().unwrap_or(1);
+            line.at(fresh)
+        }
+        _ => line,
+    };
+    let admitted: Vec<bool> = lines
+        .iter()
+        .zip(free)
+        .map(|(l, &free)| l.admits(line, free, false))
+        .collect();
+    let granted = admitted.iter().all(|&a| a);
+    let (Some(place), Some(ticket)) = (line.place(), line.ticket()) else {
+        return SetAdmission {
+            granted,
+            changed,
+            ticket: None,
+        };
+    };
+    for ((l, changed), admitted) in lines.iter_mut().zip(&mut changed).zip(admitted) {
+        *changed |= if granted {
+            l.leave(place)
+        } else if !admitted || l.has(place) {
+            l.stand(place, ticket, false, now_ms, holder)
+        } else {
+            false
+        };
+    }
+    SetAdmission {
+        granted,
+        changed,
+        ticket: (!granted).then_some(ticket),
     }
 }
 

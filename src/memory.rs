@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use crate::driver::{
     Acquisition, Acquisitions, Driver, Extension, Find, Holder, KeyPrefix, KeySet, LeaseKind,
     LeaseRef, Line, ListLimit, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
-    Places, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, is_live,
+    Places, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, admit_all, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority};
 use crate::error::Result;
@@ -397,8 +397,8 @@ impl Driver for MemoryBackend {
         state.grant_lock(key, lock_id, ttl, holder, now_ms)
     }
 
-    /// Every key decided and taken under the one mutex: all or none at one instant. Several
-    /// keys take no place in a line ([`Driver::try_acquire_all`]).
+    /// Every key decided and taken under the one mutex: all or none at one instant, the lines
+    /// decided by [`admit_all`].
     fn try_acquire_all(
         &self,
         keys: &KeySet,
@@ -406,18 +406,32 @@ impl Driver for MemoryBackend {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> Result<Acquisitions> {
-        let line = line.without_place();
         let mut lock_ids: Vec<String> = keys
             .iter()
             .map(|_| LockId::generate().into_string())
             .collect();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        if !keys
+        let free: Vec<usize> = keys
             .iter()
-            .all(|key| state.lock_is_free(key, line, now_ms, holder))
-        {
-            return Ok(Acquisitions::Locked);
+            .map(|key| usize::from(state.lock_is_free(key, Line::Ignore, now_ms, holder)))
+            .collect();
+        // The lines are taken out of the map for the decision, and put back unless empty.
+        let mut lines: Vec<Places> = keys
+            .iter()
+            .map(|key| state.lines.remove(key.as_str()).unwrap_or_default())
+            .collect();
+        let mut deciding: Vec<&mut Places> = lines.iter_mut().collect();
+        let admission = admit_all(&mut deciding, &free, line, now_ms, holder);
+        for (key, places) in keys.iter().zip(lines) {
+            if !places.is_empty() {
+                state.lines.insert(key.to_string(), places);
+            }
+        }
+        if !admission.granted {
+            return Ok(Acquisitions::Locked {
+                ticket: admission.ticket,
+            });
         }
         // A fence counter at its end refuses its key: checked for every key before any is
         // taken, so that the refusal leaves none held.

@@ -212,7 +212,7 @@ impl FirestoreBackend {
             // its place (or is granted); a single attempt is refused, as a lost race always
             // was.
             return Ok(match line {
-                Line::Wait(_) => Attempt::Conflict,
+                Line::Wait(_) | Line::WaitAt(..) => Attempt::Conflict,
                 Line::Keep | Line::Ignore => Attempt::Done(Acquisition::Locked),
             });
         };

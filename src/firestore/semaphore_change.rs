@@ -43,6 +43,7 @@ pub(super) enum LineAsk {
     Ignore,
     Keep,
     Wait(LockId),
+    WaitAt(LockId, u64),
 }
 
 impl LineAsk {
@@ -51,6 +52,7 @@ impl LineAsk {
             Line::Ignore => LineAsk::Ignore,
             Line::Keep => LineAsk::Keep,
             Line::Wait(place) => LineAsk::Wait(place.clone()),
+            Line::WaitAt(place, ticket) => LineAsk::WaitAt(place.clone(), ticket),
         }
     }
 
@@ -59,6 +61,7 @@ impl LineAsk {
             LineAsk::Ignore => Line::Ignore,
             LineAsk::Keep => Line::Keep,
             LineAsk::Wait(place) => Line::Wait(place),
+            LineAsk::WaitAt(place, ticket) => Line::WaitAt(place, *ticket),
         }
     }
 }

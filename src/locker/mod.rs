@@ -353,11 +353,10 @@ impl<B: Driver + 'static> Locker<B> {
             .then(|| self.shared.wakeups.enter(keys.as_slice()));
         // The waiter's place in the key's line: one id for all its attempts, so that a repeated
         // request is one place. A single attempt takes none but heeds the line; with the line
-        // off, every attempt barges. Several keys take no place in this version (see
-        // `Driver::try_acquire_all`): they heed the lines as a single attempt does.
-        let place = (waiting.is_some() && options.wait_in_line && target.takes_places())
-            .then(LockId::generate);
-        let line = match &place {
+        // off, every attempt barges. A waiter of several keys stands on each of their lines
+        // with the one ticket its first refusal answered (`Line::WaitAt`).
+        let place = (waiting.is_some() && options.wait_in_line).then(LockId::generate);
+        let mut line = match &place {
             Some(place) => Line::Wait(place),
             None if options.wait_in_line => Line::Keep,
             None => Line::Ignore,
@@ -398,7 +397,10 @@ impl<B: Driver + 'static> Locker<B> {
                 Ok(Acquisitions::Acquired(leases)) => {
                     break Ok(Some((leases, sent, seen)));
                 }
-                Ok(Acquisitions::Locked) => {
+                Ok(Acquisitions::Locked { ticket }) => {
+                    if let Some(ticket) = ticket {
+                        line = line.at(ticket);
+                    }
                     failure = None;
                     if let Some(waiting) = &waiting {
                         waiting.listen(&self.shared.backend);
@@ -450,7 +452,9 @@ impl<B: Driver + 'static> Locker<B> {
             Ok(Some(granted)) => granted,
             ended => {
                 if let (true, Some(place)) = (in_line, &place) {
-                    self.leave_line(first_key, kind, place);
+                    for key in keys {
+                        self.leave_line(key, kind, place);
+                    }
                 }
                 return ended.map(|_| None);
             }
@@ -602,12 +606,6 @@ impl Target {
             Target::Permit(_) => LeaseKind::Permit,
             Target::Shared => LeaseKind::Shared,
         }
-    }
-
-    /// Whether a waiter takes a place in line: not for several keys in this version (places on
-    /// several lines with tickets of their own could put two callers each ahead of the other).
-    fn takes_places(self) -> bool {
-        !matches!(self, Target::All)
     }
 
     /// For messages: what was being acquired.

@@ -57,7 +57,8 @@ pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>) {
     match line {
         Line::Ignore => ("ignore", None),
         Line::Keep => ("keep", None),
-        Line::Wait(place) => ("wait", Some(place.as_str())),
+        // TODO(issue 35): the ticket is not passed yet: a place takes the line's next one.
+        Line::Wait(place) | Line::WaitAt(place, _) => ("wait", Some(place.as_str())),
     }
 }
 
