@@ -95,6 +95,8 @@ pub struct LockError {
     key: Option<String>,
     lock_id: Option<String>,
     in_doubt: bool,
+    /// The other leases of a set acquisition in doubt, as (key, lock id).
+    more_in_doubt: Vec<(String, String)>,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
 
@@ -121,6 +123,7 @@ impl LockError {
             key: None,
             lock_id: None,
             in_doubt: false,
+            more_in_doubt: Vec::new(),
             source: None,
         }
     }
@@ -161,6 +164,37 @@ impl LockError {
         self.lock_id = Some(lock_id.into());
         self.in_doubt = true;
         self
+    }
+
+    /// Marks a failed acquisition of several keys at once whose request may still have been
+    /// applied by the store: each `(key, lock id)` of `leases` may be held. The first becomes
+    /// [`key`](LockError::key) and [`lock_id`](LockError::lock_id); [`in_doubt_leases`](LockError::in_doubt_leases)
+    /// lists them all, and the [`Locker`](crate::Locker) releases each in the background.
+    /// Nothing when `leases` is empty.
+    #[must_use]
+    pub fn in_doubt_all(mut self, leases: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut leases = leases.into_iter();
+        if let Some((key, lock_id)) = leases.next() {
+            self = self.with_key(key).in_doubt(lock_id);
+            self.more_in_doubt = leases.collect();
+        }
+        self
+    }
+
+    /// The leases this failed acquisition may still have taken, as (key when known, lock id):
+    /// none unless [`is_in_doubt`](LockError::is_in_doubt); one for a single key; one per key
+    /// for several ([`in_doubt_all`](LockError::in_doubt_all)).
+    pub fn in_doubt_leases(&self) -> Vec<(Option<&str>, &str)> {
+        let Some(lock_id) = self.lock_id().filter(|_| self.is_in_doubt()) else {
+            return Vec::new();
+        };
+        std::iter::once((self.key(), lock_id))
+            .chain(
+                self.more_in_doubt
+                    .iter()
+                    .map(|(key, lock_id)| (Some(key.as_str()), lock_id.as_str())),
+            )
+            .collect()
     }
 
     /// Whether this error is a failed acquisition that may still have taken the lock under
@@ -209,6 +243,9 @@ impl fmt::Debug for LockError {
         }
         if self.in_doubt {
             d.field("in_doubt", &true);
+        }
+        if !self.more_in_doubt.is_empty() {
+            d.field("more_in_doubt", &self.more_in_doubt.len());
         }
         if let Some(source) = &self.source {
             d.field("source", source);

@@ -8,8 +8,9 @@ use serde::Serialize;
 
 use crate::driver::Capabilities;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
-    LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, ReleaseWatch, Ttl,
+    Acquisition, Acquisitions, Driver, Extension, Find, Holder, KeyPrefix, KeySet, LeaseKind,
+    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits,
+    PlaceRecord, ReleaseWatch, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -285,6 +286,28 @@ impl<B> Telemetry<B> {
             Acquisition::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
         });
     }
+
+    /// A set's acquisition reported per key, as its keys' own acquisitions would be: each
+    /// granted, each refused, or each failed.
+    fn emit_acquisitions(&self, keys: &KeySet, outcome: &Result<Acquisitions>) {
+        for (at, key) in keys.iter().enumerate() {
+            let lock_id = match outcome {
+                Ok(Acquisitions::Acquired(leases)) => {
+                    leases.get(at).map(|(lease, _)| lease.lock_id.as_str())
+                }
+                _ => None,
+            };
+            let ids = Ids {
+                key: Some(key.as_str()),
+                lock_id,
+                error: None,
+            };
+            self.emit_result(LockOp::Acquire, outcome, ids, |outcome| match outcome {
+                Acquisitions::Acquired(_) => (EventResult::Ok, None),
+                Acquisitions::Locked { .. } => (EventResult::Fail, Some(FailureReason::Locked)),
+            });
+        }
+    }
 }
 
 fn lease_ids<'a>(lease: &LeaseRef<'a>) -> Ids<'a> {
@@ -310,6 +333,18 @@ impl<B: Driver> Driver for Telemetry<B> {
         // The holder description is never part of an event: events carry hashes only.
         let outcome = self.inner.try_acquire(key, ttl, holder, line);
         self.emit_acquisition(LockOp::Acquire, key, &outcome);
+        outcome
+    }
+
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        let outcome = self.inner.try_acquire_all(keys, ttl, holder, line);
+        self.emit_acquisitions(keys, &outcome);
         outcome
     }
 

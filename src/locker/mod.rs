@@ -570,20 +570,26 @@ impl<B: Driver + 'static> Locker<B> {
     }
 
     fn release_if_in_doubt(&self, keys: &KeySet, kind: LeaseKind, ttl: Ttl, error: &LockError) {
-        let Some(lock_id) = error.lock_id().filter(|_| error.is_in_doubt()) else {
-            return;
-        };
-        // The key the doubt is about: the one the error names (several keys), or the only one.
-        let key = keys
-            .iter()
-            .find(|key| error.key() == Some(key.as_str()))
-            .unwrap_or(&keys.as_slice()[0]);
-        match LockId::new(lock_id) {
-            Ok(lock_id) => {
-                self.shared
-                    .release_later(Unheld::now(key, &lock_id, kind, ttl, Origin::InDoubt));
+        for (named, lock_id) in error.in_doubt_leases() {
+            // The key the doubt is about: the one it names (several keys), or the only one.
+            let key = keys
+                .iter()
+                .find(|key| named == Some(key.as_str()))
+                .unwrap_or(&keys.as_slice()[0]);
+            match LockId::new(lock_id) {
+                Ok(lock_id) => {
+                    self.shared.release_later(Unheld::now(
+                        key,
+                        &lock_id,
+                        kind,
+                        ttl,
+                        Origin::InDoubt,
+                    ));
+                }
+                Err(_) => {
+                    log::error!("syncguard: a backend reported a malformed lock id in doubt");
+                }
             }
-            Err(_) => log::error!("syncguard: a backend reported a malformed lock id in doubt"),
         }
     }
 }

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
-    ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
-    ReleaseWatch, Ttl,
+    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind,
+    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits,
+    PlaceRecord, ReleaseWatch, Ttl,
 };
 use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
@@ -139,6 +139,38 @@ impl<B: Driver> Recorder<B> {
     }
 }
 
+impl<B: Driver> Recorder<B> {
+    /// An acquisition of several keys, recorded as one acquisition per key, with the failures
+    /// asked for injected for the set as a whole (a lost answer leaves every lease in doubt).
+    fn acquisitions(
+        &self,
+        keys: &KeySet,
+        acquire: impl FnOnce() -> Result<Acquisitions>,
+    ) -> Result<Acquisitions> {
+        for key in keys {
+            self.record(Call::Acquire(key.to_string()));
+        }
+        if take_one(&self.failing_acquires) {
+            return Err(injected(ErrorCode::ServiceUnavailable));
+        }
+        match acquire()? {
+            Acquisitions::Acquired(leases) if take_one(&self.lost_acquire_answers) => {
+                let doubts = keys
+                    .iter()
+                    .zip(leases)
+                    .map(|(key, (lease, _))| (key.to_string(), lease.lock_id));
+                Err(injected(ErrorCode::NetworkTimeout).in_doubt_all(doubts))
+            }
+            Acquisitions::Locked { ticket } => {
+                let mut found_held = self.found_held.lock().unwrap();
+                found_held.extend(keys.iter().map(Key::to_string));
+                Ok(Acquisitions::Locked { ticket })
+            }
+            acquisitions => Ok(acquisitions),
+        }
+    }
+}
+
 fn injected(code: ErrorCode) -> LockError {
     LockError::new(code, "injected by the test")
 }
@@ -156,6 +188,16 @@ impl<B: Driver> Driver for Recorder<B> {
         line: Line<'_>,
     ) -> Result<Acquisition> {
         self.acquisition(key, || self.inner.try_acquire(key, ttl, holder, line))
+    }
+
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        self.acquisitions(keys, || self.inner.try_acquire_all(keys, ttl, holder, line))
     }
 
     fn try_acquire_permit(
