@@ -35,6 +35,8 @@ pub(crate) enum Param {
     /// A text that may be NULL.
     OptionalText(Option<String>),
     Int8(i64),
+    /// A number that may be NULL.
+    OptionalInt8(Option<i64>),
     TextArray(Vec<String>),
     Int8Array(Vec<i64>),
 }
@@ -45,6 +47,7 @@ impl Param {
             Param::Text(text) => text,
             Param::OptionalText(text) => text,
             Param::Int8(number) => number,
+            Param::OptionalInt8(number) => number,
             Param::TextArray(texts) => texts,
             Param::Int8Array(numbers) => numbers,
         }
@@ -66,6 +69,12 @@ impl From<Option<&str>> for Param {
 impl From<i64> for Param {
     fn from(number: i64) -> Param {
         Param::Int8(number)
+    }
+}
+
+impl From<Option<i64>> for Param {
+    fn from(number: Option<i64>) -> Param {
+        Param::OptionalInt8(number)
     }
 }
 

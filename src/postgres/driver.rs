@@ -16,9 +16,9 @@ use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
-    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
-    ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
+    Acquisition, Acquisitions, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, KeySet,
+    LeaseKind, LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome,
+    Permits, PlaceRecord, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
@@ -81,12 +81,7 @@ impl PostgresBackend {
         if !self.functions_known_missing() {
             match self.connections.query(&op.call, &params) {
                 // The call failed before anything ran: the same statement inline is safe.
-                Err(error)
-                    if ServerError::state_of(&error) == Some(&SqlState::UNDEFINED_FUNCTION)
-                        && error.message().contains(&op.function) =>
-                {
-                    self.functions_missing();
-                }
+                Err(error) if function_is_missing(op, &error) => self.functions_missing(),
                 result => return result,
             }
         }
@@ -333,6 +328,12 @@ impl Feature {
     }
 }
 
+/// Whether `error` says that `op`'s server function is missing (then the call ran nothing).
+pub(super) fn function_is_missing(op: &Op, error: &LockError) -> bool {
+    ServerError::state_of(error) == Some(&SqlState::UNDEFINED_FUNCTION)
+        && error.message().contains(&op.function)
+}
+
 /// An acquisition's error: in doubt when it was sent without an answer, for the server may
 /// still grant the lock (or the permit) under `lock_id` (the Locker releases it).
 fn in_doubt_if_unanswered(error: LockError, lock_id: &str, key: &Key) -> LockError {
@@ -345,7 +346,7 @@ fn in_doubt_if_unanswered(error: LockError, lock_id: &str, key: &Key) -> LockErr
 
 /// The parameters of both acquisitions, a lock's and a permit's (see `Statements::acquire` and
 /// `Statements::permit_acquire`): the same but `$5`, `fifth` — the lock's fence key, the
-/// semaphore's number of permits — and then the line's mode and place (`line_params`).
+/// semaphore's number of permits — and then the line's mode, place and ticket (`line_params`).
 fn acquire_params(
     storage_key: &str,
     lock_id: &str,
@@ -355,7 +356,7 @@ fn acquire_params(
     holder: Option<&Holder>,
     line: Line<'_>,
 ) -> Vec<Param> {
-    let (mode, place) = line_params(line);
+    let (mode, place, ticket) = line_params(line);
     vec![
         storage_key.into(),
         lock_id.into(),
@@ -369,11 +370,12 @@ fn acquire_params(
         holder.map(Holder::as_str).into(),
         mode.into(),
         place.into(),
+        ticket.into(),
     ]
 }
 
 /// The one row an operation answers (`what` names it in the error when there is none).
-fn answer_row<'a>(rows: &'a [Row], what: &str) -> Result<&'a Row> {
+pub(super) fn answer_row<'a>(rows: &'a [Row], what: &str) -> Result<&'a Row> {
     rows.first()
         .ok_or_else(|| LockError::internal(format!("{what} returned no row")))
 }
@@ -394,7 +396,12 @@ fn acquisition(row: &Row, lock_id: String, key: &Key) -> Result<Acquisition> {
 }
 
 /// A granted lock or permit, from the fence text and the expiry the server answered.
-fn granted(lock_id: String, fence: &str, expires_at_ms: i64, key: &Key) -> Result<Acquisition> {
+pub(super) fn granted(
+    lock_id: String,
+    fence: &str,
+    expires_at_ms: i64,
+    key: &Key,
+) -> Result<Acquisition> {
     let fence: Fence = fence.parse()?;
     // Re-issuing through from_counter applies the warning threshold.
     let fence = Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
@@ -402,7 +409,7 @@ fn granted(lock_id: String, fence: &str, expires_at_ms: i64, key: &Key) -> Resul
 }
 
 /// The `fence_key` of the counter row that belongs to a storage key.
-fn fence_key_of(storage_key: &str) -> Result<String> {
+pub(super) fn fence_key_of(storage_key: &str) -> Result<String> {
     make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
 }
 
@@ -417,7 +424,7 @@ pub(super) fn storage_key_of(key: &Key) -> Result<String> {
 }
 
 /// The error for a fence counter no fence can follow (acquire wrote nothing).
-fn bad_counter_error(counter: i64) -> LockError {
+pub(super) fn bad_counter_error(counter: i64) -> LockError {
     if counter >= FENCE_MAX as i64 {
         LockError::internal(format!(
             "the fence counter of this key is {counter}, at the largest fence {FENCE_MAX}: \
@@ -484,7 +491,7 @@ fn extension_outcome(row: &Row) -> Result<Outcome<Extension>> {
 
 /// The error for a row that is not a SyncGuard lock record (see `statements::sound`, the same
 /// rule in SQL): `Internal`, naming the key, whichever operation came across it.
-fn not_a_record(tables: &TableNames, key: &str) -> LockError {
+pub(super) fn not_a_record(tables: &TableNames, key: &str) -> LockError {
     LockError::internal(format!(
         "the row of key {key:?} in table {} is not a SyncGuard lock record (a fence that is not \
          15 digits, a malformed lock id, or a NULL): syncguard neither takes it over nor \
@@ -521,7 +528,7 @@ pub(super) fn lock_record(row: &Row, tables: &TableNames, key: Option<&str>) -> 
     })
 }
 
-fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Result<T> {
+pub(super) fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Result<T> {
     row.try_get(name)
         .map_err(|_| LockError::internal(format!("unexpected result column {name}")))
 }
@@ -595,6 +602,16 @@ impl Driver for PostgresBackend {
             return Err(not_a_record(&self.tables, key.as_str()));
         }
         acquisition(row, lock_id, key)
+    }
+
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        self.acquire_set(keys, ttl, holder, line)
     }
 
     fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {

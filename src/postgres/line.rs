@@ -3,11 +3,8 @@
 //! line is stored and decided: `line_sql.rs`). Without this version's functions there is no
 //! line: it reads as empty and leaving it does nothing.
 
-use postgres::error::SqlState;
-
 use super::client::Param;
-use super::driver::{PostgresBackend, storage_key_of};
-use super::errors::ServerError;
+use super::driver::{PostgresBackend, function_is_missing, storage_key_of};
 use super::line_sql::line_kind;
 use super::statements::Op;
 use crate::driver::{Key, LeaseKind, LockId, PlaceRecord, TIME_TOLERANCE_MS};
@@ -68,10 +65,7 @@ impl PostgresBackend {
             return Ok(None);
         }
         match self.connections.query(&op.call, &params) {
-            Err(error)
-                if ServerError::state_of(&error) == Some(&SqlState::UNDEFINED_FUNCTION)
-                    && error.message().contains(&op.function) =>
-            {
+            Err(error) if function_is_missing(op, &error) => {
                 self.functions_missing();
                 Ok(None)
             }

@@ -51,75 +51,161 @@ pub(super) fn line_kind(kind: LeaseKind) -> &'static str {
     }
 }
 
-/// The acquire functions' `$9` (the mode: `ignore`, `keep` or `wait`) and `$10` (the place id,
-/// NULL unless waiting).
-pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>) {
+/// The acquire functions' `$9` (the mode: `ignore`, `keep` or `wait`), `$10` (the place id,
+/// NULL unless waiting) and `$11` (the ticket the waiter carries, NULL unless [`Line::WaitAt`]).
+pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>, Option<i64>) {
+    let ticket = line
+        .ticket()
+        .map(|ticket| i64::try_from(ticket).unwrap_or(i64::MAX));
     match line {
-        Line::Ignore => ("ignore", None),
-        Line::Keep => ("keep", None),
-        // TODO(issue 35): the ticket is not passed yet: a place takes the line's next one.
-        Line::Wait(place) | Line::WaitAt(place, _) => ("wait", Some(place.as_str())),
+        Line::Ignore => ("ignore", None, None),
+        Line::Keep => ("keep", None, None),
+        Line::Wait(place) | Line::WaitAt(place, _) => ("wait", Some(place.as_str()), ticket),
     }
 }
 
 /// The variables [`admit_by_line`] uses, for the `DECLARE` of the function it is part of.
-pub(super) const LINE_DECLARATIONS: &str =
-    "  queued boolean;\n  slots bigint;\n  mine bigint;\n  ahead bigint;\n  admitted boolean;\n";
+/// `line_ticket` is the waiter's ticket: `$11`, or the one its first new place drew.
+pub(super) const LINE_DECLARATIONS: &str = "  queued boolean;\n  slots bigint;\n  mine bigint;\n  \
+     ahead bigint;\n  admitted boolean;\n  line_ticket bigint;\n";
 
-/// Whether the line `kind` of the key `$1` in the table `line` (quoted) has any place: one
-/// index probe, which the acquire functions make in the statement that reads the key's lock
-/// or permits anyway (no statement of its own), into the variable `queued` that
-/// [`admit_by_line`] reads.
-pub(super) fn line_probe(line: &str, kind: LeaseKind) -> String {
+/// Whether the line `kind` of the key `key` (an SQL expression: `$1`, or `$1[i]` in the set's
+/// function) in the table `line` (quoted) has any place: one index probe, which the acquire
+/// functions make in the statement that reads the key's lock or permits anyway (no statement of
+/// its own), into the variable `queued` that [`admit_by_line`] reads.
+pub(super) fn line_probe(line: &str, kind: LeaseKind, key: &str) -> String {
     let kind = line_kind(kind);
-    format!("EXISTS (SELECT 1 FROM {line} q WHERE q.key = $1 AND q.kind = '{kind}')")
+    format!("EXISTS (SELECT 1 FROM {line} q WHERE q.key = {key} AND q.kind = '{kind}')")
 }
 
-/// THE RULE in PL/pgSQL, for the line `kind` of the key `$1` in the table `line` (quoted), with
-/// `free` slots (an expression of the function's variables) at `now_ms`, once `queued` holds
-/// the [`line_probe`]: the steps of the module docs. A shared request ([`LeaseKind::Shared`],
-/// in its lock's line) counts only the exclusive places ahead of it: with its one slot free
-/// (no live lock), it passes iff none is there, as [`Places::admit`](crate::driver::Places::admit)
-/// decides; its place is stored with `shared` set. Continues the function when the acquisition is granted, returns from it (answering
-/// "held") when not. The function's parameters: `$7` tolerance ms, `$8` holder description,
-/// `$9` mode, `$10` place id (see [`line_params`]).
+/// One key's line, as THE RULE's steps see it: the table `line` (quoted), the line `kind`, and
+/// the key, an SQL expression (`$1` in the single-key functions, `$1[i]` in the set's).
+#[derive(Clone, Copy)]
+pub(super) struct KeyLine<'a> {
+    pub line: &'a str,
+    pub kind: LeaseKind,
+    pub key: &'a str,
+}
+
+impl KeyLine<'_> {
+    fn this_line(&self) -> String {
+        format!(
+            "q.key = {} AND q.kind = '{}'",
+            self.key,
+            line_kind(self.kind)
+        )
+    }
+
+    /// Steps 2 and 3 of THE RULE, once `slots` holds the free slots and `queued` the
+    /// [`line_probe`]: prunes the expired places (only when the line has any), finds the
+    /// waiter's own place (`mine`) and sets `admitted`. The places ahead are the others ordered
+    /// before (its ticket, its place id) — the ticket it carries (`line_ticket`), else that of
+    /// its own place, else none: then every place is ahead — by ticket, then place id in byte
+    /// order (`COLLATE "C"`); every place for a single attempt; none for `ignore`. A shared
+    /// request counts only the exclusive places ahead of it: with its one slot free (no live
+    /// lock), it passes iff none is there, as [`Places::admits`](crate::line::Places::admits)
+    /// decides.
+    pub fn decide(&self) -> String {
+        // Readers pass readers: only exclusive places ahead hold a shared request back.
+        let blocking = if self.kind == LeaseKind::Shared {
+            " AND NOT q.shared"
+        } else {
+            ""
+        };
+        let this_line = self.this_line();
+        let line = self.line;
+        format!(
+            "admitted := slots > 0;\n\
+             mine := NULL;\n\
+             IF queued THEN\n\
+             DELETE FROM {line} q WHERE {this_line} AND q.expires_at_ms <= now_ms - $7;\n\
+             IF $9 = 'wait' THEN\n\
+             SELECT q.ticket INTO mine FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
+             END IF;\n\
+             IF $9 <> 'ignore' AND admitted THEN\n\
+             SELECT count(*) INTO ahead FROM {line} q\n\
+             WHERE {this_line} AND q.place_id IS DISTINCT FROM $10{blocking}\n\
+             AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)\n\
+             OR (q.ticket = COALESCE(line_ticket, mine)\n\
+             AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"));\n\
+             admitted := slots > ahead;\n\
+             END IF;\n\
+             END IF;\n"
+        )
+    }
+
+    /// The waiter leaves this line (granted): its place, if it stands here (`mine`), is deleted.
+    pub fn leave(&self) -> String {
+        format!(
+            "IF mine IS NOT NULL THEN\n\
+             DELETE FROM {} q WHERE {} AND q.place_id = $10;\n\
+             END IF;\n",
+            self.line,
+            self.this_line()
+        )
+    }
+
+    /// The waiter stands in this line (refused): its place, standing here already (`mine`),
+    /// keeps its ticket and is renewed for [`PLACE_TTL`] with the holder `$8` — unless it is
+    /// fresh with the same holder: then nothing is written. A new place takes `line_ticket`,
+    /// or, when the waiter carries none yet, the line's next ticket (the identity sequence,
+    /// drawn by the insertion), which then becomes `line_ticket`. A ticket carried was drawn
+    /// from the same sequence, so the sequence is past it already: every later new place goes
+    /// behind it (the line's last ticket is at least it).
+    pub fn stand(&self) -> String {
+        let (line, this_line) = (self.line, self.this_line());
+        let kind = line_kind(self.kind);
+        let shared = self.kind == LeaseKind::Shared;
+        let key = self.key;
+        let place_ttl_ms = PLACE_TTL.as_millis();
+        format!(
+            "IF mine IS NOT NULL THEN\n\
+             UPDATE {line} q SET expires_at_ms = now_ms + {place_ttl_ms}, holder = $8\n\
+             WHERE {this_line} AND q.place_id = $10\n\
+             AND (q.expires_at_ms <= now_ms + {PLACE_FRESH_MS} OR q.holder IS DISTINCT FROM $8);\n\
+             ELSIF line_ticket IS NULL THEN\n\
+             INSERT INTO {line} AS q (key, kind, place_id, expires_at_ms, holder, shared)\n\
+             VALUES ({key}, '{kind}', $10, now_ms + {place_ttl_ms}, $8, {shared})\n\
+             RETURNING q.ticket INTO line_ticket;\n\
+             ELSE\n\
+             INSERT INTO {line} (key, kind, place_id, ticket, expires_at_ms, holder, shared)\n\
+             OVERRIDING SYSTEM VALUE\n\
+             VALUES ({key}, '{kind}', $10, line_ticket, now_ms + {place_ttl_ms}, $8, {shared});\n\
+             END IF;\n"
+        )
+    }
+}
+
+/// THE RULE in PL/pgSQL for one key, the key `$1` in the table `line` (quoted), with `free`
+/// slots (an expression of the function's variables) at `now_ms`, once `queued` holds the
+/// [`line_probe`]: the steps of the module docs ([`KeyLine::decide`], then
+/// [`KeyLine::leave`] or [`KeyLine::stand`]). A single attempt or a barging one that finds no
+/// slot free stops at once, before the line is read. Continues the function when the
+/// acquisition is granted, returns from it (answering "held") when not. The function's
+/// parameters: `$7` tolerance ms, `$8` holder description, `$9` mode, `$10` place id, `$11`
+/// ticket (see [`line_params`]).
 pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
-    let shared = kind == LeaseKind::Shared;
-    // Readers pass readers: only exclusive places ahead hold a shared request back.
-    let blocking = if shared { " AND NOT q.shared" } else { "" };
-    let kind = line_kind(kind);
-    let this_line = format!("q.key = $1 AND q.kind = '{kind}'");
-    let place_ttl_ms = PLACE_TTL.as_millis();
+    let key_line = KeyLine {
+        line,
+        kind,
+        key: "$1",
+    };
     format!(
-        "slots := {free};\n\
+        "line_ticket := $11;\n\
+         slots := {free};\n\
          IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
-         admitted := slots > 0;\n\
-         IF queued THEN\n\
-         DELETE FROM {line} q WHERE {this_line} AND q.expires_at_ms <= now_ms - $7;\n\
-         IF $9 = 'wait' THEN\n\
-         SELECT q.ticket INTO mine FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
-         END IF;\n\
-         IF $9 <> 'ignore' AND admitted THEN\n\
-         SELECT count(*) INTO ahead FROM {line} q\n\
-         WHERE {this_line} AND (mine IS NULL OR q.ticket < mine){blocking};\n\
-         admitted := slots > ahead;\n\
-         END IF;\n\
-         END IF;\n\
+         {decide}\
          IF $9 = 'wait' THEN\n\
          IF admitted THEN\n\
-         IF mine IS NOT NULL THEN\n\
-         DELETE FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
-         END IF;\n\
-         ELSIF mine IS NOT NULL THEN\n\
-         UPDATE {line} q SET expires_at_ms = now_ms + {place_ttl_ms}, holder = $8\n\
-         WHERE {this_line} AND q.place_id = $10\n\
-         AND (q.expires_at_ms <= now_ms + {PLACE_FRESH_MS} OR q.holder IS DISTINCT FROM $8);\n\
+         {leave}\
          ELSE\n\
-         INSERT INTO {line} (key, kind, place_id, expires_at_ms, holder, shared)\n\
-         VALUES ($1, '{kind}', $10, now_ms + {place_ttl_ms}, $8, {shared});\n\
+         {stand}\
          END IF;\n\
          END IF;\n\
-         IF NOT admitted THEN RETURN; END IF;\n"
+         IF NOT admitted THEN RETURN; END IF;\n",
+        decide = key_line.decide(),
+        leave = key_line.leave(),
+        stand = key_line.stand(),
     )
 }
 
@@ -143,11 +229,15 @@ mod tests {
     #[test]
     fn modes_and_places() {
         let place = LockId::generate();
-        assert_eq!(line_params(Line::Ignore), ("ignore", None));
-        assert_eq!(line_params(Line::Keep), ("keep", None));
+        assert_eq!(line_params(Line::Ignore), ("ignore", None, None));
+        assert_eq!(line_params(Line::Keep), ("keep", None, None));
         assert_eq!(
             line_params(Line::Wait(&place)),
-            ("wait", Some(place.as_str()))
+            ("wait", Some(place.as_str()), None)
+        );
+        assert_eq!(
+            line_params(Line::WaitAt(&place, 7)),
+            ("wait", Some(place.as_str()), Some(7))
         );
     }
 }

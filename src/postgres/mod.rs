@@ -183,7 +183,9 @@ mod io;
 mod line;
 mod line_sql;
 mod list;
+mod lock_sql;
 mod schema;
+mod set;
 mod statements;
 mod tables;
 

@@ -121,93 +121,97 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_shared_exp ON syncguard_locks_shared 
 -- A function of the same name and parameter types whose parameters or result differ
 -- (an earlier syncguard's) cannot be replaced: it is dropped first.
 DO $replaced$ BEGIN
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text)'))
-    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v4(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v5(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint, OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v5(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
+END IF;
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v5(text, bigint)'))
     IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_release_v4(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_release_v5(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v4(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v5(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(expires_at_ms bigint, present boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_extend_v4(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_extend_v5(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v4(text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v5(text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], bigint[], bigint -> TABLE(lock_id text, expires_at_ms bigint, present boolean, live boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_renew_v4(text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_renew_v5(text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v4(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v5(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_locked_v4(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_locked_v5(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v4(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v5(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v4(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v5(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v4(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v5(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v4(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v5(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v4(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v5(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v4(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v5(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v4(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v5(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_list_v4(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_list_v5(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v4(text, text, bigint, text, bigint, bigint, bigint, text, text, text)'))
-    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v4(text, text, bigint, text, bigint, bigint, bigint, text, text, text);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v5(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v5(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v4(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v5(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v4(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v5(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v4(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v5(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v4(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v5(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v4(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v5(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_permits_v4(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_permits_v5(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v4(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v5(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_plist_v4(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_plist_v5(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text)'))
-    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v4(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v5(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v4(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v5(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v4(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v5(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v4(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v5(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v4(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v5(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_readers_v4(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_readers_v5(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v4(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v5(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_slist_v4(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_slist_v5(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v4(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v5(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_line_v4(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_line_v5(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v4(text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v5(text, text, text)'))
     IS DISTINCT FROM 'text, text, text -> TABLE(gone boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_leave_v4(text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_leave_v5(text, text, text);
 END IF;
 END $replaced$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -221,19 +225,23 @@ DECLARE
   mine bigint;
   ahead bigint;
   admitted boolean;
+  line_ticket bigint;
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2) IS TRUE
-OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1 AND s.expires_at_ms > now_ms - $7),
+OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1
+AND s.expires_at_ms > now_ms - $7),
 l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE, l.lock_id = $2, EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock')
 INTO held, malformed, own, queued
 FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1;
 IF malformed THEN RETURN; END IF;
 IF own IS NOT TRUE THEN
+line_ticket := $11;
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 admitted := slots > 0;
+mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
@@ -241,7 +249,10 @@ SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.k
 END IF;
 IF $9 <> 'ignore' AND admitted THEN
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'lock' AND (mine IS NULL OR q.ticket < mine);
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
+AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
+OR (q.ticket = COALESCE(line_ticket, mine)
+AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
 END IF;
 END IF;
@@ -250,13 +261,20 @@ IF admitted THEN
 IF mine IS NOT NULL THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
 END IF;
-ELSIF mine IS NOT NULL THEN
+ELSE
+IF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10
 AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
+ELSIF line_ticket IS NULL THEN
+INSERT INTO "syncguard_locks_line" AS q (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1, 'lock', $10, now_ms + 5000, $8, false)
+RETURNING q.ticket INTO line_ticket;
 ELSE
-INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
-VALUES ($1, 'lock', $10, now_ms + 5000, $8, false);
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, holder, shared)
+OVERRIDING SYSTEM VALUE
+VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, false);
+END IF;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -283,7 +301,135 @@ RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v4(text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v5(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
+  OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text)
+LANGUAGE plpgsql AS $syncguard$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint;
+  held boolean;
+  own boolean;
+  malformed boolean;
+  counter bigint;
+  taken text;
+  h integer;
+  i integer;
+  granted boolean := true;
+  admits boolean[] := '{}';
+  mines bigint[] := '{}';
+  queued boolean;
+  slots bigint;
+  mine bigint;
+  ahead bigint;
+  admitted boolean;
+  line_ticket bigint;
+BEGIN
+FOR h IN SELECT DISTINCT hashtext(k.k) FROM unnest($1) AS k(k) ORDER BY 1 LOOP
+PERFORM pg_advisory_xact_lock(h);
+END LOOP;
+now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+line_ticket := $11;
+FOR i IN 1 .. cardinality($1) LOOP
+SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2[i]) IS TRUE
+OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1[i]
+AND s.expires_at_ms > now_ms - $7),
+l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE, l.lock_id = $2[i], EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1[i] AND q.kind = 'lock')
+INTO held, malformed, own, queued
+FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1[i];
+IF malformed THEN malformed_key := $4[i]; RETURN; END IF;
+IF own IS TRUE THEN
+admitted := true;
+mine := NULL;
+ELSE
+slots := CASE WHEN held THEN 0 ELSE 1 END;
+IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
+admitted := slots > 0;
+mine := NULL;
+IF queued THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1[i] AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
+IF $9 = 'wait' THEN
+SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id = $10;
+END IF;
+IF $9 <> 'ignore' AND admitted THEN
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
+AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
+OR (q.ticket = COALESCE(line_ticket, mine)
+AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+admitted := slots > ahead;
+END IF;
+END IF;
+END IF;
+admits := admits || admitted;
+mines := mines || mine;
+granted := granted AND admitted;
+END LOOP;
+IF granted THEN
+FOR i IN 1 .. cardinality($1) LOOP
+SELECT f.fence INTO counter FROM "syncguard_fence_counters" f WHERE f.fence_key = $5[i];
+IF counter < 0 OR counter >= $6 THEN
+bad_key := $4[i];
+bad_counter := counter;
+RETURN;
+END IF;
+END LOOP;
+lock_fences := '{}';
+FOR i IN 1 .. cardinality($1) LOOP
+mine := mines[i];
+IF $9 = 'wait' THEN
+IF mine IS NOT NULL THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id = $10;
+END IF;
+END IF;
+INSERT INTO "syncguard_fence_counters" AS f (fence_key, fence, key_debug) VALUES ($5[i], 1, $4[i])
+ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1
+WHERE f.fence >= 0 AND f.fence < $6
+RETURNING f.fence INTO counter;
+taken := NULL;
+INSERT INTO "syncguard_locks" AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)
+VALUES ($1[i], $2[i], now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4[i],
+$2[i] || ' ' || $8)
+ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,
+expires_at_ms = EXCLUDED.expires_at_ms,
+acquired_at_ms = EXCLUDED.acquired_at_ms,
+fence = EXCLUDED.fence, user_key = EXCLUDED.user_key,
+holder = EXCLUDED.holder
+WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7
+OR l.lock_id = EXCLUDED.lock_id
+RETURNING l.fence, l.expires_at_ms INTO taken, expires_at_ms;
+IF counter IS NULL OR taken IS NULL THEN
+RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+MESSAGE = 'a key of the set changed hands while it was taken: nothing was taken';
+END IF;
+lock_fences := lock_fences || taken;
+END LOOP;
+RETURN;
+END IF;
+IF $9 = 'wait' THEN
+FOR i IN 1 .. cardinality($1) LOOP
+IF NOT admits[i] OR mines[i] IS NOT NULL THEN
+mine := mines[i];
+IF mine IS NOT NULL THEN
+UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
+WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id = $10
+AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
+ELSIF line_ticket IS NULL THEN
+INSERT INTO "syncguard_locks_line" AS q (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1[i], 'lock', $10, now_ms + 5000, $8, false)
+RETURNING q.ticket INTO line_ticket;
+ELSE
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, holder, shared)
+OVERRIDING SYSTEM VALUE
+VALUES ($1[i], 'lock', $10, line_ticket, now_ms + 5000, $8, false);
+END IF;
+END IF;
+END LOOP;
+ticket := COALESCE(line_ticket, (SELECT max(m.m) FROM unnest(mines) AS m(m)));
+END IF;
+END
+$syncguard$;
+
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v5(text, bigint,
   OUT live boolean, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -303,7 +449,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v4(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v5(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -320,7 +466,7 @@ WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v4(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v5(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
 malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -350,7 +496,7 @@ LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v4(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v5(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -360,7 +506,7 @@ WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) *
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v4(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v5(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -373,7 +519,7 @@ WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -383,7 +529,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -393,7 +539,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_list_v4(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v5(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -409,7 +555,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v4(text, text, bigint, text, bigint, bigint, bigint, text, text, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v5(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -422,6 +568,7 @@ DECLARE
   mine bigint;
   ahead bigint;
   admitted boolean;
+  line_ticket bigint;
 BEGIN
 INSERT INTO "syncguard_locks_semaphores" AS s (key, fence, user_key) VALUES ($1, 0, $4)
 ON CONFLICT (key) DO NOTHING;
@@ -444,9 +591,11 @@ WHERE p.key = $1 AND p.lock_id = $2
 RETURNING p.expires_at_ms INTO expires_at_ms;
 RETURN;
 END IF;
+line_ticket := $11;
 slots := $5 - held;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 admitted := slots > 0;
+mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
@@ -454,7 +603,10 @@ SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.k
 END IF;
 IF $9 <> 'ignore' AND admitted THEN
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'permit' AND (mine IS NULL OR q.ticket < mine);
+WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id IS DISTINCT FROM $10
+AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
+OR (q.ticket = COALESCE(line_ticket, mine)
+AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
 END IF;
 END IF;
@@ -463,13 +615,20 @@ IF admitted THEN
 IF mine IS NOT NULL THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
 END IF;
-ELSIF mine IS NOT NULL THEN
+ELSE
+IF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10
 AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
+ELSIF line_ticket IS NULL THEN
+INSERT INTO "syncguard_locks_line" AS q (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1, 'permit', $10, now_ms + 5000, $8, false)
+RETURNING q.ticket INTO line_ticket;
 ELSE
-INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
-VALUES ($1, 'permit', $10, now_ms + 5000, $8, false);
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, holder, shared)
+OVERRIDING SYSTEM VALUE
+VALUES ($1, 'permit', $10, line_ticket, now_ms + 5000, $8, false);
+END IF;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -484,7 +643,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v4(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v5(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -501,7 +660,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v4(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v5(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -528,7 +687,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_permits_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_permits_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -542,7 +701,7 @@ LIMIT 1000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_plist_v4(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_plist_v5(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -557,7 +716,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v4(text, text, bigint, text, text, bigint, bigint, text, text, text,
+CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -570,6 +729,7 @@ DECLARE
   mine bigint;
   ahead bigint;
   admitted boolean;
+  line_ticket bigint;
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -594,9 +754,11 @@ WHERE s.key = $1 AND s.lock_id = $2
 RETURNING s.expires_at_ms INTO expires_at_ms;
 RETURN;
 END IF;
+line_ticket := $11;
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 admitted := slots > 0;
+mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
@@ -604,7 +766,10 @@ SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.k
 END IF;
 IF $9 <> 'ignore' AND admitted THEN
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'lock' AND (mine IS NULL OR q.ticket < mine) AND NOT q.shared;
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10 AND NOT q.shared
+AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
+OR (q.ticket = COALESCE(line_ticket, mine)
+AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
 END IF;
 END IF;
@@ -613,13 +778,20 @@ IF admitted THEN
 IF mine IS NOT NULL THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
 END IF;
-ELSIF mine IS NOT NULL THEN
+ELSE
+IF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10
 AND (q.expires_at_ms <= now_ms + 3334 OR q.holder IS DISTINCT FROM $8);
+ELSIF line_ticket IS NULL THEN
+INSERT INTO "syncguard_locks_line" AS q (key, kind, place_id, expires_at_ms, holder, shared)
+VALUES ($1, 'lock', $10, now_ms + 5000, $8, true)
+RETURNING q.ticket INTO line_ticket;
 ELSE
-INSERT INTO "syncguard_locks_line" (key, kind, place_id, expires_at_ms, holder, shared)
-VALUES ($1, 'lock', $10, now_ms + 5000, $8, true);
+INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, holder, shared)
+OVERRIDING SYSTEM VALUE
+VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, true);
+END IF;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -639,7 +811,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, fence, $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v4(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v5(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -656,7 +828,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v4(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v5(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -683,7 +855,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_readers_v4(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_readers_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -697,7 +869,7 @@ LIMIT 10000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_slist_v4(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_slist_v5(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -712,18 +884,18 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_line_v4(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_line_v5(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
   RETURN QUERY SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder, q.shared
 FROM "syncguard_locks_line" q
 WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - $3
-ORDER BY q.ticket;
+ORDER BY q.ticket, q.place_id COLLATE "C";
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_leave_v4(text, text, text) RETURNS TABLE (gone boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_leave_v5(text, text, text) RETURNS TABLE (gone boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN

@@ -27,7 +27,7 @@
 //! # Server functions
 //!
 //! Each operation is also installed by `setup_schema` as a PL/pgSQL function, named after the
-//! lock table and the operation (`syncguard_locks_acquire_v4`, …). Calling it is one statement,
+//! lock table and the operation (`syncguard_locks_acquire_v5`, …). Calling it is one statement,
 //! one transaction, as the statement is — but planned in microseconds: PL/pgSQL keeps its
 //! statements' plans for the life of the server connection, which survives behind a
 //! transaction-mode pooler where a client's prepared statements cannot. Sent inline, the acquire
@@ -128,6 +128,7 @@ use postgres::types::Type;
 use sha2::{Digest, Sha256};
 
 use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe};
+use super::lock_sql::{KeyArgs, LockSql};
 use super::tables::TableNames;
 use crate::driver::{LeaseKind, MAX_PERMITS};
 
@@ -393,7 +394,7 @@ fn sweep_expired(table: &str) -> String {
 }
 
 /// Part of every function's name; bump it whenever a statement or its parameters change.
-const FUNCTION_VERSION: &str = "v4";
+const FUNCTION_VERSION: &str = "v5";
 
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
@@ -410,6 +411,23 @@ const ACQUIRE_TYPES: &[Type] = &[
     Type::TEXT,
     Type::TEXT,
     Type::TEXT,
+    Type::INT8,
+];
+
+/// The set's acquire function's parameters (see `Statements::acquire_all`): the lock's, with
+/// arrays of keys, lock ids, user keys and fence keys.
+const ACQUIRE_ALL_TYPES: &[Type] = &[
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
 ];
 
 /// The permit acquire function's parameters (see `Statements::permit_acquire`): the lock's,
@@ -425,6 +443,7 @@ const PERMIT_ACQUIRE_TYPES: &[Type] = &[
     Type::TEXT,
     Type::TEXT,
     Type::TEXT,
+    Type::INT8,
 ];
 
 /// The holder description of the row `l`, if it was written for the lock the row holds now: the
@@ -466,6 +485,15 @@ pub(crate) struct Statements {
     /// largest fence — checked before anything is written: then nothing was), `malformed`
     /// (true when the key's row is not a SyncGuard record: then nothing was written).
     pub acquire: Op,
+    /// Several keys (function only): `acquire`'s parameters as arrays, one element per key in
+    /// the set's order — `$1` storage keys, `$2` lock ids, `$4` user keys, `$5` fence keys — and
+    /// the others as `acquire`'s, `$11` the ticket → one row: `lock_fences` (text[], one per key,
+    /// null unless every key was taken), `expires_at_ms` (of every lease), `ticket` (the
+    /// waiter's, when it stands in line after a refusal), `bad_key` and `bad_counter` (a key
+    /// whose fence counter no fence can follow, and that counter: nothing was taken),
+    /// `malformed_key` (the user key of a row that is not a SyncGuard record: nothing was
+    /// taken). See `lock_sql.rs`.
+    pub acquire_all: Op,
     /// `$1` lock id, `$2` tolerance ms → no row (not found; the function: a row of NULLs) or
     /// one row: `live` (bool), or
     /// `malformed_key` (the key of a row that is not a SyncGuard record, left in place).
@@ -577,19 +605,28 @@ impl Statements {
         };
         let line = format!("\"{}\"", tables.line_table());
         let shared = format!("\"{}\"", tables.shared_table());
-        // The one probe the exclusive acquisition adds, in the statement it makes anyway.
-        let live_readers = format!(
-            "EXISTS (SELECT 1 FROM {shared} s WHERE s.key = $1 AND s.expires_at_ms > now_ms - $7)"
-        );
         let (permit_sweep, shared_sweep) = (sweep_expired(&permits), sweep_expired(&shared));
         let lock_line = admit_by_line(&line, LeaseKind::Lock, "CASE WHEN held THEN 0 ELSE 1 END");
         let shared_line =
             admit_by_line(&line, LeaseKind::Shared, "CASE WHEN held THEN 0 ELSE 1 END");
         let permit_line = admit_by_line(&line, LeaseKind::Permit, "$5 - held");
         let (lock_probe, permit_probe) = (
-            line_probe(&line, LeaseKind::Lock),
-            line_probe(&line, LeaseKind::Permit),
+            line_probe(&line, LeaseKind::Lock, "$1"),
+            line_probe(&line, LeaseKind::Permit, "$1"),
         );
+        let lock_sql = LockSql {
+            locks: &locks,
+            fences: &fences,
+            shared: &shared,
+            line: &line,
+            sound_l: &sound_l,
+        };
+        let one_key = KeyArgs {
+            key: "$1",
+            lock_id: "$2",
+            user_key: "$4",
+            fence_key: "$5",
+        };
         use Type as T;
         let release_by_key = |name, table: &str| {
             Op::steps(
@@ -722,38 +759,34 @@ impl Statements {
                  BEGIN\n\
                  PERFORM pg_advisory_xact_lock(hashtext($1));\n\
                  now_ms := {NOW_MS};\n\
-                 SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2) IS TRUE\n\
-                     OR {live_readers},\n\
-                     l.key IS NOT NULL AND NOT {sound_l}, l.lock_id = $2, {lock_probe}\n\
-                     INTO held, malformed, own, queued\n\
-                     FROM (SELECT 1) AS one LEFT JOIN {locks} l ON l.key = $1;\n\
+                 {lock_read}\
                  IF malformed THEN RETURN; END IF;\n\
                  IF own IS NOT TRUE THEN\n\
                  {lock_line}\
                  END IF;\n\
-                 INSERT INTO {fences} AS f (fence_key, fence, key_debug) VALUES ($5, 1, $4)\n\
-                     ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1\n\
-                     WHERE f.fence >= 0 AND f.fence < $6\n\
-                     RETURNING f.fence INTO counter;\n\
+                 {draw_fence}\
                  IF counter IS NULL THEN\n\
                      SELECT f.fence INTO bad_counter FROM {fences} f WHERE f.fence_key = $5;\n\
                      RETURN;\n\
                  END IF;\n\
-                 INSERT INTO {locks} AS l ({row}, holder)\n\
-                     VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4,\n\
-                             $2 || ' ' || $8)\n\
-                     ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,\n\
-                         expires_at_ms = EXCLUDED.expires_at_ms,\n\
-                         acquired_at_ms = EXCLUDED.acquired_at_ms,\n\
-                         fence = EXCLUDED.fence, user_key = EXCLUDED.user_key,\n\
-                         holder = EXCLUDED.holder\n\
-                     WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7\n\
-                        OR l.lock_id = EXCLUDED.lock_id\n\
-                     RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;\n\
-                 END"
+                 {write_lock}\
+                 END",
+                    lock_read = lock_sql.read(&one_key),
+                    draw_fence = lock_sql.draw_fence(&one_key),
+                    write_lock = lock_sql.write_lock(&one_key, "fence, expires_at_ms"),
                 ),
             )
             .inline_takes_first(7),
+            acquire_all: Op::steps(
+                tables,
+                "macquire",
+                ACQUIRE_ALL_TYPES,
+                "OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, \
+                 OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text",
+                String::new(),
+                lock_sql.set_body(NOW_MS, LINE_DECLARATIONS),
+            )
+            .function_only(),
             release: Op::steps(
                 tables,
                 "release",
@@ -975,7 +1008,7 @@ impl Statements {
                     "SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder, q.shared\n\
                  FROM {line} q\n\
                  WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > {NOW_MS} - $3\n\
-                 ORDER BY q.ticket"
+                 ORDER BY q.ticket, q.place_id COLLATE \"C\""
                 ),
             )
             .function_only(),
@@ -995,9 +1028,10 @@ impl Statements {
     }
 
     /// Every operation, for installing their functions.
-    fn all(&self) -> [&Op; 21] {
+    fn all(&self) -> [&Op; 22] {
         [
             &self.acquire,
+            &self.acquire_all,
             &self.release,
             &self.extend,
             &self.extend_many,

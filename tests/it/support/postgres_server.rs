@@ -240,18 +240,18 @@ impl PgServer {
 }
 
 /// Drops the server functions of `lock_table` (as on tables the TypeScript SyncGuard set up),
-/// checking that all twenty-one (locks, semaphores, the line and shared holds) were there.
+/// checking that all twenty-two (locks, sets of locks, semaphores, the line and shared holds) were there.
 pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
     let functions: Vec<String> = client
         .query(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
-            &[&format!("{lock_table}\\_%\\_v4")],
+            &[&format!("{lock_table}\\_%\\_v5")],
         )
         .expect("list the server functions")
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(functions.len(), 21, "{functions:?}");
+    assert_eq!(functions.len(), 22, "{functions:?}");
     client
         .batch_execute(&format!("DROP FUNCTION {}", functions.join(", ")))
         .expect("drop the server functions");

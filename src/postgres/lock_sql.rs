@@ -1,0 +1,195 @@
+//! The steps of a lock's acquisition in PL/pgSQL, written once for the acquire function (one
+//! key, `$1`) and the acquire function of a set (several keys, `$1[i]`): reading the key's lock
+//! row (with the probes for live readers and for the line), drawing the fence and writing the
+//! lock row. The line's steps are `line_sql.rs`'s.
+//!
+//! # Several keys
+//!
+//! The set's function (`Statements::acquire_all`) is one call, hence one statement and one
+//! transaction (through a transaction-mode pooler too). It decides THE RULE of
+//! [several keys](crate::line#several-keys) as [`admit_all`](crate::line::admit_all) does, in
+//! this order:
+//!
+//! 1. It takes the advisory lock of every key of the set (the same lock, `hashtext` of the
+//!    storage key, as the single-key acquisitions and the TypeScript SyncGuard take), in the
+//!    order of the locks' numbers, each once: two sets that share keys take their common locks
+//!    in one order, so they never wait for each other in a cycle (a single-key acquisition takes
+//!    one lock only). Then no other acquirer of these keys runs until it ends, and each later
+//!    step reads a fresh snapshot that sees every write of those before it.
+//! 2. Key by key, in the set's order: reads the lock row (`held`: a live lock of another lock
+//!    id, or a live reader; a row that is not a SyncGuard record ends the call, naming the key,
+//!    with nothing taken) and decides the key's line ([`KeyLine::decide`]): prunes its expired
+//!    places and counts those ahead, ordered by (ticket, place id) before the waiter's (its
+//!    ticket `$11`; with none, at its first refusal, every place is ahead, as behind the last
+//!    ticket of every line). A key whose lock row already holds the lock id sent for it is this
+//!    very call repeated by the pool (its answer was lost): admitted, as one key's acquisition
+//!    answers it. A single attempt (`keep`, `ignore`) that finds a key held stops there.
+//! 3. Every key admits: every key's fence counter is checked first (one no fence can follow
+//!    refuses the set, naming its key, with nothing taken), then each key gets what a
+//!    single-key acquisition writes (the waiter's place deleted, the fence counter, the lock
+//!    row with its holder; the expiry from the server clock read once, so every lease of the
+//!    set expires together).
+//! 4. Else nothing is taken: a waiter stands on every key that refused it and every key where
+//!    it stands already ([`KeyLine::stand`]): the first new place without a ticket draws the
+//!    next one of the identity sequence, and every other new place takes it, so the waiter's
+//!    places carry one ticket. The answer gives the ticket back.
+
+use super::line_sql::KeyLine;
+
+/// Where a lock's acquisition finds its tables (quoted names) and the rule for a sound row.
+pub(super) struct LockSql<'a> {
+    pub locks: &'a str,
+    pub fences: &'a str,
+    pub shared: &'a str,
+    pub line: &'a str,
+    /// `statements::sound("l")`.
+    pub sound_l: &'a str,
+}
+
+/// One key of an acquisition, as SQL expressions: `$1`, `$2`, … for one key; `$1[i]`, … for
+/// the `i`-th of a set.
+pub(super) struct KeyArgs<'a> {
+    pub key: &'a str,
+    pub lock_id: &'a str,
+    pub user_key: &'a str,
+    pub fence_key: &'a str,
+}
+
+impl LockSql<'_> {
+    /// Reads the key's lock row into `held` (a live lock of another lock id, or a live reader:
+    /// no slot free), `malformed` (the row is not a SyncGuard record), `own` (the row holds
+    /// this lock id: the call repeated) and `queued` (the line's probe), in one statement.
+    pub fn read(&self, args: &KeyArgs<'_>) -> String {
+        let (locks, shared, sound_l) = (self.locks, self.shared, self.sound_l);
+        let (key, lock_id) = (args.key, args.lock_id);
+        let probe = super::line_sql::line_probe(self.line, crate::driver::LeaseKind::Lock, key);
+        format!(
+            "SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> {lock_id}) IS TRUE\n\
+                 OR EXISTS (SELECT 1 FROM {shared} s WHERE s.key = {key}\n\
+                     AND s.expires_at_ms > now_ms - $7),\n\
+                 l.key IS NOT NULL AND NOT {sound_l}, l.lock_id = {lock_id}, {probe}\n\
+                 INTO held, malformed, own, queued\n\
+                 FROM (SELECT 1) AS one LEFT JOIN {locks} l ON l.key = {key};\n"
+        )
+    }
+
+    /// Draws the key's next fence into `counter` (NULL when its counter can be followed by no
+    /// fence: below 0, or at the largest fence `$6`).
+    pub fn draw_fence(&self, args: &KeyArgs<'_>) -> String {
+        let (fences, fence_key, user_key) = (self.fences, args.fence_key, args.user_key);
+        format!(
+            "INSERT INTO {fences} AS f (fence_key, fence, key_debug) VALUES ({fence_key}, 1, {user_key})\n\
+                 ON CONFLICT (fence_key) DO UPDATE SET fence = f.fence + 1\n\
+                 WHERE f.fence >= 0 AND f.fence < $6\n\
+                 RETURNING f.fence INTO counter;\n"
+        )
+    }
+
+    /// Writes the lock row with the fence `counter`, expiring `$3` ms from `now_ms`, with the
+    /// holder `$8`, unless a live lock of another lock id holds the key (then nothing is
+    /// written and `into`, its fence and expiry, stays NULL).
+    pub fn write_lock(&self, args: &KeyArgs<'_>, into: &str) -> String {
+        let locks = self.locks;
+        let (key, lock_id, user_key) = (args.key, args.lock_id, args.user_key);
+        format!(
+            "INSERT INTO {locks} AS l (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)\n\
+                 VALUES ({key}, {lock_id}, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), {user_key},\n\
+                         {lock_id} || ' ' || $8)\n\
+                 ON CONFLICT (key) DO UPDATE SET lock_id = EXCLUDED.lock_id,\n\
+                     expires_at_ms = EXCLUDED.expires_at_ms,\n\
+                     acquired_at_ms = EXCLUDED.acquired_at_ms,\n\
+                     fence = EXCLUDED.fence, user_key = EXCLUDED.user_key,\n\
+                     holder = EXCLUDED.holder\n\
+                 WHERE l.expires_at_ms <= EXCLUDED.acquired_at_ms - $7\n\
+                    OR l.lock_id = EXCLUDED.lock_id\n\
+                 RETURNING l.fence, l.expires_at_ms INTO {into};\n"
+        )
+    }
+
+    /// The body of the set's acquire function (see the module docs): `$1` storage keys, `$2`
+    /// lock ids, `$3` ttl ms, `$4` user keys, `$5` fence keys, `$6` largest fence, `$7`
+    /// tolerance ms, `$8` holder, `$9` mode, `$10` place id, `$11` ticket; `NOW_MS` the clock.
+    pub fn set_body(&self, now_ms: &str, declarations: &str) -> String {
+        let args = KeyArgs {
+            key: "$1[i]",
+            lock_id: "$2[i]",
+            user_key: "$4[i]",
+            fence_key: "$5[i]",
+        };
+        let key_line = KeyLine {
+            line: self.line,
+            kind: crate::driver::LeaseKind::Lock,
+            key: args.key,
+        };
+        let fences = self.fences;
+        format!(
+            "DECLARE\n  now_ms bigint;\n  held boolean;\n  own boolean;\n  malformed boolean;\n  \
+             counter bigint;\n  taken text;\n  h integer;\n  i integer;\n  granted boolean := true;\n  \
+             admits boolean[] := '{{}}';\n  mines bigint[] := '{{}}';\n\
+             {declarations}\
+             BEGIN\n\
+             FOR h IN SELECT DISTINCT hashtext(k.k) FROM unnest($1) AS k(k) ORDER BY 1 LOOP\n\
+             PERFORM pg_advisory_xact_lock(h);\n\
+             END LOOP;\n\
+             now_ms := {now_ms};\n\
+             line_ticket := $11;\n\
+             FOR i IN 1 .. cardinality($1) LOOP\n\
+             {read}\
+             IF malformed THEN malformed_key := $4[i]; RETURN; END IF;\n\
+             IF own IS TRUE THEN\n\
+             admitted := true;\n\
+             mine := NULL;\n\
+             ELSE\n\
+             slots := CASE WHEN held THEN 0 ELSE 1 END;\n\
+             IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
+             {decide}\
+             END IF;\n\
+             admits := admits || admitted;\n\
+             mines := mines || mine;\n\
+             granted := granted AND admitted;\n\
+             END LOOP;\n\
+             IF granted THEN\n\
+             FOR i IN 1 .. cardinality($1) LOOP\n\
+             SELECT f.fence INTO counter FROM {fences} f WHERE f.fence_key = $5[i];\n\
+             IF counter < 0 OR counter >= $6 THEN\n\
+             bad_key := $4[i];\n\
+             bad_counter := counter;\n\
+             RETURN;\n\
+             END IF;\n\
+             END LOOP;\n\
+             lock_fences := '{{}}';\n\
+             FOR i IN 1 .. cardinality($1) LOOP\n\
+             mine := mines[i];\n\
+             IF $9 = 'wait' THEN\n\
+             {leave}\
+             END IF;\n\
+             {draw_fence}\
+             taken := NULL;\n\
+             {write_lock}\
+             IF counter IS NULL OR taken IS NULL THEN\n\
+             RAISE EXCEPTION USING ERRCODE = 'serialization_failure',\n\
+             MESSAGE = 'a key of the set changed hands while it was taken: nothing was taken';\n\
+             END IF;\n\
+             lock_fences := lock_fences || taken;\n\
+             END LOOP;\n\
+             RETURN;\n\
+             END IF;\n\
+             IF $9 = 'wait' THEN\n\
+             FOR i IN 1 .. cardinality($1) LOOP\n\
+             IF NOT admits[i] OR mines[i] IS NOT NULL THEN\n\
+             mine := mines[i];\n\
+             {stand}\
+             END IF;\n\
+             END LOOP;\n\
+             ticket := COALESCE(line_ticket, (SELECT max(m.m) FROM unnest(mines) AS m(m)));\n\
+             END IF;\n\
+             END",
+            read = self.read(&args),
+            decide = key_line.decide(),
+            leave = key_line.leave(),
+            draw_fence = self.draw_fence(&args),
+            write_lock = self.write_lock(&args, "taken, expires_at_ms"),
+            stand = key_line.stand(),
+        )
+    }
+}

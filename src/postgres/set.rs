@@ -1,0 +1,110 @@
+//! Several keys at once on PostgreSQL ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)): one call of the set's
+//! server function, one statement and one transaction, through a transaction-mode pooler too
+//! (what it does, step by step: `lock_sql.rs`). On tables without this version's functions
+//! (made by the TypeScript SyncGuard or an earlier syncguard, setup not run since) the keys are
+//! taken one at a time ([`acquire_one_by_one`]), each by its statement sent inline.
+
+use super::driver::{
+    PostgresBackend, answer_row, bad_counter_error, column, fence_key_of, function_is_missing,
+    granted, not_a_record, storage_key_of,
+};
+use super::errors::ServerError;
+use super::line_sql::line_params;
+use crate::driver::{
+    Acquisition, Acquisitions, FENCE_MAX, Holder, KeySet, Line, LockId, TIME_TOLERANCE_MS, Ttl,
+    acquire_one_by_one,
+};
+use crate::error::{LockError, Result};
+
+impl PostgresBackend {
+    /// [`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all): every key of `keys` or none, in one call.
+    pub(super) fn acquire_set(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        if self.functions_known_missing() {
+            return acquire_one_by_one(self, keys, ttl, holder, line);
+        }
+        let (mut storage_keys, mut fence_keys, mut user_keys) = (vec![], vec![], vec![]);
+        for key in keys {
+            let storage_key = storage_key_of(key)?;
+            fence_keys.push(fence_key_of(&storage_key)?);
+            storage_keys.push(storage_key);
+            user_keys.push(key.as_str().to_owned());
+        }
+        let lock_ids: Vec<String> = keys
+            .iter()
+            .map(|_| LockId::generate().into_string())
+            .collect();
+        let (mode, place, ticket) = line_params(line);
+        let params = vec![
+            storage_keys.into(),
+            lock_ids.clone().into(),
+            ttl.as_millis().into(),
+            user_keys.clone().into(),
+            fence_keys.into(),
+            (FENCE_MAX as i64).into(),
+            TIME_TOLERANCE_MS.into(),
+            holder.map(Holder::as_str).into(),
+            mode.into(),
+            place.into(),
+            ticket.into(),
+        ];
+        let op = &self.statements.acquire_all;
+        let rows = match self.connections.query(&op.call, &params) {
+            Ok(rows) => rows,
+            // Failed before anything ran: one key at a time is safe.
+            Err(error) if function_is_missing(op, &error) => {
+                self.functions_missing();
+                return acquire_one_by_one(self, keys, ttl, holder, line);
+            }
+            // Sent, not answered: the server may still take every key, under these lock ids.
+            Err(error) if ServerError::is_unanswered(&error) => {
+                return Err(error.in_doubt_all(user_keys.into_iter().zip(lock_ids)));
+            }
+            Err(error) => return Err(error),
+        };
+        let row = answer_row(&rows, "the set's acquisition")?;
+        if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
+            return Err(not_a_record(&self.tables, &key));
+        }
+        if let Some(counter) = column::<Option<i64>>(row, "bad_counter")? {
+            let error = bad_counter_error(counter);
+            return Err(match column::<Option<String>>(row, "bad_key")? {
+                Some(key) => error.with_key(key),
+                None => error,
+            });
+        }
+        let fences = column::<Option<Vec<String>>>(row, "lock_fences")?;
+        let expires_at_ms = column::<Option<i64>>(row, "expires_at_ms")?;
+        let (Some(fences), Some(expires_at_ms)) = (fences, expires_at_ms) else {
+            let ticket = column::<Option<i64>>(row, "ticket")?;
+            return Ok(Acquisitions::Locked {
+                ticket: ticket.and_then(|ticket| u64::try_from(ticket).ok()),
+            });
+        };
+        if fences.len() != keys.len() {
+            return Err(LockError::internal(format!(
+                "the set's acquisition answered {} fences for {} keys",
+                fences.len(),
+                keys.len()
+            )));
+        }
+        keys.iter()
+            .zip(lock_ids)
+            .zip(fences)
+            .map(
+                |((key, lock_id), fence)| match granted(lock_id, &fence, expires_at_ms, key)? {
+                    Acquisition::Acquired { lease, version } => Ok((lease, version)),
+                    Acquisition::Locked => Err(LockError::internal(
+                        "the set's acquisition answered a key as not taken",
+                    )),
+                },
+            )
+            .collect::<Result<Vec<_>>>()
+            .map(Acquisitions::Acquired)
+    }
+}
