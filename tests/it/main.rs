@@ -124,6 +124,8 @@ mod postgres_legacy;
 #[cfg(feature = "postgres")]
 mod postgres_line;
 #[cfg(feature = "postgres")]
+mod postgres_multi;
+#[cfg(feature = "postgres")]
 mod postgres_semaphores;
 #[cfg(feature = "postgres")]
 mod postgres_shared;

@@ -1,0 +1,398 @@
+//! Several keys at once on PostgreSQL (issue 35), looked at in its tables and its statistics:
+//! a waiter's ticket carried to one key places it by that ticket (`Line::WaitAt`), places with
+//! one ticket stand in place-id byte order, a set of eight keys is one statement, a refused
+//! waiter stands with one ticket on every key that refused it (directly and through the shared
+//! PgBouncer), a set on tables the TypeScript SyncGuard made works (one key at a time), and a
+//! set whose answer is lost leaves every key in doubt, which the Locker frees in the
+//! background. (The multi and line contracts run in `postgres.rs` and `pgbouncer.rs`.)
+
+use std::time::{Duration, Instant};
+
+use crate::support::proxy::{FaultProxy, Mode};
+use crate::support::{
+    self, TTL, create_typescript_tables, drop_tables, impatient_postgres, lease, patient_postgres,
+    shared_pgbouncer, shared_postgres, shared_postgres_backend, shared_postgres_with_tables,
+    unique,
+};
+use syncguard::driver::{
+    Acquisition, Acquisitions, Driver, Find, Key, KeySet, LeaseKind, Line, LockId, Ttl,
+    generate_lock_id,
+};
+use syncguard::postgres::{PostgresBackend, TableNames};
+use syncguard::{LockBackend, LockOptions, Locker};
+
+fn ttl() -> Ttl {
+    Ttl::new(TTL).unwrap()
+}
+
+fn key(name: &str) -> Key {
+    Key::new(name).unwrap()
+}
+
+/// Waits (a minute at most) until `done`.
+fn await_condition(what: &str, mut done: impl FnMut() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < give_up, "waited a minute for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The places of `key`'s lock line as the backend reads them: (place id, ticket), in line order.
+fn line_of(backend: &PostgresBackend, key: &str) -> Vec<(String, u64)> {
+    backend
+        .find_line(&self::key(key), LeaseKind::Lock)
+        .unwrap()
+        .into_iter()
+        .map(|place| (place.place_id, place.ticket))
+        .collect()
+}
+
+/// The ticket of `place` in `key`'s lock line.
+fn ticket_of(backend: &PostgresBackend, key: &str, place: &LockId) -> Option<u64> {
+    line_of(backend, key)
+        .into_iter()
+        .find(|(id, _)| id == place.as_str())
+        .map(|(_, ticket)| ticket)
+}
+
+/// A waiter that carries an earlier ticket (taken on another key, as a waiter of several keys
+/// does) to a key whose line has a later waiter: its new place stands by its ticket, ahead of
+/// that waiter, and once the key is free it is granted first.
+#[test]
+fn a_ticket_carried_places_a_new_place_by_it() {
+    let backend = shared_postgres_backend();
+    let (first_key, second_key) = (unique("wait-at-first"), unique("wait-at-second"));
+    let first_held = lease(backend.acquire(&first_key, TTL));
+    let early = LockId::generate();
+    let refused = backend.try_acquire(&key(&first_key), ttl(), None, Line::Wait(&early));
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    let ticket = ticket_of(&backend, &first_key, &early).expect("the early waiter's place");
+
+    let second_held = lease(backend.acquire(&second_key, TTL));
+    let late = LockId::generate();
+    let late_try = || backend.try_acquire(&key(&second_key), ttl(), None, Line::Wait(&late));
+    assert_eq!(late_try().unwrap(), Acquisition::Locked);
+    let early_try =
+        || backend.try_acquire(&key(&second_key), ttl(), None, Line::WaitAt(&early, ticket));
+    assert_eq!(early_try().unwrap(), Acquisition::Locked);
+    assert_eq!(
+        line_of(&backend, &second_key),
+        [
+            (early.as_str().to_owned(), ticket),
+            (
+                late.as_str().to_owned(),
+                ticket_of(&backend, &second_key, &late).unwrap()
+            ),
+        ],
+        "the earlier ticket stands ahead"
+    );
+
+    assert!(backend.release(&second_held.lock_id).unwrap());
+    assert_eq!(
+        late_try().unwrap(),
+        Acquisition::Locked,
+        "not first in line"
+    );
+    let Acquisition::Acquired { lease: granted, .. } = early_try().unwrap() else {
+        panic!("the earlier ticket is first in line once the key is free");
+    };
+    assert!(backend.release(&granted.lock_id).unwrap());
+    let Acquisition::Acquired { lease: next, .. } = late_try().unwrap() else {
+        panic!("then the later waiter");
+    };
+    assert!(backend.release(&next.lock_id).unwrap());
+    backend
+        .leave_line(&key(&first_key), LeaseKind::Lock, &early)
+        .unwrap();
+    assert!(backend.release(&first_held.lock_id).unwrap());
+}
+
+/// Two waiters carrying one ticket stand in the byte order of their place ids, whichever came
+/// first, and are read back in that order.
+#[test]
+fn places_of_one_ticket_stand_in_place_id_order() {
+    let backend = shared_postgres_backend();
+    let name = unique("wait-at-tie");
+    let held = lease(backend.acquire(&name, TTL));
+    let (mut low, mut high) = (LockId::generate(), LockId::generate());
+    if low.as_str() > high.as_str() {
+        std::mem::swap(&mut low, &mut high);
+    }
+    let ticket = 1;
+    for place in [&high, &low] {
+        let refused = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(place, ticket));
+        assert_eq!(refused.unwrap(), Acquisition::Locked);
+    }
+    let ids: Vec<String> = line_of(&backend, &name)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, [low.as_str(), high.as_str()]);
+    assert!(backend.release(&held.lock_id).unwrap());
+    let high_try = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(&high, ticket));
+    assert_eq!(
+        high_try.unwrap(),
+        Acquisition::Locked,
+        "the lower place id goes first"
+    );
+    let low_try = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(&low, ticket));
+    let Acquisition::Acquired { lease: granted, .. } = low_try.unwrap() else {
+        panic!("the lower place id is first in line");
+    };
+    assert!(backend.release(&granted.lock_id).unwrap());
+    backend
+        .leave_line(&key(&name), LeaseKind::Lock, &high)
+        .unwrap();
+}
+
+/// A database of the test's own on the shared cluster, with the default tables: its name and
+/// its URL. Its statistics count its own transactions only.
+fn database_of_its_own() -> (String, String) {
+    shared_postgres_with_tables();
+    let name = format!(
+        "sg_multi_{}",
+        generate_lock_id().to_lowercase().replace('-', "_")
+    );
+    shared_postgres()
+        .client()
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let url = shared_postgres()
+        .url()
+        .replace("/postgres", &format!("/{name}"));
+    let setup = patient_postgres(&url).build().unwrap();
+    setup.setup_schema().unwrap();
+    drop(setup);
+    (name, url)
+}
+
+/// The transactions committed in `database` so far, once no session is connected to it: a
+/// session's counts reach the statistics before it leaves `pg_stat_activity`.
+fn commits_once_idle(database: &str) -> i64 {
+    let mut client = shared_postgres().client();
+    await_condition("every session of the database has ended", || {
+        let sessions: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&database],
+            )
+            .unwrap()
+            .get(0);
+        sessions == 0
+    });
+    client
+        .query_one(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1",
+            &[&database],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// The transactions a fresh backend on `url` commits, from its first connection to its last,
+/// doing `work`.
+fn commits_of(database: &str, url: &str, work: impl FnOnce(&PostgresBackend)) -> i64 {
+    let before = commits_once_idle(database);
+    let backend = patient_postgres(url).pool_size(1).build().unwrap();
+    work(&backend);
+    drop(backend);
+    commits_once_idle(database) - before
+}
+
+/// Taking eight keys costs the server as many transactions as taking one key does: the set is
+/// one statement (one round trip, one transaction), counted in a database of the test's own.
+#[test]
+fn a_set_of_eight_keys_is_one_statement() {
+    let (database, url) = database_of_its_own();
+    let names: Vec<String> = (0..8).map(|n| unique(&format!("eight-{n}"))).collect();
+    let keys = KeySet::new(&names).unwrap();
+    let set = commits_of(&database, &url, |backend| {
+        let taken = backend
+            .try_acquire_all(&keys, ttl(), None, Line::Ignore)
+            .unwrap();
+        let Acquisitions::Acquired(leases) = taken else {
+            panic!("eight free keys are taken");
+        };
+        assert_eq!(leases.len(), 8);
+    });
+    let one = commits_of(&database, &url, |backend| {
+        let taken = backend.try_acquire(&key(&unique("one")), ttl(), None, Line::Ignore);
+        assert!(matches!(taken.unwrap(), Acquisition::Acquired { .. }));
+    });
+    assert_eq!(set, one, "eight keys: {set} transactions; one key: {one}");
+    shared_postgres()
+        .client()
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .unwrap();
+}
+
+/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
+fn through_pgbouncer() -> PostgresBackend {
+    shared_postgres_with_tables();
+    patient_postgres(&shared_pgbouncer().url()).build().unwrap()
+}
+
+/// A waiter for three keys, two of them held: refused, it holds none and stands with one
+/// ticket on both held keys (none on the free one); asked again with that ticket, it keeps its
+/// places; once both keys are free, it takes all three and leaves both lines.
+fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBackend) {
+    let other = shared_postgres_backend();
+    let prefix = unique("set-line");
+    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
+    let (held_b, held_c) = (lease(other.acquire(&b, TTL)), lease(other.acquire(&c, TTL)));
+    let place = LockId::generate();
+    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = refused.unwrap()
+    else {
+        panic!("a refused waiter gets a ticket");
+    };
+    assert!(!other.is_locked(&a).unwrap(), "a refused set holds no key");
+    assert_eq!(ticket_of(&other, &b, &place), Some(ticket));
+    assert_eq!(ticket_of(&other, &c, &place), Some(ticket));
+    assert_eq!(line_of(&other, &a), [], "no place on the free key");
+    let again = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
+    assert_eq!(
+        again.unwrap(),
+        Acquisitions::Locked {
+            ticket: Some(ticket)
+        }
+    );
+    assert!(other.release(&held_b.lock_id).unwrap());
+    assert!(other.release(&held_c.lock_id).unwrap());
+    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
+    let Acquisitions::Acquired(leases) = taken.unwrap() else {
+        panic!("first in line on both keys once they are free");
+    };
+    assert_eq!(leases.len(), 3);
+    for name in [&a, &b, &c] {
+        assert_eq!(line_of(&other, name), []);
+    }
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+}
+
+#[test]
+fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_directly() {
+    a_refused_waiter_stands_with_one_ticket_on_every_key_held(shared_postgres_backend());
+}
+
+#[test]
+fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_through_pgbouncer() {
+    a_refused_waiter_stands_with_one_ticket_on_every_key_held(through_pgbouncer());
+}
+
+/// On tables the TypeScript SyncGuard made (no server functions), a set is taken one key at a
+/// time with the statements sent inline: all or none as the caller sees it, each key with its
+/// fence; a set with a held key is refused and holds none.
+#[test]
+fn a_set_on_tables_the_typescript_library_made() {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let tables = TableNames::new(
+        &format!("ms_locks_{suffix}"),
+        &format!("ms_fences_{suffix}"),
+    )
+    .unwrap();
+    create_typescript_tables(
+        &mut shared_postgres().client(),
+        tables.lock_table(),
+        tables.fence_table(),
+    );
+    let backend = patient_postgres(&shared_postgres().url())
+        .table_name(tables.lock_table())
+        .fence_table_name(tables.fence_table())
+        .build()
+        .unwrap();
+    let prefix = unique("ts-set");
+    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let held = lease(backend.acquire(&b, TTL));
+    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
+    let place = LockId::generate();
+    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    assert!(matches!(refused.unwrap(), Acquisitions::Locked { .. }));
+    assert!(!backend.is_locked(&a).unwrap() && !backend.is_locked(&c).unwrap());
+    assert!(backend.release(&held.lock_id).unwrap());
+    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let Acquisitions::Acquired(leases) = taken.unwrap() else {
+        panic!("three free keys are taken");
+    };
+    assert_eq!(leases.len(), 3);
+    for name in [&a, &b, &c] {
+        assert!(backend.is_locked(name).unwrap());
+    }
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+    drop_tables(&tables);
+}
+
+/// A set whose statement reaches the server and whose answer is lost (the proxy drops every
+/// answer) fails in doubt of every key with the lock id sent for it, while the server holds
+/// them all; the Locker releases each in the background once the server answers again.
+#[test]
+fn a_lost_answer_leaves_every_key_in_doubt_and_the_locker_frees_them() {
+    let server = shared_postgres_with_tables();
+    let proxy = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], server.port)));
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/postgres",
+        support::PG_USER,
+        support::PG_PASSWORD,
+        proxy.port()
+    );
+    let backend = impatient_postgres(&url).pool_size(1).build().unwrap();
+    let observer = shared_postgres_backend();
+    let prefix = unique("set-doubt");
+    let names: Vec<String> = (0..8).map(|n| format!("{prefix}:{n}")).collect();
+    let keys = KeySet::new(&names).unwrap();
+
+    // The driver: every (key, lock id) of the set in doubt.
+    assert!(
+        !backend.is_locked(&prefix).unwrap(),
+        "opens the pool's connection"
+    );
+    proxy.set_mode(Mode::DropReplies);
+    let lost = backend
+        .try_acquire_all(&keys, ttl(), None, Line::Ignore)
+        .unwrap_err();
+    proxy.set_mode(Mode::Pass);
+    assert!(lost.is_in_doubt(), "{lost:?}");
+    let doubts = lost.in_doubt_leases();
+    let named: Vec<Option<&str>> = doubts.iter().map(|(key, _)| *key).collect();
+    let expected: Vec<Option<&str>> = names.iter().map(|name| Some(name.as_str())).collect();
+    assert_eq!(named, expected);
+    for (name, lock_id) in &doubts {
+        let lock_id = LockId::new(lock_id).unwrap();
+        let record = observer.find(Find::LockId(&lock_id)).unwrap();
+        assert_eq!(
+            record.map(|r| r.key).as_deref(),
+            *name,
+            "taken by the server"
+        );
+    }
+    for (_, lock_id) in doubts {
+        assert!(observer.release(lock_id).unwrap());
+    }
+
+    // The Locker: every key freed in the background, long before its TTL.
+    let locker = Locker::new(backend);
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(600))
+        .timeout(Duration::ZERO);
+    // The first answer lost took the pool's connection with it: a new one, before the next.
+    assert!(!locker.backend().is_locked(&prefix).unwrap());
+    proxy.set_mode(Mode::DropReplies);
+    let lost = locker.lock_all_with(&names, &options).unwrap_err();
+    assert!(lost.is_in_doubt(), "{lost:?}");
+    assert!(
+        names.iter().all(|name| observer.is_locked(name).unwrap()),
+        "the server took every key"
+    );
+    proxy.set_mode(Mode::Pass);
+    await_condition("every key is released in the background", || {
+        names.iter().all(|name| !observer.is_locked(name).unwrap())
+    });
+}
