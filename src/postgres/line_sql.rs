@@ -2,8 +2,13 @@
 //! beside the lock and permit tables, `<lock table>_line(key, kind, place_id, ticket,
 //! expires_at_ms, holder)`, keyed by `(key, kind, place_id)`, with an index on `(key, kind,
 //! ticket)`. `ticket` is an identity column: drawn from a sequence at insertion, so a new place
-//! always goes behind every place of its line (the sequence never goes back), and the order of
-//! tickets is the order the places reached the server.
+//! goes behind every place of its line (the sequence never goes back), and the order of
+//! tickets is the order the places reached the server. A waiter of several keys carries one
+//! ticket to every key ([`Line::WaitAt`]): its new places are inserted with that ticket
+//! (`OVERRIDING SYSTEM VALUE`), and places stand in order of (ticket, place id), the place id in
+//! byte order (`COLLATE "C"`), wherever a line is decided or read. Such a ticket was drawn from
+//! the same sequence, so the sequence is past it already: the line's last ticket is at least
+//! it, as the rule asks, without a write.
 //!
 //! THE RULE is decided by the acquire function (locks) and the permit acquire function, in the
 //! transaction that writes the lock or the permit, after it has shut out every other acquirer
@@ -11,7 +16,8 @@
 //! line of a key's lock (or semaphore) is only ever changed by one acquisition at a time, and
 //! each step below reads a fresh snapshot taken after that (READ COMMITTED, a volatile
 //! function): it sees every place the acquirers before it wrote. The steps
-//! ([`admit_by_line`]):
+//! ([`admit_by_line`] for one key; [`KeyLine`] holds them for the set's function too, which
+//! decides every key before it stands or leaves anywhere: `lock_sql.rs`):
 //!
 //! 1. `free` is known (the lock: 1 unless a live lock of another lock id exists; a semaphore:
 //!    its permits less the live ones). A single attempt or a barging one that finds no slot
@@ -22,9 +28,10 @@
 //!    statement and writes nothing more than before the line.
 //! 3. Otherwise every expired place of the line is deleted (`expires_at_ms <= now -
 //!    tolerance`, the complement of liveness), the waiter's own place is looked up, and the
-//!    places ahead of it counted (every live place for a newcomer or a single attempt).
-//! 4. A waiter granted leaves the line (its place deleted); one refused takes a place at the
-//!    back (a new ticket) or, in line already, keeps its ticket and renews it for
+//!    places ahead of it counted: those before (its ticket, its place id) — the ticket it
+//!    carries, else its own place's — and every live place for a newcomer or a single attempt.
+//! 4. A waiter granted leaves the line (its place deleted); one refused takes a place (with
+//!    the ticket it carries, else at the back with a new one) or, in line already, keeps its ticket and renews it for
 //!    [`PLACE_TTL`], its holder text updated — unless it was renewed within the last
 //!    [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text: then nothing is
 //!    written, so a refused attempt commits no change (and flushes no WAL) most of the time. The place id is the primary key: a repeated

@@ -47,13 +47,19 @@
 //! The line of waiters (DESIGN §12) is one more table named after the lock table,
 //! `syncguard_locks_line(key, kind, place_id, ticket, expires_at_ms, holder)`: one row per
 //! place, keyed by `(key, kind, place_id)` (`kind` is `lock` or `permit`: a key's lock and its
-//! semaphore have a line each), `ticket` an identity column (arrival order at the server),
-//! `expires_at_ms` by the server's clock. The acquire functions decide the line in the
+//! semaphore have a line each), `ticket` an identity column (arrival order at the server; a
+//! waiter of several keys carries one ticket to each of their lines, and places stand by
+//! ticket, then place id), `expires_at_ms` by the server's clock. The acquire functions decide the line in the
 //! transaction that writes the lock or the permit; an acquisition that finds the key free and
 //! the line empty writes nothing more (one index probe in the read it already makes). The
 //! TypeScript SyncGuard knows no line: its acquisition passes it. On tables without this
 //! version's functions there is no line (waiters barge; one warning says `syncguard setup` adds
 //! it). The steps are in `line_sql.rs`.
+//!
+//! Several keys ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all),
+//! `Locker::lock_all`) are one call of one more server function: one statement, all or none,
+//! through a pooler too; on tables without this version's functions, one key at a time
+//! (docs/postgres.md, "Several keys").
 //!
 //! # Atomicity and mixed fleets
 //!

@@ -119,8 +119,15 @@
 //! semaphore's row lock), with the steps `line_sql::admit_by_line` writes and `line_sql.rs`
 //! explains: an index probe when the line is empty, nothing more. Their statements sent
 //! inline (locks on tables without the functions) know no line: they barge. Reading the live
-//! places (`Statements::line`) and leaving the line (`Statements::leave_line`) are one
-//! statement each, through their functions only.
+//! places (`Statements::line`, by ticket then place id) and leaving the line
+//! (`Statements::leave_line`) are one statement each, through their functions only.
+//!
+//! # Several keys
+//!
+//! `Statements::acquire_all` takes the locks of a set of keys, all or none, in one call of its
+//! function (function only; on tables without it the driver takes the keys one at a time with
+//! `acquire`). Its steps are the acquire function's, written once for both (`lock_sql.rs`,
+//! which says why it takes the keys' advisory locks in the order of their numbers).
 
 use std::sync::Arc;
 
