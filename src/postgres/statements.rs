@@ -484,10 +484,10 @@ fn sound(l: &str) -> String {
 pub(crate) struct Statements {
     /// `$1` key, `$2` lock id, `$3` ttl ms, `$4` user key, `$5` fence key, `$6` largest fence,
     /// `$7` tolerance ms, and for the function only `$8` the holder description (NULL: none),
-    /// stored in the `holder` column after the lock id (see `holder_of`), `$9` the line mode
-    /// and `$10` the place id (see `line_params`; the statement sent inline knows no line and
-    /// barges) → one row: `fence`
-    /// (text, null unless acquired), `expires_at_ms`,
+    /// stored in the `holder` column after the lock id (see `holder_of`), `$9` the line mode,
+    /// `$10` the place id and `$11` the ticket the waiter carries (see `line_params`; the
+    /// statement sent inline knows no line and barges) → one row: `fence` (text, null unless
+    /// acquired), `expires_at_ms`,
     /// `bad_counter` (the key's fence counter when no fence can follow it — below 0, or at the
     /// largest fence — checked before anything is written: then nothing was), `malformed`
     /// (true when the key's row is not a SyncGuard record: then nothing was written).
@@ -532,8 +532,8 @@ pub(crate) struct Statements {
     pub list: Op,
     /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` ttl ms, `$4` user key,
     /// `$5` permits, `$6` largest fence, `$7` tolerance ms, `$8` holder description (NULL:
-    /// none), `$9` the line mode, `$10` the place id (see `line_params`) → one row: `fence`
-    /// (text, null unless a permit was granted), `expires_at_ms`,
+    /// none), `$9` the line mode, `$10` the place id, `$11` the ticket (see `line_params`) → one
+    /// row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
     /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
     /// was granted). A live permit already stored under `$2` is answered as granted (see
     /// "Semaphores" in the module docs).
