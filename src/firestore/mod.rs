@@ -173,6 +173,8 @@ mod driver;
 mod line_doc;
 mod list;
 mod lock_line;
+mod lock_set;
+mod lock_take;
 mod readers_doc;
 mod rest;
 mod semaphore;
