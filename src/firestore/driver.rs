@@ -16,9 +16,9 @@ use super::rest::{Document, RestClient, RestError, string_value};
 use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind, LeaseRef, Line,
-    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord, TIME_TOLERANCE_MS, Ttl,
-    Version, hash_key, is_live,
+    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind,
+    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord,
+    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
@@ -128,7 +128,10 @@ impl FirestoreBackend {
             return Ok(Attempt::Done(Acquisition::Locked));
         }
         let mut lock = LockRead::new(user_key, names, read, held, now)?;
-        let admission = lock.counter.line.admit(line, lock.free(), false, now, holder);
+        let admission = lock
+            .counter
+            .line
+            .admit(line, lock.free(), false, now, holder);
         if !admission.granted {
             // A single attempt leaves expired places to the next write: it writes nothing.
             if line.place().is_none() {

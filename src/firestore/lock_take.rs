@@ -20,7 +20,11 @@ pub(super) type LockNames = [String; 2];
 
 /// The live lock of a lock document as read at `now_ms`: `None` when there is no document or
 /// its lock has expired; a document that is not a SyncGuard lock is `Internal`, naming `key`.
-pub(super) fn live_lock(document: Option<&Document>, key: &str, now_ms: i64) -> Result<Option<LockDoc>> {
+pub(super) fn live_lock(
+    document: Option<&Document>,
+    key: &str,
+    now_ms: i64,
+) -> Result<Option<LockDoc>> {
     let Some(document) = document else {
         return Ok(None);
     };
@@ -150,7 +154,9 @@ impl FirestoreBackend {
                 let leases = taken
                     .iter()
                     .map(|(key, lock_id)| ((*key).to_owned(), (*lock_id).to_owned()));
-                Err(OpError::Lock(self.rest.lock_error(error).in_doubt_all(leases)))
+                Err(OpError::Lock(
+                    self.rest.lock_error(error).in_doubt_all(leases),
+                ))
             }
             committed => Ok(committed?),
         }

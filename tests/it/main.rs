@@ -98,6 +98,8 @@ mod firestore_in_doubt;
 #[cfg(feature = "firestore")]
 mod firestore_list;
 #[cfg(feature = "firestore")]
+mod firestore_multi;
+#[cfg(feature = "firestore")]
 mod firestore_records;
 #[cfg(feature = "firestore")]
 mod firestore_semaphores;

@@ -145,9 +145,9 @@ impl RestClient {
         &self,
         names: [&str; N],
     ) -> Result<[Option<Document>; N], RestError> {
-        self.batch_get_all(&names)?.try_into().map_err(|_| {
-            RestError::bad_answer("batchGet", "not one answer per document asked for")
-        })
+        self.batch_get_all(&names)?
+            .try_into()
+            .map_err(|_| RestError::bad_answer("batchGet", "not one answer per document asked for"))
     }
 
     /// [`batch_get`](RestClient::batch_get) of as many documents as `names` holds (a set of
