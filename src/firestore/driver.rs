@@ -133,8 +133,10 @@ impl FirestoreBackend {
             .line
             .admit(line, lock.free(), false, now, holder);
         if !admission.granted {
-            // A single attempt leaves expired places to the next write: it writes nothing.
-            if line.place().is_none() {
+            // A single attempt leaves expired places to the next write: it writes nothing;
+            // nor does a waiter whose place is fresh (`Places::stand`), so that it writes its
+            // place about once per `PLACE_RENEWAL`, not at every wake-up.
+            if line.place().is_none() || !admission.changed {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
             // Lost (no answer): the waiter's next attempt finds its place (the same id) or

@@ -109,7 +109,8 @@ impl FirestoreBackend {
         let free = usize::from(held.is_none() && counter_doc.readers.len() < MAX_READERS);
         let admission = counter_doc.line.admit(line, free, true, now, holder);
         if !admission.granted {
-            if line.place().is_none() {
+            // Nothing to write for a single attempt, nor for a waiter whose place is fresh.
+            if line.place().is_none() || !admission.changed {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
             // The waiter's place, in the counter document alone (as a lock waiter's is).

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use syncguard::driver::{Acquisitions, Driver as _, Key, KeySet, LeaseKind, Line, LockId, Ttl};
+use syncguard::driver::{
+    Acquisition, Acquisitions, Driver as _, Key, KeySet, LeaseKind, Line, LockId, Permits, Ttl,
+};
 use syncguard::testing::support::wait_until;
 use syncguard::{
     Clock as _, Heartbeat, LockBackend as _, LockOptions, Locker, Lookup, SystemClock,
@@ -236,4 +238,71 @@ fn a_set_whose_answer_is_lost_is_freed_in_the_background() {
         Duration::from_secs(120),
         || names.iter().all(|key| !direct.is_locked(key).unwrap()),
     );
+}
+
+/// One key follows the same rule as a set: a waiter refused again while its place is fresh
+/// reads and writes nothing, so that a waiter writes the line document about once per
+/// `PLACE_RENEWAL`, not at every wake-up (waiters' writes of one document collide).
+#[test]
+fn a_fresh_place_of_one_key_is_not_written_again() {
+    let faulty = FaultyFirestore::start();
+    let backend = faulty.builder().build().unwrap();
+    let key = unique("fresh-place");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let held = crate::support::lease(backend.acquire(&key, TTL));
+    let place = LockId::generate();
+    let (refused, sent) = requests(&faulty, || {
+        backend.try_acquire(&checked, ttl, None, Line::Wait(&place))
+    });
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    assert_eq!(sent, [1, 1], "the place taken");
+    let (refused, sent) = requests(&faulty, || {
+        backend.try_acquire(&checked, ttl, None, Line::Wait(&place))
+    });
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    assert_eq!(sent, [1, 0], "a fresh place is not written again");
+    // A waiter for a shared hold, the same.
+    let reader = LockId::generate();
+    for expected in [[1, 1], [1, 0]] {
+        let (refused, sent) = requests(&faulty, || {
+            backend.try_acquire_shared(&checked, ttl, None, Line::Wait(&reader))
+        });
+        assert_eq!(refused.unwrap(), Acquisition::Locked);
+        assert_eq!(sent, expected, "a shared waiter's place, then fresh");
+    }
+    for place in [&place, &reader] {
+        backend
+            .leave_line(&checked, LeaseKind::Lock, place)
+            .unwrap();
+    }
+    assert!(backend.release(&held.lock_id).unwrap());
+}
+
+/// A semaphore waiter asking with a set's ticket (`Line::WaitAt`) stands in the semaphore's
+/// line with that ticket, as one asking `Line::Wait` does with the next.
+#[test]
+fn a_semaphore_waiter_with_a_ticket_takes_its_place() {
+    let backend = shared_firestore_backend();
+    let key = unique("permit-wait-at");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let one = Permits::new(1).unwrap();
+    let held = backend
+        .try_acquire_permit(&checked, one, ttl, None, Line::Keep)
+        .unwrap();
+    let place = LockId::generate();
+    let refused = backend.try_acquire_permit(&checked, one, ttl, None, Line::WaitAt(&place, 7));
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    let line = backend.find_line(&checked, LeaseKind::Permit).unwrap();
+    assert_eq!(line.len(), 1, "its place is written: {line:?}");
+    assert_eq!(
+        (line[0].place_id.as_str(), line[0].ticket),
+        (place.as_str(), 7)
+    );
+    backend
+        .leave_line(&checked, LeaseKind::Permit, &place)
+        .unwrap();
+    let Acquisition::Acquired { lease, .. } = held else {
+        panic!("a free semaphore gives its permit");
+    };
+    assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
 }
