@@ -137,7 +137,12 @@ fn six_processes_over_two_keys_never_share_a_key(store: &Store) {
         per_variant.join(", ")
     );
     let overlaps = read(&scratch.path("overlaps"));
-    assert!(overlaps.is_empty(), "two jobs inside one key: {overlaps:?}");
+    assert!(
+        overlaps.is_empty(),
+        "a job found another inside its key {} times (keys: {:?}…)",
+        overlaps.lines().count(),
+        overlaps.lines().take(8).collect::<Vec<_>>()
+    );
     assert!(
         failures.is_empty(),
         "{} runs failed:\n{}",
