@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value as Json, json};
 use syncguard::driver::hash_key;
 
-use crate::cli::{Scratch, WAIT_FOR_GO_FILE, read, str_field, syncguard, wait_for};
+use crate::cli::{
+    HELD_TTL, Scratch, WAIT_FOR_GO_FILE, delete_redis_lock, expect_lost, expect_unlocked, read,
+    redis_url, scratch_and_key, start_run, str_field, syncguard, wait_for,
+};
 use crate::cli_store::Store;
 use crate::support;
 
@@ -272,6 +275,26 @@ fn acquire_prints_a_line_per_key_and_release_takes_them_back(store: &Store) {
     }
     let (code, again) = store.output(&["release", "--acquired", &out]);
     assert_eq!((code, again.trim()), (1, r#"{"notHeld":[1,2],"ok":false}"#));
+}
+
+/// A set is lost as a whole: one of its keys deleted under the running command ends it as a
+/// single key's loss does (76), and the other key is released at the end.
+#[test]
+fn one_key_lost_loses_the_set() {
+    let (scratch, a) = scratch_and_key("multi-lost");
+    let b = support::unique("multi-lost-b");
+    let (running, pid) = start_run(
+        &redis_url(),
+        &a,
+        &["--key", &b, "--ttl", HELD_TTL],
+        &scratch.path("pid"),
+        "exec sleep 30",
+        &[],
+    );
+    assert_eq!(delete_redis_lock(&b), 1);
+    expect_lost(running, pid);
+    expect_unlocked(&redis_url(), &a);
+    expect_unlocked(&redis_url(), &b);
 }
 
 /// Several keys where they are not supported, or a set the library refuses: exit 2 before any
