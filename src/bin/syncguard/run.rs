@@ -9,6 +9,9 @@
 //! group after `--grace`, then a wait until the group is empty. With `--on-lost kill`, the
 //! deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that the group is
 //! gone before the store's record can expire and another holder take the lock.
+//!
+//! Several keys (`--key` repeated) are held together and supervised as one lease ([`Held`]):
+//! the earliest lease's deadline bounds the group, and the loss of any key is the set's loss.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
