@@ -81,6 +81,8 @@ mod cli_line;
 #[cfg(feature = "cli")]
 mod cli_metrics;
 #[cfg(feature = "cli")]
+mod cli_multi;
+#[cfg(feature = "cli")]
 mod cli_shared;
 #[cfg(feature = "cli")]
 mod cli_store;
