@@ -1,8 +1,7 @@
 //! The locks of several keys at once ([`Driver::try_acquire_all`]), all or none, in one read
 //! and one commit: one `batchGet` of every key's lock document and fence counter document (the
-//! line and the shared holders in it), the decision by [`admit_all`] (the
-//! [several keys](crate::driver::Line#several-keys) rule), and one `commit` of every write,
-//! each conditioned on its document being as read. So the set is taken at one instant, or
+//! line and the shared holders in it), the decision by [`admit_all`] (the rule of several
+//! keys), and one `commit` of every write, each conditioned on its document being as read. So the set is taken at one instant, or
 //! nothing is: a commit either applies every write or none, and fails whole when any document
 //! changed since the read — the guarantee of a read-write transaction, without its document
 //! locks (see the module docs). Each key is written as an acquisition of that key alone
