@@ -6,9 +6,8 @@
 //! # Several keys
 //!
 //! The set's function (`Statements::acquire_all`) is one call, hence one statement and one
-//! transaction (through a transaction-mode pooler too). It decides THE RULE of
-//! [several keys](crate::line#several-keys) as [`admit_all`](crate::line::admit_all) does, in
-//! this order:
+//! transaction (through a transaction-mode pooler too). It decides THE RULE of several keys as
+//! [`admit_all`](crate::driver::admit_all) does, in this order:
 //!
 //! 1. It takes the advisory lock of every key of the set (the same lock, `hashtext` of the
 //!    storage key, as the single-key acquisitions and the TypeScript SyncGuard take), in the
