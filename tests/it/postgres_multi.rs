@@ -15,8 +15,8 @@ use crate::support::{
     unique,
 };
 use syncguard::driver::{
-    Acquisition, Acquisitions, Driver, Find, Key, KeySet, LeaseKind, Line, LockId, Ttl,
-    generate_lock_id,
+    Acquisition, Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId,
+    Outcome, Ttl, generate_lock_id,
 };
 use syncguard::postgres::{PostgresBackend, TableNames};
 use syncguard::{LockBackend, LockOptions, Locker};
@@ -144,6 +144,41 @@ fn places_of_one_ticket_stand_in_place_id_order() {
     backend
         .leave_line(&key(&name), LeaseKind::Lock, &high)
         .unwrap();
+}
+
+/// A live reader (a shared hold) of one key refuses the set, which then holds none of its keys;
+/// once the reader is gone the set is taken.
+#[test]
+fn a_live_reader_of_one_key_refuses_the_set() {
+    let backend = shared_postgres_backend();
+    let prefix = unique("set-reader");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&a, &b]).unwrap();
+    let reader = backend.try_acquire_shared(&key(&b), ttl(), None, Line::Ignore);
+    let Acquisition::Acquired { lease: reader, .. } = reader.unwrap() else {
+        panic!("a free key takes a reader");
+    };
+    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Ignore);
+    assert_eq!(refused.unwrap(), Acquisitions::Locked { ticket: None });
+    assert!(
+        !backend.is_locked(&a).unwrap(),
+        "a refused set holds no key"
+    );
+    let reader_id = LockId::new(&reader.lock_id).unwrap();
+    let b_key = key(&b);
+    let gone = backend.release_lease(
+        LeaseRef::new(&reader_id)
+            .with_key(&b_key)
+            .with_kind(LeaseKind::Shared),
+    );
+    assert_eq!(gone.unwrap(), Outcome::Applied(()));
+    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Ignore);
+    let Acquisitions::Acquired(leases) = taken.unwrap() else {
+        panic!("the set is taken once the reader is gone");
+    };
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
 }
 
 /// A database of the test's own on the shared cluster, with the default tables: its name and
