@@ -365,6 +365,7 @@ mod hosts;
 mod layout;
 mod line;
 mod list;
+mod multi;
 mod node;
 mod pool;
 mod replicas;
