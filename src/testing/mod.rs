@@ -303,6 +303,8 @@ macro_rules! __contract_tests {
             losing_one_key_loses_the_set,
             released_as_a_whole,
             bad_input_is_refused_before_any_io,
+            waiters_of_sets_stand_in_one_order,
+            a_set_waits_its_turn_and_leaves_when_it_gives_up,
         );
     };
     (line: $factory:expr) => {

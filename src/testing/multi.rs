@@ -1,5 +1,6 @@
 //! The contracts of several keys held together ([`Locker::lock_all`]): all or none, no
-//! deadlock whatever order callers name the keys in (through their waits too), a fence per key,
+//! deadlock whatever order callers name the keys in (through their waits too: one order on
+//! every line, [`Line::WaitAt`]), waiting its turn and leaving the lines when giving up, a fence per key,
 //! lost as a whole, released as a whole, and bad input refused before any I/O. Each takes the
 //! backend by value; several [`Locker`]s share it through an `Arc`, as several processes share
 //! a store.
@@ -9,12 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::MAX_KEYS;
-use crate::{ErrorCode, LockBackend, LockOptions, Locker};
+use crate::driver::{Acquisitions, Key, KeySet, LeaseKind, Line, LockId, MAX_KEYS, Ttl};
+use crate::{CancelToken, ErrorCode, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
 use super::support::{
-    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, short_lease, unique_key, wait_until,
+    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, short_lease, unique_key, wait_until,
 };
 
 /// One key of a set held elsewhere: a single attempt on the set is refused and takes none of
@@ -199,4 +200,140 @@ pub fn bad_input_is_refused_before_any_io<B: LockBackend + 'static>(backend: B) 
         .unwrap()
         .expect("64 free keys");
     assert_eq!(most.keys().len(), MAX_KEYS);
+}
+
+/// Two waiters of the same two keys, the first standing in line on one key before the second
+/// arrives, then on the other after: with one ticket per waiter they stand in one order on
+/// both lines, and once the keys are free the first is granted — with a ticket per line it
+/// would stand behind the second on one key and before it on the other, each waiting for the
+/// other forever. Played through the driver ([`Line::Wait`], then [`Line::WaitAt`] with the
+/// ticket answered), so every store and every way of taking a set is held to it.
+pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) {
+    let prefix = unique_key("multi-order-line");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&a, &b]).unwrap();
+    let ttl = Ttl::new(LONG_TTL).unwrap();
+    let (first, second) = (LockId::generate(), LockId::generate());
+    let stand = |who: &str, line: Line<'_>| match backend.try_acquire_all(&keys, ttl, None, line) {
+        Ok(Acquisitions::Locked {
+            ticket: Some(ticket),
+        }) => ticket,
+        other => panic!("the {who} waiter was to stand in line: {other:?}"),
+    };
+    let held_a = acquired(&backend, &a, LONG_TTL);
+    let first_ticket = stand("first", Line::Wait(&first));
+    let held_b = acquired(&backend, &b, LONG_TTL);
+    let second_ticket = stand("second", Line::Wait(&second));
+    assert_eq!(
+        stand("first", Line::WaitAt(&first, first_ticket)),
+        first_ticket,
+        "a waiter keeps its ticket"
+    );
+    for key in [&a, &b] {
+        let line = backend
+            .find_line(&Key::new(key).unwrap(), LeaseKind::Lock)
+            .unwrap();
+        let order: Vec<_> = line
+            .iter()
+            .filter_map(|p| {
+                [&first, &second]
+                    .iter()
+                    .position(|w| p.place_id == w.as_str())
+            })
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "the first waiter stands behind the second on {key}: {line:?}"
+        );
+    }
+    assert!(backend.release(&held_a.lock_id).unwrap());
+    assert!(backend.release(&held_b.lock_id).unwrap());
+    let granted =
+        match backend.try_acquire_all(&keys, ttl, None, Line::WaitAt(&first, first_ticket)) {
+            Ok(Acquisitions::Acquired(leases)) => leases,
+            other => panic!("the first waiter was not granted the free keys: {other:?}"),
+        };
+    for (lease, _) in granted {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+    match backend.try_acquire_all(&keys, ttl, None, Line::WaitAt(&second, second_ticket)) {
+        Ok(Acquisitions::Acquired(leases)) => {
+            for (lease, _) in leases {
+                assert!(backend.release(&lease.lock_id).unwrap());
+            }
+        }
+        other => panic!("the second waiter was not granted next: {other:?}"),
+    }
+    for key in [&a, &b] {
+        assert!(
+            backend.line(key).unwrap().is_empty(),
+            "a place left on {key}"
+        );
+    }
+}
+
+/// A set waits its turn: a waiter of `{a, b}` that came before a waiter of `a` alone is served
+/// first (by their fences on `a`), and a waiter of a set that gives up — cancelled, or out of
+/// time — leaves every key's line before its call returns.
+pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static>(backend: B) {
+    let prefix = unique_key("multi-turn");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
+    let locker = Locker::new(Arc::new(backend));
+    let held = locker.lock(&a).unwrap();
+    let waiting = LockOptions::default().timeout(CONTENTION_DEADLINE);
+    let set = thread::spawn({
+        let (locker, keys, options) = (locker.clone(), [a.clone(), b.clone()], waiting.clone());
+        move || {
+            let all = locker
+                .lock_all_with(&keys, &options)
+                .expect("the set is granted");
+            *all.fence(&keys[0]).unwrap()
+        }
+    });
+    wait_until("the set's waiter to stand in line", PATIENCE, || {
+        locker.backend().line(&a).unwrap().len() == 1
+    });
+    let single = thread::spawn({
+        let (locker, key, options) = (locker.clone(), a.clone(), waiting.clone());
+        move || {
+            *locker
+                .lock_with(&key, &options)
+                .expect("a is granted")
+                .fence()
+        }
+    });
+    wait_until("the single waiter to stand behind it", PATIENCE, || {
+        locker.backend().line(&a).unwrap().len() == 2
+    });
+    drop(held);
+    let (set_fence, single_fence) = (set.join().unwrap(), single.join().unwrap());
+    assert!(
+        set_fence < single_fence,
+        "the set came first and was served first"
+    );
+
+    let held = [locker.lock(&a).unwrap(), locker.lock(&b).unwrap()];
+    let cancel = CancelToken::new();
+    let cancelled = thread::spawn({
+        let (locker, keys) = (locker.clone(), [a.clone(), b.clone()]);
+        let options = LockOptions::default().cancel(cancel.clone());
+        move || locker.lock_all_with(&keys, &options).map(drop)
+    });
+    wait_until("the set's waiter to stand in line", PATIENCE, || {
+        !locker.backend().line(&a).unwrap().is_empty()
+    });
+    cancel.cancel();
+    assert_eq!(
+        cancelled.join().unwrap().unwrap_err().code(),
+        ErrorCode::Aborted
+    );
+    let timed_out = locker.try_lock_all_for(&[&a, &b], Duration::from_millis(300));
+    assert!(timed_out.unwrap().is_none());
+    for key in [&a, &b] {
+        assert!(
+            locker.backend().line(key).unwrap().is_empty(),
+            "a waiter that gave up left a place on {key}"
+        );
+    }
+    drop(held);
 }
