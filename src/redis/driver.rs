@@ -112,7 +112,7 @@ impl RedisBackend {
 
     /// Releases a lock (or permit) whose acquisition did not reach enough replicas, and says
     /// so.
-    pub(super) fn undo_unreplicated(
+    fn undo_unreplicated(
         &self,
         lease: LeaseRef<'_>,
         key: &Key,
@@ -124,6 +124,16 @@ impl RedisBackend {
                  acknowledged it; it expires with its TTL: {error}"
             );
         }
+        self.unreplicated(key, why)
+    }
+
+    /// The error for an acquisition of `key` that too few replicas acknowledged (`why`: how
+    /// many did, or why that is not known), once it is released.
+    pub(super) fn unreplicated(
+        &self,
+        key: &Key,
+        why: std::result::Result<i64, LockError>,
+    ) -> LockError {
         let Some(policy) = &self.replicas else {
             return LockError::internal("replica acknowledgements without min_replicas");
         };

@@ -164,23 +164,19 @@ pub(super) fn acquire_all(
                 .enumerate()
                 .find_map(|(at, answer)| answer.err().map(|error| (at, error)));
             if let Some((at, error)) = unindexed {
-                let failed = &members[at];
-                give_back(backend, &members, at);
-                return Err(split::undo_unindexed(
-                    store,
-                    failed.key,
-                    &failed.lock_id,
-                    error,
-                ));
+                let unreleased = give_back(backend, &members);
+                return Err(
+                    split::unindexed(store, members[at].key, error).in_doubt_all(unreleased)
+                );
             }
             if let (Some(policy), Some(acknowledged)) = (&backend.replicas, acknowledged) {
                 let acknowledged =
                     acknowledged.map_err(|e| map_error(e, &store.server, Phase::Call));
                 if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
-                    let first = &members[0];
-                    give_back(backend, &members, 0);
-                    let lease = LeaseRef::new(&first.lock_id).with_key(first.key);
-                    return Err(backend.undo_unreplicated(lease, first.key, acknowledged));
+                    let unreleased = give_back(backend, &members);
+                    return Err(backend
+                        .unreplicated(members[0].key, acknowledged)
+                        .in_doubt_all(unreleased));
                 }
             }
             Ok(Acquisitions::Acquired(leases))
@@ -234,20 +230,23 @@ fn in_one_slot(backend: &RedisBackend, keys: &KeySet) -> Result<bool> {
     Ok(true)
 }
 
-/// Releases the locks the script took, but the one at `except` (whose release makes the
-/// error that is answered): best effort, each lapses at its TTL otherwise.
-fn give_back(backend: &RedisBackend, members: &[Member<'_>], except: usize) {
-    for (at, member) in members.iter().enumerate() {
-        if at == except {
-            continue;
-        }
+/// Releases every lock the script took (the set could not be held whole): each is tried; the
+/// (key, lock id) of each that could not be, left in doubt for the caller to release later.
+fn give_back(backend: &RedisBackend, members: &[Member<'_>]) -> Vec<(String, String)> {
+    let mut unreleased = Vec::new();
+    for member in members {
         let lease = LeaseRef::new(&member.lock_id).with_key(member.key);
         if let Err(error) = backend.release_lease(lease) {
             log::warn!(
                 "syncguard: could not give back the lock on {:?} of a set that could not be \
-                 held whole; it expires with its TTL: {error}",
+                 held whole: {error}",
                 member.key
             );
+            unreleased.push((
+                member.key.as_str().to_owned(),
+                member.lock_id.as_str().to_owned(),
+            ));
         }
     }
+    unreleased
 }

@@ -302,6 +302,12 @@ pub(super) fn undo_unindexed(
              not be written; it expires with its TTL: {undo}"
         );
     }
+    unindexed(store, key, error)
+}
+
+/// The error for an acquisition of `key` granted without its index entry (`error`: why the
+/// entry could not be written), once it is released.
+pub(super) fn unindexed(store: &Store, key: &Key, error: RedisError) -> LockError {
     let error = map_error(error, &store.server, Phase::Call);
     LockError::new(
         if error.code().is_transient() {
