@@ -32,6 +32,9 @@
 //! - `extend`: each thread holds one guard (`Locker::lock`) and extends it over and over
 //!   (`LockGuard::extend`: the key is known, as for every renewal of a held lock).
 //! - `lookup`: each thread holds one lease and looks it up by key over and over.
+//! - `multi`: each thread takes `--keys` keys of its own (default 2) together through
+//!   `Locker::lock_all` and releases the set (`MultiLockGuard::release`); the line adds
+//!   `"keys"`.
 //!
 //! - `handoff`: a holder releases a lock that `--waiters` waiters (default 1) of another
 //!   `Locker` (its own connections, as another process would have) wait for with default
@@ -79,8 +82,8 @@ use std::time::{Duration, Instant};
 use crate::duration::parse_duration;
 use serde::Serialize;
 use syncguard::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, LeaseKind, LeaseRef, Line, LockId,
-    LockRecord, OnRelease, Outcome, Permits, PlaceRecord, ReleaseWatch, Ttl,
+    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeySet, LeaseKind, LeaseRef,
+    Line, LockId, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, ReleaseWatch, Ttl,
 };
 use syncguard::{
     AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
@@ -100,9 +103,10 @@ OPTIONS:
     --seconds S         length of each timed scenario, in seconds (default: 3)
     --scenario NAMES    comma-separated scenarios to run (default: all), from:
                         cycle, guard, contended, semaphore, shared, extend, lookup,
-                        handoff, hold
+                        multi, handoff, hold
     --permits N         permits of the semaphore scenario's semaphore (default: 4)
     --waiters N         waiters the handoff scenario lines up (default: 1)
+    --keys N            keys the multi scenario holds together, 1 to 64 (default: 2)
     --line on|off       waiters wait in line, or barge (default: on)
     --guards N          guards the hold scenario keeps (default: 10000)
     --ttl D             their TTL, e.g. 3s or 3000ms (default: 30s)
@@ -214,11 +218,12 @@ enum Scenario {
     Lookup,
     Handoff,
     Hold,
+    Multi,
 }
 
 impl Scenario {
     /// All scenarios, in the order they run by default.
-    const ALL: [Scenario; 9] = [
+    const ALL: [Scenario; 10] = [
         Scenario::Cycle,
         Scenario::Guard,
         Scenario::Contended,
@@ -226,6 +231,7 @@ impl Scenario {
         Scenario::Shared,
         Scenario::Extend,
         Scenario::Lookup,
+        Scenario::Multi,
         Scenario::Handoff,
         Scenario::Hold,
     ];
@@ -241,6 +247,7 @@ impl Scenario {
             Scenario::Lookup => "lookup",
             Scenario::Handoff => "handoff",
             Scenario::Hold => "hold",
+            Scenario::Multi => "multi",
         }
     }
 
@@ -262,6 +269,8 @@ struct Args {
     line: bool,
     /// How many waiters the `handoff` scenario lines up.
     waiters: usize,
+    /// How many keys the `multi` scenario holds together.
+    keys: usize,
 }
 
 /// What the `hold` scenario does.
@@ -288,6 +297,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
     let mut permits = PERMITS;
     let mut line = true;
     let mut waiters = 1;
+    let mut keys = 2;
     let mut hold = HoldPlan {
         guards: HOLD_GUARDS,
         ttl: TTL,
@@ -318,6 +328,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                 | "--permits"
                 | "--line"
                 | "--waiters"
+                | "--keys"
         ) {
             return Err(format!("unknown option {flag}"));
         }
@@ -354,6 +365,15 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                     .ok()
                     .filter(|&n: &usize| n >= 1)
                     .ok_or_else(|| format!("--waiters wants a whole number >= 1, not {value:?}"))?;
+            }
+            "--keys" => {
+                keys = value
+                    .parse()
+                    .ok()
+                    .filter(|n: &usize| (1..=syncguard::driver::MAX_KEYS).contains(n))
+                    .ok_or_else(|| {
+                        format!("--keys wants a whole number from 1 to 64, not {value:?}")
+                    })?;
             }
             "--ttl" => {
                 hold.ttl = parse_duration(&value)
@@ -405,6 +425,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         permits,
         line,
         waiters,
+        keys,
     }))
 }
 
@@ -465,6 +486,9 @@ struct TimedReport {
     /// The waiters lined up, for `handoff`.
     #[serde(skip_serializing_if = "Option::is_none")]
     waiters: Option<usize>,
+    /// The keys held together, for `multi`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keys: Option<usize>,
 }
 
 /// The JSON line of the `hold` scenario.
@@ -506,6 +530,8 @@ struct Ctx {
     line: bool,
     /// The `handoff` scenario's waiters.
     waiters: usize,
+    /// The `multi` scenario's keys per set.
+    keys: usize,
 }
 
 impl Ctx {
@@ -704,6 +730,20 @@ fn scenario_thread(
             released?;
             Ok(samples)
         }
+        Scenario::Multi => {
+            // Each thread its own keys: one set acquisition and its release per operation.
+            let keys: Vec<String> = (0..ctx.keys)
+                .map(|n| ctx.key(scenario, thread * ctx.keys + n))
+                .collect();
+            start.wait();
+            timed_loop(ctx.duration, || {
+                if ctx.locker.lock_all(&keys)?.release()? {
+                    Ok(())
+                } else {
+                    Err(unexpected("a set's locks were gone when released"))
+                }
+            })
+        }
         Scenario::Lookup => {
             with_held_lease(
                 ctx,
@@ -804,6 +844,7 @@ fn run_handoff(ctx: &Ctx) -> Result<TimedReport, BenchError> {
         permits: None,
         line: Some(ctx.line),
         waiters: Some(ctx.waiters),
+        keys: None,
     })
 }
 
@@ -855,6 +896,7 @@ fn run_timed(ctx: &Ctx, scenario: Scenario, threads: usize) -> Result<TimedRepor
         )
         .then_some(ctx.line),
         waiters: None,
+        keys: (scenario == Scenario::Multi).then_some(ctx.keys),
     })
 }
 
@@ -1014,6 +1056,15 @@ impl Driver for CountingRenewals {
     ) -> syncguard::Result<Acquisition> {
         self.inner.try_acquire(key, ttl, holder, line)
     }
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> syncguard::Result<Acquisitions> {
+        self.inner.try_acquire_all(keys, ttl, holder, line)
+    }
     fn try_acquire_permit(
         &self,
         key: &Key,
@@ -1101,6 +1152,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
         permits: args.permits,
         line: args.line,
         waiters: args.waiters,
+        keys: args.keys,
     };
     for &scenario in &args.scenarios {
         let line = match scenario {

@@ -186,8 +186,8 @@ pub trait Driver: Send + Sync {
     /// took on a refusal; a store that can decide the whole set in one round trip (one script,
     /// statement or commit) overrides it.
     ///
-    /// `line` is heeded on every key's lock line by the [several keys](Line#several-keys)
-    /// rule: a waiter ([`Line::Wait`], then [`Line::WaitAt`] with the ticket the refusal
+    /// `line` is heeded on every key's lock line by the rule of several keys
+    /// ([`admit_all`]): a waiter ([`Line::Wait`], then [`Line::WaitAt`] with the ticket the refusal
     /// answered) holds no key while it waits and stands in line with one ticket on the keys
     /// that refused it.
     fn try_acquire_all(
@@ -556,7 +556,7 @@ impl Acquisition {
 /// one instant: another caller may find some of the keys held for the moment between.
 ///
 /// A waiter stands in line on the key that refused it, with its one ticket
-/// ([several keys](crate::driver::Line#several-keys)): each key is asked with
+/// ([several keys](admit_all)): each key is asked with
 /// [`Line::WaitAt`]; at the first refusal, before the waiter has a ticket, the refusing key's
 /// line gives it one ([`Line::Wait`], then [`Driver::find_line`] reads it back). Each attempt
 /// stops at its first refused key, so a waiter takes its places one refusal at a time.

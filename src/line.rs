@@ -16,28 +16,9 @@
 //!
 //! # Several keys
 //!
-//! A waiter for several keys at once ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all))
-//! holds none of them while it waits, and waits in line on the keys it found held — with **one
-//! ticket on every key**, so that the waiters of several keys stand in one order on all their
-//! lines and no two can each be ahead of the other (which, with a ticket per line, would have
-//! them wait for each other forever). The rule, for a waiter with place id *P*:
-//!
-//! 1. Its ticket *T* is the one it carries ([`Line::WaitAt`]), or, at its first refusal
-//!    ([`Line::Wait`]), one above the highest last ticket of the set's lines.
-//! 2. On each key, the places ahead of it are the live places ordered before (*T*, *P*) by
-//!    ticket, then place id (every live place for a single attempt, [`Line::Keep`]). A key
-//!    admits it when it has more free slots than places ahead.
-//! 3. When every key admits it, every lock is taken and its place leaves every line.
-//! 4. Otherwise nothing is taken, and its place with ticket *T* is taken (or kept and renewed,
-//!    as for one key) on every key that did not admit it and on every key where it already
-//!    stands; a line's last ticket grows to *T* when below. The answer carries *T*
-//!    ([`Acquisitions::Locked`](crate::driver::Acquisitions::Locked)), and the waiter's next
-//!    attempts ask [`Line::WaitAt`] with it.
-//!
-//! Every expired place is pruned, on every key, as for one key. A waiter's places only grow
-//! while it waits, and nobody passes it on a key where it stands: so the waiter with the
-//! smallest ticket is granted once the holders of its keys are gone, and every waiter in turn.
-//! A waiter of one key keeps taking the ticket after the last one of its line.
+//! A waiter for several keys at once stands in line on each key it found held with one ticket
+//! on all of them, so that waiters of sets stand in one order on every line: [`admit_all`]
+//! states the rule.
 //!
 //! [`Line`] is what an acquisition asks of the store; [`PlaceRecord`] is a stored place; and
 //! [`Places`] (and [`admit_all`] for several keys) is that rule written once for the stores
@@ -97,7 +78,7 @@ pub enum Line<'a> {
     /// or of one of its keys: as [`Wait`](Line::Wait), but its place carries this ticket —
     /// the same on every key of the set — and stands among the places by ticket (then place
     /// id), not at the back. The last ticket of the line grows to it if it is beyond. See
-    /// [several keys](self#several-keys).
+    /// [`admit_all`] for the rule of several keys.
     WaitAt(&'a LockId, u64),
 }
 
@@ -250,8 +231,8 @@ impl Places {
 
     /// Takes the waiter's place with `ticket`, in ticket (then place id) order, or, when it
     /// stands in line already, keeps it where it is and renews it for [`PLACE_TTL`] from
-    /// `now_ms` — unless it is fresh (renewed within the last
-    /// [`PLACE_RENEWAL`]) with the same holder text. Whether the line changed.
+    /// `now_ms` — unless it is fresh (renewed within the last third of [`PLACE_TTL`]) with the
+    /// same holder text. Whether the line changed.
     pub fn stand(
         &mut self,
         place: &LockId,
@@ -329,8 +310,33 @@ pub struct SetAdmission {
     pub ticket: Option<u64>,
 }
 
-/// Decides an acquisition of the locks of several keys at once, all or none, as the
-/// [several keys](self#several-keys) rule says, for the stores that decide in the client:
+/// A waiter for several keys at once ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all))
+/// holds none of them while it waits, and waits in line on the keys it found held — with **one
+/// ticket on every key**, so that the waiters of several keys stand in one order on all their
+/// lines and no two can each be ahead of the other (which, with a ticket per line, would have
+/// them wait for each other forever). The rule, for a waiter with place id *P*:
+///
+/// 1. Its ticket *T* is the one it carries ([`Line::WaitAt`]), or, at its first refusal
+///    ([`Line::Wait`]), one above the highest last ticket of the set's lines.
+/// 2. On each key, the places ahead of it are the live places ordered before (*T*, *P*) by
+///    ticket, then place id (every live place for a single attempt, [`Line::Keep`]). A key
+///    admits it when it has more free slots than places ahead.
+/// 3. When every key admits it, every lock is taken and its place leaves every line.
+/// 4. Otherwise nothing is taken, and its place with ticket *T* is taken (or kept and renewed,
+///    as for one key) on every key that did not admit it and on every key where it already
+///    stands; a line's last ticket grows to *T* when below. The answer carries *T*
+///    ([`Acquisitions::Locked`](crate::driver::Acquisitions::Locked)), and the waiter's next
+///    attempts ask [`Line::WaitAt`] with it.
+///
+/// Every expired place is pruned, on every key, as for one key. A waiter's places only grow
+/// while it waits, and nobody passes it on a key where it stands: so the waiter with the
+/// smallest ticket is granted once the holders of its keys are gone, and every waiter in turn.
+/// A waiter of one key keeps taking the ticket after the last one of its line.
+///
+/// This function is that rule for the stores that decide in the client (the in-memory store,
+/// Firestore inside a transaction); Redis and PostgreSQL decide it in their script and statement.
+///
+/// It decides an acquisition of the locks of several keys at once, all or none:
 /// `lines[i]` is the line of the `i`-th key and `free[i]` its free slots (1 or 0) at `now_ms`.
 /// Prunes every line; when granted, removes the waiter's place from each; when refused, takes
 /// or renews it on each key that did not admit it and on each where it already stands.

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::commit::unchanged_since;
-use super::document::parse_counter;
+use super::document::{LockDoc, parse_counter};
 use super::line_doc::{add_line_fields, parse_line};
 use super::readers_doc::{add_reader_fields, parse_readers};
 use super::rest::{Document, string_value};
@@ -58,6 +58,18 @@ impl CounterDoc {
         self.readers
             .iter()
             .position(|reader| reader.lock_id == lock_id)
+    }
+
+    /// The write of a waiter's place (taken or renewed) for the lock of `key`: the document as
+    /// it is now, at the fence it had. A counter missing under a live lock `held` (only a
+    /// hand-written lock has none) is restored at that lock's fence, which its acquisition
+    /// would have written.
+    pub(super) fn place_write(&self, key: &str, held: Option<&LockDoc>) -> Result<Value> {
+        let fence = match (self.counter, held) {
+            (0, Some(lock)) => lock.fence,
+            (counter, _) => Fence::from_counter(counter).map_err(|e| e.with_key(key))?,
+        };
+        Ok(self.write(key, fence))
     }
 
     /// The write of the document with `fence` as its counter, its line and readers as they

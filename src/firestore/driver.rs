@@ -9,22 +9,19 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::combiner::Combiner;
-use super::commit::{
-    Attempt, OpError, OpResult, lock_error, renewal_write, unchanged_since, with_retries,
-};
-use super::counter_doc::CounterDoc;
+use super::commit::{Attempt, OpResult, lock_error, renewal_write, with_retries};
 use super::document::{LockDoc, document_id, fence_document_id_of, parse_version, version_of};
-use super::rest::{Document, RestClient, RestError, integer_value, string_value};
+use super::lock_take::{LockRead, live_lock, lost_race};
+use super::rest::{Document, RestClient, RestError, string_value};
 use super::semaphore_change::PermitChange;
 use super::skew::ClockSkew;
 use crate::driver::{
-    Acquisition, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, Line,
-    ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord, TIME_TOLERANCE_MS, Ttl,
-    Version, hash_key, is_live,
+    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind,
+    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord,
+    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::fence::Fence;
 use crate::time::Clock;
 
 /// Skew the client clock is assumed to stay within (the specification's ±2 s).
@@ -121,100 +118,44 @@ impl FirestoreBackend {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> OpResult<Attempt<Acquisition>> {
-        let lock_doc_id = document_id(user_key)?;
-        let lock_name = self.rest.document_name(&self.collection, &lock_doc_id);
-        let fence_name = self
-            .rest
-            .document_name(&self.fence_collection, &fence_document_id_of(&lock_doc_id)?);
-        let [lock_doc, counter_read] = self.rest.batch_get([&lock_name, &fence_name])?;
-        let lock_doc = lock_doc.as_ref();
+        let names = self.lock_names(user_key)?;
+        let [lock_name, counter_name] = &names;
+        let read = self.rest.batch_get([lock_name, counter_name])?;
         let now = self.now_ms()?;
-        let mut held = None;
-        if let Some(doc) = lock_doc {
-            let lock = LockDoc::parse(doc, Some(user_key))?;
-            if is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS) {
-                // Held, and no place to take: refused on this one read, as ever.
-                if line.place().is_none() {
-                    return Ok(Attempt::Done(Acquisition::Locked));
-                }
-                held = Some(lock);
-            }
+        let held = live_lock(read[0].as_ref(), user_key, now)?;
+        // Held, and no place to take: refused on this one read, as ever.
+        if held.is_some() && line.place().is_none() {
+            return Ok(Attempt::Done(Acquisition::Locked));
         }
-        let mut counter_doc = CounterDoc::parse(fence_name, counter_read, user_key)?;
-        // The shared holders, read with the counter: a live one keeps the lock from being
-        // free; expired ones never count and go with this commit, if there is one. A reader
-        // that comes in after this read changes the counter document, so the commit fails.
-        counter_doc.reclaim(now);
-        let free = usize::from(held.is_none() && counter_doc.readers.is_empty());
-        let admission = counter_doc.line.admit(line, free, false, now, holder);
+        let mut lock = LockRead::new(user_key, names, read, held, now)?;
+        let admission = lock
+            .counter
+            .line
+            .admit(line, lock.free(), false, now, holder);
         if !admission.granted {
-            // A single attempt leaves expired places to the next write: it writes nothing.
-            if line.place().is_none() {
+            // A single attempt leaves expired places to the next write: it writes nothing;
+            // nor does a waiter whose place is fresh (`Places::stand`), so that it writes its
+            // place about once per `PLACE_RENEWAL`, not at every wake-up.
+            if line.place().is_none() || !admission.changed {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
-            // The waiter's place, taken or renewed, in the counter document alone. A counter
-            // missing under a held lock (only a hand-written lock has none) is restored at
-            // that lock's fence, which its acquisition would have written.
-            let fence = match (counter_doc.counter, &held) {
-                (0, Some(lock)) => lock.fence,
-                (counter, _) => Fence::from_counter(counter).map_err(|e| e.with_key(user_key))?,
-            };
             // Lost (no answer): the waiter's next attempt finds its place (the same id) or
             // takes it, one place either way, and nothing else was written.
-            return Ok(
-                match self
-                    .rest
-                    .commit_versions(vec![counter_doc.write(user_key, fence)])?
-                {
-                    Some(_) => Attempt::Done(Acquisition::Locked),
-                    // Another waiter or an acquirer wrote the counter: read again.
-                    None => Attempt::Conflict,
-                },
-            );
+            return Ok(match self.rest.commit_versions(vec![lock.line_write()?])? {
+                Some(_) => Attempt::Done(Acquisition::Locked),
+                // Another waiter or an acquirer wrote the counter: read again.
+                None => Attempt::Conflict,
+            });
         }
-        // Checked before the commit: a counter past the limit writes nothing.
-        let fence =
-            Fence::from_counter(counter_doc.counter + 1).map_err(|e| e.with_key(user_key))?;
+        let fence = lock.next_fence()?;
         let lock_id = LockId::generate().into_string();
         let expires_at_ms = now.saturating_add(ttl_ms);
-        let mut lock_fields = json!({
-            "lockId": string_value(&lock_id),
-            "expiresAtMs": integer_value(expires_at_ms),
-            "acquiredAtMs": integer_value(now),
-            "key": string_value(user_key),
-            "fence": string_value(&fence.to_string()),
-        });
-        if let Some(holder) = holder {
-            // An extra field: the TypeScript SyncGuard's renewals keep it (they update
-            // `expiresAtMs` only), its reads ignore it, and its acquisitions replace the whole
-            // document, so a description never outlives its lock.
-            lock_fields["holder"] = string_value(holder.as_str());
-        }
-        let writes = vec![
-            json!({
-                "update": { "name": lock_name, "fields": lock_fields },
-                "currentDocument": unchanged_since(lock_doc),
-            }),
-            counter_doc.write(user_key, fence),
-        ];
-        let committed = match self.rest.commit_versions(writes) {
-            // The commit may have been applied although no answer says so: the caller gets
-            // the lock id it would hold, to release it (the Locker does, in the background).
-            Err(error) if !error.is_aborted() && error.may_have_been_applied() => {
-                let error = self.rest.lock_error(error).with_key(user_key);
-                return Err(OpError::Lock(error.in_doubt(lock_id)));
-            }
-            committed => committed?,
-        };
-        let Some(times) = committed else {
+        let writes = lock.take(&lock_id, fence, now, expires_at_ms, holder);
+        // Lost (no answer): in doubt, with the lock id, for the caller to release.
+        let Some(times) = self.commit_taking(writes.into(), &[(user_key, &lock_id)])? else {
             // Someone changed the lock or the counter since the read: another acquirer won,
-            // or a waiter took or renewed its place. A waiter reads again, so that it keeps
-            // its place (or is granted); a single attempt is refused, as a lost race always
-            // was.
-            return Ok(match line {
-                Line::Wait(_) | Line::WaitAt(..) => Attempt::Conflict,
-                Line::Keep | Line::Ignore => Attempt::Done(Acquisition::Locked),
-            });
+            // or a waiter took or renewed its place.
+            return Ok(lost_race(line, Acquisition::Locked));
         };
         Ok(Attempt::Done(Acquisition::granted(
             lock_id,
@@ -453,6 +394,16 @@ impl Driver for FirestoreBackend {
         with_retries(&self.rest, &self.aborted_retries, || {
             self.acquire_once(key.as_str(), ttl.as_millis(), holder, line)
         })
+    }
+
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        self.acquire_set(keys, ttl, holder, line)
     }
 
     fn try_acquire_permit(

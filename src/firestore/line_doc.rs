@@ -3,11 +3,11 @@
 //! rule itself is [`Places::admit`]; this file only reads and writes it.
 //!
 //! Fields: `lineTicket` (integer, the last ticket issued: it never shrinks while the document
-//! lives) and `line` (array, in ticket order, of maps `placeId` (string), `ticket` and
-//! `expiresAtMs` (integers), `holder` (string) when the waiter described itself, and `shared`
-//! (boolean `true`) when it waits for a shared hold). A
-//! document whose line was never used has neither field, so an acquisition that finds nobody
-//! waiting writes its document exactly as before the line existed.
+//! lives) and `line` (array, in line order — by ticket, then place id — of maps `placeId`
+//! (string), `ticket` and `expiresAtMs` (integers), `holder` (string) when the waiter described
+//! itself, and `shared` (boolean `true`) when it waits for a shared hold). A document whose
+//! line was never used has neither field, so an acquisition that finds nobody waiting writes
+//! its document exactly as before the line existed.
 //!
 //! Why in those documents: every acquisition already reads them and commits them with an
 //! `updateTime` precondition, so the line is read in the same request and checked by the same
@@ -28,7 +28,7 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 /// The line stored in `document` (empty when there is no document or it has no line), or why
 /// it is not a SyncGuard line: `Internal`, naming `key`, as for every document that is not
 /// ours (`what` names the document: "fence counter", "semaphore"). Places are returned in
-/// ticket order.
+/// line order (ticket, then place id).
 pub(super) fn parse_line(document: Option<&Document>, key: &str, what: &str) -> Result<Places> {
     let Some(document) = document else {
         return Ok(Places::default());
@@ -64,9 +64,10 @@ pub(super) fn parse_line(document: Option<&Document>, key: &str, what: &str) -> 
     if places.iter().any(|place| place.ticket > last_ticket) {
         return Err(not_a_line("a place's ticket is above `lineTicket`"));
     }
-    // Written in ticket order; sorted again so that a hand-edited document cannot reorder the
-    // line.
-    places.sort_by_key(|place| place.ticket);
+    // Written in line order; sorted again so that a hand-edited document cannot reorder the
+    // line. A ticket may be shared (waiters of several keys each carry theirs to every key of
+    // their set): the place id decides, as in `Places`.
+    places.sort_by(|a, b| (a.ticket, &a.place_id).cmp(&(b.ticket, &b.place_id)));
     Ok(Places {
         last_ticket,
         places,
@@ -177,6 +178,30 @@ mod tests {
             parse_line(Some(&document(fields)), "k", "test").unwrap(),
             line
         );
+    }
+
+    #[test]
+    fn places_read_back_in_ticket_then_place_id_order() {
+        let place = |id: &str, ticket: u64| PlaceRecord {
+            place_id: id.to_owned(),
+            ticket,
+            expires_at_ms: 5,
+            holder: None,
+            shared: false,
+        };
+        let stored = Places {
+            last_ticket: 5,
+            places: vec![place("b", 5), place("c", 4), place("a", 5)],
+        };
+        let mut fields = Map::new();
+        add_line_fields(&stored, &mut fields);
+        let read = parse_line(Some(&document(fields)), "k", "test").unwrap();
+        let order: Vec<(u64, &str)> = read
+            .places
+            .iter()
+            .map(|p| (p.ticket, p.place_id.as_str()))
+            .collect();
+        assert_eq!(order, [(4, "c"), (5, "a"), (5, "b")]);
     }
 
     #[test]

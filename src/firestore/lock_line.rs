@@ -7,7 +7,6 @@
 
 use super::commit::{Attempt, OpResult, lock_error, with_retries};
 use super::counter_doc::CounterDoc;
-use super::document::{document_id, fence_document_id_of};
 use super::driver::FirestoreBackend;
 use crate::driver::{Key, LockId, PlaceRecord};
 use crate::error::Result;
@@ -49,7 +48,7 @@ impl FirestoreBackend {
 
     /// The full name of the fence counter document of `key`.
     pub(super) fn counter_doc_name(&self, key: &Key) -> Result<String> {
-        let id = fence_document_id_of(&document_id(key.as_str())?)?;
-        Ok(self.rest.document_name(&self.fence_collection, &id))
+        let [_, counter_name] = self.lock_names(key.as_str())?;
+        Ok(counter_name)
     }
 }

@@ -69,6 +69,8 @@
 //! waiter in line ([`Line::Wait`](crate::driver::Line::Wait)) refused writes its place (taken
 //! or renewed) into the counter document in one commit instead, and reads again after a lost
 //! race, as does a waiter whose grant lost one (see `docs/firestore.md` for every count).
+//! acquire_all (several keys): one `batchGet` of every key's lock and counter documents, then
+//! one `commit` of all of them, all or none (`lock_set.rs`).
 //! find_line: one `batchGet`; leave_line: `batchGet`, then `commit` when the place is there. release and extend:
 //! `runQuery` for `lockId == id` (without a limit: two matches would be an inconsistency,
 //! reported and left alone), then `commit` (a lost race is retried). is_locked and lookup: one
@@ -173,6 +175,8 @@ mod driver;
 mod line_doc;
 mod list;
 mod lock_line;
+mod lock_set;
+mod lock_take;
 mod readers_doc;
 mod rest;
 mod semaphore;

@@ -142,7 +142,7 @@ impl PermitChange {
                     // expired places to the next write.
                     return Applied {
                         answer: Ok(PermitAnswer::Taken(Acquisition::Locked)),
-                        wrote: admission.changed && matches!(line, LineAsk::Wait(_)),
+                        wrote: admission.changed && line.line().place().is_some(),
                         live_until: None,
                     };
                 }

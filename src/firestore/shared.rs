@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use super::commit::{Attempt, OpResult, lock_error, with_retries_up_to};
 use super::counter_doc::CounterDoc;
-use super::document::{LockDoc, document_id};
 use super::driver::FirestoreBackend;
+use super::lock_take::live_lock;
 use super::readers_doc::MAX_READERS;
 use super::semaphore_doc::Permit;
 use crate::driver::{
@@ -82,10 +82,7 @@ impl FirestoreBackend {
         maybe_written: &mut bool,
         unanswered: &mut bool,
     ) -> OpResult<Attempt<Acquisition>> {
-        let lock_name = self
-            .rest
-            .document_name(&self.collection, &document_id(key.as_str())?);
-        let counter_name = self.counter_doc_name(key)?;
+        let [lock_name, counter_name] = self.lock_names(key.as_str())?;
         let [lock_read, counter_read] = self.rest.batch_get([&lock_name, &counter_name])?;
         let mut counter_doc = CounterDoc::parse(counter_name, counter_read, key.as_str())?;
         let now = self.now_ms()?;
@@ -104,13 +101,7 @@ impl FirestoreBackend {
         }
         // Read after any earlier commit: it was not applied (or its hold is gone already).
         *maybe_written = false;
-        let held = match &lock_read {
-            Some(document) => {
-                let lock = LockDoc::parse(document, Some(key.as_str()))?;
-                is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS).then_some(lock)
-            }
-            None => None,
-        };
+        let held = live_lock(lock_read.as_ref(), key.as_str(), now)?;
         if held.is_some() && line.place().is_none() {
             return Ok(Attempt::Done(Acquisition::Locked));
         }
@@ -118,17 +109,12 @@ impl FirestoreBackend {
         let free = usize::from(held.is_none() && counter_doc.readers.len() < MAX_READERS);
         let admission = counter_doc.line.admit(line, free, true, now, holder);
         if !admission.granted {
-            if line.place().is_none() {
+            // Nothing to write for a single attempt, nor for a waiter whose place is fresh.
+            if line.place().is_none() || !admission.changed {
                 return Ok(Attempt::Done(Acquisition::Locked));
             }
             // The waiter's place, in the counter document alone (as a lock waiter's is).
-            let fence = match (counter_doc.counter, &held) {
-                (0, Some(lock)) => lock.fence,
-                (counter, _) => {
-                    Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?
-                }
-            };
-            let write = counter_doc.write(key.as_str(), fence);
+            let write = counter_doc.place_write(key.as_str(), held.as_ref())?;
             return Ok(match self.rest.commit_versions(vec![write])? {
                 Some(_) => Attempt::Done(Acquisition::Locked),
                 None => Attempt::Conflict,

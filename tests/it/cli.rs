@@ -1157,7 +1157,7 @@ fn start_program(
 }
 
 /// `run` ends with 76, saying the lease was lost, and the command `pid` is gone.
-fn expect_lost(running: Running, pid: u32) {
+pub(crate) fn expect_lost(running: Running, pid: u32) {
     let out = running.finish();
     out.expect_code(76);
     assert!(

@@ -81,6 +81,8 @@ mod cli_line;
 #[cfg(feature = "cli")]
 mod cli_metrics;
 #[cfg(feature = "cli")]
+mod cli_multi;
+#[cfg(feature = "cli")]
 mod cli_shared;
 #[cfg(feature = "cli")]
 mod cli_store;
@@ -97,6 +99,8 @@ mod firestore_auth;
 mod firestore_in_doubt;
 #[cfg(feature = "firestore")]
 mod firestore_list;
+#[cfg(feature = "firestore")]
+mod firestore_multi;
 #[cfg(feature = "firestore")]
 mod firestore_records;
 #[cfg(feature = "firestore")]

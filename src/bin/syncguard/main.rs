@@ -6,15 +6,20 @@
 //! table, [`EXIT_CODES`], which `--help` prints.
 //!
 //! Modules: [`duration`] parses durations; [`holder`] says who holds a lock taken here;
-//! [`input`] checks the input before any backend is reached; [`run`] is the `run` supervisor;
+//! [`input`] checks the input before any backend is reached; [`keys`] are the keys `--key`
+//! names (one, or several held together); [`hold`] and [`held`] what is taken and what is
+//! then held; [`run`] is the `run` supervisor;
 //! [`group`] the process group it runs the command in; [`metrics_file`] writes
 //! `run --metrics-file`; [`verbose`] is `-v`.
 
 mod duration;
 mod group;
+mod held;
 mod hold;
 mod holder;
 mod input;
+mod keys;
+mod lock_ids;
 mod metrics_file;
 mod run;
 mod verbose;
@@ -35,6 +40,8 @@ use syncguard::{
 
 use crate::duration::parse_duration;
 use crate::hold::Hold;
+use crate::keys::Keys;
+use crate::lock_ids::LockIds;
 
 /// The text of [`EXIT_CODES`], as a macro so that `concat!` can put it into the help.
 macro_rules! exit_codes {
@@ -136,6 +143,12 @@ been applied although its answer never came), waiting at most 2s for the backend
 renewal in flight has come back); if it does not answer, run says so and exits, and the lock
 expires at its ttl.
 
+With several --key (exclusive locks only), run holds every key's lock together, all or none: it
+waits while any is held without holding the others, and the set is lost as a whole when any lease
+is. SYNCGUARD_KEY, SYNCGUARD_FENCE and SYNCGUARD_LOCK_ID then hold one value per key, one per
+line, in the keys' byte order (NFC, duplicates collapsed): read them with
+  printf '%s\\n' \"$SYNCGUARD_FENCE\" | while read -r fence; do …; done
+
 With --permits N, run holds one of the N permits of the key's semaphore instead of the lock, so
 that at most N commands run at once under that key; all of the above applies to the permit
 (SYNCGUARD_LOCK_ID and SYNCGUARD_FENCE are the permit's), and the exit codes say \"lock\" for it.
@@ -156,7 +169,10 @@ enum Command {
         {\"ok\":false,\"reason\":\"locked\"} if held)\n  \
         syncguard acquire --key export --permits 3\n  \
         → the same, plus \"permits\":3 (exit 1 and {\"ok\":false,\"reason\":\"locked\"} if all 3 are held);\n  \
-        give it back with: syncguard release --permit --key export --lock-id \"$id\""
+        give it back with: syncguard release --permit --key export --lock-id \"$id\"\n  \
+        out=$(syncguard acquire --key acct:1 --key acct:2 --ttl 5m)\n  \
+        → one line per key, in key order, each with its \"key\"; give them back with:\n  \
+        syncguard release --acquired \"$out\""
     )]
     Acquire {
         #[command(flatten)]
@@ -165,24 +181,28 @@ enum Command {
     /// Release a lock (or a semaphore's permit: --permit --key K) taken with `acquire`.
     #[command(
         after_help = "Example:\n  syncguard release --lock-id \"$id\"   → {\"ok\":true}\n  \
-        syncguard release --permit --key export --lock-id \"$id\"   → {\"ok\":true}"
+        syncguard release --permit --key export --lock-id \"$id\"   → {\"ok\":true}\n  \
+        syncguard release --acquired \"$out\"   (what acquire --key a --key b printed)\n\n\
+        Several lock ids: every one is tried; {\"ok\":true} (exit 0) when each was held, else\n\
+        {\"ok\":false,\"notHeld\":[positions from 1]} (exit 1); if the backend failed on some,\n\
+        one error line naming each by position (exit 3)."
     )]
     Release {
-        /// The lock id `acquire` printed.
-        #[arg(long, allow_hyphen_values = true)]
-        lock_id: String,
+        #[command(flatten)]
+        ids: LockIdArgs,
         #[command(flatten)]
         permit: PermitOf,
     },
     /// Set a held lock (or a semaphore's permit: --permit --key K) to expire --ttl from now.
     #[command(
         after_help = "Example:\n  syncguard extend --lock-id \"$id\" --ttl 5m   → {\"ok\":true,\"expiresAtMs\":…}\n  \
-        syncguard extend --permit --key export --lock-id \"$id\" --ttl 5m"
+        syncguard extend --permit --key export --lock-id \"$id\" --ttl 5m\n  \
+        syncguard extend --acquired \"$out\" --ttl 5m   (several: every one tried; \"expiresAtMs\" the\n  \
+        earliest; {\"ok\":false,\"notHeld\":[positions from 1]} and exit 1 if some were not held)"
     )]
     Extend {
-        /// The lock id `acquire` printed.
-        #[arg(long, allow_hyphen_values = true)]
-        lock_id: String,
+        #[command(flatten)]
+        ids: LockIdArgs,
         /// New lease length, from now.
         #[arg(long, value_parser = parse_duration)]
         ttl: Duration,
@@ -297,9 +317,15 @@ fn parse_list_limit(text: &str) -> Result<usize, String> {
 /// The lock a command takes: `acquire` and `run` share these.
 #[derive(clap::Args)]
 struct LockArgs {
-    /// The lock's key.
-    #[arg(long, allow_hyphen_values = true)]
-    key: String,
+    /// The lock's key. May repeat (exclusive locks only): every key is held together, all or
+    /// none, waiting while any is held without holding the others (see docs/cli.md).
+    #[arg(
+        long = "key",
+        value_name = "KEY",
+        required = true,
+        allow_hyphen_values = true
+    )]
+    keys: Vec<String>,
     /// Lease length: 500ms, 30s, 1m30s, 2h, 1d, or milliseconds (`run` renews it every third of
     /// ttl minus --grace).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -332,6 +358,37 @@ struct LockArgs {
     /// does not imply it.
     #[arg(short, long)]
     quiet: bool,
+}
+
+/// `release` and `extend`: the lock ids they act on.
+#[derive(clap::Args)]
+struct LockIdArgs {
+    /// The lock id `acquire` printed. May repeat: each is tried (acquire with several keys
+    /// prints one per key).
+    #[arg(
+        long = "lock-id",
+        value_name = "ID",
+        required_unless_present = "acquired",
+        allow_hyphen_values = true
+    )]
+    lock_ids: Vec<String>,
+    /// What `acquire` printed (its lines, one per key: out=$(syncguard acquire --key a --key
+    /// b …); release --acquired "$out"): every lock id in it. For locks only: a permit or a
+    /// shared hold needs --permit/--shared --key K --lock-id ID.
+    #[arg(
+        long,
+        value_name = "OUTPUT",
+        conflicts_with_all = ["lock_ids", "permit", "shared"],
+        allow_hyphen_values = true
+    )]
+    acquired: Option<String>,
+}
+
+impl LockIdArgs {
+    /// The ids, checked before any I/O.
+    fn checked(self) -> syncguard::Result<LockIds> {
+        LockIds::of(self.lock_ids, self.acquired.as_deref())
+    }
 }
 
 /// `release` and `extend`: the lock id is a semaphore permit's or a shared hold's, of `--key`
@@ -551,36 +608,52 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 Some(given) => Some(holder::given(given)?),
                 None => holder::of_acquire(),
             };
-            input::key(&lock.key)?;
+            let keys = Keys::of(&lock.keys, Hold::of(lock.shared, lock.permits))?;
             input::ttl(lock.ttl)?;
             let options = acquire_options(&lock, holder);
             options.validate()?;
-            acquire(backend()?, &lock, options)
+            acquire(backend()?, &lock, &keys, options)
         }
-        Command::Release { lock_id, permit } => {
-            input::lock_id(&lock_id)?;
+        Command::Release { ids, permit } => {
+            let ids = ids.checked()?;
             permit.check()?;
-            let released = permit.release(backend()?.as_ref(), &lock_id)?;
-            Ok(Outcome::Printed(
-                json!({ "ok": released }),
-                u8::from(!released),
-            ))
+            let backend = backend()?;
+            let release = |id: &str| {
+                permit
+                    .release(backend.as_ref(), id)
+                    .map(|released| released.then_some(()))
+            };
+            if let Some(id) = ids.single() {
+                let released = release(id)?.is_some();
+                return Ok(Outcome::Printed(
+                    json!({ "ok": released }),
+                    u8::from(!released),
+                ));
+            }
+            let (_, not_held) = ids.each("released", release)?;
+            Ok(several_answered(json!({ "ok": true }), not_held))
         }
-        Command::Extend {
-            lock_id,
-            ttl,
-            permit,
-        } => {
-            input::lock_id(&lock_id)?;
+        Command::Extend { ids, ttl, permit } => {
+            let ids = ids.checked()?;
             input::ttl(ttl)?;
             permit.check()?;
-            let extended = permit.extend(backend()?.as_ref(), &lock_id, ttl)?;
-            Ok(match extended {
-                Some(expires_at_ms) => {
-                    Outcome::Printed(json!({ "ok": true, "expiresAtMs": expires_at_ms }), 0)
-                }
-                None => Outcome::Printed(json!({ "ok": false }), 1),
-            })
+            let backend = backend()?;
+            let extend = |id: &str| permit.extend(backend.as_ref(), id, ttl);
+            if let Some(id) = ids.single() {
+                return Ok(match extend(id)? {
+                    Some(expires_at_ms) => {
+                        Outcome::Printed(json!({ "ok": true, "expiresAtMs": expires_at_ms }), 0)
+                    }
+                    None => Outcome::Printed(json!({ "ok": false }), 1),
+                });
+            }
+            let (expiries, not_held) = ids.each("extended", extend)?;
+            // The set lasts as long as its earliest lease.
+            let earliest = expiries.into_iter().min();
+            Ok(several_answered(
+                json!({ "ok": true, "expiresAtMs": earliest }),
+                not_held,
+            ))
         }
         Command::Status { key, lock_id, raw } => {
             key.as_deref().map(input::key).transpose()?;
@@ -603,7 +676,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             list(backend()?.as_ref(), &prefix, limit, raw, listed)
         }
         Command::Run { lock, grace, flags } => {
-            input::key(&lock.key)?;
+            let keys = Keys::of(&lock.keys, Hold::of(lock.shared, lock.permits))?;
             let grace = grace_for(grace, lock.ttl, flags.on_lost)?;
             if let Some(hold) = flags.min_hold {
                 LockOptions::default()
@@ -624,7 +697,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 backend,
                 run::RunArgs {
                     hold: Hold::of(lock.shared, lock.permits),
-                    key: lock.key,
+                    keys,
                     ttl: lock.ttl,
                     wait: lock.wait,
                     grace,
@@ -635,6 +708,16 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             )
         }
         Command::Setup => setup(&url),
+    }
+}
+
+/// `release`/`extend` of several lock ids, every one tried: `all_held` (exit 0) when each lease
+/// was there, else `{"ok":false,"notHeld":[positions from 1]}` (exit 1).
+fn several_answered(all_held: Value, not_held: Vec<usize>) -> Outcome {
+    if not_held.is_empty() {
+        Outcome::Printed(all_held, 0)
+    } else {
+        Outcome::Printed(json!({ "ok": false, "notHeld": not_held }), 1)
     }
 }
 
@@ -653,11 +736,12 @@ fn acquire_options(lock: &LockArgs, holder: Option<Holder>) -> LockOptions {
 fn acquire(
     backend: Box<dyn LockBackend>,
     lock: &LockArgs,
+    keys: &Keys,
     options: LockOptions,
 ) -> syncguard::Result<Outcome> {
     let locker = Locker::with_defaults(backend, options);
     let hold = Hold::of(lock.shared, lock.permits);
-    let Some(guard) = hold.take(&locker, &lock.key, lock.wait)? else {
+    let Some(held) = hold.take(&locker, keys, lock.wait)? else {
         if lock.quiet {
             return Ok(Outcome::Exit(1));
         }
@@ -667,7 +751,28 @@ fn acquire(
         ));
     };
     // The lock outlives this process: the caller releases it with `release`.
-    let lease = guard.detach();
+    let leases = held.detach();
+    if let Keys::Several(keys) = keys {
+        // One line per key, in key order, each naming its key: `release --acquired` takes
+        // them back.
+        let lines = keys
+            .iter()
+            .zip(leases)
+            .map(|(key, lease)| {
+                json!({
+                    "ok": true,
+                    "key": key,
+                    "lockId": lease.lock_id,
+                    "fence": lease.fence,
+                    "expiresAtMs": lease.expires_at_ms,
+                })
+            })
+            .collect();
+        return Ok(Outcome::Lines(lines));
+    }
+    let Some(lease) = leases.into_iter().next() else {
+        return Err(LockError::internal("the acquisition returned no lease"));
+    };
     let mut printed = json!({
         "ok": true,
         "lockId": lease.lock_id,

@@ -17,7 +17,7 @@ const LAST_SUCCESS: &str = "syncguard_run_last_success_timestamp_seconds";
 /// What one `run` came to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figures {
-    /// `--key`, as given.
+    /// `--key`, as given (several keys: in their order, joined by `,`).
     pub key: String,
     /// Whether the lock (or permit) was taken.
     pub acquired: bool,

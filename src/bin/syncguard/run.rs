@@ -9,6 +9,9 @@
 //! group after `--grace`, then a wait until the group is empty. With `--on-lost kill`, the
 //! deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that the group is
 //! gone before the store's record can expire and another holder take the lock.
+//!
+//! Several keys (`--key` repeated) are held together and supervised as one lease ([`Held`]):
+//! the earliest lease's deadline bounds the group, and the loss of any key is the set's loss.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
@@ -18,12 +21,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use syncguard::driver::{Holder, TIME_TOLERANCE_MS};
-use syncguard::{
-    CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockGuard, LockOptions, Locker,
-};
+use syncguard::{CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockOptions, Locker};
 
 use crate::group::{Group, become_subreaper};
+use crate::held::Held;
 use crate::hold::Hold;
+use crate::keys::Keys;
 use crate::metrics_file::Figures;
 use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, waiting};
 
@@ -40,7 +43,8 @@ const GROUP_POLL: Duration = Duration::from_millis(20);
 
 /// What `run` was asked to do.
 pub struct RunArgs {
-    pub key: String,
+    /// One key, or several held together (the lock only).
+    pub keys: Keys,
     /// What to hold: the lock, a shared hold of it, or a permit.
     pub hold: Hold,
     pub ttl: Duration,
@@ -81,7 +85,7 @@ pub fn run(
     args: RunArgs,
 ) -> syncguard::Result<Outcome> {
     let metrics_file = args.flags.metrics_file.clone();
-    let mut figures = Figures::new(&args.key);
+    let mut figures = Figures::new(&args.keys.as_slice().join(","));
     let outcome = run_recording(connect, args, &mut figures);
     if let Some(path) = metrics_file {
         figures.exit_code = match &outcome {
@@ -165,9 +169,9 @@ fn run_recording(
     });
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
-    // The lock or a permit: from here on both are a LockGuard, supervised alike.
+    // The lock, a permit or several keys' locks: from here on all are Held, supervised alike.
     let asked = Instant::now();
-    let acquired = args.hold.take(&locker, &args.key, args.wait);
+    let acquired = args.hold.take(&locker, &args.keys, args.wait);
     figures.wait = asked.elapsed();
     figures.acquired = matches!(acquired, Ok(Some(_)));
     let early_signal = inbox.try_iter().find_map(|event| match event {
@@ -200,7 +204,7 @@ fn run_recording(
             if args.quiet {
                 return Ok(Outcome::Exit(args.flags.conflict_exit_code));
             }
-            let (held, is) = args.hold.what_was_held(&args.key);
+            let (held, is) = args.hold.what_was_held(&args.keys);
             if args.wait.is_zero() {
                 eprintln!("syncguard: {held} {is} held; not running the command");
             } else {
@@ -221,8 +225,8 @@ fn run_recording(
         // run unlocked.
         figures.lost = true;
         eprintln!(
-            "syncguard: lost the lock on {:?} before the command started; not running it",
-            args.key
+            "syncguard: lost the lock on {} before the command started; not running it",
+            args.keys.quoted()
         );
         release_within(
             guard,
@@ -236,11 +240,7 @@ fn run_recording(
     }
     become_subreaper();
     let mut process = Process::new(program);
-    process
-        .args(program_args)
-        .env("SYNCGUARD_FENCE", guard.fence().to_string())
-        .env("SYNCGUARD_LOCK_ID", guard.lock_id())
-        .env("SYNCGUARD_KEY", guard.key());
+    process.args(program_args).envs(guard.environment());
     let exits = events.clone();
     let group = match Group::spawn(&mut process, move |status| {
         let _ = exits.send(Event::Exited(status));
@@ -303,8 +303,8 @@ fn renewal_interval(ttl: Duration, grace: Duration, on_lost: OnLost) -> Duration
 /// Watches the running group.
 struct Supervisor<'a> {
     group: &'a Group,
-    /// The lease: its local deadline moves on with each renewal.
-    guard: &'a LockGuard,
+    /// The lease (or leases): its local deadline moves on with each renewal.
+    guard: &'a Held,
     on_lost: OnLost,
     grace: Duration,
     ttl: Duration,
@@ -482,7 +482,7 @@ struct Released {
 /// library knows there is nothing to release), and one that ran out here unconfirmed may have
 /// been kept alive in the store by a renewal whose answer never came back (applied late, e.g.
 /// behind a PgBouncer `PAUSE`): releasing it frees the key now instead of a TTL later.
-fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, ending: Ending) -> Released {
+fn release(guard: Held, locker: Locker<Box<dyn LockBackend>>, ending: Ending) -> Released {
     let hold_until_ms = guard.min_hold_until_ms().filter(|_| ending == Ending::Ran);
     let expires_at_ms = guard.expires_at_ms();
     let outcome = match ending {
@@ -503,7 +503,7 @@ fn release(guard: LockGuard, locker: Locker<Box<dyn LockBackend>>, ending: Endin
 /// (with `--min-hold`, at the hold's end at the earliest). `quiet` (`-q`): no note when all
 /// went well.
 pub fn release_within(
-    guard: LockGuard,
+    guard: Held,
     locker: Locker<Box<dyn LockBackend>>,
     ending: Ending,
     limit: Duration,

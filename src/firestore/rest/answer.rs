@@ -190,12 +190,9 @@ fn object(verb: &'static str, answer: Value) -> Result<Map<String, Value>, RestE
 
 /// A `batchGet` answer for the documents `names`: each one found (`Some`) or missing
 /// (`None`), in the order asked. Every name must be answered exactly once, and nothing else.
-pub(crate) fn batch_get<const N: usize>(
-    answer: Value,
-    names: [&str; N],
-) -> Result<[Option<Document>; N], RestError> {
+pub(crate) fn batch_get(answer: Value, names: &[&str]) -> Result<Vec<Option<Document>>, RestError> {
     const VERB: &str = "batchGet";
-    let mut answered: [Option<Option<Document>>; N] = [(); N].map(|()| None);
+    let mut answered: Vec<Option<Option<Document>>> = names.iter().map(|_| None).collect();
     for mut item in stream(VERB, answer)? {
         let (name, document) = match (item.remove("found"), item.remove("missing")) {
             (Some(found), None) => {
@@ -223,16 +220,18 @@ pub(crate) fn batch_get<const N: usize>(
             ));
         }
     }
-    let mut documents = [(); N].map(|()| None);
-    for (slot, (answer, name)) in answered.into_iter().zip(names).enumerate() {
-        documents[slot] = answer.ok_or_else(|| {
-            RestError::bad_answer(
-                VERB,
-                format!("document {name} is neither found nor missing"),
-            )
-        })?;
-    }
-    Ok(documents)
+    answered
+        .into_iter()
+        .zip(names)
+        .map(|(answer, name)| {
+            answer.ok_or_else(|| {
+                RestError::bad_answer(
+                    VERB,
+                    format!("document {name} is neither found nor missing"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// The documents a `runQuery` stream carries; empty when its elements carry only read times.
@@ -388,7 +387,7 @@ mod tests {
             { "missing": B, "readTime": T },
             { "found": doc(A), "readTime": T },
         ]);
-        let [a, b] = batch_get(answer, [A, B]).unwrap();
+        let [a, b]: [_; 2] = batch_get(answer, &[A, B]).unwrap().try_into().unwrap();
         let a = a.expect("found");
         assert_eq!((a.name(), a.update_time()), (A, T));
         assert_eq!((a.string("lockId"), a.integer("n")), (Some("x"), Some(7)));
@@ -396,7 +395,7 @@ mod tests {
         assert_eq!(b, None);
         // A document without fields has none.
         let bare = json!([{ "found": { "name": A, "updateTime": T }, "readTime": T }]);
-        let [bare] = batch_get(bare, [A]).unwrap();
+        let [bare]: [_; 1] = batch_get(bare, &[A]).unwrap().try_into().unwrap();
         assert_eq!(bare.unwrap().string("lockId"), None);
     }
 
@@ -456,7 +455,7 @@ mod tests {
             ];
             for answer in streams {
                 assert_eq!(failure(run_query(answer.clone())).0, code, "{answer}");
-                assert_eq!(failure(batch_get(answer.clone(), [A])).0, code, "{answer}");
+                assert_eq!(failure(batch_get(answer.clone(), &[A])).0, code, "{answer}");
             }
             assert_eq!(failure(commit(element.clone(), &[])).0, code, "{element}");
             assert_eq!(failure(batch_write(json!([element]), 1)).0, code);
@@ -531,11 +530,11 @@ mod tests {
             ),
         ];
         for (answer, what) in gets {
-            let (code, message) = failure(batch_get(answer.clone(), [A]));
+            let (code, message) = failure(batch_get(answer.clone(), &[A]));
             assert_eq!(code, ErrorCode::ServiceUnavailable, "{answer}");
             assert!(message.contains(what), "{answer}: {message}");
         }
-        let (_, message) = failure(batch_get(json!([{ "missing": A }]), [A, B]));
+        let (_, message) = failure(batch_get(json!([{ "missing": A }]), &[A, B]));
         assert!(message.ends_with(&format!("document {B} is neither found nor missing")));
 
         let update = [json!({ "update": { "name": A } })];

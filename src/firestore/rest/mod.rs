@@ -145,7 +145,15 @@ impl RestClient {
         &self,
         names: [&str; N],
     ) -> Result<[Option<Document>; N], RestError> {
-        let body = json!({ "documents": names.as_slice() });
+        self.batch_get_all(&names)?
+            .try_into()
+            .map_err(|_| RestError::bad_answer("batchGet", "not one answer per document asked for"))
+    }
+
+    /// [`batch_get`](RestClient::batch_get) of as many documents as `names` holds (a set of
+    /// keys' documents).
+    pub fn batch_get_all(&self, names: &[&str]) -> Result<Vec<Option<Document>>, RestError> {
+        let body = json!({ "documents": names });
         self.post("batchGet", &body, |answer| answer::batch_get(answer, names))
     }
 

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use super::workers::{self, Grant, append_log, fence_regressions, now_us, repeated_fences};
 use crate::support::{self, child};
+use syncguard::Locker;
 use syncguard::driver::generate_lock_id;
-use syncguard::{LockOptions, Locker};
 
 const ENV_URL: &str = "SYNCGUARD_RW_STRESS_URL";
 const ENV_DIR: &str = "SYNCGUARD_RW_STRESS_DIR";
@@ -51,19 +51,8 @@ fn rw_stress_worker_process() {
     let dir = PathBuf::from(dir);
     let key = std::env::var(ENV_KEY).unwrap();
     let sections: usize = std::env::var(ENV_SECTIONS).unwrap().parse().unwrap();
-    let locker = Locker::with_defaults(
-        workers::connect_patiently(&url),
-        LockOptions::default()
-            .ttl(Duration::from_secs(10))
-            .retry_delay(Duration::from_millis(5))
-            // In line, a slot freed goes to the first waiter at its next attempt. Where no
-            // release is heard from other processes (PgBouncer in transaction mode, Firestore),
-            // that attempt comes when its backoff ends: with the default ceiling (1 s) the 32
-            // threads would hand over about once a second.
-            .max_retry_delay(Duration::from_millis(100))
-            .timeout(Duration::from_secs(120))
-            .max_retries(u32::MAX),
-    );
+    let locker =
+        Locker::with_defaults(workers::connect_patiently(&url), workers::waiting_options());
     let rw = locker.rw_lock(&key).expect("a reader-writer lock");
     let process: usize = std::process::id() as usize;
     std::thread::scope(|scope| {

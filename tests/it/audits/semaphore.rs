@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use super::workers::{self, Grant, append_log, fence_regressions, now_us, repeated_fences};
 use crate::support::{self, child};
+use syncguard::Locker;
 use syncguard::driver::generate_lock_id;
-use syncguard::{LockOptions, Locker};
 
 const ENV_URL: &str = "SYNCGUARD_SEM_STRESS_URL";
 const ENV_DIR: &str = "SYNCGUARD_SEM_STRESS_DIR";
@@ -63,21 +63,8 @@ fn semaphore_stress_worker_process() {
     let permits: u32 = std::env::var(ENV_PERMITS).unwrap().parse().unwrap();
     let threads: usize = std::env::var(ENV_THREADS).unwrap().parse().unwrap();
     let sections: usize = std::env::var(ENV_SECTIONS).unwrap().parse().unwrap();
-    let locker = Locker::with_defaults(
-        workers::connect_patiently(&url),
-        LockOptions::default()
-            .ttl(Duration::from_secs(10))
-            .retry_delay(Duration::from_millis(5))
-            // In line, a slot freed goes to the first waiter at its next attempt. Where no
-            // release is heard from other processes (PgBouncer in transaction mode, Firestore),
-            // that attempt comes when its backoff ends: with the default ceiling (1 s) the 32
-            // threads would hand over about once a second.
-            .max_retry_delay(Duration::from_millis(100))
-            // Waiting is the point: 32 threads for 3 permits on a loaded machine. A wait
-            // this long only ends a run that is stuck.
-            .timeout(Duration::from_secs(120))
-            .max_retries(u32::MAX),
-    );
+    let locker =
+        Locker::with_defaults(workers::connect_patiently(&url), workers::waiting_options());
     let semaphore = locker.semaphore(&key, permits).expect("a semaphore");
     std::thread::scope(|scope| {
         for _ in 0..threads {

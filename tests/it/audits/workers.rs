@@ -41,6 +41,22 @@ pub fn read_log(dir: &Path) -> String {
 
 /// Connects to `url` from a worker, retrying transient failures for up to a minute: connecting
 /// can meet an injected fault, or a server busy with the other workers, as a real job would.
+/// How a worker thread of an audit waits: in line, patiently, and retrying often.
+pub fn waiting_options() -> syncguard::LockOptions {
+    syncguard::LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .retry_delay(Duration::from_millis(5))
+        // In line, a slot freed goes to the first waiter at its next attempt. Where no release
+        // is heard from other processes (PgBouncer in transaction mode, Firestore), that
+        // attempt comes when its backoff ends: with the default ceiling (1 s) the 32 threads
+        // would hand over about once a second.
+        .max_retry_delay(Duration::from_millis(100))
+        // Waiting is the point: 32 threads for a few slots on a loaded machine. A wait this
+        // long only ends a run that is stuck.
+        .timeout(Duration::from_secs(120))
+        .max_retries(u32::MAX)
+}
+
 pub fn connect_patiently(url: &str) -> Box<dyn syncguard::LockBackend> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
