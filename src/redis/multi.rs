@@ -1,7 +1,7 @@
 //! The locks of several keys at once on Redis ([`Driver::try_acquire_all`]): one script over
 //! every key's keys (`scripts/acquire_all.lua`, built from the same per-key parts as the
-//! single-key acquire, `scripts/lock.lua`), deciding the whole set by the
-//! [several keys](crate::driver::Line#several-keys) rule in one atomic step — on one server,
+//! single-key acquire, `scripts/lock.lua`), deciding the whole set by the several keys rule
+//! ([`admit_all`](crate::driver::admit_all)) in one atomic step — on one server,
 //! behind Sentinel, and on a Cluster when every key lies in one hash slot. A Cluster whose keys
 //! lie in several slots takes them one by one ([`driver::acquire_one_by_one`]), since no script
 //! may touch two slots.

@@ -1,5 +1,5 @@
--- The locks of several keys at once, all or none (THE RULE for a set, src/line.rs "Several
--- keys"), each key decided and taken as acquire.lua takes one (lock.lua).
+-- The locks of several keys at once, all or none (THE RULE for a set: admit_all in
+-- src/line.rs), each key decided and taken as acquire.lua takes one (lock.lua).
 -- KEYS: per key, `stride` keys: lock key, fence counter key, the lock's line (order, expiry,
 -- places), the lock's shared holders, and in the TypeScript layout (stride 7) the index key of
 -- its new lock id
