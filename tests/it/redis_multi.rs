@@ -420,6 +420,44 @@ fn a_cluster_set_over_several_slots_is_all_or_none() {
 // A lost answer
 // ---------------------------------------------------------------------------------------------
 
+/// The set's script reaches the server and its connection is closed as the answer comes back:
+/// the pool sends it once more on a fresh connection, with the same lock ids, and the script
+/// answers the same leases again (each key's first fence, not a second one), holding nothing
+/// twice and leaving no waiter's place behind.
+#[test]
+fn a_set_repeated_after_its_answer_was_lost_is_the_same_set() {
+    let server = shared_redis();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port).into());
+    let backend = impatient_redis(&format!("redis://127.0.0.1:{}/", proxy.port()))
+        .pool_size(1)
+        .build()
+        .expect("connect through the proxy");
+    let base = unique("multi-repeat");
+    let keys: Vec<String> = (0..8).map(|n| format!("{base}-{n}")).collect();
+    // The script is known to the server and the pool's connection open before the cut.
+    let warm: Vec<String> = (0..2).map(|n| format!("{base}-warm-{n}")).collect();
+    release_all(&backend, &warm, attempt_all(&backend, &warm, Line::Keep));
+    let cuts = proxy.answers_cut();
+    proxy.cut_answer_to(format!("{base}-0").as_bytes());
+    let place = LockId::generate();
+    let acquired = attempt_all(&backend, &keys, Line::Wait(&place));
+    assert_eq!(proxy.answers_cut(), cuts + 1, "an answer was lost");
+    let Acquisitions::Acquired(leases) = &acquired else {
+        panic!("expected the set acquired, got {acquired:?}");
+    };
+    for (lease, _) in leases {
+        assert_eq!(lease.fence.value(), 1, "the first grant, answered again");
+    }
+    let mut conn = server.connection();
+    for key in &keys {
+        assert!(backend.is_locked(key).unwrap(), "{key}");
+        let fence: Option<i64> = conn.get(backend.fence_key(key).unwrap()).unwrap();
+        assert_eq!(fence, Some(1), "{key}: one fence issued");
+        assert_eq!(stored_order(&mut conn, &backend, key), []);
+    }
+    release_all(&backend, &keys, acquired);
+}
+
 /// The set's script reaches the server and its answer is lost (the proxy drops every reply,
 /// so the read times out and nothing is sent again): the error is in doubt for every key with
 /// its own lock id, and the `Locker` releases every one of them in the background once the
