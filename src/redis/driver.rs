@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{line, scripts, semaphore, shared, split, typescript};
+use super::{line, multi, scripts, semaphore, shared, split, typescript};
 
 use super::errors::{Phase, Unanswered, map_error};
 use super::layout::{KeyLayout, LineKeys, SemaphoreKeys, SharedKeys};
@@ -14,9 +14,9 @@ use super::slot::key_slot;
 use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
 use crate::driver::{
-    Acquisition, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef,
-    Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
-    ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Acquisitions, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, KeySet,
+    LeaseKind, LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome,
+    Permits, PlaceRecord, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
 };
 use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
@@ -124,6 +124,16 @@ impl RedisBackend {
                  acknowledged it; it expires with its TTL: {error}"
             );
         }
+        self.unreplicated(key, why)
+    }
+
+    /// The error for an acquisition of `key` that too few replicas acknowledged (`why`: how
+    /// many did, or why that is not known), once it is released.
+    pub(super) fn unreplicated(
+        &self,
+        key: &Key,
+        why: std::result::Result<i64, LockError>,
+    ) -> LockError {
         let Some(policy) = &self.replicas else {
             return LockError::internal("replica acknowledgements without min_replicas");
         };
@@ -274,6 +284,18 @@ impl Driver for RedisBackend {
             }
             Status::NotFound | Status::Expired => Err(store.foreign(Some(key.as_str()))),
         }
+    }
+
+    /// One script for the whole set (see `multi.rs`); on a Cluster whose keys lie in several
+    /// hash slots, one key at a time.
+    fn try_acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        multi::acquire_all(self, keys, ttl, holder, line)
     }
 
     fn try_acquire_permit(

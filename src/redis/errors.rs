@@ -24,6 +24,20 @@ impl Unanswered {
         }
     }
 
+    /// `error`, for a set acquisition, in doubt under every (key, lock id) of `leases` if no
+    /// answer came back: the script may have taken them all.
+    pub(crate) fn judge_all(
+        &self,
+        error: LockError,
+        leases: impl IntoIterator<Item = (String, String)>,
+    ) -> LockError {
+        if self.0.get() {
+            error.in_doubt_all(leases)
+        } else {
+            error
+        }
+    }
+
     /// `error`, for `key`, in doubt under `lock_id` if no answer came back.
     pub(crate) fn judge(&self, error: LockError, key: &str, lock_id: &str) -> LockError {
         let error = error.with_key(key);

@@ -27,19 +27,23 @@ pub(super) fn push_keys(invocation: &mut ScriptInvocation<'_>, keys: &LineKeys) 
 }
 
 /// Adds what an acquisition asks of the line to an acquire script's `ARGV` (after its own):
-/// the mode, the place id (empty unless waiting), a place's TTL and the line keys' TTL.
+/// the mode, the place id (empty unless waiting), a place's TTL, the line keys' TTL and the
+/// ticket a waiter of several keys carries ([`Line::WaitAt`]; empty for none).
 pub(super) fn push_args(invocation: &mut ScriptInvocation<'_>, line: Line<'_>) {
     let mode = match line {
         Line::Ignore => "ignore",
         Line::Keep => "keep",
-        // TODO(issue 35): the ticket is not passed yet: a place takes the line's next one.
         Line::Wait(_) | Line::WaitAt(..) => "wait",
     };
     invocation
         .arg(mode)
         .arg(line.place().map_or("", LockId::as_str))
         .arg(PLACE_TTL.as_millis())
-        .arg(line_keys_ttl_ms());
+        .arg(line_keys_ttl_ms())
+        .arg(
+            line.ticket()
+                .map_or(String::new(), |ticket| ticket.to_string()),
+        );
 }
 
 /// Removes the place `place` from the line of `key`'s lock or semaphore: one script.

@@ -95,6 +95,16 @@
 //! only a granted acquisition is `WAIT`ed for: a place is not. The TypeScript SyncGuard knows
 //! no line: its acquisitions pass it.
 //!
+//! # Several keys
+//!
+//! [`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all) is one script over every
+//! key's keys on one server and behind Sentinel (all or none at one instant: no other client
+//! sees part of the set held), and on a Cluster when every key's lock lies in one hash slot; on
+//! a Cluster whose keys lie in several slots, the keys are taken one at a time in the set's
+//! order and those taken are released on a refusal (all or none as the caller sees it, the
+//! earlier keys briefly held in between). A key of a set is decided and written as a key alone.
+//! A set sent and not answered is in doubt for every key.
+//!
 //! # Shared holders
 //!
 //! A shared hold of a lock (a reader:
@@ -365,6 +375,7 @@ mod hosts;
 mod layout;
 mod line;
 mod list;
+mod multi;
 mod node;
 mod pool;
 mod replicas;

@@ -380,6 +380,11 @@ impl Checkout {
 }
 
 impl Pool {
+    /// Whether the connections go to a Cluster, where one script may only touch one hash slot.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Pool::Cluster(..))
+    }
+
     pub fn state(&self) -> r2d2::State {
         match self {
             Pool::Own { pool, .. } => pool.state(),

@@ -20,6 +20,7 @@ macro_rules! script {
 /// (after a server restart, say).
 pub(crate) struct Scripts {
     pub acquire: Script,
+    pub acquire_all: Script,
     pub release: Script,
     pub extend: Script,
     pub release_record: Script,
@@ -37,7 +38,8 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: script!("line.lua", "acquire.lua"),
+    acquire: script!("line.lua", "lock.lua", "acquire.lua"),
+    acquire_all: script!("line.lua", "lock.lua", "acquire_all.lua"),
     release: script!("release.lua"),
     extend: script!("extend.lua"),
     release_record: script!("release_record.lua"),
@@ -105,6 +107,15 @@ impl Reply {
         match self.values.next() {
             Some(Value::Int(n)) => Ok(n),
             _ => Err(unexpected("a script reply lacks an expected integer")),
+        }
+    }
+
+    /// The next string of the reply, left unread (the Redis key a refusal names).
+    pub fn peek_string(&self) -> Option<&[u8]> {
+        match self.values.as_slice().first() {
+            Some(Value::BulkString(bytes)) => Some(bytes),
+            Some(Value::SimpleString(s)) => Some(s.as_bytes()),
+            _ => None,
         }
     }
 

@@ -58,19 +58,39 @@ pub(super) fn script_with_index(
     script: &redis::Script,
     index: Cmd,
 ) -> RedisResult<WithIndex> {
-    let mut pipe = redis::pipe();
-    pipe.invoke_script(invocation).add_command(index);
-    let mut answers = conn.pipeline(&mut pipe, script)?.into_iter();
-    match (answers.next(), answers.next()) {
-        (Some(script), Some(index)) => Ok(WithIndex {
-            script: script?,
-            index,
-        }),
-        _ => Err(redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "Redis answered a pipeline short",
-        ))),
+    let (script, mut indexes) = script_with_indexes(conn, invocation, script, vec![index])?;
+    match indexes.pop() {
+        Some(index) => Ok(WithIndex { script, index }),
+        None => Err(short_pipeline()),
     }
+}
+
+/// Sends `invocation` (a script on records of one hash slot) and `indexes` (commands on their
+/// index entries) together: one round trip. The script's answer and each command's, in order;
+/// `Err` when the script has no answer.
+pub(super) fn script_with_indexes(
+    conn: &mut Conn<'_>,
+    invocation: &ScriptInvocation<'_>,
+    script: &redis::Script,
+    indexes: Vec<Cmd>,
+) -> RedisResult<(Value, Vec<RedisResult<Value>>)> {
+    let count = indexes.len();
+    let mut pipe = redis::pipe();
+    pipe.invoke_script(invocation);
+    for index in indexes {
+        pipe.add_command(index);
+    }
+    let mut answers = conn.pipeline(&mut pipe, script)?.into_iter();
+    let script = answers.next().ok_or_else(short_pipeline)??;
+    let indexes: Vec<_> = answers.collect();
+    if indexes.len() != count {
+        return Err(short_pipeline());
+    }
+    Ok((script, indexes))
+}
+
+fn short_pipeline() -> RedisError {
+    RedisError::from((redis::ErrorKind::Client, "Redis answered a pipeline short"))
 }
 
 /// The `SET` of an acquisition's index entry, sent beside its script: the entry names the
@@ -282,6 +302,12 @@ pub(super) fn undo_unindexed(
              not be written; it expires with its TTL: {undo}"
         );
     }
+    unindexed(store, key, error)
+}
+
+/// The error for an acquisition of `key` granted without its index entry (`error`: why the
+/// entry could not be written), once it is released.
+pub(super) fn unindexed(store: &Store, key: &Key, error: RedisError) -> LockError {
     let error = map_error(error, &store.server, Phase::Call);
     LockError::new(
         if error.code().is_transient() {

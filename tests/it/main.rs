@@ -146,6 +146,8 @@ mod redis_line;
 #[cfg(feature = "redis")]
 mod redis_list;
 #[cfg(feature = "redis")]
+mod redis_multi;
+#[cfg(feature = "redis")]
 mod redis_records;
 #[cfg(feature = "redis")]
 mod redis_renewals;

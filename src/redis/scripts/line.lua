@@ -8,34 +8,73 @@
 --
 -- THE RULE (src/line.rs): with `free` slots free, an acquisition is granted when more slots
 -- are free than live places are ahead of it: none for 'ignore', every live place for 'keep'
--- and for a waiter not (or no longer) in line, those with a smaller ticket for one in line. A
--- shared one (a reader) is granted when a slot is free and no live place ahead of it waits for
--- the exclusive lock (readers at the head of the line go together; a writer is not passed).
--- Every expired place is pruned. A waiter granted leaves its place; one not granted takes a
--- place at the back with the next ticket, or renews the one it has.
+-- and for a waiter not (or no longer) in line, those ordered before (its ticket, its place id)
+-- for one in line or one that carries its ticket (a waiter of several keys). Places are
+-- ordered by ticket, then place id (byte order), as a sorted set orders equal scores. A
+-- shared one (a reader) is granted when a slot is free and no live place ahead of it waits
+-- for the exclusive lock (readers at the head of the line go together; a writer is not
+-- passed). Every expired place is pruned. A waiter granted leaves its place; one not granted
+-- takes a place with the ticket it carries (the line's last ticket grows to it), or at the
+-- back with the next ticket, or renews the one it has.
 
 local TICKET_FIELD = 'ticket'
 local SHARED_FIELD = 'shared:'
 
 -- An acquisition's line: its keys KEYS[k], KEYS[k + 1], KEYS[k + 2], and from ARGV[a] on
 -- its mode ('ignore', 'keep' or 'wait'), its place id ('' unless waiting), how long a place
--- lives and how long the keys outlive the last write (ms); `holder` is its holder text and
--- `shared` whether it asks for a shared hold.
+-- lives, how long the keys outlive the last write (ms) and the ticket it carries ('' for
+-- none: a new place takes the line's next one); `holder` is its holder text and `shared`
+-- whether it asks for a shared hold.
 local function line_of(k, a, holder, shared)
   return {
     order = KEYS[k], expiry = KEYS[k + 1], places = KEYS[k + 2],
     mode = ARGV[a], place = ARGV[a + 1],
-    place_ttl = tonumber(ARGV[a + 2]), keep = ARGV[a + 3], holder = holder or '',
-    shared = shared or false
+    place_ttl = tonumber(ARGV[a + 2]), keep = ARGV[a + 3], ticket = tonumber(ARGV[a + 4]),
+    holder = holder or '', shared = shared or false
   }
 end
 
--- Whether a live place that waits for the exclusive lock has a ticket below `below` (any
--- ticket when nil); `dead` holds the expired places (as a set). Stops at the first one found.
-local function exclusive_ahead(line, below, dead)
-  local until_ticket = below and '(' .. ms_arg(below) or '+inf'
-  local ahead = redis.call('ZRANGEBYSCORE', line.order, '-inf', until_ticket)
-  for _, place in ipairs(ahead) do
+-- Whether the place id `a` comes before `b` in byte order (as a sorted set orders members of
+-- one score). Lua's own `<` on strings follows the server's locale.
+local function bytes_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = a:byte(i), b:byte(i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- Whether the place `place` with ticket `ticket` is ahead of `bound`, the (ticket, place id)
+-- of the acquisition deciding (every place is, when `bound` is nil).
+local function is_ahead(bound, ticket, place)
+  if not bound then return true end
+  if ticket ~= bound.ticket then return ticket < bound.ticket end
+  return bytes_before(place, bound.place)
+end
+
+-- The places (expired ones included) ahead of `bound` (every place when it is nil).
+local function places_ahead(line, bound)
+  if not bound then return redis.call('ZRANGE', line.order, 0, -1) end
+  local ahead = redis.call('ZRANGEBYSCORE', line.order, '-inf', '(' .. ms_arg(bound.ticket))
+  local tied = redis.call('ZRANGEBYSCORE', line.order, ms_arg(bound.ticket), ms_arg(bound.ticket))
+  for _, place in ipairs(tied) do
+    if bytes_before(place, bound.place) then ahead[#ahead + 1] = place end
+  end
+  return ahead
+end
+
+-- The ticket a new place at the back of the line gets (its last ticket + 1), or nil and the
+-- refusal of what is stored.
+local function line_next_ticket(line)
+  local refusal = check_type(line.places, 'hash')
+  if refusal then return nil, refusal end
+  return (tonumber(redis.call('HGET', line.places, TICKET_FIELD)) or 0) + 1
+end
+
+-- Whether a live place that waits for the exclusive lock is ahead of `bound` (see
+-- is_ahead); `dead` holds the expired places (as a set). Stops at the first one found.
+local function exclusive_ahead(line, bound, dead)
+  for _, place in ipairs(places_ahead(line, bound)) do
     if not dead[place] and redis.call('HGET', line.places, SHARED_FIELD .. place) ~= '1' then
       return true
     end
@@ -52,7 +91,8 @@ end
 -- Decides an acquisition with `free` free slots at `now` by THE RULE, reading only. The
 -- decision (`granted`, the expired places `dead`, the waiter's own live ticket `mine`) for
 -- line_write, or nil and the refusal of what is stored. With no one in line this is one read
--- (TYPE), unless a waiter that is not granted is to take a place.
+-- (TYPE), unless a waiter that is not granted is to take a place. The places ahead are those
+-- before (the ticket it carries, else its own live ticket; its place id), or every one.
 local function line_decide(line, free, now, tolerance)
   local decision = {granted = free > 0, dead = {}}
   local found = redis.call('TYPE', line.order).ok
@@ -67,21 +107,23 @@ local function line_decide(line, free, now, tolerance)
       decision.mine = tonumber(redis.call('ZSCORE', line.order, line.place))
     end
   end
+  local bound_ticket = line.mode == 'wait' and (line.ticket or decision.mine)
+  local bound = bound_ticket and {ticket = bound_ticket, place = line.place} or nil
   if line.shared then
     local dead = {}
     for _, place in ipairs(decision.dead) do dead[place] = true end
-    decision.granted = free > 0 and not exclusive_ahead(line, decision.mine, dead)
+    decision.granted = free > 0 and not exclusive_ahead(line, bound, dead)
     return decision
   end
   local ahead
-  if decision.mine then
-    ahead = redis.call('ZCOUNT', line.order, '-inf', '(' .. ms_arg(decision.mine))
+  if bound then
+    ahead = #places_ahead(line, bound)
   else
     ahead = redis.call('ZCARD', line.order)
   end
   for _, place in ipairs(decision.dead) do
     local ticket = redis.call('ZSCORE', line.order, place)
-    if ticket and (not decision.mine or tonumber(ticket) < decision.mine) then
+    if ticket and is_ahead(bound, tonumber(ticket), place) then
       ahead = ahead - 1
     end
   end
@@ -117,7 +159,13 @@ local function line_write(line, decision, now)
       end
     else
       if not decision.mine then
-        local ticket = redis.call('HINCRBY', line.places, TICKET_FIELD, 1)
+        local ticket = line.ticket
+        if ticket then
+          local last = tonumber(redis.call('HGET', line.places, TICKET_FIELD)) or 0
+          if ticket > last then redis.call('HSET', line.places, TICKET_FIELD, ms_arg(ticket)) end
+        else
+          ticket = redis.call('HINCRBY', line.places, TICKET_FIELD, 1)
+        end
         redis.call('ZADD', line.order, ms_arg(ticket), line.place)
       end
       redis.call('ZADD', line.expiry, ms_arg(now + line.place_ttl), line.place)

@@ -86,22 +86,36 @@ local function read_lock(lock_key)
   return lock, raw
 end
 
--- The next fence of the counter at fence_key (incremented), or nil and the reply that refuses
--- it. Checked before anything is written: a counter that is not one (negative, not an integer,
--- another type) or has reached `largest` leaves every key as it was. A counter only ever
--- grows, has no TTL and is never deleted.
-local function next_fence(fence_key, largest)
+-- The refusal of the fence counter at fence_key ({BAD_COUNTER, key, why} or
+-- {FENCE_OVERFLOW, key}), or nil when it may issue the next fence. Reads only: a counter that
+-- is not one (negative, not an integer, another type) or has reached `largest` leaves every
+-- key as it was.
+local function fence_refusal(fence_key, largest)
   local counter, why = get_string(fence_key)
-  if counter == nil then return nil, {BAD_COUNTER, fence_key, why} end
+  if counter == nil then return {BAD_COUNTER, fence_key, why} end
   if counter then
     if not (counter == '0' or counter:match('^[1-9]%d*$')) then
-      return nil, {BAD_COUNTER, fence_key, 'it is not a non-negative integer'}
+      return {BAD_COUNTER, fence_key, 'it is not a non-negative integer'}
     end
     if #counter > 15 or tonumber(counter) >= tonumber(largest) then
-      return nil, {FENCE_OVERFLOW, fence_key}
+      return {FENCE_OVERFLOW, fence_key}
     end
   end
+  return nil
+end
+
+-- Issues the next fence of the counter at fence_key (incremented), checked by fence_refusal
+-- first. A counter only ever grows, has no TTL and is never deleted.
+local function issue_fence(fence_key)
   return string.format('%015d', redis.call('INCR', fence_key))
+end
+
+-- The next fence of the counter at fence_key (incremented), or nil and the reply that refuses
+-- it (fence_refusal), checked before anything is written.
+local function next_fence(fence_key, largest)
+  local refusal = fence_refusal(fence_key, largest)
+  if refusal then return nil, refusal end
+  return issue_fence(fence_key)
 end
 
 -- The JSON record of a lock (or permit) granted now: the TypeScript SyncGuard's fields, and
