@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use super::commit::{Attempt, OpError, OpResult, unchanged_since};
 use super::counter_doc::CounterDoc;
-use super::document::{LockDoc, document_id, fence_document_id_of};
+use super::document::{LockDoc, document_id, fence_document_id_of, version_of};
 use super::driver::FirestoreBackend;
 use super::rest::{Document, integer_value, string_value};
-use crate::driver::{Holder, Line, TIME_TOLERANCE_MS, is_live};
+use crate::driver::{Acquisition, Holder, Line, LockId, TIME_TOLERANCE_MS, is_live};
 use crate::error::Result;
 use crate::fence::Fence;
 
@@ -129,6 +129,67 @@ impl<'k> LockRead<'k> {
 }
 
 impl FirestoreBackend {
+    /// One attempt at the lock on `user_key`, heeding its `line` (stored in the fence counter
+    /// document, read in the same `batchGet`): granted, the lock and the counter (with the line
+    /// as [`Places::admit`](crate::driver::Places::admit) left it) in one commit; refused, nothing more unless a waiter's
+    /// place was taken or renewed, then the counter document alone.
+    pub(super) fn acquire_once(
+        &self,
+        user_key: &str,
+        ttl_ms: i64,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> OpResult<Attempt<Acquisition>> {
+        let names = self.lock_names(user_key)?;
+        let [lock_name, counter_name] = &names;
+        let read = self.rest.batch_get([lock_name, counter_name])?;
+        let now = self.now_ms()?;
+        let held = live_lock(read[0].as_ref(), user_key, now)?;
+        // Held, and no place to take: refused on this one read, as ever.
+        if held.is_some() && line.place().is_none() {
+            return Ok(Attempt::Done(Acquisition::Locked));
+        }
+        let mut lock = LockRead::new(user_key, names, read, held, now)?;
+        let admission = lock
+            .counter
+            .line
+            .admit(line, lock.free(), false, now, holder);
+        if !admission.granted {
+            // A single attempt leaves expired places to the next write: it writes nothing;
+            // nor does a waiter whose place is fresh (`Places::stand`), so that it writes its
+            // place about once per `PLACE_RENEWAL`, not at every wake-up.
+            if line.place().is_none() || !admission.changed {
+                return Ok(Attempt::Done(Acquisition::Locked));
+            }
+            // Lost (no answer): the waiter's next attempt finds its place (the same id) or
+            // takes it, one place either way, and nothing else was written.
+            return Ok(match self.rest.commit_versions(vec![lock.line_write()?])? {
+                Some(_) => Attempt::Done(Acquisition::Locked),
+                // Another waiter or an acquirer wrote the counter: read again.
+                None => Attempt::Conflict,
+            });
+        }
+        let fence = lock.next_fence()?;
+        let lock_id = LockId::generate().into_string();
+        let expires_at_ms = now.saturating_add(ttl_ms);
+        let writes = lock.take(&lock_id, fence, now, expires_at_ms, holder);
+        // Lost (no answer): in doubt, with the lock id, for the caller to release.
+        let Some(times) = self.commit_taking(writes.into(), &[(user_key, &lock_id)])? else {
+            // Someone changed the lock or the counter since the read: another acquirer won,
+            // or a waiter took or renewed its place.
+            return Ok(lost_race(line, Acquisition::Locked));
+        };
+        Ok(Attempt::Done(Acquisition::granted(
+            lock_id,
+            fence,
+            expires_at_ms,
+            times
+                .first()
+                .and_then(Option::as_deref)
+                .map(|time| version_of(time, expires_at_ms)),
+        )))
+    }
+
     /// The names of the lock document and fence counter document of `key`.
     pub(super) fn lock_names(&self, key: &str) -> Result<LockNames> {
         let lock_doc_id = document_id(key)?;

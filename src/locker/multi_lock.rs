@@ -252,3 +252,136 @@ impl fmt::Debug for MultiLockGuard {
             .finish()
     }
 }
+
+/// Several keys taken one at a time (`driver::acquire_one_by_one`) through an outage between two of
+/// them: what was taken and could not be given back is reported in doubt, and a `Locker`
+/// releases it in the background.
+#[cfg(test)]
+mod outage_between_keys {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use crate::driver::*;
+    use crate::memory::MemoryBackend;
+    use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
+
+    /// The in-memory store without its own set acquisition, with failures injected: the next
+    /// acquisition of `failing_key`, and the next `failing_releases` releases.
+    #[derive(Default)]
+    struct Outage {
+        inner: MemoryBackend,
+        failing_key: Mutex<Option<String>>,
+        failing_releases: Mutex<u32>,
+        released: Mutex<Vec<String>>,
+    }
+
+    fn unavailable() -> LockError {
+        LockError::new(ErrorCode::ServiceUnavailable, "injected by the test")
+    }
+
+    impl Driver for Outage {
+        fn describe(&self) -> Capabilities {
+            self.inner.describe()
+        }
+        fn try_acquire(
+            &self,
+            key: &Key,
+            ttl: Ttl,
+            holder: Option<&Holder>,
+            line: Line<'_>,
+        ) -> Result<Acquisition> {
+            let mut failing = self.failing_key.lock().unwrap();
+            if failing.as_deref() == Some(key.as_str()) {
+                *failing = None;
+                return Err(unavailable());
+            }
+            drop(failing);
+            self.inner.try_acquire(key, ttl, holder, line)
+        }
+        fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+            let mut failing = self.failing_releases.lock().unwrap();
+            if *failing > 0 {
+                *failing -= 1;
+                return Err(unavailable());
+            }
+            drop(failing);
+            self.released
+                .lock()
+                .unwrap()
+                .push(lease.lock_id.as_str().to_owned());
+            self.inner.release_lease(lease)
+        }
+        fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+            self.inner.extend_lease(lease, ttl)
+        }
+        fn key_is_locked(&self, key: &Key) -> Result<bool> {
+            self.inner.key_is_locked(key)
+        }
+        fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+            self.inner.find(by)
+        }
+        fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+            self.inner.find_line(key, kind)
+        }
+        fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+            self.inner.leave_line(key, kind, place)
+        }
+    }
+
+    fn outage(failing_key: &str, failing_releases: u32) -> Outage {
+        let outage = Outage::default();
+        *outage.failing_key.lock().unwrap() = Some(failing_key.to_owned());
+        *outage.failing_releases.lock().unwrap() = failing_releases;
+        outage
+    }
+
+    #[test]
+    fn what_could_not_be_given_back_is_in_doubt() {
+        let keys = KeySet::new(&["a", "b", "c"]).unwrap();
+        let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+        let store = outage("c", 1);
+        let error = acquire_one_by_one(&store, &keys, ttl, None, Line::Keep).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::ServiceUnavailable);
+        let doubts = error.in_doubt_leases();
+        assert_eq!(
+            doubts.len(),
+            1,
+            "a could not be given back, b was: {doubts:?}"
+        );
+        assert_eq!(doubts[0].0, Some("a"));
+        let held = store
+            .inner
+            .find(Find::Key(&Key::new("a").unwrap()))
+            .unwrap();
+        assert_eq!(held.map(|r| r.lock_id), Some(doubts[0].1.to_owned()));
+        assert!(!store.inner.key_is_locked(&Key::new("b").unwrap()).unwrap());
+
+        // Refused with a failed give-back: an error in doubt, not a refusal that hides a lock.
+        let store = outage("none", 1);
+        let _other = store.inner.acquire("c", Duration::from_secs(60)).unwrap();
+        let error = acquire_one_by_one(&store, &keys, ttl, None, Line::Keep).unwrap_err();
+        let doubts: Vec<_> = error.in_doubt_leases().iter().map(|d| d.0).collect();
+        assert_eq!(doubts, [Some("a")]);
+    }
+
+    #[test]
+    fn a_locker_releases_what_an_outage_left_between_keys_and_takes_the_set() {
+        let store = Arc::new(outage("b", 1));
+        let locker = Locker::new(Arc::clone(&store));
+        let options = LockOptions::default()
+            .ttl(Duration::from_secs(60))
+            .timeout(Duration::from_secs(120));
+        let all = locker.lock_all_with(&["a", "b"], &options).unwrap();
+        let a = all.guards()[0].lock_id().to_owned();
+        // The first `a` was not given back by the attempt: the orphan thread released it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !store.released.lock().unwrap().iter().any(|id| *id != a) {
+            assert!(
+                Instant::now() < deadline,
+                "the lease left in doubt was never released"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(all.release().unwrap());
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{line, multi, scripts, semaphore, shared, split, typescript};
+use super::{line, scripts, semaphore, shared, split, typescript};
 
 use super::errors::{Phase, Unanswered, map_error};
 use super::layout::{KeyLayout, LineKeys, SemaphoreKeys, SharedKeys};
@@ -295,7 +295,7 @@ impl Driver for RedisBackend {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> Result<Acquisitions> {
-        multi::acquire_all(self, keys, ttl, holder, line)
+        self.acquire_all(keys, ttl, holder, line)
     }
 
     fn try_acquire_permit(

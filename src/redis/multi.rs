@@ -41,174 +41,177 @@ struct Member<'k> {
     redis_keys: Vec<String>,
 }
 
-/// Takes the locks on every key of `keys`, or none: one script where the store allows it (see
-/// the module docs), else one key at a time.
-pub(super) fn acquire_all(
-    backend: &RedisBackend,
-    keys: &KeySet,
-    ttl: Ttl,
-    holder: Option<&Holder>,
-    line: Line<'_>,
-) -> Result<Acquisitions> {
-    let store = &backend.store;
-    if store.pool.is_cluster() && !in_one_slot(backend, keys)? {
-        return driver::acquire_one_by_one(backend, keys, ttl, holder, line);
-    }
-    let layout = store.keys.layout();
-    let mut invocation = SCRIPTS.acquire_all.prepare_invoke();
-    let mut members = Vec::with_capacity(keys.len());
-    // The slots the acquisition writes, which `min_replicas` waits for.
-    let mut slots = Vec::new();
-    let mut index_sets: Vec<Cmd> = Vec::new();
-    for key in keys {
-        let lock_keys = store.keys.lock_keys(key.as_str())?;
-        let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
-        let readers = store.keys.shared_keys(key.as_str())?.holders;
-        let lock_id = store.keys.new_lock_id();
-        let index_key = store.keys.index_key(&lock_id);
-        slots.push(key_slot(lock_keys.lock.as_bytes()));
-        invocation.key(&lock_keys.lock).key(&lock_keys.fence);
-        line::push_keys(&mut invocation, &line_keys);
-        invocation.key(&readers);
-        match layout {
-            KeyLayout::TypeScript => {
-                invocation.key(&index_key);
-            }
-            KeyLayout::Cluster => {
-                slots.push(key_slot(index_key.as_bytes()));
-                index_sets.push(split::set_index(&index_key, &lock_keys.lock, ttl));
-            }
+impl RedisBackend {
+    /// Takes the locks on every key of `keys`, or none: one script where the store allows it (see
+    /// the module docs), else one key at a time.
+    pub(super) fn acquire_all(
+        &self,
+        keys: &KeySet,
+        ttl: Ttl,
+        holder: Option<&Holder>,
+        line: Line<'_>,
+    ) -> Result<Acquisitions> {
+        let backend = self;
+        let store = &backend.store;
+        if store.pool.is_cluster() && !in_one_slot(backend, keys)? {
+            return driver::acquire_one_by_one(backend, keys, ttl, holder, line);
         }
-        let redis_keys = vec![
-            lock_keys.lock,
-            lock_keys.fence,
-            line_keys.order,
-            line_keys.expiry,
-            line_keys.places,
-            readers,
-            index_key,
-        ];
-        members.push(Member {
-            key,
-            lock_id,
-            redis_keys,
-        });
-    }
-    invocation
-        .arg(ttl.as_millis())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(FENCE_MAX)
-        .arg(holder.map_or("", Holder::as_str))
-        .arg(stride(layout));
-    line::push_args(&mut invocation, line);
-    for member in &members {
-        invocation
-            .arg(member.lock_id.as_str())
-            .arg(member.key.as_str());
-    }
-
-    let unanswered = Unanswered::default();
-    let note = |error: redis::RedisError| {
-        unanswered.note(&error);
-        error
-    };
-    let answer = store.pool.run_on(&store.server, |mut conn| {
-        let (value, indexes) = if index_sets.is_empty() {
-            (invocation.invoke(conn.as_dyn()).map_err(note)?, Vec::new())
-        } else {
-            split::script_with_indexes(
-                &mut conn,
-                &invocation,
-                &SCRIPTS.acquire_all,
-                index_sets.clone(),
-            )
-            .map_err(note)?
-        };
-        // On the connection that wrote, as for one key; its failure is an answer.
-        let acknowledged = match &backend.replicas {
-            Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, &slots)),
-            _ => None,
-        };
-        Ok((value, indexes, acknowledged))
-    });
-    // A script sent and not answered may have taken every key: each lease is in doubt.
-    let (value, indexes, acknowledged) = answer.map_err(|error| {
-        unanswered.judge_all(
-            error,
-            members
-                .iter()
-                .map(|m| (m.key.as_str().to_owned(), m.lock_id.as_str().to_owned())),
-        )
-    })?;
-    let mut reply = Reply::parse(value)?;
-    match reply.status {
-        Status::Ok => {
-            let mut leases = Vec::with_capacity(members.len());
-            for member in &members {
-                let fence: Fence = reply.string()?.parse()?;
-                // Re-issuing through from_counter applies the warning threshold.
-                let fence = Fence::from_counter(fence.value())
-                    .map_err(|e| e.with_key(member.key.as_str()))?;
-                let expires_at_ms = reply.int()?;
-                leases.push((
-                    Lease {
-                        lock_id: member.lock_id.as_str().to_owned(),
-                        fence,
-                        expires_at_ms,
-                    },
-                    None,
-                ));
-            }
-            let unindexed = indexes
-                .into_iter()
-                .enumerate()
-                .find_map(|(at, answer)| answer.err().map(|error| (at, error)));
-            if let Some((at, error)) = unindexed {
-                let unreleased = give_back(backend, &members);
-                return Err(
-                    split::unindexed(store, members[at].key, error).in_doubt_all(unreleased)
-                );
-            }
-            if let (Some(policy), Some(acknowledged)) = (&backend.replicas, acknowledged) {
-                let acknowledged =
-                    acknowledged.map_err(|e| map_error(e, &store.server, Phase::Call));
-                if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
-                    let unreleased = give_back(backend, &members);
-                    return Err(backend
-                        .unreplicated(members[0].key, acknowledged)
-                        .in_doubt_all(unreleased));
+        let layout = store.keys.layout();
+        let mut invocation = SCRIPTS.acquire_all.prepare_invoke();
+        let mut members = Vec::with_capacity(keys.len());
+        // The slots the acquisition writes, which `min_replicas` waits for.
+        let mut slots = Vec::new();
+        let mut index_sets: Vec<Cmd> = Vec::new();
+        for key in keys {
+            let lock_keys = store.keys.lock_keys(key.as_str())?;
+            let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
+            let readers = store.keys.shared_keys(key.as_str())?.holders;
+            let lock_id = store.keys.new_lock_id();
+            let index_key = store.keys.index_key(&lock_id);
+            slots.push(key_slot(lock_keys.lock.as_bytes()));
+            invocation.key(&lock_keys.lock).key(&lock_keys.fence);
+            line::push_keys(&mut invocation, &line_keys);
+            invocation.key(&readers);
+            match layout {
+                KeyLayout::TypeScript => {
+                    invocation.key(&index_key);
+                }
+                KeyLayout::Cluster => {
+                    slots.push(key_slot(index_key.as_bytes()));
+                    index_sets.push(split::set_index(&index_key, &lock_keys.lock, ttl));
                 }
             }
-            Ok(Acquisitions::Acquired(leases))
+            let redis_keys = vec![
+                lock_keys.lock,
+                lock_keys.fence,
+                line_keys.order,
+                line_keys.expiry,
+                line_keys.places,
+                readers,
+                index_key,
+            ];
+            members.push(Member {
+                key,
+                lock_id,
+                redis_keys,
+            });
         }
-        Status::Absent => {
-            let ticket = reply.string()?;
-            let ticket = if ticket.is_empty() {
-                None
+        invocation
+            .arg(ttl.as_millis())
+            .arg(TIME_TOLERANCE_MS)
+            .arg(FENCE_MAX)
+            .arg(holder.map_or("", Holder::as_str))
+            .arg(stride(layout));
+        line::push_args(&mut invocation, line);
+        for member in &members {
+            invocation
+                .arg(member.lock_id.as_str())
+                .arg(member.key.as_str());
+        }
+
+        let unanswered = Unanswered::default();
+        let note = |error: redis::RedisError| {
+            unanswered.note(&error);
+            error
+        };
+        let answer = store.pool.run_on(&store.server, |mut conn| {
+            let (value, indexes) = if index_sets.is_empty() {
+                (invocation.invoke(conn.as_dyn()).map_err(note)?, Vec::new())
             } else {
-                Some(ticket.parse::<u64>().map_err(|_| {
-                    LockError::internal("unexpected reply from Redis: a ticket is not a number")
-                })?)
+                split::script_with_indexes(
+                    &mut conn,
+                    &invocation,
+                    &SCRIPTS.acquire_all,
+                    index_sets.clone(),
+                )
+                .map_err(note)?
             };
-            Ok(Acquisitions::Locked { ticket })
-        }
-        Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
-            let named = reply.peek_string().and_then(|redis_key| {
+            // On the connection that wrote, as for one key; its failure is an answer.
+            let acknowledged = match &backend.replicas {
+                Some(policy) if scripts::granted(&value) => Some(policy.wait(conn, &slots)),
+                _ => None,
+            };
+            Ok((value, indexes, acknowledged))
+        });
+        // A script sent and not answered may have taken every key: each lease is in doubt.
+        let (value, indexes, acknowledged) = answer.map_err(|error| {
+            unanswered.judge_all(
+                error,
                 members
                     .iter()
-                    .find(|m| m.redis_keys.iter().any(|k| k.as_bytes() == redis_key))
-            });
-            let error = store.refusal(&mut reply, named.map(|m| m.key));
-            // The index entries went out beside the script (one round trip) and point at no
-            // lock of their lock ids: a refusal leaves nothing behind.
-            for (member, index) in members.iter().zip(&indexes) {
-                if index.is_ok() {
-                    split::drop_index_entry(store, &member.redis_keys[6]);
+                    .map(|m| (m.key.as_str().to_owned(), m.lock_id.as_str().to_owned())),
+            )
+        })?;
+        let mut reply = Reply::parse(value)?;
+        match reply.status {
+            Status::Ok => {
+                let mut leases = Vec::with_capacity(members.len());
+                for member in &members {
+                    let fence: Fence = reply.string()?.parse()?;
+                    // Re-issuing through from_counter applies the warning threshold.
+                    let fence = Fence::from_counter(fence.value())
+                        .map_err(|e| e.with_key(member.key.as_str()))?;
+                    let expires_at_ms = reply.int()?;
+                    leases.push((
+                        Lease {
+                            lock_id: member.lock_id.as_str().to_owned(),
+                            fence,
+                            expires_at_ms,
+                        },
+                        None,
+                    ));
                 }
+                let unindexed = indexes
+                    .into_iter()
+                    .enumerate()
+                    .find_map(|(at, answer)| answer.err().map(|error| (at, error)));
+                if let Some((at, error)) = unindexed {
+                    let unreleased = give_back(backend, &members);
+                    return Err(
+                        split::unindexed(store, members[at].key, error).in_doubt_all(unreleased)
+                    );
+                }
+                if let (Some(policy), Some(acknowledged)) = (&backend.replicas, acknowledged) {
+                    let acknowledged =
+                        acknowledged.map_err(|e| map_error(e, &store.server, Phase::Call));
+                    if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
+                        let unreleased = give_back(backend, &members);
+                        return Err(backend
+                            .unreplicated(members[0].key, acknowledged)
+                            .in_doubt_all(unreleased));
+                    }
+                }
+                Ok(Acquisitions::Acquired(leases))
             }
-            Err(error)
+            Status::Absent => {
+                let ticket = reply.string()?;
+                let ticket = if ticket.is_empty() {
+                    None
+                } else {
+                    Some(ticket.parse::<u64>().map_err(|_| {
+                        LockError::internal("unexpected reply from Redis: a ticket is not a number")
+                    })?)
+                };
+                Ok(Acquisitions::Locked { ticket })
+            }
+            Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
+                let named = reply.peek_string().and_then(|redis_key| {
+                    members
+                        .iter()
+                        .find(|m| m.redis_keys.iter().any(|k| k.as_bytes() == redis_key))
+                });
+                let error = store.refusal(&mut reply, named.map(|m| m.key));
+                // The index entries went out beside the script (one round trip) and point at no
+                // lock of their lock ids: a refusal leaves nothing behind.
+                for (member, index) in members.iter().zip(&indexes) {
+                    if index.is_ok() {
+                        split::drop_index_entry(store, &member.redis_keys[6]);
+                    }
+                }
+                Err(error)
+            }
+            Status::NotFound | Status::Expired => Err(store.foreign(None)),
         }
-        Status::NotFound | Status::Expired => Err(store.foreign(None)),
     }
 }
 

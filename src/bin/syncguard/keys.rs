@@ -9,7 +9,6 @@
 use syncguard::LockError;
 use syncguard::driver::KeySet;
 
-use crate::hold::Hold;
 use crate::input;
 
 /// The keys of a command, checked.
@@ -22,9 +21,10 @@ pub enum Keys {
 }
 
 impl Keys {
-    /// `--key`'s values for a command taking `hold`: `InvalidArgument` for a bad key, more than
-    /// 64 distinct ones, several with `--permits` or `--shared`, or a newline in one of several.
-    pub fn of(given: &[String], hold: Hold) -> syncguard::Result<Keys> {
+    /// `--key`'s values for a command holding them `exclusive`ly (else `--permits` or
+    /// `--shared`): `InvalidArgument` for a bad key, more than 64 distinct ones, several not
+    /// held exclusively, or a newline in one of several.
+    pub fn of(given: &[String], exclusive: bool) -> syncguard::Result<Keys> {
         for key in given {
             input::key(key)?;
         }
@@ -35,7 +35,7 @@ impl Keys {
                 .map(|key| Keys::One(key.clone()))
                 .ok_or_else(|| LockError::invalid_argument("--key: no key given"));
         }
-        if hold != Hold::Exclusive {
+        if !exclusive {
             return Err(LockError::invalid_argument(
                 "--key may repeat only for exclusive locks: --permits and --shared take one key \
                  (several keys are not supported with them in this version)",
@@ -82,15 +82,15 @@ mod tests {
     #[test]
     fn one_key_is_kept_as_given_and_several_are_sorted_and_collapsed() {
         assert_eq!(
-            Keys::of(&keys(&["e\u{301}"]), Hold::Permit(3)).ok(),
+            Keys::of(&keys(&["e\u{301}"]), false).ok(),
             Some(Keys::One("e\u{301}".to_owned()))
         );
         assert_eq!(
-            Keys::of(&keys(&["a", "a"]), Hold::Shared).ok(),
+            Keys::of(&keys(&["a", "a"]), false).ok(),
             Some(Keys::One("a".to_owned()))
         );
         assert_eq!(
-            Keys::of(&keys(&["b", "a", "é", "e\u{301}", "b"]), Hold::Exclusive).ok(),
+            Keys::of(&keys(&["b", "a", "é", "e\u{301}", "b"]), true).ok(),
             Some(Keys::Several(keys(&["a", "b", "é"])))
         );
     }
@@ -98,17 +98,16 @@ mod tests {
     #[test]
     fn bad_sets_are_bad_usage() {
         let too_many: Vec<String> = (0..65).map(|n| format!("k{n}")).collect();
-        for (given, hold) in [
-            (keys(&["a", "b"]), Hold::Permit(2)),
-            (keys(&["a", "b"]), Hold::Shared),
-            (keys(&["a", "b\nc"]), Hold::Exclusive),
-            (keys(&["a", ""]), Hold::Exclusive),
-            (too_many, Hold::Exclusive),
+        for (given, exclusive) in [
+            (keys(&["a", "b"]), false),
+            (keys(&["a", "b\nc"]), true),
+            (keys(&["a", ""]), true),
+            (too_many, true),
         ] {
-            let refused = Keys::of(&given, hold).unwrap_err();
+            let refused = Keys::of(&given, exclusive).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{given:?}");
         }
         // One key with a newline is today's key: it is never listed.
-        assert!(Keys::of(&keys(&["a\nb"]), Hold::Exclusive).is_ok());
+        assert!(Keys::of(&keys(&["a\nb"]), true).is_ok());
     }
 }

@@ -608,7 +608,10 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
                 Some(given) => Some(holder::given(given)?),
                 None => holder::of_acquire(),
             };
-            let keys = Keys::of(&lock.keys, Hold::of(lock.shared, lock.permits))?;
+            let keys = Keys::of(
+                &lock.keys,
+                Hold::of(lock.shared, lock.permits) == Hold::Exclusive,
+            )?;
             input::ttl(lock.ttl)?;
             let options = acquire_options(&lock, holder);
             options.validate()?;
@@ -676,7 +679,10 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             list(backend()?.as_ref(), &prefix, limit, raw, listed)
         }
         Command::Run { lock, grace, flags } => {
-            let keys = Keys::of(&lock.keys, Hold::of(lock.shared, lock.permits))?;
+            let keys = Keys::of(
+                &lock.keys,
+                Hold::of(lock.shared, lock.permits) == Hold::Exclusive,
+            )?;
             let grace = grace_for(grace, lock.ttl, flags.on_lost)?;
             if let Some(hold) = flags.min_hold {
                 LockOptions::default()
