@@ -23,11 +23,23 @@ use crate::cli::{
 use crate::cli_store::Store;
 use crate::support;
 
-on_every_store!(
-    six_processes_over_two_keys_never_share_a_key,
-    run_lists_every_key_and_fence_one_per_line,
-    acquire_prints_a_line_per_key_and_release_takes_them_back,
-);
+on_every_store!(six_processes_over_two_keys_never_share_a_key);
+
+/// What the command prints and passes on for several keys is the command's own, the same on
+/// every store (each store's set acquisition has its own tests): checked once, on Redis.
+mod on_redis {
+    use crate::cli_store::Store;
+
+    #[test]
+    fn run_lists_every_key_and_fence_one_per_line() {
+        super::run_lists_every_key_and_fence_one_per_line(&Store::redis());
+    }
+
+    #[test]
+    fn acquire_prints_a_line_per_key_and_release_takes_them_back() {
+        super::acquire_prints_a_line_per_key_and_release_takes_them_back(&Store::redis());
+    }
+}
 
 /// How long the six processes loop.
 const LOOPING: Duration = Duration::from_secs(12);
