@@ -125,11 +125,13 @@ fn exactly_the_released_guards_are_lost(
     await_condition(
         "the kept guards to renew again",
         || {
-            guards
+            // Every guard looked at in every round (not `all`, which stops at the first
+            // behind: the later ones' renewals would go unseen until it caught up).
+            let renewed: Vec<bool> = guards
                 .iter()
                 .zip(seen.iter_mut())
                 .enumerate()
-                .all(|(i, (g, (last, count)))| {
+                .map(|(i, (g, (last, count)))| {
                     if RELEASED.contains(&i) || g.is_lost() {
                         return true;
                     }
@@ -140,6 +142,8 @@ fn exactly_the_released_guards_are_lost(
                     }
                     *count >= RENEWALS_AFTER
                 })
+                .collect();
+            renewed.iter().all(|&done| done)
         },
         || states(&guards),
     );
