@@ -615,9 +615,11 @@ pub fn acquire_one_by_one<D: Driver + ?Sized>(
     Ok(Acquisitions::Acquired(taken))
 }
 
-/// Releases the leases `taken` of the first keys of `keys`: every one is tried. `None` when
-/// all were; else the first failure and every (key, lock id) not given back.
-fn give_back<D: Driver + ?Sized>(
+/// Releases the leases `taken` for the first keys of `keys` (in the set's order), which a set
+/// acquisition took and will not keep: every one is tried. `None` when all were given back;
+/// else the first failure and every (key, lock id) that was not — what the acquisition's error
+/// reports in doubt ([`LockError::in_doubt_all`]).
+pub fn give_back<D: Driver + ?Sized>(
     driver: &D,
     keys: &KeySet,
     taken: &[(Lease, Option<Version>)],

@@ -18,8 +18,8 @@ use super::scripts::{self, Reply, SCRIPTS, Status};
 use super::slot::key_slot;
 use super::{line, split};
 use crate::driver::{
-    self, Acquisitions, Driver, FENCE_MAX, Holder, Key, KeySet, Lease, LeaseKind, LeaseRef, Line,
-    LockId, TIME_TOLERANCE_MS, Ttl,
+    self, Acquisitions, FENCE_MAX, Holder, Key, KeySet, Lease, LeaseKind, Line, LockId,
+    TIME_TOLERANCE_MS, Ttl, Version,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -166,7 +166,7 @@ impl RedisBackend {
                     .enumerate()
                     .find_map(|(at, answer)| answer.err().map(|error| (at, error)));
                 if let Some((at, error)) = unindexed {
-                    let unreleased = give_back(backend, &members);
+                    let unreleased = unreleased(backend, keys, &leases);
                     return Err(
                         split::unindexed(store, members[at].key, error).in_doubt_all(unreleased)
                     );
@@ -175,7 +175,7 @@ impl RedisBackend {
                     let acknowledged =
                         acknowledged.map_err(|e| map_error(e, &store.server, Phase::Call));
                     if !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas)) {
-                        let unreleased = give_back(backend, &members);
+                        let unreleased = unreleased(backend, keys, &leases);
                         return Err(backend
                             .unreplicated(members[0].key, acknowledged)
                             .in_doubt_all(unreleased));
@@ -233,23 +233,12 @@ fn in_one_slot(backend: &RedisBackend, keys: &KeySet) -> Result<bool> {
     Ok(true)
 }
 
-/// Releases every lock the script took (the set could not be held whole): each is tried; the
-/// (key, lock id) of each that could not be, left in doubt for the caller to release later.
-fn give_back(backend: &RedisBackend, members: &[Member<'_>]) -> Vec<(String, String)> {
-    let mut unreleased = Vec::new();
-    for member in members {
-        let lease = LeaseRef::new(&member.lock_id).with_key(member.key);
-        if let Err(error) = backend.release_lease(lease) {
-            log::warn!(
-                "syncguard: could not give back the lock on {:?} of a set that could not be \
-                 held whole: {error}",
-                member.key
-            );
-            unreleased.push((
-                member.key.as_str().to_owned(),
-                member.lock_id.as_str().to_owned(),
-            ));
-        }
-    }
-    unreleased
+/// Gives back the leases of a set granted but not held whole; the (key, lock id) of each that
+/// could not be, for the error's doubt.
+fn unreleased(
+    backend: &RedisBackend,
+    keys: &KeySet,
+    leases: &[(Lease, Option<Version>)],
+) -> Vec<(String, String)> {
+    driver::give_back(backend, keys, leases).map_or_else(Vec::new, |(_, unreleased)| unreleased)
 }
