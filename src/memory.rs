@@ -319,11 +319,17 @@ impl State {
         now_ms: i64,
         holder: Option<&Holder>,
     ) -> bool {
-        let free = usize::from(
+        let free = self.free_lock_slots(key, now_ms);
+        self.admit(key, line, free, false, now_ms, holder)
+    }
+
+    /// The free slots of `key`'s lock at `now_ms`: 1 unless a live lock or a live shared holder
+    /// holds it, whatever its line.
+    fn free_lock_slots(&mut self, key: &Key, now_ms: i64) -> usize {
+        usize::from(
             self.live_entry(key.as_str(), now_ms).is_none()
                 && !self.has_live_readers(key.as_str(), now_ms),
-        );
-        self.admit(key, line, free, false, now_ms, holder)
+        )
     }
 
     /// Takes `key`'s lock, which [`lock_is_free`](State::lock_is_free) found free.
@@ -414,7 +420,7 @@ impl Driver for MemoryBackend {
         let mut state = self.state();
         let free: Vec<usize> = keys
             .iter()
-            .map(|key| usize::from(state.lock_is_free(key, Line::Ignore, now_ms, holder)))
+            .map(|key| state.free_lock_slots(key, now_ms))
             .collect();
         // The lines are taken out of the map for the decision, and put back unless empty.
         let mut lines: Vec<Places> = keys
