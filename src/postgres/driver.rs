@@ -344,14 +344,16 @@ fn in_doubt_if_unanswered(error: LockError, lock_id: &str, key: &Key) -> LockErr
     }
 }
 
-/// The parameters of both acquisitions, a lock's and a permit's (see `Statements::acquire` and
-/// `Statements::permit_acquire`): the same but `$5`, `fifth` — the lock's fence key, the
-/// semaphore's number of permits — and then the line's mode, place and ticket (`line_params`).
-fn acquire_params(
-    storage_key: &str,
-    lock_id: &str,
+/// The parameters of every acquisition — a lock's, a permit's, a shared hold's, and a set's with
+/// an array in each of `$1`, `$2`, `$4` and `$5` (see `Statements::acquire`,
+/// `Statements::permit_acquire`, `Statements::acquire_all`): the same but `$5`, `fifth` — the
+/// lock's fence key, the semaphore's number of permits — and then the line's mode, place and
+/// ticket (`line_params`).
+pub(super) fn acquire_params(
+    storage_key: impl Into<Param>,
+    lock_id: impl Into<Param>,
     ttl: Ttl,
-    key: &Key,
+    key: impl Into<Param>,
     fifth: impl Into<Param>,
     holder: Option<&Holder>,
     line: Line<'_>,
@@ -361,7 +363,7 @@ fn acquire_params(
         storage_key.into(),
         lock_id.into(),
         ttl.as_millis().into(),
-        key.as_str().into(),
+        key.into(),
         fifth.into(),
         (FENCE_MAX as i64).into(),
         TIME_TOLERANCE_MS.into(),
@@ -549,7 +551,15 @@ impl Driver for PostgresBackend {
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
         let fence_key = fence_key.as_str();
-        let params = acquire_params(&storage_key, &lock_id, ttl, key, fence_key, holder, line);
+        let params = acquire_params(
+            storage_key.as_str(),
+            lock_id.as_str(),
+            ttl,
+            key.as_str(),
+            fence_key,
+            holder,
+            line,
+        );
         let rows = self
             .query(&self.statements.acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
@@ -571,7 +581,15 @@ impl Driver for PostgresBackend {
         let storage_key = storage_key_of(key)?;
         let lock_id = LockId::generate().into_string();
         let permits = i64::from(permits.get());
-        let params = acquire_params(&storage_key, &lock_id, ttl, key, permits, holder, line);
+        let params = acquire_params(
+            storage_key.as_str(),
+            lock_id.as_str(),
+            ttl,
+            key.as_str(),
+            permits,
+            holder,
+            line,
+        );
         let rows = self
             .call_function(Feature::Semaphores, &self.statements.permit_acquire, params)
             .map_err(|error| in_doubt_if_unanswered(error, &lock_id, key))?;
@@ -589,7 +607,15 @@ impl Driver for PostgresBackend {
         let fence_key = fence_key_of(&storage_key)?;
         let lock_id = LockId::generate().into_string();
         let fence_key = fence_key.as_str();
-        let params = acquire_params(&storage_key, &lock_id, ttl, key, fence_key, holder, line);
+        let params = acquire_params(
+            storage_key.as_str(),
+            lock_id.as_str(),
+            ttl,
+            key.as_str(),
+            fence_key,
+            holder,
+            line,
+        );
         let rows = self
             .call_function(
                 Feature::SharedHolds,

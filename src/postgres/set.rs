@@ -5,14 +5,12 @@
 //! taken one at a time ([`acquire_one_by_one`]), each by its statement sent inline.
 
 use super::driver::{
-    PostgresBackend, answer_row, bad_counter_error, column, fence_key_of, function_is_missing,
-    granted, not_a_record, storage_key_of,
+    PostgresBackend, acquire_params, answer_row, bad_counter_error, column, fence_key_of,
+    function_is_missing, granted, not_a_record, storage_key_of,
 };
 use super::errors::ServerError;
-use super::line_sql::line_params;
 use crate::driver::{
-    Acquisition, Acquisitions, FENCE_MAX, Holder, KeySet, Line, LockId, TIME_TOLERANCE_MS, Ttl,
-    acquire_one_by_one,
+    Acquisition, Acquisitions, Holder, KeySet, Line, LockId, Ttl, acquire_one_by_one,
 };
 use crate::error::{LockError, Result};
 
@@ -39,20 +37,15 @@ impl PostgresBackend {
             .iter()
             .map(|_| LockId::generate().into_string())
             .collect();
-        let (mode, place, ticket) = line_params(line);
-        let params = vec![
-            storage_keys.into(),
-            lock_ids.clone().into(),
-            ttl.as_millis().into(),
-            user_keys.clone().into(),
-            fence_keys.into(),
-            (FENCE_MAX as i64).into(),
-            TIME_TOLERANCE_MS.into(),
-            holder.map(Holder::as_str).into(),
-            mode.into(),
-            place.into(),
-            ticket.into(),
-        ];
+        let params = acquire_params(
+            storage_keys,
+            lock_ids.clone(),
+            ttl,
+            user_keys.clone(),
+            fence_keys,
+            holder,
+            line,
+        );
         let op = &self.statements.acquire_all;
         let rows = match self.connections.query(&op.call, &params) {
             Ok(rows) => rows,
