@@ -255,6 +255,19 @@ impl Drop for Running {
     }
 }
 
+/// A started command whose output the test does not keep (see [`Running`] for one whose output
+/// it reads), killed if the test ends before it did.
+pub(crate) struct Started(pub(crate) Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// What a finished run of the binary printed, and how it exited.
 pub(crate) struct Finished {
     what: String,

@@ -9,7 +9,7 @@
 //! the test, as does any run that does not exit 0 within its generous `--wait`. Nothing is
 //! timed; the runs per variant are printed.
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,8 @@ use serde_json::{Value as Json, json};
 use syncguard::driver::hash_key;
 
 use crate::cli::{
-    HELD_TTL, Scratch, WAIT_FOR_GO_FILE, delete_redis_lock, expect_lost, expect_unlocked, read,
-    redis_url, scratch_and_key, start_run, str_field, syncguard, wait_for,
+    HELD_TTL, Scratch, Started, WAIT_FOR_GO_FILE, delete_redis_lock, expect_lost, expect_unlocked,
+    read, redis_url, scratch_and_key, start_run, str_field, syncguard, wait_for,
 };
 use crate::cli_store::Store;
 use crate::support;
@@ -164,18 +164,6 @@ fn six_processes_over_two_keys_never_share_a_key(store: &Store) {
         failures.len(),
         failures.join("\n")
     );
-}
-
-/// A started `run`, killed if the test ends before it did.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 fn run_lists_every_key_and_fence_one_per_line(store: &Store) {

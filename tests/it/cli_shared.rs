@@ -7,10 +7,10 @@
 //! starts are in the log, so readers are known to overlap if the lock lets them. The starts are
 //! the scenario's schedule; nothing is timed: the order of the log is what is checked.
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::cli::{Scratch, read};
+use crate::cli::{Scratch, Started, read};
 use crate::cli_store::Store;
 use crate::support;
 
@@ -22,18 +22,6 @@ sleep 0.5; echo "R end" >> "$1""#;
 
 /// The writer's job.
 const WRITER_JOB: &str = r#"echo "W start" >> "$1"; sleep 0.3; echo "W end" >> "$1""#;
-
-/// A started `run`, killed if the test ends before it did.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 fn start(store: &Store, key: &str, mode: &[&str], job: &str, log: &str) -> Started {
     let mut args = vec!["run", "--key", key, "--wait", "2m"];
