@@ -202,14 +202,15 @@ impl Places {
     /// Whether an acquisition asking `line` may take one of `free` slots, given the places
     /// stored (prune first): changes nothing.
     pub fn admits(&self, line: Line<'_>, free: usize, shared: bool) -> bool {
-        let ahead = match line {
-            Line::Ignore => return free > 0,
-            Line::Keep => &self.places[..],
-            Line::Wait(place) => {
-                let mine = self.position(place);
-                &self.places[..mine.unwrap_or(self.places.len())]
-            }
-            Line::WaitAt(place, ticket) => {
+        // A waiter that stands in line already is judged where it stands, whatever ticket it
+        // asks with (a retry whose first answer was lost carries none): its own place is never
+        // ahead of it.
+        let ahead = match (line, line.place().and_then(|place| self.position(place))) {
+            (Line::Ignore, _) => return free > 0,
+            (Line::Keep, _) => &self.places[..],
+            (_, Some(mine)) => &self.places[..mine],
+            (Line::Wait(_), None) => &self.places[..],
+            (Line::WaitAt(place, ticket), None) => {
                 let behind = self.places.partition_point(|p| {
                     (p.ticket, p.place_id.as_str()) < (ticket, place.as_str())
                 });
@@ -227,6 +228,11 @@ impl Places {
     /// Whether the waiter `place` stands in this line.
     pub fn has(&self, place: &LockId) -> bool {
         self.position(place).is_some()
+    }
+
+    /// The ticket of the waiter `place`, when it stands in this line.
+    pub fn ticket_of(&self, place: &LockId) -> Option<u64> {
+        self.position(place).map(|mine| self.places[mine].ticket)
     }
 
     /// Takes the waiter's place with `ticket`, in ticket (then place id) order, or, when it
@@ -316,11 +322,13 @@ pub struct SetAdmission {
 /// lines and no two can each be ahead of the other (which, with a ticket per line, would have
 /// them wait for each other forever). The rule, for a waiter with place id *P*:
 ///
-/// 1. Its ticket *T* is the one it carries ([`Line::WaitAt`]), or, at its first refusal
-///    ([`Line::Wait`]), one above the highest last ticket of the set's lines.
+/// 1. Its ticket *T* is the ticket of its places where it stands already (so a request
+///    repeated, or retried after its answer was lost, keeps its one ticket), else the one it
+///    carries ([`Line::WaitAt`]), else, at its first refusal ([`Line::Wait`]), one above the
+///    highest last ticket of the set's lines.
 /// 2. On each key, the places ahead of it are the live places ordered before (*T*, *P*) by
-///    ticket, then place id (every live place for a single attempt, [`Line::Keep`]). A key
-///    admits it when it has more free slots than places ahead.
+///    ticket, then place id — never its own place (every live place for a single attempt,
+///    [`Line::Keep`]). A key admits it when it has more free slots than places ahead.
 /// 3. When every key admits it, every lock is taken and its place leaves every line.
 /// 4. Otherwise nothing is taken, and its place with ticket *T* is taken (or kept and renewed,
 ///    as for one key) on every key that did not admit it and on every key where it already
@@ -348,8 +356,15 @@ pub fn admit_all(
     holder: Option<&Holder>,
 ) -> SetAdmission {
     let mut changed: Vec<bool> = lines.iter_mut().map(|l| l.prune(now_ms)).collect();
-    let line = match (line.place(), line.ticket()) {
-        (Some(_), None) => {
+    // One ticket for the whole wait: the one its places carry where it stands already (a
+    // request repeated, or retried after its answer was lost, finds them), else the one it
+    // carries, else a fresh one.
+    let standing = line
+        .place()
+        .and_then(|place| lines.iter().filter_map(|l| l.ticket_of(place)).min());
+    let line = match (line.place(), standing, line.ticket()) {
+        (Some(_), Some(ticket), _) => line.at(ticket),
+        (Some(_), None, None) => {
             let fresh = lines.iter().map(|l| l.next_ticket()).max().unwrap_or(1);
             line.at(fresh)
         }
@@ -553,6 +568,43 @@ mod tests {
         assert!(line.leave(&a));
         assert!(!line.leave(&a));
         assert!(line.admit(Line::Wait(&b), 1, false, 0, None).granted);
+    }
+
+    #[test]
+    fn a_set_retried_after_its_answer_was_lost_keeps_its_one_ticket_and_is_granted() {
+        let (mut a, mut b) = (Places::default(), Places::default());
+        let (set, single) = (id(), id());
+        // The set's first refusal is applied (it stands on both keys with ticket 1) and its
+        // answer lost: the retry carries no ticket.
+        let first = admit_all(&mut [&mut a, &mut b], &[0, 0], Line::Wait(&set), 0, None);
+        assert_eq!(first.ticket, Some(1));
+        // A single waiter behind it on a.
+        assert!(!a.admit(Line::Wait(&single), 0, false, 1, None).granted);
+        let retry = admit_all(&mut [&mut a, &mut b], &[0, 0], Line::Wait(&set), 2, None);
+        assert_eq!(retry.ticket, Some(1), "the one ticket, not a new one");
+        assert_eq!(a.places.len(), 2, "no second place");
+        assert_eq!(b.places.len(), 1);
+        assert!(
+            !a.admit(Line::Wait(&single), 1, false, 3, None).granted,
+            "the set is ahead"
+        );
+        let granted = admit_all(&mut [&mut a, &mut b], &[1, 1], Line::Wait(&set), 4, None);
+        assert!(granted.granted, "its own places are not ahead of it");
+        assert!(b.is_empty());
+        assert!(a.admit(Line::Wait(&single), 1, false, 5, None).granted);
+    }
+
+    #[test]
+    fn a_waiter_is_judged_where_it_stands_whatever_ticket_it_carries() {
+        let mut line = Places::default();
+        let (a, b) = (id(), id());
+        let _ = line.admit(Line::Wait(&a), 0, false, 0, None);
+        let _ = line.admit(Line::Wait(&b), 0, false, 0, None);
+        assert!(
+            !line.admit(Line::WaitAt(&b, 0), 1, false, 1, None).granted,
+            "a is ahead of b's place"
+        );
+        assert!(line.admit(Line::WaitAt(&a, 9), 1, false, 1, None).granted);
     }
 
     #[test]
