@@ -13,14 +13,17 @@
 //! process that closes its descriptors does under `flock(1)`.
 //!
 //! If `run` itself is killed (SIGKILL passes nothing on), the kernel kills the group's leader
-//! with it on Linux (a parent-death signal), and a [`Watcher`] — a forked child of `run` that
-//! only waits for `run` to go — kills the rest of the group.
+//! with it on Linux (a parent-death signal), and a [`Watcher`] — a forked child of `run` —
+//! kills the rest of the group; the watcher also ends the group at the lease's local deadline
+//! when `run` is not scheduled to do it (see [`crate::watcher`]).
 
 use std::io;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::{Command, ExitStatus};
 use std::thread;
+use std::time::Duration;
+
+use crate::watcher::Watcher;
 
 /// The command's process group: its leader is the command itself.
 pub struct Group {
@@ -122,15 +125,18 @@ impl Group {
     }
 
     /// Starts a [`Watcher`] that kills the whole group if `run` dies before
-    /// [`Watcher::dismiss`]. `None` (with a warning) if it cannot start: the leader's
-    /// parent-death signal is still armed.
-    pub fn watch(&self) -> Option<Watcher> {
-        match Watcher::start(self.pgid) {
+    /// [`Watcher::dismiss`], and ends it at the lease's local deadline it is told of
+    /// ([`Watcher::hold_until`]) with half of `grace` for the SIGTERM. `None` (with a warning)
+    /// if it cannot start: the leader's parent-death signal is still armed, and `run`'s own
+    /// timers still end the group at the deadline while `run` is scheduled.
+    pub fn watch(&self, grace: Duration) -> Option<Watcher> {
+        match Watcher::start(self.pgid, grace) {
             Ok(watcher) => Some(watcher),
             Err(error) => {
                 eprintln!(
                     "syncguard: could not start the watcher that ends the command's process \
-                     group if run dies ({error}); only the command itself would be killed then"
+                     group if run dies or stalls ({error}); only the command itself would be \
+                     killed if run died"
                 );
                 None
             }
@@ -143,86 +149,6 @@ impl Group {
         let result = unsafe { libc::kill(-self.pgid, 0) };
         // EPERM: a member exists that we may not signal (it changed its user): still there.
         result != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-    }
-}
-
-/// A forked child of `run` that SIGKILLs the command's whole group if `run` dies while the
-/// group runs — SIGKILL to `run` passes nothing on, and the parent-death signal reaches only
-/// the group's leader. It holds the read end of a pipe whose write end only `run` holds: `run`
-/// dying closes it (end of file: kill the group); [`Watcher::dismiss`] writes a byte first
-/// (leave it be). It ignores the signals `run` forwards, so a Ctrl-C to the terminal's group
-/// does not end it, and it stays in `run`'s own process group.
-pub struct Watcher {
-    dismiss: OwnedFd,
-}
-
-impl Watcher {
-    #[cfg(not(target_os = "linux"))]
-    fn start(_pgid: libc::pid_t) -> io::Result<Watcher> {
-        Err(io::ErrorKind::Unsupported.into())
-    }
-
-    #[cfg(target_os = "linux")]
-    fn start(pgid: libc::pid_t) -> io::Result<Watcher> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 writes two descriptors into the array it is given, which lives across
-        // the call. O_CLOEXEC: no program `run` starts inherits them.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors were just created and are owned by nothing else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: in the child, only async-signal-safe calls follow (`watch`), ending in
-        // `_exit`: nothing of the parent's other threads (locks, allocator) is touched.
-        match unsafe { libc::fork() } {
-            -1 => Err(io::Error::last_os_error()),
-            0 => watch(read.as_raw_fd(), write.as_raw_fd(), pgid),
-            _ => {
-                drop(read);
-                Ok(Watcher { dismiss: write })
-            }
-        }
-    }
-
-    /// The group is gone (or no longer ours to end): tells the watcher to exit without a
-    /// signal.
-    pub fn dismiss(self) {
-        let byte = 1u8;
-        // SAFETY: write reads one byte from a local that lives across the call.
-        let _ = unsafe {
-            libc::write(
-                self.dismiss.as_raw_fd(),
-                (&raw const byte).cast::<libc::c_void>(),
-                1,
-            )
-        };
-    }
-}
-
-/// The watcher's life, in the forked child: async-signal-safe calls only, no allocation.
-#[cfg(target_os = "linux")]
-fn watch(read: libc::c_int, write: libc::c_int, pgid: libc::pid_t) -> ! {
-    // SAFETY: plain system calls on integers and on a local byte that lives across them;
-    // `_exit` never returns.
-    unsafe {
-        libc::close(write);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-            libc::signal(signal, libc::SIG_IGN);
-        }
-        let mut byte = 0u8;
-        let got = loop {
-            let got = libc::read(read, (&raw mut byte).cast::<libc::c_void>(), 1);
-            // Reads errno; allocates nothing.
-            if got < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            break got;
-        };
-        if got == 0 {
-            // End of file: `run` died without dismissing us.
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-        libc::_exit(0)
     }
 }
 

@@ -23,6 +23,7 @@ mod lock_ids;
 mod metrics_file;
 mod run;
 mod verbose;
+mod watcher;
 
 use std::ffi::OsString;
 use std::io::Write as _;

@@ -28,6 +28,7 @@ use crate::held::Held;
 use crate::hold::Hold;
 use crate::keys::Keys;
 use crate::metrics_file::Figures;
+use crate::watcher::Watcher;
 use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
@@ -267,11 +268,13 @@ fn run_recording(
 
     let started = Instant::now();
     figures.started = true;
-    // If run dies from here on (SIGKILL), the watcher ends the whole group.
-    let watcher = group.watch();
+    // If run dies from here on (SIGKILL), or stalls past the lease's deadline, the watcher
+    // ends the whole group.
+    let watcher = group.watch(args.grace);
     let (code, lost) = Supervisor {
         group: &group,
         guard: &guard,
+        watcher: watcher.as_ref(),
         on_lost: args.flags.on_lost,
         grace: args.grace,
         ttl: args.ttl,
@@ -300,11 +303,21 @@ fn renewal_interval(ttl: Duration, grace: Duration, on_lost: OnLost) -> Duration
     (window / 3).max(Duration::from_millis(1))
 }
 
+/// How often the supervisor passes the lease's deadline on to the watcher: a quarter of the
+/// grace (within bounds), so that a renewal confirmed before `run`'s own SIGTERM (`--grace`
+/// before the deadline) reaches the watcher before its SIGTERM (half the grace before it).
+fn forward_interval(grace: Duration) -> Duration {
+    (grace / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
 /// Watches the running group.
 struct Supervisor<'a> {
     group: &'a Group,
     /// The lease (or leases): its local deadline moves on with each renewal.
     guard: &'a Held,
+    /// The process that ends the group if `run` dies or is not scheduled: told each deadline
+    /// (with `--on-lost kill`) and when `run` itself begins to end the group.
+    watcher: Option<&'a Watcher>,
     on_lost: OnLost,
     grace: Duration,
     ttl: Duration,
@@ -328,9 +341,19 @@ impl Supervisor<'_> {
         let mut killed_at_deadline = false;
         let mut lost = false;
         let mut status: Option<io::Result<ExitStatus>> = None;
+        // The watcher enforces the deadline too, for a `run` that is not scheduled to.
+        let forwarding = self.watcher.filter(|_| kill_on_loss);
+        let mut forwarded: Option<Instant> = None;
         loop {
             if status.is_some() && self.group.is_gone() {
                 break;
+            }
+            if let Some(watcher) = forwarding {
+                let deadline = self.guard.deadline();
+                if forwarded != Some(deadline) {
+                    watcher.hold_until(deadline);
+                    forwarded = Some(deadline);
+                }
             }
             let now = Instant::now();
             // With --on-lost kill, the lease's local deadline bounds everything: SIGTERM
@@ -389,6 +412,7 @@ impl Supervisor<'_> {
                 term_at,
                 deadline_kill,
                 status.as_ref().map(|_| now + GROUP_POLL),
+                forwarding.map(|_| now + forward_interval(self.grace)),
             ]
             .into_iter()
             .flatten()
@@ -448,12 +472,20 @@ impl Supervisor<'_> {
         signal: libc::c_int,
     ) {
         if self.group.is_gone() {
+            // Nothing is left to signal. A lease that ran out while `run` was not scheduled
+            // (the watcher ended the group meanwhile) is still how the run ended.
+            if reason == Stop::Lost && stop.is_none() {
+                *stop = Some(Stop::Lost);
+            }
             return;
         }
         self.group.signal(signal);
         if stop.is_none() {
             *stop = Some(reason);
             *kill_at = Instant::now().checked_add(self.grace);
+            if let Some(watcher) = self.watcher {
+                watcher.ending();
+            }
         }
     }
 }
