@@ -5,12 +5,17 @@
 //! Waits poll a condition under a deadline; nothing asserts timings.
 
 use std::fs::File;
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::cli::{Started, read, redis_url, scratch_and_key, sg, syncguard, wait_for};
+use crate::cli::{Started, pg_url, read, redis_url, scratch_and_key, sg, syncguard, wait_for};
+use crate::cli_metrics::{expect_figures, metrics};
+use crate::support::{PG_PASSWORD, PgServer, RedisServer, free_port};
 
 /// How long a process may take to exit before the test calls it a hang.
 const EXIT_DEADLINE: Duration = Duration::from_secs(30);
@@ -109,4 +114,157 @@ fn a_stopped_run_s_command_is_gone_before_the_next_holder_enters() {
         "the resumed run reports the lost lease; stderr:\n{}",
         read(&old_stderr)
     );
+}
+
+/// Starts `run -v --wait 20s` on `url` (whose store is down) and waits until it says it will
+/// try connecting again (or has exited: before the fix it gave up at once); `restart` then
+/// brings the store back, and the run must take the lock and run its command.
+fn waits_through_a_store_that_is_down(url: &str, restart: impl FnOnce()) {
+    let (scratch, key) = scratch_and_key("store-down");
+    let ran = scratch.path("ran");
+    let ran_arg = scratch.arg("ran");
+    let stderr = scratch.path("stderr");
+    let mut run = start(
+        &[
+            "-v",
+            "--url",
+            url,
+            "run",
+            "--key",
+            &key,
+            "--wait",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            r#"echo ran > "$0""#,
+            &ran_arg,
+        ],
+        &stderr,
+    );
+    wait_for("run to try connecting again, or to exit", || {
+        read(&stderr).contains("trying again within --wait")
+            || run.0.try_wait().expect("try_wait").is_some()
+    });
+    restart();
+    let status = exited(&mut run.0, &stderr);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "run waited for the store; stderr:\n{}",
+        read(&stderr)
+    );
+    assert_eq!(read(&ran), "ran\n", "the command ran");
+}
+
+/// Item 6, Redis: a server that refuses connections when `run --wait` starts, and comes back
+/// within the wait.
+#[test]
+fn run_waits_for_a_redis_that_refuses_connections() {
+    let mut server = RedisServer::start();
+    server.stop();
+    let url = server.url();
+    waits_through_a_store_that_is_down(&url, || server.restart());
+}
+
+/// Item 6, PostgreSQL: as for Redis, on a cluster of its own (with its tables set up first).
+#[test]
+fn run_waits_for_a_postgres_that_refuses_connections() {
+    let mut server = PgServer::start();
+    let url = server.url();
+    sg(&url, &["setup"]).expect_code(0);
+    server.stop();
+    waits_through_a_store_that_is_down(&url, || server.restart());
+}
+
+/// Item 6: what waiting cannot mend still fails at once, `--wait` or not: refused credentials
+/// (exit 3, `AuthFailed`). The wait outlasts the deadline `sg` gives a command to exit.
+#[test]
+fn run_does_not_wait_through_refused_credentials() {
+    let url = pg_url().replacen(PG_PASSWORD, "wrong-password", 1);
+    let out = sg(&url, &["run", "--key", "k", "--wait", "10m", "--", "true"]);
+    out.expect_error(3, "AuthFailed");
+}
+
+/// Item 7: SIGTERM while `run` is still connecting (to a server that accepts connections and
+/// never answers) exits 143 and writes the metrics file.
+#[test]
+fn sigterm_while_connecting_writes_the_metrics_file() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a listener");
+    let port = listener.local_addr().expect("its address").port();
+    let accepted = Arc::new(AtomicBool::new(false));
+    thread::spawn({
+        let accepted = Arc::clone(&accepted);
+        move || {
+            // Connections are kept open, unanswered, until the test process ends.
+            let mut kept = Vec::new();
+            for connection in listener.incoming().flatten() {
+                accepted.store(true, Ordering::SeqCst);
+                kept.push(connection);
+            }
+        }
+    });
+    let (scratch, key) = scratch_and_key("sigterm-connecting");
+    // A folder of its own: run's stderr is beside it.
+    std::fs::create_dir(scratch.path("prom")).expect("create the folder");
+    let file = scratch.path("prom/job.prom");
+    let stderr = scratch.path("stderr");
+    let url = format!("redis://127.0.0.1:{port}/");
+    let mut run = start(
+        &[
+            "--url",
+            &url,
+            "run",
+            "--key",
+            &key,
+            "--metrics-file",
+            &scratch.arg("prom/job.prom"),
+            "--",
+            "true",
+        ],
+        &stderr,
+    );
+    wait_for("run to connect", || accepted.load(Ordering::SeqCst));
+    send("-TERM", run.0.id());
+    let status = exited(&mut run.0, &stderr);
+    assert_eq!(status.code(), Some(143), "stderr:\n{}", read(&stderr));
+    expect_figures(&metrics(&file, &key), 143, false, false);
+}
+
+/// Item 8: runs refused before they reach a store (exit 2: a bad key, a bad `--grace`, a bad
+/// `--min-hold`, a bad `--holder`, a `memory:` URL, no URL) and one whose store cannot be reached (exit 3) each
+/// write the metrics file with their exit code.
+#[test]
+fn runs_that_end_with_an_error_write_the_metrics_file() {
+    let (scratch, key) = scratch_and_key("metrics-errors");
+    let file = scratch.path("job.prom");
+    let file_arg = scratch.arg("job.prom");
+    let refused = format!("redis://127.0.0.1:{}/", free_port());
+    let cases: [(&str, &[&str], &str, u8); 7] = [
+        (&refused, &[], &key, 3),
+        (&refused, &[], "", 2),
+        (&refused, &["--ttl", "2s", "--grace", "5s"], &key, 2),
+        (&refused, &["--min-hold", "0s"], &key, 2),
+        (&refused, &["--holder", ""], &key, 2),
+        ("memory:", &[], &key, 2),
+        ("", &[], &key, 2),
+    ];
+    for (url, extra, run_key, code) in cases {
+        let _ = std::fs::remove_file(&file);
+        let mut args = vec!["run", "--key", run_key, "--metrics-file", &file_arg];
+        args.extend_from_slice(extra);
+        args.extend(["--", "true"]);
+        let out = if url.is_empty() {
+            let mut command = syncguard(&args);
+            let output = command.output().expect("run syncguard");
+            assert_eq!(output.status.code(), Some(2), "{output:?}");
+            None
+        } else {
+            Some(sg(url, &args))
+        };
+        if let Some(out) = out {
+            out.expect_code(i32::from(code));
+        }
+        expect_figures(&metrics(&file, run_key), code, false, false);
+    }
 }

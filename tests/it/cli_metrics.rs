@@ -66,7 +66,7 @@ fn parse(text: &str, key: &str) -> BTreeMap<String, f64> {
 
 /// The file at `path`, parsed for `key`; and nothing else in its folder (the temporary it was
 /// written through is gone).
-fn metrics(path: &Path, key: &str) -> BTreeMap<String, f64> {
+pub(crate) fn metrics(path: &Path, key: &str) -> BTreeMap<String, f64> {
     let text = read(path);
     assert!(!text.is_empty(), "{} was not written", path.display());
     expect_alone(path);
@@ -99,7 +99,12 @@ fn gauge(values: &BTreeMap<String, f64>, name: &str) -> f64 {
 }
 
 /// Checks the figures every run has: exit code, acquired, lost.
-fn expect_figures(values: &BTreeMap<String, f64>, exit_code: u8, acquired: bool, lost: bool) {
+pub(crate) fn expect_figures(
+    values: &BTreeMap<String, f64>,
+    exit_code: u8,
+    acquired: bool,
+    lost: bool,
+) {
     assert_eq!(
         gauge(values, "syncguard_run_exit_code"),
         f64::from(exit_code),

@@ -12,6 +12,7 @@
 //! [`group`] the process group it runs the command in; [`metrics_file`] writes
 //! `run --metrics-file`; [`verbose`] is `-v`.
 
+mod connecting;
 mod duration;
 mod group;
 mod held;
@@ -28,14 +29,14 @@ mod watcher;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use syncguard::driver::{Holder, MAX_PERMITS};
 use syncguard::{
-    Backoff, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend, LockError,
-    LockList, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
+    Backoff, CancelToken, Coverage, DEFAULT_LIST_LIMIT, ErrorCode, Heartbeat, Jitter, LockBackend,
+    LockError, LockList, LockOptions, Locker, MAX_LIST_LIMIT, get_by_id, get_by_id_raw, get_by_key,
     get_by_key_raw,
 };
 
@@ -588,21 +589,15 @@ pub fn error_exit_code(error: &LockError) -> u8 {
 
 fn execute(cli: Cli) -> syncguard::Result<Outcome> {
     verbose::install(cli.verbose);
-    let url = cli
-        .url
-        .filter(|url| !url.trim().is_empty())
-        .ok_or_else(|| {
-            LockError::invalid_argument("no backend URL: pass --url or set SYNCGUARD_URL")
-        })?;
-    if scheme(&url) == "memory" {
-        return Err(LockError::invalid_argument(
-            "memory: keeps its locks inside one process, so a lock taken by one syncguard \
-             command means nothing to the next; use redis://, postgres:// or firestore://",
-        ));
+    let url = cli.url.filter(|url| !url.trim().is_empty());
+    // `run` checks its own arguments first, and the URL when it connects, so that its
+    // --metrics-file is written whatever it refuses.
+    if !matches!(cli.command, Command::Run { .. }) {
+        backend_url(url.as_deref())?;
     }
     // Every command checks its input before it calls this: bad usage exits 2 at once, without
     // waiting for a server that may never answer (see `input`).
-    let backend = || syncguard::connect(&url).map(verbose::observed);
+    let backend = || connect(url.as_deref());
     match cli.command {
         Command::Acquire { lock } => {
             let holder = match lock.holder.as_deref() {
@@ -616,7 +611,11 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             input::ttl(lock.ttl)?;
             let options = acquire_options(&lock, holder);
             options.validate()?;
-            acquire(backend()?, &lock, &keys, options)
+            // --wait covers connecting too: a store that is restarting is waited for.
+            let asked = Instant::now();
+            let backend = connecting::within(backend, lock.wait, &CancelToken::new())?;
+            let wait = lock.wait.saturating_sub(asked.elapsed());
+            acquire(backend, &lock, &keys, options, wait)
         }
         Command::Release { ids, permit } => {
             let ids = ids.checked()?;
@@ -680,42 +679,30 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             list(backend()?.as_ref(), &prefix, limit, raw, listed)
         }
         Command::Run { lock, grace, flags } => {
-            let keys = Keys::of(
-                &lock.keys,
-                Hold::of(lock.shared, lock.permits) == Hold::Exclusive,
-            )?;
-            let grace = grace_for(grace, lock.ttl, flags.on_lost)?;
-            if let Some(hold) = flags.min_hold {
-                LockOptions::default()
-                    .min_hold(hold)
-                    .validate()
-                    .map_err(|error| input::named("--min-hold", &error))?;
-            }
-            let holder = match lock.holder.as_deref() {
-                Some(given) => Some(holder::given(given)?),
-                None => flags
-                    .command
-                    .first()
-                    .and_then(|program| holder::of_run(program)),
-            };
-            // The lease's options (ttl, renewals, holder) are checked by `run` before it calls
-            // `backend`.
-            run::run(
-                backend,
-                run::RunArgs {
-                    hold: Hold::of(lock.shared, lock.permits),
-                    keys,
-                    ttl: lock.ttl,
-                    wait: lock.wait,
-                    grace,
-                    holder,
-                    quiet: lock.quiet,
-                    flags,
-                },
-            )
+            let url = url.clone();
+            run::run(move || connect(url.as_deref()), lock, grace, flags)
         }
-        Command::Setup => setup(&url),
+        Command::Setup => setup(backend_url(url.as_deref())?),
     }
+}
+
+/// The URL given (`--url`, `SYNCGUARD_URL`), if it names a backend a command can use.
+fn backend_url(url: Option<&str>) -> syncguard::Result<&str> {
+    let url = url.ok_or_else(|| {
+        LockError::invalid_argument("no backend URL: pass --url or set SYNCGUARD_URL")
+    })?;
+    if scheme(url) == "memory" {
+        return Err(LockError::invalid_argument(
+            "memory: keeps its locks inside one process, so a lock taken by one syncguard \
+             command means nothing to the next; use redis://, postgres:// or firestore://",
+        ));
+    }
+    Ok(url)
+}
+
+/// The backend the URL names (see [`backend_url`]), observed with `-v`.
+fn connect(url: Option<&str>) -> syncguard::Result<Box<dyn LockBackend>> {
+    syncguard::connect(backend_url(url)?).map(verbose::observed)
 }
 
 /// `release`/`extend` of several lock ids, every one tried: `all_held` (exit 0) when each lease
@@ -745,10 +732,11 @@ fn acquire(
     lock: &LockArgs,
     keys: &Keys,
     options: LockOptions,
+    wait: Duration,
 ) -> syncguard::Result<Outcome> {
     let locker = Locker::with_defaults(backend, options);
     let hold = Hold::of(lock.shared, lock.permits);
-    let Some(held) = hold.take(&locker, keys, lock.wait)? else {
+    let Some(held) = hold.take(&locker, keys, wait)? else {
         if lock.quiet {
             return Ok(Outcome::Exit(1));
         }
@@ -825,13 +813,17 @@ fn grace_for(
     }
 }
 
+/// The pace of a wait: between acquisition attempts (jittered), and between attempts to
+/// connect to a store that is down.
+pub const RETRY_DELAY: Duration = Duration::from_millis(250);
+
 /// Long `--wait`s poll at a steady pace: exponential backoff would leave minutes between
 /// attempts, taking the lock long after it was freed.
 pub fn waiting(options: LockOptions) -> LockOptions {
     options
         .backoff(Backoff::Fixed)
         .jitter(Jitter::Equal)
-        .retry_delay(Duration::from_millis(250))
+        .retry_delay(RETRY_DELAY)
 }
 
 fn status(

@@ -29,7 +29,7 @@ use crate::hold::Hold;
 use crate::keys::Keys;
 use crate::metrics_file::Figures;
 use crate::watcher::Watcher;
-use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, OnLost, Outcome, RunFlags, waiting};
+use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, LockArgs, OnLost, Outcome, RunFlags, waiting};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -62,6 +62,8 @@ pub struct RunArgs {
 
 /// What the supervisor waits for.
 enum Event {
+    /// The backend, or why it could not be reached within `--wait`.
+    Connected(syncguard::Result<Box<dyn LockBackend>>),
     Signal(libc::c_int),
     Lost(String),
     Exited(io::Result<ExitStatus>),
@@ -78,16 +80,21 @@ enum Stop {
     MaxRuntime,
 }
 
-/// Runs the command under the lock; `connect` is called only once the lease's options have
-/// passed their checks, so that bad usage exits 2 without reaching the backend. With
-/// `--metrics-file`, the run's figures are written however it ends (an error included).
+/// `run`, from its command line to its exit code; `connect` opens the backend (the URL's own
+/// checks included) and is called only once the arguments have passed theirs, so that bad
+/// usage exits 2 without reaching the backend. With `--metrics-file`, the run's figures are
+/// written however it ends: an argument or the URL refused, a backend error, a signal while
+/// connecting included.
 pub fn run(
-    connect: impl FnOnce() -> syncguard::Result<Box<dyn LockBackend>>,
-    args: RunArgs,
+    connect: impl Fn() -> syncguard::Result<Box<dyn LockBackend>> + Send + 'static,
+    lock: LockArgs,
+    grace: Option<Duration>,
+    flags: RunFlags,
 ) -> syncguard::Result<Outcome> {
-    let metrics_file = args.flags.metrics_file.clone();
-    let mut figures = Figures::new(&args.keys.as_slice().join(","));
-    let outcome = run_recording(connect, args, &mut figures);
+    let metrics_file = flags.metrics_file.clone();
+    let mut figures = Figures::new(&lock.keys.join(","));
+    let outcome = RunArgs::checked(lock, grace, flags)
+        .and_then(|args| run_recording(connect, args, &mut figures));
     if let Some(path) = metrics_file {
         figures.exit_code = match &outcome {
             Ok(Outcome::Exit(code) | Outcome::Printed(_, code)) => *code,
@@ -99,12 +106,49 @@ pub fn run(
     outcome
 }
 
+impl RunArgs {
+    /// `run`'s arguments, checked before any I/O.
+    fn checked(
+        lock: LockArgs,
+        grace: Option<Duration>,
+        flags: RunFlags,
+    ) -> syncguard::Result<RunArgs> {
+        let hold = Hold::of(lock.shared, lock.permits);
+        let keys = Keys::of(&lock.keys, hold == Hold::Exclusive)?;
+        let grace = crate::grace_for(grace, lock.ttl, flags.on_lost)?;
+        if let Some(min_hold) = flags.min_hold {
+            LockOptions::default()
+                .min_hold(min_hold)
+                .validate()
+                .map_err(|error| crate::input::named("--min-hold", &error))?;
+        }
+        let holder = match lock.holder.as_deref() {
+            Some(given) => Some(crate::holder::given(given)?),
+            None => flags
+                .command
+                .first()
+                .and_then(|program| crate::holder::of_run(program)),
+        };
+        Ok(RunArgs {
+            hold,
+            keys,
+            ttl: lock.ttl,
+            wait: lock.wait,
+            grace,
+            holder,
+            quiet: lock.quiet,
+            flags,
+        })
+    }
+}
+
 /// [`run`], noting in `figures` what happened (all but the exit code, which [`run`] adds).
 fn run_recording(
-    connect: impl FnOnce() -> syncguard::Result<Box<dyn LockBackend>>,
+    connect: impl Fn() -> syncguard::Result<Box<dyn LockBackend>> + Send + 'static,
     args: RunArgs,
     figures: &mut Figures,
 ) -> syncguard::Result<Outcome> {
+    figures.key = args.keys.as_slice().join(",");
     let Some((program, program_args)) = args.flags.command.split_first() else {
         return Err(LockError::invalid_argument("run needs a command after --"));
     };
@@ -134,7 +178,6 @@ fn run_recording(
             error.message()
         ))
     })?;
-    let backend = connect()?;
     let (events, inbox) = mpsc::channel::<Event>();
 
     // Signals are caught from the start: one arriving while we wait for the lock ends the wait
@@ -162,6 +205,48 @@ fn run_recording(
         let _ = forwarder.join();
     };
 
+    // Connecting is part of the wait (a store that is down is waited for, see `connecting`),
+    // on a thread of its own so that a signal ends `run` while a store does not answer.
+    let asked = Instant::now();
+    let connecting = thread::Builder::new()
+        .name("syncguard-connect".to_owned())
+        .spawn({
+            let (events, cancel, wait) = (events.clone(), cancel.clone(), args.wait);
+            move || {
+                let connected = crate::connecting::within(connect, wait, &cancel);
+                let _ = events.send(Event::Connected(connected));
+            }
+        });
+    if let Err(error) = connecting {
+        stop_forwarding();
+        return Err(LockError::internal(format!(
+            "could not start the connecting thread: {error}"
+        )));
+    }
+    let connected = loop {
+        match inbox.recv() {
+            Ok(Event::Connected(connected)) => break connected,
+            Ok(Event::Signal(signal)) => {
+                figures.wait = asked.elapsed();
+                stop_forwarding();
+                return Ok(Outcome::Exit(signal_exit(signal)));
+            }
+            // Nothing else is sent before the lock is held.
+            Ok(Event::Lost(_) | Event::Exited(_)) => {}
+            Err(mpsc::RecvError) => {
+                break Err(LockError::internal("the connecting thread ended unheard"));
+            }
+        }
+    };
+    let backend = match connected {
+        Ok(backend) => backend,
+        Err(error) => {
+            figures.wait = asked.elapsed();
+            stop_forwarding();
+            return Err(error);
+        }
+    };
+
     let lost_events = Mutex::new(events.clone());
     let options = options.cancel(cancel).on_lock_lost(move |error| {
         if let Ok(sender) = lost_events.lock() {
@@ -171,8 +256,8 @@ fn run_recording(
     let locker = Locker::with_defaults(backend, options);
     let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
     // The lock, a permit or several keys' locks: from here on all are Held, supervised alike.
-    let asked = Instant::now();
-    let acquired = args.hold.take(&locker, &args.keys, args.wait);
+    let wait = args.wait.saturating_sub(asked.elapsed());
+    let acquired = args.hold.take(&locker, &args.keys, wait);
     figures.wait = asked.elapsed();
     figures.acquired = matches!(acquired, Ok(Some(_)));
     let early_signal = inbox.try_iter().find_map(|event| match event {
@@ -445,6 +530,7 @@ impl Supervisor<'_> {
                     }
                 }
                 Event::Exited(exited) => status = Some(exited),
+                Event::Connected(_) => {}
             }
         }
         let code = match stop {
