@@ -130,9 +130,9 @@ fn monotonic_ns() -> i64 {
     };
     // SAFETY: clock_gettime writes into the local timespec it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
-    i64::from(now.tv_sec)
+    now.tv_sec
         .saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(now.tv_nsec))
+        .saturating_add(now.tv_nsec)
 }
 
 /// What the watcher does next about the lease's deadline.
