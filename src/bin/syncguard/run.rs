@@ -431,6 +431,19 @@ impl Supervisor<'_> {
         let mut forwarded: Option<Instant> = None;
         loop {
             if status.is_some() && self.group.is_gone() {
+                let deadline = self.guard.deadline();
+                let term_at = deadline.checked_sub(self.grace).unwrap_or(deadline);
+                if kill_on_loss && stop.is_none() && Instant::now() >= term_at {
+                    // Seen only now, e.g. by a `run` that was stopped while its watcher ended
+                    // the group at the deadline: the lease ended first, as far as we know.
+                    eprintln!(
+                        "syncguard: the lease ran out (no renewal confirmed for {}) before the \
+                         end of the command's process group was seen; another holder may have \
+                         taken the lock since",
+                        humantime::format_duration(self.ttl.saturating_sub(self.grace))
+                    );
+                    stop = Some(Stop::Lost);
+                }
                 break;
             }
             if let Some(watcher) = forwarding {
