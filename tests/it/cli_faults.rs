@@ -116,14 +116,17 @@ fn a_stopped_run_s_command_is_gone_before_the_next_holder_enters() {
     );
 }
 
-/// Starts `run -v --wait 20s` on `url` (whose store is down) and waits until it says it will
-/// try connecting again (or has exited: before the fix it gave up at once); `restart` then
-/// brings the store back, and the run must take the lock and run its command.
+/// Starts `run -v --wait 20s` and `acquire -v --wait 20s` on `url` (whose store is down) and
+/// waits until each says it will try connecting again (or has exited: before the fix each gave
+/// up at once); `restart` then brings the store back, and the run must take its lock and run its
+/// command, the acquire take its own.
 fn waits_through_a_store_that_is_down(url: &str, restart: impl FnOnce()) {
     let (scratch, key) = scratch_and_key("store-down");
     let ran = scratch.path("ran");
     let ran_arg = scratch.arg("ran");
-    let stderr = scratch.path("stderr");
+    let run_stderr = scratch.path("run.stderr");
+    let acquire_stderr = scratch.path("acquire.stderr");
+    let acquire_stdout = scratch.path("acquire.stdout");
     let mut run = start(
         &[
             "-v",
@@ -140,27 +143,56 @@ fn waits_through_a_store_that_is_down(url: &str, restart: impl FnOnce()) {
             r#"echo ran > "$0""#,
             &ran_arg,
         ],
-        &stderr,
+        &run_stderr,
     );
-    wait_for("run to try connecting again, or to exit", || {
-        read(&stderr).contains("trying again within --wait")
-            || run.0.try_wait().expect("try_wait").is_some()
-    });
+    let acquired_key = format!("{key}-acquired");
+    let mut acquire = Started(
+        syncguard(&[
+            "-v",
+            "--url",
+            url,
+            "acquire",
+            "--key",
+            &acquired_key,
+            "--wait",
+            "20s",
+        ])
+        .stdout(File::create(&acquire_stdout).expect("create the stdout file"))
+        .stderr(File::create(&acquire_stderr).expect("create the stderr file"))
+        .spawn()
+        .expect("start syncguard"),
+    );
+    for (child, stderr) in [(&mut run, &run_stderr), (&mut acquire, &acquire_stderr)] {
+        wait_for("a retry of the connection, or an exit", || {
+            read(stderr).contains("trying again within --wait")
+                || child.0.try_wait().expect("try_wait").is_some()
+        });
+    }
     restart();
-    let status = exited(&mut run.0, &stderr);
+    let status = exited(&mut run.0, &run_stderr);
     assert_eq!(
         status.code(),
         Some(0),
         "run waited for the store; stderr:\n{}",
-        read(&stderr)
+        read(&run_stderr)
     );
     assert_eq!(read(&ran), "ran\n", "the command ran");
+    let status = exited(&mut acquire.0, &acquire_stderr);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "acquire waited for the store; stderr:\n{}",
+        read(&acquire_stderr)
+    );
+    let printed: serde_json::Value =
+        serde_json::from_str(&read(&acquire_stdout)).expect("acquire printed JSON");
+    assert_eq!(printed["ok"], true, "acquire took the lock: {printed}");
 }
 
 /// Item 6, Redis: a server that refuses connections when `run --wait` starts, and comes back
 /// within the wait.
 #[test]
-fn run_waits_for_a_redis_that_refuses_connections() {
+fn wait_goes_on_while_redis_refuses_connections() {
     let mut server = RedisServer::start();
     server.stop();
     let url = server.url();
@@ -169,7 +201,7 @@ fn run_waits_for_a_redis_that_refuses_connections() {
 
 /// Item 6, PostgreSQL: as for Redis, on a cluster of its own (with its tables set up first).
 #[test]
-fn run_waits_for_a_postgres_that_refuses_connections() {
+fn wait_goes_on_while_postgres_refuses_connections() {
     let mut server = PgServer::start();
     let url = server.url();
     sg(&url, &["setup"]).expect_code(0);
