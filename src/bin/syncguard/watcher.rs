@@ -239,3 +239,26 @@ fn watch(read: libc::c_int, write: libc::c_int, pgid: libc::pid_t, grace_ns: i64
         libc::_exit(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigterm_half_the_grace_before_the_deadline_then_sigkill_at_it() {
+        let grace_ns = 1_000;
+        let mut schedule = Schedule {
+            deadline_ns: Some(10_000),
+            term_pending: true,
+        };
+        assert_eq!(schedule.term_at(grace_ns), Some(9_500));
+        assert_eq!(schedule.next(grace_ns), Some(9_500));
+        // `run` sent its own SIGTERM (or the watcher did): only the SIGKILL is left.
+        schedule.term_pending = false;
+        assert_eq!(schedule.term_at(grace_ns), None);
+        assert_eq!(schedule.next(grace_ns), Some(10_000));
+        // No deadline known (`--on-lost warn`, or after the SIGKILL): nothing is due.
+        schedule.deadline_ns = None;
+        assert_eq!(schedule.next(grace_ns), None);
+    }
+}
