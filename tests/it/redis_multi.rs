@@ -420,6 +420,105 @@ fn a_cluster_set_over_several_slots_is_all_or_none() {
 // A lost answer
 // ---------------------------------------------------------------------------------------------
 
+/// The places `(place id, ticket)` of the line of `key`'s lock, as the driver reads them.
+fn places(backend: &RedisBackend, key: &str) -> Vec<(String, u64)> {
+    backend
+        .find_line(&Key::new(key).unwrap(), LeaseKind::Lock)
+        .unwrap()
+        .into_iter()
+        .map(|place| (place.place_id, place.ticket))
+        .collect()
+}
+
+/// Issue 40, item 1: a set's refused attempt is applied (it stands in line on both keys) and
+/// its answer lost, so it asks again with `Line::Wait` and no ticket, after a single waiter
+/// took its place behind it on one key. The retry finds the set's places and answers their
+/// ticket, with no second place; once the keys are free the set is granted (its own places are
+/// never ahead of it), then the single waiter.
+fn a_set_retried_after_its_answer_was_lost_is_granted(
+    backend: &RedisBackend,
+    other: &RedisBackend,
+    keys: &[String],
+) {
+    let [first_key, second_key] = keys else {
+        panic!("two keys");
+    };
+    let held: Vec<_> = keys
+        .iter()
+        .map(|key| lease(other.acquire(key, TTL)))
+        .collect();
+    let (set, single) = (LockId::generate(), LockId::generate());
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = attempt_all(backend, keys, Line::Wait(&set))
+    else {
+        panic!("a waiting set is refused with a ticket");
+    };
+    assert_eq!(
+        attempt(backend, first_key, Line::Wait(&single)),
+        Acquisition::Locked
+    );
+    // The first answer is lost: the same request again, without the ticket.
+    let retried = attempt_all(backend, keys, Line::Wait(&set));
+    assert_eq!(
+        places(backend, first_key),
+        [
+            (set.as_str().to_owned(), ticket),
+            (single.as_str().to_owned(), ticket + 1)
+        ],
+        "no second place"
+    );
+    assert_eq!(
+        places(backend, second_key),
+        [(set.as_str().to_owned(), ticket)]
+    );
+
+    for lease in held {
+        assert!(other.release(&lease.lock_id).unwrap());
+    }
+    assert_eq!(
+        attempt(backend, first_key, Line::Wait(&single)),
+        Acquisition::Locked,
+        "the set is ahead"
+    );
+    let granted = attempt_all(backend, keys, Line::Wait(&set));
+    assert!(
+        matches!(granted, Acquisitions::Acquired(_)),
+        "the set is granted once its keys are free, got {granted:?}"
+    );
+    assert_eq!(
+        retried,
+        Acquisitions::Locked {
+            ticket: Some(ticket)
+        },
+        "the retry answers the set's one ticket"
+    );
+    release_all(backend, keys, granted);
+    let Acquisition::Acquired { lease, .. } = attempt(backend, first_key, Line::Wait(&single))
+    else {
+        panic!("the single waiter is next");
+    };
+    assert!(backend.release(&lease.lock_id).unwrap());
+    for key in keys {
+        assert_eq!(places(backend, key), [], "{key}: no place left behind");
+    }
+}
+
+#[test]
+fn a_set_retried_after_a_lost_answer_is_granted_on_one_server() {
+    let backend = crate::support::shared_redis_backend();
+    let base = unique("multi-retried");
+    let keys = vec![format!("{base}-a"), format!("{base}-b")];
+    a_set_retried_after_its_answer_was_lost_is_granted(&backend, &backend, &keys);
+}
+
+#[test]
+fn a_set_retried_after_a_lost_answer_is_granted_on_a_cluster_slot() {
+    let (backend, other) = (cluster_backend(), cluster_backend());
+    let keys = keys_in_one_slot(&unique("multi-retried-slot"), 2);
+    a_set_retried_after_its_answer_was_lost_is_granted(&backend, &other, &keys);
+}
+
 /// The set's script reaches the server and its connection is closed as the answer comes back:
 /// the pool sends it once more on a fresh connection, with the same lock ids, and the script
 /// answers the same leases again (each key's first fence, not a second one), holding nothing
