@@ -519,6 +519,91 @@ fn a_set_retried_after_a_lost_answer_is_granted_on_a_cluster_slot() {
     a_set_retried_after_its_answer_was_lost_is_granted(&backend, &other, &keys);
 }
 
+#[test]
+fn a_set_retried_after_a_lost_answer_is_granted_on_cluster_slots() {
+    let (backend, other) = (cluster_backend(), cluster_backend());
+    let keys = keys_in_two_slots(&unique("multi-retried-slots"));
+    a_set_retried_after_its_answer_was_lost_is_granted(&backend, &other, &keys);
+}
+
+/// Two keys starting with `base`, in byte order, whose locks (cluster layout, default prefix)
+/// lie in two hash slots.
+fn keys_in_two_slots(base: &str) -> Vec<String> {
+    let slot = |key: &str| crc16(key.as_bytes()) % 16384;
+    let first = format!("{base}-0");
+    let second = (1..)
+        .map(|n| format!("{base}-{n}"))
+        .find(|key| slot(key) != slot(&first))
+        .expect("a key in another slot");
+    let keys = vec![first, second];
+    let cluster = shared_cluster();
+    let backend = cluster_backend();
+    let slots: Vec<u16> = keys
+        .iter()
+        .map(|key| cluster.key_slot(&backend.lock_key(key).unwrap()))
+        .collect();
+    assert_ne!(slots[0], slots[1], "the keys lie in two slots");
+    keys
+}
+
+/// Issue 40, item 3: a set over two Cluster slots stands on both keys; the first comes free
+/// while the second is held. Its next attempt keeps its place on the free key (it does not take
+/// it and give it back, losing the place), so a single waiter arriving there is refused: the set
+/// is ahead. Once the second key is free the set is granted, then the single waiter.
+#[test]
+fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
+    let (backend, other) = (cluster_backend(), cluster_backend());
+    let keys = keys_in_two_slots(&unique("multi-slots-place"));
+    let held: Vec<_> = keys
+        .iter()
+        .map(|key| lease(other.acquire(key, TTL)))
+        .collect();
+    let (set, single) = (LockId::generate(), LockId::generate());
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = attempt_all(&backend, &keys, Line::Wait(&set))
+    else {
+        panic!("a waiting set is refused with a ticket");
+    };
+    for key in &keys {
+        assert_eq!(
+            places(&backend, key),
+            [(set.as_str().to_owned(), ticket)],
+            "{key}"
+        );
+    }
+    assert!(other.release(&held[0].lock_id).unwrap());
+    assert_eq!(
+        attempt_all(&backend, &keys, Line::WaitAt(&set, ticket)),
+        Acquisitions::Locked {
+            ticket: Some(ticket)
+        }
+    );
+    assert_eq!(
+        places(&backend, &keys[0]),
+        [(set.as_str().to_owned(), ticket)],
+        "the set keeps its place on the free key"
+    );
+    assert!(!backend.is_locked(&keys[0]).unwrap());
+    assert_eq!(
+        attempt(&backend, &keys[0], Line::Wait(&single)),
+        Acquisition::Locked,
+        "the set is ahead of the single waiter"
+    );
+
+    assert!(other.release(&held[1].lock_id).unwrap());
+    let granted = attempt_all(&backend, &keys, Line::WaitAt(&set, ticket));
+    release_all(&backend, &keys, granted);
+    let Acquisition::Acquired { lease, .. } = attempt(&backend, &keys[0], Line::Wait(&single))
+    else {
+        panic!("the single waiter is next");
+    };
+    assert!(backend.release(&lease.lock_id).unwrap());
+    for key in &keys {
+        assert_eq!(places(&backend, key), [], "{key}: no place left behind");
+    }
+}
+
 /// The set's script reaches the server and its connection is closed as the answer comes back:
 /// the pool sends it once more on a fresh connection, with the same lock ids, and the script
 /// answers the same leases again (each key's first fence, not a second one), holding nothing
