@@ -183,6 +183,35 @@ fn equal_tickets_are_ordered_by_place_id_bytes() {
     }
 }
 
+/// A waiter that stands in line is judged where it stands, whatever ticket it carries (issue
+/// 40, item 1): a lower ticket does not put it ahead of those before it, a higher one does not
+/// put those behind it ahead of it.
+#[test]
+fn a_waiter_is_judged_where_it_stands_whatever_ticket_it_carries() {
+    let backend = crate::support::shared_redis_backend();
+    let key = unique("multi-judged-where-it-stands");
+    let held = lease(backend.acquire(&key, TTL));
+    let (first, second) = (LockId::generate(), LockId::generate());
+    for place in [&first, &second] {
+        assert_eq!(
+            attempt(&backend, &key, Line::Wait(place)),
+            Acquisition::Locked
+        );
+    }
+    assert!(backend.release(&held.lock_id).unwrap());
+    assert_eq!(
+        attempt(&backend, &key, Line::WaitAt(&second, 0)),
+        Acquisition::Locked,
+        "the first place is ahead of the second's"
+    );
+    for line in [Line::WaitAt(&first, 9), Line::Wait(&second)] {
+        let Acquisition::Acquired { lease, .. } = attempt(&backend, &key, line) else {
+            panic!("{line:?} is first in line");
+        };
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Counting the scripts a set costs
 // ---------------------------------------------------------------------------------------------
