@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use r2d2::ManageConnection;
 use redis::cluster::ClusterClient;
-use redis::{ConnectionLike, RedisError, RedisResult};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{ConnectionLike, FromRedisValue, RedisError, RedisResult};
 
 use super::client::ClientFactory;
 use super::config::Timeouts;
@@ -77,11 +78,9 @@ impl ClusterConnector {
     /// Opens one cluster connection (which reads the slot map) and sends a `PING`, for
     /// `build()`: a wrong address, a password or a server that is no Cluster fails there.
     pub fn probe(&self) -> Result<()> {
-        let probed = self.open().and_then(|mut connection| {
-            redis::cmd("PING")
-                .query::<String>(&mut connection)
-                .map(drop)
-        });
+        let probed = self
+            .open()
+            .and_then(|mut connection| ping_one(&mut connection));
         probed.map_err(|error| {
             // A timeout or refused credentials say it all: asking the seeds again would only
             // wait as long once more.
@@ -151,14 +150,25 @@ impl ManageConnection for ClusterConnector {
     }
 
     fn is_valid(&self, conn: &mut OwnCluster) -> RedisResult<()> {
-        redis::cmd("PING")
-            .query::<String>(&mut conn.connection)
-            .map(drop)
+        ping_one(&mut conn.connection)
     }
 
     fn has_broken(&self, conn: &mut OwnCluster) -> bool {
         conn.poisoned || !conn.connection.is_open()
     }
+}
+
+/// Sends a `PING` to one node the connection reaches. redis-rs sends a plain `PING` to every
+/// node and fails if one does not answer: one primary down would then refuse every new
+/// connection, also for the slots whose primaries answer.
+fn ping_one(connection: &mut ClusterConnection) -> RedisResult<()> {
+    let ping = redis::cmd("PING");
+    let answer = connection.route_command(
+        &ping,
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+    )?;
+    String::from_redis_value(answer)?;
+    Ok(())
 }
 
 /// What failed when a cluster connection could not be opened: redis-rs' error keeps only the

@@ -384,6 +384,7 @@ mod semaphore;
 mod sentinel;
 mod shared;
 mod slot;
+mod slots_set;
 mod split;
 mod store;
 mod typescript;

@@ -3,8 +3,8 @@
 //! single-key acquire, `scripts/lock.lua`), deciding the whole set by the several keys rule
 //! ([`admit_all`](crate::driver::admit_all)) in one atomic step — on one server,
 //! behind Sentinel, and on a Cluster when every key lies in one hash slot. A Cluster whose keys
-//! lie in several slots takes them one by one ([`driver::acquire_one_by_one`]), since no script
-//! may touch two slots.
+//! lie in several slots takes them key by key (`slots_set.rs`), since no script may touch two
+//! slots.
 //!
 //! In the cluster layout each key's index entry lies in its lock id's own slot: the `SET`s go
 //! beside the script in the same round trip, as for one key (`split.rs`).
@@ -54,7 +54,7 @@ impl RedisBackend {
         let backend = self;
         let store = &backend.store;
         if store.pool.is_cluster() && !in_one_slot(backend, keys)? {
-            return driver::acquire_one_by_one(backend, keys, ttl, holder, line);
+            return backend.acquire_over_slots(keys, ttl, holder, line);
         }
         let layout = store.keys.layout();
         let mut invocation = SCRIPTS.acquire_all.prepare_invoke();

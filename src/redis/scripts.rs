@@ -35,6 +35,7 @@ pub(crate) struct Scripts {
     pub semaphore_holders: Script,
     pub line_leave: Script,
     pub line_find: Script,
+    pub line_judge: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -54,6 +55,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     semaphore_holders: script!("semaphore.lua", "semaphore_holders.lua"),
     line_leave: script!("line.lua", "line_leave.lua"),
     line_find: script!("line.lua", "line_find.lua"),
+    line_judge: script!("line.lua", "lock.lua", "line_judge.lua"),
 });
 
 /// The status that opens every reply (see `prelude.lua`).

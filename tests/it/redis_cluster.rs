@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use syncguard::redis::{KeyLayout, RedisBackend};
-use syncguard::{ErrorCode, LockBackend, Lookup};
+use syncguard::{ErrorCode, LockBackend, Locker, Lookup};
 
 use crate::support::failover::{FailoverRun, Topology};
 use crate::support::stopped::Stopped;
@@ -591,4 +591,52 @@ fn a_wait_cut_off_is_not_resent_on_a_fresh_connection() {
     );
     let plain = RedisBackend::connect(&cluster.url()).unwrap();
     assert!(!plain.is_locked(&key).unwrap(), "the lock was released");
+}
+
+/// Issue 40, item 6: one primary is down (killed, and its replica stopped so that nothing
+/// takes over). A new backend still connects, through the nodes that answer, and serves the
+/// slots whose primaries are up; a key on the dead primary fails with a transient error, so
+/// that a waiting caller tries again.
+#[test]
+fn a_primary_down_leaves_the_other_slots_served() {
+    let mut cluster = RedisCluster::start();
+    // Slots that no primary serves must not take the others down with them.
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query(&mut node.connection())
+            .unwrap();
+    }
+    let asked = cluster.nodes[0].port;
+    let primary_of = |key: &str| {
+        let slot = cluster.key_slot(&KeyLayout::Cluster.lock_key("syncguard", key).unwrap());
+        cluster
+            .primary_of(slot, asked)
+            .expect("a primary serves the slot")
+    };
+    let dead_key = unique("primary-down");
+    let dead = primary_of(&dead_key);
+    let live_key = std::iter::repeat_with(|| unique("primary-up"))
+        .find(|key| primary_of(key) != dead)
+        .expect("a key on another primary");
+    let _replica = Stopped::replica_of(dead);
+    cluster.node_mut(dead).kill();
+
+    let backend = RedisBackend::connect(&cluster.url()).expect("connect through the live nodes");
+    assert!(!backend.is_locked(&live_key).unwrap());
+    let locker = Locker::new(backend);
+    // A lock's index entry lies in its lock id's own slot, on the dead primary for about one
+    // lock id in three: that attempt fails (transient, nothing left held) and the wait tries
+    // again with a new lock id.
+    let guard = locker
+        .try_lock_for(&live_key, Duration::from_secs(60))
+        .expect("a key on a live primary is served")
+        .expect("the key is free");
+    guard.release().expect("released");
+    let error = locker
+        .try_lock(&dead_key)
+        .expect_err("the key's primary is down");
+    assert!(error.code().is_transient(), "{error:?}");
 }

@@ -183,6 +183,35 @@ fn equal_tickets_are_ordered_by_place_id_bytes() {
     }
 }
 
+/// A waiter that stands in line is judged where it stands, whatever ticket it carries (issue
+/// 40, item 1): a lower ticket does not put it ahead of those before it, a higher one does not
+/// put those behind it ahead of it.
+#[test]
+fn a_waiter_is_judged_where_it_stands_whatever_ticket_it_carries() {
+    let backend = crate::support::shared_redis_backend();
+    let key = unique("multi-judged-where-it-stands");
+    let held = lease(backend.acquire(&key, TTL));
+    let (first, second) = (LockId::generate(), LockId::generate());
+    for place in [&first, &second] {
+        assert_eq!(
+            attempt(&backend, &key, Line::Wait(place)),
+            Acquisition::Locked
+        );
+    }
+    assert!(backend.release(&held.lock_id).unwrap());
+    assert_eq!(
+        attempt(&backend, &key, Line::WaitAt(&second, 0)),
+        Acquisition::Locked,
+        "the first place is ahead of the second's"
+    );
+    for line in [Line::WaitAt(&first, 9), Line::Wait(&second)] {
+        let Acquisition::Acquired { lease, .. } = attempt(&backend, &key, line) else {
+            panic!("{line:?} is first in line");
+        };
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Counting the scripts a set costs
 // ---------------------------------------------------------------------------------------------
@@ -419,6 +448,190 @@ fn a_cluster_set_over_several_slots_is_all_or_none() {
 // ---------------------------------------------------------------------------------------------
 // A lost answer
 // ---------------------------------------------------------------------------------------------
+
+/// The places `(place id, ticket)` of the line of `key`'s lock, as the driver reads them.
+fn places(backend: &RedisBackend, key: &str) -> Vec<(String, u64)> {
+    backend
+        .find_line(&Key::new(key).unwrap(), LeaseKind::Lock)
+        .unwrap()
+        .into_iter()
+        .map(|place| (place.place_id, place.ticket))
+        .collect()
+}
+
+/// Issue 40, item 1: a set's refused attempt is applied (it stands in line on both keys) and
+/// its answer lost, so it asks again with `Line::Wait` and no ticket, after a single waiter
+/// took its place behind it on one key. The retry finds the set's places and answers their
+/// ticket, with no second place; once the keys are free the set is granted (its own places are
+/// never ahead of it), then the single waiter.
+fn a_set_retried_after_its_answer_was_lost_is_granted(
+    backend: &RedisBackend,
+    other: &RedisBackend,
+    keys: &[String],
+) {
+    let [first_key, second_key] = keys else {
+        panic!("two keys");
+    };
+    let held: Vec<_> = keys
+        .iter()
+        .map(|key| lease(other.acquire(key, TTL)))
+        .collect();
+    let (set, single) = (LockId::generate(), LockId::generate());
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = attempt_all(backend, keys, Line::Wait(&set))
+    else {
+        panic!("a waiting set is refused with a ticket");
+    };
+    assert_eq!(
+        attempt(backend, first_key, Line::Wait(&single)),
+        Acquisition::Locked
+    );
+    // The first answer is lost: the same request again, without the ticket.
+    let retried = attempt_all(backend, keys, Line::Wait(&set));
+    assert_eq!(
+        places(backend, first_key),
+        [
+            (set.as_str().to_owned(), ticket),
+            (single.as_str().to_owned(), ticket + 1)
+        ],
+        "no second place"
+    );
+    assert_eq!(
+        places(backend, second_key),
+        [(set.as_str().to_owned(), ticket)]
+    );
+
+    for lease in held {
+        assert!(other.release(&lease.lock_id).unwrap());
+    }
+    assert_eq!(
+        attempt(backend, first_key, Line::Wait(&single)),
+        Acquisition::Locked,
+        "the set is ahead"
+    );
+    let granted = attempt_all(backend, keys, Line::Wait(&set));
+    assert!(
+        matches!(granted, Acquisitions::Acquired(_)),
+        "the set is granted once its keys are free, got {granted:?}"
+    );
+    assert_eq!(
+        retried,
+        Acquisitions::Locked {
+            ticket: Some(ticket)
+        },
+        "the retry answers the set's one ticket"
+    );
+    release_all(backend, keys, granted);
+    let Acquisition::Acquired { lease, .. } = attempt(backend, first_key, Line::Wait(&single))
+    else {
+        panic!("the single waiter is next");
+    };
+    assert!(backend.release(&lease.lock_id).unwrap());
+    for key in keys {
+        assert_eq!(places(backend, key), [], "{key}: no place left behind");
+    }
+}
+
+#[test]
+fn a_set_retried_after_a_lost_answer_is_granted_on_one_server() {
+    let backend = crate::support::shared_redis_backend();
+    let base = unique("multi-retried");
+    let keys = vec![format!("{base}-a"), format!("{base}-b")];
+    a_set_retried_after_its_answer_was_lost_is_granted(&backend, &backend, &keys);
+}
+
+#[test]
+fn a_set_retried_after_a_lost_answer_is_granted_on_a_cluster_slot() {
+    let (backend, other) = (cluster_backend(), cluster_backend());
+    let keys = keys_in_one_slot(&unique("multi-retried-slot"), 2);
+    a_set_retried_after_its_answer_was_lost_is_granted(&backend, &other, &keys);
+}
+
+#[test]
+fn a_set_retried_after_a_lost_answer_is_granted_on_cluster_slots() {
+    let (backend, other) = (cluster_backend(), cluster_backend());
+    let keys = keys_in_two_slots(&unique("multi-retried-slots"));
+    a_set_retried_after_its_answer_was_lost_is_granted(&backend, &other, &keys);
+}
+
+/// Two keys starting with `base`, in byte order, whose locks (cluster layout, default prefix)
+/// lie in two hash slots.
+fn keys_in_two_slots(base: &str) -> Vec<String> {
+    let slot = |key: &str| crc16(key.as_bytes()) % 16384;
+    let first = format!("{base}-0");
+    let second = (1..)
+        .map(|n| format!("{base}-{n}"))
+        .find(|key| slot(key) != slot(&first))
+        .expect("a key in another slot");
+    let keys = vec![first, second];
+    let cluster = shared_cluster();
+    let backend = cluster_backend();
+    let slots: Vec<u16> = keys
+        .iter()
+        .map(|key| cluster.key_slot(&backend.lock_key(key).unwrap()))
+        .collect();
+    assert_ne!(slots[0], slots[1], "the keys lie in two slots");
+    keys
+}
+
+/// Issue 40, item 3: a set over two Cluster slots stands on both keys; the first comes free
+/// while the second is held. Its next attempt keeps its place on the free key (it does not take
+/// it and give it back, losing the place), so a single waiter arriving there is refused: the set
+/// is ahead. Once the second key is free the set is granted, then the single waiter.
+#[test]
+fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
+    let (backend, other) = (cluster_backend(), cluster_backend());
+    let keys = keys_in_two_slots(&unique("multi-slots-place"));
+    let held: Vec<_> = keys
+        .iter()
+        .map(|key| lease(other.acquire(key, TTL)))
+        .collect();
+    let (set, single) = (LockId::generate(), LockId::generate());
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = attempt_all(&backend, &keys, Line::Wait(&set))
+    else {
+        panic!("a waiting set is refused with a ticket");
+    };
+    for key in &keys {
+        assert_eq!(
+            places(&backend, key),
+            [(set.as_str().to_owned(), ticket)],
+            "{key}"
+        );
+    }
+    assert!(other.release(&held[0].lock_id).unwrap());
+    assert_eq!(
+        attempt_all(&backend, &keys, Line::WaitAt(&set, ticket)),
+        Acquisitions::Locked {
+            ticket: Some(ticket)
+        }
+    );
+    assert_eq!(
+        places(&backend, &keys[0]),
+        [(set.as_str().to_owned(), ticket)],
+        "the set keeps its place on the free key"
+    );
+    assert!(!backend.is_locked(&keys[0]).unwrap());
+    assert_eq!(
+        attempt(&backend, &keys[0], Line::Wait(&single)),
+        Acquisition::Locked,
+        "the set is ahead of the single waiter"
+    );
+
+    assert!(other.release(&held[1].lock_id).unwrap());
+    let granted = attempt_all(&backend, &keys, Line::WaitAt(&set, ticket));
+    release_all(&backend, &keys, granted);
+    let Acquisition::Acquired { lease, .. } = attempt(&backend, &keys[0], Line::Wait(&single))
+    else {
+        panic!("the single waiter is next");
+    };
+    assert!(backend.release(&lease.lock_id).unwrap());
+    for key in &keys {
+        assert_eq!(places(&backend, key), [], "{key}: no place left behind");
+    }
+}
 
 /// The set's script reaches the server and its connection is closed as the answer comes back:
 /// the pool sends it once more on a fresh connection, with the same lock ids, and the script

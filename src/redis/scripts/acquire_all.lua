@@ -20,16 +20,21 @@ for i = 0, #KEYS / stride - 1 do
   locks[#locks + 1] = lock_of(k, 6, ARGV[a], ARGV[a + 1], holder, index_key)
 end
 
--- 1. The ticket: the one the waiter carries, or at its first refusal one above the highest
+-- 1. The ticket, one for the whole wait: the one its places carry where it stands already (a
+-- request repeated, or retried after its answer was lost, finds them; the lowest if they
+-- differ), else the one the waiter carries, else, at its first refusal, one above the highest
 -- last ticket of the set's lines.
 local waiting = locks[1].line.mode == 'wait'
-if waiting and not locks[1].line.ticket then
-  local ticket = 1
+if waiting then
+  local standing, fresh = nil, 1
   for _, lock in ipairs(locks) do
-    local next_ticket, refusal = line_next_ticket(lock.line)
-    if not next_ticket then return refusal end
-    ticket = math.max(ticket, next_ticket)
+    local refusal = line_refusal(lock.line)
+    if refusal then return refusal end
+    local mine = line_standing(lock.line, now, tolerance)
+    if mine and (not standing or mine < standing) then standing = mine end
+    fresh = math.max(fresh, line_next_ticket(lock.line))
   end
+  local ticket = standing or locks[1].line.ticket or fresh
   for _, lock in ipairs(locks) do lock.line.ticket = ticket end
 end
 

@@ -9,7 +9,8 @@
 -- THE RULE (src/line.rs): with `free` slots free, an acquisition is granted when more slots
 -- are free than live places are ahead of it: none for 'ignore', every live place for 'keep'
 -- and for a waiter not (or no longer) in line, those ordered before (its ticket, its place id)
--- for one in line or one that carries its ticket (a waiter of several keys). Places are
+-- for one in line (judged where it stands, whatever ticket it carries) or one that carries its
+-- ticket (a waiter of several keys). Places are
 -- ordered by ticket, then place id (byte order), as a sorted set orders equal scores. A
 -- shared one (a reader) is granted when a slot is free and no live place ahead of it waits
 -- for the exclusive lock (readers at the head of the line go together; a writer is not
@@ -71,6 +72,16 @@ local function line_next_ticket(line)
   return (tonumber(redis.call('HGET', line.places, TICKET_FIELD)) or 0) + 1
 end
 
+-- The ticket of the waiter's live place in `line`, or nil when it stands in no live place
+-- there (the line's keys checked by line_refusal first).
+local function line_standing(line, now, tolerance)
+  local expires = redis.call('ZSCORE', line.expiry, line.place)
+  if expires and tonumber(expires) > now - tolerance then
+    return tonumber(redis.call('ZSCORE', line.order, line.place))
+  end
+  return nil
+end
+
 -- Whether a live place that waits for the exclusive lock is ahead of `bound` (see
 -- is_ahead); `dead` holds the expired places (as a set). Stops at the first one found.
 local function exclusive_ahead(line, bound, dead)
@@ -101,13 +112,11 @@ local function line_decide(line, free, now, tolerance)
   if refusal then return nil, refusal end
   decision.dead = redis.call('ZRANGEBYSCORE', line.expiry, '-inf', ms_arg(now - tolerance))
   if line.mode == 'ignore' then return decision end
-  if line.mode == 'wait' then
-    local expires = redis.call('ZSCORE', line.expiry, line.place)
-    if expires and tonumber(expires) > now - tolerance then
-      decision.mine = tonumber(redis.call('ZSCORE', line.order, line.place))
-    end
-  end
-  local bound_ticket = line.mode == 'wait' and (line.ticket or decision.mine)
+  if line.mode == 'wait' then decision.mine = line_standing(line, now, tolerance) end
+  -- A waiter that stands in line already is judged where it stands, whatever ticket it carries
+  -- (a retry whose first answer was lost carries none, or an older one): its own place is
+  -- never ahead of it.
+  local bound_ticket = line.mode == 'wait' and (decision.mine or line.ticket)
   local bound = bound_ticket and {ticket = bound_ticket, place = line.place} or nil
   if line.shared then
     local dead = {}
