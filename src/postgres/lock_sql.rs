@@ -130,11 +130,15 @@ impl LockSql<'_> {
             key: args.key,
         };
         let fences = self.fences;
+        // The key's line is read once, in the first loop (pruned, the waiter's own place found),
+        // because the ticket the second loop judges by is known only once every key has been
+        // read: the lowest of the waiter's places (`standing`, kept with LEAST, which skips
+        // NULLs: a simple expression, no query on the uncontended path).
         format!(
             "DECLARE\n  now_ms bigint;\n  held boolean;\n  own boolean;\n  malformed boolean;\n  \
              counter bigint;\n  taken text;\n  h integer;\n  i integer;\n  granted boolean := true;\n  \
              admits boolean[] := '{{}}';\n  mines bigint[] := '{{}}';\n  owns boolean[] := '{{}}';\n  \
-             free_slots bigint[] := '{{}}';\n  probes boolean[] := '{{}}';\n\
+             free_slots bigint[] := '{{}}';\n  probes boolean[] := '{{}}';\n  standing bigint;\n\
              {declarations}\
              BEGIN\n\
              FOR h IN SELECT DISTINCT hashtext(k.k) FROM unnest($1) AS k(k) ORDER BY 1 LOOP\n\
@@ -154,8 +158,9 @@ impl LockSql<'_> {
              free_slots := free_slots || slots;\n\
              probes := probes || queued;\n\
              mines := mines || mine;\n\
+             standing := LEAST(standing, mine);\n\
              END LOOP;\n\
-             line_ticket := COALESCE((SELECT min(m.m) FROM unnest(mines) AS m(m)), $11);\n\
+             line_ticket := COALESCE(standing, $11);\n\
              FOR i IN 1 .. cardinality($1) LOOP\n\
              IF owns[i] THEN\n\
              admitted := true;\n\

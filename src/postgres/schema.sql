@@ -335,6 +335,7 @@ DECLARE
   owns boolean[] := '{}';
   free_slots bigint[] := '{}';
   probes boolean[] := '{}';
+  standing bigint;
   queued boolean;
   slots bigint;
   mine bigint;
@@ -371,8 +372,9 @@ owns := owns || (own IS TRUE);
 free_slots := free_slots || slots;
 probes := probes || queued;
 mines := mines || mine;
+standing := LEAST(standing, mine);
 END LOOP;
-line_ticket := COALESCE((SELECT min(m.m) FROM unnest(mines) AS m(m)), $11);
+line_ticket := COALESCE(standing, $11);
 FOR i IN 1 .. cardinality($1) LOOP
 IF owns[i] THEN
 admitted := true;
