@@ -28,14 +28,20 @@
 //!    statement and writes nothing more than before the line.
 //! 3. Otherwise every expired place of the line is deleted (`expires_at_ms <= now -
 //!    tolerance`, the complement of liveness), the waiter's own place is looked up, and the
-//!    places ahead of it counted: those before (its ticket, its place id) — the ticket it
-//!    carries, else its own place's — and every live place for a newcomer or a single attempt.
+//!    places ahead of it counted. A waiter that stands in the line already is judged where it
+//!    stands, whatever ticket it carries (a retry whose answer was lost carries none): its own
+//!    place is never ahead of it, and the places ahead are those before (its place's ticket,
+//!    its place id). One that does not stand there is judged by the ticket it carries, and, with
+//!    none (a newcomer) or for a single attempt, every live place is ahead.
 //! 4. A waiter granted leaves the line (its place deleted); one refused takes a place (with
-//!    the ticket it carries, else at the back with a new one) or, in line already, keeps its ticket and renews it for
-//!    [`PLACE_TTL`], its holder text updated — unless it was renewed within the last
-//!    [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text: then nothing is
-//!    written, so a refused attempt commits no change (and flushes no WAL) most of the time. The place id is the primary key: a repeated
-//!    request is one place.
+//!    the ticket it carries, else at the back with a new one) or, in line already, keeps its
+//!    ticket and renews it for [`PLACE_TTL`], its holder text updated — unless it was renewed
+//!    within the last [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text:
+//!    then nothing is written, so a refused attempt commits no change (and flushes no WAL) most
+//!    of the time. The place id is the primary key: a repeated request is one place.
+//! 5. A refused waiter, once it stands, sometimes deletes a few places of any key that expired
+//!    long ago ([`KeyLine::sweep`]): the places of keys nobody asks for again (a killed waiter
+//!    of a per-job key) do not stay forever, and the uncontended path runs nothing more.
 //!
 //! A repeat of an acquisition that was granted (the lock row already holds its lock id, or a
 //! permit of its lock id is held) is answered as before the line, without it: the grant it
@@ -49,6 +55,8 @@
 
 use crate::driver::{LeaseKind, Line, PLACE_TTL};
 use crate::line::PLACE_FRESH_MS;
+
+use super::sweep_sql::sweep_long_expired;
 
 /// The `kind` column of a line: a key's lock and its semaphore have a line each.
 pub(super) fn line_kind(kind: LeaseKind) -> &'static str {
@@ -72,9 +80,11 @@ pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>, Option
 }
 
 /// The variables [`admit_by_line`] uses, for the `DECLARE` of the function it is part of.
-/// `line_ticket` is the waiter's ticket: `$11`, or the one its first new place drew.
+/// `line_ticket` is the waiter's ticket: `$11` (a set's: the ticket of its places where it
+/// stands already, else `$11`), or the one its first new place drew; `judged_at` the ticket it
+/// is judged by on one key ([`KeyLine::decide`]).
 pub(super) const LINE_DECLARATIONS: &str = "  queued boolean;\n  slots bigint;\n  mine bigint;\n  \
-     ahead bigint;\n  admitted boolean;\n  line_ticket bigint;\n";
+     ahead bigint;\n  admitted boolean;\n  line_ticket bigint;\n  judged_at bigint;\n";
 
 /// Whether the line `kind` of the key `key` (an SQL expression: `$1`, or `$1[i]` in the set's
 /// function) in the table `line` (quoted) has any place: one index probe, which the acquire
@@ -103,15 +113,33 @@ impl KeyLine<'_> {
         )
     }
 
-    /// Steps 2 and 3 of THE RULE, once `slots` holds the free slots and `queued` the
-    /// [`line_probe`]: prunes the expired places (only when the line has any), finds the
-    /// waiter's own place (`mine`) and sets `admitted`. The places ahead are the others ordered
-    /// before (its ticket, its place id) — the ticket it carries (`line_ticket`), else that of
-    /// its own place, else none: then every place is ahead — by ticket, then place id in byte
-    /// order (`COLLATE "C"`); every place for a single attempt; none for `ignore`. A shared
-    /// request counts only the exclusive places ahead of it: with its one slot free (no live
-    /// lock), it passes iff none is there, as [`Places::admits`](crate::line::Places::admits)
-    /// decides.
+    /// The first part of step 3 of THE RULE, once `queued` holds the [`line_probe`]: prunes the
+    /// expired places (only when the line has any) and finds the waiter's own place, `mine`
+    /// (its ticket; NULL when it stands nowhere in this line, or is no waiter).
+    pub fn find(&self) -> String {
+        let this_line = self.this_line();
+        let line = self.line;
+        format!(
+            "mine := NULL;\n\
+             IF queued THEN\n\
+             DELETE FROM {line} q WHERE {this_line} AND q.expires_at_ms <= now_ms - $7;\n\
+             IF $9 = 'wait' THEN\n\
+             SELECT q.ticket INTO mine FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
+             END IF;\n\
+             END IF;\n"
+        )
+    }
+
+    /// The rest of step 3, once `slots` holds the free slots and [`find`](KeyLine::find) has
+    /// run: sets `admitted`. A waiter that stands in this line is judged where it stands
+    /// (`mine`), whatever ticket it carries — a retry whose answer was lost carries none, or
+    /// another — so its own place is never ahead of it; one that does not, by the ticket it
+    /// carries (`line_ticket`), else every place is ahead (a newcomer; every place for a
+    /// single attempt too; none for `ignore`). The places ahead are the others ordered before
+    /// (that ticket, its place id): by ticket, then place id in byte order (`COLLATE "C"`). A
+    /// shared request counts only the exclusive places ahead of it: with its one slot free (no
+    /// live lock), it passes iff none is there, as
+    /// [`Places::admits`](crate::line::Places::admits) decides.
     pub fn decide(&self) -> String {
         // Readers pass readers: only exclusive places ahead hold a shared request back.
         let blocking = if self.kind == LeaseKind::Shared {
@@ -123,20 +151,13 @@ impl KeyLine<'_> {
         let line = self.line;
         format!(
             "admitted := slots > 0;\n\
-             mine := NULL;\n\
-             IF queued THEN\n\
-             DELETE FROM {line} q WHERE {this_line} AND q.expires_at_ms <= now_ms - $7;\n\
-             IF $9 = 'wait' THEN\n\
-             SELECT q.ticket INTO mine FROM {line} q WHERE {this_line} AND q.place_id = $10;\n\
-             END IF;\n\
-             IF $9 <> 'ignore' AND admitted THEN\n\
+             IF queued AND $9 <> 'ignore' AND admitted THEN\n\
+             judged_at := COALESCE(mine, line_ticket);\n\
              SELECT count(*) INTO ahead FROM {line} q\n\
              WHERE {this_line} AND q.place_id IS DISTINCT FROM $10{blocking}\n\
-             AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)\n\
-             OR (q.ticket = COALESCE(line_ticket, mine)\n\
-             AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"));\n\
+             AND (judged_at IS NULL OR q.ticket < judged_at\n\
+             OR (q.ticket = judged_at AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"));\n\
              admitted := slots > ahead;\n\
-             END IF;\n\
              END IF;\n"
         )
     }
@@ -181,16 +202,25 @@ impl KeyLine<'_> {
              END IF;\n"
         )
     }
+
+    /// Step 5, after a refused waiter stood ([`stand`](KeyLine::stand)): now and then, a few
+    /// places of any key's line that expired long ago are deleted
+    /// ([`sweep_long_expired`]). A place is made only by a refusal, so sweeping on refusals
+    /// keeps pace with the places killed waiters leave behind, and the uncontended path (key
+    /// free, line empty) runs no statement more. The function waits for nothing after it.
+    pub fn sweep(&self) -> String {
+        sweep_long_expired(self.line)
+    }
 }
 
 /// THE RULE in PL/pgSQL for one key, the key `$1` in the table `line` (quoted), with `free`
 /// slots (an expression of the function's variables) at `now_ms`, once `queued` holds the
-/// [`line_probe`]: the steps of the module docs ([`KeyLine::decide`], then
-/// [`KeyLine::leave`] or [`KeyLine::stand`]). A single attempt or a barging one that finds no
-/// slot free stops at once, before the line is read. Continues the function when the
-/// acquisition is granted, returns from it (answering "held") when not. The function's
-/// parameters: `$7` tolerance ms, `$8` holder description, `$9` mode, `$10` place id, `$11`
-/// ticket (see [`line_params`]).
+/// [`line_probe`]: the steps of the module docs ([`KeyLine::find`], [`KeyLine::decide`], then
+/// [`KeyLine::leave`] or [`KeyLine::stand`] and [`KeyLine::sweep`]). A single attempt or a
+/// barging one that finds no slot free stops at once, before the line is read. Continues the
+/// function when the acquisition is granted, returns from it (answering "held") when not. The
+/// function's parameters: `$7` tolerance ms, `$8` holder description, `$9` mode, `$10` place id,
+/// `$11` ticket (see [`line_params`]).
 pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
     let key_line = KeyLine {
         line,
@@ -201,18 +231,22 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
         "line_ticket := $11;\n\
          slots := {free};\n\
          IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
+         {find}\
          {decide}\
          IF $9 = 'wait' THEN\n\
          IF admitted THEN\n\
          {leave}\
          ELSE\n\
          {stand}\
+         {sweep}\
          END IF;\n\
          END IF;\n\
          IF NOT admitted THEN RETURN; END IF;\n",
+        find = key_line.find(),
         decide = key_line.decide(),
         leave = key_line.leave(),
         stand = key_line.stand(),
+        sweep = key_line.sweep(),
     )
 }
 
@@ -231,6 +265,19 @@ mod tests {
         let shared = admit_by_line("\"t_line\"", LeaseKind::Shared, "1");
         assert!(shared.contains("q.kind = 'lock'") && shared.contains("AND NOT q.shared"));
         assert!(!lock.contains("NOT q.shared") && !permit.contains("NOT q.shared"));
+    }
+
+    /// The sweep of other keys' places runs on the refused path only, after the waiter stood,
+    /// and the function returns after it: the granted and uncontended paths never run it.
+    #[test]
+    fn the_sweep_runs_after_a_refusal_only() {
+        for kind in [LeaseKind::Lock, LeaseKind::Shared, LeaseKind::Permit] {
+            let rule = admit_by_line("\"t_line\"", kind, "1");
+            let at = |what: &str| rule.find(what).unwrap_or_else(|| panic!("{what}:\n{rule}"));
+            let (refused, sweep) = (at("ELSE\n"), at("FOR UPDATE SKIP LOCKED"));
+            assert!(refused < sweep && sweep < at("IF NOT admitted THEN RETURN"));
+            assert_eq!(rule.matches("FOR UPDATE SKIP LOCKED").count(), 1);
+        }
     }
 
     #[test]

@@ -17,21 +17,30 @@
 //!    step reads a fresh snapshot that sees every write of those before it.
 //! 2. Key by key, in the set's order: reads the lock row (`held`: a live lock of another lock
 //!    id, or a live reader; a row that is not a SyncGuard record ends the call, naming the key,
-//!    with nothing taken) and decides the key's line ([`KeyLine::decide`]): prunes its expired
-//!    places and counts those ahead, ordered by (ticket, place id) before the waiter's (its
-//!    ticket `$11`; with none, at its first refusal, every place is ahead, as behind the last
-//!    ticket of every line). A key whose lock row already holds the lock id sent for it is this
-//!    very call repeated by the pool (its answer was lost): admitted, as one key's acquisition
-//!    answers it. A single attempt (`keep`, `ignore`) that finds a key held stops there.
-//! 3. Every key admits: every key's fence counter is checked first (one no fence can follow
+//!    with nothing taken), prunes the key's line of its expired places and finds the waiter's
+//!    own place there ([`KeyLine::find`]). A key whose lock row already holds the lock id sent
+//!    for it is this very call repeated by the pool (its answer was lost): admitted, as one
+//!    key's acquisition answers it. A single attempt (`keep`, `ignore`) that finds a key held
+//!    stops there.
+//! 3. The waiter's one ticket for the whole wait: the lowest ticket of its places where it
+//!    stands already (a request repeated, or retried after its answer was lost, finds them and
+//!    keeps their ticket), else the one it carries (`$11`), else none yet. Then key by key,
+//!    each key's line is decided ([`KeyLine::decide`]): where the waiter stands, it is judged by
+//!    its place there; elsewhere, the places ordered by (ticket, place id) before (its ticket,
+//!    its place id) are ahead — every place when it has no ticket yet, as behind the last ticket
+//!    of every line.
+//! 4. Every key admits: every key's fence counter is checked first (one no fence can follow
 //!    refuses the set, naming its key, with nothing taken), then each key gets what a
 //!    single-key acquisition writes (the waiter's place deleted, the fence counter, the lock
 //!    row with its holder; the expiry from the server clock read once, so every lease of the
 //!    set expires together).
-//! 4. Else nothing is taken: a waiter stands on every key that refused it and every key where
-//!    it stands already ([`KeyLine::stand`]): the first new place without a ticket draws the
-//!    next one of the identity sequence, and every other new place takes it, so the waiter's
-//!    places carry one ticket. The answer gives the ticket back.
+//! 5. Else nothing is taken: a waiter stands on every key that refused it and every key where
+//!    it stands already ([`KeyLine::stand`]): a new place takes the waiter's ticket; with none
+//!    yet, the first draws the next one of the identity sequence, and every other new place
+//!    takes it, so the waiter's places carry one ticket (a retry that meets a key newly held
+//!    stands there with the ticket of its places elsewhere, never a second one). The answer
+//!    gives the ticket back. Then, now and then, expired places of any key are swept
+//!    ([`KeyLine::sweep`]).
 
 use super::line_sql::KeyLine;
 
@@ -121,30 +130,47 @@ impl LockSql<'_> {
             key: args.key,
         };
         let fences = self.fences;
+        // The key's line is read once, in the first loop (pruned, the waiter's own place found),
+        // because the ticket the second loop judges by is known only once every key has been
+        // read: the lowest of the waiter's places (`standing`, kept with LEAST, which skips
+        // NULLs: a simple expression, no query on the uncontended path).
         format!(
             "DECLARE\n  now_ms bigint;\n  held boolean;\n  own boolean;\n  malformed boolean;\n  \
              counter bigint;\n  taken text;\n  h integer;\n  i integer;\n  granted boolean := true;\n  \
-             admits boolean[] := '{{}}';\n  mines bigint[] := '{{}}';\n\
+             admits boolean[] := '{{}}';\n  mines bigint[] := '{{}}';\n  owns boolean[] := '{{}}';\n  \
+             free_slots bigint[] := '{{}}';\n  probes boolean[] := '{{}}';\n  standing bigint;\n\
              {declarations}\
              BEGIN\n\
              FOR h IN SELECT DISTINCT hashtext(k.k) FROM unnest($1) AS k(k) ORDER BY 1 LOOP\n\
              PERFORM pg_advisory_xact_lock(h);\n\
              END LOOP;\n\
              now_ms := {now_ms};\n\
-             line_ticket := $11;\n\
              FOR i IN 1 .. cardinality($1) LOOP\n\
              {read}\
              IF malformed THEN malformed_key := $4[i]; RETURN; END IF;\n\
-             IF own IS TRUE THEN\n\
-             admitted := true;\n\
-             mine := NULL;\n\
-             ELSE\n\
              slots := CASE WHEN held THEN 0 ELSE 1 END;\n\
+             mine := NULL;\n\
+             IF own IS NOT TRUE THEN\n\
              IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
+             {find}\
+             END IF;\n\
+             owns := owns || (own IS TRUE);\n\
+             free_slots := free_slots || slots;\n\
+             probes := probes || queued;\n\
+             mines := mines || mine;\n\
+             standing := LEAST(standing, mine);\n\
+             END LOOP;\n\
+             line_ticket := COALESCE(standing, $11);\n\
+             FOR i IN 1 .. cardinality($1) LOOP\n\
+             IF owns[i] THEN\n\
+             admitted := true;\n\
+             ELSE\n\
+             slots := free_slots[i];\n\
+             queued := probes[i];\n\
+             mine := mines[i];\n\
              {decide}\
              END IF;\n\
              admits := admits || admitted;\n\
-             mines := mines || mine;\n\
              granted := granted AND admitted;\n\
              END LOOP;\n\
              IF granted THEN\n\
@@ -180,11 +206,14 @@ impl LockSql<'_> {
              {stand}\
              END IF;\n\
              END LOOP;\n\
-             ticket := COALESCE(line_ticket, (SELECT max(m.m) FROM unnest(mines) AS m(m)));\n\
+             ticket := line_ticket;\n\
+             {sweep}\
              END IF;\n\
              END",
             read = self.read(&args),
+            find = key_line.find(),
             decide = key_line.decide(),
+            sweep = key_line.sweep(),
             leave = key_line.leave(),
             draw_fence = self.draw_fence(&args),
             write_lock = self.write_lock(&args, "taken, expires_at_ms"),

@@ -193,6 +193,7 @@ mod lock_sql;
 mod schema;
 mod set;
 mod statements;
+mod sweep_sql;
 mod tables;
 
 pub use self::builder::PostgresBuilder;

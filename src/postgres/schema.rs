@@ -118,7 +118,8 @@ CREATE INDEX IF NOT EXISTS {locks}_permit_exp ON {permits} (expires_at_ms);
 -- The line (syncguard for Rust only: the TypeScript SyncGuard knows no line, never reads this
 -- table, and its acquisitions pass the line). One row per waiter's place in the line of a key's
 -- lock or of its semaphore; deleted when its waiter is granted or gives up, or once expired by
--- the next acquisition of its line. Written and read by the server functions below only.
+-- the next acquisition of its line (or, a minute later, by a refused waiter of any key).
+-- Written and read by the server functions below only.
 CREATE TABLE IF NOT EXISTS {line} (
   key TEXT NOT NULL,               -- storage key of the lock or the semaphore
   kind TEXT NOT NULL,              -- 'lock' or 'permit': the key's lock and semaphore each have one
@@ -135,6 +136,11 @@ CREATE INDEX IF NOT EXISTS {locks}_line_ticket ON {line} (key, kind, ticket);
 -- Whether a place of a lock's line waits for a shared hold (a reader) or for the lock itself
 -- (lines made before shared holds have none: their places wait for the lock).
 ALTER TABLE {line} ADD COLUMN IF NOT EXISTS shared BOOLEAN NOT NULL DEFAULT false;
+
+-- Refused waiters delete a few places of any key that expired over a minute ago, the oldest
+-- first: the line of a key nobody asks for again (a killed waiter of a per-job key) keeps no
+-- place behind.
+CREATE INDEX IF NOT EXISTS {locks}_line_exp ON {line} (expires_at_ms);
 
 -- Shared holds (readers) of a key's lock (syncguard for Rust only: the TypeScript SyncGuard
 -- never reads this table, so it sees the exclusive record alone and can take the lock while
@@ -237,6 +243,7 @@ pub(crate) fn installed_sql(tables: &TableNames) -> String {
         format!("to_regclass('{locks}_permit_exp') IS NOT NULL"),
         format!("to_regclass('{}') IS NOT NULL", tables.line_table()),
         format!("to_regclass('{locks}_line_ticket') IS NOT NULL"),
+        format!("to_regclass('{locks}_line_exp') IS NOT NULL"),
         format!(
             "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{locks}') \
              AND attname = 'holder' AND NOT attisdropped)"
@@ -300,7 +307,7 @@ mod tests {
             "src/postgres/schema.sql is out of date: run SYNCGUARD_BLESS=1 cargo test --features \
              postgres --lib schema"
         );
-        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v5("));
+        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v6("));
     }
 
     /// The tables, indexes and columns `ddl` creates or changes, and the table each index is on:
@@ -354,6 +361,8 @@ mod tests {
                 tables.line_table(),
                 tables.line_table(),
                 "shared".to_owned(),
+                format!("{locks}_line_exp"),
+                tables.line_table(),
                 tables.shared_table(),
                 format!("{locks}_shared_exp"),
                 tables.shared_table(),
@@ -379,11 +388,11 @@ mod tests {
         assert!(ddl.contains("idx_a_locks_expires ON a_locks (expires_at_ms)"));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_semaphores ("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_permits ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v5("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v6("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_line ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v5("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v6("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_shared ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_sacquire_v5("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_sacquire_v6("));
         assert_eq!(schema_sql(&TableNames::default()), SCHEMA_SQL);
     }
 }

@@ -76,7 +76,8 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_permit_exp ON syncguard_locks_permits
 -- The line (syncguard for Rust only: the TypeScript SyncGuard knows no line, never reads this
 -- table, and its acquisitions pass the line). One row per waiter's place in the line of a key's
 -- lock or of its semaphore; deleted when its waiter is granted or gives up, or once expired by
--- the next acquisition of its line. Written and read by the server functions below only.
+-- the next acquisition of its line (or, a minute later, by a refused waiter of any key).
+-- Written and read by the server functions below only.
 CREATE TABLE IF NOT EXISTS syncguard_locks_line (
   key TEXT NOT NULL,               -- storage key of the lock or the semaphore
   kind TEXT NOT NULL,              -- 'lock' or 'permit': the key's lock and semaphore each have one
@@ -93,6 +94,11 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_line_ticket ON syncguard_locks_line (
 -- Whether a place of a lock's line waits for a shared hold (a reader) or for the lock itself
 -- (lines made before shared holds have none: their places wait for the lock).
 ALTER TABLE syncguard_locks_line ADD COLUMN IF NOT EXISTS shared BOOLEAN NOT NULL DEFAULT false;
+
+-- Refused waiters delete a few places of any key that expired over a minute ago, the oldest
+-- first: the line of a key nobody asks for again (a killed waiter of a per-job key) keeps no
+-- place behind.
+CREATE INDEX IF NOT EXISTS syncguard_locks_line_exp ON syncguard_locks_line (expires_at_ms);
 
 -- Shared holds (readers) of a key's lock (syncguard for Rust only: the TypeScript SyncGuard
 -- never reads this table, so it sees the exclusive record alone and can take the lock while
@@ -121,97 +127,97 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_shared_exp ON syncguard_locks_shared 
 -- A function of the same name and parameter types whose parameters or result differ
 -- (an earlier syncguard's) cannot be replaced: it is dropped first.
 DO $replaced$ BEGIN
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v5(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v6(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint, OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v5(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v6(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v5(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v6(text, bigint)'))
     IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_release_v5(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_release_v6(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v5(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v6(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(expires_at_ms bigint, present boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_extend_v5(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_extend_v6(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v5(text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v6(text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], bigint[], bigint -> TABLE(lock_id text, expires_at_ms bigint, present boolean, live boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_renew_v5(text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_renew_v6(text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v5(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v6(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_locked_v5(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_locked_v6(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v5(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v6(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v5(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v6(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v5(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v6(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v5(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v6(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v5(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v6(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v5(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v6(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v5(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v6(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_list_v5(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_list_v6(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v5(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v5(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v5(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v6(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v5(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v6(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v5(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v6(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v5(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v6(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v5(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v6(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_permits_v5(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_permits_v6(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v5(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v6(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_plist_v5(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_plist_v6(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v5(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v6(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v5(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v6(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v5(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v6(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v5(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v6(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v5(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v6(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_readers_v5(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_readers_v6(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v5(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v6(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_slist_v5(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_slist_v6(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v5(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v6(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_line_v5(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_line_v6(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v5(text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v6(text, text, text)'))
     IS DISTINCT FROM 'text, text, text -> TABLE(gone boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_leave_v5(text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_leave_v6(text, text, text);
 END IF;
 END $replaced$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -226,6 +232,7 @@ DECLARE
   ahead bigint;
   admitted boolean;
   line_ticket bigint;
+  judged_at bigint;
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -240,21 +247,21 @@ IF own IS NOT TRUE THEN
 line_ticket := $11;
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
-admitted := slots > 0;
 mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
 SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
 END IF;
-IF $9 <> 'ignore' AND admitted THEN
+END IF;
+admitted := slots > 0;
+IF queued AND $9 <> 'ignore' AND admitted THEN
+judged_at := COALESCE(mine, line_ticket);
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
-AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
-OR (q.ticket = COALESCE(line_ticket, mine)
-AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
-END IF;
 END IF;
 IF $9 = 'wait' THEN
 IF admitted THEN
@@ -274,6 +281,14 @@ ELSE
 INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, holder, shared)
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, false);
+END IF;
+IF random() < 1.0 / 8 THEN
+DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
+SELECT q.ctid FROM "syncguard_locks_line" q
+WHERE q.expires_at_ms < now_ms - $7 - 60000
+ORDER BY q.expires_at_ms LIMIT 64
+FOR UPDATE SKIP LOCKED))
+AND p.expires_at_ms < now_ms - $7 - 60000;
 END IF;
 END IF;
 END IF;
@@ -301,7 +316,7 @@ RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v5(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v6(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
   OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -317,18 +332,22 @@ DECLARE
   granted boolean := true;
   admits boolean[] := '{}';
   mines bigint[] := '{}';
+  owns boolean[] := '{}';
+  free_slots bigint[] := '{}';
+  probes boolean[] := '{}';
+  standing bigint;
   queued boolean;
   slots bigint;
   mine bigint;
   ahead bigint;
   admitted boolean;
   line_ticket bigint;
+  judged_at bigint;
 BEGIN
 FOR h IN SELECT DISTINCT hashtext(k.k) FROM unnest($1) AS k(k) ORDER BY 1 LOOP
 PERFORM pg_advisory_xact_lock(h);
 END LOOP;
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-line_ticket := $11;
 FOR i IN 1 .. cardinality($1) LOOP
 SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2[i]) IS TRUE
 OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1[i]
@@ -337,31 +356,43 @@ l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000000
 INTO held, malformed, own, queued
 FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1[i];
 IF malformed THEN malformed_key := $4[i]; RETURN; END IF;
-IF own IS TRUE THEN
-admitted := true;
-mine := NULL;
-ELSE
 slots := CASE WHEN held THEN 0 ELSE 1 END;
+mine := NULL;
+IF own IS NOT TRUE THEN
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
-admitted := slots > 0;
 mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1[i] AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
 SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id = $10;
 END IF;
-IF $9 <> 'ignore' AND admitted THEN
+END IF;
+END IF;
+owns := owns || (own IS TRUE);
+free_slots := free_slots || slots;
+probes := probes || queued;
+mines := mines || mine;
+standing := LEAST(standing, mine);
+END LOOP;
+line_ticket := COALESCE(standing, $11);
+FOR i IN 1 .. cardinality($1) LOOP
+IF owns[i] THEN
+admitted := true;
+ELSE
+slots := free_slots[i];
+queued := probes[i];
+mine := mines[i];
+admitted := slots > 0;
+IF queued AND $9 <> 'ignore' AND admitted THEN
+judged_at := COALESCE(mine, line_ticket);
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
 WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
-AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
-OR (q.ticket = COALESCE(line_ticket, mine)
-AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
 END IF;
 END IF;
-END IF;
 admits := admits || admitted;
-mines := mines || mine;
 granted := granted AND admitted;
 END LOOP;
 IF granted THEN
@@ -424,12 +455,20 @@ VALUES ($1[i], 'lock', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
 END IF;
 END LOOP;
-ticket := COALESCE(line_ticket, (SELECT max(m.m) FROM unnest(mines) AS m(m)));
+ticket := line_ticket;
+IF random() < 1.0 / 8 THEN
+DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
+SELECT q.ctid FROM "syncguard_locks_line" q
+WHERE q.expires_at_ms < now_ms - $7 - 60000
+ORDER BY q.expires_at_ms LIMIT 64
+FOR UPDATE SKIP LOCKED))
+AND p.expires_at_ms < now_ms - $7 - 60000;
+END IF;
 END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v5(text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v6(text, bigint,
   OUT live boolean, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -449,7 +488,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v5(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v6(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -466,7 +505,7 @@ WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v5(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v6(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
 malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -496,7 +535,7 @@ LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v5(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v6(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -506,7 +545,7 @@ WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) *
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v5(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v6(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -519,7 +558,7 @@ WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -529,7 +568,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -539,7 +578,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_list_v5(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v6(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -555,7 +594,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v5(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -569,6 +608,7 @@ DECLARE
   ahead bigint;
   admitted boolean;
   line_ticket bigint;
+  judged_at bigint;
 BEGIN
 INSERT INTO "syncguard_locks_semaphores" AS s (key, fence, user_key) VALUES ($1, 0, $4)
 ON CONFLICT (key) DO NOTHING;
@@ -594,21 +634,21 @@ END IF;
 line_ticket := $11;
 slots := $5 - held;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
-admitted := slots > 0;
 mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
 SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
 END IF;
-IF $9 <> 'ignore' AND admitted THEN
+END IF;
+admitted := slots > 0;
+IF queued AND $9 <> 'ignore' AND admitted THEN
+judged_at := COALESCE(mine, line_ticket);
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
 WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id IS DISTINCT FROM $10
-AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
-OR (q.ticket = COALESCE(line_ticket, mine)
-AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
-END IF;
 END IF;
 IF $9 = 'wait' THEN
 IF admitted THEN
@@ -629,6 +669,14 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'permit', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
+IF random() < 1.0 / 8 THEN
+DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
+SELECT q.ctid FROM "syncguard_locks_line" q
+WHERE q.expires_at_ms < now_ms - $7 - 60000
+ORDER BY q.expires_at_ms LIMIT 64
+FOR UPDATE SKIP LOCKED))
+AND p.expires_at_ms < now_ms - $7 - 60000;
+END IF;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -643,7 +691,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v5(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v6(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -660,7 +708,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v5(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v6(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -687,7 +735,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_permits_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_permits_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -701,7 +749,7 @@ LIMIT 1000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_plist_v5(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_plist_v6(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -716,7 +764,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v5(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -730,6 +778,7 @@ DECLARE
   ahead bigint;
   admitted boolean;
   line_ticket bigint;
+  judged_at bigint;
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -757,21 +806,21 @@ END IF;
 line_ticket := $11;
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
-admitted := slots > 0;
 mine := NULL;
 IF queued THEN
 DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 IF $9 = 'wait' THEN
 SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
 END IF;
-IF $9 <> 'ignore' AND admitted THEN
+END IF;
+admitted := slots > 0;
+IF queued AND $9 <> 'ignore' AND admitted THEN
+judged_at := COALESCE(mine, line_ticket);
 SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10 AND NOT q.shared
-AND (COALESCE(line_ticket, mine) IS NULL OR q.ticket < COALESCE(line_ticket, mine)
-OR (q.ticket = COALESCE(line_ticket, mine)
-AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
 admitted := slots > ahead;
-END IF;
 END IF;
 IF $9 = 'wait' THEN
 IF admitted THEN
@@ -792,6 +841,14 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, true);
 END IF;
+IF random() < 1.0 / 8 THEN
+DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
+SELECT q.ctid FROM "syncguard_locks_line" q
+WHERE q.expires_at_ms < now_ms - $7 - 60000
+ORDER BY q.expires_at_ms LIMIT 64
+FOR UPDATE SKIP LOCKED))
+AND p.expires_at_ms < now_ms - $7 - 60000;
+END IF;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -811,7 +868,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, fence, $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v5(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v6(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -828,7 +885,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v5(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v6(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -855,7 +912,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_readers_v5(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_readers_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -869,7 +926,7 @@ LIMIT 10000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_slist_v5(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_slist_v6(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -884,7 +941,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_line_v5(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_line_v6(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -895,7 +952,7 @@ ORDER BY q.ticket, q.place_id COLLATE "C";
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_leave_v5(text, text, text) RETURNS TABLE (gone boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_leave_v6(text, text, text) RETURNS TABLE (gone boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN

@@ -27,7 +27,7 @@
 //! # Server functions
 //!
 //! Each operation is also installed by `setup_schema` as a PL/pgSQL function, named after the
-//! lock table and the operation (`syncguard_locks_acquire_v5`, …). Calling it is one statement,
+//! lock table and the operation (`syncguard_locks_acquire_v6`, …). Calling it is one statement,
 //! one transaction, as the statement is — but planned in microseconds: PL/pgSQL keeps its
 //! statements' plans for the life of the server connection, which survives behind a
 //! transaction-mode pooler where a client's prepared statements cannot. Sent inline, the acquire
@@ -69,9 +69,9 @@
 //! renewed to the caller's TTL from now — as the lock's acquire renews its own lock id's row —
 //! instead of being counted as another holder's (the semaphore would look full of its own
 //! permit) or inserted a second time (a duplicate key). Between deleting its key's expired
-//! permits and counting, one acquisition in `PERMIT_SWEEP_EVERY` (drawn at random) also
-//! deletes a few permits of any key that expired more than a minute ago
-//! (`PERMIT_SWEEP_AFTER_MS`; the oldest first, at most `PERMIT_SWEEP_BATCH`, found through the
+//! permits and counting, one acquisition in `SWEEP_EVERY` (drawn at random) also
+//! deletes a few permits of any key that expired more than a minute ago (`sweep_sql.rs`:
+//! `SWEEP_AFTER_MS`; the oldest first, at most `SWEEP_BATCH`, found through the
 //! permit table's index on `expires_at_ms`), so that a semaphore whose key is never used again
 //! (one per job id) leaves no permit row behind; its semaphore row stays, as a lock's fence
 //! counter row does, for it holds the fence counter. Those rows are taken `FOR UPDATE SKIP
@@ -117,7 +117,8 @@
 //! Both acquire functions decide THE RULE of the key's line (`<lock table>_line`) in their own
 //! transaction, once they have shut out the key's other acquirers (the advisory lock, the
 //! semaphore's row lock), with the steps `line_sql::admit_by_line` writes and `line_sql.rs`
-//! explains: an index probe when the line is empty, nothing more. Their statements sent
+//! explains: an index probe when the line is empty, nothing more. A refused waiter sometimes
+//! also sweeps long-expired places of any key (`sweep_sql.rs`, as permits and readers are). Their statements sent
 //! inline (locks on tables without the functions) know no line: they barge. Reading the live
 //! places (`Statements::line`, by ticket then place id) and leaving the line
 //! (`Statements::leave_line`) are one statement each, through their functions only.
@@ -136,6 +137,7 @@ use sha2::{Digest, Sha256};
 
 use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe};
 use super::lock_sql::{KeyArgs, LockSql};
+use super::sweep_sql::sweep_expired;
 use super::tables::TableNames;
 use crate::driver::{LeaseKind, MAX_PERMITS};
 
@@ -360,48 +362,12 @@ pub(crate) fn release_channel(tables: &TableNames) -> String {
     format!("{}_released", tables.lock_table())
 }
 
-/// How long past its expiry (and the tolerance) a permit of any key is left before a permit
-/// acquisition of another key deletes it. A permit whose key is never used again would
-/// otherwise stay forever; one that expired a moment ago is left to its own key's acquisitions
-/// and to its holder's last release or renewal, which answer it as expired rather than unknown.
-/// A renewal judges liveness by the clock its statement read when it started: it would have
-/// to run for a minute to want a row a sweep takes (see "Semaphores" in the module docs).
-const PERMIT_SWEEP_AFTER_MS: i64 = 60_000;
-
-/// One permit acquisition in this many, drawn at random, deletes expired permits of any key:
-/// the statement costs about a tenth of a permit cycle's server time even when it finds
-/// nothing (measured in docs/postgres.md), so most acquisitions skip it.
-const PERMIT_SWEEP_EVERY: u32 = 8;
-
-/// How many expired permits of any key one sweeping acquisition deletes at most: on average
-/// (`PERMIT_SWEEP_BATCH / PERMIT_SWEEP_EVERY`) eight times the one permit an acquisition may
-/// leave behind, so that expired permits never pile up while acquisitions go on, and few
-/// enough that one acquisition stays cheap after a crash left many.
-const PERMIT_SWEEP_BATCH: u32 = 64;
-
 /// How many shared holders of one key [`Statements::readers`] answers at most (in fence order):
 /// a bound on one call's work and answer, not on how many may hold (docs/postgres.md).
 pub(crate) const MAX_READERS_FOUND: u32 = 10_000;
 
-/// Deletes the expired rows (permits, shared holds) of the key `$1` in `table` (quoted), and,
-/// one call in [`PERMIT_SWEEP_EVERY`], a few rows of any key that expired long ago: PL/pgSQL
-/// statements of an acquire function, after its clock (`now_ms`) is read; `$7` the tolerance.
-fn sweep_expired(table: &str) -> String {
-    format!(
-        "DELETE FROM {table} p WHERE p.key = $1 AND p.expires_at_ms <= now_ms - $7;\n\
-         IF random() < 1.0 / {PERMIT_SWEEP_EVERY} THEN\n\
-         DELETE FROM {table} p WHERE p.ctid = ANY (ARRAY(\n\
-         SELECT q.ctid FROM {table} q\n\
-         WHERE q.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS}\n\
-         ORDER BY q.expires_at_ms LIMIT {PERMIT_SWEEP_BATCH}\n\
-         FOR UPDATE SKIP LOCKED))\n\
-         AND p.expires_at_ms < now_ms - $7 - {PERMIT_SWEEP_AFTER_MS};\n\
-         END IF;\n"
-    )
-}
-
 /// Part of every function's name; bump it whenever a statement or its parameters change.
-const FUNCTION_VERSION: &str = "v5";
+const FUNCTION_VERSION: &str = "v6";
 
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 

@@ -2,7 +2,8 @@
 //! shared PgBouncer (transaction mode), looked at in its table: a waiting acquisition whose
 //! answer is lost and which the pool repeats is one place; an acquisition of a free key with an
 //! empty line writes no place; every expired place is pruned by the next acquisition of its
-//! line; the lock's line and the semaphore's line of one key are two lines. (The line
+//! line; the lock's line and the semaphore's line of one key are two lines; a place of a key
+//! nobody asks for again is swept by other keys' waiters once long expired. (The line
 //! contracts run in `postgres.rs` and `pgbouncer.rs`; tables without the line in
 //! `postgres_legacy.rs`.)
 
@@ -158,6 +159,54 @@ fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) 
     assert_eq!(stored_places(&backend, &key, "permit"), []);
     assert!(backend.release(&held_lock.lock_id).unwrap());
     assert!(backend.release_permit(&key, &held_permit.lock_id).unwrap());
+}
+
+/// Issue 40, item 7: a place in the line of a key nobody asks for again (a killed waiter of a
+/// per-job key) is deleted by other keys' refused waiters once it has expired long ago. Its
+/// expiry is written in the past by the server's clock, as a clock moving on would make it.
+/// The sweep is drawn at random, one refused attempt in eight: the attempts are bounded, so a
+/// sweep that never comes fails the test instead of hanging it.
+#[test]
+fn a_place_of_a_key_nobody_asks_for_again_is_swept() {
+    const ATTEMPTS: usize = 1000;
+    let backend = shared_postgres_backend();
+    let forgotten = backend.storage_key(&unique("line-forgotten")).unwrap();
+    let abandoned = LockId::generate();
+    let mut client = shared_postgres().client();
+    client
+        .execute(
+            "INSERT INTO syncguard_locks_line (key, kind, place_id, expires_at_ms) \
+             VALUES ($1, 'lock', $2, \
+             floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - 3600000)",
+            &[&forgotten, &abandoned.as_str()],
+        )
+        .unwrap();
+    let mut left = || -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM syncguard_locks_line WHERE key = $1",
+                &[&forgotten],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let busy = unique("line-busy");
+    let held = lease(backend.acquire(&busy, TTL));
+    let waiter = LockId::generate();
+    let mut attempts = 0;
+    while left() > 0 {
+        assert!(
+            attempts < ATTEMPTS,
+            "{attempts} refused attempts on another key later, the expired place is still there"
+        );
+        assert_eq!(wait(&backend, &busy, &waiter), Acquisition::Locked);
+        attempts += 1;
+    }
+    let checked = Key::new(&busy).unwrap();
+    backend
+        .leave_line(&checked, LeaseKind::Lock, &waiter)
+        .unwrap();
+    assert!(backend.release(&held.lock_id).unwrap());
 }
 
 /// A waiting acquisition whose answer is lost with its connection (the proxy closes it as the

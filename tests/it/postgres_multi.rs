@@ -4,7 +4,10 @@
 //! waiter stands with one ticket on every key that refused it (directly and through the shared
 //! PgBouncer), a set on tables the TypeScript SyncGuard made works (one key at a time), and a
 //! set whose answer is lost leaves every key in doubt, which the Locker frees in the
-//! background. (The multi and line contracts run in `postgres.rs` and `pgbouncer.rs`.)
+//! background; a set whose refusal was lost keeps its one ticket when it asks again, also where
+//! it is newly refused, so it never deadlocks with a single waiter, and a waiter is judged where
+//! it stands whatever ticket it carries (issue 40). (The multi and line contracts run in
+//! `postgres.rs` and `pgbouncer.rs`.)
 
 use std::time::{Duration, Instant};
 
@@ -319,6 +322,168 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_directly() {
 #[test]
 fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_through_pgbouncer() {
     a_refused_waiter_stands_with_one_ticket_on_every_key_held(through_pgbouncer());
+}
+
+/// Issue 40, item 1: a set refused on two keys of three (the third free) stands on both with
+/// one ticket, and its answer is lost. Meanwhile the third key is taken. The set asks again as
+/// the Locker's retry does, with `Line::Wait` and no ticket, and then once more, as a pool
+/// repeats a call whose answer was lost: each time it finds its places and answers their
+/// ticket, and where it is newly refused it stands with that same ticket (one place per key,
+/// one ticket on every key). Once the keys are free it is granted and leaves every line.
+fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
+    let other = shared_postgres_backend();
+    let prefix = unique("set-lost-refusal");
+    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
+    let (held_a, held_b) = (lease(other.acquire(&a, TTL)), lease(other.acquire(&b, TTL)));
+    let place = LockId::generate();
+    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = refused.unwrap()
+    else {
+        panic!("a refused waiter gets a ticket");
+    };
+    let held_c = lease(other.acquire(&c, TTL));
+    for attempt in ["the retry", "the pool's repeat"] {
+        let again = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+        assert_eq!(
+            again.unwrap(),
+            Acquisitions::Locked {
+                ticket: Some(ticket)
+            },
+            "{attempt} answers the ticket of the set's places"
+        );
+        for name in [&a, &b, &c] {
+            assert_eq!(
+                line_of(&other, name),
+                [(place.as_str().to_owned(), ticket)],
+                "{attempt}: one place on {name}, with the one ticket"
+            );
+        }
+    }
+    for held in [held_a, held_b, held_c] {
+        assert!(other.release(&held.lock_id).unwrap());
+    }
+    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let Acquisitions::Acquired(leases) = taken.unwrap() else {
+        panic!("first in line on every key once they are free");
+    };
+    for name in [&a, &b, &c] {
+        assert_eq!(line_of(&other, name), [], "the granted set left the line");
+    }
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+}
+
+#[test]
+fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_directly() {
+    a_set_whose_refusal_was_lost_keeps_its_one_ticket(shared_postgres_backend());
+}
+
+#[test]
+fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_through_pgbouncer() {
+    a_set_whose_refusal_was_lost_keeps_its_one_ticket(through_pgbouncer());
+}
+
+/// Issue 40, item 1, the deadlock: a set X of A and B stands on A only (B free), and its answer
+/// is lost; a single waiter Y stands on A behind X; B is taken; X retries with `Line::Wait` and
+/// no ticket, and then carries the ticket answered, as the Locker does. With a second ticket on
+/// B, later than Y's, X would wait for Y on A while Y waits for X's first place: neither is
+/// ever granted. With its one ticket, once A and B are free X is granted, then Y.
+fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: PostgresBackend) {
+    let other = shared_postgres_backend();
+    let prefix = unique("set-retry-deadlock");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&a, &b]).unwrap();
+    let held_a = lease(other.acquire(&a, TTL));
+    let (x, y) = (LockId::generate(), LockId::generate());
+    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&x));
+    assert!(
+        matches!(refused.unwrap(), Acquisitions::Locked { ticket: Some(_) }),
+        "X stands on A"
+    );
+    let y_try = || other.try_acquire(&key(&a), ttl(), None, Line::Wait(&y));
+    assert_eq!(y_try().unwrap(), Acquisition::Locked, "Y stands behind X");
+    let held_b = lease(other.acquire(&b, TTL));
+    let retried = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&x));
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = retried.unwrap()
+    else {
+        panic!("X, refused again, keeps a ticket");
+    };
+    assert!(other.release(&held_a.lock_id).unwrap());
+    assert!(other.release(&held_b.lock_id).unwrap());
+    assert_eq!(
+        y_try().unwrap(),
+        Acquisition::Locked,
+        "X is ahead of Y on A"
+    );
+    let x_try = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&x, ticket));
+    let Acquisitions::Acquired(leases) = x_try.unwrap() else {
+        panic!(
+            "X is first in line on A and B once both are free (lines: A {:?}, B {:?}; X answered \
+             ticket {ticket})",
+            line_of(&other, &a),
+            line_of(&other, &b)
+        );
+    };
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+    let Acquisition::Acquired { lease: y_lease, .. } = y_try().unwrap() else {
+        panic!("then Y");
+    };
+    assert!(other.release(&y_lease.lock_id).unwrap());
+    assert_eq!(line_of(&other, &a), []);
+    assert_eq!(line_of(&other, &b), []);
+}
+
+#[test]
+fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter_directly() {
+    a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(shared_postgres_backend());
+}
+
+#[test]
+fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter_through_pgbouncer() {
+    a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(through_pgbouncer());
+}
+
+/// A waiter that stands in a key's line is judged where it stands, whatever ticket it carries:
+/// its own place is never ahead of it, and a ticket carried from elsewhere moves it neither
+/// forward nor back (issue 40, item 1, for one key).
+#[test]
+fn a_waiter_is_judged_where_it_stands_whatever_ticket_it_carries() {
+    let backend = shared_postgres_backend();
+    let name = unique("judged-where-it-stands");
+    let held = lease(backend.acquire(&name, TTL));
+    let (first, second) = (LockId::generate(), LockId::generate());
+    for place in [&first, &second] {
+        let refused = backend.try_acquire(&key(&name), ttl(), None, Line::Wait(place));
+        assert_eq!(refused.unwrap(), Acquisition::Locked);
+    }
+    assert!(backend.release(&held.lock_id).unwrap());
+    let second_try = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(&second, 0));
+    assert_eq!(
+        second_try.unwrap(),
+        Acquisition::Locked,
+        "an early ticket carried does not pass the first place"
+    );
+    let first_try = backend.try_acquire(
+        &key(&name),
+        ttl(),
+        None,
+        Line::WaitAt(&first, u64::MAX >> 2),
+    );
+    let Acquisition::Acquired { lease: granted, .. } = first_try.unwrap() else {
+        panic!("a late ticket carried does not put the first place behind the second");
+    };
+    assert!(backend.release(&granted.lock_id).unwrap());
+    backend
+        .leave_line(&key(&name), LeaseKind::Lock, &second)
+        .unwrap();
 }
 
 /// On tables the TypeScript SyncGuard made (no server functions), a set is taken one key at a
