@@ -88,6 +88,20 @@ impl FirestoreBackend {
         Ok(self.clock.now_ms())
     }
 
+    /// Now for the line of waiters: Firestore's time (`skew.rs`), read off the answer to the
+    /// request just made and the monotonic clock, so that places are taken and judged by one
+    /// clock for every client, however far off their own clocks are. The client clock only
+    /// before Firestore has answered with a time (never, after the read every decision on the
+    /// line follows).
+    pub(super) fn line_now_ms(&self) -> Result<i64> {
+        self.check_skew()?;
+        Ok(self
+            .rest
+            .skew
+            .server_now_ms()
+            .unwrap_or_else(|| self.clock.now_ms()))
+    }
+
     /// Fails while the measured clock skew is certainly beyond `max_clock_skew`. Every
     /// operation checks before it starts (and again when it reads the clock).
     pub(super) fn check_skew(&self) -> Result<()> {

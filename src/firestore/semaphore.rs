@@ -96,7 +96,7 @@ impl FirestoreBackend {
         let (_, doc) = self
             .read_semaphore(&name, key)
             .map_err(|e| lock_error(&self.rest, e))?;
-        Ok(doc.line.live(self.now_ms()?))
+        Ok(doc.line.live(self.line_now_ms()?))
     }
 
     /// Removes `place` from the semaphore's line of `key` (a write only if it was there).
@@ -214,9 +214,10 @@ impl FirestoreBackend {
                         }
                     };
                     let now = self.now_ms()?;
+                    let line_now = self.line_now_ms()?;
                     let applied: Vec<Applied> = changes
                         .iter()
-                        .map(|change| change.apply(&mut doc, now, key))
+                        .map(|change| change.apply(&mut doc, now, line_now, key))
                         .collect();
                     if applied.iter().any(|applied| applied.wrote) {
                         break (precondition, doc, now, applied);

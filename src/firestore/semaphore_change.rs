@@ -106,8 +106,16 @@ impl Applied {
 }
 
 impl PermitChange {
-    /// Applies the change to `doc` (of the semaphore on `key`) as read at `now`.
-    pub(super) fn apply(&self, doc: &mut SemaphoreDoc, now: i64, key: &Key) -> Applied {
+    /// Applies the change to `doc` (of the semaphore on `key`) as read at `now` (the client
+    /// clock, which permits are judged by) and `line_now` (Firestore's time, which the line
+    /// is judged by).
+    pub(super) fn apply(
+        &self,
+        doc: &mut SemaphoreDoc,
+        now: i64,
+        line_now: i64,
+        key: &Key,
+    ) -> Applied {
         match self {
             PermitChange::Take {
                 permits,
@@ -136,7 +144,7 @@ impl PermitChange {
                 let free = (permits.get() as usize).saturating_sub(doc.permits.len());
                 let admission = doc
                     .line
-                    .admit(line.line(), free, false, now, holder.as_ref());
+                    .admit(line.line(), free, false, line_now, holder.as_ref());
                 if !admission.granted {
                     // A waiter's place, taken or renewed, is written; a single attempt leaves
                     // expired places to the next write.

@@ -107,7 +107,9 @@ impl FirestoreBackend {
         }
         counter_doc.reclaim(now);
         let free = usize::from(held.is_none() && counter_doc.readers.len() < MAX_READERS);
-        let admission = counter_doc.line.admit(line, free, true, now, holder);
+        let admission = counter_doc
+            .line
+            .admit(line, free, true, self.line_now_ms()?, holder);
         if !admission.granted {
             // Nothing to write for a single attempt, nor for a waiter whose place is fresh.
             if line.place().is_none() || !admission.changed {
