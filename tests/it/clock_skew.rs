@@ -239,15 +239,18 @@ fn firestore_client_two_seconds_behind_holds_a_lock_only_it_believes_in() {
 /// places are taken and judged by Firestore's time instead, which no client clock moves.
 #[test]
 fn firestore_line_keeps_arrival_order_across_the_documented_skew() {
-    let started = SystemClock.now_ms();
-    let behind = firestore(Some(ManualClock::new(started - SKEW_MS)));
-    let ahead_clock = ManualClock::new(started + SKEW_MS);
+    let behind_clock = ManualClock::new(0);
+    let behind = firestore(Some(behind_clock.clone()));
+    let ahead_clock = ManualClock::new(0);
     let ahead = firestore(Some(ahead_clock.clone()));
     let honest = firestore(None);
     let key = unique("skewed-line");
     let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
     let held = lease(honest.acquire(&key, TTL));
 
+    // Each clock is set just before its client acts (a ManualClock stands still).
+    let started = SystemClock.now_ms();
+    behind_clock.set(started - SKEW_MS);
     let first = LockId::generate();
     let refused = behind.try_acquire(&checked, ttl, None, Line::Wait(&first));
     assert_eq!(refused.unwrap(), Acquisition::Locked);
