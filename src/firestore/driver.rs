@@ -53,8 +53,9 @@ pub struct FirestoreBackend {
     pub(super) max_clock_skew: Option<Duration>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) aborted_retries: AtomicU64,
-    /// The semaphore documents being written, whose changes meet in one commit.
-    pub(super) semaphores: Combiner<PermitChange>,
+    /// The documents of permit-like leases being written (semaphores' documents, and fence
+    /// counter documents for their shared holders), whose changes meet in one commit.
+    pub(super) holders: Combiner<PermitChange>,
 }
 
 impl FirestoreBackend {

@@ -172,6 +172,7 @@ mod commit;
 mod counter_doc;
 mod document;
 mod driver;
+mod holders;
 mod line_doc;
 mod list;
 mod lock_line;
