@@ -88,8 +88,7 @@ impl FirestoreBackend {
         key: &Key,
         changes: Vec<PermitChange>,
     ) -> Vec<Result<PermitAnswer>> {
-        let mut answers: Vec<Option<Result<PermitAnswer>>> =
-            changes.iter().map(|_| None).collect();
+        let mut answers: Vec<Option<Result<PermitAnswer>>> = changes.iter().map(|_| None).collect();
         // (index, change, whether a commit of it went unanswered already)
         let mut pending: Vec<(usize, PermitChange, bool)> = changes
             .into_iter()
@@ -219,10 +218,9 @@ impl FirestoreBackend {
             let remembered = last.take();
             let from_memory = remembered.is_some();
             let (source, mut doc) = match remembered {
-                Some(Committed { update_time, doc }) => (
-                    Source::Semaphore(json!({ "updateTime": update_time })),
-                    doc,
-                ),
+                Some(Committed { update_time, doc }) => {
+                    (Source::Semaphore(json!({ "updateTime": update_time })), doc)
+                }
                 None => self.read_holders(target, key)?,
             };
             let now = self.now_ms()?;
@@ -251,10 +249,16 @@ impl FirestoreBackend {
                 }
                 Ok(answered(applied))
             }
-            Ok(None) => Ok(applied.iter().map(|a| Step::Again(within(a, now))).collect()),
+            Ok(None) => Ok(applied
+                .iter()
+                .map(|a| Step::Again(within(a, now)))
+                .collect()),
             Err(error) if error.is_aborted() => {
                 self.aborted_retries.fetch_add(1, Ordering::Relaxed);
-                Ok(applied.iter().map(|a| Step::Again(within(a, now))).collect())
+                Ok(applied
+                    .iter()
+                    .map(|a| Step::Again(within(a, now)))
+                    .collect())
             }
             Err(error) => {
                 if error.may_have_been_applied() {
@@ -290,7 +294,8 @@ impl FirestoreBackend {
                 counter_name,
             } => {
                 let [lock_read, counter_read] = self.rest.batch_get([lock_name, counter_name])?;
-                let mut shell = CounterDoc::parse(counter_name.clone(), counter_read, key.as_str())?;
+                let mut shell =
+                    CounterDoc::parse(counter_name.clone(), counter_read, key.as_str())?;
                 let doc = SemaphoreDoc {
                     counter: shell.counter,
                     permits: std::mem::take(&mut shell.readers),

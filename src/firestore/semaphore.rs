@@ -120,7 +120,11 @@ impl FirestoreBackend {
         leases: &[(LeaseRef<'_>, Ttl)],
     ) -> Vec<Result<Outcome<Extension>>> {
         extend_by_key(leases, |key, items| {
-            self.renew_holders(&HoldersDoc::Semaphore(self.semaphore_name(key)?), key, items)
+            self.renew_holders(
+                &HoldersDoc::Semaphore(self.semaphore_name(key)?),
+                key,
+                items,
+            )
         })
     }
 

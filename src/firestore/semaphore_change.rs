@@ -184,9 +184,9 @@ impl PermitChange {
                         true,
                     ),
                 };
-                let admission = doc
-                    .line
-                    .admit(line.line(), free, shared, line_now, holder.as_ref());
+                let admission =
+                    doc.line
+                        .admit(line.line(), free, shared, line_now, holder.as_ref());
                 if !admission.granted {
                     // A waiter's place, taken or renewed, is written; a single attempt leaves
                     // expired places to the next write.

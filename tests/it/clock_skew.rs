@@ -294,7 +294,12 @@ fn firestore_line_keeps_arrival_order_across_the_documented_skew() {
         panic!("O, next, is granted");
     };
     assert!(ahead.release(&taken.lock_id).unwrap());
-    assert!(honest.find_line(&checked, LeaseKind::Lock).unwrap().is_empty());
+    assert!(
+        honest
+            .find_line(&checked, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

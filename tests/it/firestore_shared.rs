@@ -41,7 +41,14 @@ fn readers_and_writers_of_eight_lockers_keep_every_lease_for_a_minute() {
         .collect();
     let key = unique("shared-under-load");
     // A fresh emulator's first answers can take longer than the TTL: they come first.
-    assert!(lockers[0].rw_lock(&key).unwrap().readers().unwrap().is_empty());
+    assert!(
+        lockers[0]
+            .rw_lock(&key)
+            .unwrap()
+            .readers()
+            .unwrap()
+            .is_empty()
+    );
     let options = LockOptions::default()
         .ttl(TTL_UNDER_LOAD)
         .timeout(Duration::from_secs(30));
@@ -94,7 +101,10 @@ fn readers_and_writers_of_eight_lockers_keep_every_lease_for_a_minute() {
                         if let Err(error) = guard.check() {
                             lost.fetch_add(1, Ordering::SeqCst);
                             let kind = if writer { "writer" } else { "reader" };
-                            failures.lock().unwrap().push(format!("{kind} lost: {error}"));
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("{kind} lost: {error}"));
                         }
                         let started = Instant::now();
                         match guard.release() {
@@ -129,6 +139,10 @@ fn readers_and_writers_of_eight_lockers_keep_every_lease_for_a_minute() {
     let failures = failures.into_inner().unwrap();
     assert_eq!(lost.load(Ordering::SeqCst), 0, "leases lost: {failures:#?}");
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "a writer beside another holder");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a writer beside another holder"
+    );
     assert!(reads.load(Ordering::SeqCst) > 0 && writes.load(Ordering::SeqCst) > 0);
 }
