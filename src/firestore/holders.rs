@@ -11,7 +11,9 @@
 //! that meet share a write. Each attempt is one pass through the combiner, and a change that
 //! lost a race pauses and comes back on its own: a release or a renewal then never waits out
 //! the pauses of another change that keeps losing (with the pauses inside one combined write,
-//! releases waited up to 12 s behind a reader's acquisition).
+//! releases waited up to 12 s behind a reader's acquisition). An acquisition stops trying
+//! once a third of its TTL is spent ([`PermitChange::overdue`]): the lease it would get would
+//! be mostly gone by the Locker's count, which starts when it asked.
 //!
 //! A commit without a usable answer (a lost connection, a garbled answer) is read again once:
 //! an acquisition that finds its own lock id in the document was taken by that commit and
@@ -20,7 +22,7 @@
 //! and answers so; a renewal renews again.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -95,6 +97,7 @@ impl FirestoreBackend {
             .enumerate()
             .map(|(at, change)| (at, change, false))
             .collect();
+        let asked = Instant::now();
         let done = with_retries_up_to(HOLDER_ATTEMPTS, &self.rest, &self.aborted_retries, || {
             let (places, submitted): (Vec<(usize, bool)>, Vec<PermitChange>) = pending
                 .drain(..)
@@ -126,6 +129,10 @@ impl FirestoreBackend {
                     }
                     Step::AgainUnanswered(_, within) => (within, true),
                 };
+                if let Some(answer) = change.overdue(asked) {
+                    answers[at] = Some(answer);
+                    continue;
+                }
                 if let Some(within) = within {
                     pause_at_most = Some(pause_at_most.map_or(within, |p| p.min(within)));
                 }

@@ -5,7 +5,7 @@
 //! that the next attempt recognises its own work: an acquisition its lock id, a release its
 //! removal, a waiter its place.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::combiner::Change;
 use super::readers_doc::MAX_READERS;
@@ -14,7 +14,7 @@ use crate::driver::{
     Acquisition, Extension, Holder, Key, Line, LockId, Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
     is_live,
 };
-use crate::error::{LockError, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
 /// One change to a document of permit-like leases, with what earlier attempts of it left in
@@ -282,6 +282,35 @@ impl PermitChange {
                 live_until: None,
             },
         }
+    }
+
+    /// The answer of an acquisition that keeps losing races once a third of its TTL has gone
+    /// since it was `asked` (unless a commit of it may have been applied: then only a read
+    /// tells). The Locker counts a lease's life from when it asked, so a grant that came later
+    /// would come with less of it left than its renewals need: a waiter is refused instead
+    /// (it stands again at its next attempt, asking afresh), a single attempt fails
+    /// `ServiceUnavailable` (transient).
+    pub(super) fn overdue(&self, asked: Instant) -> Option<Result<PermitAnswer>> {
+        let PermitChange::Take {
+            ttl,
+            line,
+            maybe_written: false,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let budget = Duration::from_millis(u64::try_from(ttl.as_millis() / 3).unwrap_or(0));
+        if asked.elapsed() < budget {
+            return None;
+        }
+        Some(match line.line().place() {
+            Some(_) => Ok(PermitAnswer::Taken(Acquisition::Locked)),
+            None => Err(LockError::new(
+                ErrorCode::ServiceUnavailable,
+                "Firestore kept changing under this acquisition for a third of its TTL",
+            )),
+        })
     }
 
     /// Notes that a commit carrying this change as `applied` may have been applied although
