@@ -99,7 +99,7 @@ impl FirestoreBackend {
             .collect();
         let asked = Instant::now();
         let done = with_retries_up_to(HOLDER_ATTEMPTS, &self.rest, &self.aborted_retries, || {
-            let (places, submitted): (Vec<(usize, bool)>, Vec<PermitChange>) = pending
+            let (positions, submitted): (Vec<(usize, bool)>, Vec<PermitChange>) = pending
                 .drain(..)
                 .map(|(at, change, unanswered)| ((at, unanswered), change))
                 .unzip();
@@ -109,7 +109,7 @@ impl FirestoreBackend {
                     self.write_holders(target, key, changes, last)
                 });
             let mut pause_at_most: Option<Duration> = None;
-            for ((at, unanswered), tried) in places.into_iter().zip(tried) {
+            for ((at, unanswered), tried) in positions.into_iter().zip(tried) {
                 let Tried { change, step } = match tried {
                     Ok(tried) => tried,
                     Err(error) => {
