@@ -236,7 +236,7 @@ impl FirestoreBuilder {
             max_clock_skew: self.max_clock_skew,
             clock: self.clock,
             aborted_retries: AtomicU64::new(0),
-            semaphores: Default::default(),
+            holders: Default::default(),
         })
     }
 }

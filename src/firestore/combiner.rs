@@ -3,7 +3,7 @@
 //! write — group commit, per document.
 //!
 //! Why: a semaphore's document is written by every acquisition, release and renewal of any of
-//! its permits. Written one change per commit, the commits of one process race each other
+//! its permits (and a key's fence counter document by every one of its readers'; `holders.rs`). Written one change per commit, the commits of one process race each other
 //! (each reads the document, and only the first of those that read the same version commits);
 //! a thousand permits renewed three times a second lost most of those races and gave up. One
 //! writer per document and process at a time leaves only other processes to race with, and

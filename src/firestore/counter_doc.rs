@@ -53,13 +53,6 @@ impl CounterDoc {
         self.readers.retain(|reader| reader.is_live(now_ms));
     }
 
-    /// The position of the reader holding `lock_id`, live or not.
-    pub(super) fn reader(&self, lock_id: &str) -> Option<usize> {
-        self.readers
-            .iter()
-            .position(|reader| reader.lock_id == lock_id)
-    }
-
     /// The write of a waiter's place (taken or renewed) for the lock of `key`: the document as
     /// it is now, at the fence it had. A counter missing under a live lock `held` (only a
     /// hand-written lock has none) is restored at that lock's fence, which its acquisition

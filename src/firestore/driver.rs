@@ -53,8 +53,9 @@ pub struct FirestoreBackend {
     pub(super) max_clock_skew: Option<Duration>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) aborted_retries: AtomicU64,
-    /// The semaphore documents being written, whose changes meet in one commit.
-    pub(super) semaphores: Combiner<PermitChange>,
+    /// The documents of permit-like leases being written (semaphores' documents, and fence
+    /// counter documents for their shared holders), whose changes meet in one commit.
+    pub(super) holders: Combiner<PermitChange>,
 }
 
 impl FirestoreBackend {
@@ -86,6 +87,20 @@ impl FirestoreBackend {
     pub(super) fn now_ms(&self) -> Result<i64> {
         self.check_skew()?;
         Ok(self.clock.now_ms())
+    }
+
+    /// Now for the line of waiters: Firestore's time (`skew.rs`), read off the answer to the
+    /// request just made and the monotonic clock, so that places are taken and judged by one
+    /// clock for every client, however far off their own clocks are. The client clock only
+    /// before Firestore has answered with a time (never, after the read every decision on the
+    /// line follows).
+    pub(super) fn line_now_ms(&self) -> Result<i64> {
+        self.check_skew()?;
+        Ok(self
+            .rest
+            .skew
+            .server_now_ms()
+            .unwrap_or_else(|| self.clock.now_ms()))
     }
 
     /// Fails while the measured clock skew is certainly beyond `max_clock_skew`. Every

@@ -18,7 +18,7 @@ impl FirestoreBackend {
         let counter_doc = self
             .read_counter_doc(key)
             .map_err(|e| lock_error(&self.rest, e))?;
-        Ok(counter_doc.line.live(self.now_ms()?))
+        Ok(counter_doc.line.live(self.line_now_ms()?))
     }
 
     /// Removes `place` from the lock's line of `key`: one read, and one commit of the counter

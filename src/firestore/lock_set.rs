@@ -71,7 +71,7 @@ impl FirestoreBackend {
             .collect::<Result<Vec<LockRead<'_>>>>()?;
         let free: Vec<usize> = locks.iter().map(LockRead::free).collect();
         let mut lines: Vec<&mut Places> = locks.iter_mut().map(|l| &mut l.counter.line).collect();
-        let admission = admit_all(&mut lines, &free, line, now, holder);
+        let admission = admit_all(&mut lines, &free, line, self.line_now_ms()?, holder);
         if !admission.granted {
             let refused = Acquisitions::Locked {
                 ticket: admission.ticket,

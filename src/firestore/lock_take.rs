@@ -150,10 +150,10 @@ impl FirestoreBackend {
             return Ok(Attempt::Done(Acquisition::Locked));
         }
         let mut lock = LockRead::new(user_key, names, read, held, now)?;
-        let admission = lock
-            .counter
-            .line
-            .admit(line, lock.free(), false, now, holder);
+        let admission =
+            lock.counter
+                .line
+                .admit(line, lock.free(), false, self.line_now_ms()?, holder);
         if !admission.granted {
             // A single attempt leaves expired places to the next write: it writes nothing;
             // nor does a waiter whose place is fresh (`Places::stand`), so that it writes its

@@ -26,8 +26,9 @@
 //! `fence` (string, 15 digits) and `keyDebug` (string); never deleted. Once a waiter has
 //! waited in the lock's line ([`Line`](crate::driver::Line)), it also holds that line:
 //! `lineTicket` (integer, the last ticket issued) and `line` (array, in ticket order, of maps
-//! `placeId` (string), `ticket` and `expiresAtMs` (integers), and `holder` (string) when
-//! given). The TypeScript SyncGuard knows no line: its acquisitions pass it, and set the
+//! `placeId` (string), `ticket` and `expiresAtMs` (integers: Firestore's time, not the
+//! client's, so that clients' skew cannot reorder the line; `skew.rs`), and `holder` (string)
+//! when given). The TypeScript SyncGuard knows no line: its acquisitions pass it, and set the
 //! counter document whole, which clears it (the waiters take new places at their next
 //! attempt). The lock's shared holders ([`Driver::try_acquire_shared`]) are kept there too:
 //! `readers`, a string holding a JSON array of objects `lockId`, `fence`, `expiresAtMs`,
@@ -172,6 +173,7 @@ mod commit;
 mod counter_doc;
 mod document;
 mod driver;
+mod holders;
 mod line_doc;
 mod list;
 mod lock_line;

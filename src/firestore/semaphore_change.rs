@@ -1,24 +1,29 @@
-//! The changes made to a semaphore's document ([`PermitChange`]: take, give back, renew a
-//! permit, leave its line), how each applies to the document as read, and what it answers;
+//! The changes made to a document of permit-like leases ([`PermitChange`]: take, give back,
+//! renew a lease, leave the line) — a semaphore's permits, or a lock's shared holders in its
+//! fence counter document — how each applies to the document as read, and what it answers;
 //! with what an earlier attempt of it may have left behind (a commit whose answer was lost), so
 //! that the next attempt recognises its own work: an acquisition its lock id, a release its
 //! removal, a waiter its place.
 
+use std::time::{Duration, Instant};
+
 use super::combiner::Change;
+use super::readers_doc::MAX_READERS;
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{
     Acquisition, Extension, Holder, Key, Line, LockId, Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
     is_live,
 };
-use crate::error::{LockError, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
-/// One change to a semaphore's document, with what earlier attempts of it left in doubt.
+/// One change to a document of permit-like leases, with what earlier attempts of it left in
+/// doubt.
 pub(super) enum PermitChange {
-    /// Take a permit of `permits` under `lock_id` (the same at every attempt), heeding the
-    /// semaphore's line as `line` asks.
+    /// Take one of `slots` under `lock_id` (the same at every attempt), heeding the
+    /// document's line as `line` asks.
     Take {
-        permits: Permits,
+        slots: Slots,
         ttl: Ttl,
         holder: Option<Holder>,
         line: LineAsk,
@@ -36,6 +41,15 @@ pub(super) enum PermitChange {
     Renew { lock_id: String, ttl: Ttl },
     /// Leave the semaphore's line: remove the place `place`.
     Leave { place: LockId },
+}
+
+/// What an acquisition takes.
+pub(super) enum Slots {
+    /// One of a semaphore's permits.
+    Permit(Permits),
+    /// A shared hold of a lock: granted beside other readers (up to [`MAX_READERS`]), never
+    /// while a writer holds the key.
+    Shared,
 }
 
 /// A [`Line`], owned: a change waits for its write in another thread's hands.
@@ -75,8 +89,26 @@ pub(super) enum PermitAnswer {
 }
 
 impl Change for PermitChange {
-    type Answer = PermitAnswer;
+    type Answer = Tried;
     type Memo = Option<Committed>;
+}
+
+/// What one attempt did with a change: the change handed back (with what the attempt may
+/// have left in doubt) and what comes next.
+pub(super) struct Tried {
+    pub(super) change: PermitChange,
+    pub(super) step: Step,
+}
+
+/// What comes after an attempt at a change.
+pub(super) enum Step {
+    /// Its answer: the document was written with it, or needed no write for it, or the
+    /// attempt failed for good.
+    Answered(Result<PermitAnswer>),
+    /// Its commit lost a race: again, within the time given (the lease it renews has left).
+    Again(Option<Duration>),
+    /// Its commit got no usable answer (`error`): read again once, within the time given.
+    AgainUnanswered(LockError, Option<Duration>),
 }
 
 /// A semaphore document as this backend's last commit of it left it: its `updateTime` and
@@ -106,11 +138,20 @@ impl Applied {
 }
 
 impl PermitChange {
-    /// Applies the change to `doc` (of the semaphore on `key`) as read at `now`.
-    pub(super) fn apply(&self, doc: &mut SemaphoreDoc, now: i64, key: &Key) -> Applied {
+    /// Applies the change to `doc` (of `key`) as read at `now` (the client clock, which
+    /// leases are judged by) and `line_now` (Firestore's time, which the line is judged by);
+    /// `writer_live` when the key's exclusive lock is held (which only shared holds heed).
+    pub(super) fn apply(
+        &self,
+        doc: &mut SemaphoreDoc,
+        now: i64,
+        line_now: i64,
+        writer_live: bool,
+        key: &Key,
+    ) -> Applied {
         match self {
             PermitChange::Take {
-                permits,
+                slots,
                 ttl,
                 holder,
                 line,
@@ -133,10 +174,19 @@ impl PermitChange {
                 // Only live permits count; the expired ones go with this commit, if there is
                 // one (this caller's own, expired, among them: it takes a new permit).
                 doc.reclaim(now);
-                let free = (permits.get() as usize).saturating_sub(doc.permits.len());
-                let admission = doc
-                    .line
-                    .admit(line.line(), free, false, now, holder.as_ref());
+                let (free, shared) = match slots {
+                    Slots::Permit(permits) => (
+                        (permits.get() as usize).saturating_sub(doc.permits.len()),
+                        false,
+                    ),
+                    Slots::Shared => (
+                        usize::from(!writer_live && doc.permits.len() < MAX_READERS),
+                        true,
+                    ),
+                };
+                let admission =
+                    doc.line
+                        .admit(line.line(), free, shared, line_now, holder.as_ref());
                 if !admission.granted {
                     // A waiter's place, taken or renewed, is written; a single attempt leaves
                     // expired places to the next write.
@@ -232,6 +282,35 @@ impl PermitChange {
                 live_until: None,
             },
         }
+    }
+
+    /// The answer of an acquisition that keeps losing races once a third of its TTL has gone
+    /// since it was `asked` (unless a commit of it may have been applied: then only a read
+    /// tells). The Locker counts a lease's life from when it asked, so a grant that came later
+    /// would come with less of it left than its renewals need: a waiter is refused instead
+    /// (it stands again at its next attempt, asking afresh), a single attempt fails
+    /// `ServiceUnavailable` (transient).
+    pub(super) fn overdue(&self, asked: Instant) -> Option<Result<PermitAnswer>> {
+        let PermitChange::Take {
+            ttl,
+            line,
+            maybe_written: false,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let budget = Duration::from_millis(u64::try_from(ttl.as_millis() / 3).unwrap_or(0));
+        if asked.elapsed() < budget {
+            return None;
+        }
+        Some(match line.line().place() {
+            Some(_) => Ok(PermitAnswer::Taken(Acquisition::Locked)),
+            None => Err(LockError::new(
+                ErrorCode::ServiceUnavailable,
+                "Firestore kept changing under this acquisition for a third of its TTL",
+            )),
+        })
     }
 
     /// Notes that a commit carrying this change as `applied` may have been applied although

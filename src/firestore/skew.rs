@@ -3,6 +3,12 @@
 //! holders' leases short or keep its own too long. Every answer carries a server time
 //! (`commitTime`, `readTime`); compared with the local clock at the request's midpoint it
 //! bounds the offset to within half the round trip.
+//!
+//! The same answers give Firestore's own time between answers ([`SkewEstimator::server_now_ms`]):
+//! the line of waiters is judged by it, not by the client clock, so that clients whose clocks
+//! are off by the skew the docs allow still serve their waiters in arrival order (a client
+//! whose clock runs ahead would otherwise see the places of one that runs behind expire early,
+//! and prune them).
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -40,6 +46,9 @@ pub(crate) struct SkewEstimator {
 #[derive(Default)]
 struct State {
     latest: Option<ClockSkew>,
+    /// The latest server time read, and the local instant it stands for (the request's
+    /// midpoint).
+    server_reading: Option<(i64, Instant)>,
     last_warning: Option<Instant>,
 }
 
@@ -55,6 +64,7 @@ impl SkewEstimator {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         // The newest measurement wins, so drift shows up.
         state.latest = Some(estimate);
+        state.server_reading = Some((server_ms, sent + round_trip / 2));
         if estimate.at_least() >= WARN_SKEW
             && state
                 .last_warning
@@ -68,6 +78,20 @@ impl SkewEstimator {
                 estimate.uncertainty_ms
             );
         }
+    }
+
+    /// Firestore's time now, in Unix ms: the latest server time read, plus the time this
+    /// machine's monotonic clock says has passed since (so the client's wall clock, however
+    /// far off, plays no part). Within half the round trip of that answer of the truth; `None`
+    /// before any answer carried a time.
+    pub fn server_now_ms(&self) -> Option<i64> {
+        let (server_ms, at) = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .server_reading?;
+        let since = i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        Some(server_ms.saturating_add(since))
     }
 
     pub fn latest(&self) -> Option<ClockSkew> {
@@ -99,5 +123,19 @@ mod tests {
         assert!((4_900..=5_100).contains(&skew.offset_ms), "{skew:?}");
         assert_eq!(skew.uncertainty_ms, 20);
         assert!(skew.at_least() >= Duration::from_millis(4_800));
+    }
+
+    #[test]
+    fn the_server_time_runs_on_from_the_latest_answer() {
+        let estimator = SkewEstimator::default();
+        assert_eq!(estimator.server_now_ms(), None);
+        let received = Instant::now();
+        let sent = received - Duration::from_millis(40);
+        estimator.observe(1_000_000, sent, received);
+        let now = estimator.server_now_ms().unwrap();
+        // Read at the request's midpoint, 20 ms before it was received.
+        assert!(now >= 1_000_020, "{now}");
+        let passed = i64::try_from(sent.elapsed().as_millis()).unwrap();
+        assert!(now <= 1_000_000 + passed, "{now}");
     }
 }

@@ -24,8 +24,10 @@
 
 use std::time::Duration;
 
-use crate::support::{self, lease, locked, unique};
-use syncguard::driver::TIME_TOLERANCE_MS;
+use crate::support::{self, TTL, lease, locked, unique};
+use syncguard::driver::{
+    Acquisition, Driver as _, Key, LeaseKind, Line, LockId, PLACE_TTL, TIME_TOLERANCE_MS, Ttl,
+};
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{
     Clock as _, Heartbeat, LockBackend, LockOptions, Locker, Lookup, ManualClock, MemoryBackend,
@@ -227,6 +229,77 @@ fn firestore_client_two_seconds_behind_holds_a_lock_only_it_believes_in() {
     let info = honest.lookup(Lookup::LockId(&taker.lock_id)).unwrap();
     assert_eq!(info.map(|i| i.expires_at_ms), Some(taker.expires_at_ms));
     assert!(honest.release(&taker.lock_id).unwrap());
+}
+
+/// Issue 40, item 4: the line of waiters keeps arrival order across the skew the docs allow
+/// (±2 s per client). W, whose clock runs 2 s behind, takes a place; O, whose clock runs 2 s
+/// ahead, acts 2.5 s after it (by its own clock: the 2.5 s are modelled there, no sleeping),
+/// well within the place's 5 s of life. By the clients' clocks W's place would be stored to
+/// end 3 s after true time and judged dead by O, who would prune it and be served first:
+/// places are taken and judged by Firestore's time instead, which no client clock moves.
+#[test]
+fn firestore_line_keeps_arrival_order_across_the_documented_skew() {
+    let behind_clock = ManualClock::new(0);
+    let behind = firestore(Some(behind_clock.clone()));
+    let ahead_clock = ManualClock::new(0);
+    let ahead = firestore(Some(ahead_clock.clone()));
+    let honest = firestore(None);
+    let key = unique("skewed-line");
+    let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
+    let held = lease(honest.acquire(&key, TTL));
+
+    // Each clock is set just before its client acts (a ManualClock stands still).
+    let started = SystemClock.now_ms();
+    behind_clock.set(started - SKEW_MS);
+    let first = LockId::generate();
+    let refused = behind.try_acquire(&checked, ttl, None, Line::Wait(&first));
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    let line = honest.find_line(&checked, LeaseKind::Lock).unwrap();
+    assert_eq!(line.len(), 1, "W's place: {line:?}");
+    // Stored by Firestore's time, not by W's clock (which would end it at started + 3 s).
+    assert!(
+        line[0].expires_at_ms >= started + PLACE_TTL.as_millis(),
+        "W's place ends {} ms after the test started",
+        line[0].expires_at_ms - started
+    );
+
+    // O, 2.5 s after W's place was taken (W renews every 1.7 s, so no later than that).
+    ahead_clock.set(SystemClock.now_ms() + SKEW_MS + 2_500);
+    let second = LockId::generate();
+    let refused = ahead.try_acquire(&checked, ttl, None, Line::Wait(&second));
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    let line = ahead.find_line(&checked, LeaseKind::Lock).unwrap();
+    let order: Vec<&str> = line.iter().map(|place| place.place_id.as_str()).collect();
+    assert_eq!(
+        order,
+        [first.as_str(), second.as_str()],
+        "O kept W's place, and stands behind it"
+    );
+
+    // The key free: the earlier arrival is served first.
+    assert!(honest.release(&held.lock_id).unwrap());
+    let refused = ahead.try_acquire(&checked, ttl, None, Line::Wait(&second));
+    assert_eq!(refused.unwrap(), Acquisition::Locked, "W is ahead of O");
+    let Acquisition::Acquired { lease: taken, .. } = behind
+        .try_acquire(&checked, ttl, None, Line::Wait(&first))
+        .unwrap()
+    else {
+        panic!("W, first in line, is granted the free key");
+    };
+    assert!(behind.release(&taken.lock_id).unwrap());
+    let Acquisition::Acquired { lease: taken, .. } = ahead
+        .try_acquire(&checked, ttl, None, Line::Wait(&second))
+        .unwrap()
+    else {
+        panic!("O, next, is granted");
+    };
+    assert!(ahead.release(&taken.lock_id).unwrap());
+    assert!(
+        honest
+            .find_line(&checked, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -306,3 +306,75 @@ fn a_semaphore_waiter_with_a_ticket_takes_its_place() {
     };
     assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
 }
+
+/// Issue 40, item 1: a set's refused attempt was applied but its answer lost, so the waiter
+/// asks again with `Line::Wait` and no ticket. It keeps the one ticket of its places (one
+/// place per key, none added), is granted once the keys are free, and a single-key waiter
+/// that came between (behind it in line) is served after it, not deadlocked with it.
+#[test]
+fn a_set_whose_refusal_was_lost_keeps_its_ticket_and_its_place() {
+    let backend = shared_firestore_backend();
+    let names = keys("multi-lost-refusal", 2);
+    let set = KeySet::new(&names).unwrap();
+    let ttl = Ttl::new(TTL).unwrap();
+    let first_key = Key::new(&names[0]).unwrap();
+    let held: Vec<_> = names
+        .iter()
+        .map(|key| crate::support::lease(backend.acquire(key, TTL)))
+        .collect();
+    let place = LockId::generate();
+    // Its answer lost: the ticket never reaches the waiter.
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+    } = backend
+        .try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        .unwrap()
+    else {
+        panic!("a waiter refused gets its ticket");
+    };
+    let between = LockId::generate();
+    let refused = backend.try_acquire(&first_key, ttl, None, Line::Wait(&between));
+    assert_eq!(refused.unwrap(), Acquisition::Locked);
+    let again = backend
+        .try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        .unwrap();
+    assert_eq!(
+        again,
+        Acquisitions::Locked {
+            ticket: Some(ticket)
+        },
+        "the retry answers the ticket of the waiter's places"
+    );
+    for key in &names {
+        let line = backend
+            .find_line(&Key::new(key).unwrap(), LeaseKind::Lock)
+            .unwrap();
+        let mine: Vec<u64> = line
+            .iter()
+            .filter(|p| p.place_id == place.as_str())
+            .map(|p| p.ticket)
+            .collect();
+        assert_eq!(mine, [ticket], "{key}: one place, with the one ticket");
+    }
+    for lease in &held {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+    let refused = backend.try_acquire(&first_key, ttl, None, Line::Wait(&between));
+    assert_eq!(refused.unwrap(), Acquisition::Locked, "the set is ahead");
+    let Acquisitions::Acquired(leases) = backend
+        .try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        .unwrap()
+    else {
+        panic!("the set, first in line, is granted once its keys are free");
+    };
+    for (lease, _) in &leases {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+    let Acquisition::Acquired { lease, .. } = backend
+        .try_acquire(&first_key, ttl, None, Line::Wait(&between))
+        .unwrap()
+    else {
+        panic!("the single-key waiter is served next");
+    };
+    assert!(backend.release(&lease.lock_id).unwrap());
+}

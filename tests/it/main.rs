@@ -110,6 +110,8 @@ mod firestore_semaphores;
 #[cfg(feature = "firestore")]
 mod firestore_shapes;
 #[cfg(feature = "firestore")]
+mod firestore_shared;
+#[cfg(feature = "firestore")]
 mod firestore_trace;
 mod fuzz;
 #[cfg(target_os = "linux")]
