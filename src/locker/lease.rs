@@ -198,7 +198,13 @@ impl HeldLease {
             release_observed: AtomicBool::new(false),
             lost_token: CancelToken::new(),
             hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
-            hold_at_least_until: terms.min_hold.and_then(|hold| grant.sent.checked_add(hold)),
+            // Counted from the answer, not the send: the store's clock at the grant, from which
+            // `hold_at_least_until_ms` counts, is between the two, so renewals inside the hold
+            // never ask for less than the hold the guard reports (a slow acquisition would
+            // otherwise cut the record short of it by its round trip).
+            hold_at_least_until: terms
+                .min_hold
+                .and_then(|hold| Instant::now().checked_add(hold)),
             // The store's clock at the acquisition is its expiry less what was asked for.
             hold_at_least_until_ms: terms.min_hold.map(|hold| {
                 grant
