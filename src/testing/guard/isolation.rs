@@ -17,6 +17,9 @@ pub fn one_stuck_renewal_holds_up_no_other_lease<B: LockBackend + 'static>(backe
         .lock_with(&unique_key("stuck-renewal"), &short_lease(1_000, 100))
         .unwrap();
     recorder.hang_renewals_of(Some(stuck.lock_id()));
+    // Dropped before the stuck guard, whose drop waits for its renewal to come back: a failed
+    // assertion below must fail the test, not hang it.
+    let _let_go = LetGo(|| recorder.hang_renewals_of(None));
     wait_until("the stuck lease's renewal to hang", PATIENCE, || {
         recorder.renewals_hanging() >= 1
     });
@@ -52,4 +55,13 @@ pub fn one_stuck_renewal_holds_up_no_other_lease<B: LockBackend + 'static>(backe
         assert!(guard.release().unwrap());
     }
     let _ = stuck.release();
+}
+
+/// Runs its closure when dropped.
+struct LetGo<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for LetGo<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
 }
