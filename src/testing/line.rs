@@ -83,13 +83,13 @@ pub fn a_dead_waiter_is_skipped_when_its_place_lapses<B: LockBackend + 'static>(
     assert!(locker.backend().line(&key).unwrap().is_empty());
 }
 
-/// A dead waiter holds the line up for about 6 s at most: [`PLACE_TTL`](crate::driver::PLACE_TTL)
-/// (5 s, as documented) after its last attempt
-/// plus the tolerance every lease is judged with. Both halves are read off the store's own
-/// clock ([`StoreClock`]), never measured with the client's: the place read back expires at
-/// most `PLACE_TTL` after the attempt, and whenever the place is still in the line, the store's
-/// time just before that look is within `PLACE_TTL` and the tolerance of the attempt. So
-/// places that lived longer fail it, and a slow machine cannot (it only looks later).
+/// A dead waiter holds the line up for about 6 s at most:
+/// [`PLACE_TTL`](crate::driver::PLACE_TTL) (5 s, as documented) after its last attempt plus the
+/// tolerance every lease is judged with. Both halves are read off the store's own clock (a
+/// lease's expiry less its TTL), never measured with the client's: the place read back expires
+/// at most 5 s after the attempt, and whenever the place is still in the line, the store's time
+/// just before that look is within 5 s and the tolerance of the attempt. So places that lived
+/// longer fail it, and a slow machine cannot (it only looks later).
 pub fn a_dead_waiter_holds_the_line_up_for_place_ttl_at_most<B: LockBackend + 'static>(backend: B) {
     let key = unique_key("line-dead-bound");
     let holder = acquired(&backend, &key, LONG_TTL);
