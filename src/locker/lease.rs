@@ -186,6 +186,15 @@ pub(crate) struct Terms {
 
 impl HeldLease {
     pub(crate) fn new(grant: Grant, terms: Terms) -> Self {
+        let hold_until = terms.max_hold.and_then(|hold| grant.sent.checked_add(hold));
+        // Counted from the answer, not the send: the store's clock at the grant, from which
+        // `hold_at_least_until_ms` counts, is between the two, so renewals inside the hold
+        // never ask for less than the hold the guard reports (a slow acquisition would
+        // otherwise cut the record short of it by its round trip). Never past `max_hold`.
+        let hold_at_least_until = terms
+            .min_hold
+            .and_then(|hold| Instant::now().checked_add(hold))
+            .map(|end| hold_until.map_or(end, |until| end.min(until)));
         let held = HeldLease {
             key: grant.key,
             lock_id: grant.lock_id,
@@ -197,8 +206,8 @@ impl HeldLease {
             hold_ended: AtomicBool::new(false),
             release_observed: AtomicBool::new(false),
             lost_token: CancelToken::new(),
-            hold_until: terms.max_hold.and_then(|hold| grant.sent.checked_add(hold)),
-            hold_at_least_until: terms.min_hold.and_then(|hold| grant.sent.checked_add(hold)),
+            hold_until,
+            hold_at_least_until,
             // The store's clock at the acquisition is its expiry less what was asked for.
             hold_at_least_until_ms: terms.min_hold.map(|hold| {
                 grant

@@ -12,11 +12,13 @@
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use crate::driver::{Acquisition, Key, LeaseKind, Line, LockId, Permits, Ttl};
-use crate::{CancelToken, ErrorCode, Fence, LockBackend, LockOptions, Locker};
+use crate::driver::{Acquisition, Key, LeaseKind, Line, LockId, Permits, TIME_TOLERANCE_MS, Ttl};
+use crate::{CancelToken, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
-use super::support::{CONTENTION_DEADLINE, LONG_TTL, PATIENCE, unique_key, wait_until};
+use super::support::{
+    CLOCK_SLACK_MS, CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, unique_key, wait_until,
+};
 
 /// Waiters that start in turn — each once the one before has its place — on a held lock are
 /// granted in that order (by their fences), and the line shows them in that order meanwhile.
@@ -79,6 +81,54 @@ pub fn a_dead_waiter_is_skipped_when_its_place_lapses<B: LockBackend + 'static>(
     );
     assert_eq!(waiter.join().len(), 1);
     assert!(locker.backend().line(&key).unwrap().is_empty());
+}
+
+/// A dead waiter holds the line up for about 6 s at most:
+/// [`PLACE_TTL`](crate::driver::PLACE_TTL) (5 s, as documented) after its last attempt plus the
+/// tolerance every lease is judged with. Both halves are read off the store's own clock (a
+/// lease's expiry less its TTL), never measured with the client's: the place read back expires
+/// at most 5 s after the attempt, and whenever the place is still in the line, the store's time
+/// just before that look is within 5 s and the tolerance of the attempt. So places that lived
+/// longer fail it, and a slow machine cannot (it only looks later).
+pub fn a_dead_waiter_holds_the_line_up_for_place_ttl_at_most<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-dead-bound");
+    let holder = acquired(&backend, &key, LONG_TTL);
+    let clock = StoreClock::start(&backend);
+    let dead = dead_place(&backend, &key);
+    let attempted_ms = clock.now_ms(&backend);
+    let checked = Key::new(&key).unwrap();
+    let place = backend
+        .find_line(&checked, LeaseKind::Lock)
+        .unwrap()
+        .into_iter()
+        .find(|place| place.place_id == dead.as_str())
+        .expect("the dead waiter's place is in the line");
+    // The documented figure, not the constant: a longer PLACE_TTL must fail this.
+    let place_ttl_ms = DOCUMENTED_PLACE_TTL_MS;
+    assert!(
+        place.expires_at_ms <= attempted_ms + place_ttl_ms + CLOCK_SLACK_MS,
+        "the place expires {} ms after its waiter's last attempt, beyond PLACE_TTL ({place_ttl_ms} \
+         ms)",
+        place.expires_at_ms - attempted_ms
+    );
+    let bound_ms = place_ttl_ms + TIME_TOLERANCE_MS + CLOCK_SLACK_MS;
+    wait_until(
+        "the dead waiter's place to lapse",
+        CONTENTION_DEADLINE,
+        || {
+            let before_ms = clock.now_ms(&backend);
+            let live = still_in_line(&backend, &key, &dead);
+            assert!(
+                !live || before_ms - attempted_ms <= bound_ms,
+                "the dead waiter's place is still in the line {} ms after its last attempt \
+                 (bound: PLACE_TTL and the tolerance, {bound_ms} ms)",
+                before_ms - attempted_ms
+            );
+            !live
+        },
+    );
+    clock.stop(&backend);
+    let _ = backend.release(&holder.lock_id);
 }
 
 /// A waiter that gives up — cancelled, or out of time — leaves the line before its call
@@ -301,6 +351,36 @@ fn dead_permit_place<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u
     }
     assert_eq!(answer.unwrap(), Acquisition::Locked);
     place
+}
+
+/// How long a place lives, as the docs promise it (guide.md, cli.md, reliability.md: "about
+/// 6 s" with the tolerance).
+const DOCUMENTED_PLACE_TTL_MS: i64 = 5_000;
+
+/// The store's time authority, read as the expiry of a lease of its own minus its TTL (a
+/// renewal of it gives the store's time at each look).
+struct StoreClock {
+    lease: Lease,
+}
+
+impl StoreClock {
+    fn start<B: LockBackend + ?Sized>(backend: &B) -> Self {
+        let lease = acquired(backend, &unique_key("line-clock"), LONG_TTL);
+        StoreClock { lease }
+    }
+
+    /// The store's time now, in Unix ms.
+    fn now_ms<B: LockBackend + ?Sized>(&self, backend: &B) -> i64 {
+        let expires_at_ms = backend
+            .extend(&self.lease.lock_id, LONG_TTL)
+            .unwrap()
+            .expect("the clock's lease is held");
+        expires_at_ms - i64::try_from(LONG_TTL.as_millis()).unwrap()
+    }
+
+    fn stop<B: LockBackend + ?Sized>(self, backend: &B) {
+        assert!(backend.release(&self.lease.lock_id).unwrap());
+    }
 }
 
 fn still_in_line<B: LockBackend + ?Sized>(backend: &B, key: &str, place: &LockId) -> bool {

@@ -42,8 +42,25 @@ pub struct Recorder<B> {
     pub(super) failing_acquires: AtomicU32,
     /// Send this many upcoming acquisitions, then lose their answers: `NetworkTimeout`, in doubt.
     pub(super) lost_acquire_answers: AtomicU32,
-    /// Hold every renewal (blocked in the call, as behind a stalled network) while set.
-    renewals_hang: (Mutex<bool>, Condvar),
+    /// Which renewals to hold (blocked in the call, as behind a stalled network).
+    renewals_hang: (Mutex<Hang>, Condvar),
+}
+
+/// Which renewals [`Recorder`] holds, and how many it holds now.
+#[derive(Default)]
+struct Hang {
+    /// Every renewal.
+    all: bool,
+    /// The renewals of this lock id, and the calls they are in.
+    lease: Option<String>,
+    /// Renewals held in their calls now.
+    held: usize,
+}
+
+impl Hang {
+    fn holds(&self, lock_id: &str) -> bool {
+        self.all || self.lease.as_deref() == Some(lock_id)
+    }
 }
 
 impl<B: Driver> Recorder<B> {
@@ -58,23 +75,41 @@ impl<B: Driver> Recorder<B> {
             releases_down: AtomicBool::new(false),
             failing_acquires: AtomicU32::new(0),
             lost_acquire_answers: AtomicU32::new(0),
-            renewals_hang: (Mutex::new(false), Condvar::new()),
+            renewals_hang: (Mutex::new(Hang::default()), Condvar::new()),
         })
     }
 
     /// Makes renewals hang (`true`) until called again with `false`.
     pub fn hang_renewals(&self, hang: bool) {
         let (flag, changed) = &self.renewals_hang;
-        *flag.lock().unwrap() = hang;
+        flag.lock().unwrap().all = hang;
         changed.notify_all();
     }
 
-    fn wait_while_renewals_hang(&self) {
+    /// Makes the renewals of `lock_id` hang — and with them the call they are sent in, as a
+    /// request that never comes back holds up all it carries — until called again with `None`.
+    pub fn hang_renewals_of(&self, lock_id: Option<&str>) {
         let (flag, changed) = &self.renewals_hang;
-        let mut hanging = flag.lock().unwrap();
-        while *hanging {
-            hanging = changed.wait(hanging).unwrap();
+        flag.lock().unwrap().lease = lock_id.map(str::to_owned);
+        changed.notify_all();
+    }
+
+    /// How many renewals hang in their calls now.
+    pub fn renewals_hanging(&self) -> usize {
+        self.renewals_hang.0.lock().unwrap().held
+    }
+
+    fn wait_while_renewals_hang(&self, lock_id: &str) {
+        let (flag, changed) = &self.renewals_hang;
+        let mut hang = flag.lock().unwrap();
+        if !hang.holds(lock_id) {
+            return;
         }
+        hang.held += 1;
+        while hang.holds(lock_id) {
+            hang = changed.wait(hang).unwrap();
+        }
+        hang.held -= 1;
     }
 
     /// Every call so far, in order.
@@ -268,7 +303,7 @@ impl<B: Driver> Driver for Recorder<B> {
 
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
-        self.wait_while_renewals_hang();
+        self.wait_while_renewals_hang(lease.lock_id.as_str());
         let budget = self.failing_extends.load(Ordering::SeqCst);
         if budget > 0 {
             self.failing_extends.store(budget - 1, Ordering::SeqCst);
@@ -288,7 +323,7 @@ impl<B: Driver> Driver for Recorder<B> {
         let mut forwarded = Vec::new();
         for (lease, ttl) in leases {
             self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
-            self.wait_while_renewals_hang();
+            self.wait_while_renewals_hang(lease.lock_id.as_str());
             let budget = self.failing_extends.load(Ordering::SeqCst);
             if budget > 0 {
                 self.failing_extends.store(budget - 1, Ordering::SeqCst);

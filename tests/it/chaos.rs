@@ -1,7 +1,8 @@
 //! Chaos: every backend through a fault-injecting TCP proxy ([`support::proxy::FaultProxy`])
 //! that cuts connections, black-holes traffic, adds latency, and in front of servers that
 //! restart. What must hold: calls end (within their configured timeouts, checked by
-//! `within_a_minute` with timeouts far below a minute: [`BRISK`]) with a result or a typed
+//! `within_a_minute` with timeouts far below a minute: [`BRISK`]; and within a few of a 1 s
+//! timeout by `*_a_call_into_a_black_hole_ends_at_its_deadline`) with a result or a typed
 //! transient error, never a panic; a guard whose lease cannot be renewed is reported lost no later than
 //! the lease ends; no renewal follows a release; a small pool under load answers
 //! `RateLimited` instead of deadlocking.
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
@@ -255,9 +256,9 @@ fn cuts_around_every_call<B: LockBackend + 'static>(proxy: FaultProxy, backend: 
 /// the lease has ended on the store; at that moment the guard must already say it is lost.
 /// `is_lost`/`check` turn true at the local deadline (send time of the last successful renewal
 /// plus the TTL), which is never later than the store's expiry, so this must always hold. The
-/// callback runs on the heartbeat thread, which may still be waiting for the renewal in flight
-/// (bounded by the backend's timeouts): it must fire, but may lag by one such timeout, so it is
-/// only awaited, not ordered.
+/// callback runs at the same deadline on the heartbeat's scheduler thread, which does not wait
+/// for the renewal in flight: here it is only awaited; how late it may run is bounded by the
+/// guard contract `loss_is_reported_while_a_renewal_hangs`.
 fn black_hole_while_held<B, D>(proxy: FaultProxy, backend: B, direct: D)
 where
     B: LockBackend + 'static,
@@ -313,6 +314,99 @@ where
     let guard = Arc::into_inner(guard).expect("the probe let go of the guard");
     bounded(move || drop::<LockGuard>(guard));
     drop(locker);
+}
+
+/// The timeout of every call in [`a_call_into_a_black_hole_ends_at_its_deadline`].
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How many [`CALL_TIMEOUT`]s a call into a black hole may take: its own deadline, and a loaded
+/// machine's lateness on top (well below the twelve a minute's bound allows for [`BRISK`]).
+const CALL_DEADLINE_FACTOR: u32 = 4;
+
+fn redis_with_call_timeout(proxy: &FaultProxy) -> RedisBackend {
+    impatient_redis(&redis_url(proxy.port()))
+        .pool_size(2)
+        .connect_timeout(CALL_TIMEOUT)
+        .read_timeout(CALL_TIMEOUT)
+        .write_timeout(CALL_TIMEOUT)
+        .build()
+        .expect("a Redis backend through the proxy")
+}
+
+fn pg_with_call_timeout(proxy: &FaultProxy) -> PostgresBackend {
+    impatient_postgres(&pg_url(proxy.port()))
+        .pool_size(2)
+        .connect_timeout(CALL_TIMEOUT)
+        .statement_timeout(CALL_TIMEOUT)
+        .build()
+        .expect("a PostgreSQL backend through the proxy")
+}
+
+fn firestore_with_call_timeout(proxy: &FaultProxy) -> FirestoreBackend {
+    FirestoreBackend::builder()
+        .project(FIRESTORE_PROJECT)
+        .emulator_host(format!("127.0.0.1:{}", proxy.port()))
+        .timeout(CALL_TIMEOUT)
+        .build()
+        .expect("a Firestore backend through the proxy")
+}
+
+/// Each call has a deadline of its own, which the heartbeat relies on (a stuck renewal must
+/// come back to be retried): into a black hole — a server that accepts and never answers — an
+/// acquisition on a warm connection ends with a transient error within a few of its timeouts,
+/// not within the minute [`bounded`] allows.
+fn a_call_into_a_black_hole_ends_at_its_deadline<B: LockBackend + 'static>(
+    proxy: FaultProxy,
+    backend: B,
+) {
+    let backend = Arc::new(backend);
+    let key = unique("call-deadline");
+    let warm = Arc::clone(&backend);
+    let warm_key = key.clone();
+    bounded(move || {
+        if let Ok(AcquireOutcome::Acquired(lease)) = warm.acquire(&warm_key, HELD_TTL) {
+            let _ = warm.release(&lease.lock_id);
+        }
+    });
+    proxy.set_mode(Mode::BlackHole);
+    let began = Instant::now();
+    let outcome = bounded(move || backend.acquire(&key, HELD_TTL));
+    let took = began.elapsed();
+    let error = outcome.expect_err("nothing answers in a black hole");
+    // Shown with --nocapture: how far the machine's lateness is from the bound.
+    eprintln!("a call with a {CALL_TIMEOUT:?} timeout gave up after {took:?}: {error}");
+    assert!(error.code().is_transient(), "{error}");
+    assert!(
+        took < CALL_TIMEOUT * CALL_DEADLINE_FACTOR,
+        "a call with a {CALL_TIMEOUT:?} timeout took {took:?} to give up: {error}"
+    );
+}
+
+#[test]
+fn redis_a_call_into_a_black_hole_ends_at_its_deadline() {
+    through(
+        redis_proxy,
+        redis_with_call_timeout,
+        a_call_into_a_black_hole_ends_at_its_deadline,
+    );
+}
+
+#[test]
+fn postgres_a_call_into_a_black_hole_ends_at_its_deadline() {
+    through(
+        pg_proxy,
+        pg_with_call_timeout,
+        a_call_into_a_black_hole_ends_at_its_deadline,
+    );
+}
+
+#[test]
+fn firestore_a_call_into_a_black_hole_ends_at_its_deadline() {
+    through(
+        firestore_proxy,
+        firestore_with_call_timeout,
+        a_call_into_a_black_hole_ends_at_its_deadline,
+    );
 }
 
 /// After a black hole ends, the backend works again: pooled connections that went through it

@@ -67,6 +67,7 @@ on_redis_and_postgres!(
     conflict_exit_code_is_chosen,
     status_shows_who_holds_the_lock,
     the_readme_crontab_line_runs_the_job_once,
+    the_readme_crontab_line_keeps_out_a_machine_that_starts_after_the_job,
     quiet_conflicts_print_nothing,
     with_wait_every_machine_runs_the_job_in_turn,
 );
@@ -2384,6 +2385,39 @@ fn the_readme_crontab_line_runs_the_job_once(url: &str) {
         machine.expect_silent("cron mails any output");
     }
     assert_eq!(runs, 1, "the job ran once per schedule");
+}
+
+/// The README's crontab line when the job is quick: the first machine's job has ended, and its
+/// `run` exited, before the next machines start. Nothing holds the key for the job any more:
+/// only `--min-hold` keeps the others out, and they exit 0 without running it.
+fn the_readme_crontab_line_keeps_out_a_machine_that_starts_after_the_job(url: &str) {
+    let (scratch, key) = scratch_and_key("crontab-quick");
+    let log = scratch.arg("runs");
+    let job = format!("echo run >> '{log}'");
+    let line = [
+        "run",
+        "--key",
+        &key,
+        "--min-hold",
+        "1m",
+        "--max-runtime",
+        "2h",
+        "-E",
+        "0",
+        "-q",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ];
+    for machine in 0..3 {
+        // Each starts once the one before has exited: its job is over.
+        let finished = Running::start(syncguard(&with_url(url, &line))).finish();
+        finished.expect_code(0);
+        finished.expect_silent("cron mails any output");
+        let runs = read(Path::new(&log)).lines().count();
+        assert_eq!(runs, 1, "machine {machine}: the job ran once per schedule");
+    }
 }
 
 /// `-q`: a conflict, at once or after `--wait`, prints nothing (`run`: not on stderr either;

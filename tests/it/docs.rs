@@ -231,3 +231,93 @@ fn anchors_follow_github() {
         ["b.md#c"]
     );
 }
+
+/// The names of the functions defined in the Rust files under `dir`, recursively.
+fn functions_under(dir: &Path, names: &mut BTreeSet<String>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            functions_under(&path, names);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            for piece in text.split("fn ").skip(1) {
+                let name: String = piece
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                names.insert(name);
+            }
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn matches_pattern(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return name == pattern;
+    }
+    if !name.starts_with(first) || !name[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Every test docs/reliability.md's table names in its "tested by" column exists: a function
+/// of that name (`*` standing for any run of characters; a `module::` path counts by its last
+/// name) in `src/` or `tests/`, or a file of that path. A renamed or removed test fails here
+/// instead of leaving a guarantee untested in silence.
+#[test]
+fn every_test_the_reliability_table_names_exists() {
+    let page = fs::read_to_string(root().join("docs/reliability.md")).unwrap();
+    let mut functions = BTreeSet::new();
+    functions_under(&root().join("src"), &mut functions);
+    functions_under(&root().join("tests"), &mut functions);
+    let rows: Vec<&str> = page
+        .lines()
+        .skip_while(|line| !line.starts_with("| guarantee | tested by |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 10, "the table was not found");
+    let mut missing = Vec::new();
+    for row in rows {
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
+        let tested_by = cells.last().copied().unwrap_or_default();
+        assert!(tested_by.contains('`'), "a guarantee names no test: {row}");
+        for (at, span) in tested_by.split('`').enumerate() {
+            if at % 2 == 0 {
+                continue;
+            }
+            if span.contains('/') {
+                if span.ends_with(".rs") && !root().join(span).exists() {
+                    missing.push(span.to_owned());
+                }
+                continue;
+            }
+            let name = span.rsplit("::").next().unwrap_or(span);
+            let is_test_name = name.contains('_')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '*');
+            if is_test_name && !functions.iter().any(|f| matches_pattern(name, f)) {
+                missing.push(span.to_owned());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "tests docs/reliability.md names that do not exist: {missing:?}"
+    );
+    assert!(matches_pattern("racing_*", "racing_acquires"));
+    assert!(matches_pattern("*_deadline", "redis_ends_at_its_deadline"));
+    assert!(!matches_pattern("*_deadline", "deadline_passed"));
+}

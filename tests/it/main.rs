@@ -81,6 +81,8 @@ mod cli_input;
 #[cfg(feature = "cli")]
 mod cli_line;
 #[cfg(feature = "cli")]
+mod cli_lost_answer;
+#[cfg(feature = "cli")]
 mod cli_metrics;
 #[cfg(feature = "cli")]
 mod cli_multi;

@@ -93,6 +93,10 @@ struct Shared {
     /// The link that sent that request: its next answer closes it.
     doomed: AtomicU64,
     answers_cut: AtomicU64,
+    /// The lost answer is held back rather than cut ([`FaultProxy::hold_answer_to`]).
+    hold_back: AtomicBool,
+    /// The link whose answers are held back from then on: none reaches its client.
+    muted: AtomicU64,
 }
 
 /// No link is doomed.
@@ -192,6 +196,8 @@ impl FaultProxy {
             cut_answer_to: Mutex::new(None),
             doomed: AtomicU64::new(NO_LINK),
             answers_cut: AtomicU64::new(0),
+            hold_back: AtomicBool::new(false),
+            muted: AtomicU64::new(NO_LINK),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -244,6 +250,7 @@ impl FaultProxy {
     /// the answer on: the client sees its connection end mid-call, the server has done what it
     /// was asked. Once only; [`answers_cut`](FaultProxy::answers_cut) counts the cuts.
     pub fn cut_answer_to(&self, needle: &[u8]) {
+        self.shared.hold_back.store(false, Ordering::SeqCst);
         *self
             .shared
             .cut_answer_to
@@ -251,7 +258,20 @@ impl FaultProxy {
             .unwrap_or_else(PoisonError::into_inner) = Some(needle.to_vec());
     }
 
-    /// Answers lost so far by [`cut_answer_to`](FaultProxy::cut_answer_to).
+    /// As [`cut_answer_to`](FaultProxy::cut_answer_to), but the answer is held back instead:
+    /// neither it nor any later answer on that connection reaches the client, and the
+    /// connection stays open, so the client waits until its own deadline gives up.
+    pub fn hold_answer_to(&self, needle: &[u8]) {
+        self.shared.hold_back.store(true, Ordering::SeqCst);
+        *self
+            .shared
+            .cut_answer_to
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(needle.to_vec());
+    }
+
+    /// Answers lost so far by [`cut_answer_to`](FaultProxy::cut_answer_to) and
+    /// [`hold_answer_to`](FaultProxy::hold_answer_to).
     pub fn answers_cut(&self) -> u64 {
         self.shared.answers_cut.load(Ordering::SeqCst)
     }
@@ -412,7 +432,13 @@ fn pump(shared: &Shared, id: u64, mut from: TcpStream, mut to: TcpStream, delaye
         if delayed {
             shared.dooms(id, &buf[..n]);
         } else if shared.loses_answer(id) {
-            break;
+            if !shared.hold_back.load(Ordering::SeqCst) {
+                break;
+            }
+            shared.muted.store(id, Ordering::SeqCst);
+        }
+        if !delayed && shared.muted.load(Ordering::SeqCst) == id {
+            continue;
         }
         if delayed {
             let latency = Duration::from_micros(shared.latency_us.load(Ordering::SeqCst));
