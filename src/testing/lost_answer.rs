@@ -29,14 +29,14 @@ use crate::driver::{
     Acquisition, Driver, Find, Key, LeaseKind, LeaseRef, Line, LockId, LockRecord, PLACE_TTL,
     Permits, TIME_TOLERANCE_MS, Ttl,
 };
-use crate::{Heartbeat, LockBackend, LockGuard, LockOptions, Locker, MultiLockGuard, Result};
+use crate::{CancelToken, Heartbeat, LockBackend, LockGuard, LockOptions, Locker, MultiLockGuard, Result};
 
 use super::nemesis::{Fault, Nemesis, Step, Strike};
 use super::support::{CLOCK_SLACK_MS, PATIENCE, unique_key, wait_until};
 
-// mod differential;
+mod differential;
 
-// pub use differential::the_rule_agrees_with_the_model;
+pub use differential::the_rule_agrees_with_the_model;
 
 /// Lock waiters lose answers and have calls repeated at every step, and each is served.
 pub fn lost_answers_on_locks<B: LockBackend + 'static>(backend: B) {
@@ -215,11 +215,15 @@ impl Held {
     }
 }
 
+/// A guard that believes it holds a key: its mode, its lock id, and its lost token.
+type Believer = (Mode, String, CancelToken);
+
 /// Who believes it holds what, and what was found wrong.
 #[derive(Default)]
 struct Ledger {
-    /// Per key, the (mode, lock id) of each guard that believes it holds it.
-    holding: Mutex<HashMap<String, Vec<(Mode, String)>>>,
+    /// Per key, the (mode, lock id, lost token) of each guard that believes it holds it (until
+    /// its token says the lease was lost).
+    holding: Mutex<HashMap<String, Vec<Believer>>>,
     violations: Mutex<Vec<String>>,
 }
 
@@ -232,19 +236,22 @@ impl Ledger {
             let mut holding = lock(&self.holding);
             for guard in held.guards() {
                 let others = holding.entry(guard.key().to_owned()).or_default();
+                // A guard told its lease is lost no longer believes it holds (that it was
+                // told so at all is a finding of its own, made when it gives back).
+                others.retain(|(_, _, lost)| !lost.is_cancelled());
                 let clash = match mode {
                     Mode::Exclusive => !others.is_empty(),
-                    Mode::Shared => others.iter().any(|(m, _)| *m == Mode::Exclusive),
+                    Mode::Shared => others.iter().any(|(m, _, _)| *m == Mode::Exclusive),
                     Mode::Permit => others.len() >= PERMITS as usize,
                 };
                 if clash {
                     self.violation(format!(
                         "{who} ({mode:?}) was granted {} beside {:?}",
                         guard.key(),
-                        others.iter().map(|(m, _)| m).collect::<Vec<_>>()
+                        others.iter().map(|(m, _, _)| m).collect::<Vec<_>>()
                     ));
                 }
-                others.push((mode, guard.lock_id().to_owned()));
+                others.push((mode, guard.lock_id().to_owned(), guard.lost_token()));
             }
         }
         for guard in held.guards() {
@@ -254,13 +261,21 @@ impl Ledger {
         }
     }
 
-    /// `held` is about to be given back: nobody believes in it any more.
-    fn leave(&self, held: &Held) {
+    /// `held` (of `who`) is about to be given back: nobody believes in it any more. Every
+    /// call of the nemesis is applied, so no lease is ever lost: a guard told otherwise is a
+    /// finding.
+    fn leave(&self, who: &str, held: &Held) {
         let mut holding = lock(&self.holding);
         for guard in held.guards() {
             if let Some(others) = holding.get_mut(guard.key()) {
-                others.retain(|(_, lock_id)| lock_id != guard.lock_id());
+                others.retain(|(_, lock_id, _)| lock_id != guard.lock_id());
             }
+        }
+        drop(holding);
+        if held.guards().iter().any(LockGuard::is_lost) {
+            self.violation(format!(
+                "{who} was told its lease was lost, though every call was applied"
+            ));
         }
     }
 
@@ -354,7 +369,7 @@ impl Scenario {
             let (locker, ledger, store) =
                 (locker.clone(), Arc::clone(&ledger), Arc::clone(&nemesis));
             let (want, options) = (want.clone(), defaults.clone());
-            let attempts_before = nemesis.calls(Step::FirstAttempt);
+            let sent_before = nemesis.acquisitions_sent();
             waiters.push(thread::spawn(move || -> std::result::Result<(), String> {
                 for round in 0..ROUNDS {
                     let who = format!("waiter {n} ({want:?}), round {round}");
@@ -362,13 +377,13 @@ impl Scenario {
                         .acquire(&locker, &options)
                         .map_err(|error| format!("{who} was never granted: {error}"))?;
                     ledger.enter(store.inner(), &who, &want, &held);
-                    ledger.leave(&held);
+                    ledger.leave(&who, &held);
                     held.release();
                 }
                 Ok(())
             }));
             wait_until(&format!("waiter {n}'s first attempt"), PATIENCE, || {
-                nemesis.calls(Step::FirstAttempt) > attempts_before
+                nemesis.acquisitions_sent() > sent_before
             });
         }
 
@@ -376,7 +391,7 @@ impl Scenario {
         for want in &self.quitters {
             if let Ok(held) = want.acquire(&locker, &quitting) {
                 ledger.enter(nemesis.inner(), "a quitter", want, &held);
-                ledger.leave(&held);
+                ledger.leave("a quitter", &held);
                 held.release();
             }
         }
@@ -386,7 +401,7 @@ impl Scenario {
             || nemesis.calls(Step::Renewal) >= 2 && nemesis.calls(Step::InLine) >= 3,
         );
         for (_, held) in first {
-            ledger.leave(&held);
+            ledger.leave("a first holder", &held);
             held.release();
         }
 

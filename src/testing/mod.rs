@@ -329,6 +329,7 @@ macro_rules! __contract_tests {
             lost_answers_on_permits,
             lost_answers_on_shared_holds,
             lost_answers_on_sets,
+            the_rule_agrees_with_the_model,
         );
     };
     (line: $factory:expr) => {

@@ -1,5 +1,5 @@
 //! [`Nemesis`]: a driver wrapper that loses answers, or repeats calls as a pool would, at the
-//! steps of an acquisition's life chosen by a schedule ([DESIGN §12, "Lost answers"]).
+//! steps of an acquisition's life chosen by a schedule (DESIGN §12, "Lost answers").
 //!
 //! Every call is applied to the store first. Then, when the schedule names it ("the 2nd
 //! renewal", "the 1st attempt in line"), its answer is lost — the call fails with
@@ -13,7 +13,6 @@
 //! at most once on a line, and with one ticket on every line of its keys (the ticket the
 //! refusal answered, when it answered one). What it found is [`Nemesis::violations`].
 //!
-//! [DESIGN §12, "Lost answers"]: crate::driver::Line
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -71,6 +70,8 @@ impl Strike {
 
 #[derive(Default)]
 struct State {
+    /// Acquisitions sent to the store, whatever their answer.
+    sent: u32,
     calls: HashMap<Step, u32>,
     /// The place ids of the waiters seen refused, to tell a first attempt from one in line.
     waiters: HashSet<String>,
@@ -104,6 +105,12 @@ impl<B: Driver> Nemesis<B> {
     /// How many calls of `step` were made so far (struck or not).
     pub fn calls(&self, step: Step) -> u32 {
         self.state().calls.get(&step).copied().unwrap_or(0)
+    }
+
+    /// How many acquisitions were sent to the store so far, whatever their answer (an error
+    /// too).
+    pub fn acquisitions_sent(&self) -> u32 {
+        self.state().sent
     }
 
     /// The strikes of the schedule that have happened so far.
@@ -166,7 +173,9 @@ impl<B: Driver> Nemesis<B> {
         line: Line<'_>,
         call: impl Fn() -> Result<Acquisitions>,
     ) -> Result<Acquisitions> {
-        let answer = call()?;
+        let answer = call();
+        self.state().sent += 1;
+        let answer = answer?;
         self.check_places(keys, kind, line, &answer);
         let granted = match &answer {
             Acquisitions::Acquired(leases) => Some(leases),
