@@ -272,10 +272,12 @@ impl Ledger {
             }
         }
         drop(holding);
-        if held.guards().iter().any(LockGuard::is_lost) {
-            self.violation(format!(
-                "{who} was told its lease was lost, though every call was applied"
-            ));
+        for guard in held.guards() {
+            if let Err(lost) = guard.check() {
+                self.violation(format!(
+                    "{who} was told its lease was lost, though every call was applied: {lost}"
+                ));
+            }
         }
     }
 
