@@ -29,7 +29,9 @@ use crate::driver::{
     Acquisition, Driver, Find, Key, LeaseKind, LeaseRef, Line, LockId, LockRecord, PLACE_TTL,
     Permits, TIME_TOLERANCE_MS, Ttl,
 };
-use crate::{CancelToken, Heartbeat, LockBackend, LockGuard, LockOptions, Locker, MultiLockGuard, Result};
+use crate::{
+    CancelToken, Heartbeat, LockBackend, LockGuard, LockOptions, Locker, MultiLockGuard, Result,
+};
 
 use super::nemesis::{Fault, Nemesis, Step, Strike};
 use super::support::{CLOCK_SLACK_MS, PATIENCE, unique_key, wait_until};
@@ -287,16 +289,16 @@ impl Ledger {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What the store's records say against a guard that believes it holds (nothing when they
 /// agree, when the guard knows its lease is lost, or when the store cannot be read).
 fn disagreement<B: Driver>(store: &B, mode: Mode, guard: &LockGuard) -> Option<String> {
     let key = Key::new(guard.key()).ok()?;
-    let ours = |records: &[LockRecord]| {
-        records.iter().any(|r| r.lock_id == guard.lock_id())
-    };
+    let ours = |records: &[LockRecord]| records.iter().any(|r| r.lock_id == guard.lock_id());
     let wrong = match mode {
         Mode::Exclusive => {
             let record = store.find(Find::Key(&key)).ok()?;
@@ -324,7 +326,10 @@ fn disagreement<B: Driver>(store: &B, mode: Mode, guard: &LockGuard) -> Option<S
             if !ours(&permits) {
                 Some(format!("a permit holder of {key} is not among the store's"))
             } else if permits.len() > PERMITS as usize {
-                Some(format!("{} permits of {PERMITS} held on {key}", permits.len()))
+                Some(format!(
+                    "{} permits of {PERMITS} held on {key}",
+                    permits.len()
+                ))
             } else {
                 None
             }
@@ -435,7 +440,12 @@ impl Scenario {
     /// Every (key, line) the scenario stood in.
     fn lines(&self) -> Vec<(String, LeaseKind)> {
         let mut lines: Vec<(String, LeaseKind)> = Vec::new();
-        for want in self.holders.iter().chain(&self.waiters).chain(&self.quitters) {
+        for want in self
+            .holders
+            .iter()
+            .chain(&self.waiters)
+            .chain(&self.quitters)
+        {
             for key in want.keys() {
                 let line = (key, want.line_kind());
                 if !lines.contains(&line) {
@@ -511,7 +521,10 @@ fn settle<B: LockBackend>(store: &B, lines: &[(String, LeaseKind)]) {
             .with_version(version.as_ref());
         let _ = store.release_lease(given_back);
         assert!(
-            store.find_line(&checked, *kind).expect("find_line").is_empty(),
+            store
+                .find_line(&checked, *kind)
+                .expect("find_line")
+                .is_empty(),
             "a place is left on {key}"
         );
     }
@@ -519,11 +532,7 @@ fn settle<B: LockBackend>(store: &B, lines: &[(String, LeaseKind)]) {
 
 /// The live records of `key` that the line `kind` guards: the lock and its readers, or the
 /// semaphore's permits.
-fn records<B: LockBackend>(
-    store: &B,
-    key: &Key,
-    kind: LeaseKind,
-) -> Vec<LockRecord> {
+fn records<B: LockBackend>(store: &B, key: &Key, kind: LeaseKind) -> Vec<LockRecord> {
     match kind {
         LeaseKind::Permit => store.find_permits(key).expect("find_permits"),
         _ => {

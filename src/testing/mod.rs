@@ -22,6 +22,11 @@
 //! syncguard::semaphore_contract!(backend); // if it has semaphores
 //! ```
 //!
+//! A backend with semaphores, a shared mode and a line also runs `line_contract!`,
+//! `shared_contract!`, `multi_contract!` and [`lost_answer_contract!`](crate::lost_answer_contract):
+//! every kind of acquisition with answers lost and calls repeated at every step by a
+//! [`nemesis::Nemesis`], and the rule of the line compared with the in-memory store's.
+//!
 //! A second deployment of a store whose own setup runs the full suites (a Redis Cluster or
 //! Sentinel beside a single server, a pooler in front of PostgreSQL) can run
 //! `guard_contract!(topology: f)`, `line_contract!(topology: f)` and

@@ -135,7 +135,9 @@ impl<B: Driver> Nemesis<B> {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panicking test thread must not hide what the others recorded.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Counts a call of `step` and answers the fault the schedule has for it.
@@ -204,13 +206,7 @@ impl<B: Driver> Nemesis<B> {
 
     /// After a refusal of a waiter: it stands at most once on each line of its keys, with one
     /// ticket on all of them, the one the refusal answered (if it answered one).
-    fn check_places(
-        &self,
-        keys: &[&Key],
-        kind: LeaseKind,
-        line: Line<'_>,
-        answer: &Acquisitions,
-    ) {
+    fn check_places(&self, keys: &[&Key], kind: LeaseKind, line: Line<'_>, answer: &Acquisitions) {
         let (Acquisitions::Locked { ticket }, Some(place)) = (answer, line.place()) else {
             return;
         };

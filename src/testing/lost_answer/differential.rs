@@ -23,8 +23,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 
 use crate::driver::{
-    Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId, Outcome,
-    Permits, Ttl, Version,
+    Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId, Outcome, Permits,
+    Ttl, Version,
 };
 use crate::{LockBackend, MemoryBackend, Result};
 
@@ -47,7 +47,7 @@ pub fn the_rule_agrees_with_the_model<B: LockBackend + 'static>(backend: B) {
 /// Sequences per run, each on keys of its own.
 const EPISODES: u64 = 3;
 /// The most calls in a sequence.
-const MAX_STEPS: usize = 40;
+const MAX_STEPS: usize = 80;
 /// A sequence makes no new call after this long: far within [`PLACE_TTL`](crate::driver::PLACE_TTL), so no place lapses
 /// during it.
 const EPISODE_BUDGET: Duration = Duration::from_millis(3_000);
@@ -309,24 +309,28 @@ impl<'a> Side<'a> {
         let Some(granted) = self.granted.get(index) else {
             return true;
         };
-        granted.keys.iter().zip(&granted.leases).all(|(k, (id, _))| {
-            let key = &episode.keys[*k];
-            let live = match granted.kind {
-                LeaseKind::Lock => self
-                    .store
-                    .find(Find::Key(key))
-                    .map(|r| r.is_some_and(|r| &r.lock_id == id)),
-                LeaseKind::Shared => self
-                    .store
-                    .find_shared(key)
-                    .map(|rs| rs.iter().any(|r| &r.lock_id == id)),
-                LeaseKind::Permit => self
-                    .store
-                    .find_permits(key)
-                    .map(|rs| rs.iter().any(|r| &r.lock_id == id)),
-            };
-            matches!(live, Ok(false))
-        })
+        granted
+            .keys
+            .iter()
+            .zip(&granted.leases)
+            .all(|(k, (id, _))| {
+                let key = &episode.keys[*k];
+                let live = match granted.kind {
+                    LeaseKind::Lock => self
+                        .store
+                        .find(Find::Key(key))
+                        .map(|r| r.is_some_and(|r| &r.lock_id == id)),
+                    LeaseKind::Shared => self
+                        .store
+                        .find_shared(key)
+                        .map(|rs| rs.iter().any(|r| &r.lock_id == id)),
+                    LeaseKind::Permit => self
+                        .store
+                        .find_permits(key)
+                        .map(|rs| rs.iter().any(|r| &r.lock_id == id)),
+                };
+                matches!(live, Ok(false))
+            })
     }
 }
 
