@@ -102,7 +102,7 @@ const PERMITS: u32 = 2;
 
 /// The lease of every acquisition: short, so that a lease a repeated grant left behind lapses
 /// soon, and renewed often, so that renewals are struck while the first holders hold.
-const TTL: Duration = Duration::from_secs(3);
+const TTL: Duration = Duration::from_secs(6);
 const RENEW_EVERY: Duration = Duration::from_millis(500);
 
 /// How long a waiter waits before the contract declares it never granted: far beyond what
@@ -352,12 +352,16 @@ struct Scenario {
 impl Scenario {
     fn run<B: LockBackend + 'static>(self, backend: B) {
         let nemesis = Arc::new(Nemesis::new(backend, schedule()));
+        let ledger = Arc::new(Ledger::default());
+        let reported = Arc::clone(&ledger);
         let defaults = LockOptions::default()
             .ttl(TTL)
             .heartbeat(Heartbeat::Every(RENEW_EVERY))
-            .timeout(WAITER_PATIENCE);
+            .timeout(WAITER_PATIENCE)
+            .on_lock_lost(move |lost| {
+                reported.violation(format!("a lease was reported lost: {lost}"));
+            });
         let locker = Locker::with_defaults(Arc::clone(&nemesis), defaults.clone());
-        let ledger = Arc::new(Ledger::default());
 
         let first: Vec<(Want, Held)> = self
             .holders
