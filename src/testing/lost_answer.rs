@@ -46,6 +46,7 @@ pub fn lost_answers_on_locks<B: LockBackend + 'static>(backend: B) {
     let scenario = Scenario {
         holders: vec![Want::Lock(key.clone())],
         waiters: vec![Want::Lock(key.clone()); 4],
+        late_holders: Vec::new(),
         quitters: vec![Want::Lock(key.clone()); 2],
     };
     scenario.run(backend);
@@ -57,6 +58,7 @@ pub fn lost_answers_on_permits<B: LockBackend + 'static>(backend: B) {
     let scenario = Scenario {
         holders: vec![Want::Permit(key.clone()); PERMITS as usize],
         waiters: vec![Want::Permit(key.clone()); 4],
+        late_holders: Vec::new(),
         quitters: vec![Want::Permit(key.clone()); 2],
     };
     scenario.run(backend);
@@ -73,25 +75,29 @@ pub fn lost_answers_on_shared_holds<B: LockBackend + 'static>(backend: B) {
             Want::Read(key.clone()),
             Want::Read(key.clone()),
         ],
+        late_holders: Vec::new(),
         quitters: vec![Want::Write(key.clone()), Want::Read(key.clone())],
     };
     scenario.run(backend);
 }
 
 /// Sets of overlapping keys, and a single key among them, lose answers and have calls
-/// repeated at every step. The first waiter is a set whose first refusal's answer is lost:
-/// it stands on both its lines, and its retry carries no ticket (issue 40, item 1).
+/// repeated at every step. The first waiter is a set `{b, c}` whose first refusal's answer is
+/// lost: it stands on `b` (`c` is free), and its retry carries no ticket; then `c` is taken, so
+/// a later attempt meets a key that newly refuses it, and must stand there with the ticket it
+/// has on `b` (issue 40, item 1).
 pub fn lost_answers_on_sets<B: LockBackend + 'static>(backend: B) {
     let prefix = unique_key("lost-set");
     let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
     let scenario = Scenario {
-        holders: vec![Want::All(vec![a.clone(), b.clone(), c.clone()])],
+        holders: vec![Want::All(vec![a.clone(), b.clone()])],
         waiters: vec![
-            Want::All(vec![a.clone(), b.clone()]),
             Want::All(vec![b.clone(), c.clone()]),
+            Want::All(vec![a.clone(), b.clone()]),
             Want::Lock(a.clone()),
             Want::All(vec![c.clone(), a.clone()]),
         ],
+        late_holders: vec![Want::Lock(c.clone())],
         quitters: vec![Want::All(vec![a.clone(), b.clone()]), Want::Lock(c)],
     };
     scenario.run(backend);
@@ -346,6 +352,9 @@ fn disagreement<B: Driver>(store: &B, mode: Mode, guard: &LockGuard) -> Option<S
 struct Scenario {
     holders: Vec<Want>,
     waiters: Vec<Want>,
+    /// Taken once every waiter has made its first attempt, so that a waiter's next attempt
+    /// meets a key that newly refuses it.
+    late_holders: Vec<Want>,
     quitters: Vec<Want>,
 }
 
@@ -363,17 +372,19 @@ impl Scenario {
             });
         let locker = Locker::with_defaults(Arc::clone(&nemesis), defaults.clone());
 
-        let first: Vec<(Want, Held)> = self
-            .holders
-            .iter()
-            .map(|want| {
-                let held = want
-                    .acquire(&locker, &defaults)
-                    .expect("the first holders find their keys free");
-                ledger.enter(nemesis.inner(), "a first holder", want, &held);
-                (want.clone(), held)
-            })
-            .collect();
+        let take = |wants: &[Want]| -> Vec<Held> {
+            wants
+                .iter()
+                .map(|want| {
+                    let held = want
+                        .acquire(&locker, &defaults)
+                        .expect("the first holders find their keys free");
+                    ledger.enter(nemesis.inner(), "a first holder", want, &held);
+                    held
+                })
+                .collect()
+        };
+        let mut first = take(&self.holders);
 
         let mut waiters = Vec::new();
         for (n, want) in self.waiters.iter().enumerate() {
@@ -398,6 +409,7 @@ impl Scenario {
             });
         }
 
+        first.extend(take(&self.late_holders));
         let quitting = defaults.clone().timeout(QUITTER_PATIENCE);
         for want in &self.quitters {
             if let Ok(held) = want.acquire(&locker, &quitting) {
@@ -411,7 +423,7 @@ impl Scenario {
             PATIENCE,
             || nemesis.calls(Step::Renewal) >= 2 && nemesis.calls(Step::InLine) >= 3,
         );
-        for (_, held) in first {
+        for held in first {
             ledger.leave("a first holder", &held);
             held.release();
         }
@@ -427,8 +439,10 @@ impl Scenario {
         let lines = self.lines();
         assert!(
             failures.is_empty(),
-            "every waiter is granted once the keys are free: {failures:?}; the lines now: {}",
-            describe_lines(nemesis.inner(), &lines)
+            "every waiter is granted once the keys are free: {failures:?}; the lines now: {}; \
+             found on the way: {:?}",
+            describe_lines(nemesis.inner(), &lines),
+            nemesis.violations()
         );
         let mut violations = lock(&ledger.violations).clone();
         violations.extend(nemesis.violations());
