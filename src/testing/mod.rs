@@ -22,6 +22,11 @@
 //! syncguard::semaphore_contract!(backend); // if it has semaphores
 //! ```
 //!
+//! A backend with semaphores, a shared mode and a line also runs `line_contract!`,
+//! `shared_contract!`, `multi_contract!` and [`lost_answer_contract!`](crate::lost_answer_contract):
+//! every kind of acquisition with answers lost and calls repeated at every step by a
+//! [`nemesis::Nemesis`], and the rule of the line compared with the in-memory store's.
+//!
 //! A second deployment of a store whose own setup runs the full suites (a Redis Cluster or
 //! Sentinel beside a single server, a pooler in front of PostgreSQL) can run
 //! `guard_contract!(topology: f)`, `line_contract!(topology: f)` and
@@ -43,7 +48,9 @@ pub mod backend;
 pub mod capacity;
 pub mod guard;
 pub mod line;
+pub mod lost_answer;
 pub mod multi;
+pub mod nemesis;
 pub mod observed;
 pub mod recorder;
 pub mod semaphore;
@@ -102,6 +109,19 @@ macro_rules! shared_contract {
     };
     ($factory:expr) => {
         $crate::__contract_tests!(shared: $factory);
+    };
+}
+
+/// Expands to a module `lost_answer_contract` with one `#[test]` per [`lost_answer`] contract
+/// (every kind of acquisition, with answers lost and calls repeated at every step by a
+/// [`nemesis::Nemesis`], and the rule of the line checked against the in-memory store's), each
+/// on a fresh backend from `$factory`: for a backend with semaphores, a shared mode and a line.
+/// As with `backend_contract!`, the factory is evaluated in the invoking module (through
+/// `lost_answer_contract_factory`); invoke it at most once per module.
+#[macro_export]
+macro_rules! lost_answer_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(lost_answer: $factory);
     };
 }
 
@@ -311,6 +331,16 @@ macro_rules! __contract_tests {
             a_set_waits_its_turn_and_leaves_when_it_gives_up,
         );
     };
+    (lost_answer: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests lost_answer, lost_answer_contract, lost_answer_contract_factory, $factory, by_value;
+            lost_answers_on_locks,
+            lost_answers_on_permits,
+            lost_answers_on_shared_holds,
+            lost_answers_on_sets,
+            the_rule_agrees_with_the_model,
+        );
+    };
     (line: $factory:expr) => {
         $crate::__contract_tests!(
             @tests line, line_contract, line_contract_factory, $factory, by_value;
@@ -436,7 +466,15 @@ mod tests {
     /// the `backend` and `guard` suites must be listed, and nothing else.
     #[test]
     fn the_macros_run_every_contract() {
-        for suite in ["backend", "guard", "semaphore", "line", "shared", "multi"] {
+        for suite in [
+            "backend",
+            "guard",
+            "semaphore",
+            "line",
+            "shared",
+            "multi",
+            "lost_answer",
+        ] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(
                 public.len() >= 5,

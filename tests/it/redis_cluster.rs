@@ -24,6 +24,7 @@ syncguard::semaphore_contract!(cluster_backend);
 syncguard::line_contract!(topology: cluster_backend);
 syncguard::shared_contract!(topology: cluster_backend);
 syncguard::multi_contract!(cluster_backend);
+syncguard::lost_answer_contract!(cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
