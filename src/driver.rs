@@ -111,7 +111,9 @@ pub use crate::hash::hash_key;
 pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
 pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
 pub use crate::key_set::{KeySet, MAX_KEYS};
-pub use crate::line::{Admission, Line, PLACE_TTL, PlaceRecord, Places, SetAdmission, admit_all};
+pub use crate::line::{
+    Admission, Line, PLACE_TTL, PlaceRecord, Places, SetAdmission, TicketOrder, admit_all,
+};
 pub use crate::listing::{
     Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
 };
@@ -476,6 +478,9 @@ pub struct Capabilities {
     pub supports_fencing: bool,
     /// Which clock decides expiry.
     pub time_authority: TimeAuthority,
+    /// How the tickets of new places in line are numbered ([`TicketOrder::PerLine`] unless
+    /// [`with_tickets`](Capabilities::with_tickets) says otherwise).
+    pub tickets: TicketOrder,
 }
 
 impl Capabilities {
@@ -489,7 +494,14 @@ impl Capabilities {
             backend,
             supports_fencing,
             time_authority,
+            tickets: TicketOrder::PerLine,
         }
+    }
+
+    /// These capabilities with new places' tickets numbered by `tickets`.
+    pub fn with_tickets(mut self, tickets: TicketOrder) -> Self {
+        self.tickets = tickets;
+        self
     }
 }
 

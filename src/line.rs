@@ -109,6 +109,24 @@ impl Line<'_> {
     }
 }
 
+/// How a store numbers the tickets of new places ([`Capabilities::tickets`](crate::driver::Capabilities::tickets)).
+///
+/// Either way every new place goes behind every place of its lines, and a waiter of several
+/// keys carries one ticket on all of them ([`admit_all`]). The two differ only in how two
+/// waiters of sets that share some keys, but not all, are ordered on a line where both come to
+/// stand later than they arrived: by the order of their first refusals anywhere (store-wide),
+/// or by the tickets their own lines had reached (per line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TicketOrder {
+    /// A new place's ticket is one above the last ticket of its lines (the in-memory store,
+    /// Redis, Firestore: a counter per line).
+    #[default]
+    PerLine,
+    /// A new place's ticket comes from one sequence for the whole store, above every ticket
+    /// issued before (PostgreSQL's identity column).
+    StoreWide,
+}
+
 /// A place in a key's line, raw: what [`Driver::find_line`](crate::driver::Driver::find_line)
 /// returns, in line order.
 #[derive(Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use crate::driver::{
     LeaseRef, Line, ListLimit, LockList, LockRecord, OnRelease, Outcome, Permits, PlaceRecord,
     Places, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, admit_all, is_live,
 };
-use crate::driver::{Capabilities, TimeAuthority};
+use crate::driver::{Capabilities, TicketOrder, TimeAuthority};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::key::Key;
@@ -47,6 +47,8 @@ pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     /// Who hears of releases ([`Driver::watch_releases`]), by watch number.
     listeners: Arc<Mutex<Listeners>>,
+    /// How new places' tickets are numbered.
+    tickets: TicketOrder,
 }
 
 #[derive(Default)]
@@ -67,11 +69,16 @@ struct State {
     sweep_at: usize,
     /// Normalised key → its semaphore: apart from the key's lock and its fences.
     semaphores: HashMap<String, Semaphore>,
-    /// Normalised key → the line of waiters for its lock, while anyone is in it.
+    /// Normalised key → the line of waiters for its lock, once anyone stood in it: kept when
+    /// empty, as fences are, so that its last ticket never shrinks (a new place goes behind every
+    /// ticket the line issued, as on Redis, PostgreSQL and Firestore).
     lines: HashMap<String, Places>,
     /// Normalised key → its lock's shared holders, by lock id (possibly expired, until
     /// reclaimed). Their fences come from `fences`, as the lock's do.
     readers: HashMap<String, HashMap<String, Entry>>,
+    /// The last ticket issued to a new place, when tickets are numbered store-wide
+    /// ([`TicketOrder::StoreWide`]); `None` numbers them per line.
+    store_wide_ticket: Option<u64>,
 }
 
 /// The permits of one key's semaphore and its own fence sequence.
@@ -141,7 +148,18 @@ impl MemoryBackend {
             })),
             clock: Arc::new(clock),
             listeners: Arc::default(),
+            tickets: TicketOrder::PerLine,
         }
+    }
+
+    /// This (empty) backend numbering the tickets of new places in line as `tickets` says:
+    /// per line by default, or from one sequence for the whole store, as PostgreSQL does — so
+    /// that it can stand as the model of either kind of store (the differential test of
+    /// [`testing`](crate::testing), feature `testing`).
+    pub fn with_ticket_order(mut self, tickets: TicketOrder) -> Self {
+        self.tickets = tickets;
+        self.state().store_wide_ticket = (tickets == TicketOrder::StoreWide).then_some(0);
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -282,6 +300,28 @@ impl State {
         Ok((outcome, Some(key.to_string())))
     }
 
+    /// `line`, with a ticket from the store-wide sequence when tickets are numbered so
+    /// ([`TicketOrder::StoreWide`]) and a waiter without one stands in none of the lines it asks
+    /// for (`standing`): it then takes its place with that ticket, behind every place anywhere.
+    fn ticketed<'a>(&mut self, line: Line<'a>, standing: bool) -> Line<'a> {
+        match (line, &mut self.store_wide_ticket) {
+            (Line::Wait(_), Some(last)) if !standing => {
+                *last = last.saturating_add(1);
+                line.at(*last)
+            }
+            _ => line,
+        }
+    }
+
+    /// Whether the waiter of `line` stands in the line of `key`'s lock.
+    fn stands(&self, key: &Key, line: Line<'_>) -> bool {
+        line.place().is_some_and(|place| {
+            self.lines
+                .get(key.as_str())
+                .is_some_and(|places| places.has(place))
+        })
+    }
+
     /// Decides an acquisition of `key`'s lock with `free` slots by its line ([`Places::admit`]);
     /// a line left empty is dropped.
     fn admit(
@@ -303,11 +343,7 @@ impl State {
             self.lines.insert(key.to_string(), places);
             return false;
         };
-        let granted = places.admit(line, free, shared, now_ms, holder).granted;
-        if places.is_empty() {
-            self.lines.remove(key.as_str());
-        }
-        granted
+        places.admit(line, free, shared, now_ms, holder).granted
     }
 
     /// Whether `key`'s lock may be granted now: no live lock, no live reader, and its line
@@ -383,7 +419,7 @@ impl State {
 
 impl Driver for MemoryBackend {
     fn describe(&self) -> Capabilities {
-        Capabilities::new("memory", true, TimeAuthority::Client)
+        Capabilities::new("memory", true, TimeAuthority::Client).with_tickets(self.tickets)
     }
 
     fn try_acquire(
@@ -397,6 +433,8 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
+        let standing = state.stands(key, line);
+        let line = state.ticketed(line, standing);
         if !state.lock_is_free(key, line, now_ms, holder) {
             return Ok(Acquisition::Locked);
         }
@@ -418,11 +456,14 @@ impl Driver for MemoryBackend {
             .collect();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
+        let standing = keys.iter().any(|key| state.stands(key, line));
+        let line = state.ticketed(line, standing);
         let free: Vec<usize> = keys
             .iter()
             .map(|key| state.free_lock_slots(key, now_ms))
             .collect();
-        // The lines are taken out of the map for the decision, and put back unless empty.
+        // The lines are taken out of the map for the decision, and put back (kept with their
+        // last ticket) unless they never held a place.
         let mut lines: Vec<Places> = keys
             .iter()
             .map(|key| state.lines.remove(key.as_str()).unwrap_or_default())
@@ -430,7 +471,7 @@ impl Driver for MemoryBackend {
         let mut deciding: Vec<&mut Places> = lines.iter_mut().collect();
         let admission = admit_all(&mut deciding, &free, line, now_ms, holder);
         for (key, places) in keys.iter().zip(lines) {
-            if !places.is_empty() {
+            if places.last_ticket > 0 {
                 state.lines.insert(key.to_string(), places);
             }
         }
@@ -467,6 +508,13 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
+        let standing = line.place().is_some_and(|place| {
+            state
+                .semaphores
+                .get(key.as_str())
+                .is_some_and(|semaphore| semaphore.line.has(place))
+        });
+        let line = state.ticketed(line, standing);
         let semaphore = state.semaphores.entry(key.to_string()).or_default();
         // Reclaim what has expired: only live permits count.
         semaphore
@@ -499,6 +547,8 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
+        let standing = state.stands(key, line);
+        let line = state.ticketed(line, standing);
         let free = usize::from(state.live_entry(key.as_str(), now_ms).is_none());
         if !state.admit(key, line, free, true, now_ms, holder) {
             return Ok(Acquisition::Locked);
@@ -556,9 +606,6 @@ impl Driver for MemoryBackend {
         let mut state = self.state();
         if let Some(places) = state.line_mut(key, kind) {
             places.leave(place);
-            if kind.sequence() == LeaseKind::Lock && places.is_empty() {
-                state.lines.remove(key.as_str());
-            }
         }
         Ok(())
     }

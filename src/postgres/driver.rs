@@ -20,7 +20,7 @@ use crate::driver::{
     LeaseKind, LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome,
     Permits, PlaceRecord, ReleaseWatch, TIME_TOLERANCE_MS, Ttl, make_storage_key,
 };
-use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
+use crate::driver::{Capabilities, TicketOrder, TimeAuthority, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
@@ -538,6 +538,7 @@ pub(super) fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &s
 impl Driver for PostgresBackend {
     fn describe(&self) -> Capabilities {
         Capabilities::new("postgres", true, TimeAuthority::Server)
+            .with_tickets(TicketOrder::StoreWide)
     }
 
     fn try_acquire(
