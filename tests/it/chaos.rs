@@ -569,8 +569,8 @@ fn redis_proxy() -> FaultProxy {
 fn renewing_every_300ms<B: LockBackend + 'static>(
     backend: B,
     ttl: Duration,
-) -> (Locker<B>, mpsc::Receiver<ErrorCode>) {
-    let (lost_tx, lost_rx) = mpsc::channel::<ErrorCode>();
+) -> (Locker<B>, mpsc::Receiver<(ErrorCode, String)>) {
+    let (lost_tx, lost_rx) = mpsc::channel::<(ErrorCode, String)>();
     let lost_tx = std::sync::Mutex::new(lost_tx);
     let locker = Locker::with_defaults(
         backend,
@@ -578,7 +578,10 @@ fn renewing_every_300ms<B: LockBackend + 'static>(
             .ttl(ttl)
             .heartbeat(Heartbeat::Every(Duration::from_millis(300)))
             .on_lock_lost(move |e| {
-                let _ = lost_tx.lock().unwrap().send(e.code());
+                let _ = lost_tx
+                    .lock()
+                    .unwrap()
+                    .send((e.code(), e.message().to_owned()));
             }),
     );
     (locker, lost_rx)
@@ -594,10 +597,12 @@ fn redis_restart_loses_held_locks() {
     let key = unique("redis-restart");
     let guard = locker.lock(&key).unwrap();
     server.restart();
-    let code = lost_rx
+    let (code, why) = lost_rx
         .recv_timeout(PATIENCE)
         .expect("the guard reports its lock lost after the restart");
     assert_eq!(code, ErrorCode::LockLost);
+    // Said by the renewal that found the lock gone, not left to the lease's deadline.
+    assert!(why.contains("gone when its lease was renewed"), "{why}");
     assert!(guard.is_lost());
     assert_eq!(guard.check().unwrap_err().code(), ErrorCode::LockLost);
     assert!(!bounded(move || guard.release()).expect("release of a lost lock is no error"));

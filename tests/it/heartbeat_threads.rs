@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::child;
 use syncguard::driver::generate_lock_id;
+use syncguard::testing::recorder::Recorder;
 use syncguard::{LockGuard, LockOptions, Locker, MemoryBackend};
 
 /// Set in the child process: the count may run.
@@ -104,6 +105,54 @@ fn a_thousand_guards_share_a_bounded_heartbeat_alone() {
     drop(locker);
     // The threads end once the lockers and all their guards are gone.
     await_thread_count(0);
+    await_no_workers();
+
+    // Renewal calls that never come back: a worker waits in each, and no more than four are
+    // started however many leases fall due meanwhile (those are reported lost at their
+    // deadlines instead). Each lease is taken once the one before it is stuck in its call (or,
+    // past four, has waited out its deadline), so every renewal is a call of its own.
+    let recorder = Recorder::new(MemoryBackend::new());
+    recorder.hang_renewals(true);
+    let stuck = Locker::with_defaults(
+        recorder.clone(),
+        LockOptions::default().ttl(Duration::from_secs(3)),
+    );
+    let mut stuck_guards = Vec::new();
+    // Dropped first when an assertion fails: a guard's release waits for its renewal in flight.
+    let unhang = Unhang(&recorder);
+    for i in 0..5 {
+        let guard = stuck.lock(&format!("stuck:{run}:{i}")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while recorder.renewals_hanging() < (i + 1).min(4) || (i >= 4 && !guard.is_lost()) {
+            assert!(
+                Instant::now() < deadline,
+                "lease {i}: {} renewals stuck, lost: {}",
+                recorder.renewals_hanging(),
+                guard.is_lost()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stuck_guards.push(guard);
+    }
+    assert_eq!(recorder.renewals_hanging(), 4, "a worker per stuck call");
+    assert!(worker_threads() <= 4, "{} workers", worker_threads());
+    drop(unhang);
+    drop(stuck_guards);
+    drop(stuck);
+    await_thread_count(0);
+    await_no_workers();
+}
+
+/// Lets the stuck renewals go when dropped.
+struct Unhang<'a>(&'a Recorder<MemoryBackend>);
+
+impl Drop for Unhang<'_> {
+    fn drop(&mut self) {
+        self.0.hang_renewals(false);
+    }
+}
+
+fn await_no_workers() {
     let deadline = Instant::now() + Duration::from_secs(15);
     while worker_threads() > 0 {
         assert!(
