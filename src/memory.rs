@@ -47,8 +47,6 @@ pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     /// Who hears of releases ([`Driver::watch_releases`]), by watch number.
     listeners: Arc<Mutex<Listeners>>,
-    /// How new places' tickets are numbered.
-    tickets: TicketOrder,
 }
 
 #[derive(Default)]
@@ -148,7 +146,6 @@ impl MemoryBackend {
             })),
             clock: Arc::new(clock),
             listeners: Arc::default(),
-            tickets: TicketOrder::PerLine,
         }
     }
 
@@ -156,8 +153,7 @@ impl MemoryBackend {
     /// per line by default, or from one sequence for the whole store, as PostgreSQL does — so
     /// that it can stand as the model of either kind of store (the differential test of
     /// [`testing`](crate::testing), feature `testing`).
-    pub fn with_ticket_order(mut self, tickets: TicketOrder) -> Self {
-        self.tickets = tickets;
+    pub fn with_ticket_order(self, tickets: TicketOrder) -> Self {
         self.state().store_wide_ticket = (tickets == TicketOrder::StoreWide).then_some(0);
         self
     }
@@ -302,14 +298,18 @@ impl State {
 
     /// `line`, with a ticket from the store-wide sequence when tickets are numbered so
     /// ([`TicketOrder::StoreWide`]) and a waiter without one stands in none of the lines it asks
-    /// for (`standing`): it then takes its place with that ticket, behind every place anywhere.
-    fn ticketed<'a>(&mut self, line: Line<'a>, standing: bool) -> Line<'a> {
-        match (line, &mut self.store_wide_ticket) {
-            (Line::Wait(_), Some(last)) if !standing => {
+    /// for (`stands`, asked only then): it then takes its place with that ticket, behind every
+    /// place anywhere. Per line (the default), `line` as it is, with nothing looked up.
+    fn ticketed<'a>(&mut self, line: Line<'a>, stands: impl FnOnce(&Self) -> bool) -> Line<'a> {
+        if !matches!(line, Line::Wait(_)) || self.store_wide_ticket.is_none() || stands(self) {
+            return line;
+        }
+        match &mut self.store_wide_ticket {
+            Some(last) => {
                 *last = last.saturating_add(1);
                 line.at(*last)
             }
-            _ => line,
+            None => line,
         }
     }
 
@@ -323,7 +323,7 @@ impl State {
     }
 
     /// Decides an acquisition of `key`'s lock with `free` slots by its line ([`Places::admit`]);
-    /// a line left empty is dropped.
+    /// a line is kept once made, empty or not (see `lines`).
     fn admit(
         &mut self,
         key: &Key,
@@ -419,7 +419,11 @@ impl State {
 
 impl Driver for MemoryBackend {
     fn describe(&self) -> Capabilities {
-        Capabilities::new("memory", true, TimeAuthority::Client).with_tickets(self.tickets)
+        let tickets = match self.state().store_wide_ticket {
+            Some(_) => TicketOrder::StoreWide,
+            None => TicketOrder::PerLine,
+        };
+        Capabilities::new("memory", true, TimeAuthority::Client).with_tickets(tickets)
     }
 
     fn try_acquire(
@@ -433,8 +437,7 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        let standing = state.stands(key, line);
-        let line = state.ticketed(line, standing);
+        let line = state.ticketed(line, |state| state.stands(key, line));
         if !state.lock_is_free(key, line, now_ms, holder) {
             return Ok(Acquisition::Locked);
         }
@@ -456,8 +459,7 @@ impl Driver for MemoryBackend {
             .collect();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        let standing = keys.iter().any(|key| state.stands(key, line));
-        let line = state.ticketed(line, standing);
+        let line = state.ticketed(line, |state| keys.iter().any(|key| state.stands(key, line)));
         let free: Vec<usize> = keys
             .iter()
             .map(|key| state.free_lock_slots(key, now_ms))
@@ -508,13 +510,14 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        let standing = line.place().is_some_and(|place| {
-            state
-                .semaphores
-                .get(key.as_str())
-                .is_some_and(|semaphore| semaphore.line.has(place))
+        let line = state.ticketed(line, |state| {
+            line.place().is_some_and(|place| {
+                state
+                    .semaphores
+                    .get(key.as_str())
+                    .is_some_and(|semaphore| semaphore.line.has(place))
+            })
         });
-        let line = state.ticketed(line, standing);
         let semaphore = state.semaphores.entry(key.to_string()).or_default();
         // Reclaim what has expired: only live permits count.
         semaphore
@@ -547,8 +550,7 @@ impl Driver for MemoryBackend {
         let lock_id = LockId::generate().into_string();
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
-        let standing = state.stands(key, line);
-        let line = state.ticketed(line, standing);
+        let line = state.ticketed(line, |state| state.stands(key, line));
         let free = usize::from(state.live_entry(key.as_str(), now_ms).is_none());
         if !state.admit(key, line, free, true, now_ms, holder) {
             return Ok(Acquisition::Locked);
