@@ -25,7 +25,7 @@ use redis::Commands as _;
 use serde_json::{Value as Json, json};
 use syncguard::driver::{generate_lock_id, hash_key};
 
-const BIN: &str = env!("CARGO_BIN_EXE_syncguard");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_syncguard");
 
 /// How long anything may take before the test calls it a hang.
 const DEADLINE: Duration = Duration::from_secs(30);

@@ -357,3 +357,108 @@ fn postgres_expiry_comes_from_the_server_clock() {
         support::shared_postgres_now_ms,
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Redis and PostgreSQL: a real process whose clock is an hour behind the servers'.
+// ---------------------------------------------------------------------------------------------
+
+/// How far the skewed command's clock is behind the servers': far more than any TTL here, so
+/// that an expiry computed from it would be long past by the servers' clock.
+#[cfg(feature = "cli")]
+const BEHIND_S: i64 = 3600;
+
+/// Runs the `syncguard` command on `url` with its wall clock an hour behind (libfaketime,
+/// through Debian's `faketime`); its monotonic clock is left alone, so that its deadlines run
+/// true. The test processes and the servers keep the machine's clock.
+#[cfg(feature = "cli")]
+fn syncguard_an_hour_behind(url: &str, args: &[&str]) -> std::process::Output {
+    let faketime = support::require_program("faketime", "faketime");
+    std::process::Command::new(faketime)
+        .args(["-f", "-1h", crate::cli::BIN, "--url", url])
+        .args(args)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env_remove("SYNCGUARD_URL")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run syncguard under faketime")
+}
+
+/// A process whose clock reads an hour behind the server's takes locks timed by the server's
+/// clock. First the skew is shown to reach it: its metrics file's end time reads an hour early.
+/// Then the lock it takes for a minute expires a minute after the server's now, and a client on
+/// the right time finds it held. An expiry computed from the process's own clock would be 59
+/// minutes past by the server's, and the lock free to anyone.
+#[cfg(feature = "cli")]
+fn a_process_an_hour_behind_holds_by_the_servers_clock<B: LockBackend>(
+    url: &str,
+    honest: B,
+    server_now_ms: impl Fn() -> i64,
+) {
+    let metrics = support::scratch_dir("an-hour-behind").join("run.prom");
+    let metrics_path = metrics.to_str().expect("a UTF-8 scratch path");
+    let run_key = unique("skew-run");
+    let run = [
+        "run",
+        "--key",
+        &run_key,
+        "--metrics-file",
+        metrics_path,
+        "--",
+        "true",
+    ];
+    assert_eq!(syncguard_an_hour_behind(url, &run).status.code(), Some(0));
+    let text = std::fs::read_to_string(&metrics).expect("the run's metrics file");
+    let ended_s = text
+        .lines()
+        .find(|line| line.starts_with("syncguard_run_end_timestamp_seconds"))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|seconds| seconds.parse::<f64>().ok())
+        .expect("the run's end time");
+    let behind_s = server_now_ms() / 1000 - ended_s as i64;
+    assert!(
+        (BEHIND_S - 600..=BEHIND_S + 600).contains(&behind_s),
+        "the command's clock is {behind_s} s behind the server's, not an hour: libfaketime did \
+         not reach it"
+    );
+
+    let key = unique("skew-acquire");
+    let before = server_now_ms();
+    let taken = syncguard_an_hour_behind(url, &["acquire", "--key", &key, "--ttl", "60s"]);
+    let after = server_now_ms();
+    assert_eq!(taken.status.code(), Some(0));
+    let printed: serde_json::Value =
+        serde_json::from_slice(&taken.stdout).expect("acquire prints JSON");
+    let expires_at_ms = printed["expiresAtMs"].as_i64().expect("an expiresAtMs");
+    assert!(
+        (before + SERVER_TTL_MS..=after + SERVER_TTL_MS).contains(&expires_at_ms),
+        "expiry {expires_at_ms} not within the server's clock [{before}, {after}] + 60 s"
+    );
+    assert!(
+        honest.is_locked(&key).unwrap(),
+        "the skewed process's lock is held"
+    );
+    locked(honest.acquire(&key, TTL));
+    let lock_id = printed["lockId"].as_str().expect("a lockId");
+    assert!(honest.release(lock_id).unwrap());
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn redis_holds_a_process_an_hour_behind_to_the_servers_clock() {
+    a_process_an_hour_behind_holds_by_the_servers_clock(
+        &support::shared_redis().url(),
+        support::shared_redis_backend(),
+        support::shared_redis_now_ms,
+    );
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn postgres_holds_a_process_an_hour_behind_to_the_servers_clock() {
+    a_process_an_hour_behind_holds_by_the_servers_clock(
+        &support::shared_postgres_with_tables().url(),
+        support::shared_postgres_backend(),
+        support::shared_postgres_now_ms,
+    );
+}

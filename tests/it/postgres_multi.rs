@@ -238,14 +238,23 @@ fn commits_of(database: &str, url: &str, work: impl FnOnce(&PostgresBackend)) ->
     commits_once_idle(database) - before
 }
 
+/// The fewest transactions `work` costs a fresh backend over three runs: whatever else commits
+/// in the database meanwhile (autovacuum's first visits to a new one) only adds to a run.
+fn fewest_commits(database: &str, url: &str, work: impl Fn(&PostgresBackend)) -> i64 {
+    (0..3)
+        .map(|_| commits_of(database, url, &work))
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
 /// Taking eight keys costs the server as many transactions as taking one key does: the set is
 /// one statement (one round trip, one transaction), counted in a database of the test's own.
 #[test]
 fn a_set_of_eight_keys_is_one_statement() {
     let (database, url) = database_of_its_own();
-    let names: Vec<String> = (0..8).map(|n| unique(&format!("eight-{n}"))).collect();
-    let keys = KeySet::new(&names).unwrap();
-    let set = commits_of(&database, &url, |backend| {
+    let set = fewest_commits(&database, &url, |backend| {
+        let names: Vec<String> = (0..8).map(|n| unique(&format!("eight-{n}"))).collect();
+        let keys = KeySet::new(&names).unwrap();
         let taken = backend
             .try_acquire_all(&keys, ttl(), None, Line::Ignore)
             .unwrap();
@@ -254,7 +263,7 @@ fn a_set_of_eight_keys_is_one_statement() {
         };
         assert_eq!(leases.len(), 8);
     });
-    let one = commits_of(&database, &url, |backend| {
+    let one = fewest_commits(&database, &url, |backend| {
         let taken = backend.try_acquire(&key(&unique("one")), ttl(), None, Line::Ignore);
         assert!(matches!(taken.unwrap(), Acquisition::Acquired { .. }));
     });
