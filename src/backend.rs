@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::driver::{
-    Acquisition, Capabilities, Driver, Find, Lease, LeaseKind, LeaseRef, Line, LockRecord,
-    PlaceRecord,
+    Acquisition, Capabilities, Driver, DriverExt, Find, Lease, LeaseKind, LeaseRef, LockRecord,
+    Mode, PlaceRecord, Request,
 };
 use crate::error::Result;
 use crate::fence::Fence;
@@ -48,10 +48,7 @@ pub trait LockBackend: Driver {
     /// Contention is [`AcquireOutcome::Locked`], not an error.
     fn acquire(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
-        Ok(match self.try_acquire(&key, ttl, None, Line::Keep)? {
-            Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
-            Acquisition::Locked => AcquireOutcome::Locked,
-        })
+        Ok(self.acquire_one(&Request::one(&key, ttl))?.into())
     }
 
     /// Removes the lock held under `lock_id`. `true` when this call removed it; `false` when it
@@ -86,13 +83,19 @@ pub trait LockBackend: Driver {
     /// [`lookup`](LockBackend::lookup) with the raw key and lock id, for debugging.
     fn lookup_raw(&self, by: Lookup<'_>) -> Result<Option<LockInfoDebug>> {
         let record = match by {
-            Lookup::Key(key) => self.find(Find::Key(&Key::new(key)?))?,
+            Lookup::Key(key) => {
+                let key = Key::new(key)?;
+                self.find(Find::Key(&key, LeaseKind::Lock))?
+                    .into_iter()
+                    .next()
+            }
             Lookup::LockId(lock_id) => {
                 let lock_id = LockId::new(lock_id)?;
                 // Defence in depth: "do I still hold this lock?" must never be answered with
                 // another holder's record (a stale index entry, a hand-edited one).
                 self.find(Find::LockId(&lock_id))?
-                    .filter(|record| record.lock_id == lock_id.as_str())
+                    .into_iter()
+                    .find(|record| record.lock_id == lock_id.as_str())
             }
         };
         Ok(record.map(LockInfoDebug::from))
@@ -126,13 +129,15 @@ pub trait LockBackend: Driver {
     /// [`list`](LockBackend::list) with the raw keys and lock ids, for debugging.
     fn list_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
         let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
-        Ok(self.list_records(&prefix, limit)?.map(LockInfoDebug::from))
+        Ok(self
+            .list_records(&prefix, LeaseKind::Lock, limit)?
+            .map(LockInfoDebug::from))
     }
 
     /// Takes one of the `permits` permits (1 to [`MAX_PERMITS`](crate::driver::MAX_PERMITS)) of
     /// the semaphore on `key` for `ttl`, if fewer than `permits` are held. Contention is
     /// [`AcquireOutcome::Locked`]. The semaphore is not the key's lock: see
-    /// [`Driver::try_acquire_permit`].
+    /// [`Mode::Permit`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -152,12 +157,8 @@ pub trait LockBackend: Driver {
     /// ```
     fn acquire_permit(&self, key: &str, permits: u32, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, permits, ttl) = (Key::new(key)?, Permits::new(permits)?, Ttl::new(ttl)?);
-        Ok(
-            match self.try_acquire_permit(&key, permits, ttl, None, Line::Keep)? {
-                Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
-                Acquisition::Locked => AcquireOutcome::Locked,
-            },
-        )
+        let request = Request::one(&key, ttl).mode(Mode::Permit(permits));
+        Ok(self.acquire_one(&request)?.into())
     }
 
     /// Gives back the permit of the semaphore on `key` held under `lock_id`: `true` when this
@@ -193,7 +194,7 @@ pub trait LockBackend: Driver {
     fn permit_holders_raw(&self, key: &str) -> Result<Vec<LockInfoDebug>> {
         let key = Key::new(key)?;
         Ok(self
-            .find_permits(&key)?
+            .find(Find::Key(&key, LeaseKind::Permit))?
             .into_iter()
             .map(LockInfoDebug::from)
             .collect())
@@ -211,12 +212,12 @@ pub trait LockBackend: Driver {
     fn list_permits_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
         let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
         Ok(self
-            .list_permit_records(&prefix, limit)?
+            .list_records(&prefix, LeaseKind::Permit, limit)?
             .map(LockInfoDebug::from))
     }
 
     /// Takes a shared hold of the lock on `key` for `ttl` (a reader: see
-    /// [`Driver::try_acquire_shared`]) unless a writer holds it or waits in line. Contention
+    /// [`Mode::Shared`]) unless a writer holds it or waits in line. Contention
     /// is [`AcquireOutcome::Locked`].
     ///
     /// ```
@@ -236,12 +237,8 @@ pub trait LockBackend: Driver {
     /// ```
     fn acquire_shared(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
-        Ok(
-            match self.try_acquire_shared(&key, ttl, None, Line::Keep)? {
-                Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
-                Acquisition::Locked => AcquireOutcome::Locked,
-            },
-        )
+        let request = Request::one(&key, ttl).mode(Mode::Shared);
+        Ok(self.acquire_one(&request)?.into())
     }
 
     /// Gives back the shared hold of the lock on `key` held under `lock_id`: `true` when this
@@ -277,7 +274,7 @@ pub trait LockBackend: Driver {
     fn readers_raw(&self, key: &str) -> Result<Vec<LockInfoDebug>> {
         let key = Key::new(key)?;
         Ok(self
-            .find_shared(&key)?
+            .find(Find::Key(&key, LeaseKind::Shared))?
             .into_iter()
             .map(LockInfoDebug::from)
             .collect())
@@ -295,7 +292,7 @@ pub trait LockBackend: Driver {
     fn list_shared_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
         let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
         Ok(self
-            .list_shared_records(&prefix, limit)?
+            .list_records(&prefix, LeaseKind::Shared, limit)?
             .map(LockInfoDebug::from))
     }
 
@@ -372,6 +369,16 @@ pub enum AcquireOutcome {
     Acquired(Lease),
     /// Someone else holds a live lock on the key.
     Locked,
+}
+
+impl From<Acquisition> for AcquireOutcome {
+    /// A driver's answer for one key, as a lock user sees it (without the store's version).
+    fn from(acquisition: Acquisition) -> Self {
+        match acquisition {
+            Acquisition::Acquired { lease, .. } => AcquireOutcome::Acquired(lease),
+            Acquisition::Locked => AcquireOutcome::Locked,
+        }
+    }
 }
 
 impl AcquireOutcome {

@@ -180,6 +180,9 @@ pub struct Admission {
     /// Whether the line changed (a place pruned, taken, renewed or left): a store writes it
     /// back only then, so an acquisition with an empty line writes nothing more.
     pub changed: bool,
+    /// When refused and standing in the line: how many places are ahead of the waiter's own
+    /// (0: it is first).
+    pub position: Option<u64>,
 }
 
 impl Places {
@@ -207,7 +210,15 @@ impl Places {
                 self.stand(place, ticket, shared, now_ms, holder)
             };
         }
-        Admission { granted, changed }
+        let position = match line.place() {
+            Some(place) if !granted => self.ahead_of(place),
+            _ => None,
+        };
+        Admission {
+            granted,
+            changed,
+            position,
+        }
     }
 
     /// Removes every place expired at `now_ms`; whether any was.
@@ -314,6 +325,12 @@ impl Places {
         self.places.is_empty()
     }
 
+    /// How many places stand ahead of the waiter `place`, when it stands in this line (prune
+    /// first: every place is counted).
+    pub fn ahead_of(&self, place: &LockId) -> Option<u64> {
+        self.position(place).map(|mine| mine as u64)
+    }
+
     fn position(&self, place: &LockId) -> Option<usize> {
         self.places
             .iter()
@@ -332,6 +349,9 @@ pub struct SetAdmission {
     /// The ticket the waiter's places carry, when it stands in line after this refusal: given
     /// back as [`Line::WaitAt`] in its next attempt.
     pub ticket: Option<u64>,
+    /// When refused and standing in line: how many places are ahead of the waiter's own on the
+    /// line where it stands furthest back.
+    pub position: Option<u64>,
 }
 
 /// A waiter for several keys at once ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all))
@@ -399,6 +419,7 @@ pub fn admit_all(
             granted,
             changed,
             ticket: None,
+            position: None,
         };
     };
     for ((l, changed), admitted) in lines.iter_mut().zip(&mut changed).zip(admitted) {
@@ -410,10 +431,15 @@ pub fn admit_all(
             false
         };
     }
+    let position = match granted {
+        true => None,
+        false => lines.iter().filter_map(|l| l.ahead_of(place)).max(),
+    };
     SetAdmission {
         granted,
         changed,
         ticket: (!granted).then_some(ticket),
+        position,
     }
 }
 

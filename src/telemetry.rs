@@ -8,9 +8,8 @@ use serde::Serialize;
 
 use crate::driver::Capabilities;
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, Extension, Find, Holder, KeyPrefix, KeySet, LeaseKind,
-    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits,
-    PlaceRecord, ReleaseWatch, Ttl,
+    Acquisitions, Driver, Extension, Find, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -262,35 +261,24 @@ fn mutation_result<T>(outcome: &Outcome<T>) -> (EventResult, Option<FailureReaso
     }
 }
 
-fn found<T>(info: &Option<T>) -> (EventResult, Option<FailureReason>) {
-    if info.is_some() {
-        (EventResult::Ok, None)
-    } else {
+fn found(records: &Vec<LockRecord>) -> (EventResult, Option<FailureReason>) {
+    if records.is_empty() {
         (EventResult::Fail, None)
+    } else {
+        (EventResult::Ok, None)
     }
 }
 
 impl<B> Telemetry<B> {
-    fn emit_acquisition(&self, op: LockOp, key: &Key, outcome: &Result<Acquisition>) {
-        let lock_id = match outcome {
-            Ok(Acquisition::Acquired { lease, .. }) => Some(lease.lock_id.as_str()),
-            _ => None,
+    /// An acquisition reported per key, as each key's own acquisition would be: each granted,
+    /// each refused, or each failed.
+    fn emit_acquisitions(&self, request: &Request<'_>, outcome: &Result<Acquisitions>) {
+        let op = match request.mode {
+            Mode::Exclusive => LockOp::Acquire,
+            Mode::Permit(_) => LockOp::AcquirePermit,
+            Mode::Shared => LockOp::AcquireShared,
         };
-        let ids = Ids {
-            key: Some(key.as_str()),
-            lock_id,
-            error: None,
-        };
-        self.emit_result(op, outcome, ids, |outcome| match outcome {
-            Acquisition::Acquired { .. } => (EventResult::Ok, None),
-            Acquisition::Locked => (EventResult::Fail, Some(FailureReason::Locked)),
-        });
-    }
-
-    /// A set's acquisition reported per key, as its keys' own acquisitions would be: each
-    /// granted, each refused, or each failed.
-    fn emit_acquisitions(&self, keys: &KeySet, outcome: &Result<Acquisitions>) {
-        for (at, key) in keys.iter().enumerate() {
+        for (at, key) in request.keys().iter().enumerate() {
             let lock_id = match outcome {
                 Ok(Acquisitions::Acquired(leases)) => {
                     leases.get(at).map(|(lease, _)| lease.lock_id.as_str())
@@ -302,7 +290,7 @@ impl<B> Telemetry<B> {
                 lock_id,
                 error: None,
             };
-            self.emit_result(LockOp::Acquire, outcome, ids, |outcome| match outcome {
+            self.emit_result(op, outcome, ids, |outcome| match outcome {
                 Acquisitions::Acquired(_) => (EventResult::Ok, None),
                 Acquisitions::Locked { .. } => (EventResult::Fail, Some(FailureReason::Locked)),
             });
@@ -323,109 +311,10 @@ impl<B: Driver> Driver for Telemetry<B> {
         self.inner.describe()
     }
 
-    fn try_acquire(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
+    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
         // The holder description is never part of an event: events carry hashes only.
-        let outcome = self.inner.try_acquire(key, ttl, holder, line);
-        self.emit_acquisition(LockOp::Acquire, key, &outcome);
-        outcome
-    }
-
-    fn try_acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
-        let outcome = self.inner.try_acquire_all(keys, ttl, holder, line);
-        self.emit_acquisitions(keys, &outcome);
-        outcome
-    }
-
-    fn try_acquire_permit(
-        &self,
-        key: &Key,
-        permits: Permits,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        let outcome = self
-            .inner
-            .try_acquire_permit(key, permits, ttl, holder, line);
-        self.emit_acquisition(LockOp::AcquirePermit, key, &outcome);
-        outcome
-    }
-
-    fn list_permit_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        let outcome = self.inner.list_permit_records(prefix, limit);
-        self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
-            (EventResult::Ok, None)
-        });
-        outcome
-    }
-
-    fn try_acquire_shared(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        let outcome = self.inner.try_acquire_shared(key, ttl, holder, line);
-        self.emit_acquisition(LockOp::AcquireShared, key, &outcome);
-        outcome
-    }
-
-    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        let outcome = self.inner.find_shared(key);
-        let ids = Ids {
-            key: Some(key.as_str()),
-            ..Ids::default()
-        };
-        self.emit_result(LockOp::Readers, &outcome, ids, |_| (EventResult::Ok, None));
-        outcome
-    }
-
-    fn list_shared_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        let outcome = self.inner.list_shared_records(prefix, limit);
-        self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
-            (EventResult::Ok, None)
-        });
-        outcome
-    }
-
-    // The line's calls pass through unreported: a waiter's place is not a lease, and its
-    // attempts are reported as acquisitions.
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        self.inner.leave_line(key, kind, place)
-    }
-
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-
-    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        let outcome = self.inner.find_permits(key);
-        let ids = Ids {
-            key: Some(key.as_str()),
-            ..Ids::default()
-        };
-        self.emit_result(LockOp::Permits, &outcome, ids, |_| (EventResult::Ok, None));
+        let outcome = self.inner.try_acquire(request);
+        self.emit_acquisitions(request, &outcome);
         outcome
     }
 
@@ -437,12 +326,6 @@ impl<B: Driver> Driver for Telemetry<B> {
             lease_ids(&lease),
             mutation_result,
         );
-        outcome
-    }
-
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        let outcome = self.inner.extend_lease(lease, ttl);
-        self.emit_result(LockOp::Extend, &outcome, lease_ids(&lease), mutation_result);
         outcome
     }
 
@@ -464,28 +347,59 @@ impl<B: Driver> Driver for Telemetry<B> {
         outcome
     }
 
-    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
         let outcome = self.inner.find(by);
-        let ids = match by {
-            Find::Key(key) => Ids {
-                key: Some(key.as_str()),
-                ..Ids::default()
-            },
-            Find::LockId(lock_id) => Ids {
-                lock_id: Some(lock_id.as_str()),
-                ..Ids::default()
-            },
+        let (op, ids) = match by {
+            Find::Key(key, kind) => {
+                let op = match kind {
+                    LeaseKind::Lock => LockOp::Lookup,
+                    LeaseKind::Permit => LockOp::Permits,
+                    LeaseKind::Shared => LockOp::Readers,
+                };
+                let ids = Ids {
+                    key: Some(key.as_str()),
+                    ..Ids::default()
+                };
+                (op, ids)
+            }
+            Find::LockId(lock_id) => {
+                let ids = Ids {
+                    lock_id: Some(lock_id.as_str()),
+                    ..Ids::default()
+                };
+                (LockOp::Lookup, ids)
+            }
         };
-        self.emit_result(LockOp::Lookup, &outcome, ids, found);
+        match op {
+            // A lookup fails when nothing is found; who holds a semaphore or a lock shared is
+            // answered, none or many.
+            LockOp::Lookup => self.emit_result(op, &outcome, ids, found),
+            _ => self.emit_result(op, &outcome, ids, |_| (EventResult::Ok, None)),
+        }
         outcome
     }
 
-    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
-        let outcome = self.inner.list_records(prefix, limit);
+    fn list_records(
+        &self,
+        prefix: &KeyPrefix,
+        kind: LeaseKind,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let outcome = self.inner.list_records(prefix, kind, limit);
         self.emit_result(LockOp::List, &outcome, Ids::default(), |_| {
             (EventResult::Ok, None)
         });
         outcome
+    }
+
+    // The line's calls pass through unreported: a waiter's place is not a lease, and its
+    // attempts are reported as acquisitions.
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.inner.leave_line(key, kind, place)
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
 use crate::driver::Lease;
-use crate::driver::{Driver, Extension, LeaseKind, LeaseRef, Outcome, Version};
+use crate::driver::{Driver, DriverExt as _, Extension, LeaseKind, LeaseRef, Outcome, Version};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::Key;

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::LockOptions;
+use super::Locker;
 use super::guard::LockGuard;
-use super::{Locker, Target};
 use crate::cancel::{CancelToken, OnCancel};
+use crate::driver::Mode;
 use crate::driver::{Driver, KeySet, Lease};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -93,7 +94,7 @@ impl<B: Driver + 'static> Locker<B> {
     ) -> Result<Option<MultiLockGuard>> {
         // The public edge: every key validated before any I/O.
         let keys = KeySet::new(keys)?;
-        let guards = self.acquire_set(&keys, Target::All, options)?;
+        let guards = self.acquire_set(&keys, Mode::Exclusive, options)?;
         Ok(guards.map(MultiLockGuard::new))
     }
 }

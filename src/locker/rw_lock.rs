@@ -4,9 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{LockGuard, LockOptions, Locker, Target};
+use super::{LockGuard, LockOptions, Locker};
 use crate::backend::{LockInfo, LockInfoDebug};
 use crate::driver::Driver;
+use crate::driver::{Find, LeaseKind, Mode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
 
@@ -79,18 +80,18 @@ impl<B: Driver + 'static> RwLock<B> {
     /// Takes a shared hold if it can be had right now (one attempt, no waiting, no place in
     /// line; refused while a writer waits in line).
     pub fn try_read(&self) -> Result<Option<LockGuard>> {
-        self.attempt(Target::Shared, &self.locker.once())
+        self.attempt(Mode::Shared, &self.locker.once())
     }
 
     /// Takes a shared hold, waiting up to `timeout`; `Ok(None)` if a writer kept it.
     pub fn try_read_for(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.attempt(Target::Shared, &self.locker.up_to(timeout))
+        self.attempt(Mode::Shared, &self.locker.up_to(timeout))
     }
 
     /// Takes a shared hold with `options`; `AcquisitionTimeout` if a writer kept the key,
     /// `Aborted` if the cancel token fired.
     pub fn read_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.attempt(Target::Shared, options)?
+        self.attempt(Mode::Shared, options)?
             .ok_or_else(|| self.timed_out("a writer kept", options))
     }
 
@@ -102,17 +103,17 @@ impl<B: Driver + 'static> RwLock<B> {
 
     /// [`Locker::try_lock`] on the key.
     pub fn try_write(&self) -> Result<Option<LockGuard>> {
-        self.attempt(Target::Lock, &self.locker.once())
+        self.attempt(Mode::Exclusive, &self.locker.once())
     }
 
     /// [`Locker::try_lock_for`] on the key.
     pub fn try_write_for(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.attempt(Target::Lock, &self.locker.up_to(timeout))
+        self.attempt(Mode::Exclusive, &self.locker.up_to(timeout))
     }
 
     /// [`Locker::lock_with`] on the key.
     pub fn write_with(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.attempt(Target::Lock, options)?
+        self.attempt(Mode::Exclusive, options)?
             .ok_or_else(|| self.timed_out("readers or a writer kept", options))
     }
 
@@ -130,7 +131,7 @@ impl<B: Driver + 'static> RwLock<B> {
         Ok(self
             .locker
             .backend()
-            .find_shared(&self.key)?
+            .find(Find::Key(&self.key, LeaseKind::Shared))?
             .into_iter()
             .map(LockInfoDebug::from)
             .collect())
@@ -147,9 +148,8 @@ impl<B: Driver + 'static> RwLock<B> {
         .with_key(self.key.as_str())
     }
 
-    fn attempt(&self, target: Target, options: &LockOptions) -> Result<Option<LockGuard>> {
-        self.locker
-            .acquire_target(self.key.clone(), target, options)
+    fn attempt(&self, mode: Mode, options: &LockOptions) -> Result<Option<LockGuard>> {
+        self.locker.acquire_key(self.key.clone(), mode, options)
     }
 }
 

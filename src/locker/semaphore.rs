@@ -4,9 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{LockGuard, LockOptions, Locker, Target};
+use super::{LockGuard, LockOptions, Locker};
 use crate::backend::{LockInfo, LockInfoDebug};
 use crate::driver::{Driver, Permits};
+use crate::driver::{Find, LeaseKind, Mode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key::Key;
 
@@ -134,7 +135,7 @@ impl<B: Driver + 'static> Semaphore<B> {
         Ok(self
             .locker
             .backend()
-            .find_permits(&self.key)?
+            .find(Find::Key(&self.key, LeaseKind::Permit))?
             .into_iter()
             .map(LockInfoDebug::from)
             .collect())
@@ -142,7 +143,7 @@ impl<B: Driver + 'static> Semaphore<B> {
 
     fn attempt(&self, options: &LockOptions) -> Result<Option<LockGuard>> {
         self.locker
-            .acquire_target(self.key.clone(), Target::Permit(self.permits), options)
+            .acquire_key(self.key.clone(), Mode::Permit(self.permits), options)
     }
 }
 

@@ -1,0 +1,364 @@
+//! Writing a backend: the [`Driver`] trait, the validated values it is given, the outcomes it
+//! returns (among them the [`Lease`] it grants and its [`Capabilities`]), and the toolkit every
+//! store shares with the TypeScript SyncGuard (storage keys, liveness, TTLs, limits).
+//!
+//! A driver is a store's protocol and nothing else: ten methods, one per thing a store does —
+//! one acquisition ([`Request`]: the keys, a [`Mode`], the TTL, the holder, the line), release
+//! and extension by [`LeaseRef`], the reads by key (or prefix) and [`LeaseKind`], the line, and
+//! the watch for releases. Everything a lock user calls — the
+//! [`LockBackend`](crate::LockBackend) methods with their plain `&str`/`Duration` arguments and
+//! `bool`/`Option` answers, sanitised lookups, [`get_by_key`](crate::get_by_key) and friends,
+//! [`owns`](crate::owns), telemetry, and the [`Locker`](crate::Locker) with its guards and
+//! heartbeat — is written once on top, for every driver; so is what a store lacks: a mode it
+//! does not declare is refused, and several keys it cannot decide in one step are taken one at
+//! a time ([`acquire`]). The same split as `lock_api`'s `RawMutex` under its `Mutex`, or r2d2's
+//! `ManageConnection` under its `Pool`.
+//!
+//! What the types guarantee, so a driver need not check again:
+//! - a [`Key`] is NFC-normalised and 1 to 512 bytes; a [`LockId`] has the lock-id shape; a
+//!   [`Ttl`] is a whole number of milliseconds from 1 ms to [`MAX_TTL_MS`] (10^13 ms); a
+//!   [`Holder`] is 1 to 256 bytes without control characters — all checked before any I/O,
+//!   where they entered the crate; a [`Request`]'s keys are 1 to [`MAX_KEYS`] distinct ones in
+//!   byte order, in a mode and number its store declared;
+//! - a [`LeaseRef`] names a lease by its lock id and, when its holder knows them, its key and
+//!   the [`Version`] the store reported for it, so a driver can go straight to the record.
+//!
+//! What a driver must guarantee (the contract suite, [`testing`](crate#features), checks it):
+//! - liveness is [`is_live`] with [`TIME_TOLERANCE_MS`] against the store's time authority;
+//!   expired and missing locks look the same to every caller;
+//! - acquiring is atomic and issues a fence one above the key's last ([`Fence::from_counter`]);
+//!   fence counters are never deleted and never expire;
+//! - releasing and extending resolve the lease, check that the stored lock is live and has its
+//!   lock id, and mutate, in one atomic step; neither ever revives an expired lock, and an
+//!   extension replaces the expiry with *now + ttl*;
+//! - [`Driver::key_is_locked`], [`Driver::find`], [`Driver::list_records`] and
+//!   [`Driver::find_line`] only read.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//! use syncguard::driver::*;
+//! use syncguard::{Capabilities, Fence, Lease, LockBackend, TimeAuthority};
+//!
+//! /// A toy store: exclusive locks in one map, the client clock, no expiry sweeping.
+//! #[derive(Default)]
+//! struct Toy(Mutex<(HashMap<String, LockRecord>, HashMap<String, u64>)>);
+//!
+//! impl Toy {
+//!     fn live(&self, by: Find<'_>) -> Option<LockRecord> {
+//!         let now = SystemClock.now_ms();
+//!         let state = self.0.lock().unwrap();
+//!         state.0.values()
+//!             .find(|r| match by {
+//!                 Find::Key(k, _) => r.key == k.as_str(),
+//!                 Find::LockId(id) => r.lock_id == id.as_str(),
+//!             })
+//!             .filter(|r| is_live(r.expires_at_ms, now, TIME_TOLERANCE_MS))
+//!             .cloned()
+//!     }
+//! }
+//!
+//! impl Driver for Toy {
+//!     fn describe(&self) -> Capabilities {
+//!         Capabilities::new("toy", true, TimeAuthority::Client)
+//!     }
+//!     // One key, exclusive: all this store declares (the crate takes sets one key at a time).
+//!     fn try_acquire(&self, request: &Request<'_>) -> syncguard::Result<Acquisitions> {
+//!         let key = request.first_key();
+//!         let now = SystemClock.now_ms();
+//!         let mut state = self.0.lock().unwrap();
+//!         let (locks, fences) = &mut *state;
+//!         if locks.get(key.as_str()).is_some_and(|r| is_live(r.expires_at_ms, now, TIME_TOLERANCE_MS)) {
+//!             return Ok(Acquisitions::locked_at(None));
+//!         }
+//!         let counter = fences.entry(key.to_string()).or_default();
+//!         *counter += 1;
+//!         let lease = Lease { lock_id: generate_lock_id(), fence: Fence::from_counter(*counter)?, expires_at_ms: now + request.ttl.as_millis() };
+//!         locks.insert(key.to_string(), LockRecord {
+//!             key: key.to_string(), lock_id: lease.lock_id.clone(), expires_at_ms: lease.expires_at_ms,
+//!             acquired_at_ms: now, fence: lease.fence, holder: request.holder.map(|h| h.to_string()),
+//!         });
+//!         Ok(Acquisitions::granted(lease.lock_id, lease.fence, lease.expires_at_ms, None))
+//!     }
+//!     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
+//!         let now = SystemClock.now_ms();
+//!         let mut state = self.0.lock().unwrap();
+//!         let Some(key) = state.0.iter().find(|(_, r)| r.lock_id == lease.lock_id.as_str()).map(|(k, _)| k.clone()) else {
+//!             return Ok(Outcome::NotFound);
+//!         };
+//!         let record = state.0.remove(&key).unwrap();
+//!         Ok(if is_live(record.expires_at_ms, now, TIME_TOLERANCE_MS) { Outcome::Applied(()) } else { Outcome::Expired })
+//!     }
+//!     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<syncguard::Result<Outcome<Extension>>> {
+//!         let now = SystemClock.now_ms();
+//!         let mut state = self.0.lock().unwrap();
+//!         leases.iter().map(|(lease, ttl)| {
+//!             let Some(record) = state.0.values_mut().find(|r| r.lock_id == lease.lock_id.as_str()) else {
+//!                 return Ok(Outcome::NotFound);
+//!             };
+//!             if !is_live(record.expires_at_ms, now, TIME_TOLERANCE_MS) {
+//!                 return Ok(Outcome::Expired);
+//!             }
+//!             record.expires_at_ms = now + ttl.as_millis();
+//!             Ok(Outcome::Applied(Extension { expires_at_ms: record.expires_at_ms, version: None }))
+//!         }).collect()
+//!     }
+//!     fn key_is_locked(&self, key: &Key) -> syncguard::Result<bool> {
+//!         Ok(self.live(Find::Key(key, LeaseKind::Lock)).is_some())
+//!     }
+//!     fn find(&self, by: Find<'_>) -> syncguard::Result<Vec<LockRecord>> {
+//!         Ok(self.live(by).into_iter().collect())
+//!     }
+//! }
+//!
+//! // Every lock-user call comes with it:
+//! let toy = Toy::default();
+//! let lease = toy.acquire("job", std::time::Duration::from_secs(5))?.lease().unwrap();
+//! assert!(toy.is_locked("job")?);
+//! assert!(toy.release(&lease.lock_id)?);
+//! assert!(toy.release("not a lock id").is_err()); // validated before the driver is called
+//! assert!(toy.acquire_shared("job", std::time::Duration::from_secs(5)).is_err()); // no shared mode
+//! # Ok::<(), syncguard::LockError>(())
+//! ```
+
+use std::sync::Arc;
+
+use crate::error::Result;
+
+mod acquire;
+mod batches;
+mod capabilities;
+mod lease;
+mod records;
+mod request;
+
+pub(crate) use acquire::release_granted;
+pub use acquire::{acquire, acquire_one_by_one};
+#[cfg(feature = "firestore")]
+pub(crate) use batches::extend_by_key;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
+pub(crate) use batches::{extend_by_kind, in_order};
+pub use capabilities::{Capabilities, TimeAuthority};
+pub use lease::{Extension, Lease, LeaseKind, LeaseRef, Outcome, Version};
+pub use records::{Find, LockRecord};
+pub use request::{Acquisition, Acquisitions, Mode, Request};
+
+pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
+pub use crate::hash::hash_key;
+pub use crate::holder::{Holder, MAX_HOLDER_LENGTH_BYTES};
+pub use crate::key::{Key, MAX_KEY_LENGTH_BYTES, make_storage_key, normalize_and_validate_key};
+pub use crate::key_set::{KeySet, MAX_KEYS};
+pub use crate::line::{
+    Admission, Line, PLACE_TTL, PlaceRecord, Places, SetAdmission, TicketOrder, admit_all,
+};
+pub use crate::listing::{
+    Coverage, DEFAULT_LIST_LIMIT, KeyPrefix, ListLimit, LockList, MAX_LIST_LIMIT,
+};
+pub use crate::lock_id::{LOCK_ID_LENGTH, LockId, generate_lock_id, validate_lock_id};
+pub use crate::permits::{MAX_PERMITS, Permits};
+pub use crate::time::{
+    Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, Ttl, is_live, ttl_to_ms,
+};
+
+/// One store's lock protocol, over validated values. See the [module docs](self).
+///
+/// Each method is a single attempt: no retries (the [`Locker`](crate::Locker) retries), and a
+/// deadline on every network call. Errors are [`LockError`](crate::LockError)s with the code
+/// the failure implies; an absent or expired lock is an [`Outcome`], not an error. Six methods
+/// are required; the line, listing and the watch for releases have defaults for a store
+/// without them.
+pub trait Driver: Send + Sync {
+    /// What this store is and guarantees: among it, the modes it takes and whether it decides
+    /// several keys in one step.
+    fn describe(&self) -> Capabilities;
+
+    /// Takes what `request` asks for on each of its keys, all or none: for each key a fresh
+    /// lock id and the next fence of the key's sequence (the lock's, or the semaphore's), the
+    /// expiry from the store's time authority and `request.holder` stored with the lease —
+    /// or none of them, [`Acquisitions::Locked`], when a key is held beyond what the mode
+    /// allows (or its line goes first). See [`Mode`] for what each mode may share a key with.
+    ///
+    /// A store is only asked for modes it declares ([`Capabilities`]), and for several keys
+    /// only in exclusive mode when it declares [`native_sets`](Capabilities::native_sets): the
+    /// crate calls it through [`acquire`], which refuses or splits the rest.
+    ///
+    /// `request.line` says how the keys' lines of waiters are heeded (see [`Line`]: a lock
+    /// has one slot, a semaphore one per free permit; several keys follow [`admit_all`]). A
+    /// store without a line ([`find_line`](Driver::find_line) left at its default) treats
+    /// every line as [`Line::Ignore`]. An acquisition that finds the key free and its line
+    /// empty writes nothing but the lease, in the one round trip it always made.
+    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions>;
+
+    /// Deletes the lease `lease` names if it is stored under its lock id. `Applied` only when
+    /// it was live; an expired one is removed too, and answered [`Outcome::Expired`]. A
+    /// release is announced to [`watch_releases`](Driver::watch_releases) with the key.
+    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>>;
+
+    /// Sets the expiry of each live lease named to *now +* its own TTL; one answer per lease,
+    /// in order. The heartbeat renews through it, and a guard's extension is a batch of one
+    /// ([`DriverExt::extend_lease`]); a store that can do many in one request should.
+    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>>;
+
+    /// Whether a live lock is stored under `key`.
+    fn key_is_locked(&self, key: &Key) -> Result<bool>;
+
+    /// The live leases looked up ([`Find`]), with their raw values: none or one for a lock,
+    /// the permits or shared holders of a key in fence order. Expired and missing alike are
+    /// not there.
+    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>>;
+
+    /// The live leases of `kind` whose key starts with `prefix`, with their raw values: sorted
+    /// by key (byte order, then fence), at most `limit`, and whether that is all of them
+    /// ([`Coverage`]). Read only, with bounded work: a store that cannot find keys by prefix
+    /// cheaply stops at a bound it documents and answers [`Coverage::WorkBoundReached`]. A
+    /// lock's key appears at most once.
+    ///
+    /// The default refuses (`InvalidArgument`: this backend cannot list); every bundled
+    /// backend lists every kind.
+    fn list_records(
+        &self,
+        prefix: &KeyPrefix,
+        kind: LeaseKind,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        let _ = (prefix, kind, limit);
+        Err(crate::error::LockError::invalid_argument(format!(
+            "the {} backend cannot list locks",
+            self.describe().backend
+        )))
+    }
+
+    /// The live places of the line of `key`'s lock or semaphore (`kind`: a shared hold waits
+    /// in the lock's), in line order, with their raw values. Read only. The default (a store
+    /// without a line) answers none.
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        let _ = (key, kind);
+        Ok(Vec::new())
+    }
+
+    /// Removes the place `place` from the line of `key`'s lock or semaphore (`kind`): its
+    /// waiter gave up. Nothing when it is not there. The default (a store without a line) does
+    /// nothing.
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        let _ = (key, kind, place);
+        Ok(())
+    }
+
+    /// Starts hearing of releases, from any process, so that a [`Locker`](crate::Locker)'s
+    /// waiters try again at once instead of at their next poll: `on_release` is called with
+    /// the (normalised) key of each release heard, for the keys the returned [`ReleaseWatch`]
+    /// is asked to watch. Dropping the watch stops it. `Ok(None)` (the default) when the store
+    /// cannot tell; waiters then poll, as they also do for releases a watch misses (a lock that
+    /// simply expired, a peer that does not announce its releases).
+    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
+        let _ = on_release;
+        Ok(None)
+    }
+}
+
+/// What every [`Driver`] can do through its ten methods, written once: one key's answer as
+/// a single [`Acquisition`], one lease's extension.
+pub trait DriverExt: Driver {
+    /// Asks for `request` — one key — the way the crate does ([`acquire`]), and answers its
+    /// lease or the refusal. A store that grants other than one lease for it answers
+    /// `Internal` (after giving back what it granted).
+    fn acquire_one(&self, request: &Request<'_>) -> Result<Acquisition> {
+        match acquire(self, request)? {
+            Acquisitions::Acquired(mut leases) if leases.len() == 1 => {
+                let (lease, version) = leases.swap_remove(0);
+                Ok(Acquisition::Acquired { lease, version })
+            }
+            Acquisitions::Acquired(leases) => {
+                let kind = request.mode.kind();
+                for ((lease, version), key) in leases.iter().zip(request.keys().iter().cycle()) {
+                    let _ = release_granted(self, key, kind, lease, version.as_ref());
+                }
+                Err(crate::error::LockError::internal(format!(
+                    "the backend granted {} leases for {} keys",
+                    leases.len(),
+                    request.keys().len()
+                ))
+                .with_key(request.first_key().as_str()))
+            }
+            Acquisitions::Locked { .. } => Ok(Acquisition::Locked),
+        }
+    }
+
+    /// Sets the expiry of the live lease `lease` names to *now + ttl*: a batch of one.
+    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        self.extend_leases(&[(lease, ttl)])
+            .pop()
+            .unwrap_or_else(|| {
+                Err(crate::error::LockError::internal(
+                    "the backend answered no extension for the lease",
+                ))
+            })
+    }
+}
+
+impl<D: Driver + ?Sized> DriverExt for D {}
+
+/// What [`Driver::watch_releases`] calls with the key of a release it heard of. Runs on the
+/// watch's own thread: keep it short.
+pub type OnRelease = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A running watch for releases ([`Driver::watch_releases`]); dropping it stops the watch.
+pub trait ReleaseWatch: Send + Sync {
+    /// Reports releases of `key` from now on (a store that hears every release may ignore
+    /// this). Each `watch` is balanced by an [`unwatch`](ReleaseWatch::unwatch).
+    fn watch(&self, key: &Key);
+
+    /// No longer needs releases of `key` reported.
+    fn unwatch(&self, key: &Key);
+}
+
+/// Forwards every method, so `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends).
+macro_rules! forward_driver {
+    ($($wrapper:ident),*) => {$(
+        impl<D: Driver + ?Sized> Driver for $wrapper<D> {
+            fn describe(&self) -> Capabilities {
+                (**self).describe()
+            }
+            fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
+                (**self).try_acquire(request)
+            }
+            fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
+                (**self).release_lease(lease)
+            }
+            fn extend_leases(
+                &self,
+                leases: &[(LeaseRef<'_>, Ttl)],
+            ) -> Vec<Result<Outcome<Extension>>> {
+                (**self).extend_leases(leases)
+            }
+            fn key_is_locked(&self, key: &Key) -> Result<bool> {
+                (**self).key_is_locked(key)
+            }
+            fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
+                (**self).find(by)
+            }
+            fn list_records(
+                &self,
+                prefix: &KeyPrefix,
+                kind: LeaseKind,
+                limit: ListLimit,
+            ) -> Result<LockList<LockRecord>> {
+                (**self).list_records(prefix, kind, limit)
+            }
+            fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+                (**self).find_line(key, kind)
+            }
+            fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+                (**self).leave_line(key, kind, place)
+            }
+            fn watch_releases(
+                &self,
+                on_release: OnRelease,
+            ) -> Result<Option<Box<dyn ReleaseWatch>>> {
+                (**self).watch_releases(on_release)
+            }
+        }
+    )*};
+}
+
+forward_driver!(Box, Arc);
