@@ -323,11 +323,12 @@ impl HeldLease {
         false
     }
 
-    /// Latches the loss where every reader sees it at once: the flag `is_lost` reads and the
-    /// token work waits on, so that no one sees the lease lost while its token still runs.
+    /// Latches the loss for every reader: the token work waits on first (and the tokens it
+    /// relays to, a set's), then the flag `is_lost` reads, so that whoever sees the lease lost
+    /// finds its token cancelled.
     fn latch_lost(&self) {
-        self.lost.store(true, Ordering::Release);
         self.lost_token.cancel();
+        self.lost.store(true, Ordering::Release);
     }
 
     /// Whether renewals and releases still go out for this lease.
@@ -731,58 +732,4 @@ impl HeldLease {
 pub(crate) fn covering(d: Duration) -> Ttl {
     let ms = i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
     Ttl::from_checked_millis(ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-    use std::time::{Duration, Instant};
-
-    use crate::observe::{LockObserver, Lost};
-    use crate::{CancelToken, Heartbeat, LockBackend as _, LockOptions, Locker, MemoryBackend};
-
-    /// On each loss it is told of, reads whether a lease's lost token and its set's are
-    /// cancelled.
-    #[derive(Default)]
-    struct TokensWhenTold {
-        tokens: OnceLock<[CancelToken; 2]>,
-        seen: Mutex<Vec<[bool; 2]>>,
-    }
-
-    impl LockObserver for TokensWhenTold {
-        fn lost(&self, _: &Lost<'_>) {
-            if let Some(tokens) = self.tokens.get() {
-                let cancelled = tokens.each_ref().map(CancelToken::is_cancelled);
-                let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-                seen.push(cancelled);
-            }
-        }
-    }
-
-    /// Whoever is told of a loss, an observer first, finds the lease's lost token and its set's
-    /// already cancelled: no one sees a lease lost while work handed its token runs on.
-    #[test]
-    fn a_loss_is_told_after_its_tokens_are_cancelled() {
-        let observer = Arc::new(TokensWhenTold::default());
-        let locker = Locker::new(MemoryBackend::new()).with_observer(observer.clone());
-        let options = LockOptions::default()
-            .ttl(Duration::from_secs(30))
-            .heartbeat(Heartbeat::Every(Duration::from_millis(20)));
-        let set = locker.lock_all_with(&["a", "b"], &options).unwrap();
-        let taken = &set.guards()[1];
-        let tokens = [taken.lost_token(), set.lost_token()];
-        assert!(observer.tokens.set(tokens).is_ok());
-        assert!(locker.backend().release(taken.lock_id()).unwrap());
-        let give_up = Instant::now() + Duration::from_secs(60);
-        let told = loop {
-            let seen = observer.seen.lock().unwrap().clone();
-            if !seen.is_empty() {
-                break seen;
-            }
-            assert!(Instant::now() < give_up, "the loss was never told");
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        assert_eq!(told, [[true, true]]);
-        assert!(!set.release().unwrap());
-    }
 }
