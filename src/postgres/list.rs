@@ -2,11 +2,11 @@
 //! one statement (`Statements::list`), through its server function — which also reads each
 //! lock's holder description — or inline on tables without the functions (set up by the
 //! TypeScript SyncGuard: no `holder` column, so no holders), as every operation. Listing the
-//! permits under a prefix ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records))
-//! is the same on the permit table (`Statements::permit_list`, ordered by user key then fence),
-//! through its server function only, as every semaphore operation; and so is listing the shared
-//! holds ([`Driver::list_shared_records`](crate::driver::Driver::list_shared_records)), on the
-//! shared table (`Statements::shared_list`).
+//! permits under a prefix ([`LeaseKind::Permit`]) is the same on the permit table
+//! (`Statements::permit_list`, ordered by user key then fence), through its server function
+//! only (without it, the "run `syncguard setup`" error), as every semaphore operation; and so is
+//! listing the shared holds ([`LeaseKind::Shared`]), on the shared table
+//! (`Statements::shared_list`).
 //!
 //! The rows whose user key starts with the prefix (`starts_with`: no `LIKE` pattern to
 //! escape), live by the server's clock, in byte order of the user key (`COLLATE "C"`, the
@@ -20,58 +20,24 @@
 //! bounds it: a listing that does not finish in time fails with `NetworkTimeout`.
 
 use super::client::Param;
-use super::driver::{Feature, PostgresBackend, lock_record};
-use super::statements::Op;
-use crate::driver::{KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS};
+use super::driver::PostgresBackend;
+use super::records::lock_record;
+use crate::driver::{KeyPrefix, LeaseKind, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 
 impl PostgresBackend {
-    /// The live locks under `prefix`; see the module docs.
+    /// The live leases of `kind` under `prefix`; see the module docs.
     pub(super) fn list(
         &self,
         prefix: &KeyPrefix,
+        kind: LeaseKind,
         limit: ListLimit,
     ) -> Result<LockList<LockRecord>> {
-        let rows = self.query(&self.statements.list, list_params(prefix, limit)?)?;
-        let found = rows
-            .iter()
-            .map(|row| lock_record(row, &self.tables, None))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(LockList::from_sorted(found, limit))
-    }
-
-    /// The live permits under `prefix`, by key then fence: the same, from the permit table,
-    /// through its server function only (`Statements::permit_list`; without it, the "run
-    /// `syncguard setup`" error, as for every semaphore call).
-    pub(super) fn permit_listing(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        let op = &self.statements.permit_list;
-        self.keyed_listing(Feature::Semaphores, op, prefix, limit)
-    }
-
-    /// The live shared holds under `prefix`, by key then fence: the same, from the shared
-    /// table (`Statements::shared_list`).
-    pub(super) fn shared_listing(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        let op = &self.statements.shared_list;
-        self.keyed_listing(Feature::SharedHolds, op, prefix, limit)
-    }
-
-    /// A listing through `op`, a function of `feature` only.
-    fn keyed_listing(
-        &self,
-        feature: Feature,
-        op: &Op,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        let rows = self.call_function(feature, op, list_params(prefix, limit)?)?;
+        let params = list_params(prefix, limit)?;
+        let rows = match self.keyed(kind) {
+            Some(keyed) => self.call_function(keyed.feature, keyed.list, params)?,
+            None => self.query(&self.statements.list, params)?,
+        };
         let found = rows
             .iter()
             .map(|row| lock_record(row, &self.tables, None))

@@ -179,6 +179,7 @@
 //! connections alone: rustls' process-wide default is never read or changed. An application's
 //! pool ([`PostgresBuilder::pool`]) brings its own TLS connector.
 
+mod acquire;
 mod builder;
 mod client;
 mod config;
@@ -186,10 +187,12 @@ mod connection;
 mod driver;
 mod errors;
 mod io;
+mod leases;
 mod line;
 mod line_sql;
 mod list;
 mod lock_sql;
+mod records;
 mod schema;
 mod set;
 mod statements;

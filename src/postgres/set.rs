@@ -1,31 +1,27 @@
-//! Several keys at once on PostgreSQL ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)): one call of the set's
+//! Several keys at once on PostgreSQL ([`Driver::try_acquire`](crate::driver::Driver::try_acquire)
+//! of a set, exclusive): one call of the set's
 //! server function, one statement and one transaction, through a transaction-mode pooler too
 //! (what it does, step by step: `lock_sql.rs`). On tables without this version's functions
 //! (made by the TypeScript SyncGuard or an earlier syncguard, setup not run since) the keys are
 //! taken one at a time ([`acquire_one_by_one`]), each by its statement sent inline.
 
-use super::driver::{
-    PostgresBackend, acquire_params, answer_row, bad_counter_error, column, fence_key_of,
-    function_is_missing, granted, not_a_record, storage_key_of,
+use super::acquire::{
+    acquire_params, bad_counter_error, fence_key_of, granted, position, storage_key_of,
 };
+use super::driver::{PostgresBackend, answer_row, column, function_is_missing};
 use super::errors::ServerError;
-use crate::driver::{
-    Acquisition, Acquisitions, Holder, KeySet, Line, LockId, Ttl, acquire_one_by_one,
-};
+use super::records::not_a_record;
+use crate::driver::{Acquisitions, LockId, Request, acquire_one_by_one};
 use crate::error::{LockError, Result};
 
 impl PostgresBackend {
-    /// [`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all): every key of `keys` or none, in one call.
-    pub(super) fn acquire_set(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
+    /// [`Driver::try_acquire`](crate::driver::Driver::try_acquire) of several keys, exclusive:
+    /// every key of `request` or none, in one call.
+    pub(super) fn acquire_set(&self, request: &Request<'_>) -> Result<Acquisitions> {
         if self.functions_known_missing() {
-            return acquire_one_by_one(self, keys, ttl, holder, line);
+            return acquire_one_by_one(self, request);
         }
+        let keys = request.keys();
         let (mut storage_keys, mut fence_keys, mut user_keys) = (vec![], vec![], vec![]);
         for key in keys {
             let storage_key = storage_key_of(key)?;
@@ -40,11 +36,11 @@ impl PostgresBackend {
         let params = acquire_params(
             storage_keys,
             lock_ids.clone(),
-            ttl,
+            request.ttl,
             user_keys.clone(),
             fence_keys,
-            holder,
-            line,
+            request.holder,
+            request.line,
         );
         let op = &self.statements.acquire_all;
         let rows = match self.connections.query(&op.call, &params) {
@@ -52,7 +48,7 @@ impl PostgresBackend {
             // Failed before anything ran: one key at a time is safe.
             Err(error) if function_is_missing(op, &error) => {
                 self.functions_missing();
-                return acquire_one_by_one(self, keys, ttl, holder, line);
+                return acquire_one_by_one(self, request);
             }
             // Sent, not answered: the server may still take every key, under these lock ids.
             Err(error) if ServerError::is_unanswered(&error) => {
@@ -77,6 +73,7 @@ impl PostgresBackend {
             let ticket = column::<Option<i64>>(row, "ticket")?;
             return Ok(Acquisitions::Locked {
                 ticket: ticket.and_then(|ticket| u64::try_from(ticket).ok()),
+                position: position(row)?,
             });
         };
         if fences.len() != keys.len() {
@@ -86,17 +83,10 @@ impl PostgresBackend {
                 keys.len()
             )));
         }
-        keys.iter()
-            .zip(lock_ids)
-            .zip(fences)
-            .map(
-                |((key, lock_id), fence)| match granted(lock_id, &fence, expires_at_ms, key)? {
-                    Acquisition::Acquired { lease, version } => Ok((lease, version)),
-                    Acquisition::Locked => Err(LockError::internal(
-                        "the set's acquisition answered a key as not taken",
-                    )),
-                },
-            )
+        (keys.iter().zip(lock_ids).zip(fences))
+            .map(|((key, lock_id), fence)| {
+                Ok((granted(lock_id, &fence, expires_at_ms, key)?, None))
+            })
             .collect::<Result<Vec<_>>>()
             .map(Acquisitions::Acquired)
     }
