@@ -13,7 +13,9 @@ use crate::support::{
     TTL, backend_on_fresh_tables, create_typescript_tables, drop_tables, lease, lease_held_by,
     patient_postgres, shared_postgres, unique,
 };
-use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Ttl, generate_lock_id};
+use syncguard::driver::{
+    Acquisition, Driver, DriverExt, Key, LeaseKind, Line, LockId, Request, Ttl, generate_lock_id,
+};
 use syncguard::postgres::{PostgresBackend, TableNames};
 use syncguard::{ErrorCode, LockBackend, LockError};
 
@@ -200,7 +202,7 @@ fn without_the_line_waiters_barge_and_setup_adds_it(made: Made) {
     let place = LockId::generate();
     let wait = |place: &LockId| {
         backend
-            .try_acquire(&checked, ttl, None, Line::Wait(place))
+            .acquire_one(&Request::one(&checked, ttl).line(Line::Wait(place)))
             .unwrap()
     };
     let ((), records) = capture(|| {
@@ -210,9 +212,7 @@ fn without_the_line_waiters_barge_and_setup_adds_it(made: Made) {
         assert_eq!(backend.find_line(&checked, LeaseKind::Lock).unwrap(), []);
         assert!(backend.release(&held.lock_id).unwrap());
         // Had the waiter taken a place, this single attempt would be refused behind it.
-        let single = backend
-            .try_acquire(&checked, ttl, None, Line::Keep)
-            .unwrap();
+        let single = backend.acquire_one(&Request::one(&checked, ttl)).unwrap();
         let Acquisition::Acquired { lease: single, .. } = single else {
             panic!("a single attempt is held back by a line these tables cannot have");
         };

@@ -13,7 +13,10 @@ use crate::support::{
     shared_postgres_with_tables, unique,
 };
 use syncguard::LockBackend;
-use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Permits, Ttl};
+use syncguard::driver::{
+    Acquisition, Acquisitions, Driver, DriverExt, Key, KeySet, LeaseKind, Line, LockId, Mode,
+    Permits, Request, Ttl,
+};
 use syncguard::postgres::PostgresBackend;
 
 /// A backend on the shared cluster through the shared PgBouncer (transaction mode).
@@ -44,6 +47,8 @@ both_ways!(
     a_free_key_with_an_empty_line_writes_no_place,
     every_expired_place_is_pruned,
     a_keys_lock_and_semaphore_have_a_line_each,
+    a_refused_waiter_is_told_its_position,
+    a_refused_set_is_told_its_position,
 );
 
 /// The rows of the default line table for `key`'s line `kind` ('lock' or 'permit'):
@@ -70,7 +75,7 @@ fn ttl() -> Ttl {
 fn wait(backend: &PostgresBackend, key: &str, place: &LockId) -> Acquisition {
     let key = Key::new(key).unwrap();
     backend
-        .try_acquire(&key, ttl(), None, Line::Wait(place))
+        .acquire_one(&Request::one(&key, ttl()).line(Line::Wait(place)))
         .unwrap()
 }
 
@@ -142,7 +147,11 @@ fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) 
     let held_permit = lease(backend.acquire_permit(&key, 1, TTL));
     let place = LockId::generate();
     assert_eq!(wait(&backend, &key, &place), Acquisition::Locked);
-    let in_permit_line = backend.try_acquire_permit(&checked, one, ttl(), None, Line::Wait(&place));
+    let in_permit_line = backend.acquire_one(
+        &Request::one(&checked, ttl())
+            .mode(Mode::Permit(one))
+            .line(Line::Wait(&place)),
+    );
     assert_eq!(in_permit_line.unwrap(), Acquisition::Locked);
     assert_eq!(stored_places(&backend, &key, "lock").len(), 1);
     assert_eq!(stored_places(&backend, &key, "permit").len(), 1);
@@ -159,6 +168,85 @@ fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) 
     assert_eq!(stored_places(&backend, &key, "permit"), []);
     assert!(backend.release(&held_lock.lock_id).unwrap());
     assert!(backend.release_permit(&key, &held_permit.lock_id).unwrap());
+}
+
+/// `position` (issue 41), in every mode: three waiters in line behind a holder are told 0, 1
+/// and 2 places ahead of theirs; once the first leaves, the others 0 and 1. A refusal that took
+/// no place (`Line::Keep`, `Line::Ignore`) is told none.
+fn a_refused_waiter_is_told_its_position(backend: fn() -> PostgresBackend) {
+    let backend = backend();
+    let one = Permits::new(1).unwrap();
+    for mode in [Mode::Exclusive, Mode::Shared, Mode::Permit(one)] {
+        let name = unique("line-position");
+        let key = Key::new(&name).unwrap();
+        let held = match mode {
+            Mode::Permit(_) => lease(backend.acquire_permit(&name, 1, TTL)),
+            Mode::Exclusive | Mode::Shared => lease(backend.acquire(&name, TTL)),
+        };
+        let asked = Request::one(&key, ttl()).mode(mode);
+        let position = |line: Line<'_>| match backend.try_acquire(&asked.line(line)).unwrap() {
+            Acquisitions::Locked { ticket, position } => {
+                assert_eq!(ticket, None, "one key carries no ticket");
+                position
+            }
+            Acquisitions::Acquired(_) => panic!("{mode:?}: granted while held"),
+        };
+        let places: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+        for (ahead, place) in places.iter().enumerate() {
+            assert_eq!(position(Line::Wait(place)), Some(ahead as u64), "{mode:?}");
+        }
+        assert_eq!(position(Line::Keep), None, "{mode:?}");
+        assert_eq!(position(Line::Ignore), None, "{mode:?}");
+        let line = mode.kind().sequence();
+        backend.leave_line(&key, line, &places[0]).unwrap();
+        assert_eq!(position(Line::Wait(&places[1])), Some(0), "{mode:?}");
+        assert_eq!(position(Line::Wait(&places[2])), Some(1), "{mode:?}");
+        for place in &places[1..] {
+            backend.leave_line(&key, line, place).unwrap();
+        }
+        match mode {
+            Mode::Permit(_) => assert!(backend.release_permit(&name, &held.lock_id).unwrap()),
+            Mode::Exclusive | Mode::Shared => assert!(backend.release(&held.lock_id).unwrap()),
+        }
+    }
+}
+
+/// `position` for several keys: how far back a set's waiter stands on the line where it stands
+/// furthest back — 0, 1 and 2 for three of them behind a holder of one key, then 0 and 1 once
+/// the first leaves.
+fn a_refused_set_is_told_its_position(backend: fn() -> PostgresBackend) {
+    let backend = backend();
+    let (busy, free) = (unique("line-position-busy"), unique("line-position-free"));
+    let keys = KeySet::new(&[busy.as_str(), free.as_str()]).unwrap();
+    let held = lease(backend.acquire(&busy, TTL));
+    let asked = Request::all(&keys, ttl());
+    let position = |line: Line<'_>| match backend.try_acquire(&asked.line(line)).unwrap() {
+        Acquisitions::Locked {
+            ticket: Some(ticket),
+            position,
+        } => (ticket, position),
+        refused => panic!("a set's waiter stands in line with a ticket: {refused:?}"),
+    };
+    let places: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+    let mut tickets = Vec::new();
+    for (ahead, place) in places.iter().enumerate() {
+        let (ticket, at) = position(Line::Wait(place));
+        assert_eq!(at, Some(ahead as u64));
+        tickets.push(ticket);
+    }
+    let busy_key = Key::new(&busy).unwrap();
+    backend
+        .leave_line(&busy_key, LeaseKind::Lock, &places[0])
+        .unwrap();
+    for (ahead, (place, ticket)) in places.iter().zip(tickets).skip(1).enumerate() {
+        assert_eq!(position(Line::WaitAt(place, ticket)).1, Some(ahead as u64));
+    }
+    for place in &places[1..] {
+        backend
+            .leave_line(&busy_key, LeaseKind::Lock, place)
+            .unwrap();
+    }
+    assert!(backend.release(&held.lock_id).unwrap());
 }
 
 /// Issue 40, item 7: a place in the line of a key nobody asks for again (a killed waiter of a

@@ -18,8 +18,8 @@ use crate::support::{
     unique,
 };
 use syncguard::driver::{
-    Acquisition, Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId,
-    Outcome, Ttl, generate_lock_id,
+    Acquisition, Acquisitions, Driver, DriverExt, Find, Key, KeySet, LeaseKind, LeaseRef, Line,
+    LockId, Mode as LeaseMode, Outcome, Request, Ttl, generate_lock_id,
 };
 use syncguard::postgres::{PostgresBackend, TableNames};
 use syncguard::{LockBackend, LockOptions, Locker};
@@ -30,6 +30,24 @@ fn ttl() -> Ttl {
 
 fn key(name: &str) -> Key {
     Key::new(name).unwrap()
+}
+
+/// One attempt at the lock on `name`, heeding `line`.
+fn try_one(
+    backend: &PostgresBackend,
+    name: &str,
+    line: Line<'_>,
+) -> syncguard::Result<Acquisition> {
+    backend.acquire_one(&Request::one(&key(name), ttl()).line(line))
+}
+
+/// One attempt at the locks of `keys`, all or none, heeding `line`.
+fn try_all(
+    backend: &PostgresBackend,
+    keys: &KeySet,
+    line: Line<'_>,
+) -> syncguard::Result<Acquisitions> {
+    backend.try_acquire(&Request::all(keys, ttl()).line(line))
 }
 
 /// Waits (a minute at most) until `done`.
@@ -68,16 +86,15 @@ fn a_ticket_carried_places_a_new_place_by_it() {
     let (first_key, second_key) = (unique("wait-at-first"), unique("wait-at-second"));
     let first_held = lease(backend.acquire(&first_key, TTL));
     let early = LockId::generate();
-    let refused = backend.try_acquire(&key(&first_key), ttl(), None, Line::Wait(&early));
+    let refused = try_one(&backend, &first_key, Line::Wait(&early));
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     let ticket = ticket_of(&backend, &first_key, &early).expect("the early waiter's place");
 
     let second_held = lease(backend.acquire(&second_key, TTL));
     let late = LockId::generate();
-    let late_try = || backend.try_acquire(&key(&second_key), ttl(), None, Line::Wait(&late));
+    let late_try = || try_one(&backend, &second_key, Line::Wait(&late));
     assert_eq!(late_try().unwrap(), Acquisition::Locked);
-    let early_try =
-        || backend.try_acquire(&key(&second_key), ttl(), None, Line::WaitAt(&early, ticket));
+    let early_try = || try_one(&backend, &second_key, Line::WaitAt(&early, ticket));
     assert_eq!(early_try().unwrap(), Acquisition::Locked);
     assert_eq!(
         line_of(&backend, &second_key),
@@ -124,7 +141,7 @@ fn places_of_one_ticket_stand_in_place_id_order() {
     }
     let ticket = 1;
     for place in [&high, &low] {
-        let refused = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(place, ticket));
+        let refused = try_one(&backend, &name, Line::WaitAt(place, ticket));
         assert_eq!(refused.unwrap(), Acquisition::Locked);
     }
     let ids: Vec<String> = line_of(&backend, &name)
@@ -133,13 +150,13 @@ fn places_of_one_ticket_stand_in_place_id_order() {
         .collect();
     assert_eq!(ids, [low.as_str(), high.as_str()]);
     assert!(backend.release(&held.lock_id).unwrap());
-    let high_try = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(&high, ticket));
+    let high_try = try_one(&backend, &name, Line::WaitAt(&high, ticket));
     assert_eq!(
         high_try.unwrap(),
         Acquisition::Locked,
         "the lower place id goes first"
     );
-    let low_try = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(&low, ticket));
+    let low_try = try_one(&backend, &name, Line::WaitAt(&low, ticket));
     let Acquisition::Acquired { lease: granted, .. } = low_try.unwrap() else {
         panic!("the lower place id is first in line");
     };
@@ -157,12 +174,22 @@ fn a_live_reader_of_one_key_refuses_the_set() {
     let prefix = unique("set-reader");
     let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
     let keys = KeySet::new(&[&a, &b]).unwrap();
-    let reader = backend.try_acquire_shared(&key(&b), ttl(), None, Line::Ignore);
+    let reader = backend.acquire_one(
+        &Request::one(&key(&b), ttl())
+            .mode(LeaseMode::Shared)
+            .line(Line::Ignore),
+    );
     let Acquisition::Acquired { lease: reader, .. } = reader.unwrap() else {
         panic!("a free key takes a reader");
     };
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Ignore);
-    assert_eq!(refused.unwrap(), Acquisitions::Locked { ticket: None });
+    let refused = try_all(&backend, &keys, Line::Ignore);
+    assert_eq!(
+        refused.unwrap(),
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
+    );
     assert!(
         !backend.is_locked(&a).unwrap(),
         "a refused set holds no key"
@@ -175,7 +202,7 @@ fn a_live_reader_of_one_key_refuses_the_set() {
             .with_kind(LeaseKind::Shared),
     );
     assert_eq!(gone.unwrap(), Outcome::Applied(()));
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Ignore);
+    let taken = try_all(&backend, &keys, Line::Ignore);
     let Acquisitions::Acquired(leases) = taken.unwrap() else {
         panic!("the set is taken once the reader is gone");
     };
@@ -255,16 +282,14 @@ fn a_set_of_eight_keys_is_one_statement() {
     let set = fewest_commits(&database, &url, |backend| {
         let names: Vec<String> = (0..8).map(|n| unique(&format!("eight-{n}"))).collect();
         let keys = KeySet::new(&names).unwrap();
-        let taken = backend
-            .try_acquire_all(&keys, ttl(), None, Line::Ignore)
-            .unwrap();
+        let taken = try_all(&backend, &keys, Line::Ignore).unwrap();
         let Acquisitions::Acquired(leases) = taken else {
             panic!("eight free keys are taken");
         };
         assert_eq!(leases.len(), 8);
     });
     let one = fewest_commits(&database, &url, |backend| {
-        let taken = backend.try_acquire(&key(&unique("one")), ttl(), None, Line::Ignore);
+        let taken = try_one(backend, &unique("one"), Line::Ignore);
         assert!(matches!(taken.unwrap(), Acquisition::Acquired { .. }));
     });
     assert_eq!(set, one, "eight keys: {set} transactions; one key: {one}");
@@ -290,9 +315,10 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBa
     let keys = KeySet::new(&[&a, &b, &c]).unwrap();
     let (held_b, held_c) = (lease(other.acquire(&b, TTL)), lease(other.acquire(&c, TTL)));
     let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let refused = try_all(&backend, &keys, Line::Wait(&place));
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = refused.unwrap()
     else {
         panic!("a refused waiter gets a ticket");
@@ -301,16 +327,17 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBa
     assert_eq!(ticket_of(&other, &b, &place), Some(ticket));
     assert_eq!(ticket_of(&other, &c, &place), Some(ticket));
     assert_eq!(line_of(&other, &a), [], "no place on the free key");
-    let again = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
+    let again = try_all(&backend, &keys, Line::WaitAt(&place, ticket));
     assert_eq!(
         again.unwrap(),
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0)
         }
     );
     assert!(other.release(&held_b.lock_id).unwrap());
     assert!(other.release(&held_c.lock_id).unwrap());
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
+    let taken = try_all(&backend, &keys, Line::WaitAt(&place, ticket));
     let Acquisitions::Acquired(leases) = taken.unwrap() else {
         panic!("first in line on both keys once they are free");
     };
@@ -346,20 +373,22 @@ fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
     let keys = KeySet::new(&[&a, &b, &c]).unwrap();
     let (held_a, held_b) = (lease(other.acquire(&a, TTL)), lease(other.acquire(&b, TTL)));
     let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let refused = try_all(&backend, &keys, Line::Wait(&place));
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = refused.unwrap()
     else {
         panic!("a refused waiter gets a ticket");
     };
     let held_c = lease(other.acquire(&c, TTL));
     for attempt in ["the retry", "the pool's repeat"] {
-        let again = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+        let again = try_all(&backend, &keys, Line::Wait(&place));
         assert_eq!(
             again.unwrap(),
             Acquisitions::Locked {
-                ticket: Some(ticket)
+                ticket: Some(ticket),
+                position: Some(0)
             },
             "{attempt} answers the ticket of the set's places"
         );
@@ -374,7 +403,7 @@ fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
     for held in [held_a, held_b, held_c] {
         assert!(other.release(&held.lock_id).unwrap());
     }
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let taken = try_all(&backend, &keys, Line::Wait(&place));
     let Acquisitions::Acquired(leases) = taken.unwrap() else {
         panic!("first in line on every key once they are free");
     };
@@ -408,17 +437,24 @@ fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: 
     let keys = KeySet::new(&[&a, &b]).unwrap();
     let held_a = lease(other.acquire(&a, TTL));
     let (x, y) = (LockId::generate(), LockId::generate());
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&x));
+    let refused = try_all(&backend, &keys, Line::Wait(&x));
     assert!(
-        matches!(refused.unwrap(), Acquisitions::Locked { ticket: Some(_) }),
+        matches!(
+            refused.unwrap(),
+            Acquisitions::Locked {
+                ticket: Some(_),
+                ..
+            }
+        ),
         "X stands on A"
     );
-    let y_try = || other.try_acquire(&key(&a), ttl(), None, Line::Wait(&y));
+    let y_try = || try_one(&other, &a, Line::Wait(&y));
     assert_eq!(y_try().unwrap(), Acquisition::Locked, "Y stands behind X");
     let held_b = lease(other.acquire(&b, TTL));
-    let retried = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&x));
+    let retried = try_all(&backend, &keys, Line::Wait(&x));
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = retried.unwrap()
     else {
         panic!("X, refused again, keeps a ticket");
@@ -430,7 +466,7 @@ fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: 
         Acquisition::Locked,
         "X is ahead of Y on A"
     );
-    let x_try = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&x, ticket));
+    let x_try = try_all(&backend, &keys, Line::WaitAt(&x, ticket));
     let Acquisitions::Acquired(leases) = x_try.unwrap() else {
         panic!(
             "X is first in line on A and B once both are free (lines: A {:?}, B {:?}; X answered \
@@ -470,22 +506,17 @@ fn a_waiter_is_judged_where_it_stands_whatever_ticket_it_carries() {
     let held = lease(backend.acquire(&name, TTL));
     let (first, second) = (LockId::generate(), LockId::generate());
     for place in [&first, &second] {
-        let refused = backend.try_acquire(&key(&name), ttl(), None, Line::Wait(place));
+        let refused = try_one(&backend, &name, Line::Wait(place));
         assert_eq!(refused.unwrap(), Acquisition::Locked);
     }
     assert!(backend.release(&held.lock_id).unwrap());
-    let second_try = backend.try_acquire(&key(&name), ttl(), None, Line::WaitAt(&second, 0));
+    let second_try = try_one(&backend, &name, Line::WaitAt(&second, 0));
     assert_eq!(
         second_try.unwrap(),
         Acquisition::Locked,
         "an early ticket carried does not pass the first place"
     );
-    let first_try = backend.try_acquire(
-        &key(&name),
-        ttl(),
-        None,
-        Line::WaitAt(&first, u64::MAX >> 2),
-    );
+    let first_try = try_one(&backend, &name, Line::WaitAt(&first, u64::MAX >> 2));
     let Acquisition::Acquired { lease: granted, .. } = first_try.unwrap() else {
         panic!("a late ticket carried does not put the first place behind the second");
     };
@@ -521,11 +552,11 @@ fn a_set_on_tables_the_typescript_library_made() {
     let held = lease(backend.acquire(&b, TTL));
     let keys = KeySet::new(&[&a, &b, &c]).unwrap();
     let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let refused = try_all(&backend, &keys, Line::Wait(&place));
     assert!(matches!(refused.unwrap(), Acquisitions::Locked { .. }));
     assert!(!backend.is_locked(&a).unwrap() && !backend.is_locked(&c).unwrap());
     assert!(backend.release(&held.lock_id).unwrap());
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+    let taken = try_all(&backend, &keys, Line::Wait(&place));
     let Acquisitions::Acquired(leases) = taken.unwrap() else {
         panic!("three free keys are taken");
     };
@@ -564,9 +595,7 @@ fn a_lost_answer_leaves_every_key_in_doubt_and_the_locker_frees_them() {
         "opens the pool's connection"
     );
     proxy.set_mode(Mode::DropReplies);
-    let lost = backend
-        .try_acquire_all(&keys, ttl(), None, Line::Ignore)
-        .unwrap_err();
+    let lost = try_all(&backend, &keys, Line::Ignore).unwrap_err();
     proxy.set_mode(Mode::Pass);
     assert!(lost.is_in_doubt(), "{lost:?}");
     let doubts = lost.in_doubt_leases();
@@ -577,7 +606,7 @@ fn a_lost_answer_leaves_every_key_in_doubt_and_the_locker_frees_them() {
         let lock_id = LockId::new(lock_id).unwrap();
         let record = observer.find(Find::LockId(&lock_id)).unwrap();
         assert_eq!(
-            record.map(|r| r.key).as_deref(),
+            record.into_iter().next().map(|r| r.key).as_deref(),
             *name,
             "taken by the server"
         );

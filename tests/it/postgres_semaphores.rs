@@ -14,8 +14,8 @@ use crate::support::{
     shared_postgres_backend, shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{
-    Acquisition, Driver, Holder, Key, KeyPrefix, LeaseRef, Line, ListLimit, LockId, Outcome,
-    Permits, Ttl,
+    Acquisition, Driver, DriverExt, Find, Holder, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
+    LockId, Mode as LeaseMode, Outcome, Permits, Request, Ttl,
 };
 use syncguard::postgres::PostgresBackend;
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend};
@@ -410,16 +410,14 @@ fn holders_come_in_fence_order_with_their_description(connect: fn() -> PostgresB
         .iter()
         .map(|description| {
             let holder = description.map(|d| Holder::new(d).unwrap());
-            match backend
-                .try_acquire_permit(&key, permits, ttl, holder.as_ref(), Line::Keep)
-                .unwrap()
-            {
+            let asked = Request::one(&key, ttl).mode(LeaseMode::Permit(permits));
+            match backend.acquire_one(&asked.holder(holder.as_ref())).unwrap() {
                 Acquisition::Acquired { lease, .. } => lease,
                 Acquisition::Locked => panic!("refused"),
             }
         })
         .collect();
-    let found = backend.find_permits(&key).unwrap();
+    let found = backend.find(Find::Key(&key, LeaseKind::Permit)).unwrap();
     assert_eq!(found.len(), 3);
     for ((record, lease), description) in found.iter().zip(&granted).zip(descriptions) {
         assert_eq!(record.lock_id, lease.lock_id);
@@ -459,10 +457,8 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
     for key in &keys {
         let key = Key::new(key).unwrap();
         for holder in [Some(&worker), None] {
-            match backend
-                .try_acquire_permit(&key, two, ttl, holder, Line::Keep)
-                .unwrap()
-            {
+            let asked = Request::one(&key, ttl).mode(LeaseMode::Permit(two));
+            match backend.acquire_one(&asked.holder(holder)).unwrap() {
                 Acquisition::Acquired { lease, .. } => held.push((key.clone(), lease)),
                 Acquisition::Locked => panic!("refused"),
             }
@@ -477,7 +473,7 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
         .collect();
     let listed = |limit: usize| {
         backend
-            .list_permit_records(&under, ListLimit::new(limit).unwrap())
+            .list_records(&under, LeaseKind::Permit, ListLimit::new(limit).unwrap())
             .unwrap()
     };
     // The short permit's row stays (nothing acquires on its key) once it has expired.
@@ -525,7 +521,11 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
     let exact = listed(6);
     assert_eq!(exact.coverage, syncguard::Coverage::Complete);
     let nul = backend
-        .list_permit_records(&KeyPrefix::new("a\0").unwrap(), ListLimit::new(1).unwrap())
+        .list_records(
+            &KeyPrefix::new("a\0").unwrap(),
+            LeaseKind::Permit,
+            ListLimit::new(1).unwrap(),
+        )
         .unwrap_err();
     assert_eq!(nul.code(), ErrorCode::InvalidArgument, "{nul}");
     for (key, lease) in &held {
