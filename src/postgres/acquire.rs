@@ -110,7 +110,7 @@ pub(super) fn acquire_params(
 }
 
 /// What an acquisition, of a lock, a permit or a shared hold, answered (`fence`,
-/// `expires_at_ms`, `bad_counter`, `position`): granted under `lock_id`; refused before
+/// `expires_at_ms`, `bad_counter`, `places_ahead`): granted under `lock_id`; refused before
 /// anything was written, for a fence counter no fence can follow; or held by others.
 fn acquisition(row: &Row, lock_id: String, key: &Key) -> Result<Acquisitions> {
     let fence: Option<String> = column(row, "fence")?;
@@ -127,13 +127,14 @@ fn acquisition(row: &Row, lock_id: String, key: &Key) -> Result<Acquisitions> {
     }
 }
 
-/// A refused waiter's place in line (`position`: how many live places stand ahead of its own),
-/// when it stands in one. The statement sent inline knows no line and answers no such column.
+/// A refused waiter's place in line (`places_ahead`: how many live places stand ahead of its
+/// own, on the line where it stands furthest back), when it stands in one. The lock's statement
+/// sent inline knows no line and answers no such column.
 pub(super) fn position(row: &Row) -> Result<Option<u64>> {
-    if !row.columns().iter().any(|c| c.name() == "position") {
+    if !row.columns().iter().any(|c| c.name() == "places_ahead") {
         return Ok(None);
     }
-    let ahead = column::<Option<i64>>(row, "position")?;
+    let ahead = column::<Option<i64>>(row, "places_ahead")?;
     Ok(ahead.and_then(|ahead| u64::try_from(ahead).ok()))
 }
 
