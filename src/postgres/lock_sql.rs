@@ -16,15 +16,20 @@
 //!   checks the conflict and its `WHERE` against the latest committed row, under a row lock. A
 //!   stale `free` therefore costs at most an unused fence number, never a second holder: under
 //!   contention a losing acquire may consume a fence number, so fences grow strictly but are
-//!   not always contiguous (the specification asks for no repeats and no decreases). The fence counter is one `INSERT … ON CONFLICT DO
-//!   UPDATE SET fence = fence + 1`, which PostgreSQL performs atomically also when the row is
-//!   absent and two callers race (no duplicate fence 1).
+//!   not always contiguous (the specification asks for no repeats and no decreases). The fence
+//!   counter is one `INSERT … ON CONFLICT DO UPDATE SET fence = fence + 1`, which PostgreSQL
+//!   performs atomically also when the row is absent and two callers race (no duplicate fence
+//!   1).
 //! * **release** is `DELETE … WHERE lock_id = $1`: ownership is the `WHERE`, and a concurrent
 //!   writer of the same row makes it wait and re-check (READ COMMITTED's re-evaluation).
 //!   Liveness is judged on the deleted row, so an expired lock is reported absent (and removed).
 //! * **extend** is `UPDATE … WHERE lock_id = $1 AND <live>`, re-checked the same way: it never
 //!   revives an expired lock.
 //! * **is_locked** and **lookup** only read; the opt-in cleanup deletes rows far past expiry,
+//!   re-checked under the row lock, so a row renewed meanwhile is kept.
+//!
+//! Time is the server's `clock_timestamp()` in whole milliseconds, read once per statement
+//! (`record_sql::NOW_MS`).
 
 use postgres::types::Type;
 
@@ -319,8 +324,7 @@ pub(super) fn is_locked(tables: &Quoted<'_>) -> Op {
     )
 }
 
-/// As [`is_locked`], deleting first the key's row when it expired more than `$3` ms ago
-/// (re-checked under the row lock, so a row renewed meanwhile is kept).
+/// As [`is_locked`], deleting first the key's row when it expired more than `$3` ms ago.
 pub(super) fn is_locked_with_cleanup(tables: &Quoted<'_>) -> Op {
     let Quoted { locks, sound_l, .. } = tables;
     Op::query(

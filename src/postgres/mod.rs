@@ -66,7 +66,7 @@
 //! Each operation is a single statement (one round trip, one implicit transaction); acquire
 //! takes `pg_advisory_xact_lock(hashtext(key))` exactly like the TypeScript SyncGuard, so Rust
 //! and Node services on the same tables never both hold a key. The reasoning for each
-//! statement is written next to it in the source (`statements.rs`).
+//! statement is written next to it in the source (`lock_sql.rs`, and beside it by kind).
 //!
 //! # Listing
 //!

@@ -79,7 +79,7 @@ pub(crate) struct Statements {
     /// row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
     /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
     /// was granted). A live permit already stored under `$2` is answered as granted (see
-    /// "Semaphores" in the module docs).
+    /// `permit_sql.rs`).
     pub permit_acquire: Op,
     /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` tolerance ms → one
     /// row: `live` (NULL when no such permit was stored; else whether it was live). Announces
