@@ -53,9 +53,13 @@
 //! acquisitions go inline and barge, the line reads as empty and leaving it does nothing; the
 //! backend says so once in its log (`PostgresBackend::functions_missing`).
 
+use postgres::types::Type;
+
 use crate::driver::{LeaseKind, Line, PLACE_TTL};
 use crate::line::PLACE_FRESH_MS;
 
+use super::op::Op;
+use super::record_sql::{NOW_MS, Quoted};
 use super::sweep_sql::sweep_long_expired;
 
 /// The `kind` column of a line: a key's lock and its semaphore have a line each.
@@ -248,6 +252,43 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
         stand = key_line.stand(),
         sweep = key_line.sweep(),
     )
+}
+
+/// `$1` storage key, `$2` kind (`'lock'` or `'permit'`, see [`line_kind`]), `$3` tolerance ms
+/// → the live places of that line, in ticket order (function only).
+pub(super) fn places(tables: &Quoted<'_>) -> Op {
+    let line = &tables.line;
+    Op::query(
+        tables.names,
+        "line",
+        &[Type::TEXT, Type::TEXT, Type::INT8],
+        "place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean",
+        format!(
+            "SELECT q.place_id, q.ticket, q.expires_at_ms, q.holder, q.shared\n\
+             FROM {line} q\n\
+             WHERE q.key = $1 AND q.kind = $2 AND q.expires_at_ms > {NOW_MS} - $3\n\
+             ORDER BY q.ticket, q.place_id COLLATE \"C\""
+        ),
+    )
+    .function_only()
+}
+
+/// `$1` storage key, `$2` kind, `$3` place id → whether the place was there, deleting it
+/// (function only).
+pub(super) fn leave_place(tables: &Quoted<'_>) -> Op {
+    let line = &tables.line;
+    Op::query(
+        tables.names,
+        "leave",
+        &[Type::TEXT, Type::TEXT, Type::TEXT],
+        "gone boolean",
+        format!(
+            "WITH deleted AS (DELETE FROM {line} q\n\
+                 WHERE q.key = $1 AND q.kind = $2 AND q.place_id = $3 RETURNING 1)\n\
+             SELECT EXISTS (SELECT 1 FROM deleted) AS gone"
+        ),
+    )
+    .function_only()
 }
 
 #[cfg(test)]

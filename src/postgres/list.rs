@@ -12,7 +12,7 @@
 //! escape), live by the server's clock, in byte order of the user key (`COLLATE "C"`, the
 //! order every backend lists in), one more than the limit (to tell whether it was reached).
 //! A row that is not a SyncGuard lock record among them, live or expired, is an `Internal`
-//! error naming its key, as in every other operation (the same rule, `statements::sound`).
+//! error naming its key, as in every other operation (the same rule, `record_sql::sound`).
 //!
 //! The user key has no index, so the server reads the whole lock table and keeps the first
 //! rows in a top-N sort: time grows with the table's rows, memory with the limit. The

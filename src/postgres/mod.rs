@@ -66,7 +66,7 @@
 //! Each operation is a single statement (one round trip, one implicit transaction); acquire
 //! takes `pg_advisory_xact_lock(hashtext(key))` exactly like the TypeScript SyncGuard, so Rust
 //! and Node services on the same tables never both hold a key. The reasoning for each
-//! statement is written next to it in the source (`statements.rs`).
+//! statement is written next to it in the source (`lock_sql.rs`, and beside it by kind).
 //!
 //! # Listing
 //!
@@ -186,15 +186,21 @@ mod config;
 mod connection;
 mod driver;
 mod errors;
+mod holds_sql;
 mod io;
 mod leases;
 mod line;
 mod line_sql;
 mod list;
 mod lock_sql;
+mod op;
+mod permit_sql;
+mod record_sql;
 mod records;
 mod schema;
 mod set;
+mod set_sql;
+mod shared_sql;
 mod statements;
 mod sweep_sql;
 mod tables;

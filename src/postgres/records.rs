@@ -44,7 +44,7 @@ impl PostgresBackend {
     }
 }
 
-/// The error for a row that is not a SyncGuard lock record (see `statements::sound`, the same
+/// The error for a row that is not a SyncGuard lock record (see `record_sql::sound`, the same
 /// rule in SQL): `Internal`, naming the key, whichever operation came across it.
 pub(super) fn not_a_record(tables: &TableNames, key: &str) -> LockError {
     LockError::internal(format!(

@@ -7,9 +7,9 @@
 //!
 //! The rows of other keys are taken `FOR UPDATE SKIP LOCKED`: the sweep never waits for them,
 //! and the functions wait for nothing after taking them that a transaction wanting one of them
-//! could hold (see "Semaphores" in `statements.rs`, and `line_sql.rs` for the line), so they
-//! close no cycle of waits — an acquirer of their own key that wants one waits for the sweeping
-//! call to end and then finds it gone.
+//! could hold (see `permit_sql.rs`, and `line_sql.rs` for the line), so they close no cycle of
+//! waits — an acquirer of their own key that wants one waits for the sweeping call to end and
+//! then finds it gone.
 
 /// How long past its expiry (and the tolerance) a row of any key is left before an
 /// acquisition of another key deletes it. One that expired a moment ago is left to its own
