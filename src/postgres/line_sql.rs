@@ -38,7 +38,9 @@
 //!    ticket and renews it for [`PLACE_TTL`], its holder text updated — unless it was renewed
 //!    within the last [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text:
 //!    then nothing is written, so a refused attempt commits no change (and flushes no WAL) most
-//!    of the time. The place id is the primary key: a repeated request is one place.
+//!    of the time. The place id is the primary key: a repeated request is one place. A refused
+//!    waiter is answered how many live places stand ahead of its place (`places_ahead`,
+//!    [`KeyLine::count_ahead`]); an attempt that took no place, NULL.
 //! 5. A refused waiter, once it stands, sometimes deletes a few places of any key that expired
 //!    long ago ([`KeyLine::sweep`]): the places of keys nobody asks for again (a killed waiter
 //!    of a per-job key) do not stay forever, and the uncontended path runs nothing more.
@@ -151,18 +153,14 @@ impl KeyLine<'_> {
         } else {
             ""
         };
-        let this_line = self.this_line();
-        let line = self.line;
         format!(
             "admitted := slots > 0;\n\
              IF queued AND $9 <> 'ignore' AND admitted THEN\n\
              judged_at := COALESCE(mine, line_ticket);\n\
-             SELECT count(*) INTO ahead FROM {line} q\n\
-             WHERE {this_line} AND q.place_id IS DISTINCT FROM $10{blocking}\n\
-             AND (judged_at IS NULL OR q.ticket < judged_at\n\
-             OR (q.ticket = judged_at AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"));\n\
+             {count}\
              admitted := slots > ahead;\n\
-             END IF;\n"
+             END IF;\n",
+            count = self.count_before(blocking)
         )
     }
 
@@ -207,6 +205,36 @@ impl KeyLine<'_> {
         )
     }
 
+    /// Step 4's answer, after the waiter stood here ([`stand`](KeyLine::stand)): how many live
+    /// places stand ahead of its own — ordered before (its place's ticket, its place id), as
+    /// [`Places::ahead_of`](crate::line::Places::ahead_of) counts them: every place, shared or
+    /// not — into `places_ahead`, kept as the most over the lines it stands in (`GREATEST`
+    /// skips the NULL it starts as). Every place left is live: the expired ones were pruned in
+    /// [`find`](KeyLine::find) (or the line was empty). Refused path only: one index range of
+    /// `(key, kind, ticket)`.
+    pub fn count_ahead(&self) -> String {
+        format!(
+            "judged_at := COALESCE(mine, line_ticket);\n\
+             {count}\
+             places_ahead := GREATEST(places_ahead, ahead);\n",
+            count = self.count_before("")
+        )
+    }
+
+    /// Counts into `ahead` the places of this line ordered before (`judged_at`, the place id
+    /// `$10`) by ticket, then place id in byte order (`COLLATE \"C\"`) — every place when
+    /// `judged_at` is NULL — never the waiter's own; with `blocking`, only those it selects.
+    fn count_before(&self, blocking: &str) -> String {
+        format!(
+            "SELECT count(*) INTO ahead FROM {} q\n\
+             WHERE {} AND q.place_id IS DISTINCT FROM $10{blocking}\n\
+             AND (judged_at IS NULL OR q.ticket < judged_at\n\
+             OR (q.ticket = judged_at AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"));\n",
+            self.line,
+            self.this_line()
+        )
+    }
+
     /// Step 5, after a refused waiter stood ([`stand`](KeyLine::stand)): now and then, a few
     /// places of any key's line that expired long ago are deleted
     /// ([`sweep_long_expired`]). A place is made only by a refusal, so sweeping on refusals
@@ -242,6 +270,7 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
          {leave}\
          ELSE\n\
          {stand}\
+         {count_ahead}\
          {sweep}\
          END IF;\n\
          END IF;\n\
@@ -250,6 +279,7 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
         decide = key_line.decide(),
         leave = key_line.leave(),
         stand = key_line.stand(),
+        count_ahead = key_line.count_ahead(),
         sweep = key_line.sweep(),
     )
 }

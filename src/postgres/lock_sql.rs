@@ -148,7 +148,8 @@ pub(super) fn acquire(tables: &Quoted<'_>) -> Op {
         tables.names,
         "acquire",
         ACQUIRE_TYPES,
-        "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean",
+        "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, \
+         OUT places_ahead bigint",
         format!(
             "WITH serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),\n\
              clock AS (SELECT {NOW_MS} AS now_ms FROM serialized),\n\

@@ -64,7 +64,7 @@ pub(super) fn acquire(tables: &Quoted<'_>) -> Op {
         tables.names,
         "pacquire",
         PERMIT_ACQUIRE_TYPES,
-        "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint",
+        "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT places_ahead bigint",
         String::new(),
         format!(
             "DECLARE\n  now_ms bigint;\n  counter bigint;\n  held bigint;\n\

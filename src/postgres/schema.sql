@@ -127,98 +127,98 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_shared_exp ON syncguard_locks_shared 
 -- A function of the same name and parameter types whose parameters or result differ
 -- (an earlier syncguard's) cannot be replaced: it is dropped first.
 DO $replaced$ BEGIN
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
-    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v6(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
-    IS DISTINCT FROM 'text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint, OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v6(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v7(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint, OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text, OUT places_ahead bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v7(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v6(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v7(text, bigint)'))
     IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_release_v6(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_release_v7(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v6(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v7(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(expires_at_ms bigint, present boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_extend_v6(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_extend_v7(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v6(text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v7(text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], bigint[], bigint -> TABLE(lock_id text, expires_at_ms bigint, present boolean, live boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_renew_v6(text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_renew_v7(text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v6(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v7(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_locked_v6(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_locked_v7(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v6(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v7(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v6(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v7(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v6(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v7(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v6(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v7(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v6(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v7(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v6(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v7(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v6(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v7(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_list_v6(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_list_v7(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
-    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT places_ahead bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v6(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v7(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v6(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v7(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v6(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v7(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v6(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v7(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v6(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v7(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_permits_v6(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_permits_v7(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v6(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v7(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_plist_v6(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_plist_v7(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
-    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+    IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint -> record' THEN
+  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v6(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v7(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v6(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v7(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v6(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v7(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v6(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v7(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v6(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v7(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_readers_v6(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_readers_v7(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v6(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v7(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_slist_v6(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_slist_v7(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v6(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v7(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_line_v6(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_line_v7(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v6(text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v7(text, text, text)'))
     IS DISTINCT FROM 'text, text, text -> TABLE(gone boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_leave_v6(text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_leave_v7(text, text, text);
 END IF;
 END $replaced$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
-  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 DECLARE
@@ -282,6 +282,12 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
+judged_at := COALESCE(mine, line_ticket);
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+places_ahead := GREATEST(places_ahead, ahead);
 IF random() < 1.0 / 8 THEN
 DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
 SELECT q.ctid FROM "syncguard_locks_line" q
@@ -316,8 +322,8 @@ RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v6(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
-  OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v7(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
+  OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 DECLARE
@@ -453,6 +459,12 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1[i], 'lock', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
+judged_at := COALESCE(mine, line_ticket);
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1[i] AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+places_ahead := GREATEST(places_ahead, ahead);
 END IF;
 END LOOP;
 ticket := line_ticket;
@@ -468,7 +480,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v6(text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v7(text, bigint,
   OUT live boolean, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -488,7 +500,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v6(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v7(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -505,7 +517,7 @@ WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v6(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v7(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
 malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -535,7 +547,7 @@ LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v6(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v7(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -545,7 +557,7 @@ WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) *
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v6(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v7(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -558,7 +570,7 @@ WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -568,7 +580,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -578,7 +590,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_list_v6(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v7(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -594,8 +606,8 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
-  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint)
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 DECLARE
@@ -669,6 +681,12 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'permit', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
+judged_at := COALESCE(mine, line_ticket);
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id IS DISTINCT FROM $10
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+places_ahead := GREATEST(places_ahead, ahead);
 IF random() < 1.0 / 8 THEN
 DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
 SELECT q.ctid FROM "syncguard_locks_line" q
@@ -691,7 +709,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v6(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v7(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -708,7 +726,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v6(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v7(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -735,7 +753,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_permits_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_permits_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -749,7 +767,7 @@ LIMIT 1000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_plist_v6(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_plist_v7(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -764,8 +782,8 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v6(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
-  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
+  OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 DECLARE
@@ -841,6 +859,12 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, true);
 END IF;
+judged_at := COALESCE(mine, line_ticket);
+SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
+WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
+AND (judged_at IS NULL OR q.ticket < judged_at
+OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
+places_ahead := GREATEST(places_ahead, ahead);
 IF random() < 1.0 / 8 THEN
 DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
 SELECT q.ctid FROM "syncguard_locks_line" q
@@ -868,7 +892,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, fence, $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v6(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v7(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -885,7 +909,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v6(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v7(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -912,7 +936,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_readers_v6(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_readers_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -926,7 +950,7 @@ LIMIT 10000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_slist_v6(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_slist_v7(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -941,7 +965,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_line_v6(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_line_v7(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -952,7 +976,7 @@ ORDER BY q.ticket, q.place_id COLLATE "C";
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_leave_v6(text, text, text) RETURNS TABLE (gone boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_leave_v7(text, text, text) RETURNS TABLE (gone boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN

@@ -36,7 +36,9 @@
 //!    yet, the first draws the next one of the identity sequence, and every other new place
 //!    takes it, so the waiter's places carry one ticket (a retry that meets a key newly held
 //!    stands there with the ticket of its places elsewhere, never a second one). The answer
-//!    gives the ticket back. Then, now and then, expired places of any key are swept
+//!    gives the ticket back, and `places_ahead`: how many live places stand ahead of the
+//!    waiter's own on the line where it stands furthest back ([`KeyLine::count_ahead`], the
+//!    most over its keys). Then, now and then, expired places of any key are swept
 //!    ([`KeyLine::sweep`]).
 
 use postgres::types::Type;
@@ -62,7 +64,7 @@ pub(super) fn acquire_all(tables: &Quoted<'_>) -> Op {
         "macquire",
         ACQUIRE_ALL_TYPES,
         "OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, \
-         OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text",
+         OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text, OUT places_ahead bigint",
         String::new(),
         body(tables),
     )
@@ -160,6 +162,7 @@ fn body(tables: &Quoted<'_>) -> String {
          IF NOT admits[i] OR mines[i] IS NOT NULL THEN\n\
          mine := mines[i];\n\
          {stand}\
+         {count_ahead}\
          END IF;\n\
          END LOOP;\n\
          ticket := line_ticket;\n\
@@ -174,5 +177,6 @@ fn body(tables: &Quoted<'_>) -> String {
         draw_fence = lock_sql.draw_fence(&args),
         write_lock = lock_sql.write_lock(&args, "taken, expires_at_ms"),
         stand = key_line.stand(),
+        count_ahead = key_line.count_ahead(),
     )
 }

@@ -36,7 +36,8 @@ pub(super) fn acquire(tables: &Quoted<'_>) -> Op {
         tables.names,
         "sacquire",
         ACQUIRE_TYPES,
-        "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean",
+        "OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, \
+         OUT places_ahead bigint",
         String::new(),
         format!(
             "DECLARE\n  now_ms bigint;\n  held boolean;\n  counter bigint;\n\

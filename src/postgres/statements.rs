@@ -33,7 +33,9 @@ pub(crate) struct Statements {
     /// acquired), `expires_at_ms`,
     /// `bad_counter` (the key's fence counter when no fence can follow it — below 0, or at the
     /// largest fence — checked before anything is written: then nothing was), `malformed`
-    /// (true when the key's row is not a SyncGuard record: then nothing was written).
+    /// (true when the key's row is not a SyncGuard record: then nothing was written), and for
+    /// the function only `places_ahead` (a refused waiter that stands in line: how many live
+    /// places stand ahead of its own; NULL when it took none; see `KeyLine::count_ahead`).
     pub acquire: Op,
     /// Several keys (function only): `acquire`'s parameters as arrays, one element per key in
     /// the set's order — `$1` storage keys, `$2` lock ids, `$4` user keys, `$5` fence keys — and
@@ -42,7 +44,8 @@ pub(crate) struct Statements {
     /// waiter's, when it stands in line after a refusal), `bad_key` and `bad_counter` (a key
     /// whose fence counter no fence can follow, and that counter: nothing was taken),
     /// `malformed_key` (the user key of a row that is not a SyncGuard record: nothing was
-    /// taken). See `lock_sql.rs`.
+    /// taken), `places_ahead` (a refused waiter's, the most over the lines it stands in). See
+    /// `set_sql.rs`.
     pub acquire_all: Op,
     /// `$1` lock id, `$2` tolerance ms → no row (not found; the function: a row of NULLs) or
     /// one row: `live` (bool), or
@@ -78,8 +81,8 @@ pub(crate) struct Statements {
     /// none), `$9` the line mode, `$10` the place id, `$11` the ticket (see `line_params`) → one
     /// row: `fence` (text, null unless a permit was granted), `expires_at_ms`,
     /// `bad_counter` (the semaphore's fence counter when no fence can follow it: then no permit
-    /// was granted). A live permit already stored under `$2` is answered as granted (see
-    /// `permit_sql.rs`).
+    /// was granted), `places_ahead` (as `acquire`'s). A live permit already stored under `$2`
+    /// is answered as granted (see `permit_sql.rs`).
     pub permit_acquire: Op,
     /// Semaphores (function only). `$1` storage key, `$2` lock id, `$3` tolerance ms → one
     /// row: `live` (NULL when no such permit was stored; else whether it was live). Announces

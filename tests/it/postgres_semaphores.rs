@@ -722,11 +722,11 @@ fn semaphore_objects(client: &mut postgres::Client, locks: &str) -> Vec<(String,
         .collect();
     names.extend(
         [
-            "pacquire_v6(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)",
-            "prelease_v6(text, text, bigint)",
-            "prenew_v6(text[], text[], bigint[], bigint)",
-            "permits_v6(text, bigint)",
-            "plist_v6(text, bigint, bigint)",
+            "pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)",
+            "prelease_v7(text, text, bigint)",
+            "prenew_v7(text[], text[], bigint[], bigint)",
+            "permits_v7(text, bigint)",
+            "plist_v7(text, bigint, bigint)",
         ]
         .iter()
         .map(|function| format!("to_regprocedure('{locks}_{function}')")),
@@ -758,8 +758,8 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     // setup.
     client
         .batch_execute(&format!(
-            "DROP FUNCTION {locks}_pacquire_v6, {locks}_prelease_v6, {locks}_prenew_v6, \
-             {locks}_permits_v6, {locks}_plist_v6"
+            "DROP FUNCTION {locks}_pacquire_v7, {locks}_prelease_v7, {locks}_prenew_v7, \
+             {locks}_permits_v7, {locks}_plist_v7"
         ))
         .unwrap();
     let run_setup = |error: syncguard::LockError| {
