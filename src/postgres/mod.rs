@@ -51,12 +51,14 @@
 //! waiter of several keys carries one ticket to each of their lines, and places stand by
 //! ticket, then place id), `expires_at_ms` by the server's clock. The acquire functions decide the line in the
 //! transaction that writes the lock or the permit; an acquisition that finds the key free and
-//! the line empty writes nothing more (one index probe in the read it already makes). The
-//! TypeScript SyncGuard knows no line: its acquisition passes it. On tables without this
+//! the line empty writes nothing more (one index probe in the read it already makes). A refused
+//! waiter is answered how many live places stand ahead of its own
+//! ([`Acquisitions::Locked`](crate::driver::Acquisitions::Locked)'s `position`, counted by the
+//! same function after it stood). The TypeScript SyncGuard knows no line: its acquisition passes it. On tables without this
 //! version's functions there is no line (waiters barge; one warning says `syncguard setup` adds
 //! it). The steps are in `line_sql.rs`.
 //!
-//! Several keys ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all),
+//! Several keys ([`Request::all`](crate::driver::Request::all),
 //! `Locker::lock_all`) are one call of one more server function: one statement, all or none,
 //! through a pooler too; on tables without this version's functions, one key at a time
 //! (docs/postgres.md, "Several keys").
