@@ -1,17 +1,16 @@
 //! `syncguard run`: takes the lock, runs the command as a process group of its own while the
 //! heartbeat renews the lease, and releases the lock once every process of the group is gone.
 //!
-//! One thread (the supervisor, here) waits for events from the others: signals `run` receives,
-//! the lease's loss (reported by the library), the command's exit (from the reaper), and its
-//! own timers (`--max-runtime`, `--grace`, and the lease's local deadline, which it reads from
-//! the guard whenever a timer fires: each renewal moves it on). Whatever ends the command — a signal, the
-//! loss, `--max-runtime` — ends it the same way: the signal to the whole group, `SIGKILL` to the
-//! group after `--grace`, then a wait until the group is empty. With `--on-lost kill`, the
-//! deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that the group is
-//! gone before the store's record can expire and another holder take the lock.
+//! Here: the arguments checked, the signals caught from the start, the backend connected to
+//! and the lock taken within `--wait`, the command started. Then the [`Supervisor`] waits for
+//! the events of the other threads and its own timers, and ends the command's group however
+//! the run ends; [`Releasing`] gives the lock back at the end. With `--on-lost kill`, the
+//! lease's local deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that
+//! the group is gone before the store's record can expire and another holder take the lock.
 //!
-//! Several keys (`--key` repeated) are held together and supervised as one lease ([`Held`]):
-//! the earliest lease's deadline bounds the group, and the loss of any key is the set's loss.
+//! Several keys (`--key` repeated) are held together and supervised as one lease
+//! ([`crate::held::Held`]): the earliest lease's deadline bounds the group, and the loss of any
+//! key is the set's loss.
 
 use std::io;
 use std::process::Command as Process;

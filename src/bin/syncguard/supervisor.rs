@@ -1,8 +1,10 @@
-//! `run`'s supervisor: once the command runs, it waits for the events of the other threads —
-//! signals `run` receives, the lease's loss, the command's exit — and for its own timers
-//! (`--max-runtime`, `--grace`, the lease's local deadline), and ends the command's process
-//! group on each the same way: the signal to the whole group, `SIGKILL` after `--grace`, then a
-//! wait until the group is empty.
+//! `run`'s supervisor: one thread that, once the command runs, waits for events from the
+//! others — signals `run` receives, the lease's loss (reported by the library), the command's
+//! exit (from the reaper) — and for its own timers (`--max-runtime`, `--grace`, and the lease's
+//! local deadline, which it reads from the guard whenever a timer fires: each renewal moves it
+//! on). Whatever ends the command — a signal, the loss, `--max-runtime` — ends it the same way:
+//! the signal to the whole group, `SIGKILL` to the group after `--grace`, then a wait until the
+//! group is empty.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt as _;
