@@ -79,8 +79,8 @@ impl Releasing {
         match outcome.recv_timeout(limit) {
             Ok(released) => report(&released, quiet),
             Err(_) => eprintln!(
-                "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires \
-             at its ttl{})",
+                "syncguard: releasing the lock did not finish within {}; exiting anyway (it \
+                 expires at its ttl{})",
                 humantime::format_duration(limit),
                 if ending == Ending::Ran {
                     ", or when --min-hold ends if later"

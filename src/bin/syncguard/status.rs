@@ -78,9 +78,10 @@ fn shown(
 }
 
 /// The permits or waiters `status` shows beside the lock: none where the store keeps no
-/// semaphores. `InvalidArgument` here, for a key the lock lookup accepted, is the store refusing semaphores
-/// (a backend without them, PostgreSQL tables without this version's semaphore functions): a
-/// store that cannot hold a permit has no holders, and the lock's status stands.
+/// semaphores. `InvalidArgument` here, for a key the lock lookup accepted, is the store
+/// refusing semaphores (a backend without them, PostgreSQL tables without this version's
+/// semaphore functions): a store that cannot hold a permit has no holders, and the lock's
+/// status stands.
 fn shown_unless_refused<T: serde::Serialize>(
     holders: syncguard::Result<Vec<T>>,
 ) -> syncguard::Result<Vec<Value>> {
