@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use syncguard::driver::MAX_PERMITS;
-use syncguard::{DEFAULT_LIST_LIMIT, LockError, MAX_LIST_LIMIT};
+use syncguard::{DEFAULT_LIST_LIMIT, LeaseKind, LockError, MAX_LIST_LIMIT};
 
 use crate::duration::parse_duration;
 use crate::help::{LIST_HELP, STATUS_HELP, examples, exit_codes, run_help};
@@ -268,6 +268,15 @@ impl PermitOf {
             ));
         }
         self.key.as_deref().map(input::key).transpose().map(drop)
+    }
+
+    /// What the lock id of `--key` is: a shared hold's, or a permit's.
+    pub fn kind(&self) -> LeaseKind {
+        if self.shared {
+            LeaseKind::Shared
+        } else {
+            LeaseKind::Permit
+        }
     }
 }
 

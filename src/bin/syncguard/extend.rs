@@ -49,9 +49,8 @@ fn extended(
     lock_id: &str,
     ttl: Duration,
 ) -> syncguard::Result<Option<i64>> {
-    match (permit.key.as_deref(), permit.shared) {
-        (Some(key), true) => backend.extend_shared(key, lock_id, ttl),
-        (Some(key), false) => backend.extend_permit(key, lock_id, ttl),
-        (None, _) => backend.extend(lock_id, ttl),
+    match permit.key.as_deref() {
+        Some(key) => backend.extend_as(key, permit.kind(), lock_id, ttl),
+        None => backend.extend(lock_id, ttl),
     }
 }

@@ -2,27 +2,17 @@
 //! JSON line each, and a note on stderr when that is not all of them.
 
 use serde_json::Value;
-use syncguard::{Coverage, LockBackend, LockList};
+use syncguard::{Coverage, LeaseKind, LockBackend, LockList};
 
 use crate::input;
 use crate::outcome::{Outcome, json_values};
 
-/// What `list` lists.
-#[derive(Clone, Copy)]
-pub enum Listed {
-    Locks,
-    Permits,
-    Shared,
-}
-
-impl Listed {
-    /// What `--permits` and `--shared` ask for (clap lets only one of them through).
-    pub fn of(permits: bool, shared: bool) -> Listed {
-        match (permits, shared) {
-            (true, _) => Listed::Permits,
-            (false, true) => Listed::Shared,
-            (false, false) => Listed::Locks,
-        }
+/// What `--permits` and `--shared` ask `list` for (clap lets only one of them through).
+pub fn listed(permits: bool, shared: bool) -> LeaseKind {
+    match (permits, shared) {
+        (true, _) => LeaseKind::Permit,
+        (false, true) => LeaseKind::Shared,
+        (false, false) => LeaseKind::Lock,
     }
 }
 
@@ -32,7 +22,7 @@ pub fn list(
     prefix: &str,
     limit: usize,
     raw: bool,
-    listed: Listed,
+    listed: LeaseKind,
 ) -> syncguard::Result<Outcome> {
     input::prefix(prefix)?;
     listing(connect()?.as_ref(), prefix, limit, raw, listed)
@@ -44,20 +34,16 @@ fn listing(
     prefix: &str,
     limit: usize,
     raw: bool,
-    listed: Listed,
+    listed: LeaseKind,
 ) -> syncguard::Result<Outcome> {
-    let (lines, coverage) = match (listed, raw) {
-        (Listed::Locks, true) => json_lines(backend.list_raw(prefix, limit)?),
-        (Listed::Locks, false) => json_lines(backend.list(prefix, limit)?),
-        (Listed::Permits, true) => json_lines(backend.list_permits_raw(prefix, limit)?),
-        (Listed::Permits, false) => json_lines(backend.list_permits(prefix, limit)?),
-        (Listed::Shared, true) => json_lines(backend.list_shared_raw(prefix, limit)?),
-        (Listed::Shared, false) => json_lines(backend.list_shared(prefix, limit)?),
+    let (lines, coverage) = match raw {
+        true => json_lines(backend.list_raw(prefix, listed, limit)?),
+        false => json_lines(backend.list(prefix, listed, limit)?),
     };
     let what = match listed {
-        Listed::Locks => "locks",
-        Listed::Permits => "permits",
-        Listed::Shared => "shared holders",
+        LeaseKind::Lock => "locks",
+        LeaseKind::Permit => "permits",
+        LeaseKind::Shared => "shared holders",
     };
     match coverage {
         Coverage::Complete => {}

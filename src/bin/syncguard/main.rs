@@ -51,7 +51,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::list::Listed;
 use crate::outcome::{Outcome, fail, usage_error};
 use crate::url::{backend_url, connect};
 
@@ -90,7 +89,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             raw,
             permits,
             shared,
-        } => list::list(backend, &prefix, limit, raw, Listed::of(permits, shared)),
+        } => list::list(backend, &prefix, limit, raw, list::listed(permits, shared)),
         Command::Run { lock, grace, flags } => {
             let url = url.clone();
             run::run(move || connect(url.as_deref()), lock, grace, flags)

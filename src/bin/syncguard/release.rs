@@ -36,9 +36,8 @@ fn released(
     backend: &dyn LockBackend,
     lock_id: &str,
 ) -> syncguard::Result<bool> {
-    match (permit.key.as_deref(), permit.shared) {
-        (Some(key), true) => backend.release_shared(key, lock_id),
-        (Some(key), false) => backend.release_permit(key, lock_id),
-        (None, _) => backend.release(lock_id),
+    match permit.key.as_deref() {
+        Some(key) => backend.release_as(key, permit.kind(), lock_id),
+        None => backend.release(lock_id),
     }
 }

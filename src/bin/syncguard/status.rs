@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 use syncguard::{
-    ErrorCode, LockBackend, LockError, get_by_id, get_by_id_raw, get_by_key, get_by_key_raw,
+    ErrorCode, LeaseKind, LockBackend, LockError, get_by_id, get_by_id_raw, get_by_key,
+    get_by_key_raw,
 };
 
 use crate::input;
@@ -32,13 +33,13 @@ fn shown(
         match (key, lock_id, raw) {
             (Some(key), _, false) => (
                 get_by_key(backend, key)?.map(|info| json!(info)),
-                shown_unless_refused(backend.permit_holders(key))?,
-                shown_unless_refused(backend.readers(key))?,
+                shown_unless_refused(backend.holders(key, LeaseKind::Permit))?,
+                shown_unless_refused(backend.holders(key, LeaseKind::Shared))?,
             ),
             (Some(key), _, true) => (
                 get_by_key_raw(backend, key)?.map(|info| json!(info)),
-                shown_unless_refused(backend.permit_holders_raw(key))?,
-                shown_unless_refused(backend.readers_raw(key))?,
+                shown_unless_refused(backend.holders_raw(key, LeaseKind::Permit))?,
+                shown_unless_refused(backend.holders_raw(key, LeaseKind::Shared))?,
             ),
             // Permits and shared holds are found by their key: a lock id alone names locks only.
             (None, Some(id), false) => (
@@ -60,8 +61,8 @@ fn shown(
     let live = found.is_some() || !permits.is_empty() || !readers.is_empty();
     let (waiters, permit_waiters) = match key {
         Some(key) => (
-            shown_unless_refused(backend.line(key))?,
-            shown_unless_refused(backend.permit_line(key))?,
+            shown_unless_refused(backend.waiters(key, LeaseKind::Lock))?,
+            shown_unless_refused(backend.waiters(key, LeaseKind::Permit))?,
         ),
         None => (Vec::new(), Vec::new()),
     };
