@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
     self, TTL, create_typescript_tables, drop_tables, impatient_postgres, lease, patient_postgres,
-    shared_pgbouncer, shared_postgres, shared_postgres_backend, shared_postgres_with_tables,
-    unique,
+    shared_postgres, shared_postgres_backend, shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{
     Acquisition, Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId,
@@ -274,16 +273,19 @@ fn a_set_of_eight_keys_is_one_statement() {
         .unwrap();
 }
 
-/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
-fn through_pgbouncer() -> PostgresBackend {
-    shared_postgres_with_tables();
-    patient_postgres(&shared_pgbouncer().url()).build().unwrap()
-}
+support::postgres_both_ways!(
+    connect: [
+        a_refused_waiter_stands_with_one_ticket_on_every_key_held,
+        a_set_whose_refusal_was_lost_keeps_its_one_ticket,
+        a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter,
+    ],
+);
 
 /// A waiter for three keys, two of them held: refused, it holds none and stands with one
 /// ticket on both held keys (none on the free one); asked again with that ticket, it keeps its
 /// places; once both keys are free, it takes all three and leaves both lines.
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBackend) {
+fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> PostgresBackend) {
+    let backend = connect();
     let other = shared_postgres_backend();
     let prefix = unique("set-line");
     let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
@@ -323,23 +325,14 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBa
     }
 }
 
-#[test]
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_directly() {
-    a_refused_waiter_stands_with_one_ticket_on_every_key_held(shared_postgres_backend());
-}
-
-#[test]
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_through_pgbouncer() {
-    a_refused_waiter_stands_with_one_ticket_on_every_key_held(through_pgbouncer());
-}
-
 /// Issue 40, item 1: a set refused on two keys of three (the third free) stands on both with
 /// one ticket, and its answer is lost. Meanwhile the third key is taken. The set asks again as
 /// the Locker's retry does, with `Line::Wait` and no ticket, and then once more, as a pool
 /// repeats a call whose answer was lost: each time it finds its places and answers their
 /// ticket, and where it is newly refused it stands with that same ticket (one place per key,
 /// one ticket on every key). Once the keys are free it is granted and leaves every line.
-fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
+fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(connect: fn() -> PostgresBackend) {
+    let backend = connect();
     let other = shared_postgres_backend();
     let prefix = unique("set-lost-refusal");
     let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
@@ -386,22 +379,15 @@ fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
     }
 }
 
-#[test]
-fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_directly() {
-    a_set_whose_refusal_was_lost_keeps_its_one_ticket(shared_postgres_backend());
-}
-
-#[test]
-fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_through_pgbouncer() {
-    a_set_whose_refusal_was_lost_keeps_its_one_ticket(through_pgbouncer());
-}
-
 /// Issue 40, item 1, the deadlock: a set X of A and B stands on A only (B free), and its answer
 /// is lost; a single waiter Y stands on A behind X; B is taken; X retries with `Line::Wait` and
 /// no ticket, and then carries the ticket answered, as the Locker does. With a second ticket on
 /// B, later than Y's, X would wait for Y on A while Y waits for X's first place: neither is
 /// ever granted. With its one ticket, once A and B are free X is granted, then Y.
-fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: PostgresBackend) {
+fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(
+    connect: fn() -> PostgresBackend,
+) {
+    let backend = connect();
     let other = shared_postgres_backend();
     let prefix = unique("set-retry-deadlock");
     let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
@@ -448,16 +434,6 @@ fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: 
     assert!(other.release(&y_lease.lock_id).unwrap());
     assert_eq!(line_of(&other, &a), []);
     assert_eq!(line_of(&other, &b), []);
-}
-
-#[test]
-fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter_directly() {
-    a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(shared_postgres_backend());
-}
-
-#[test]
-fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter_through_pgbouncer() {
-    a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(through_pgbouncer());
 }
 
 /// A waiter that stands in a key's line is judged where it stands, whatever ticket it carries:

@@ -221,6 +221,8 @@ mod locks;
 mod pgbouncer_server;
 #[cfg(feature = "postgres")]
 mod postgres_server;
+#[cfg(feature = "postgres")]
+mod postgres_ways;
 pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_cluster;
@@ -254,6 +256,9 @@ pub use pgbouncer_server::*;
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use postgres_server::*;
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use postgres_ways::*;
 #[cfg(feature = "redis")]
 #[allow(unused_imports)]
 pub use redis_cluster::*;
