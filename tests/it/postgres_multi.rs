@@ -281,24 +281,62 @@ support::postgres_both_ways!(
     ],
 );
 
-/// A waiter for three keys, two of them held: refused, it holds none and stands with one
-/// ticket on both held keys (none on the free one); asked again with that ticket, it keeps its
-/// places; once both keys are free, it takes all three and leaves both lines.
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> PostgresBackend) {
-    let backend = connect();
-    let other = shared_postgres_backend();
-    let prefix = unique("set-line");
-    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
-    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
-    let (held_b, held_c) = (lease(other.acquire(&b, TTL)), lease(other.acquire(&c, TTL)));
-    let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+/// Three keys `PREFIX:a`, `PREFIX:b` and `PREFIX:c` under a unique prefix, and their set.
+fn three_keys(prefix: &str) -> ([String; 3], KeySet) {
+    let prefix = unique(prefix);
+    let names = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&names[0], &names[1], &names[2]]).unwrap();
+    (names, keys)
+}
+
+/// The ticket the set `keys`, refused, answers the waiter at `line`.
+#[track_caller]
+fn refused_ticket(backend: &PostgresBackend, keys: &KeySet, line: Line) -> u64 {
+    let refused = backend.try_acquire_all(keys, ttl(), None, line);
     let Acquisitions::Locked {
         ticket: Some(ticket),
     } = refused.unwrap()
     else {
         panic!("a refused waiter gets a ticket");
     };
+    ticket
+}
+
+/// Takes the set `keys` of `names` for the waiter at `line`, which must be granted (`why` says
+/// why), checks that it left every key's line, and releases it.
+#[track_caller]
+fn granted_out_of_every_line(
+    backend: &PostgresBackend,
+    keys: &KeySet,
+    names: &[String],
+    line: Line,
+    why: &str,
+) {
+    let taken = backend.try_acquire_all(keys, ttl(), None, line);
+    let Acquisitions::Acquired(leases) = taken.unwrap() else {
+        panic!("{why}");
+    };
+    assert_eq!(leases.len(), names.len());
+    let other = shared_postgres_backend();
+    for name in names {
+        assert_eq!(line_of(&other, name), [], "the granted set left the line");
+    }
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+}
+
+/// A waiter for three keys, two of them held: refused, it holds none and stands with one
+/// ticket on both held keys (none on the free one); asked again with that ticket, it keeps its
+/// places; once both keys are free, it takes all three and leaves both lines.
+fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let other = shared_postgres_backend();
+    let (names, keys) = three_keys("set-line");
+    let [a, b, c] = &names;
+    let (held_b, held_c) = (lease(other.acquire(b, TTL)), lease(other.acquire(c, TTL)));
+    let place = LockId::generate();
+    let ticket = refused_ticket(&backend, &keys, Line::Wait(&place));
     assert!(!other.is_locked(&a).unwrap(), "a refused set holds no key");
     assert_eq!(ticket_of(&other, &b, &place), Some(ticket));
     assert_eq!(ticket_of(&other, &c, &place), Some(ticket));
@@ -312,17 +350,13 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> Po
     );
     assert!(other.release(&held_b.lock_id).unwrap());
     assert!(other.release(&held_c.lock_id).unwrap());
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
-    let Acquisitions::Acquired(leases) = taken.unwrap() else {
-        panic!("first in line on both keys once they are free");
-    };
-    assert_eq!(leases.len(), 3);
-    for name in [&a, &b, &c] {
-        assert_eq!(line_of(&other, name), []);
-    }
-    for (held, _) in leases {
-        assert!(backend.release(&held.lock_id).unwrap());
-    }
+    granted_out_of_every_line(
+        &backend,
+        &keys,
+        &names,
+        Line::WaitAt(&place, ticket),
+        "first in line on both keys once they are free",
+    );
 }
 
 /// Issue 40, item 1: a set refused on two keys of three (the third free) stands on both with
@@ -334,19 +368,12 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> Po
 fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(connect: fn() -> PostgresBackend) {
     let backend = connect();
     let other = shared_postgres_backend();
-    let prefix = unique("set-lost-refusal");
-    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
-    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
-    let (held_a, held_b) = (lease(other.acquire(&a, TTL)), lease(other.acquire(&b, TTL)));
+    let (names, keys) = three_keys("set-lost-refusal");
+    let [a, b, c] = &names;
+    let (held_a, held_b) = (lease(other.acquire(a, TTL)), lease(other.acquire(b, TTL)));
     let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
-    let Acquisitions::Locked {
-        ticket: Some(ticket),
-    } = refused.unwrap()
-    else {
-        panic!("a refused waiter gets a ticket");
-    };
-    let held_c = lease(other.acquire(&c, TTL));
+    let ticket = refused_ticket(&backend, &keys, Line::Wait(&place));
+    let held_c = lease(other.acquire(c, TTL));
     for attempt in ["the retry", "the pool's repeat"] {
         let again = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
         assert_eq!(
@@ -367,16 +394,13 @@ fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(connect: fn() -> PostgresBa
     for held in [held_a, held_b, held_c] {
         assert!(other.release(&held.lock_id).unwrap());
     }
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
-    let Acquisitions::Acquired(leases) = taken.unwrap() else {
-        panic!("first in line on every key once they are free");
-    };
-    for name in [&a, &b, &c] {
-        assert_eq!(line_of(&other, name), [], "the granted set left the line");
-    }
-    for (held, _) in leases {
-        assert!(backend.release(&held.lock_id).unwrap());
-    }
+    granted_out_of_every_line(
+        &backend,
+        &keys,
+        &names,
+        Line::Wait(&place),
+        "first in line on every key once they are free",
+    );
 }
 
 /// Issue 40, item 1, the deadlock: a set X of A and B stands on A only (B free), and its answer
