@@ -337,10 +337,10 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> Po
     let (held_b, held_c) = (lease(other.acquire(b, TTL)), lease(other.acquire(c, TTL)));
     let place = LockId::generate();
     let ticket = refused_ticket(&backend, &keys, Line::Wait(&place));
-    assert!(!other.is_locked(&a).unwrap(), "a refused set holds no key");
-    assert_eq!(ticket_of(&other, &b, &place), Some(ticket));
-    assert_eq!(ticket_of(&other, &c, &place), Some(ticket));
-    assert_eq!(line_of(&other, &a), [], "no place on the free key");
+    assert!(!other.is_locked(a).unwrap(), "a refused set holds no key");
+    assert_eq!(ticket_of(&other, b, &place), Some(ticket));
+    assert_eq!(ticket_of(&other, c, &place), Some(ticket));
+    assert_eq!(line_of(&other, a), [], "no place on the free key");
     let again = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
     assert_eq!(
         again.unwrap(),
