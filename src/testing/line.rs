@@ -12,7 +12,10 @@
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use crate::driver::{Acquisition, Key, LeaseKind, Line, LockId, Permits, TIME_TOLERANCE_MS, Ttl};
+use crate::driver::{
+    Acquisition, DriverExt as _, Key, LeaseKind, Line, LockId, Mode, Permits, Request,
+    TIME_TOLERANCE_MS, Ttl,
+};
 use crate::{CancelToken, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
@@ -29,7 +32,13 @@ pub fn waiters_are_served_in_arrival_order<B: LockBackend + 'static>(backend: B)
     let granted = served_in_turn(&locker, &key, 4, None);
     drop(held);
     assert_eq!(in_fence_order(granted.join()), [0, 1, 2, 3]);
-    assert!(locker.backend().line(&key).unwrap().is_empty());
+    assert!(
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A semaphore's waiters get free permits in their order: with two permits held and three
@@ -41,7 +50,11 @@ pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B
     let [first, second] = [semaphore.acquire().unwrap(), semaphore.acquire().unwrap()];
     let granted = served_in_turn(&locker, &key, 3, Some(2));
     assert!(
-        locker.backend().line(&key).unwrap().is_empty(),
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
         "the semaphore's line is its own, not the lock's"
     );
     // One permit goes round: each waiter takes it in turn (with two free at once, the first
@@ -49,7 +62,13 @@ pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B
     drop(first);
     assert_eq!(in_fence_order(granted.join()), [0, 1, 2]);
     drop(second);
-    assert!(locker.backend().permit_line(&key).unwrap().is_empty());
+    assert!(
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Permit)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A waiter that dies in line (its place taken, never renewed) holds up the waiters behind it
@@ -80,7 +99,13 @@ pub fn a_dead_waiter_is_skipped_when_its_place_lapses<B: LockBackend + 'static>(
         "the waiter was granted while the dead place was live"
     );
     assert_eq!(waiter.join().len(), 1);
-    assert!(locker.backend().line(&key).unwrap().is_empty());
+    assert!(
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A dead waiter holds the line up for about 6 s at most:
@@ -144,20 +169,33 @@ pub fn a_waiter_that_gives_up_leaves_at_once<B: LockBackend + 'static>(backend: 
         move || locker.lock_with(&key, &options).map(drop)
     });
     wait_until("the waiter to take its place", PATIENCE, || {
-        locker.backend().line(&key).unwrap().len() == 1
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .len()
+            == 1
     });
     cancel.cancel();
     let error = waiter.join().unwrap().unwrap_err();
     assert_eq!(error.code(), ErrorCode::Aborted);
     assert!(
-        locker.backend().line(&key).unwrap().is_empty(),
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
         "a cancelled waiter left its place behind"
     );
     // Its first attempt took a place (the key is held): timing out must give it back.
     let timed_out = locker.try_lock_for(&key, std::time::Duration::from_millis(300));
     assert!(timed_out.unwrap().is_none());
     assert!(
-        locker.backend().line(&key).unwrap().is_empty(),
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
         "a waiter out of time left its place behind"
     );
 }
@@ -234,7 +272,7 @@ pub fn a_repeated_place_is_one_place<B: LockBackend + 'static>(backend: B) {
     let place = LockId::generate();
     let ttl = Ttl::new(LONG_TTL).unwrap();
     for _ in 0..3 {
-        let answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+        let answer = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
         assert_eq!(answer.unwrap(), Acquisition::Locked);
     }
     let line = backend.find_line(&checked, LeaseKind::Lock).unwrap();
@@ -243,7 +281,7 @@ pub fn a_repeated_place_is_one_place<B: LockBackend + 'static>(backend: B) {
     backend
         .leave_line(&checked, LeaseKind::Lock, &place)
         .unwrap();
-    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
 }
 
 /// Waiters started in turn on `key` (a lock, or a semaphore of `permits`): each thread's
@@ -257,8 +295,8 @@ fn served_in_turn<B: LockBackend + 'static>(
 ) -> Granted {
     let granted = Arc::new(Mutex::new(Vec::new()));
     let line = |locker: &Locker<B>| match permits {
-        None => locker.backend().line(key).unwrap(),
-        Some(_) => locker.backend().permit_line(key).unwrap(),
+        None => locker.backend().waiters(key, LeaseKind::Lock).unwrap(),
+        Some(_) => locker.backend().waiters(key, LeaseKind::Permit).unwrap(),
     };
     let ahead = line(locker).len();
     let mut threads = Vec::new();
@@ -321,11 +359,11 @@ fn dead_place<B: LockBackend + ?Sized>(backend: &B, key: &str) -> LockId {
     let checked = Key::new(key).unwrap();
     let place = LockId::generate();
     let ttl = Ttl::new(LONG_TTL).unwrap();
-    let mut answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let mut answer = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     if let Ok(Acquisition::Acquired { lease, .. }) = &answer {
         // The key was free: take it, then ask again as a waiter behind ourselves.
         let held = lease.lock_id.clone();
-        answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+        answer = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
         assert!(backend.release(&held).unwrap());
     }
     assert_eq!(answer.unwrap(), Acquisition::Locked);
@@ -341,13 +379,21 @@ fn dead_permit_place<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u
     let ttl = Ttl::new(LONG_TTL).unwrap();
     let mut held = Vec::new();
     let answer = loop {
-        match backend.try_acquire_permit(&checked, permits_n, ttl, None, Line::Wait(&place)) {
+        match backend.acquire_one(
+            &Request::one(&checked, ttl)
+                .mode(Mode::Permit(permits_n))
+                .line(Line::Wait(&place)),
+        ) {
             Ok(Acquisition::Acquired { lease, .. }) => held.push(lease.lock_id),
             other => break other,
         }
     };
     for lock_id in held {
-        assert!(backend.release_permit(key, &lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(key, LeaseKind::Permit, &lock_id)
+                .unwrap()
+        );
     }
     assert_eq!(answer.unwrap(), Acquisition::Locked);
     place

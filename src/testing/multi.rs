@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::{Acquisitions, Key, KeySet, LeaseKind, Line, LockId, MAX_KEYS, Ttl};
+use crate::driver::{Acquisitions, Key, KeySet, LeaseKind, Line, LockId, MAX_KEYS, Request, Ttl};
 use crate::{CancelToken, ErrorCode, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
@@ -216,9 +216,12 @@ pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) 
     let keys = KeySet::new(&[&a, &b]).unwrap();
     let ttl = Ttl::new(LONG_TTL).unwrap();
     let (first, second) = (LockId::generate(), LockId::generate());
-    let stand = |who: &str, line: Line<'_>| match backend.try_acquire_all(&keys, ttl, None, line) {
+    let stand = |who: &str, line: Line<'_>| match backend
+        .try_acquire(&Request::all(&keys, ttl).line(line))
+    {
         Ok(Acquisitions::Locked {
             ticket: Some(ticket),
+            ..
         }) => ticket,
         other => panic!("the {who} waiter was to stand in line: {other:?}"),
     };
@@ -250,15 +253,17 @@ pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) 
     }
     assert!(backend.release(&held_a.lock_id).unwrap());
     assert!(backend.release(&held_b.lock_id).unwrap());
-    let granted =
-        match backend.try_acquire_all(&keys, ttl, None, Line::WaitAt(&first, first_ticket)) {
-            Ok(Acquisitions::Acquired(leases)) => leases,
-            other => panic!("the first waiter was not granted the free keys: {other:?}"),
-        };
+    let granted = match backend
+        .try_acquire(&Request::all(&keys, ttl).line(Line::WaitAt(&first, first_ticket)))
+    {
+        Ok(Acquisitions::Acquired(leases)) => leases,
+        other => panic!("the first waiter was not granted the free keys: {other:?}"),
+    };
     for (lease, _) in granted {
         assert!(backend.release(&lease.lock_id).unwrap());
     }
-    match backend.try_acquire_all(&keys, ttl, None, Line::WaitAt(&second, second_ticket)) {
+    match backend.try_acquire(&Request::all(&keys, ttl).line(Line::WaitAt(&second, second_ticket)))
+    {
         Ok(Acquisitions::Acquired(leases)) => {
             for (lease, _) in leases {
                 assert!(backend.release(&lease.lock_id).unwrap());
@@ -268,7 +273,7 @@ pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) 
     }
     for key in [&a, &b] {
         assert!(
-            backend.line(key).unwrap().is_empty(),
+            backend.waiters(key, LeaseKind::Lock).unwrap().is_empty(),
             "a place left on {key}"
         );
     }
@@ -293,7 +298,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         }
     });
     wait_until("the set's waiter to stand in line", PATIENCE, || {
-        locker.backend().line(&a).unwrap().len() == 1
+        locker.backend().waiters(&a, LeaseKind::Lock).unwrap().len() == 1
     });
     let single = thread::spawn({
         let (locker, key, options) = (locker.clone(), a.clone(), waiting.clone());
@@ -305,7 +310,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         }
     });
     wait_until("the single waiter to stand behind it", PATIENCE, || {
-        locker.backend().line(&a).unwrap().len() == 2
+        locker.backend().waiters(&a, LeaseKind::Lock).unwrap().len() == 2
     });
     drop(held);
     let (set_fence, single_fence) = (set.join().unwrap(), single.join().unwrap());
@@ -322,7 +327,11 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         move || locker.lock_all_with(&keys, &options).map(drop)
     });
     wait_until("the set's waiter to stand in line", PATIENCE, || {
-        !locker.backend().line(&a).unwrap().is_empty()
+        !locker
+            .backend()
+            .waiters(&a, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
     });
     cancel.cancel();
     assert_eq!(
@@ -333,7 +342,11 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
     assert!(timed_out.unwrap().is_none());
     for key in [&a, &b] {
         assert!(
-            locker.backend().line(key).unwrap().is_empty(),
+            locker
+                .backend()
+                .waiters(key, LeaseKind::Lock)
+                .unwrap()
+                .is_empty(),
             "a waiter that gave up left a place on {key}"
         );
     }
