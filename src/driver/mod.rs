@@ -117,7 +117,7 @@
 //! assert!(toy.is_locked("job")?);
 //! assert!(toy.release(&lease.lock_id)?);
 //! assert!(toy.release("not a lock id").is_err()); // validated before the driver is called
-//! assert!(toy.acquire_shared("job", std::time::Duration::from_secs(5)).is_err()); // no shared mode
+//! assert!(toy.acquire_as("job", syncguard::Mode::Shared, std::time::Duration::from_secs(5)).is_err()); // no shared mode
 //! # Ok::<(), syncguard::LockError>(())
 //! ```
 
