@@ -30,7 +30,7 @@
 //! client's, so that clients' skew cannot reorder the line; `skew.rs`), and `holder` (string)
 //! when given). The TypeScript SyncGuard knows no line: its acquisitions pass it, and set the
 //! counter document whole, which clears it (the waiters take new places at their next
-//! attempt). The lock's shared holders ([`Driver::try_acquire_shared`]) are kept there too:
+//! attempt). The lock's shared holders ([`Mode::Shared`]) are kept there too:
 //! `readers`, a string holding a JSON array of objects `lockId`, `fence`, `expiresAtMs`,
 //! `acquiredAtMs` and `holder` (when given), at most [`MAX_READERS`] live ones (see
 //! `docs/firestore.md`); the TypeScript SyncGuard neither reads nor keeps it, and takes the lock
@@ -53,7 +53,7 @@
 //! or fences the other, and lock cleanups and listings never touch semaphore documents.
 //!
 //! [`make_storage_key`]: crate::driver::make_storage_key
-//! [`Driver::try_acquire_shared`]: crate::driver::Driver::try_acquire_shared
+//! [`Mode::Shared`]: crate::driver::Mode::Shared
 //!
 //! # Requests and atomicity
 //!
@@ -173,6 +173,7 @@ mod commit;
 mod counter_doc;
 mod document;
 mod driver;
+mod held;
 mod holders;
 mod line_doc;
 mod list;
@@ -184,7 +185,6 @@ mod rest;
 mod semaphore;
 mod semaphore_change;
 mod semaphore_doc;
-mod shared;
 mod skew;
 mod timestamp;
 mod transport;
