@@ -8,7 +8,10 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::driver::{Acquisition, Driver as _, Key, LeaseKind, Line, LockId, Permits, Ttl};
+use syncguard::driver::{
+    Acquisition, Driver as _, DriverExt as _, Find, Key, LeaseKind, Line, LockId, Mode, Permits,
+    Request, Ttl,
+};
 use syncguard::testing::support::wait_until;
 use syncguard::{
     AcquireOutcome, CancelToken, ErrorCode, Heartbeat, LockBackend, LockOptions, Locker,
@@ -31,7 +34,7 @@ fn assert_in_doubt_and_releasable(fault: Injected, timeout: std::time::Duration)
     assert!(!patient.is_locked(&key).unwrap());
     faulty.inject("commit", 1, fault);
     let (k, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
-    let err = within_a_minute(move || backend.try_acquire(&k, ttl, None, Line::Keep)).unwrap_err();
+    let err = within_a_minute(move || backend.acquire_one(&Request::one(&k, ttl))).unwrap_err();
     faulty.release_withheld();
     assert!(
         err.is_in_doubt(),
@@ -180,13 +183,13 @@ fn a_place_whose_answer_is_lost_is_one_place() {
     let held = backend.acquire(&key, TTL).unwrap().lease().unwrap();
     let place = LockId::generate();
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    let lost = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let lost = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     assert_eq!(faulty.pending(), 0, "the waiter wrote its place");
     let error = lost.unwrap_err();
     assert!(!error.is_in_doubt(), "a place is no lock: {error:?}");
     assert!(error.code().is_transient(), "{error:?}");
 
-    let again = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let again = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     assert_eq!(again.unwrap(), Acquisition::Locked);
     let line = shared_firestore_backend()
         .find_line(&checked, LeaseKind::Lock)
@@ -217,7 +220,11 @@ fn a_permit_place_whose_answer_is_lost_is_one_place() {
         .unwrap();
     let place = LockId::generate();
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    let answer = backend.try_acquire_permit(&checked, one, ttl, None, Line::Wait(&place));
+    let answer = backend.acquire_one(
+        &Request::one(&checked, ttl)
+            .mode(Mode::Permit(one))
+            .line(Line::Wait(&place)),
+    );
     assert_eq!(answer.unwrap(), Acquisition::Locked);
     assert_eq!(faulty.pending(), 0, "the waiter wrote its place");
     let line = shared_firestore_backend()
@@ -265,7 +272,7 @@ fn a_shared_acquisition_whose_answer_is_lost_answers_its_own_hold() {
         "the one commit, whose answer was lost"
     );
     let readers = shared_firestore_backend()
-        .find_shared(&Key::new(&key).unwrap())
+        .find(Find::Key(&Key::new(&key).unwrap(), LeaseKind::Shared))
         .unwrap();
     assert_eq!(readers.len(), 1, "{readers:?}");
     assert_eq!(readers[0].lock_id, lease.lock_id);

@@ -16,7 +16,8 @@ use crate::support::{
 };
 use serde_json::json;
 use syncguard::driver::{
-    Acquisition, Driver as _, Holder, Key, LeaseRef, Line, LockId, Permits, Ttl,
+    Acquisition, Driver as _, DriverExt as _, Find, Holder, Key, LeaseKind, LeaseRef, LockId, Mode,
+    Permits, Request, Ttl,
 };
 use syncguard::firestore::{FirestoreBackend, MAX_LIST_PAGES};
 use syncguard::testing::support::wait_until;
@@ -407,7 +408,11 @@ fn holders_are_listed_in_fence_order_with_their_descriptions() {
     let take = |holder: Option<&str>| {
         let holder = holder.map(|h| Holder::new(h).unwrap());
         match backend
-            .try_acquire_permit(&key, permits, ttl, holder.as_ref(), Line::Keep)
+            .acquire_one(
+                &Request::one(&key, ttl)
+                    .mode(Mode::Permit(permits))
+                    .holder(holder.as_ref()),
+            )
             .unwrap()
         {
             Acquisition::Acquired { lease, .. } => lease,
@@ -439,7 +444,7 @@ fn holders_are_listed_in_fence_order_with_their_descriptions() {
         ]
     );
     assert!(raw.iter().all(|r| r.key == key.as_str()));
-    let records = backend.find_permits(&key).unwrap();
+    let records = backend.find(Find::Key(&key, LeaseKind::Permit)).unwrap();
     assert!(records.windows(2).all(|w| w[0].fence < w[1].fence));
 }
 
