@@ -250,41 +250,11 @@ impl FirestoreBackend {
         })
     }
 
-    /// One lock's renewal (a guard's extension, a batch of one): with its version known, one
-    /// commit of the renewal conditioned on it; else, or when the document changed, the long
-    /// way.
-    fn extend_lock_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        if let Some((name, update_time, _)) = self.known(lease)? {
-            let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
-            let write = renewal_write(&name, expires_at_ms, &update_time);
-            match self.rest.commit_versions(vec![write]) {
-                Ok(Some(times)) => {
-                    return Ok(Outcome::Applied(Extension {
-                        expires_at_ms,
-                        version: times
-                            .first()
-                            .and_then(Option::as_deref)
-                            .map(|time| version_of(time, expires_at_ms)),
-                    }));
-                }
-                Ok(None) => {}
-                Err(error) if error.is_aborted() => {}
-                Err(error) => return Err(self.rest.lock_error(error)),
-            }
-        }
-        self.extend_by_lock_id(lease, ttl)
-    }
-
-    /// [`Driver::extend_leases`] for locks only.
+    /// [`Driver::extend_leases`] for locks only (a guard's renewal is a batch of one).
     fn extend_lock_leases(
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
     ) -> Vec<Result<Outcome<Extension>>> {
-        // One lease: a commit, as a guard's extension always was (a `batchWrite` of one would
-        // do the same in another request shape).
-        if let [(lease, ttl)] = leases {
-            return vec![self.extend_lock_lease(*lease, *ttl)];
-        }
         // Leases whose version is known go out as one batch write (each applied on its own,
         // with its own precondition); the rest, and those whose document changed, the long way.
         let mut answers: Vec<Option<Result<Outcome<Extension>>>> =

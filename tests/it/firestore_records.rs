@@ -228,13 +228,32 @@ fn a_guards_lease_on_a_record_turned_malformed_is_an_internal_error() {
             name,
             "a guard's renewal",
         );
-        // A batch of more than one goes as a `batchWrite` (a guard's renewal, a batch of
-        // one, as a commit): the lease twice.
-        let renewed = backend.extend_leases(&[(lease, ttl), (lease, ttl)]);
+        // A batch: beside a good lease, which is renewed.
+        let other = Key::new(&unique("malformed-guard-beside")).unwrap();
+        let Acquisition::Acquired {
+            lease: good,
+            version: good_version,
+        } = backend.acquire_one(&Request::one(&other, ttl)).unwrap()
+        else {
+            panic!("a fresh key is free");
+        };
+        let good_id = LockId::new(&good.lock_id).unwrap();
+        let beside = LeaseRef::new(&good_id)
+            .with_key(&other)
+            .with_version(good_version.as_ref());
+        let mut renewed = backend.extend_leases(&[(lease, ttl), (beside, ttl)]);
         assert_eq!(renewed.len(), 2, "{name}: one answer per lease");
-        for answer in renewed {
-            assert_not_a_record(answer, key.as_str(), name, "a batch renewal");
-        }
+        assert!(
+            matches!(renewed.pop(), Some(Ok(outcome)) if outcome.is_applied()),
+            "{name}: the good lease beside it is renewed"
+        );
+        assert_not_a_record(
+            renewed.pop().expect("one answer"),
+            key.as_str(),
+            name,
+            "a batch renewal",
+        );
+        assert!(backend.release(&good.lock_id).unwrap());
         assert_not_a_record(
             backend.release_lease(lease),
             key.as_str(),
