@@ -322,7 +322,7 @@ fn a_typescript_acquisition_passes_the_line() {
     let place = LockId::generate();
     let wait = || backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     assert_eq!(wait().unwrap(), Acquisition::Locked);
-    assert_eq!(backend.line(&key).unwrap().len(), 1);
+    assert_eq!(backend.waiters(&key, LeaseKind::Lock).unwrap().len(), 1);
     assert!(backend.release(&held.lock_id).unwrap());
 
     let lock_id = generate_lock_id();
@@ -335,12 +335,12 @@ fn a_typescript_acquisition_passes_the_line() {
         30_000,
     );
     assert!(
-        backend.line(&key).unwrap().is_empty(),
+        backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty(),
         "the line was cleared"
     );
     assert_eq!(wait().unwrap(), Acquisition::Locked);
     assert_eq!(
-        backend.line(&key).unwrap().len(),
+        backend.waiters(&key, LeaseKind::Lock).unwrap().len(),
         1,
         "the waiter is back in line"
     );
@@ -349,7 +349,7 @@ fn a_typescript_acquisition_passes_the_line() {
         panic!("the first in line takes the free key");
     };
     assert_eq!(lease.fence.value(), held.fence.value() + 2);
-    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
@@ -565,7 +565,7 @@ fn the_line_is_stored_with_the_fence_counter_and_costs_nothing_uncontended() {
             .unwrap()
     });
     assert_eq!(leave, 2, "leaving");
-    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
     assert_eq!(
         counter().unwrap()["fields"]["lineTicket"],
         json!({ "integerValue": "2" })
@@ -619,7 +619,7 @@ fn a_refused_waiter_is_told_its_place_in_line() {
             backend.leave_line(&key, line, place).unwrap();
         }
         let released = match mode {
-            Mode::Permit(_) => backend.release_permit(key.as_str(), &lease.lock_id),
+            Mode::Permit(_) => backend.release_as(key.as_str(), LeaseKind::Permit, &lease.lock_id),
             Mode::Exclusive | Mode::Shared => backend.release(&lease.lock_id),
         };
         assert!(released.unwrap(), "{mode:?}");
@@ -787,7 +787,11 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
 
     for lease in [&first, &second] {
         let before = backend.stats().requests;
-        assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Shared, &lease.lock_id)
+                .unwrap()
+        );
         assert_eq!(backend.stats().requests - before, 2, "a reader's release");
     }
     assert!(

@@ -122,7 +122,13 @@ fn a_refused_waiter_writes_its_place_and_nothing_else() {
     let Acquisitions::Acquired(leases) = granted else {
         panic!("the first in line is granted once the key is free");
     };
-    assert!(direct.line(&names[1]).unwrap().is_empty(), "its place left");
+    assert!(
+        direct
+            .waiters(&names[1], LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
+        "its place left"
+    );
     for (lease, _) in &leases {
         assert!(direct.release(&lease.lock_id).unwrap());
     }
@@ -307,7 +313,11 @@ fn a_semaphore_waiter_with_a_ticket_takes_its_place() {
     let Acquisition::Acquired { lease, .. } = held else {
         panic!("a free semaphore gives its permit");
     };
-    assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+            .unwrap()
+    );
 }
 
 /// Issue 40, item 1: a set's refused attempt was applied but its answer lost, so the waiter

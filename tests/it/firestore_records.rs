@@ -14,7 +14,7 @@ use syncguard::driver::{
     generate_lock_id,
 };
 use syncguard::firestore::FirestoreBackend;
-use syncguard::{ErrorCode, LockBackend, Lookup};
+use syncguard::{ErrorCode, LeaseKind, LockBackend, Lookup};
 
 use crate::support::{
     TTL, assert_honours_a_foreign_lock, raw_document, shared_firestore_backend, unique,
@@ -179,10 +179,15 @@ fn records_that_are_not_syncguard_locks_are_internal_errors_everywhere() {
         // A listing finds documents by their `key` string: those it finds, it reports.
         match fields["key"].get("stringValue").and_then(Value::as_str) {
             Some(stored) if stored.starts_with(key.as_str()) => {
-                assert_not_a_record(backend.list(&key, 10), stored, name, "list");
+                assert_not_a_record(
+                    backend.list(&key, LeaseKind::Lock, 10),
+                    stored,
+                    name,
+                    "list",
+                );
             }
             _ => {
-                let listed = backend.list(&key, 10).unwrap();
+                let listed = backend.list(&key, LeaseKind::Lock, 10).unwrap();
                 assert!(listed.locks.is_empty(), "{name}: list: {listed:?}");
             }
         }

@@ -83,6 +83,17 @@ impl FirestoreEmulator {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// A backend on this emulator (its own connections, as another process has), whose
+    /// request timeout is a [`PATIENT`] hang guard.
+    pub fn backend(&self) -> FirestoreBackend {
+        FirestoreBackend::builder()
+            .project(FIRESTORE_PROJECT)
+            .emulator_host(self.host())
+            .timeout(PATIENT)
+            .build()
+            .expect("a Firestore backend for the emulator")
+    }
+
     /// Documents endpoint of the test project, for looking at what syncguard stored.
     pub fn documents_url(&self) -> String {
         format!(
