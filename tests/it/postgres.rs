@@ -16,7 +16,7 @@ use crate::support::{
 };
 use syncguard::driver::{Driver, Key, LeaseRef, LockId, Ttl, generate_lock_id, make_storage_key};
 use syncguard::postgres::{PostgresBackend, TableNames, setup_schema};
-use syncguard::{AcquireOutcome, ErrorCode, Fence, LockBackend, Lookup};
+use syncguard::{AcquireOutcome, ErrorCode, Fence, LeaseKind, LockBackend, Lookup};
 
 syncguard::backend_contract!(shared_postgres_backend);
 syncguard::guard_contract!(shared_postgres_backend);
@@ -1205,7 +1205,7 @@ fn setup_schema_beside_running_locks_deadlocks_nothing() {
                             let _ = renewed?;
                         }
                         backend.lookup(Lookup::Key(key))?;
-                        backend.list("ddl-", 10)?;
+                        backend.list("ddl-", LeaseKind::Lock, 10)?;
                         backend.release(&lease.lock_id).map(drop)
                     });
                     if let Err(error) = result {

@@ -11,7 +11,7 @@ use crate::support::{
 };
 use syncguard::driver::{Driver, LeaseRef, LockId, Ttl, generate_lock_id};
 use syncguard::postgres::PostgresBackend;
-use syncguard::{ErrorCode, LockBackend, LockError, Lookup};
+use syncguard::{ErrorCode, LeaseKind, LockBackend, LockError, Lookup};
 
 /// A lowercase suffix for names of roles, schemas and applications that no other test uses.
 fn suffix() -> String {
@@ -229,7 +229,9 @@ fn rows_that_are_not_syncguard_records_are_internal_errors_everywhere() {
             ),
             (
                 "list by its key as prefix",
-                backend.list(&key, 10).map(|l| format!("{l:?}")),
+                backend
+                    .list(&key, LeaseKind::Lock, 10)
+                    .map(|l| format!("{l:?}")),
             ),
         ];
         if let Ok(id) = LockId::new(&lock_id) {

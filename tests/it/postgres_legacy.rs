@@ -97,15 +97,30 @@ fn shared_holds_are_refused_until_setup(made: Made) {
     let key = unique("legacy-shared");
     let held = lease_held_by(&backend, &key, "nightly job");
     let ((), _) = capture(|| {
-        assert_refused_naming(backend.acquire_shared(&key, TTL).unwrap_err(), "shared");
-        assert_refused_naming(backend.readers(&key).unwrap_err(), "shared");
-        assert_refused_naming(backend.list_shared(&key, 10).unwrap_err(), "shared");
         assert_refused_naming(
-            backend.release_shared(&key, &held.lock_id).unwrap_err(),
+            backend
+                .acquire_as(&key, syncguard::Mode::Shared, TTL)
+                .unwrap_err(),
             "shared",
         );
         assert_refused_naming(
-            backend.extend_shared(&key, &held.lock_id, TTL).unwrap_err(),
+            backend.holders(&key, LeaseKind::Shared).unwrap_err(),
+            "shared",
+        );
+        assert_refused_naming(
+            backend.list(&key, LeaseKind::Shared, 10).unwrap_err(),
+            "shared",
+        );
+        assert_refused_naming(
+            backend
+                .release_as(&key, LeaseKind::Shared, &held.lock_id)
+                .unwrap_err(),
+            "shared",
+        );
+        assert_refused_naming(
+            backend
+                .extend_as(&key, LeaseKind::Shared, &held.lock_id, TTL)
+                .unwrap_err(),
             "shared",
         );
     });
@@ -116,14 +131,18 @@ fn shared_holds_are_refused_until_setup(made: Made) {
     assert!(backend.release(&again.lock_id).unwrap());
 
     backend.setup_schema().unwrap();
-    let reader = lease(backend.acquire_shared(&key, TTL));
-    assert_eq!(backend.readers(&key).unwrap().len(), 1);
+    let reader = lease(backend.acquire_as(&key, syncguard::Mode::Shared, TTL));
+    assert_eq!(backend.holders(&key, LeaseKind::Shared).unwrap().len(), 1);
     assert_eq!(
         backend.acquire(&key, TTL).unwrap(),
         syncguard::AcquireOutcome::Locked,
         "a reader keeps the writer out"
     );
-    assert!(backend.release_shared(&key, &reader.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &reader.lock_id)
+            .unwrap()
+    );
     let writer = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&writer.lock_id).unwrap());
     drop_tables(&tables);
@@ -151,22 +170,30 @@ fn reads_work_and_setup_brings_the_rest(made: Made) {
         Some(by_key.clone())
     );
     assert_eq!(by_key.fence, held.fence);
-    let listed = backend.list(&key, 10).unwrap();
+    let listed = backend.list(&key, LeaseKind::Lock, 10).unwrap();
     assert_eq!(listed.locks, vec![by_key]);
     assert!(backend.is_locked(&key).unwrap());
 
-    assert_says_run_setup(backend.acquire_permit(&key, 2, TTL).unwrap_err());
-    assert_says_run_setup(backend.permit_holders(&key).unwrap_err());
-    assert_says_run_setup(backend.permit_holders_raw(&key).unwrap_err());
-    assert_says_run_setup(backend.list_permits(&key, 10).unwrap_err());
+    assert_says_run_setup(
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(2).unwrap(), TTL)
+            .unwrap_err(),
+    );
+    assert_says_run_setup(backend.holders(&key, LeaseKind::Permit).unwrap_err());
+    assert_says_run_setup(backend.holders_raw(&key, LeaseKind::Permit).unwrap_err());
+    assert_says_run_setup(backend.list(&key, LeaseKind::Permit, 10).unwrap_err());
     // The refusals switched nothing: the lock goes on as before.
     assert!(backend.extend(&held.lock_id, TTL).unwrap().is_some());
     assert!(backend.release(&held.lock_id).unwrap());
 
     backend.setup_schema().unwrap();
-    let permit = lease(backend.acquire_permit(&key, 2, TTL));
-    assert_eq!(backend.permit_holders(&key).unwrap().len(), 1);
-    assert!(backend.release_permit(&key, &permit.lock_id).unwrap());
+    let permit = lease(backend.acquire_as(&key, syncguard::Mode::permits(2).unwrap(), TTL));
+    assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 1);
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &permit.lock_id)
+            .unwrap()
+    );
     let held = lease_held_by(&backend, &key, "nightly job");
     let info = syncguard::get_by_key(&backend, &key).unwrap().unwrap();
     assert_eq!(info.holder.as_deref(), Some("nightly job"));

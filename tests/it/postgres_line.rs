@@ -119,7 +119,7 @@ fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) 
     let checked = Key::new(&key).unwrap();
     let one = Permits::new(1).unwrap();
     let held_lock = lease(backend.acquire(&key, TTL));
-    let held_permit = lease(backend.acquire_permit(&key, 1, TTL));
+    let held_permit = lease(backend.acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL));
     let place = LockId::generate();
     assert_eq!(wait(&backend, &key, &place), Acquisition::Locked);
     let in_permit_line = backend.acquire_one(
@@ -142,7 +142,11 @@ fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) 
         .unwrap();
     assert_eq!(stored_places(&backend, &key, "permit"), []);
     assert!(backend.release(&held_lock.lock_id).unwrap());
-    assert!(backend.release_permit(&key, &held_permit.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held_permit.lock_id)
+            .unwrap()
+    );
 }
 
 /// `position` (issue 41), in every mode: three waiters in line behind a holder are told 0, 1
@@ -155,7 +159,9 @@ fn a_refused_waiter_is_told_its_position(backend: fn() -> PostgresBackend) {
         let name = unique("line-position");
         let key = Key::new(&name).unwrap();
         let held = match mode {
-            Mode::Permit(_) => lease(backend.acquire_permit(&name, 1, TTL)),
+            Mode::Permit(_) => {
+                lease(backend.acquire_as(&name, syncguard::Mode::permits(1).unwrap(), TTL))
+            }
             Mode::Exclusive | Mode::Shared => lease(backend.acquire(&name, TTL)),
         };
         let asked = Request::one(&key, ttl()).mode(mode);
@@ -180,7 +186,11 @@ fn a_refused_waiter_is_told_its_position(backend: fn() -> PostgresBackend) {
             backend.leave_line(&key, line, place).unwrap();
         }
         match mode {
-            Mode::Permit(_) => assert!(backend.release_permit(&name, &held.lock_id).unwrap()),
+            Mode::Permit(_) => assert!(
+                backend
+                    .release_as(&name, LeaseKind::Permit, &held.lock_id)
+                    .unwrap()
+            ),
             Mode::Exclusive | Mode::Shared => assert!(backend.release(&held.lock_id).unwrap()),
         }
     }

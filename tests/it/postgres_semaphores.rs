@@ -43,7 +43,7 @@ support::postgres_both_ways!(
 /// The lease of a permit acquisition that must succeed.
 #[track_caller]
 fn permit(backend: &dyn LockBackend, key: &str, permits: u32, ttl: Duration) -> syncguard::Lease {
-    lease(backend.acquire_permit(key, permits, ttl))
+    lease(backend.acquire_as(key, syncguard::Mode::permits(permits).unwrap(), ttl))
 }
 
 /// Waits (at most a minute) until `done` holds, checking every 50 ms.
@@ -71,7 +71,10 @@ fn never_more_than_n_live_holders(connect: fn() -> PostgresBackend) {
             thread::spawn(move || {
                 let mut granted = 0;
                 for _ in 0..25 {
-                    match backend.acquire_permit(&key, N as u32, TTL).unwrap() {
+                    match backend
+                        .acquire_as(&key, syncguard::Mode::permits(N as u32).unwrap(), TTL)
+                        .unwrap()
+                    {
                         AcquireOutcome::Acquired(lease) => {
                             granted += 1;
                             let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
@@ -80,7 +83,11 @@ fn never_more_than_n_live_holders(connect: fn() -> PostgresBackend) {
                             // Hold a moment so that holders overlap.
                             thread::sleep(Duration::from_millis(5));
                             inside.fetch_sub(1, Ordering::SeqCst);
-                            assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+                            assert!(
+                                backend
+                                    .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+                                    .unwrap()
+                            );
                         }
                         AcquireOutcome::Locked => thread::yield_now(),
                     }
@@ -98,7 +105,12 @@ fn never_more_than_n_live_holders(connect: fn() -> PostgresBackend) {
     fences.sort_unstable();
     fences.dedup();
     assert_eq!(fences.len(), issued, "a permit fence was issued twice");
-    assert!(backends[0].permit_holders(&key).unwrap().is_empty());
+    assert!(
+        backends[0]
+            .holders(&key, LeaseKind::Permit)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 fn fences_grow_per_semaphore_apart_from_the_lock(connect: fn() -> PostgresBackend) {
@@ -113,7 +125,11 @@ fn fences_grow_per_semaphore_apart_from_the_lock(connect: fn() -> PostgresBacken
         assert_eq!(held.fence.value(), round, "permit {round}");
         assert!(held.fence.value() > last);
         last = held.fence.value();
-        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Permit, &held.lock_id)
+                .unwrap()
+        );
     }
     assert!(backend.release(&lock.lock_id).unwrap());
     // The lock's counter did not move for the permits, nor the semaphore's for the lock.
@@ -134,20 +150,32 @@ fn the_lock_and_the_semaphore_on_a_key_are_apart(connect: fn() -> PostgresBacken
     assert!(!backend.is_locked(&key).unwrap());
     let lock = lease(backend.acquire(&key, TTL));
     assert!(matches!(
-        backend.acquire_permit(&key, 1, TTL).unwrap(),
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL)
+            .unwrap(),
         AcquireOutcome::Locked
     ));
     // Neither's lock id releases or extends the other.
     assert!(!backend.release(&held.lock_id).unwrap());
-    assert!(!backend.release_permit(&key, &lock.lock_id).unwrap());
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &lock.lock_id)
+            .unwrap()
+    );
     assert_eq!(
-        backend.extend_permit(&key, &lock.lock_id, TTL).unwrap(),
+        backend
+            .extend_as(&key, LeaseKind::Permit, &lock.lock_id, TTL)
+            .unwrap(),
         None
     );
     assert!(backend.release(&lock.lock_id).unwrap());
-    assert_eq!(backend.permit_holders(&key).unwrap().len(), 1);
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 1);
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
     let lock = lease(backend.acquire(&key, TTL));
     assert!(backend.is_locked(&key).unwrap());
     assert!(backend.release(&lock.lock_id).unwrap());
@@ -159,13 +187,18 @@ fn expired_permits_are_reclaimed_by_the_next_acquire(connect: fn() -> PostgresBa
     let short = Duration::from_millis(100);
     let first = permit(&backend, &key, 1, short);
     assert!(matches!(
-        backend.acquire_permit(&key, 1, TTL).unwrap(),
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL)
+            .unwrap(),
         AcquireOutcome::Locked
     ));
     // Free once past its expiry and the tolerance, as the server's clock judges it.
     let mut second = None;
     wait_until("the expired permit to be reclaimed", || {
-        match backend.acquire_permit(&key, 1, TTL).unwrap() {
+        match backend
+            .acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL)
+            .unwrap()
+        {
             AcquireOutcome::Acquired(lease) => second = Some(lease),
             AcquireOutcome::Locked => {}
         }
@@ -183,24 +216,46 @@ fn expired_permits_are_reclaimed_by_the_next_acquire(connect: fn() -> PostgresBa
         .unwrap()
         .get(0);
     assert_eq!(rows, 1);
-    assert!(!backend.release_permit(&key, &first.lock_id).unwrap());
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &first.lock_id)
+            .unwrap()
+    );
     assert_eq!(
-        backend.extend_permit(&key, &first.lock_id, TTL).unwrap(),
+        backend
+            .extend_as(&key, LeaseKind::Permit, &first.lock_id, TTL)
+            .unwrap(),
         None
     );
-    assert!(backend.release_permit(&key, &second.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &second.lock_id)
+            .unwrap()
+    );
 }
 
 fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
     let backend = connect();
     let key = unique("sem-idempotent");
     let held = permit(&backend, &key, 2, TTL);
-    let extended = backend.extend_permit(&key, &held.lock_id, TTL).unwrap();
+    let extended = backend
+        .extend_as(&key, LeaseKind::Permit, &held.lock_id, TTL)
+        .unwrap();
     assert!(extended.is_some_and(|at| at >= held.expires_at_ms));
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
-    assert!(!backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
     assert_eq!(
-        backend.extend_permit(&key, &held.lock_id, TTL).unwrap(),
+        backend
+            .extend_as(&key, LeaseKind::Permit, &held.lock_id, TTL)
+            .unwrap(),
         None
     );
     // Expired: reported once, removed, never resurrected.
@@ -211,7 +266,10 @@ fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
         permit(&backend, key.as_str(), 2, short.as_duration()),
     );
     wait_until("both permits to expire", || {
-        backend.permit_holders(key.as_str()).unwrap().is_empty()
+        backend
+            .holders(key.as_str(), LeaseKind::Permit)
+            .unwrap()
+            .is_empty()
     });
     let (first_id, second_id) = (
         LockId::new(&first.lock_id).unwrap(),
@@ -252,7 +310,12 @@ fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
             .unwrap(),
         Outcome::NotFound
     );
-    assert!(backend.permit_holders(key.as_str()).unwrap().is_empty());
+    assert!(
+        backend
+            .holders(key.as_str(), LeaseKind::Permit)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 fn a_mixed_batch_renewal_answers_each_lease(connect: fn() -> PostgresBackend) {
@@ -273,11 +336,11 @@ fn a_mixed_batch_renewal_answers_each_lease(connect: fn() -> PostgresBackend) {
     assert!(outsider.release(&locks[1].lock_id).unwrap());
     assert!(
         outsider
-            .release_permit(&key_a, &permits[1].lock_id)
+            .release_as(&key_a, LeaseKind::Permit, &permits[1].lock_id)
             .unwrap()
     );
     wait_until("the short permit to expire", || {
-        outsider.permit_holders(&key_b).unwrap().len() == 1
+        outsider.holders(&key_b, LeaseKind::Permit).unwrap().len() == 1
     });
     let (key_a, key_b) = (Key::new(&key_a).unwrap(), Key::new(&key_b).unwrap());
     let ids: Vec<LockId> = [
@@ -339,12 +402,12 @@ fn a_mixed_batch_renewal_answers_each_lease(connect: fn() -> PostgresBackend) {
     assert!(backend.release(&locks[0].lock_id).unwrap());
     assert!(
         backend
-            .release_permit(key_a.as_str(), &permits[0].lock_id)
+            .release_as(key_a.as_str(), LeaseKind::Permit, &permits[0].lock_id)
             .unwrap()
     );
     assert!(
         backend
-            .release_permit(key_b.as_str(), &permits[2].lock_id)
+            .release_as(key_b.as_str(), LeaseKind::Permit, &permits[2].lock_id)
             .unwrap()
     );
 }
@@ -357,17 +420,25 @@ fn each_acquisition_is_judged_by_its_own_n(connect: fn() -> PostgresBackend) {
         permit(&backend, &key, 2, TTL),
     ];
     assert!(matches!(
-        backend.acquire_permit(&key, 2, TTL).unwrap(),
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(2).unwrap(), TTL)
+            .unwrap(),
         AcquireOutcome::Locked
     ));
     let third = permit(&backend, &key, 5, TTL);
     assert!(matches!(
-        backend.acquire_permit(&key, 3, TTL).unwrap(),
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(3).unwrap(), TTL)
+            .unwrap(),
         AcquireOutcome::Locked
     ));
-    assert_eq!(backend.permit_holders(&key).unwrap().len(), 3);
+    assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 3);
     for lease in held.iter().chain([&third]) {
-        assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+                .unwrap()
+        );
     }
 }
 
@@ -398,12 +469,12 @@ fn holders_come_in_fence_order_with_their_description(connect: fn() -> PostgresB
         assert_eq!(record.holder.as_deref(), description);
     }
     assert!(found.windows(2).all(|w| w[0].fence < w[1].fence));
-    let infos = backend.permit_holders(key.as_str()).unwrap();
+    let infos = backend.holders(key.as_str(), LeaseKind::Permit).unwrap();
     assert_eq!(infos[0].holder.as_deref(), Some("worker a"));
     for lease in &granted {
         assert!(
             backend
-                .release_permit(key.as_str(), &lease.lock_id)
+                .release_as(key.as_str(), LeaseKind::Permit, &lease.lock_id)
                 .unwrap()
         );
     }
@@ -502,13 +573,13 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
     for (key, lease) in &held {
         assert!(
             backend
-                .release_permit(key.as_str(), &lease.lock_id)
+                .release_as(key.as_str(), LeaseKind::Permit, &lease.lock_id)
                 .unwrap()
         );
     }
     assert!(
         !backend
-            .release_permit(&expired_key, &expired.lock_id)
+            .release_as(&expired_key, LeaseKind::Permit, &expired.lock_id)
             .unwrap()
     );
 }
@@ -527,7 +598,7 @@ fn a_repeated_permit_acquisition_answers_the_first_ones_permit(upstream: u16) {
     for n in [1, 2] {
         let key = unique(&format!("sem-repeat-{n}"));
         // The pool's connection is open before the answer to lose is chosen.
-        assert!(backend.permit_holders(&key).unwrap().is_empty());
+        assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
         let cuts = proxy.answers_cut();
         proxy.cut_answer_to(b"_pacquire_v");
         let held = permit(&backend, &key, n, TTL);
@@ -547,11 +618,19 @@ fn a_repeated_permit_acquisition_answers_the_first_ones_permit(upstream: u16) {
             [(held.lock_id.clone(), held.fence.to_string())],
             "N={n}: one permit row, the one answered"
         );
-        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Permit, &held.lock_id)
+                .unwrap()
+        );
         // No orphan holds the semaphore: its one permit (or both) are free again.
         let next = permit(&other, &key, 1, TTL);
         assert_eq!(next.fence.value(), 2, "N={n}: no fence was drawn twice");
-        assert!(other.release_permit(&key, &next.lock_id).unwrap());
+        assert!(
+            other
+                .release_as(&key, LeaseKind::Permit, &next.lock_id)
+                .unwrap()
+        );
     }
 }
 
@@ -598,7 +677,11 @@ fn expired_permits_of_keys_never_used_again_are_deleted() {
             rows("syncguard_locks_permits")
         );
         let held = permit(&backend, &busy, 1, TTL);
-        assert!(backend.release_permit(&busy, &held.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&busy, LeaseKind::Permit, &held.lock_id)
+                .unwrap()
+        );
         acquisitions += 1;
     }
     assert_eq!(rows("syncguard_locks_semaphores"), KEYS);
@@ -621,7 +704,9 @@ fn a_bad_number_of_permits_is_refused_before_any_io() {
     let key = unique("sem-bad-n");
     for bad in [0, 1001, u32::MAX] {
         let started = Instant::now();
-        let error = backend.acquire_permit(&key, bad, TTL).unwrap_err();
+        let error = backend
+            .acquire_as(&key, syncguard::Mode::permits(bad).unwrap(), TTL)
+            .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
         assert!(
             started.elapsed() < BRISK,
@@ -629,7 +714,9 @@ fn a_bad_number_of_permits_is_refused_before_any_io() {
         );
     }
     // The black hole does swallow calls that get that far.
-    let error = backend.acquire_permit(&key, 1, TTL).unwrap_err();
+    let error = backend
+        .acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL)
+        .unwrap_err();
     assert_ne!(error.code(), ErrorCode::InvalidArgument, "{error}");
 }
 
@@ -652,7 +739,11 @@ fn a_permit_release_wakes_watchers() {
     // one is heard.
     wait_until("a permit release to be announced", || {
         let held = permit(&backend, &key, 2, TTL);
-        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Permit, &held.lock_id)
+                .unwrap()
+        );
         let deadline = Instant::now() + Duration::from_secs(1);
         while Instant::now() < deadline {
             if heard.lock().unwrap().contains(&key) {
@@ -702,7 +793,11 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     }
     let key = unique("sem-setup");
     let held = permit(&backend, &key, 1, TTL);
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
 
     // Without the semaphore functions (tables of an older syncguard): refused, saying to run
     // setup.
@@ -716,23 +811,39 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
         assert!(error.message().contains("syncguard setup"), "{error}");
     };
-    run_setup(backend.acquire_permit(&key, 1, TTL).unwrap_err());
-    run_setup(backend.permit_holders(&key).unwrap_err());
-    run_setup(backend.list_permits(&key, 10).unwrap_err());
+    run_setup(
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL)
+            .unwrap_err(),
+    );
+    run_setup(backend.holders(&key, LeaseKind::Permit).unwrap_err());
+    run_setup(backend.list(&key, LeaseKind::Permit, 10).unwrap_err());
     // Locks still go through their functions.
     let lock = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&lock.lock_id).unwrap());
     // setup_schema notices what is missing and installs it again.
     backend.setup_schema().unwrap();
     let held = permit(&backend, &key, 1, TTL);
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
 
     // Without the permit table (functions left in place): the same refusal.
     client
         .batch_execute(&format!("DROP TABLE {locks}_permits"))
         .unwrap();
-    run_setup(backend.acquire_permit(&key, 1, TTL).unwrap_err());
-    run_setup(backend.release_permit(&key, &held.lock_id).unwrap_err());
+    run_setup(
+        backend
+            .acquire_as(&key, syncguard::Mode::permits(1).unwrap(), TTL)
+            .unwrap_err(),
+    );
+    run_setup(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap_err(),
+    );
     backend.setup_schema().unwrap();
     for (name, present) in semaphore_objects(&mut client, &locks) {
         assert!(present, "{name} missing after the second setup");

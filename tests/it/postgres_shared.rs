@@ -4,7 +4,7 @@
 //! answer is one hold. (The shipped contracts run in `postgres.rs` and `pgbouncer.rs`.)
 
 use crate::support::{self, TTL, lease, shared_postgres, shared_postgres_backend, unique};
-use syncguard::{AcquireOutcome, LockBackend};
+use syncguard::{AcquireOutcome, LeaseKind, LockBackend};
 
 /// The (lock id, fence) of every row of the shared table under `key`, live or not.
 fn reader_rows(backend: &syncguard::postgres::PostgresBackend, key: &str) -> Vec<(String, String)> {
@@ -30,10 +30,10 @@ fn a_repeated_shared_acquisition_answers_the_first_ones_hold(upstream: u16) {
     let other = shared_postgres_backend();
     let key = unique("shared-repeat");
     // The pool's connection is open before the answer to lose is chosen.
-    assert!(backend.readers(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Shared).unwrap().is_empty());
     let cuts = proxy.answers_cut();
     proxy.cut_answer_to(b"_sacquire_v");
-    let held = lease(backend.acquire_shared(&key, TTL));
+    let held = lease(backend.acquire_as(&key, syncguard::Mode::Shared, TTL));
     assert_eq!(proxy.answers_cut(), cuts + 1, "an answer was lost");
     assert_eq!(held.fence.value(), 1, "the first call's fence");
     assert_eq!(
@@ -41,7 +41,11 @@ fn a_repeated_shared_acquisition_answers_the_first_ones_hold(upstream: u16) {
         [(held.lock_id.clone(), held.fence.to_string())],
         "one reader row, the one answered"
     );
-    assert!(backend.release_shared(&key, &held.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &held.lock_id)
+            .unwrap()
+    );
     let writer = lease(other.acquire(&key, TTL));
     assert_eq!(writer.fence.value(), 2, "no fence was drawn twice");
     assert!(other.release(&writer.lock_id).unwrap());
@@ -59,8 +63,8 @@ support::postgres_both_ways!(
 fn an_expired_reader_is_reclaimed_and_never_counted() {
     let backend = shared_postgres_backend();
     let key = unique("shared-expiry");
-    let dead = lease(backend.acquire_shared(&key, TTL));
-    let live = lease(backend.acquire_shared(&key, TTL));
+    let dead = lease(backend.acquire_as(&key, syncguard::Mode::Shared, TTL));
+    let live = lease(backend.acquire_as(&key, syncguard::Mode::Shared, TTL));
     shared_postgres()
         .client()
         .execute(
@@ -69,22 +73,24 @@ fn an_expired_reader_is_reclaimed_and_never_counted() {
             &[&backend.storage_key(&key).unwrap(), &dead.lock_id],
         )
         .unwrap();
-    let readers = backend.readers_raw(&key).unwrap();
+    let readers = backend.holders_raw(&key, LeaseKind::Shared).unwrap();
     assert_eq!(readers.len(), 1, "{readers:?}");
     assert_eq!(readers[0].lock_id, live.lock_id);
     assert_eq!(backend.acquire(&key, TTL).unwrap(), AcquireOutcome::Locked);
     assert!(
         backend
-            .extend_shared(&key, &live.lock_id, TTL)
+            .extend_as(&key, LeaseKind::Shared, &live.lock_id, TTL)
             .unwrap()
             .is_some()
     );
     assert_eq!(
-        backend.extend_shared(&key, &dead.lock_id, TTL).unwrap(),
+        backend
+            .extend_as(&key, LeaseKind::Shared, &dead.lock_id, TTL)
+            .unwrap(),
         None
     );
 
-    let third = lease(backend.acquire_shared(&key, TTL));
+    let third = lease(backend.acquire_as(&key, syncguard::Mode::Shared, TTL));
     let rows: Vec<String> = reader_rows(&backend, &key)
         .into_iter()
         .map(|r| r.0)
@@ -94,8 +100,16 @@ fn an_expired_reader_is_reclaimed_and_never_counted() {
         [live.lock_id.clone(), third.lock_id.clone()],
         "the expired row is gone"
     );
-    assert!(backend.release_shared(&key, &live.lock_id).unwrap());
-    assert!(backend.release_shared(&key, &third.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &live.lock_id)
+            .unwrap()
+    );
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &third.lock_id)
+            .unwrap()
+    );
     let writer = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&writer.lock_id).unwrap());
 }
