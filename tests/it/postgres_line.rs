@@ -142,11 +142,8 @@ fn a_keys_lock_and_semaphore_have_a_line_each(backend: fn() -> PostgresBackend) 
         .unwrap();
     assert_eq!(stored_places(&backend, &key, "permit"), []);
     assert!(backend.release(&held_lock.lock_id).unwrap());
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held_permit.lock_id)
-            .unwrap()
-    );
+    let released = backend.release_as(&key, LeaseKind::Permit, &held_permit.lock_id);
+    assert!(released.unwrap());
 }
 
 /// `position` (issue 41), in every mode: three waiters in line behind a holder are told 0, 1

@@ -46,6 +46,12 @@ fn permit(backend: &dyn LockBackend, key: &str, permits: u32, ttl: Duration) -> 
     lease(backend.acquire_as(key, syncguard::Mode::permits(permits).unwrap(), ttl))
 }
 
+/// Gives back the permit of `key` held under `lock_id`: whether this call removed it.
+#[track_caller]
+fn release(backend: &(impl LockBackend + ?Sized), key: &str, lock_id: &str) -> bool {
+    backend.release_as(key, LeaseKind::Permit, lock_id).unwrap()
+}
+
 /// Waits (at most a minute) until `done` holds, checking every 50 ms.
 #[track_caller]
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -83,11 +89,7 @@ fn never_more_than_n_live_holders(connect: fn() -> PostgresBackend) {
                             // Hold a moment so that holders overlap.
                             thread::sleep(Duration::from_millis(5));
                             inside.fetch_sub(1, Ordering::SeqCst);
-                            assert!(
-                                backend
-                                    .release_as(&key, LeaseKind::Permit, &lease.lock_id)
-                                    .unwrap()
-                            );
+                            assert!(release(&backend, &key, &lease.lock_id));
                         }
                         AcquireOutcome::Locked => thread::yield_now(),
                     }
@@ -125,11 +127,7 @@ fn fences_grow_per_semaphore_apart_from_the_lock(connect: fn() -> PostgresBacken
         assert_eq!(held.fence.value(), round, "permit {round}");
         assert!(held.fence.value() > last);
         last = held.fence.value();
-        assert!(
-            backend
-                .release_as(&key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, &key, &held.lock_id));
     }
     assert!(backend.release(&lock.lock_id).unwrap());
     // The lock's counter did not move for the permits, nor the semaphore's for the lock.
@@ -157,11 +155,7 @@ fn the_lock_and_the_semaphore_on_a_key_are_apart(connect: fn() -> PostgresBacken
     ));
     // Neither's lock id releases or extends the other.
     assert!(!backend.release(&held.lock_id).unwrap());
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Permit, &lock.lock_id)
-            .unwrap()
-    );
+    assert!(!release(&backend, &key, &lock.lock_id));
     assert_eq!(
         backend
             .extend_as(&key, LeaseKind::Permit, &lock.lock_id, TTL)
@@ -170,11 +164,7 @@ fn the_lock_and_the_semaphore_on_a_key_are_apart(connect: fn() -> PostgresBacken
     );
     assert!(backend.release(&lock.lock_id).unwrap());
     assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 1);
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release(&backend, &key, &held.lock_id));
     assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
     let lock = lease(backend.acquire(&key, TTL));
     assert!(backend.is_locked(&key).unwrap());
@@ -216,22 +206,14 @@ fn expired_permits_are_reclaimed_by_the_next_acquire(connect: fn() -> PostgresBa
         .unwrap()
         .get(0);
     assert_eq!(rows, 1);
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Permit, &first.lock_id)
-            .unwrap()
-    );
+    assert!(!release(&backend, &key, &first.lock_id));
     assert_eq!(
         backend
             .extend_as(&key, LeaseKind::Permit, &first.lock_id, TTL)
             .unwrap(),
         None
     );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &second.lock_id)
-            .unwrap()
-    );
+    assert!(release(&backend, &key, &second.lock_id));
 }
 
 fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
@@ -242,16 +224,8 @@ fn release_and_extend_are_idempotent(connect: fn() -> PostgresBackend) {
         .extend_as(&key, LeaseKind::Permit, &held.lock_id, TTL)
         .unwrap();
     assert!(extended.is_some_and(|at| at >= held.expires_at_ms));
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release(&backend, &key, &held.lock_id));
+    assert!(!release(&backend, &key, &held.lock_id));
     assert_eq!(
         backend
             .extend_as(&key, LeaseKind::Permit, &held.lock_id, TTL)
@@ -334,11 +308,7 @@ fn a_mixed_batch_renewal_answers_each_lease(connect: fn() -> PostgresBackend) {
     let expiring = permit(&backend, &key_b, 3, Duration::from_millis(50));
     // Released from outside: the batch must say so for these, and only these.
     assert!(outsider.release(&locks[1].lock_id).unwrap());
-    assert!(
-        outsider
-            .release_as(&key_a, LeaseKind::Permit, &permits[1].lock_id)
-            .unwrap()
-    );
+    assert!(release(&outsider, &key_a, &permits[1].lock_id));
     wait_until("the short permit to expire", || {
         outsider.holders(&key_b, LeaseKind::Permit).unwrap().len() == 1
     });
@@ -400,16 +370,8 @@ fn a_mixed_batch_renewal_answers_each_lease(connect: fn() -> PostgresBackend) {
         assert!(after >= before, "{after} < {before}");
     }
     assert!(backend.release(&locks[0].lock_id).unwrap());
-    assert!(
-        backend
-            .release_as(key_a.as_str(), LeaseKind::Permit, &permits[0].lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_as(key_b.as_str(), LeaseKind::Permit, &permits[2].lock_id)
-            .unwrap()
-    );
+    assert!(release(&backend, key_a.as_str(), &permits[0].lock_id));
+    assert!(release(&backend, key_b.as_str(), &permits[2].lock_id));
 }
 
 fn each_acquisition_is_judged_by_its_own_n(connect: fn() -> PostgresBackend) {
@@ -434,11 +396,7 @@ fn each_acquisition_is_judged_by_its_own_n(connect: fn() -> PostgresBackend) {
     ));
     assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 3);
     for lease in held.iter().chain([&third]) {
-        assert!(
-            backend
-                .release_as(&key, LeaseKind::Permit, &lease.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, &key, &lease.lock_id));
     }
 }
 
@@ -472,11 +430,7 @@ fn holders_come_in_fence_order_with_their_description(connect: fn() -> PostgresB
     let infos = backend.holders(key.as_str(), LeaseKind::Permit).unwrap();
     assert_eq!(infos[0].holder.as_deref(), Some("worker a"));
     for lease in &granted {
-        assert!(
-            backend
-                .release_as(key.as_str(), LeaseKind::Permit, &lease.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, key.as_str(), &lease.lock_id));
     }
 }
 
@@ -571,17 +525,9 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
         .unwrap_err();
     assert_eq!(nul.code(), ErrorCode::InvalidArgument, "{nul}");
     for (key, lease) in &held {
-        assert!(
-            backend
-                .release_as(key.as_str(), LeaseKind::Permit, &lease.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, key.as_str(), &lease.lock_id));
     }
-    assert!(
-        !backend
-            .release_as(&expired_key, LeaseKind::Permit, &expired.lock_id)
-            .unwrap()
-    );
+    assert!(!release(&backend, &expired_key, &expired.lock_id));
 }
 
 /// A permit acquisition whose answer is lost with its connection (the proxy closes it as the
@@ -618,19 +564,11 @@ fn a_repeated_permit_acquisition_answers_the_first_ones_permit(upstream: u16) {
             [(held.lock_id.clone(), held.fence.to_string())],
             "N={n}: one permit row, the one answered"
         );
-        assert!(
-            backend
-                .release_as(&key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, &key, &held.lock_id));
         // No orphan holds the semaphore: its one permit (or both) are free again.
         let next = permit(&other, &key, 1, TTL);
         assert_eq!(next.fence.value(), 2, "N={n}: no fence was drawn twice");
-        assert!(
-            other
-                .release_as(&key, LeaseKind::Permit, &next.lock_id)
-                .unwrap()
-        );
+        assert!(release(&other, &key, &next.lock_id));
     }
 }
 
@@ -677,11 +615,7 @@ fn expired_permits_of_keys_never_used_again_are_deleted() {
             rows("syncguard_locks_permits")
         );
         let held = permit(&backend, &busy, 1, TTL);
-        assert!(
-            backend
-                .release_as(&busy, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, &busy, &held.lock_id));
         acquisitions += 1;
     }
     assert_eq!(rows("syncguard_locks_semaphores"), KEYS);
@@ -704,8 +638,8 @@ fn a_bad_number_of_permits_is_refused_before_any_io() {
     let key = unique("sem-bad-n");
     for bad in [0, 1001, u32::MAX] {
         let started = Instant::now();
-        let error = backend
-            .acquire_as(&key, syncguard::Mode::permits(bad).unwrap(), TTL)
+        let error = syncguard::Mode::permits(bad)
+            .and_then(|mode| backend.acquire_as(&key, mode, TTL))
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{error}");
         assert!(
@@ -739,11 +673,7 @@ fn a_permit_release_wakes_watchers() {
     // one is heard.
     wait_until("a permit release to be announced", || {
         let held = permit(&backend, &key, 2, TTL);
-        assert!(
-            backend
-                .release_as(&key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release(&backend, &key, &held.lock_id));
         let deadline = Instant::now() + Duration::from_secs(1);
         while Instant::now() < deadline {
             if heard.lock().unwrap().contains(&key) {
@@ -793,11 +723,7 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     }
     let key = unique("sem-setup");
     let held = permit(&backend, &key, 1, TTL);
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release(&backend, &key, &held.lock_id));
 
     // Without the semaphore functions (tables of an older syncguard): refused, saying to run
     // setup.
@@ -824,11 +750,7 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     // setup_schema notices what is missing and installs it again.
     backend.setup_schema().unwrap();
     let held = permit(&backend, &key, 1, TTL);
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release(&backend, &key, &held.lock_id));
 
     // Without the permit table (functions left in place): the same refusal.
     client

@@ -6,6 +6,12 @@
 use crate::support::{self, TTL, lease, shared_postgres, shared_postgres_backend, unique};
 use syncguard::{AcquireOutcome, LeaseKind, LockBackend};
 
+/// Gives back the shared hold of `key` held under `lock_id`: whether this call removed it.
+#[track_caller]
+fn release_reader(backend: &impl LockBackend, key: &str, lock_id: &str) -> bool {
+    backend.release_as(key, LeaseKind::Shared, lock_id).unwrap()
+}
+
 /// The (lock id, fence) of every row of the shared table under `key`, live or not.
 fn reader_rows(backend: &syncguard::postgres::PostgresBackend, key: &str) -> Vec<(String, String)> {
     shared_postgres()
@@ -41,11 +47,7 @@ fn a_repeated_shared_acquisition_answers_the_first_ones_hold(upstream: u16) {
         [(held.lock_id.clone(), held.fence.to_string())],
         "one reader row, the one answered"
     );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Shared, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release_reader(&backend, &key, &held.lock_id));
     let writer = lease(other.acquire(&key, TTL));
     assert_eq!(writer.fence.value(), 2, "no fence was drawn twice");
     assert!(other.release(&writer.lock_id).unwrap());
@@ -100,16 +102,8 @@ fn an_expired_reader_is_reclaimed_and_never_counted() {
         [live.lock_id.clone(), third.lock_id.clone()],
         "the expired row is gone"
     );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Shared, &live.lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Shared, &third.lock_id)
-            .unwrap()
-    );
+    assert!(release_reader(&backend, &key, &live.lock_id));
+    assert!(release_reader(&backend, &key, &third.lock_id));
     let writer = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&writer.lock_id).unwrap());
 }
