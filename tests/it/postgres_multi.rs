@@ -281,7 +281,7 @@ fn a_set_of_eight_keys_is_one_statement() {
     let set = fewest_commits(&database, &url, |backend| {
         let names: Vec<String> = (0..8).map(|n| unique(&format!("eight-{n}"))).collect();
         let keys = KeySet::new(&names).unwrap();
-        let taken = try_all(&backend, &keys, Line::Ignore).unwrap();
+        let taken = try_all(backend, &keys, Line::Ignore).unwrap();
         let Acquisitions::Acquired(leases) = taken else {
             panic!("eight free keys are taken");
         };
@@ -317,7 +317,7 @@ fn three_keys(prefix: &str) -> ([String; 3], KeySet) {
 /// The ticket the set `keys`, refused, answers the waiter at `line`.
 #[track_caller]
 fn refused_ticket(backend: &PostgresBackend, keys: &KeySet, line: Line) -> u64 {
-    let refused = try_all(&backend, keys, line);
+    let refused = try_all(backend, keys, line);
     let Acquisitions::Locked {
         ticket: Some(ticket),
         ..
@@ -338,7 +338,7 @@ fn granted_out_of_every_line(
     line: Line,
     why: &str,
 ) {
-    let taken = try_all(&backend, keys, line);
+    let taken = try_all(backend, keys, line);
     let Acquisitions::Acquired(leases) = taken.unwrap() else {
         panic!("{why}");
     };
