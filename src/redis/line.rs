@@ -5,7 +5,7 @@
 use redis::ScriptInvocation;
 
 use super::layout::LineKeys;
-use super::scripts::{SCRIPTS, Status};
+use super::scripts::SCRIPTS;
 use super::store::Store;
 use crate::driver::{Key, LeaseKind, Line, LockId, PLACE_TTL, PlaceRecord, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
@@ -49,7 +49,7 @@ pub(super) fn push_args(invocation: &mut ScriptInvocation<'_>, line: Line<'_>) {
 /// Removes the place `place` from the line of `key`'s lock or semaphore: one script.
 pub(super) fn leave(store: &Store, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
     let keys = store.keys.line_keys(key.as_str(), kind)?;
-    let mut reply = store.run(|conn| {
+    store.run_ok(key, |conn| {
         SCRIPTS
             .line_leave
             .key(&keys.order)
@@ -58,18 +58,14 @@ pub(super) fn leave(store: &Store, key: &Key, kind: LeaseKind, place: &LockId) -
             .arg(place.as_str())
             .invoke(conn)
     })?;
-    match reply.status {
-        Status::Ok => Ok(()),
-        Status::Foreign => Err(store.refusal(&mut reply, Some(key))),
-        _ => Err(store.foreign(Some(key.as_str()))),
-    }
+    Ok(())
 }
 
 /// The live places of the line of `key`'s lock or semaphore, in ticket order: one read-only
 /// script (it prunes nothing).
 pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
     let keys = store.keys.line_keys(key.as_str(), kind)?;
-    let mut reply = store.run(|conn| {
+    let mut reply = store.run_ok(key, |conn| {
         SCRIPTS
             .line_find
             .key(&keys.order)
@@ -78,11 +74,6 @@ pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<Plac
             .arg(TIME_TOLERANCE_MS)
             .invoke(conn)
     })?;
-    match reply.status {
-        Status::Ok => {}
-        Status::Foreign => return Err(store.refusal(&mut reply, Some(key))),
-        _ => return Err(store.foreign(Some(key.as_str()))),
-    }
     let mut places = Vec::new();
     while !reply.is_done() {
         let place_id = reply.string()?;

@@ -2,8 +2,10 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 
+use super::line;
+use crate::driver::{FENCE_MAX, Holder, Key, LockId, Request, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 
 /// A script: the prelude, then the given parts of `scripts/` in order (shared parts first).
@@ -48,8 +50,18 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     is_locked: script!("is_locked.lua"),
     lookup_key: script!("lookup_key.lua"),
     lookup_id: script!("lookup_id.lua"),
-    semaphore_acquire: script!("semaphore.lua", "line.lua", "semaphore_acquire.lua"),
-    shared_acquire: script!("semaphore.lua", "line.lua", "shared_acquire.lua"),
+    semaphore_acquire: script!(
+        "semaphore.lua",
+        "line.lua",
+        "holder_acquire.lua",
+        "semaphore_acquire.lua"
+    ),
+    shared_acquire: script!(
+        "semaphore.lua",
+        "line.lua",
+        "holder_acquire.lua",
+        "shared_acquire.lua"
+    ),
     semaphore_release: script!("semaphore.lua", "semaphore_release.lua"),
     semaphore_extend: script!("semaphore.lua", "semaphore_extend.lua"),
     semaphore_holders: script!("semaphore.lua", "semaphore_holders.lua"),
@@ -57,6 +69,26 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     line_find: script!("line.lua", "line_find.lua"),
     line_judge: script!("line.lua", "lock.lua", "line_judge.lua"),
 });
+
+/// Adds what a lock's or a shared hold's acquire script (`acquire.lua`, `shared_acquire.lua`)
+/// is told of `request` on `key` to its `ARGV`: the new lock id, the TTL, the tolerance, the
+/// user key, the largest fence allowed and the holder text, then the line
+/// ([`line::push_args`]).
+pub(crate) fn push_request_args(
+    invocation: &mut ScriptInvocation<'_>,
+    lock_id: &LockId,
+    key: &Key,
+    request: &Request<'_>,
+) {
+    invocation
+        .arg(lock_id.as_str())
+        .arg(request.ttl.as_millis())
+        .arg(TIME_TOLERANCE_MS)
+        .arg(key.as_str())
+        .arg(FENCE_MAX)
+        .arg(request.holder.map_or("", Holder::as_str));
+    line::push_args(invocation, request.line);
+}
 
 /// The status that opens every reply (see `prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +142,13 @@ impl Reply {
             Some(Value::Int(n)) => Ok(n),
             _ => Err(unexpected("a script reply lacks an expected integer")),
         }
+    }
+
+    /// The next value read as a waiter's position in line (`line_position` in
+    /// `scripts/line.lua`): how many places stand ahead of its own, `None` (-1) when it
+    /// stands in none.
+    pub fn position(&mut self) -> Result<Option<u64>> {
+        Ok(u64::try_from(self.int()?).ok())
     }
 
     /// The next string of the reply, left unread (the Redis key a refusal names).

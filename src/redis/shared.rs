@@ -6,23 +6,21 @@
 //! holders](super#shared-holders).
 
 use super::replicas::ReplicaAcks;
-use super::scripts::SCRIPTS;
+use super::scripts::{SCRIPTS, push_request_args};
 use super::semaphore::{Attempt, run_acquire};
 use super::slot::key_slot;
 use super::store::Store;
-use crate::driver::{FENCE_MAX, Holder, Key, LeaseKind, Line, TIME_TOLERANCE_MS, Ttl};
+use crate::driver::{Key, LeaseKind, Request};
 use crate::error::Result;
 
-/// Takes a shared hold of the lock on `key`: one script on the lock's keys, its line's and its
-/// shared holders' (and `WAIT` on the same connection with `min_replicas`, for a granted hold
-/// only).
+/// Takes a shared hold of the lock on `key` as `request` asks: one script on the lock's keys,
+/// its line's and its shared holders' (and `WAIT` on the same connection with `min_replicas`,
+/// for a granted hold only).
 pub(super) fn acquire(
     store: &Store,
     replicas: Option<&ReplicaAcks>,
     key: &Key,
-    ttl: Ttl,
-    holder: Option<&Holder>,
-    line: Line<'_>,
+    request: &Request<'_>,
 ) -> Result<Attempt> {
     let lock_keys = store.keys.lock_keys(key.as_str())?;
     let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Shared)?;
@@ -34,13 +32,7 @@ pub(super) fn acquire(
     super::line::push_keys(&mut invocation, &line_keys);
     invocation
         .key(&shared_keys.holders)
-        .key(&shared_keys.records)
-        .arg(lock_id.as_str())
-        .arg(ttl.as_millis())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(key.as_str())
-        .arg(FENCE_MAX)
-        .arg(holder.map_or("", Holder::as_str));
-    super::line::push_args(&mut invocation, line);
+        .key(&shared_keys.records);
+    push_request_args(&mut invocation, &lock_id, key, request);
     run_acquire(store, replicas, key, lock_id, slot, &invocation)
 }
