@@ -22,6 +22,9 @@ use crate::driver::{Capabilities, TimeAuthority, acquire_one_by_one, extend_by_k
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
+/// A listing's answer.
+type Listed = Result<LockList<LockRecord>>;
+
 /// How long past expiry a lock must be before the opt-in cleanup in `is_locked` deletes it,
 /// so that it can never race a renewal.
 pub const CLEANUP_GUARD_MS: i64 = 2000;
@@ -409,12 +412,7 @@ impl Driver for RedisBackend {
 
     /// Walks the lock records, the semaphores' permits hashes or the locks' shared holders'
     /// records hashes under one scan budget; see [Listing](super#listing).
-    fn list_records(
-        &self,
-        prefix: &KeyPrefix,
-        kind: LeaseKind,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
+    fn list_records(&self, prefix: &KeyPrefix, kind: LeaseKind, limit: ListLimit) -> Listed {
         self.store.list(prefix, kind, limit, self.list_scan_budget)
     }
 }

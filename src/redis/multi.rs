@@ -181,14 +181,7 @@ impl RedisBackend {
                 Ok(Acquisitions::Acquired(leases))
             }
             Status::Absent => {
-                let ticket = reply.string()?;
-                let ticket = if ticket.is_empty() {
-                    None
-                } else {
-                    Some(ticket.parse::<u64>().map_err(|_| {
-                        LockError::internal("unexpected reply from Redis: a ticket is not a number")
-                    })?)
-                };
+                let ticket = reply.ticket()?;
                 let position = reply.position()?;
                 Ok(Acquisitions::Locked { ticket, position })
             }

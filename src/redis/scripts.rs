@@ -144,6 +144,18 @@ impl Reply {
         }
     }
 
+    /// The next value read as a ticket of a place in line: a number, or `''` for none.
+    pub fn ticket(&mut self) -> Result<Option<u64>> {
+        let ticket = self.string()?;
+        if ticket.is_empty() {
+            return Ok(None);
+        }
+        let ticket = ticket.parse::<u64>();
+        ticket
+            .map(Some)
+            .map_err(|_| unexpected("a ticket is not a number"))
+    }
+
     /// The next value read as a waiter's position in line (`line_position` in
     /// `scripts/line.lua`): how many places stand ahead of its own, `None` (-1) when it
     /// stands in none.

@@ -138,14 +138,7 @@ impl RedisBackend {
             invocation.invoke(conn)
         })?;
         let admitted = reply.int()? == 1;
-        let standing = reply.string()?;
-        let standing = if standing.is_empty() {
-            None
-        } else {
-            Some(standing.parse::<u64>().map_err(|_| {
-                LockError::internal("unexpected reply from Redis: a ticket is not a number")
-            })?)
-        };
+        let standing = reply.ticket()?;
         let next_ticket = u64::try_from(reply.int()?)
             .map_err(|_| LockError::internal("a Redis line's next ticket is negative"))?;
         let position = reply.position()?;

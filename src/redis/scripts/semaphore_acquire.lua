@@ -9,24 +9,18 @@
 local holders_key, permits_key, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local lock_id, ttl, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local permits = tonumber(ARGV[4])
-local refusal = check_semaphore(holders_key, permits_key)
-if refusal then return refusal end
-local now = now_ms()
-
-local mine, why = read_permit(holders_key, permits_key, lock_id)
-if mine == nil then return why end
-local again = repeated_grant(permits_key, lock_id, mine, now, tolerance)
-if again then return again end
+local now, early = holder_begin(holders_key, permits_key, lock_id, tolerance)
+if early then return early end
 
 -- Reclaim: permits past their expiry and the tolerance no longer count.
 reclaim_expired(holders_key, permits_key, now, tolerance)
 
 -- Each acquisition is judged by its own N; the first in line takes the next free permit.
 local line = line_of(4, 8, ARGV[7])
+
 -- The semaphore's own counter, checked before the line or the permit is written, as the
 -- lock's is.
-local fence
-fence, why = holder_admit(line, permits - redis.call('ZCARD', holders_key), now, tolerance,
+local fence, why = holder_admit(line, permits - redis.call('ZCARD', holders_key), now, tolerance,
   fence_key, ARGV[6])
 if not fence then return why end
 local expires_at = now + ttl

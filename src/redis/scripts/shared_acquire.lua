@@ -7,18 +7,11 @@
 -- counter key, why} | {FOREIGN, key, why}
 local lock_key, fence_key, holders_key, records_key = KEYS[1], KEYS[2], KEYS[6], KEYS[7]
 local lock_id, ttl, tolerance = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local refusal = check_semaphore(holders_key, records_key)
-if refusal then return refusal end
-local now = now_ms()
-
-local mine, why = read_permit(holders_key, records_key, lock_id)
-if mine == nil then return why end
-local again = repeated_grant(records_key, lock_id, mine, now, tolerance)
-if again then return again end
+local now, early = holder_begin(holders_key, records_key, lock_id, tolerance)
+if early then return early end
 
 -- Other readers never stand in a reader's way: only a live exclusive lock, or a writer ahead.
-local held
-held, why = read_lock(lock_key)
+local held, why = read_lock(lock_key)
 if held == nil then return why end
 local exclusive = held and held.expiresAtMs > now - tolerance
 local line = line_of(3, 7, ARGV[6], true)
