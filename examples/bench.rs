@@ -1057,7 +1057,8 @@ impl Driver for CountingRenewals {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> syncguard::Result<Acquisition> {
-        self.inner.try_acquire(key, ttl, holder, line)
+        self.inner
+            .acquire_one(&Request::one(key, ttl).holder(holder).line(line))
     }
     fn try_acquire_all(
         &self,
@@ -1066,7 +1067,8 @@ impl Driver for CountingRenewals {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> syncguard::Result<Acquisitions> {
-        self.inner.try_acquire_all(keys, ttl, holder, line)
+        self.inner
+            .try_acquire(&Request::all(keys, ttl).holder(holder).line(line))
     }
     fn try_acquire_permit(
         &self,
@@ -1076,8 +1078,12 @@ impl Driver for CountingRenewals {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> syncguard::Result<Acquisition> {
-        self.inner
-            .try_acquire_permit(key, permits, ttl, holder, line)
+        self.inner.acquire_one(
+            &Request::one(key, ttl)
+                .mode(Mode::Permit(permits))
+                .holder(holder)
+                .line(line),
+        )
     }
     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
         self.inner.release_lease(lease)
@@ -1095,10 +1101,15 @@ impl Driver for CountingRenewals {
         holder: Option<&Holder>,
         line: Line<'_>,
     ) -> syncguard::Result<Acquisition> {
-        self.inner.try_acquire_shared(key, ttl, holder, line)
+        self.inner.acquire_one(
+            &Request::one(key, ttl)
+                .mode(Mode::Shared)
+                .holder(holder)
+                .line(line),
+        )
     }
     fn find_shared(&self, key: &Key) -> syncguard::Result<Vec<LockRecord>> {
-        self.inner.find_shared(key)
+        self.inner.find(Find::Key(key, LeaseKind::Shared))
     }
     fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
         let answer = self.inner.extend_lease(lease, ttl);

@@ -424,6 +424,7 @@ mod tests {
     use super::*;
     use crate::MemoryBackend;
     use crate::backend::{AcquireOutcome, LockBackend};
+    use crate::driver::{Acquisition, DriverExt as _, Holder};
 
     fn recorded(include_raw: bool) -> (Telemetry<MemoryBackend>, Arc<Mutex<Vec<LockEvent>>>) {
         let events = Arc::new(Mutex::new(Vec::new()));
@@ -494,7 +495,7 @@ mod tests {
         let key = Key::new("job").unwrap();
         let ttl = Ttl::new(TTL).unwrap();
         let Acquisition::Acquired { lease, .. } = backend
-            .try_acquire(&key, ttl, Some(&holder), Line::Keep)
+            .acquire_one(&Request::one(&key, ttl).holder(Some(&holder)))
             .unwrap()
         else {
             panic!("free key");
@@ -555,25 +556,19 @@ mod tests {
         fn describe(&self) -> Capabilities {
             Capabilities::new("failing", true, crate::TimeAuthority::Server)
         }
-        fn try_acquire(
-            &self,
-            _: &Key,
-            _: Ttl,
-            _: Option<&Holder>,
-            _: Line<'_>,
-        ) -> Result<Acquisition> {
+        fn try_acquire(&self, _: &Request<'_>) -> Result<Acquisitions> {
             Err(down())
         }
         fn release_lease(&self, _: LeaseRef<'_>) -> Result<Outcome<()>> {
             Err(down())
         }
-        fn extend_lease(&self, _: LeaseRef<'_>, _: Ttl) -> Result<Outcome<Extension>> {
-            Err(down())
+        fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+            leases.iter().map(|_| Err(down())).collect()
         }
         fn key_is_locked(&self, _: &Key) -> Result<bool> {
             Err(down())
         }
-        fn find(&self, _: Find<'_>) -> Result<Option<LockRecord>> {
+        fn find(&self, _: Find<'_>) -> Result<Vec<LockRecord>> {
             Err(down())
         }
     }

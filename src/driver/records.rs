@@ -89,6 +89,7 @@ impl LockList<LockRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock_id::generate_lock_id;
 
     fn records(keys: &[&str]) -> Vec<LockRecord> {
         keys.iter()

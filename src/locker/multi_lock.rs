@@ -281,23 +281,22 @@ mod outage_between_keys {
     }
 
     impl Driver for Outage {
+        /// The in-memory store's, without its own set acquisition: the crate takes sets one
+        /// key at a time here.
         fn describe(&self) -> Capabilities {
-            self.inner.describe()
+            Capabilities {
+                native_sets: false,
+                ..self.inner.describe()
+            }
         }
-        fn try_acquire(
-            &self,
-            key: &Key,
-            ttl: Ttl,
-            holder: Option<&Holder>,
-            line: Line<'_>,
-        ) -> Result<Acquisition> {
+        fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
             let mut failing = self.failing_key.lock().unwrap();
-            if failing.as_deref() == Some(key.as_str()) {
+            if request.key().map(Key::as_str) == failing.as_deref() {
                 *failing = None;
                 return Err(unavailable());
             }
             drop(failing);
-            self.inner.try_acquire(key, ttl, holder, line)
+            self.inner.try_acquire(request)
         }
         fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
             let mut failing = self.failing_releases.lock().unwrap();
@@ -312,13 +311,13 @@ mod outage_between_keys {
                 .push(lease.lock_id.as_str().to_owned());
             self.inner.release_lease(lease)
         }
-        fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-            self.inner.extend_lease(lease, ttl)
+        fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+            self.inner.extend_leases(leases)
         }
         fn key_is_locked(&self, key: &Key) -> Result<bool> {
             self.inner.key_is_locked(key)
         }
-        fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+        fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
             self.inner.find(by)
         }
         fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
@@ -341,7 +340,7 @@ mod outage_between_keys {
         let keys = KeySet::new(&["a", "b", "c"]).unwrap();
         let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
         let store = outage("c", 1);
-        let error = acquire_one_by_one(&store, &keys, ttl, None, Line::Keep).unwrap_err();
+        let error = acquire_one_by_one(&store, &Request::all(&keys, ttl)).unwrap_err();
         assert_eq!(error.code(), ErrorCode::ServiceUnavailable);
         let doubts = error.in_doubt_leases();
         assert_eq!(
@@ -352,15 +351,15 @@ mod outage_between_keys {
         assert_eq!(doubts[0].0, Some("a"));
         let held = store
             .inner
-            .find(Find::Key(&Key::new("a").unwrap()))
+            .find(Find::Key(&Key::new("a").unwrap(), LeaseKind::Lock))
             .unwrap();
-        assert_eq!(held.map(|r| r.lock_id), Some(doubts[0].1.to_owned()));
+        assert_eq!(held[0].lock_id, doubts[0].1);
         assert!(!store.inner.key_is_locked(&Key::new("b").unwrap()).unwrap());
 
         // Refused with a failed give-back: an error in doubt, not a refusal that hides a lock.
         let store = outage("none", 1);
         let _other = store.inner.acquire("c", Duration::from_secs(60)).unwrap();
-        let error = acquire_one_by_one(&store, &keys, ttl, None, Line::Keep).unwrap_err();
+        let error = acquire_one_by_one(&store, &Request::all(&keys, ttl)).unwrap_err();
         let doubts: Vec<_> = error.in_doubt_leases().iter().map(|d| d.0).collect();
         assert_eq!(doubts, [Some("a")]);
     }

@@ -349,6 +349,7 @@ mod tests {
     use super::*;
     use crate::Lease;
     use crate::backend::{AcquireOutcome, LockBackend};
+    use crate::driver::DriverExt as _;
     use crate::time::ManualClock;
 
     fn acquired(outcome: AcquireOutcome) -> Lease {
@@ -368,8 +369,8 @@ mod tests {
         let lock_id = LockId::new(&lease.lock_id).unwrap();
         let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
         assert_eq!(
-            backend.extend_leases(&[(LeaseRef::new(&lock_id), ttl)]),
-            [Ok(Outcome::Expired)]
+            backend.extend_lease(LeaseRef::new(&lock_id), ttl).unwrap(),
+            Outcome::Expired
         );
         assert_eq!(
             backend.release_lease(LeaseRef::new(&lock_id)).unwrap(),

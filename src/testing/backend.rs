@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::driver::{
-    LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES, MAX_KEY_LENGTH_BYTES, Outcome, Ttl,
+    DriverExt as _, LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES, MAX_KEY_LENGTH_BYTES, Outcome, Ttl,
     generate_lock_id, hash_key, validate_lock_id,
 };
 use crate::{

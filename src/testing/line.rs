@@ -12,7 +12,10 @@
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use crate::driver::{Acquisition, Key, LeaseKind, Line, LockId, Permits, TIME_TOLERANCE_MS, Ttl};
+use crate::driver::{
+    Acquisition, DriverExt as _, Key, LeaseKind, Line, LockId, Mode, Permits, Request,
+    TIME_TOLERANCE_MS, Ttl,
+};
 use crate::{CancelToken, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
@@ -234,7 +237,7 @@ pub fn a_repeated_place_is_one_place<B: LockBackend + 'static>(backend: B) {
     let place = LockId::generate();
     let ttl = Ttl::new(LONG_TTL).unwrap();
     for _ in 0..3 {
-        let answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+        let answer = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
         assert_eq!(answer.unwrap(), Acquisition::Locked);
     }
     let line = backend.find_line(&checked, LeaseKind::Lock).unwrap();
@@ -321,11 +324,11 @@ fn dead_place<B: LockBackend + ?Sized>(backend: &B, key: &str) -> LockId {
     let checked = Key::new(key).unwrap();
     let place = LockId::generate();
     let ttl = Ttl::new(LONG_TTL).unwrap();
-    let mut answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let mut answer = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     if let Ok(Acquisition::Acquired { lease, .. }) = &answer {
         // The key was free: take it, then ask again as a waiter behind ourselves.
         let held = lease.lock_id.clone();
-        answer = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+        answer = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
         assert!(backend.release(&held).unwrap());
     }
     assert_eq!(answer.unwrap(), Acquisition::Locked);
@@ -341,7 +344,11 @@ fn dead_permit_place<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u
     let ttl = Ttl::new(LONG_TTL).unwrap();
     let mut held = Vec::new();
     let answer = loop {
-        match backend.try_acquire_permit(&checked, permits_n, ttl, None, Line::Wait(&place)) {
+        match backend.acquire_one(
+            &Request::one(&checked, ttl)
+                .mode(Mode::Permit(permits_n))
+                .line(Line::Wait(&place)),
+        ) {
             Ok(Acquisition::Acquired { lease, .. }) => held.push(lease.lock_id),
             other => break other,
         }

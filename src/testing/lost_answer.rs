@@ -26,8 +26,8 @@ use std::thread;
 use std::time::Duration;
 
 use crate::driver::{
-    Acquisition, Driver, Find, Key, LeaseKind, LeaseRef, Line, LockId, LockRecord, PLACE_TTL,
-    Permits, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Driver, DriverExt as _, Find, Key, LeaseKind, LeaseRef, LockId, LockRecord,
+    Mode as DriverMode, PLACE_TTL, Permits, Request, TIME_TOLERANCE_MS, Ttl,
 };
 use crate::{
     CancelToken, Heartbeat, LockBackend, LockGuard, LockOptions, Locker, MultiLockGuard, Result,
@@ -307,9 +307,11 @@ fn disagreement<B: Driver>(store: &B, mode: Mode, guard: &LockGuard) -> Option<S
     let ours = |records: &[LockRecord]| records.iter().any(|r| r.lock_id == guard.lock_id());
     let wrong = match mode {
         Mode::Exclusive => {
-            let record = store.find(Find::Key(&key)).ok()?;
-            let readers = store.find_shared(&key).unwrap_or_default();
-            match record {
+            let record = store.find(Find::Key(&key, LeaseKind::Lock)).ok()?;
+            let readers = store
+                .find(Find::Key(&key, LeaseKind::Shared))
+                .unwrap_or_default();
+            match record.first() {
                 Some(r) if r.lock_id == guard.lock_id() && readers.is_empty() => None,
                 Some(r) if r.lock_id == guard.lock_id() => Some(format!(
                     "a writer holds {key} beside {} readers",
@@ -319,16 +321,16 @@ fn disagreement<B: Driver>(store: &B, mode: Mode, guard: &LockGuard) -> Option<S
             }
         }
         Mode::Shared => {
-            let readers = store.find_shared(&key).ok()?;
-            let writer = store.find(Find::Key(&key)).ok()?;
-            match (ours(&readers), writer) {
-                (true, None) => None,
-                (true, Some(_)) => Some(format!("a reader holds {key} beside a writer")),
+            let readers = store.find(Find::Key(&key, LeaseKind::Shared)).ok()?;
+            let writer = store.find(Find::Key(&key, LeaseKind::Lock)).ok()?;
+            match (ours(&readers), writer.is_empty()) {
+                (true, true) => None,
+                (true, false) => Some(format!("a reader holds {key} beside a writer")),
                 (false, _) => Some(format!("a reader of {key} is not among the store's")),
             }
         }
         Mode::Permit => {
-            let permits = store.find_permits(&key).ok()?;
+            let permits = store.find(Find::Key(&key, LeaseKind::Permit)).ok()?;
             if !ours(&permits) {
                 Some(format!("a permit holder of {key} is not among the store's"))
             } else if permits.len() > PERMITS as usize {
@@ -513,22 +515,12 @@ fn settle<B: LockBackend>(store: &B, lines: &[(String, LeaseKind)]) {
     for (key, kind) in lines {
         let checked = Key::new(key).expect("a key of the contract");
         let ttl = Ttl::new(TTL).expect("the contract's TTL");
-        let (granted, lease_kind) = match kind {
-            LeaseKind::Permit => (
-                store.try_acquire_permit(
-                    &checked,
-                    Permits::new(PERMITS).expect("permits"),
-                    ttl,
-                    None,
-                    Line::Keep,
-                ),
-                LeaseKind::Permit,
-            ),
-            _ => (
-                store.try_acquire(&checked, ttl, None, Line::Keep),
-                LeaseKind::Lock,
-            ),
+        let mode = match kind {
+            LeaseKind::Permit => DriverMode::Permit(Permits::new(PERMITS).expect("permits")),
+            _ => DriverMode::Exclusive,
         };
+        let lease_kind = mode.kind();
+        let granted = store.acquire_one(&Request::one(&checked, ttl).mode(mode));
         let Ok(Acquisition::Acquired { lease, version }) = granted else {
             panic!("{key} is not free for a single attempt once everything lapsed: {granted:?}");
         };
@@ -552,11 +544,11 @@ fn settle<B: LockBackend>(store: &B, lines: &[(String, LeaseKind)]) {
 /// semaphore's permits.
 fn records<B: LockBackend>(store: &B, key: &Key, kind: LeaseKind) -> Vec<LockRecord> {
     match kind {
-        LeaseKind::Permit => store.find_permits(key).expect("find_permits"),
+        LeaseKind::Permit => (store.find(Find::Key(key, LeaseKind::Permit))).expect("permits"),
         _ => {
             // A store without a shared mode has no readers to wait for.
-            let mut records = store.find_shared(key).unwrap_or_default();
-            records.extend(store.find(Find::Key(key)).expect("find"));
+            let mut records = (store.find(Find::Key(key, LeaseKind::Shared))).unwrap_or_default();
+            records.extend(store.find(Find::Key(key, LeaseKind::Lock)).expect("find"));
             records
         }
     }

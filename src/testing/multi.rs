@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::{Acquisitions, Key, KeySet, LeaseKind, Line, LockId, MAX_KEYS, Ttl};
+use crate::driver::{Acquisitions, Key, KeySet, LeaseKind, Line, LockId, MAX_KEYS, Request, Ttl};
 use crate::{CancelToken, ErrorCode, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
@@ -216,9 +216,12 @@ pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) 
     let keys = KeySet::new(&[&a, &b]).unwrap();
     let ttl = Ttl::new(LONG_TTL).unwrap();
     let (first, second) = (LockId::generate(), LockId::generate());
-    let stand = |who: &str, line: Line<'_>| match backend.try_acquire_all(&keys, ttl, None, line) {
+    let stand = |who: &str, line: Line<'_>| match backend
+        .try_acquire(&Request::all(&keys, ttl).line(line))
+    {
         Ok(Acquisitions::Locked {
             ticket: Some(ticket),
+            ..
         }) => ticket,
         other => panic!("the {who} waiter was to stand in line: {other:?}"),
     };
@@ -250,15 +253,17 @@ pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) 
     }
     assert!(backend.release(&held_a.lock_id).unwrap());
     assert!(backend.release(&held_b.lock_id).unwrap());
-    let granted =
-        match backend.try_acquire_all(&keys, ttl, None, Line::WaitAt(&first, first_ticket)) {
-            Ok(Acquisitions::Acquired(leases)) => leases,
-            other => panic!("the first waiter was not granted the free keys: {other:?}"),
-        };
+    let granted = match backend
+        .try_acquire(&Request::all(&keys, ttl).line(Line::WaitAt(&first, first_ticket)))
+    {
+        Ok(Acquisitions::Acquired(leases)) => leases,
+        other => panic!("the first waiter was not granted the free keys: {other:?}"),
+    };
     for (lease, _) in granted {
         assert!(backend.release(&lease.lock_id).unwrap());
     }
-    match backend.try_acquire_all(&keys, ttl, None, Line::WaitAt(&second, second_ticket)) {
+    match backend.try_acquire(&Request::all(&keys, ttl).line(Line::WaitAt(&second, second_ticket)))
+    {
         Ok(Acquisitions::Acquired(leases)) => {
             for (lease, _) in leases {
                 assert!(backend.release(&lease.lock_id).unwrap());

@@ -18,9 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind,
-    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits,
-    PlaceRecord, ReleaseWatch, Ttl,
+    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
+    LockId, LockList, LockRecord, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
 };
 use crate::{Capabilities, ErrorCode, LockError, Result};
 
@@ -33,7 +32,8 @@ pub enum Step {
     InLine,
     /// A granted acquisition.
     Grant,
-    /// A renewal (one [`Driver::extend_lease`] or one batch of [`Driver::extend_leases`]).
+    /// A renewal (one batch of [`Driver::extend_leases`], a guard's extension being a batch of
+    /// one).
     Renewal,
     /// A release.
     Release,
@@ -166,15 +166,11 @@ impl<B: Driver> Nemesis<B> {
         }
     }
 
-    /// One acquisition of `keys` (of `kind`'s line) through `call`: applied, then struck as the
-    /// schedule says. After each refusal the waiter's places are checked.
-    fn acquisition(
-        &self,
-        keys: &[&Key],
-        kind: LeaseKind,
-        line: Line<'_>,
-        call: impl Fn() -> Result<Acquisitions>,
-    ) -> Result<Acquisitions> {
+    /// One acquisition: applied, then struck as the schedule says. After each refusal the
+    /// waiter's places are checked.
+    fn acquisition(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        let (keys, kind, line) = (request.keys(), request.mode.kind().sequence(), request.line);
+        let call = || self.inner.try_acquire(request);
         let answer = call();
         self.state().sent += 1;
         let answer = answer?;
@@ -206,8 +202,8 @@ impl<B: Driver> Nemesis<B> {
 
     /// After a refusal of a waiter: it stands at most once on each line of its keys, with one
     /// ticket on all of them, the one the refusal answered (if it answered one).
-    fn check_places(&self, keys: &[&Key], kind: LeaseKind, line: Line<'_>, answer: &Acquisitions) {
-        let (Acquisitions::Locked { ticket }, Some(place)) = (answer, line.place()) else {
+    fn check_places(&self, keys: &[Key], kind: LeaseKind, line: Line<'_>, answer: &Acquisitions) {
+        let (Acquisitions::Locked { ticket, .. }, Some(place)) = (answer, line.place()) else {
             return;
         };
         let mut tickets = Vec::new();
@@ -263,120 +259,17 @@ fn lost_answer() -> LockError {
     )
 }
 
-/// One key's answer from a set-of-one answer.
-fn single(answer: Acquisitions) -> Result<Acquisition> {
-    match answer {
-        Acquisitions::Locked { .. } => Ok(Acquisition::Locked),
-        Acquisitions::Acquired(mut leases) if leases.len() == 1 => {
-            let (lease, version) = leases.remove(0);
-            Ok(Acquisition::Acquired { lease, version })
-        }
-        Acquisitions::Acquired(leases) => Err(LockError::internal(format!(
-            "{} leases for one key",
-            leases.len()
-        ))),
-    }
-}
-
 impl<B: Driver> Driver for Nemesis<B> {
     fn describe(&self) -> Capabilities {
         self.inner.describe()
     }
 
-    fn try_acquire(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        single(self.acquisition(&[key], LeaseKind::Lock, line, || {
-            self.inner
-                .try_acquire(key, ttl, holder, line)
-                .map(Acquisitions::from)
-        })?)
-    }
-
-    fn try_acquire_permit(
-        &self,
-        key: &Key,
-        permits: Permits,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        single(self.acquisition(&[key], LeaseKind::Permit, line, || {
-            self.inner
-                .try_acquire_permit(key, permits, ttl, holder, line)
-                .map(Acquisitions::from)
-        })?)
-    }
-
-    fn try_acquire_shared(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        single(self.acquisition(&[key], LeaseKind::Lock, line, || {
-            self.inner
-                .try_acquire_shared(key, ttl, holder, line)
-                .map(Acquisitions::from)
-        })?)
-    }
-
-    fn try_acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
-        let each: Vec<&Key> = keys.iter().collect();
-        self.acquisition(&each, LeaseKind::Lock, line, || {
-            self.inner.try_acquire_all(keys, ttl, holder, line)
-        })
-    }
-
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        self.plain(Step::LeaveLine, || self.inner.leave_line(key, kind, place))
-    }
-
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-
-    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        self.inner.find_permits(key)
-    }
-
-    fn list_permit_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.inner.list_permit_records(prefix, limit)
-    }
-
-    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        self.inner.find_shared(key)
-    }
-
-    fn list_shared_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.inner.list_shared_records(prefix, limit)
+    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        self.acquisition(request)
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         self.plain(Step::Release, || self.inner.release_lease(lease))
-    }
-
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        self.plain(Step::Renewal, || self.inner.extend_lease(lease, ttl))
     }
 
     /// The whole batch is one renewal step: its answers are lost together, or it is sent
@@ -394,12 +287,25 @@ impl<B: Driver> Driver for Nemesis<B> {
         self.inner.key_is_locked(key)
     }
 
-    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
         self.inner.find(by)
     }
 
-    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
-        self.inner.list_records(prefix, limit)
+    fn list_records(
+        &self,
+        prefix: &KeyPrefix,
+        kind: LeaseKind,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.inner.list_records(prefix, kind, limit)
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.plain(Step::LeaveLine, || self.inner.leave_line(key, kind, place))
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

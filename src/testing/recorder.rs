@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind,
-    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome, Permits,
-    PlaceRecord, ReleaseWatch, Ttl,
+    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
 };
 use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
@@ -30,7 +29,7 @@ pub enum Call {
 pub struct Recorder<B> {
     inner: B,
     log: Mutex<Vec<Call>>,
-    /// The keys of the acquisitions answered [`Acquisition::Locked`], each when its answer came.
+    /// The keys of the acquisitions answered [`Acquisitions::Locked`], each when its answer came.
     found_held: Mutex<Vec<String>>,
     /// Fail this many upcoming extends with `NetworkTimeout`.
     pub(super) failing_extends: AtomicU32,
@@ -127,7 +126,7 @@ impl<B: Driver> Recorder<B> {
             .count()
     }
 
-    /// How many acquisitions of `key` have come back found held ([`Acquisition::Locked`]):
+    /// How many acquisitions of `key` have come back found held ([`Acquisitions::Locked`]):
     /// unlike [`count`](Recorder::count), which counts calls as they start, only answers.
     pub fn found_held(&self, key: &str) -> usize {
         self.found_held
@@ -151,55 +150,32 @@ fn take_one(budget: &AtomicU32) -> bool {
 }
 
 impl<B: Driver> Recorder<B> {
-    /// An acquisition of a lock or a permit, recorded, with the failures asked for injected.
-    fn acquisition(
-        &self,
-        key: &Key,
-        acquire: impl FnOnce() -> Result<Acquisition>,
-    ) -> Result<Acquisition> {
-        self.record(Call::Acquire(key.to_string()));
-        if take_one(&self.failing_acquires) {
-            return Err(injected(ErrorCode::ServiceUnavailable));
-        }
-        match acquire()? {
-            Acquisition::Acquired { lease, .. } if take_one(&self.lost_acquire_answers) => {
-                Err(injected(ErrorCode::NetworkTimeout).in_doubt(lease.lock_id))
-            }
-            Acquisition::Locked => {
-                self.found_held.lock().unwrap().push(key.to_string());
-                Ok(Acquisition::Locked)
-            }
-            acquisition => Ok(acquisition),
-        }
-    }
-}
-
-impl<B: Driver> Recorder<B> {
-    /// An acquisition of several keys, recorded as one acquisition per key, with the failures
-    /// asked for injected for the set as a whole (a lost answer leaves every lease in doubt).
-    fn acquisitions(
-        &self,
-        keys: &KeySet,
-        acquire: impl FnOnce() -> Result<Acquisitions>,
-    ) -> Result<Acquisitions> {
-        for key in keys {
+    /// An acquisition, recorded as one acquisition per key, with the failures asked for
+    /// injected for the request as a whole (a lost answer leaves every lease in doubt).
+    fn acquisition(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        for key in request.keys() {
             self.record(Call::Acquire(key.to_string()));
         }
         if take_one(&self.failing_acquires) {
             return Err(injected(ErrorCode::ServiceUnavailable));
         }
-        match acquire()? {
-            Acquisitions::Acquired(leases) if take_one(&self.lost_acquire_answers) => {
-                let doubts = keys
-                    .iter()
-                    .zip(leases)
-                    .map(|(key, (lease, _))| (key.to_string(), lease.lock_id));
-                Err(injected(ErrorCode::NetworkTimeout).in_doubt_all(doubts))
+        match self.inner.try_acquire(request)? {
+            Acquisitions::Acquired(mut leases) if take_one(&self.lost_acquire_answers) => {
+                let lost = injected(ErrorCode::NetworkTimeout);
+                Err(match (request.key(), leases.pop()) {
+                    (Some(_), Some((lease, _))) => lost.in_doubt(lease.lock_id),
+                    (_, last) => {
+                        let doubts = (request.keys().iter())
+                            .zip(leases.into_iter().chain(last))
+                            .map(|(key, (lease, _))| (key.to_string(), lease.lock_id));
+                        lost.in_doubt_all(doubts)
+                    }
+                })
             }
-            Acquisitions::Locked { ticket } => {
+            refused @ Acquisitions::Locked { .. } => {
                 let mut found_held = self.found_held.lock().unwrap();
-                found_held.extend(keys.iter().map(Key::to_string));
-                Ok(Acquisitions::Locked { ticket })
+                found_held.extend(request.keys().iter().map(Key::to_string));
+                Ok(refused)
             }
             acquisitions => Ok(acquisitions),
         }
@@ -215,82 +191,8 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.describe()
     }
 
-    fn try_acquire(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        self.acquisition(key, || self.inner.try_acquire(key, ttl, holder, line))
-    }
-
-    fn try_acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
-        self.acquisitions(keys, || self.inner.try_acquire_all(keys, ttl, holder, line))
-    }
-
-    fn try_acquire_permit(
-        &self,
-        key: &Key,
-        permits: Permits,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        self.acquisition(key, || {
-            self.inner
-                .try_acquire_permit(key, permits, ttl, holder, line)
-        })
-    }
-
-    fn try_acquire_shared(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        self.acquisition(key, || {
-            self.inner.try_acquire_shared(key, ttl, holder, line)
-        })
-    }
-
-    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        self.inner.find_shared(key)
-    }
-
-    fn list_shared_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.inner.list_shared_records(prefix, limit)
-    }
-
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        self.inner.leave_line(key, kind, place)
-    }
-
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-
-    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        self.inner.find_permits(key)
-    }
-
-    fn list_permit_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.inner.list_permit_records(prefix, limit)
+    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        self.acquisition(request)
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
@@ -301,21 +203,7 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.release_lease(lease)
     }
 
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        self.record(Call::Extend(lease.lock_id.as_str().to_owned()));
-        self.wait_while_renewals_hang(lease.lock_id.as_str());
-        let budget = self.failing_extends.load(Ordering::SeqCst);
-        if budget > 0 {
-            self.failing_extends.store(budget - 1, Ordering::SeqCst);
-            return Err(injected(ErrorCode::NetworkTimeout));
-        }
-        if self.extends_down.load(Ordering::SeqCst) {
-            return Err(injected(ErrorCode::NetworkTimeout));
-        }
-        self.inner.extend_lease(lease, ttl)
-    }
-
-    /// Records and fails each lease as `extend_lease` does, and hands the rest to the inner
+    /// Records each lease's renewal and fails those asked for, and hands the rest to the inner
     /// store's own batch renewal, so the contracts exercise it (a store's batch path is where
     /// each lease must get its own answer).
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
@@ -355,13 +243,30 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.key_is_locked(key)
     }
 
-    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
-        self.record(Call::Lookup);
+    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
+        // Only lookups of a lock are recorded, as they always were: who holds permits or a
+        // lock shared is a read of its own.
+        if !matches!(by, Find::Key(_, LeaseKind::Permit | LeaseKind::Shared)) {
+            self.record(Call::Lookup);
+        }
         self.inner.find(by)
     }
 
-    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
-        self.inner.list_records(prefix, limit)
+    fn list_records(
+        &self,
+        prefix: &KeyPrefix,
+        kind: LeaseKind,
+        limit: ListLimit,
+    ) -> Result<LockList<LockRecord>> {
+        self.inner.list_records(prefix, kind, limit)
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.inner.leave_line(key, kind, place)
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::{Acquisition, Key, LeaseKind, Line, LockId, Ttl};
+use crate::driver::{Acquisition, DriverExt as _, Key, LeaseKind, Line, LockId, Request, Ttl};
 use crate::{AcquireOutcome, ErrorCode, Fence, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
@@ -187,7 +187,7 @@ pub fn a_dead_waiting_writer_holds_readers_up_until_its_place_lapses<B: LockBack
     let ttl = Ttl::new(LONG_TTL).unwrap();
     let answer = locker
         .backend()
-        .try_acquire(&checked, ttl, None, Line::Wait(&dead));
+        .acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&dead)));
     assert_eq!(answer.unwrap(), Acquisition::Locked, "the readers hold it");
     let reader = thread::spawn({
         let rw = rw.clone();

@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{
-    Acquisition, FENCE_DIGITS, Holder, Key, Line, Ttl, generate_lock_id, hash_key,
-    normalize_and_validate_key,
+    Acquisition, DriverExt as _, FENCE_DIGITS, Holder, Key, Request, Ttl, generate_lock_id,
+    hash_key, normalize_and_validate_key,
 };
 use crate::{
     AcquireOutcome, ErrorCode, Fence, Heartbeat, Lease, LockBackend, LockInfo, LockOptions, Lookup,
@@ -305,7 +305,7 @@ pub fn acquired_by<B: LockBackend + ?Sized>(
 ) -> Lease {
     let holder = holder.map(|h| Holder::new(h).expect("a valid holder"));
     let (checked_key, checked_ttl) = (Key::new(key).unwrap(), Ttl::new(ttl).unwrap());
-    match backend.try_acquire(&checked_key, checked_ttl, holder.as_ref(), Line::Keep) {
+    match backend.acquire_one(&Request::one(&checked_key, checked_ttl).holder(holder.as_ref())) {
         Ok(Acquisition::Acquired { lease, .. }) => lease,
         other => panic!("acquire({key:?}, {holder:?}) should succeed, got {other:?}"),
     }

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use crate::support::{self, TTL, lease, locked, unique};
 use syncguard::driver::{
-    Acquisition, Driver as _, Key, LeaseKind, Line, LockId, PLACE_TTL, TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Driver as _, DriverExt as _, Key, LeaseKind, Line, LockId, PLACE_TTL, Request,
+    TIME_TOLERANCE_MS, Ttl,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{
@@ -252,7 +253,7 @@ fn firestore_line_keeps_arrival_order_across_the_documented_skew() {
     let started = SystemClock.now_ms();
     behind_clock.set(started - SKEW_MS);
     let first = LockId::generate();
-    let refused = behind.try_acquire(&checked, ttl, None, Line::Wait(&first));
+    let refused = behind.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&first)));
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     let line = honest.find_line(&checked, LeaseKind::Lock).unwrap();
     assert_eq!(line.len(), 1, "W's place: {line:?}");
@@ -266,7 +267,7 @@ fn firestore_line_keeps_arrival_order_across_the_documented_skew() {
     // O, 2.5 s after W's place was taken (W renews every 1.7 s, so no later than that).
     ahead_clock.set(SystemClock.now_ms() + SKEW_MS + 2_500);
     let second = LockId::generate();
-    let refused = ahead.try_acquire(&checked, ttl, None, Line::Wait(&second));
+    let refused = ahead.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&second)));
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     let line = ahead.find_line(&checked, LeaseKind::Lock).unwrap();
     let order: Vec<&str> = line.iter().map(|place| place.place_id.as_str()).collect();
@@ -278,17 +279,17 @@ fn firestore_line_keeps_arrival_order_across_the_documented_skew() {
 
     // The key free: the earlier arrival is served first.
     assert!(honest.release(&held.lock_id).unwrap());
-    let refused = ahead.try_acquire(&checked, ttl, None, Line::Wait(&second));
+    let refused = ahead.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&second)));
     assert_eq!(refused.unwrap(), Acquisition::Locked, "W is ahead of O");
     let Acquisition::Acquired { lease: taken, .. } = behind
-        .try_acquire(&checked, ttl, None, Line::Wait(&first))
+        .acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&first)))
         .unwrap()
     else {
         panic!("W, first in line, is granted the free key");
     };
     assert!(behind.release(&taken.lock_id).unwrap());
     let Acquisition::Acquired { lease: taken, .. } = ahead
-        .try_acquire(&checked, ttl, None, Line::Wait(&second))
+        .acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&second)))
         .unwrap()
     else {
         panic!("O, next, is granted");

@@ -23,8 +23,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 
 use crate::driver::{
-    Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId, Outcome, Permits,
-    Ttl, Version,
+    self, Acquisitions, Driver, DriverExt as _, Find, Key, KeySet, LeaseKind, LeaseRef, Line,
+    LockId, Mode, Outcome, Permits, Request, Ttl, Version,
 };
 use crate::{LockBackend, MemoryBackend, Result};
 
@@ -228,25 +228,15 @@ impl<'a> Side<'a> {
             (Ask::Wait | Ask::WaitAt, _) => Line::Wait(place),
         };
         let keys = &episode.keys;
-        let answer = match target {
-            Target::Lock(k) => self
-                .store
-                .try_acquire(&keys[*k], ttl, None, line)
-                .map(Acquisitions::from),
-            Target::Permit(k) => self
-                .store
-                .try_acquire_permit(&keys[*k], permits(), ttl, None, line)
-                .map(Acquisitions::from),
-            Target::Shared(k) => self
-                .store
-                .try_acquire_shared(&keys[*k], ttl, None, line)
-                .map(Acquisitions::from),
-            Target::All(set) => {
-                let names: Vec<&str> = set.iter().map(|k| keys[*k].as_str()).collect();
-                self.store
-                    .try_acquire_all(&KeySet::new(&names)?, ttl, None, line)
-            }
-        }?;
+        let names: Vec<&str> = target.keys().iter().map(|k| keys[*k].as_str()).collect();
+        let set = KeySet::new(&names)?;
+        let mode = match target {
+            Target::Lock(_) | Target::All(_) => Mode::Exclusive,
+            Target::Permit(_) => Mode::Permit(permits()),
+            Target::Shared(_) => Mode::Shared,
+        };
+        let request = Request::all(&set, ttl).mode(mode).line(line);
+        let answer = driver::acquire(self.store, &request)?;
         match &answer {
             Acquisitions::Acquired(leases) => {
                 self.tickets.remove(&waiter);
@@ -268,10 +258,11 @@ impl<'a> Side<'a> {
             }
             Acquisitions::Locked {
                 ticket: Some(ticket),
+                ..
             } => {
                 self.tickets.insert(waiter, *ticket);
             }
-            Acquisitions::Locked { ticket: None } => {}
+            Acquisitions::Locked { ticket: None, .. } => {}
         }
         Ok(answer)
     }
@@ -318,21 +309,10 @@ impl<'a> Side<'a> {
             actors
         };
         Ok(KeyState {
-            holder: self.store.find(Find::Key(key))?.map(|r| owner(&r.lock_id)),
-            readers: sorted(
-                self.store
-                    .find_shared(key)?
-                    .iter()
-                    .map(|r| owner(&r.lock_id))
-                    .collect(),
-            ),
-            permits: sorted(
-                self.store
-                    .find_permits(key)?
-                    .iter()
-                    .map(|r| owner(&r.lock_id))
-                    .collect(),
-            ),
+            holder: (self.store.find(Find::Key(key, LeaseKind::Lock))?.first())
+                .map(|r| owner(&r.lock_id)),
+            readers: sorted(self.owners_of(key, LeaseKind::Shared, owner)?),
+            permits: sorted(self.owners_of(key, LeaseKind::Permit, owner)?),
             line: self
                 .store
                 .find_line(key, LeaseKind::Lock)?
@@ -348,6 +328,17 @@ impl<'a> Side<'a> {
         })
     }
 
+    /// Who holds `key` shared or its semaphore's permits (`kind`), by actor.
+    fn owners_of(
+        &self,
+        key: &Key,
+        kind: LeaseKind,
+        owner: impl Fn(&str) -> usize,
+    ) -> Result<Vec<usize>> {
+        let held = self.store.find(Find::Key(key, kind))?;
+        Ok(held.iter().map(|r| owner(&r.lock_id)).collect())
+    }
+
     /// Whether none of the leases of the `index`-th grant is live any more.
     fn lapsed(&self, episode: &Episode<'_>, index: usize) -> bool {
         let Some(granted) = self.granted.get(index) else {
@@ -359,20 +350,8 @@ impl<'a> Side<'a> {
             .zip(&granted.leases)
             .all(|(k, (id, _))| {
                 let key = &episode.keys[*k];
-                let live = match granted.kind {
-                    LeaseKind::Lock => self
-                        .store
-                        .find(Find::Key(key))
-                        .map(|r| r.is_some_and(|r| &r.lock_id == id)),
-                    LeaseKind::Shared => self
-                        .store
-                        .find_shared(key)
-                        .map(|rs| rs.iter().any(|r| &r.lock_id == id)),
-                    LeaseKind::Permit => self
-                        .store
-                        .find_permits(key)
-                        .map(|rs| rs.iter().any(|r| &r.lock_id == id)),
-                };
+                let live = (self.store.find(Find::Key(key, granted.kind)))
+                    .map(|rs| rs.iter().any(|r| &r.lock_id == id));
                 matches!(live, Ok(false))
             })
     }
@@ -547,9 +526,12 @@ impl<'a> Episode<'a> {
                     let ours = store.acquire(self, *actor, target, *ask, ttl);
                     let theirs = model.acquire(self, *actor, target, *ask, ttl);
                     let decision = |answer: &Result<Acquisitions>| match answer {
-                        Ok(Acquisitions::Acquired(_)) => Ok("granted"),
-                        Ok(Acquisitions::Locked { ticket: Some(_) }) => Ok("refused, in line"),
-                        Ok(Acquisitions::Locked { ticket: None }) => Ok("refused"),
+                        Ok(Acquisitions::Acquired(_)) => Ok("granted".to_owned()),
+                        Ok(Acquisitions::Locked { ticket, position }) => Ok(format!(
+                            "refused, {} ticket, {} ahead",
+                            if ticket.is_some() { "with a" } else { "no" },
+                            position.map_or("no place".to_owned(), |p| format!("{p} places")),
+                        )),
                         Err(error) => Err(error.to_string()),
                     };
                     self.agree(

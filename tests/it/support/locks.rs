@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use syncguard::driver::generate_lock_id;
-use syncguard::driver::{Acquisition, Holder, Key, Line};
+use syncguard::driver::{Acquisition, DriverExt as _, Holder, Key, Request};
 use syncguard::driver::{Extension, LeaseRef, LockId, Outcome, Ttl};
 use syncguard::{
     AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, get_by_id_raw, get_by_key_raw,
@@ -37,7 +37,7 @@ pub fn lease_held_by(backend: &dyn LockBackend, key: &str, holder: &str) -> Leas
     let holder = Holder::new(holder).unwrap();
     let key = Key::new(key).unwrap();
     let ttl = Ttl::new(TTL).unwrap();
-    match backend.try_acquire(&key, ttl, Some(&holder), Line::Keep) {
+    match backend.acquire_one(&Request::one(&key, ttl).holder(Some(&holder))) {
         Ok(Acquisition::Acquired { lease, .. }) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     }
