@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use redis::Commands as _;
 use syncguard::driver::{
-    Acquisition, Acquisitions, Driver, Key, KeySet, LeaseKind, LeaseRef, Line, LockId, Ttl,
+    Acquisition, Acquisitions, Driver, DriverExt, Key, KeySet, LeaseKind, LeaseRef, Line, LockId,
+    Request, Ttl,
 };
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{LockBackend, Locker};
@@ -27,12 +28,16 @@ fn ttl() -> Ttl {
 
 /// One attempt on `key`'s lock through the driver.
 fn attempt(backend: &RedisBackend, key: &str, line: Line<'_>) -> Acquisition {
-    Driver::try_acquire(backend, &Key::new(key).unwrap(), ttl(), None, line).unwrap()
+    let key = Key::new(key).unwrap();
+    backend
+        .acquire_one(&Request::one(&key, ttl()).line(line))
+        .unwrap()
 }
 
 /// One attempt on the set `keys` through the driver.
 fn attempt_all(backend: &RedisBackend, keys: &[String], line: Line<'_>) -> Acquisitions {
-    Driver::try_acquire_all(backend, &KeySet::new(keys).unwrap(), ttl(), None, line).unwrap()
+    let keys = KeySet::new(keys).unwrap();
+    Driver::try_acquire(backend, &Request::all(&keys, ttl()).line(line)).unwrap()
 }
 
 /// Releases every lease of an acquired set (in the set's order, which is `keys` sorted).
@@ -315,7 +320,14 @@ fn a_set_of_eight_keys_is_one_script() {
         let (scripts, refused) =
             scripts_seen(port, &prefix, || attempt_all(&backend, &keys, Line::Keep));
         assert_eq!(scripts, 1, "{layout:?}");
-        assert_eq!(refused, Acquisitions::Locked { ticket: None }, "{layout:?}");
+        assert_eq!(
+            refused,
+            Acquisitions::Locked {
+                ticket: None,
+                position: None
+            },
+            "{layout:?}"
+        );
         release_all(&backend, &keys, acquired);
     }
 }
@@ -342,7 +354,10 @@ fn a_set_with_a_typescript_lock_is_refused() {
 
     assert_eq!(
         attempt_all(&backend, &keys, Line::Keep),
-        Acquisitions::Locked { ticket: None }
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
     );
     for (n, key) in keys.iter().enumerate() {
         assert_eq!(backend.is_locked(key).unwrap(), n == 2, "{key}");
@@ -352,7 +367,10 @@ fn a_set_with_a_typescript_lock_is_refused() {
     let place = LockId::generate();
     assert_eq!(
         attempt_all(&backend, &keys, Line::Wait(&place)),
-        Acquisitions::Locked { ticket: Some(1) },
+        Acquisitions::Locked {
+            ticket: Some(1),
+            position: Some(0)
+        },
         "a waiter stands in the TypeScript lock's line"
     );
     assert!(backend.release(lock_id.as_str()).unwrap());
@@ -394,7 +412,13 @@ fn a_cluster_set_in_one_slot_is_one_script() {
     }
     let (scripts, refused) = scripts_seen(port, &base, || attempt_all(&backend, &keys, Line::Keep));
     assert_eq!(scripts, 1);
-    assert_eq!(refused, Acquisitions::Locked { ticket: None });
+    assert_eq!(
+        refused,
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
+    );
     release_all(&backend, &keys, acquired);
 }
 
@@ -417,11 +441,15 @@ fn a_cluster_set_over_several_slots_is_all_or_none() {
 
     assert_eq!(
         attempt_all(&backend, &keys, Line::Keep),
-        Acquisitions::Locked { ticket: None }
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
     );
     let place = LockId::generate();
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = attempt_all(&backend, &keys, Line::Wait(&place))
     else {
         panic!("a waiter is refused with a ticket");
@@ -479,6 +507,7 @@ fn a_set_retried_after_its_answer_was_lost_is_granted(
     let (set, single) = (LockId::generate(), LockId::generate());
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = attempt_all(backend, keys, Line::Wait(&set))
     else {
         panic!("a waiting set is refused with a ticket");
@@ -518,7 +547,8 @@ fn a_set_retried_after_its_answer_was_lost_is_granted(
     assert_eq!(
         retried,
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0)
         },
         "the retry answers the set's one ticket"
     );
@@ -590,6 +620,7 @@ fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
     let (set, single) = (LockId::generate(), LockId::generate());
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = attempt_all(&backend, &keys, Line::Wait(&set))
     else {
         panic!("a waiting set is refused with a ticket");
@@ -605,7 +636,8 @@ fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
     assert_eq!(
         attempt_all(&backend, &keys, Line::WaitAt(&set, ticket)),
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0)
         }
     );
     assert_eq!(

@@ -147,7 +147,9 @@ fn a_repeated_shared_acquisition_answers_the_first_hold() {
 /// first attempt's ticket, and the line's counter issued one ticket.
 #[test]
 fn a_repeated_attempt_in_line_is_one_place() {
-    use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Ttl};
+    use syncguard::driver::{
+        Acquisition, Driver, DriverExt as _, Key, LeaseKind, Line, LockId, Request, Ttl,
+    };
 
     let proxy = FaultProxy::start(([127, 0, 0, 1], shared_redis().port).into());
     let backend = through(&proxy, "");
@@ -160,7 +162,7 @@ fn a_repeated_attempt_in_line_is_one_place() {
         move || {
             let key = Key::new(&key).unwrap();
             let ttl = Ttl::new(TTL).unwrap();
-            Driver::try_acquire(&*backend, &key, ttl, None, Line::Wait(&place))
+            backend.acquire_one(&Request::one(&key, ttl).line(Line::Wait(&place)))
         }
     };
     let answer = AnswerLost::start(&proxy, attempt).repeat(&proxy);

@@ -9,7 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis::Commands as _;
-use syncguard::driver::{Acquisition, Driver, Holder, Key, LeaseRef, Line, LockId, Permits, Ttl};
+use syncguard::driver::{
+    Acquisition, Driver, DriverExt as _, Find, Holder, Key, LeaseKind, LeaseRef, LockId, Mode,
+    Permits, Request, Ttl,
+};
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{Coverage, ErrorCode, Lease, LockBackend};
 
@@ -330,17 +333,19 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
     let ids: Vec<String> = (0..4)
         .map(|i| {
             let holder = Holder::new(format!("x{i}")).unwrap();
-            match backend
-                .try_acquire_permit(&key_ref, permits, ttl, Some(&holder), Line::Keep)
-                .unwrap()
-            {
+            let request = Request::one(&key_ref, ttl)
+                .mode(Mode::Permit(permits))
+                .holder(Some(&holder));
+            match backend.acquire_one(&request).unwrap() {
                 Acquisition::Acquired { lease, .. } => lease.lock_id,
                 Acquisition::Locked => panic!("permit {i} refused"),
             }
         })
         .collect();
     assert!(backend.release_permit(&key, &ids[1]).unwrap());
-    let found = backend.find_permits(&key_ref).unwrap();
+    let found = backend
+        .find(Find::Key(&key_ref, LeaseKind::Permit))
+        .unwrap();
     let listed: Vec<(&str, Option<&str>, u64)> = found
         .iter()
         .map(|r| (r.lock_id.as_str(), r.holder.as_deref(), r.fence.value()))
