@@ -769,3 +769,47 @@ fn a_lost_answer_leaves_every_key_in_doubt_and_all_are_freed() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Three sets waiting for the same two held keys are told 0, 1 and 2 places ahead (the most
+/// over the keys' lines), and once the first leaves both lines the others 0 and 1 (issue 41).
+fn waiting_sets_are_told_how_many_stand_ahead(backend: &RedisBackend, keys: &[String]) {
+    let held: Vec<_> = keys
+        .iter()
+        .map(|key| lease(backend.acquire(key, TTL)))
+        .collect();
+    let sets: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+    let positions = |sets: &[LockId]| -> Vec<Option<u64>> {
+        (sets.iter())
+            .map(|set| match attempt_all(backend, keys, Line::Wait(set)) {
+                Acquisitions::Locked { position, .. } => position,
+                granted => panic!("a set on held keys granted: {granted:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(positions(&sets), [Some(0), Some(1), Some(2)]);
+    for key in keys {
+        backend
+            .leave_line(&Key::new(key).unwrap(), LeaseKind::Lock, &sets[0])
+            .unwrap();
+    }
+    assert_eq!(positions(&sets[1..]), [Some(0), Some(1)]);
+    for lease in held {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+}
+
+#[test]
+fn waiting_sets_are_told_their_place_on_one_server() {
+    for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
+        let (backend, _) = shared_redis_namespace(layout);
+        let base = unique("multi-position");
+        let keys = [format!("{base}-a"), format!("{base}-b")];
+        waiting_sets_are_told_how_many_stand_ahead(&backend, &keys);
+    }
+}
+
+#[test]
+fn waiting_sets_are_told_their_place_over_several_cluster_slots() {
+    let keys = keys_in_two_slots(&unique("multi-slots-position"));
+    waiting_sets_are_told_how_many_stand_ahead(&cluster_backend(), &keys);
+}
