@@ -82,8 +82,8 @@ use std::time::{Duration, Instant};
 use crate::duration::parse_duration;
 use serde::Serialize;
 use syncguard::driver::{
-    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeySet, LeaseKind, LeaseRef,
-    Line, LockId, LockRecord, OnRelease, Outcome, Permits, PlaceRecord, ReleaseWatch, Ttl,
+    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
 };
 use syncguard::{
     AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
@@ -810,7 +810,7 @@ fn run_handoff(ctx: &Ctx) -> Result<TimedReport, BenchError> {
                 let _ = ready_rx.recv();
                 let in_line = |count: usize| {
                     ctx.backend()
-                        .line(key)
+                        .waiters(key, LeaseKind::Lock)
                         .map(|line| line.len() > count)
                         .unwrap_or(true)
                 };
@@ -1050,71 +1050,11 @@ impl Driver for CountingRenewals {
     fn describe(&self) -> Capabilities {
         self.inner.describe()
     }
-    fn try_acquire(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> syncguard::Result<Acquisition> {
-        self.inner
-            .acquire_one(&Request::one(key, ttl).holder(holder).line(line))
-    }
-    fn try_acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> syncguard::Result<Acquisitions> {
-        self.inner
-            .try_acquire(&Request::all(keys, ttl).holder(holder).line(line))
-    }
-    fn try_acquire_permit(
-        &self,
-        key: &Key,
-        permits: Permits,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> syncguard::Result<Acquisition> {
-        self.inner.acquire_one(
-            &Request::one(key, ttl)
-                .mode(Mode::Permit(permits))
-                .holder(holder)
-                .line(line),
-        )
+    fn try_acquire(&self, request: &Request<'_>) -> syncguard::Result<Acquisitions> {
+        self.inner.try_acquire(request)
     }
     fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
         self.inner.release_lease(lease)
-    }
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> syncguard::Result<()> {
-        self.inner.leave_line(key, kind, place)
-    }
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> syncguard::Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-    fn try_acquire_shared(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> syncguard::Result<Acquisition> {
-        self.inner.acquire_one(
-            &Request::one(key, ttl)
-                .mode(Mode::Shared)
-                .holder(holder)
-                .line(line),
-        )
-    }
-    fn find_shared(&self, key: &Key) -> syncguard::Result<Vec<LockRecord>> {
-        self.inner.find(Find::Key(key, LeaseKind::Shared))
-    }
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> syncguard::Result<Outcome<Extension>> {
-        let answer = self.inner.extend_lease(lease, ttl);
-        self.count(std::slice::from_ref(&answer));
-        answer
     }
     fn extend_leases(
         &self,
@@ -1127,8 +1067,22 @@ impl Driver for CountingRenewals {
     fn key_is_locked(&self, key: &Key) -> syncguard::Result<bool> {
         self.inner.key_is_locked(key)
     }
-    fn find(&self, by: Find<'_>) -> syncguard::Result<Option<LockRecord>> {
+    fn find(&self, by: Find<'_>) -> syncguard::Result<Vec<LockRecord>> {
         self.inner.find(by)
+    }
+    fn list_records(
+        &self,
+        prefix: &KeyPrefix,
+        kind: LeaseKind,
+        limit: ListLimit,
+    ) -> syncguard::Result<LockList<LockRecord>> {
+        self.inner.list_records(prefix, kind, limit)
+    }
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> syncguard::Result<Vec<PlaceRecord>> {
+        self.inner.find_line(key, kind)
+    }
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> syncguard::Result<()> {
+        self.inner.leave_line(key, kind, place)
     }
     fn watch_releases(
         &self,

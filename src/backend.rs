@@ -16,7 +16,6 @@ use crate::hash::hash_key;
 use crate::key::Key;
 use crate::listing::{KeyPrefix, ListLimit, LockList};
 use crate::lock_id::LockId;
-use crate::permits::Permits;
 use crate::time::Ttl;
 
 /// Single-attempt lock operations against one store, with plain arguments: what a lock user
@@ -101,215 +100,138 @@ pub trait LockBackend: Driver {
         Ok(record.map(LockInfoDebug::from))
     }
 
-    /// The live locks whose key starts with `prefix` (`""`: every lock), sorted by key, at
-    /// most `limit` (1 to [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT);
-    /// [`DEFAULT_LIST_LIMIT`](crate::DEFAULT_LIST_LIMIT) is a good start), and whether
-    /// that is all of them ([`LockList::coverage`]). Sanitised: hashes only. For operators: the
-    /// work is bounded, and each backend's documentation says what a listing costs there.
+    /// The live leases of `kind` whose key starts with `prefix` (`""`: every key), sorted by
+    /// key (then fence: a semaphore's permits and a lock's readers share their key), at most
+    /// `limit` (1 to [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT);
+    /// [`DEFAULT_LIST_LIMIT`](crate::DEFAULT_LIST_LIMIT) is a good start), and whether that is
+    /// all of them ([`LockList::coverage`]). Sanitised: hashes only. For operators: the work is
+    /// bounded, and each backend's documentation says what a listing costs there.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use syncguard::{Coverage, LockBackend, MemoryBackend};
+    /// use syncguard::{Coverage, LeaseKind, LockBackend, MemoryBackend};
     ///
     /// let backend = MemoryBackend::new();
     /// for key in ["report:b", "report:a", "backup"] {
     ///     let _ = backend.acquire(key, Duration::from_secs(10))?;
     /// }
-    /// let listed = backend.list("report:", 10)?;
+    /// let listed = backend.list("report:", LeaseKind::Lock, 10)?;
     /// assert_eq!(listed.locks.len(), 2);
     /// assert_eq!(listed.locks[0].key_hash, syncguard::driver::hash_key("report:a"));
     /// assert_eq!(listed.coverage, Coverage::Complete);
-    /// assert_eq!(backend.list("", 1)?.coverage, Coverage::LimitReached);
+    /// assert_eq!(backend.list("", LeaseKind::Lock, 1)?.coverage, Coverage::LimitReached);
+    /// assert!(backend.list("", LeaseKind::Permit, 10)?.locks.is_empty());
     /// # Ok::<(), syncguard::LockError>(())
     /// ```
-    fn list(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfo>> {
-        Ok(self.list_raw(prefix, limit)?.map(|raw| raw.info))
+    fn list(&self, prefix: &str, kind: LeaseKind, limit: usize) -> Result<LockList<LockInfo>> {
+        Ok(self.list_raw(prefix, kind, limit)?.map(|raw| raw.info))
     }
 
     /// [`list`](LockBackend::list) with the raw keys and lock ids, for debugging.
-    fn list_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
+    fn list_raw(
+        &self,
+        prefix: &str,
+        kind: LeaseKind,
+        limit: usize,
+    ) -> Result<LockList<LockInfoDebug>> {
         let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
         Ok(self
-            .list_records(&prefix, LeaseKind::Lock, limit)?
+            .list_records(&prefix, kind, limit)?
             .map(LockInfoDebug::from))
     }
 
-    /// Takes one of the `permits` permits (1 to [`MAX_PERMITS`](crate::driver::MAX_PERMITS)) of
-    /// the semaphore on `key` for `ttl`, if fewer than `permits` are held. Contention is
-    /// [`AcquireOutcome::Locked`]. The semaphore is not the key's lock: see
-    /// [`Mode::Permit`].
+    /// Takes what `mode` asks for on `key` for `ttl`: the lock ([`acquire`](LockBackend::acquire)),
+    /// a shared hold of it (a reader: see [`Mode::Shared`]) unless a writer holds it or waits
+    /// in line, or one of the permits of the key's semaphore ([`Mode::permits`]; the semaphore
+    /// is not the key's lock: see [`Mode::Permit`]). Contention is [`AcquireOutcome::Locked`].
     ///
     /// ```
     /// use std::time::Duration;
-    /// use syncguard::{AcquireOutcome, LockBackend, MemoryBackend};
+    /// use syncguard::{AcquireOutcome, LeaseKind, LockBackend, MemoryBackend, Mode};
     ///
     /// let backend = MemoryBackend::new();
     /// let ttl = Duration::from_secs(10);
-    /// let first = backend.acquire_permit("export", 2, ttl)?.lease().expect("free");
-    /// let second = backend.acquire_permit("export", 2, ttl)?.lease().expect("one left");
-    /// assert_eq!(backend.acquire_permit("export", 2, ttl)?, AcquireOutcome::Locked);
+    /// let two = Mode::permits(2)?;
+    /// let first = backend.acquire_as("export", two, ttl)?.lease().expect("free");
+    /// let second = backend.acquire_as("export", two, ttl)?.lease().expect("one left");
+    /// assert_eq!(backend.acquire_as("export", two, ttl)?, AcquireOutcome::Locked);
     /// assert!(second.fence > first.fence);
-    /// assert_eq!(backend.permit_holders("export")?.len(), 2);
-    /// assert!(backend.release_permit("export", &first.lock_id)?);
-    /// assert!(backend.acquire_permit("export", 2, ttl)?.lease().is_some());
+    /// assert_eq!(backend.holders("export", LeaseKind::Permit)?.len(), 2);
+    /// assert!(backend.release_as("export", LeaseKind::Permit, &first.lock_id)?);
     /// assert!(!backend.is_locked("export")?); // the lock on the key is another thing
-    /// # Ok::<(), syncguard::LockError>(())
-    /// ```
-    fn acquire_permit(&self, key: &str, permits: u32, ttl: Duration) -> Result<AcquireOutcome> {
-        let (key, permits, ttl) = (Key::new(key)?, Permits::new(permits)?, Ttl::new(ttl)?);
-        let request = Request::one(&key, ttl).mode(Mode::Permit(permits));
-        Ok(self.acquire_one(&request)?.into())
-    }
-
-    /// Gives back the permit of the semaphore on `key` held under `lock_id`: `true` when this
-    /// call removed it, `false` when it was absent.
-    fn release_permit(&self, key: &str, lock_id: &str) -> Result<bool> {
-        let (key, lock_id) = (Key::new(key)?, LockId::new(lock_id)?);
-        Ok(self
-            .release_lease(LeaseRef::permit(&lock_id, &key))?
-            .is_applied())
-    }
-
-    /// Sets the expiry of the live permit of the semaphore on `key` held under `lock_id` to
-    /// *now + ttl*; `None` when it is absent or expired.
-    fn extend_permit(&self, key: &str, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
-        let (key, lock_id, ttl) = (Key::new(key)?, LockId::new(lock_id)?, Ttl::new(ttl)?);
-        Ok(self
-            .extend_lease(LeaseRef::permit(&lock_id, &key), ttl)?
-            .applied()
-            .map(|extension| extension.expires_at_ms))
-    }
-
-    /// Who holds the semaphore on `key`: its live permits, in fence order. Sanitised: hashes
-    /// only.
-    fn permit_holders(&self, key: &str) -> Result<Vec<LockInfo>> {
-        Ok(self
-            .permit_holders_raw(key)?
-            .into_iter()
-            .map(|raw| raw.info)
-            .collect())
-    }
-
-    /// [`permit_holders`](LockBackend::permit_holders) with the raw key and lock ids.
-    fn permit_holders_raw(&self, key: &str) -> Result<Vec<LockInfoDebug>> {
-        let key = Key::new(key)?;
-        Ok(self
-            .find(Find::Key(&key, LeaseKind::Permit))?
-            .into_iter()
-            .map(LockInfoDebug::from)
-            .collect())
-    }
-
-    /// The live permits of every semaphore whose key starts with `prefix` (`""`: all), sorted
-    /// by key then fence, at most `limit` permits (1 to
-    /// [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)), and whether that is all of them: what
-    /// [`list`](LockBackend::list) is for locks. Sanitised: hashes only.
-    fn list_permits(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfo>> {
-        Ok(self.list_permits_raw(prefix, limit)?.map(|raw| raw.info))
-    }
-
-    /// [`list_permits`](LockBackend::list_permits) with the raw keys and lock ids.
-    fn list_permits_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
-        let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
-        Ok(self
-            .list_records(&prefix, LeaseKind::Permit, limit)?
-            .map(LockInfoDebug::from))
-    }
-
-    /// Takes a shared hold of the lock on `key` for `ttl` (a reader: see
-    /// [`Mode::Shared`]) unless a writer holds it or waits in line. Contention
-    /// is [`AcquireOutcome::Locked`].
     ///
-    /// ```
-    /// use std::time::Duration;
-    /// use syncguard::{AcquireOutcome, LockBackend, MemoryBackend};
-    ///
-    /// let backend = MemoryBackend::new();
-    /// let ttl = Duration::from_secs(10);
-    /// let a = backend.acquire_shared("dataset", ttl)?.lease().expect("free");
-    /// let b = backend.acquire_shared("dataset", ttl)?.lease().expect("readers share");
+    /// let a = backend.acquire_as("dataset", Mode::Shared, ttl)?.lease().expect("free");
+    /// let b = backend.acquire_as("dataset", Mode::Shared, ttl)?.lease().expect("readers share");
     /// assert_eq!(backend.acquire("dataset", ttl)?, AcquireOutcome::Locked); // no writer now
-    /// assert_eq!(backend.readers("dataset")?.len(), 2);
-    /// assert!(backend.release_shared("dataset", &a.lock_id)?);
-    /// assert!(backend.release_shared("dataset", &b.lock_id)?);
+    /// assert_eq!(backend.holders("dataset", LeaseKind::Shared)?.len(), 2);
+    /// assert!(backend.release_as("dataset", LeaseKind::Shared, &a.lock_id)?);
+    /// assert!(backend.release_as("dataset", LeaseKind::Shared, &b.lock_id)?);
     /// assert!(backend.acquire("dataset", ttl)?.lease().is_some());
     /// # Ok::<(), syncguard::LockError>(())
     /// ```
-    fn acquire_shared(&self, key: &str, ttl: Duration) -> Result<AcquireOutcome> {
+    fn acquire_as(&self, key: &str, mode: Mode, ttl: Duration) -> Result<AcquireOutcome> {
         let (key, ttl) = (Key::new(key)?, Ttl::new(ttl)?);
-        let request = Request::one(&key, ttl).mode(Mode::Shared);
-        Ok(self.acquire_one(&request)?.into())
+        Ok(self
+            .acquire_one(&Request::one(&key, ttl).mode(mode))?
+            .into())
     }
 
-    /// Gives back the shared hold of the lock on `key` held under `lock_id`: `true` when this
-    /// call removed it, `false` when it was absent.
-    fn release_shared(&self, key: &str, lock_id: &str) -> Result<bool> {
+    /// Gives back the lease of `kind` on `key` held under `lock_id` (a permit of its
+    /// semaphore, a shared hold of its lock, or the lock itself): `true` when this call
+    /// removed it, `false` when it was absent.
+    fn release_as(&self, key: &str, kind: LeaseKind, lock_id: &str) -> Result<bool> {
         let (key, lock_id) = (Key::new(key)?, LockId::new(lock_id)?);
-        Ok(self
-            .release_lease(LeaseRef::shared(&lock_id, &key))?
-            .is_applied())
+        let lease = LeaseRef::new(&lock_id).with_key(&key).with_kind(kind);
+        Ok(self.release_lease(lease)?.is_applied())
     }
 
-    /// Sets the expiry of the live shared hold of the lock on `key` held under `lock_id` to
+    /// Sets the expiry of the live lease of `kind` on `key` held under `lock_id` to
     /// *now + ttl*; `None` when it is absent or expired.
-    fn extend_shared(&self, key: &str, lock_id: &str, ttl: Duration) -> Result<Option<i64>> {
+    fn extend_as(
+        &self,
+        key: &str,
+        kind: LeaseKind,
+        lock_id: &str,
+        ttl: Duration,
+    ) -> Result<Option<i64>> {
         let (key, lock_id, ttl) = (Key::new(key)?, LockId::new(lock_id)?, Ttl::new(ttl)?);
+        let lease = LeaseRef::new(&lock_id).with_key(&key).with_kind(kind);
         Ok(self
-            .extend_lease(LeaseRef::shared(&lock_id, &key), ttl)?
+            .extend_lease(lease, ttl)?
             .applied()
             .map(|extension| extension.expires_at_ms))
     }
 
-    /// Who holds the lock on `key` shared: its live readers, in fence order. Sanitised: hashes
-    /// only.
-    fn readers(&self, key: &str) -> Result<Vec<LockInfo>> {
+    /// Who holds `key` as `kind` says: its lock's holder (none or one), its semaphore's live
+    /// permits, or its lock's live readers, in fence order. Sanitised: hashes only.
+    fn holders(&self, key: &str, kind: LeaseKind) -> Result<Vec<LockInfo>> {
         Ok(self
-            .readers_raw(key)?
+            .holders_raw(key, kind)?
             .into_iter()
             .map(|raw| raw.info)
             .collect())
     }
 
-    /// [`readers`](LockBackend::readers) with the raw key and lock ids.
-    fn readers_raw(&self, key: &str) -> Result<Vec<LockInfoDebug>> {
+    /// [`holders`](LockBackend::holders) with the raw key and lock ids.
+    fn holders_raw(&self, key: &str, kind: LeaseKind) -> Result<Vec<LockInfoDebug>> {
         let key = Key::new(key)?;
         Ok(self
-            .find(Find::Key(&key, LeaseKind::Shared))?
+            .find(Find::Key(&key, kind))?
             .into_iter()
             .map(LockInfoDebug::from)
             .collect())
     }
 
-    /// The live shared holders of every lock whose key starts with `prefix`, sorted by key
-    /// then fence, at most `limit` (1 to [`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)), and
-    /// whether that is all of them: what [`list`](LockBackend::list) is for exclusive locks.
-    /// Sanitised: hashes only.
-    fn list_shared(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfo>> {
-        Ok(self.list_shared_raw(prefix, limit)?.map(|raw| raw.info))
-    }
-
-    /// [`list_shared`](LockBackend::list_shared) with the raw keys and lock ids.
-    fn list_shared_raw(&self, prefix: &str, limit: usize) -> Result<LockList<LockInfoDebug>> {
-        let (prefix, limit) = (KeyPrefix::new(prefix)?, ListLimit::new(limit)?);
-        Ok(self
-            .list_records(&prefix, LeaseKind::Shared, limit)?
-            .map(LockInfoDebug::from))
-    }
-
-    /// The line of waiters for the lock on `key`: their live places in the order they will be
-    /// served, each with its holder text and expiry ([`LockOptions::wait_in_line`]). Empty when
-    /// nobody waits, or for a backend without a line. Sanitised: the place ids as hashes.
+    /// The line of waiters for `key`'s lock (`kind` [`Lock`](LeaseKind::Lock) or
+    /// [`Shared`](LeaseKind::Shared): one line) or its semaphore
+    /// ([`Permit`](LeaseKind::Permit)): their live places in the order they will be served,
+    /// each with its holder text and expiry ([`LockOptions::wait_in_line`]). Empty when nobody
+    /// waits, or for a backend without a line. Sanitised: the place ids as hashes.
     ///
     /// [`LockOptions::wait_in_line`]: crate::LockOptions::wait_in_line
-    fn line(&self, key: &str) -> Result<Vec<PlaceInfo>> {
+    fn waiters(&self, key: &str, kind: LeaseKind) -> Result<Vec<PlaceInfo>> {
         let key = Key::new(key)?;
-        Ok(places(self.find_line(&key, LeaseKind::Lock)?))
-    }
-
-    /// [`line`](LockBackend::line) for the semaphore on `key`.
-    fn permit_line(&self, key: &str) -> Result<Vec<PlaceInfo>> {
-        let key = Key::new(key)?;
-        Ok(places(self.find_line(&key, LeaseKind::Permit)?))
+        Ok(places(self.find_line(&key, kind.sequence())?))
     }
 
     /// What this backend is and guarantees: its driver's [`Driver::describe`], under the name
@@ -344,7 +266,7 @@ fn places(records: Vec<PlaceRecord>) -> Vec<PlaceInfo> {
         .collect()
 }
 
-/// A waiter's place in a key's line, sanitised: what [`LockBackend::line`] returns. Serialises
+/// A waiter's place in a key's line, sanitised: what [`LockBackend::waiters`] returns. Serialises
 /// with camelCase names, as [`LockInfo`] does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -527,7 +449,7 @@ pub fn list_locks<B: LockBackend + ?Sized>(
     prefix: &str,
     limit: usize,
 ) -> Result<LockList<LockInfo>> {
-    backend.list(prefix, limit)
+    backend.list(prefix, LeaseKind::Lock, limit)
 }
 
 /// The live locks under a key prefix with raw keys and lock ids: [`LockBackend::list_raw`].
@@ -537,7 +459,7 @@ pub fn list_locks_raw<B: LockBackend + ?Sized>(
     prefix: &str,
     limit: usize,
 ) -> Result<LockList<LockInfoDebug>> {
-    backend.list_raw(prefix, limit)
+    backend.list_raw(prefix, LeaseKind::Lock, limit)
 }
 
 /// Whether `lock_id` still holds a live lock: a read-only check, for diagnostics.

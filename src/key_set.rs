@@ -1,6 +1,6 @@
 //! Several keys taken together (DESIGN §12, "Several keys"): the validated [`KeySet`] that
 //! [`Locker::lock_all`](crate::Locker::lock_all) asks for (a store takes it in
-//! [`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)).
+//! [`Driver::try_acquire`](crate::driver::Driver::try_acquire) with [`Request::all`](crate::driver::Request::all)).
 //!
 //! A set holds 1 to [`MAX_KEYS`] keys, each a valid [`Key`], duplicates collapsed after NFC
 //! normalisation, in one fixed order (the keys' UTF-8 bytes) whatever the order the caller

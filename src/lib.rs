@@ -129,7 +129,7 @@ pub use crate::backend::{
 };
 pub use crate::cancel::CancelToken;
 pub use crate::connect::connect;
-pub use crate::driver::{Capabilities, Lease, TimeAuthority};
+pub use crate::driver::{Capabilities, Lease, LeaseKind, Mode, TimeAuthority};
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};

@@ -74,7 +74,7 @@ pub enum Line<'a> {
     /// [`PLACE_TTL`]. Every expired place is pruned. The same id twice is one place, so a
     /// repeated request takes no second one.
     Wait(&'a LockId),
-    /// An attempt of a waiter of several keys ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all)),
+    /// An attempt of a waiter of several keys ([`Request::all`](crate::driver::Request::all)),
     /// or of one of its keys: as [`Wait`](Line::Wait), but its place carries this ticket —
     /// the same on every key of the set — and stands among the places by ticket (then place
     /// id), not at the back. The last ticket of the line grows to it if it is beyond. See
@@ -354,7 +354,7 @@ pub struct SetAdmission {
     pub position: Option<u64>,
 }
 
-/// A waiter for several keys at once ([`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all))
+/// A waiter for several keys at once ([`Request::all`](crate::driver::Request::all))
 /// holds none of them while it waits, and waits in line on the keys it found held — with **one
 /// ticket on every key**, so that the waiters of several keys stand in one order on all their
 /// lines and no two can each be ahead of the other (which, with a ticket per line, would have

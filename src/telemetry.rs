@@ -532,8 +532,14 @@ mod tests {
     fn listings_are_reported_without_identifiers() {
         let (backend, events) = recorded(true);
         let _ = backend.acquire("job", TTL).unwrap();
-        assert_eq!(backend.list("j", 10).unwrap().locks.len(), 1);
-        assert!(backend.list("j", 0).is_err(), "refused before the driver");
+        assert_eq!(
+            backend.list("j", LeaseKind::Lock, 10).unwrap().locks.len(),
+            1
+        );
+        assert!(
+            backend.list("j", LeaseKind::Lock, 0).is_err(),
+            "refused before the driver"
+        );
         let events = events.lock().unwrap();
         assert_eq!(events.len(), 2);
         let listed = &events[1];

@@ -34,6 +34,12 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// One of `permits` permits of a semaphore (`InvalidArgument` unless 1 to
+    /// [`MAX_PERMITS`](crate::driver::MAX_PERMITS)).
+    pub fn permits(permits: u32) -> crate::error::Result<Mode> {
+        Permits::new(permits).map(Mode::Permit)
+    }
+
     /// The kind of lease this mode grants.
     pub fn kind(self) -> LeaseKind {
         match self {

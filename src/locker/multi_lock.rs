@@ -1,7 +1,7 @@
 //! Several keys held together (DESIGN §12, "Several keys"): [`Locker::lock_all`] and its
 //! `try_` forms, and the [`MultiLockGuard`] that holds every key.
 //!
-//! All or none: an attempt takes every key or none ([`Driver::try_acquire_all`]), and a
+//! All or none: an attempt takes every key or none ([`Request::all`](crate::driver::Request::all)), and a
 //! waiting caller holds none of the keys while it waits — so no mix of `lock_all` and `lock`
 //! over overlapping keys can deadlock, whatever the order the callers name the keys in. Each
 //! key is a lease of its own (its lock id, its fence, its renewals by the one heartbeat, at the

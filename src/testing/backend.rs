@@ -19,8 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::driver::{
-    DriverExt as _, LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES, MAX_KEY_LENGTH_BYTES, Outcome, Ttl,
-    generate_lock_id, hash_key, validate_lock_id,
+    DriverExt as _, LeaseKind, LeaseRef, LockId, MAX_HOLDER_LENGTH_BYTES, MAX_KEY_LENGTH_BYTES,
+    Outcome, Ttl, generate_lock_id, hash_key, validate_lock_id,
 };
 use crate::{
     AcquireOutcome, Coverage, Fence, Lease, LockBackend, LockInfo, Lookup, MAX_LIST_LIMIT,
@@ -578,7 +578,10 @@ pub fn listing<B: LockBackend>(backend: &B) {
         sanitised.locks, infos,
         "the sanitised list is the raw one's hashes"
     );
-    assert_eq!(backend.list(&under, 10).unwrap(), sanitised);
+    assert_eq!(
+        backend.list(&under, LeaseKind::Lock, 10).unwrap(),
+        sanitised
+    );
     let shown = format!("{sanitised:?}");
     assert!(
         leases
@@ -587,7 +590,7 @@ pub fn listing<B: LockBackend>(backend: &B) {
         "a sanitised list shows raw keys or lock ids: {shown}"
     );
 
-    let first_two = backend.list_raw(&under, 2).unwrap();
+    let first_two = backend.list_raw(&under, LeaseKind::Lock, 2).unwrap();
     let first_keys: Vec<&str> = first_two
         .locks
         .iter()
@@ -599,7 +602,9 @@ pub fn listing<B: LockBackend>(backend: &B) {
         "the limit keeps the first keys"
     );
     assert_eq!(first_two.coverage, Coverage::LimitReached);
-    let exactly = backend.list_raw(&under, expected.len()).unwrap();
+    let exactly = backend
+        .list_raw(&under, LeaseKind::Lock, expected.len())
+        .unwrap();
     assert_eq!(exactly.locks.len(), expected.len());
     assert_eq!(
         exactly.coverage,
@@ -607,7 +612,9 @@ pub fn listing<B: LockBackend>(backend: &B) {
         "nothing beyond the limit"
     );
 
-    let decomposed = backend.list_raw(&format!("{under}e\u{301}"), 10).unwrap();
+    let decomposed = backend
+        .list_raw(&format!("{under}e\u{301}"), LeaseKind::Lock, 10)
+        .unwrap();
     let decomposed: Vec<&str> = decomposed
         .locks
         .iter()
@@ -619,7 +626,9 @@ pub fn listing<B: LockBackend>(backend: &B) {
         "prefixes are NFC-normalised"
     );
 
-    let whole = backend.list_raw(&format!("{root}:"), 10).unwrap();
+    let whole = backend
+        .list_raw(&format!("{root}:"), LeaseKind::Lock, 10)
+        .unwrap();
     let whole: Vec<&str> = whole.locks.iter().map(|lock| lock.key.as_str()).collect();
     let mut everything: Vec<String> = expected_keys.iter().map(|key| (*key).to_owned()).collect();
     everything.extend([format!("{root}:a"), format!("{elsewhere}1")]);
@@ -628,21 +637,23 @@ pub fn listing<B: LockBackend>(backend: &B) {
         whole, everything,
         "both prefixes and the sibling under the root"
     );
-    let none = backend.list_raw(&format!("{root}:c"), 10).unwrap();
+    let none = backend
+        .list_raw(&format!("{root}:c"), LeaseKind::Lock, 10)
+        .unwrap();
     assert!(none.locks.is_empty());
     assert_eq!(none.coverage, Coverage::Complete);
 
     // Every lock of the store: others' too, so only what holds whatever else is stored.
-    let any = backend.list_raw("", 1).unwrap();
+    let any = backend.list_raw("", LeaseKind::Lock, 1).unwrap();
     assert!(any.locks.len() <= 1, "{any:?}");
 
-    assert_invalid(backend.list(&under, 0), "limit 0");
+    assert_invalid(backend.list(&under, LeaseKind::Lock, 0), "limit 0");
     assert_invalid(
-        backend.list(&under, MAX_LIST_LIMIT + 1),
+        backend.list(&under, LeaseKind::Lock, MAX_LIST_LIMIT + 1),
         "limit above the maximum",
     );
     assert_invalid(
-        backend.list(&"x".repeat(MAX_KEY_LENGTH_BYTES + 1), 1),
+        backend.list(&"x".repeat(MAX_KEY_LENGTH_BYTES + 1), LeaseKind::Lock, 1),
         "a prefix longer than the longest key",
     );
 
@@ -652,7 +663,9 @@ pub fn listing<B: LockBackend>(backend: &B) {
     assert!(backend.release(&other.lock_id).unwrap());
     assert!(backend.release(&sibling.lock_id).unwrap());
     assert!(!backend.release(&expired.lock_id).unwrap());
-    let after = backend.list_raw(&format!("{root}:"), 10).unwrap();
+    let after = backend
+        .list_raw(&format!("{root}:"), LeaseKind::Lock, 10)
+        .unwrap();
     assert!(
         after.locks.is_empty(),
         "released locks are not listed: {after:?}"

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::{AcquireOutcome, LockBackend};
 
 use super::support::{LONG_TTL, unique_key};
+use crate::driver::{LeaseKind, Mode};
 
 /// How many readers [`a_thousand_readers_share_a_key`] holds at once.
 pub const MANY_READERS: usize = 1000;
@@ -27,12 +28,12 @@ pub fn a_thousand_readers_share_a_key<B: LockBackend + 'static>(backend: B) {
     // reader of a document store rewrites the key's document).
     let ttl = Duration::from_secs(600);
     for n in 0..MANY_READERS {
-        match backend.acquire_shared(&key, ttl).unwrap() {
+        match backend.acquire_as(&key, Mode::Shared, ttl).unwrap() {
             AcquireOutcome::Acquired(lease) => lock_ids.push(lease.lock_id),
             AcquireOutcome::Locked => panic!("reader {n} was refused"),
         }
     }
-    let readers = backend.readers(&key).unwrap();
+    let readers = backend.holders(&key, LeaseKind::Shared).unwrap();
     assert_eq!(readers.len(), MANY_READERS);
     assert!(readers.windows(2).all(|pair| pair[0].fence < pair[1].fence));
     assert_eq!(
@@ -40,7 +41,11 @@ pub fn a_thousand_readers_share_a_key<B: LockBackend + 'static>(backend: B) {
         AcquireOutcome::Locked
     );
     for lock_id in &lock_ids {
-        assert!(backend.release_shared(&key, lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Shared, lock_id)
+                .unwrap()
+        );
     }
     assert!(backend.acquire(&key, LONG_TTL).unwrap().lease().is_some());
 }

@@ -32,7 +32,13 @@ pub fn waiters_are_served_in_arrival_order<B: LockBackend + 'static>(backend: B)
     let granted = served_in_turn(&locker, &key, 4, None);
     drop(held);
     assert_eq!(in_fence_order(granted.join()), [0, 1, 2, 3]);
-    assert!(locker.backend().line(&key).unwrap().is_empty());
+    assert!(
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A semaphore's waiters get free permits in their order: with two permits held and three
@@ -44,7 +50,11 @@ pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B
     let [first, second] = [semaphore.acquire().unwrap(), semaphore.acquire().unwrap()];
     let granted = served_in_turn(&locker, &key, 3, Some(2));
     assert!(
-        locker.backend().line(&key).unwrap().is_empty(),
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
         "the semaphore's line is its own, not the lock's"
     );
     // One permit goes round: each waiter takes it in turn (with two free at once, the first
@@ -52,7 +62,13 @@ pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B
     drop(first);
     assert_eq!(in_fence_order(granted.join()), [0, 1, 2]);
     drop(second);
-    assert!(locker.backend().permit_line(&key).unwrap().is_empty());
+    assert!(
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Permit)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A waiter that dies in line (its place taken, never renewed) holds up the waiters behind it
@@ -83,7 +99,13 @@ pub fn a_dead_waiter_is_skipped_when_its_place_lapses<B: LockBackend + 'static>(
         "the waiter was granted while the dead place was live"
     );
     assert_eq!(waiter.join().len(), 1);
-    assert!(locker.backend().line(&key).unwrap().is_empty());
+    assert!(
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A dead waiter holds the line up for about 6 s at most:
@@ -147,20 +169,33 @@ pub fn a_waiter_that_gives_up_leaves_at_once<B: LockBackend + 'static>(backend: 
         move || locker.lock_with(&key, &options).map(drop)
     });
     wait_until("the waiter to take its place", PATIENCE, || {
-        locker.backend().line(&key).unwrap().len() == 1
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .len()
+            == 1
     });
     cancel.cancel();
     let error = waiter.join().unwrap().unwrap_err();
     assert_eq!(error.code(), ErrorCode::Aborted);
     assert!(
-        locker.backend().line(&key).unwrap().is_empty(),
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
         "a cancelled waiter left its place behind"
     );
     // Its first attempt took a place (the key is held): timing out must give it back.
     let timed_out = locker.try_lock_for(&key, std::time::Duration::from_millis(300));
     assert!(timed_out.unwrap().is_none());
     assert!(
-        locker.backend().line(&key).unwrap().is_empty(),
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
         "a waiter out of time left its place behind"
     );
 }
@@ -246,7 +281,7 @@ pub fn a_repeated_place_is_one_place<B: LockBackend + 'static>(backend: B) {
     backend
         .leave_line(&checked, LeaseKind::Lock, &place)
         .unwrap();
-    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
 }
 
 /// Waiters started in turn on `key` (a lock, or a semaphore of `permits`): each thread's
@@ -260,8 +295,8 @@ fn served_in_turn<B: LockBackend + 'static>(
 ) -> Granted {
     let granted = Arc::new(Mutex::new(Vec::new()));
     let line = |locker: &Locker<B>| match permits {
-        None => locker.backend().line(key).unwrap(),
-        Some(_) => locker.backend().permit_line(key).unwrap(),
+        None => locker.backend().waiters(key, LeaseKind::Lock).unwrap(),
+        Some(_) => locker.backend().waiters(key, LeaseKind::Permit).unwrap(),
     };
     let ahead = line(locker).len();
     let mut threads = Vec::new();
@@ -354,7 +389,11 @@ fn dead_permit_place<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u
         }
     };
     for lock_id in held {
-        assert!(backend.release_permit(key, &lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(key, LeaseKind::Permit, &lock_id)
+                .unwrap()
+        );
     }
     assert_eq!(answer.unwrap(), Acquisition::Locked);
     place

@@ -273,7 +273,7 @@ pub fn waiters_of_sets_stand_in_one_order<B: LockBackend + 'static>(backend: B) 
     }
     for key in [&a, &b] {
         assert!(
-            backend.line(key).unwrap().is_empty(),
+            backend.waiters(key, LeaseKind::Lock).unwrap().is_empty(),
             "a place left on {key}"
         );
     }
@@ -298,7 +298,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         }
     });
     wait_until("the set's waiter to stand in line", PATIENCE, || {
-        locker.backend().line(&a).unwrap().len() == 1
+        locker.backend().waiters(&a, LeaseKind::Lock).unwrap().len() == 1
     });
     let single = thread::spawn({
         let (locker, key, options) = (locker.clone(), a.clone(), waiting.clone());
@@ -310,7 +310,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         }
     });
     wait_until("the single waiter to stand behind it", PATIENCE, || {
-        locker.backend().line(&a).unwrap().len() == 2
+        locker.backend().waiters(&a, LeaseKind::Lock).unwrap().len() == 2
     });
     drop(held);
     let (set_fence, single_fence) = (set.join().unwrap(), single.join().unwrap());
@@ -327,7 +327,11 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         move || locker.lock_all_with(&keys, &options).map(drop)
     });
     wait_until("the set's waiter to stand in line", PATIENCE, || {
-        !locker.backend().line(&a).unwrap().is_empty()
+        !locker
+            .backend()
+            .waiters(&a, LeaseKind::Lock)
+            .unwrap()
+            .is_empty()
     });
     cancel.cancel();
     assert_eq!(
@@ -338,7 +342,11 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
     assert!(timed_out.unwrap().is_none());
     for key in [&a, &b] {
         assert!(
-            locker.backend().line(key).unwrap().is_empty(),
+            locker
+                .backend()
+                .waiters(key, LeaseKind::Lock)
+                .unwrap()
+                .is_empty(),
             "a waiter that gave up left a place on {key}"
         );
     }

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::driver::{Extension, Holder, Key, LeaseRef, LockId, Outcome, Permits, Ttl};
+use crate::driver::{
+    Extension, Holder, Key, LeaseKind, LeaseRef, LockId, Mode, Outcome, Permits, Ttl,
+};
 use crate::{AcquireOutcome, ErrorCode, Lease, LockBackend, LockOptions, Locker, Result};
 
 use super::recorder::recorded_locker;
@@ -19,7 +21,7 @@ use super::support::{
 
 /// A permit of `permits` on `key` for `ttl`, which must be free.
 fn permit<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u32, ttl: Duration) -> Lease {
-    match backend.acquire_permit(key, permits, ttl) {
+    match backend.acquire_as(key, Mode::permits(permits).unwrap(), ttl) {
         Ok(AcquireOutcome::Acquired(lease)) => lease,
         other => panic!("a permit of {permits} on {key:?} should be free, got {other:?}"),
     }
@@ -28,7 +30,7 @@ fn permit<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u32, ttl: Du
 /// Whether an acquisition of `permits` on `key` is refused.
 fn refused<B: LockBackend + ?Sized>(backend: &B, key: &str, permits: u32) -> bool {
     matches!(
-        backend.acquire_permit(key, permits, LONG_TTL),
+        backend.acquire_as(key, Mode::permits(permits).unwrap(), LONG_TTL),
         Ok(AcquireOutcome::Locked)
     )
 }
@@ -87,7 +89,7 @@ pub fn never_more_than_n_holders<B: LockBackend + 'static>(backend: B) {
             );
         }
     }
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
 }
 
 /// A semaphore's fences are a sequence of its own: they grow with each permit, also across
@@ -98,7 +100,11 @@ pub fn permit_fences_are_the_semaphores_own<B: LockBackend + 'static>(backend: B
     let first = permit(&backend, &key, 2, LONG_TTL);
     let second = permit(&backend, &key, 2, LONG_TTL);
     assert_eq!((first.fence.value(), second.fence.value()), (1, 2));
-    assert!(backend.release_permit(&key, &first.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &first.lock_id)
+            .unwrap()
+    );
     let third = permit(&backend, &key, 2, LONG_TTL);
     assert_eq!(third.fence.value(), 3, "fences grow across releases");
     assert_eq!(third.fence.to_string().len(), 15, "{}", third.fence);
@@ -110,7 +116,11 @@ pub fn permit_fences_are_the_semaphores_own<B: LockBackend + 'static>(backend: B
         "the lock's fences ignore the permits"
     );
     for lease in [&second, &third] {
-        assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+                .unwrap()
+        );
     }
     assert!(backend.release(&next_lock.lock_id).unwrap());
 }
@@ -123,7 +133,7 @@ pub fn the_lock_and_the_semaphore_of_a_key_are_apart<B: LockBackend + 'static>(b
     let only = permit(&backend, &key, 1, LONG_TTL);
     assert!(refused(&backend, &key, 1), "the one permit is taken");
     assert!(backend.is_locked(&key).unwrap());
-    let holders = backend.permit_holders_raw(&key).unwrap();
+    let holders = backend.holders_raw(&key, LeaseKind::Permit).unwrap();
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].lock_id, only.lock_id, "the permit, not the lock");
     // Each id names its own kind only.
@@ -131,19 +141,27 @@ pub fn the_lock_and_the_semaphore_of_a_key_are_apart<B: LockBackend + 'static>(b
         !backend.release(&only.lock_id).unwrap(),
         "a permit is no lock"
     );
-    assert!(!backend.release_permit(&key, &lock.lock_id).unwrap());
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &lock.lock_id)
+            .unwrap()
+    );
     assert!(
         backend
-            .extend_permit(&key, &lock.lock_id, LONG_TTL)
+            .extend_as(&key, LeaseKind::Permit, &lock.lock_id, LONG_TTL)
             .unwrap()
             .is_none()
     );
     assert!(backend.release(&lock.lock_id).unwrap());
     assert!(!backend.is_locked(&key).unwrap());
     assert!(refused(&backend, &key, 1), "the permit outlives the lock");
-    assert!(backend.release_permit(&key, &only.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &only.lock_id)
+            .unwrap()
+    );
     let lock = super::support::acquired(&backend, &key, LONG_TTL);
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
     assert!(backend.release(&lock.lock_id).unwrap());
 }
 
@@ -159,9 +177,13 @@ pub fn each_acquisition_is_judged_by_its_own_permits<B: LockBackend + 'static>(b
     assert!(refused(&backend, &key, 1));
     let wider = permit(&backend, &key, 5, LONG_TTL);
     assert!(refused(&backend, &key, 3), "three are held");
-    assert_eq!(backend.permit_holders(&key).unwrap().len(), 3);
+    assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 3);
     for lease in held.iter().chain([&wider]) {
-        assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+                .unwrap()
+        );
     }
 }
 
@@ -177,7 +199,7 @@ pub fn expired_permits_are_reclaimed<B: LockBackend + 'static>(backend: B) {
         EXPIRY_DEADLINE,
         || {
             new = backend
-                .acquire_permit(&key, 1, LONG_TTL)
+                .acquire_as(&key, Mode::permits(1).unwrap(), LONG_TTL)
                 .expect("acquire_permit")
                 .lease();
             new.is_some()
@@ -187,15 +209,23 @@ pub fn expired_permits_are_reclaimed<B: LockBackend + 'static>(backend: B) {
     assert!(new.fence > old.fence);
     assert!(
         backend
-            .extend_permit(&key, &old.lock_id, LONG_TTL)
+            .extend_as(&key, LeaseKind::Permit, &old.lock_id, LONG_TTL)
             .unwrap()
             .is_none()
     );
-    assert!(!backend.release_permit(&key, &old.lock_id).unwrap());
-    let holders = backend.permit_holders_raw(&key).unwrap();
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &old.lock_id)
+            .unwrap()
+    );
+    let holders = backend.holders_raw(&key, LeaseKind::Permit).unwrap();
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].lock_id, new.lock_id);
-    assert!(backend.release_permit(&key, &new.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &new.lock_id)
+            .unwrap()
+    );
 }
 
 /// Releasing and extending a permit are idempotent and answer by lock id: a second release
@@ -204,33 +234,51 @@ pub fn permit_release_and_extend_are_idempotent<B: LockBackend + 'static>(backen
     let key = unique_key("sem-idempotent");
     let lease = permit(&backend, &key, 2, LONG_TTL);
     let extended = backend
-        .extend_permit(&key, &lease.lock_id, LONG_TTL)
+        .extend_as(&key, LeaseKind::Permit, &lease.lock_id, LONG_TTL)
         .unwrap()
         .expect("a held permit extends");
     assert!(extended >= lease.expires_at_ms);
-    assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
-    assert!(!backend.release_permit(&key, &lease.lock_id).unwrap());
     assert!(
         backend
-            .extend_permit(&key, &lease.lock_id, LONG_TTL)
+            .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+            .unwrap()
+    );
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+            .unwrap()
+    );
+    assert!(
+        backend
+            .extend_as(&key, LeaseKind::Permit, &lease.lock_id, LONG_TTL)
             .unwrap()
             .is_none()
     );
     let stranger = crate::driver::generate_lock_id();
-    assert!(!backend.release_permit(&key, &stranger).unwrap());
+    assert!(
+        !backend
+            .release_as(&key, LeaseKind::Permit, &stranger)
+            .unwrap()
+    );
     assert!(
         backend
-            .extend_permit(&key, &stranger, LONG_TTL)
+            .extend_as(&key, LeaseKind::Permit, &stranger, LONG_TTL)
             .unwrap()
             .is_none()
     );
     let other_key = unique_key("sem-idempotent-other");
     let held = permit(&backend, &key, 2, LONG_TTL);
     assert!(
-        !backend.release_permit(&other_key, &held.lock_id).unwrap(),
+        !backend
+            .release_as(&other_key, LeaseKind::Permit, &held.lock_id)
+            .unwrap(),
         "a permit is found under its own key only"
     );
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
 }
 
 /// A heartbeat batch may hold locks and permits together: each lease gets its own answer,
@@ -243,7 +291,11 @@ pub fn batch_renewals_answer_locks_and_permits_apart<B: LockBackend + 'static>(b
         .collect();
     let lock_b = super::support::acquired(&backend, &key_b, LONG_TTL);
     let permit_b = permit(&backend, &key_b, 1, LONG_TTL);
-    assert!(backend.release_permit(&key_a, &permits[1].lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key_a, LeaseKind::Permit, &permits[1].lock_id)
+            .unwrap()
+    );
     assert!(backend.release(&lock_b.lock_id).unwrap());
     let names: Vec<(Key, LockId, bool)> = [
         (&key_a, &lock_a, false),
@@ -287,7 +339,11 @@ pub fn batch_renewals_answer_locks_and_permits_apart<B: LockBackend + 'static>(b
         (&key_a, &permits[2]),
         (&key_b, &permit_b),
     ] {
-        assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(key, LeaseKind::Permit, &lease.lock_id)
+                .unwrap()
+        );
     }
     assert!(backend.release(&lock_a.lock_id).unwrap());
 }
@@ -311,7 +367,11 @@ pub fn permit_guards_renew_report_loss_and_release<B: LockBackend + 'static>(bac
         kept.expires_at_ms() > first_expiry
     });
     let backend = locker.backend();
-    assert!(backend.release_permit(&key, removed.lock_id()).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, removed.lock_id())
+            .unwrap()
+    );
     let code = lost_rx
         .recv_timeout(PATIENCE)
         .expect("on_lock_lost was called");
@@ -322,11 +382,13 @@ pub fn permit_guards_renew_report_loss_and_release<B: LockBackend + 'static>(bac
     let kept_id = kept.lock_id().to_owned();
     drop(kept);
     assert!(
-        !backend.release_permit(&key, &kept_id).unwrap(),
+        !backend
+            .release_as(&key, LeaseKind::Permit, &kept_id)
+            .unwrap(),
         "given back on drop"
     );
     assert!(!removed.release().unwrap(), "already gone");
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
 }
 
 /// A waiter for a full semaphore gets the permit a holder gives back.
@@ -375,7 +437,11 @@ pub fn min_hold_and_detach_keep_the_permit<B: LockBackend + 'static>(backend: B)
         "the permit stays held"
     );
     let backend = locker.backend();
-    assert!(backend.release_permit(&key, &early_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &early_id)
+            .unwrap()
+    );
 
     let detached = semaphore
         .try_acquire()
@@ -387,10 +453,14 @@ pub fn min_hold_and_detach_keep_the_permit<B: LockBackend + 'static>(backend: B)
         "a detached permit stays held"
     );
     assert_eq!(
-        backend.permit_holders_raw(&key).unwrap()[0].lock_id,
+        backend.holders_raw(&key, LeaseKind::Permit).unwrap()[0].lock_id,
         detached.lock_id
     );
-    assert!(backend.release_permit(&key, &detached.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &detached.lock_id)
+            .unwrap()
+    );
 }
 
 /// Holders are listed in fence order with the descriptions given at acquisition.
@@ -446,7 +516,7 @@ pub fn bad_permits_are_refused_before_any_io<B: LockBackend + 'static>(backend: 
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{permits}");
         let error = locker
             .backend()
-            .acquire_permit("k", permits, LONG_TTL)
+            .acquire_as("k", Mode::permits(permits).unwrap(), LONG_TTL)
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{permits}");
     }
@@ -462,7 +532,9 @@ pub fn bad_permits_are_refused_before_any_io<B: LockBackend + 'static>(backend: 
         let error = semaphore.acquire_with(&options).unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{options:?}");
     }
-    let bad_id = locker.backend().release_permit("k", "not-a-lock-id");
+    let bad_id = locker
+        .backend()
+        .release_as("k", LeaseKind::Permit, "not-a-lock-id");
     assert_eq!(bad_id.unwrap_err().code(), ErrorCode::InvalidArgument);
     assert!(Holder::new("fine").is_ok());
     assert!(recorder.calls().is_empty(), "{:?}", recorder.calls());
@@ -479,7 +551,7 @@ pub fn permits_are_listed_by_prefix<B: LockBackend + 'static>(backend: B) {
     let lock = super::support::acquired(&backend, &key_b, LONG_TTL);
     let outside = permit(&backend, &format!("{prefix}-other"), 1, LONG_TTL);
     let under = format!("{prefix}:");
-    let listed = backend.list_permits_raw(&under, 10).unwrap();
+    let listed = backend.list_raw(&under, LeaseKind::Permit, 10).unwrap();
     let ids: Vec<&str> = listed
         .locks
         .iter()
@@ -492,32 +564,57 @@ pub fn permits_are_listed_by_prefix<B: LockBackend + 'static>(backend: B) {
     );
     assert_eq!(listed.coverage, crate::Coverage::Complete);
     assert_eq!(listed.locks[2].key, key_b);
-    let cut = backend.list_permits(&under, 2).unwrap();
+    let cut = backend.list(&under, LeaseKind::Permit, 2).unwrap();
     assert_eq!(cut.locks.len(), 2);
     assert_eq!(cut.coverage, crate::Coverage::LimitReached);
     assert_eq!(
         cut.locks[0].lock_id_hash,
         crate::driver::hash_key(&a1.lock_id)
     );
-    let locks = backend.list_raw(&under, 10).unwrap();
+    let locks = backend.list_raw(&under, LeaseKind::Lock, 10).unwrap();
     let lock_ids: Vec<&str> = locks.locks.iter().map(|raw| raw.lock_id.as_str()).collect();
     assert_eq!(
         lock_ids,
         [lock.lock_id.as_str()],
         "a listing of locks shows no permit"
     );
-    assert!(backend.release_permit(&key_a, &a1.lock_id).unwrap());
-    assert_eq!(backend.list_permits(&under, 10).unwrap().locks.len(), 2);
+    assert!(
+        backend
+            .release_as(&key_a, LeaseKind::Permit, &a1.lock_id)
+            .unwrap()
+    );
+    assert_eq!(
+        backend
+            .list(&under, LeaseKind::Permit, 10)
+            .unwrap()
+            .locks
+            .len(),
+        2
+    );
     for (key, lease) in [(&key_a, &a2), (&key_b, &b1)] {
-        assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(key, LeaseKind::Permit, &lease.lock_id)
+                .unwrap()
+        );
     }
     assert!(
         backend
-            .release_permit(&format!("{prefix}-other"), &outside.lock_id)
+            .release_as(
+                &format!("{prefix}-other"),
+                LeaseKind::Permit,
+                &outside.lock_id
+            )
             .unwrap()
     );
     assert!(backend.release(&lock.lock_id).unwrap());
-    assert!(backend.list_permits(&under, 10).unwrap().locks.is_empty());
+    assert!(
+        backend
+            .list(&under, LeaseKind::Permit, 10)
+            .unwrap()
+            .locks
+            .is_empty()
+    );
 }
 
 /// Permits are observed as leases of kind `permit`: acquired, refused when all are held (by

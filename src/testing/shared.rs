@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::{Acquisition, DriverExt as _, Key, LeaseKind, Line, LockId, Request, Ttl};
+use crate::driver::{
+    Acquisition, DriverExt as _, Key, LeaseKind, Line, LockId, Mode, Request, Ttl,
+};
 use crate::{AcquireOutcome, ErrorCode, Fence, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
@@ -54,7 +56,10 @@ pub fn readers_share_and_exclude_a_writer<B: LockBackend + 'static>(backend: B) 
         "a reader beside the writer"
     );
     assert_eq!(
-        locker.backend().acquire_shared(&key, LONG_TTL).unwrap(),
+        locker
+            .backend()
+            .acquire_as(&key, Mode::Shared, LONG_TTL)
+            .unwrap(),
         AcquireOutcome::Locked
     );
     assert!(writer.release().unwrap());
@@ -104,7 +109,12 @@ pub fn a_waiting_writer_is_not_starved_by_later_readers<B: LockBackend + 'static
         move || rw.write().map(|guard| guard.fence().to_owned())
     });
     wait_until("the writer in line", PATIENCE, || {
-        locker.backend().line(&key).unwrap().len() == 1
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .len()
+            == 1
     });
     assert!(
         rw.try_read().unwrap().is_none(),
@@ -115,9 +125,14 @@ pub fn a_waiting_writer_is_not_starved_by_later_readers<B: LockBackend + 'static
         move || rw.read().map(|guard| guard.fence().to_owned())
     });
     wait_until("the later reader in line", PATIENCE, || {
-        locker.backend().line(&key).unwrap().len() == 2
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .len()
+            == 2
     });
-    let line = locker.backend().line(&key).unwrap();
+    let line = locker.backend().waiters(&key, LeaseKind::Lock).unwrap();
     assert_eq!(
         line.iter().map(|place| place.shared).collect::<Vec<_>>(),
         [false, true],
@@ -152,7 +167,12 @@ pub fn readers_at_the_head_are_granted_together<B: LockBackend + 'static>(backen
                 guard.release()
             });
             wait_until(&format!("reader {n} in line"), PATIENCE, || {
-                locker.backend().line(&key).unwrap().len() > n
+                locker
+                    .backend()
+                    .waiters(&key, LeaseKind::Lock)
+                    .unwrap()
+                    .len()
+                    > n
             });
             reader
         })
@@ -194,7 +214,13 @@ pub fn a_dead_waiting_writer_holds_readers_up_until_its_place_lapses<B: LockBack
         move || rw.read().map(drop)
     });
     wait_until("the reader in line", PATIENCE, || {
-        locker.backend().line(&key).unwrap().len() >= 2 || reader.is_finished()
+        locker
+            .backend()
+            .waiters(&key, LeaseKind::Lock)
+            .unwrap()
+            .len()
+            >= 2
+            || reader.is_finished()
     });
     drop(holding);
     let still_in_line = || {
@@ -237,7 +263,7 @@ pub fn one_readers_end_leaves_the_others<B: LockBackend + 'static>(backend: B) {
     // A reader nobody renews: it expires on its own.
     let lapsing = locker
         .backend()
-        .acquire_shared(&key, SHORT_TTL)
+        .acquire_as(&key, Mode::Shared, SHORT_TTL)
         .unwrap()
         .lease()
         .expect("readers share");
@@ -245,7 +271,7 @@ pub fn one_readers_end_leaves_the_others<B: LockBackend + 'static>(backend: B) {
     assert!(
         locker
             .backend()
-            .release_shared(&key, removed.lock_id())
+            .release_as(&key, LeaseKind::Shared, removed.lock_id())
             .unwrap()
     );
     assert_eq!(
@@ -267,7 +293,7 @@ pub fn one_readers_end_leaves_the_others<B: LockBackend + 'static>(backend: B) {
     assert!(
         !locker
             .backend()
-            .release_shared(&key, &lapsing.lock_id)
+            .release_as(&key, LeaseKind::Shared, &lapsing.lock_id)
             .unwrap()
     );
     assert!(kept.release().unwrap());
@@ -288,7 +314,10 @@ pub fn shared_holds_are_listed<B: LockBackend + 'static>(backend: B) {
                 .unwrap()
         })
         .collect();
-    let listed = locker.backend().list_shared_raw(&prefix, 10).unwrap();
+    let listed = locker
+        .backend()
+        .list_raw(&prefix, LeaseKind::Shared, 10)
+        .unwrap();
     let keys: Vec<&str> = listed.locks.iter().map(|raw| raw.key.as_str()).collect();
     assert_eq!(keys, [format!("{prefix}:a"), format!("{prefix}:b")]);
     let holders: Vec<Option<&str>> = listed
@@ -300,7 +329,7 @@ pub fn shared_holds_are_listed<B: LockBackend + 'static>(backend: B) {
     assert!(
         locker
             .backend()
-            .list_raw(&prefix, 10)
+            .list_raw(&prefix, LeaseKind::Lock, 10)
             .unwrap()
             .locks
             .is_empty()
@@ -317,16 +346,19 @@ pub fn shared_input_is_checked_before_any_io<B: LockBackend + 'static>(backend: 
     assert_invalid(rw.read_with(&bad_ttl).map(drop), "read with a zero TTL");
     assert_invalid(rw.write_with(&bad_ttl).map(drop), "write with a zero TTL");
     let backend = locker.backend();
-    assert_invalid(backend.acquire_shared("", LONG_TTL), "acquire_shared(\"\")");
     assert_invalid(
-        backend.acquire_shared("k", Duration::ZERO),
+        backend.acquire_as("", Mode::Shared, LONG_TTL),
+        "acquire_shared(\"\")",
+    );
+    assert_invalid(
+        backend.acquire_as("k", Mode::Shared, Duration::ZERO),
         "acquire_shared with a zero TTL",
     );
     assert_invalid(
-        backend.release_shared("k", "not a lock id"),
+        backend.release_as("k", LeaseKind::Shared, "not a lock id"),
         "release_shared with a bad lock id",
     );
-    assert_invalid(backend.readers(""), "readers(\"\")");
+    assert_invalid(backend.holders("", LeaseKind::Shared), "readers(\"\")");
     assert_eq!(recorder.count(&Call::Acquire("rw-input".to_owned())), 0);
     assert_eq!(recorder.count(&Call::Acquire("k".to_owned())), 0);
 }

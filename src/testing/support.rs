@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{
-    Acquisition, DriverExt as _, FENCE_DIGITS, Holder, Key, Request, Ttl, generate_lock_id,
-    hash_key, normalize_and_validate_key,
+    Acquisition, DriverExt as _, FENCE_DIGITS, Holder, Key, LeaseKind, Request, Ttl,
+    generate_lock_id, hash_key, normalize_and_validate_key,
 };
 use crate::{
     AcquireOutcome, ErrorCode, Fence, Heartbeat, Lease, LockBackend, LockInfo, LockOptions, Lookup,
@@ -323,7 +323,7 @@ pub fn holder_of<B: LockBackend + ?Sized>(backend: &B, key: &str, lease: &Lease)
         .expect("get_by_id_raw");
     assert_eq!(raw_key.info.holder, info.holder, "raw lookup by key");
     assert_eq!(raw_id.info.holder, info.holder, "raw lookup by lock id");
-    let listed = backend.list_raw(key, 10).unwrap();
+    let listed = backend.list_raw(key, LeaseKind::Lock, 10).unwrap();
     let listed = listed
         .locks
         .iter()

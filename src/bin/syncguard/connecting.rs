@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use syncguard::CancelToken;
 
-use crate::RETRY_DELAY;
+use crate::waiting::RETRY_DELAY;
 
 /// Calls `connect` until it succeeds, fails with an error that is not transient, `wait` has
 /// passed (its last error is returned), or `cancel` is cancelled. With no `wait`, one try.

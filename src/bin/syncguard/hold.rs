@@ -1,8 +1,8 @@
 //! What `acquire` and `run` hold: the key's lock (exclusively, the default: flock's `-x`), a
 //! shared hold of it (`--shared`, flock's `-s`), or one of N permits of its semaphore
 //! (`--permits N`). The one place where the commands choose among them, so that everything
-//! after (heartbeat, loss, min-hold, release) is the same [`LockGuard`]'s — or, for several
-//! keys (exclusive only), the same [`Held`] set's.
+//! after (heartbeat, loss, min-hold, release) is the same [`syncguard::LockGuard`]'s — or, for
+//! several keys (exclusive only), the same [`Held`] set's.
 
 use std::time::Duration;
 

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use syncguard::LockError;
 
 use crate::input;
+use crate::outcome::Outcome;
 
 /// The lock ids of one `release` or `extend`, checked.
 pub struct LockIds(Vec<String>);
@@ -76,6 +77,16 @@ impl LockIds {
                 each.join("; ")
             ),
         ))
+    }
+}
+
+/// `release`/`extend` of several lock ids, every one tried: `all_held` (exit 0) when each lease
+/// was there, else `{"ok":false,"notHeld":[positions from 1]}` (exit 1).
+pub fn several_answered(all_held: Value, not_held: Vec<usize>) -> Outcome {
+    if not_held.is_empty() {
+        Outcome::Printed(all_held, 0)
+    } else {
+        Outcome::Printed(json!({ "ok": false, "notHeld": not_held }), 1)
     }
 }
 

@@ -1,35 +1,36 @@
 //! `syncguard run`: takes the lock, runs the command as a process group of its own while the
 //! heartbeat renews the lease, and releases the lock once every process of the group is gone.
 //!
-//! One thread (the supervisor, here) waits for events from the others: signals `run` receives,
-//! the lease's loss (reported by the library), the command's exit (from the reaper), and its
-//! own timers (`--max-runtime`, `--grace`, and the lease's local deadline, which it reads from
-//! the guard whenever a timer fires: each renewal moves it on). Whatever ends the command — a signal, the
-//! loss, `--max-runtime` — ends it the same way: the signal to the whole group, `SIGKILL` to the
-//! group after `--grace`, then a wait until the group is empty. With `--on-lost kill`, the
-//! deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that the group is
-//! gone before the store's record can expire and another holder take the lock.
+//! Here: the arguments checked, the signals caught from the start, the backend connected to
+//! and the lock taken within `--wait`, the command started. Then the [`Supervisor`] waits for
+//! the events of the other threads and its own timers, and ends the command's group however
+//! the run ends; [`Releasing`] gives the lock back at the end. With `--on-lost kill`, the
+//! lease's local deadline bounds all of it: SIGTERM `--grace` before it, SIGKILL at it, so that
+//! the group is gone before the store's record can expire and another holder take the lock.
 //!
-//! Several keys (`--key` repeated) are held together and supervised as one lease ([`Held`]):
-//! the earliest lease's deadline bounds the group, and the loss of any key is the set's loss.
+//! Several keys (`--key` repeated) are held together and supervised as one lease
+//! ([`crate::held::Held`]): the earliest lease's deadline bounds the group, and the loss of any
+//! key is the set's loss.
 
 use std::io;
-use std::os::unix::process::ExitStatusExt as _;
-use std::process::{Command as Process, ExitStatus};
+use std::process::Command as Process;
 use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::driver::{Holder, TIME_TOLERANCE_MS};
+use syncguard::driver::Holder;
 use syncguard::{CancelToken, ErrorCode, Heartbeat, LockBackend, LockError, LockOptions, Locker};
 
+use crate::args::{LockArgs, OnLost, RunFlags};
 use crate::group::{Group, become_subreaper};
-use crate::held::Held;
 use crate::hold::Hold;
 use crate::keys::Keys;
 use crate::metrics_file::Figures;
-use crate::watcher::Watcher;
-use crate::{EXIT_LOST, EXIT_MAX_RUNTIME, LockArgs, OnLost, Outcome, RunFlags, waiting};
+use crate::outcome::{EXIT_LOST, Outcome, error_exit_code};
+use crate::release_at_end::{Ending, Releasing};
+use crate::supervisor::{Event, Supervisor, signal_exit};
+use crate::waiting::waiting;
+use crate::{connecting, holder, input};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -38,9 +39,6 @@ const STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHU
 /// How long the release at the end may take before `run` exits anyway (the lease then runs
 /// out at its TTL): a backend that is down must not hold the exit up for a pool timeout.
 const RELEASE_LIMIT: Duration = Duration::from_secs(2);
-
-/// How often the supervisor looks whether the group is gone once the command has exited.
-const GROUP_POLL: Duration = Duration::from_millis(20);
 
 /// What `run` was asked to do.
 pub struct RunArgs {
@@ -58,26 +56,6 @@ pub struct RunArgs {
     pub quiet: bool,
     /// The rest, as given.
     pub flags: RunFlags,
-}
-
-/// What the supervisor waits for.
-enum Event {
-    /// The backend, or why it could not be reached within `--wait`.
-    Connected(syncguard::Result<Box<dyn LockBackend>>),
-    Signal(libc::c_int),
-    Lost(String),
-    Exited(io::Result<ExitStatus>),
-}
-
-/// Why the group is being terminated; the first reason decides the exit code.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    /// `run` got this signal: the exit code is the command's.
-    Signal,
-    /// The lease was lost: 76.
-    Lost,
-    /// `--max-runtime` passed: 124.
-    MaxRuntime,
 }
 
 /// `run`, from its command line to its exit code; `connect` opens the backend (the URL's own
@@ -99,7 +77,7 @@ pub fn run(
         figures.exit_code = match &outcome {
             Ok(Outcome::Exit(code) | Outcome::Printed(_, code)) => *code,
             Ok(Outcome::Lines(_)) => 0,
-            Err(error) => crate::error_exit_code(error),
+            Err(error) => error_exit_code(error),
         };
         figures.write_or_warn(&path);
     }
@@ -115,19 +93,19 @@ impl RunArgs {
     ) -> syncguard::Result<RunArgs> {
         let hold = Hold::of(lock.shared, lock.permits);
         let keys = Keys::of(&lock.keys, hold == Hold::Exclusive)?;
-        let grace = crate::grace_for(grace, lock.ttl, flags.on_lost)?;
+        let grace = grace_for(grace, lock.ttl, flags.on_lost)?;
         if let Some(min_hold) = flags.min_hold {
             LockOptions::default()
                 .min_hold(min_hold)
                 .validate()
-                .map_err(|error| crate::input::named("--min-hold", &error))?;
+                .map_err(|error| input::named("--min-hold", &error))?;
         }
         let holder = match lock.holder.as_deref() {
-            Some(given) => Some(crate::holder::given(given)?),
+            Some(given) => Some(holder::given(given)?),
             None => flags
                 .command
                 .first()
-                .and_then(|program| crate::holder::of_run(program)),
+                .and_then(|program| holder::of_run(program)),
         };
         Ok(RunArgs {
             hold,
@@ -168,7 +146,7 @@ fn run_recording(
     if let Some(holder) = args.holder {
         options = options.holder(holder.into_string());
     }
-    crate::input::ttl(args.ttl)?;
+    input::ttl(args.ttl)?;
     // The TTL is valid, the holder and the hold were checked: what is left to refuse is a TTL
     // too short for the renewals (1ms: the renewal interval cannot be below it).
     options.validate().map_err(|error| {
@@ -213,7 +191,7 @@ fn run_recording(
         .spawn({
             let (events, cancel, wait) = (events.clone(), cancel.clone(), args.wait);
             move || {
-                let connected = crate::connecting::within(connect, wait, &cancel);
+                let connected = connecting::within(connect, wait, &cancel);
                 let _ = events.send(Event::Connected(connected));
             }
         });
@@ -254,7 +232,10 @@ fn run_recording(
         }
     });
     let locker = Locker::with_defaults(backend, options);
-    let release_limit = args.ttl.saturating_add(RELEASE_LIMIT);
+    let releasing = Releasing {
+        limit: args.ttl.saturating_add(RELEASE_LIMIT),
+        quiet: args.quiet,
+    };
     // The lock, a permit or several keys' locks: from here on all are Held, supervised alike.
     let wait = args.wait.saturating_sub(asked.elapsed());
     let acquired = args.hold.take(&locker, &args.keys, wait);
@@ -267,13 +248,7 @@ fn run_recording(
     let guard = match (acquired, early_signal) {
         (Ok(Some(guard)), None) => guard,
         (Ok(Some(guard)), Some(signal)) => {
-            release_within(
-                guard,
-                locker,
-                Ending::NeverStarted,
-                release_limit,
-                args.quiet,
-            );
+            releasing.release(guard, locker, Ending::NeverStarted);
             stop_forwarding();
             return Ok(Outcome::Exit(signal_exit(signal)));
         }
@@ -314,13 +289,7 @@ fn run_recording(
             "syncguard: lost the lock on {} before the command started; not running it",
             args.keys.quoted()
         );
-        release_within(
-            guard,
-            locker,
-            Ending::NeverStarted,
-            release_limit,
-            args.quiet,
-        );
+        releasing.release(guard, locker, Ending::NeverStarted);
         stop_forwarding();
         return Ok(Outcome::Exit(EXIT_LOST));
     }
@@ -333,13 +302,7 @@ fn run_recording(
     }) {
         Ok(group) => group,
         Err(error) => {
-            release_within(
-                guard,
-                locker,
-                Ending::NeverStarted,
-                release_limit,
-                args.quiet,
-            );
+            releasing.release(guard, locker, Ending::NeverStarted);
             stop_forwarding();
             eprintln!("error: Internal: could not start {program:?}: {error}");
             // As shells do: 127 not found, 126 found but not runnable.
@@ -373,7 +336,7 @@ fn run_recording(
     stop_forwarding();
     // The group is gone: release in every case, a lost lease included: a renewal applied
     // without its answer may have kept it alive in the store.
-    release_within(guard, locker, Ending::Ran, release_limit, args.quiet);
+    releasing.release(guard, locker, Ending::Ran);
     Ok(Outcome::Exit(code))
 }
 
@@ -388,337 +351,30 @@ fn renewal_interval(ttl: Duration, grace: Duration, on_lost: OnLost) -> Duration
     (window / 3).max(Duration::from_millis(1))
 }
 
-/// How often the supervisor passes the lease's deadline on to the watcher: a quarter of the
-/// grace (within bounds), so that a renewal confirmed before `run`'s own SIGTERM (`--grace`
-/// before the deadline) reaches the watcher before its SIGTERM (half the grace before it).
-fn forward_interval(grace: Duration) -> Duration {
-    (grace / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
+/// `--grace` when not given.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
-/// Watches the running group.
-struct Supervisor<'a> {
-    group: &'a Group,
-    /// The lease (or leases): its local deadline moves on with each renewal.
-    guard: &'a Held,
-    /// The process that ends the group if `run` dies or is not scheduled: told each deadline
-    /// (with `--on-lost kill`) and when `run` itself begins to end the group.
-    watcher: Option<&'a Watcher>,
-    on_lost: OnLost,
-    grace: Duration,
+/// `run`'s `--grace`: as given, or [`DEFAULT_GRACE`] capped at half of `ttl`. With `--on-lost
+/// kill` the group gets SIGTERM `grace` before the lease's local deadline, and the renewals
+/// have the rest of the TTL: a grace above half of it would leave them less than the grace.
+fn grace_for(
+    grace: Option<Duration>,
     ttl: Duration,
-}
-
-impl Supervisor<'_> {
-    /// Waits until the command has exited and every process of its group is gone, ending the
-    /// group on a signal, on loss, as the lease's local deadline nears (`--on-lost kill`:
-    /// SIGTERM `--grace` before it, SIGKILL at it) or at `max_runtime`; returns `run`'s exit
-    /// code, and whether the lease was lost (or about to be) meanwhile.
-    fn supervise(
-        &self,
-        inbox: &mpsc::Receiver<Event>,
-        max_runtime: Option<Duration>,
-    ) -> (u8, bool) {
-        let kill_on_loss = self.on_lost == OnLost::Kill;
-        let started = Instant::now();
-        let mut max_runtime_at = max_runtime.and_then(|limit| started.checked_add(limit));
-        let mut stop: Option<Stop> = None;
-        let mut kill_at: Option<Instant> = None;
-        let mut killed_at_deadline = false;
-        let mut lost = false;
-        let mut status: Option<io::Result<ExitStatus>> = None;
-        // The watcher enforces the deadline too, for a `run` that is not scheduled to.
-        let forwarding = self.watcher.filter(|_| kill_on_loss);
-        let mut forwarded: Option<Instant> = None;
-        loop {
-            if status.is_some() && self.group.is_gone() {
-                let deadline = self.guard.deadline();
-                let term_at = deadline.checked_sub(self.grace).unwrap_or(deadline);
-                if kill_on_loss && stop.is_none() && Instant::now() >= term_at {
-                    // Seen only now, e.g. by a `run` that was stopped while its watcher ended
-                    // the group at the deadline: the lease ended first, as far as we know.
-                    eprintln!(
-                        "syncguard: the lease ran out (no renewal confirmed for {}) before the \
-                         end of the command's process group was seen; another holder may have \
-                         taken the lock since",
-                        humantime::format_duration(self.ttl.saturating_sub(self.grace))
-                    );
-                    stop = Some(Stop::Lost);
-                }
-                break;
-            }
-            if let Some(watcher) = forwarding {
-                let deadline = self.guard.deadline();
-                if forwarded != Some(deadline) {
-                    watcher.hold_until(deadline);
-                    forwarded = Some(deadline);
-                }
-            }
-            let now = Instant::now();
-            // With --on-lost kill, the lease's local deadline bounds everything: SIGTERM
-            // --grace before it, SIGKILL at it, whatever else is going on. Read afresh each
-            // time: a renewal since the timer was set moves it on.
-            let deadline = self.guard.deadline();
-            let term_at = (kill_on_loss && stop.is_none())
-                .then(|| deadline.checked_sub(self.grace).unwrap_or(deadline));
-            let deadline_kill = (kill_on_loss && !killed_at_deadline).then_some(deadline);
-            if term_at.is_some_and(|at| now >= at) {
-                eprintln!(
-                    "syncguard: the lease is about to be lost: no renewal confirmed for {}; \
-                     terminating the command's process group {} before the lease's deadline",
-                    humantime::format_duration(self.ttl.saturating_sub(self.grace)),
-                    humantime::format_duration(self.grace)
-                );
-                self.terminate(&mut stop, &mut kill_at, Stop::Lost, libc::SIGTERM);
-            }
-            if deadline_kill.is_some_and(|at| now >= at) {
-                killed_at_deadline = true;
-                kill_at = None;
-                if !self.group.is_gone() {
-                    eprintln!(
-                        "syncguard: the lease ran out here (no renewal confirmed for {}); \
-                         sending SIGKILL to the command's process group",
-                        humantime::format_duration(self.ttl)
-                    );
-                    self.group.signal(libc::SIGKILL);
-                }
-            }
-            if max_runtime_at.is_some_and(|at| now >= at) {
-                max_runtime_at = None;
-                if let Some(limit) = max_runtime {
-                    eprintln!(
-                        "syncguard: the command ran for --max-runtime {}; terminating its process group",
-                        humantime::format_duration(limit)
-                    );
-                }
-                self.terminate(&mut stop, &mut kill_at, Stop::MaxRuntime, libc::SIGTERM);
-            }
-            if kill_at.is_some_and(|at| now >= at) {
-                kill_at = None;
-                eprintln!(
-                    "syncguard: the command's process group was still running {} after it was told to stop; sending SIGKILL",
-                    humantime::format_duration(self.grace)
-                );
-                self.group.signal(libc::SIGKILL);
-            }
-            let deadline = self.guard.deadline();
-            let term_at = (kill_on_loss && stop.is_none())
-                .then(|| deadline.checked_sub(self.grace).unwrap_or(deadline));
-            let deadline_kill = (kill_on_loss && !killed_at_deadline).then_some(deadline);
-            let wake = [
-                max_runtime_at,
-                kill_at,
-                term_at,
-                deadline_kill,
-                status.as_ref().map(|_| now + GROUP_POLL),
-                forwarding.map(|_| now + forward_interval(self.grace)),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let event = match wake {
-                Some(at) => match inbox.recv_timeout(at.saturating_duration_since(now)) {
-                    Ok(event) => event,
-                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                },
-                None => match inbox.recv() {
-                    Ok(event) => event,
-                    Err(mpsc::RecvError) => break,
-                },
-            };
-            match event {
-                Event::Signal(signal) => {
-                    self.terminate(&mut stop, &mut kill_at, Stop::Signal, signal);
-                }
-                Event::Lost(why) => {
-                    lost = true;
-                    match self.on_lost {
-                        OnLost::Kill => {
-                            eprintln!("syncguard: {why}; terminating the command's process group");
-                            self.terminate(&mut stop, &mut kill_at, Stop::Lost, libc::SIGTERM);
-                        }
-                        OnLost::Warn => {
-                            eprintln!("syncguard: {why}; the command runs on (--on-lost warn)");
-                        }
-                    }
-                }
-                Event::Exited(exited) => status = Some(exited),
-                Event::Connected(_) => {}
-            }
+    on_lost: OnLost,
+) -> syncguard::Result<Duration> {
+    let most = ttl / 2;
+    match grace {
+        None => Ok(DEFAULT_GRACE.min(most)),
+        Some(grace) if on_lost == OnLost::Kill && grace > most => {
+            Err(LockError::invalid_argument(format!(
+                "--grace {} is more than half of --ttl {}: with --on-lost kill, run sends SIGTERM \
+                 --grace before the lease could run out, and the rest of the ttl is for renewals; \
+                 give a shorter --grace or a longer --ttl",
+                humantime::format_duration(grace),
+                humantime::format_duration(ttl)
+            )))
         }
-        let code = match stop {
-            Some(Stop::Lost) => EXIT_LOST,
-            Some(Stop::MaxRuntime) => EXIT_MAX_RUNTIME,
-            Some(Stop::Signal) | None => match status {
-                Some(Ok(status)) => exit_code(status),
-                Some(Err(error)) => {
-                    eprintln!("error: Internal: waiting for the command failed: {error}");
-                    1
-                }
-                None => 1,
-            },
-        };
-        (code, lost || stop == Some(Stop::Lost))
-    }
-
-    /// Sends `signal` to the group and, the first time the group is told to stop, starts the
-    /// `--grace` countdown to `SIGKILL`; the first reason is kept.
-    fn terminate(
-        &self,
-        stop: &mut Option<Stop>,
-        kill_at: &mut Option<Instant>,
-        reason: Stop,
-        signal: libc::c_int,
-    ) {
-        if self.group.is_gone() {
-            // Nothing is left to signal. A lease that ran out while `run` was not scheduled
-            // (the watcher ended the group meanwhile) is still how the run ended.
-            if reason == Stop::Lost && stop.is_none() {
-                *stop = Some(Stop::Lost);
-            }
-            return;
-        }
-        self.group.signal(signal);
-        if stop.is_none() {
-            *stop = Some(reason);
-            *kill_at = Instant::now().checked_add(self.grace);
-            if let Some(watcher) = self.watcher {
-                watcher.ending();
-            }
-        }
-    }
-}
-
-/// Whether the command ran: `--min-hold` holds the lock for a job that ran, not for one that
-/// never started.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// The command ran: a `--min-hold` keeps the lock until it ends.
-    Ran,
-    /// It never started (a signal while acquiring, the lease lost before the start, a command
-    /// that could not be executed): the lock is released at once.
-    NeverStarted,
-}
-
-/// What the release at the end came to, and what the lease looked like just before it.
-struct Released {
-    outcome: syncguard::Result<bool>,
-    /// When `--min-hold` ends (store time), if it was kept.
-    hold_until_ms: Option<i64>,
-    /// The last expiry the store confirmed.
-    expires_at_ms: i64,
-}
-
-/// Releases the lease, whatever became of it: one the store confirmed lost costs nothing (the
-/// library knows there is nothing to release), and one that ran out here unconfirmed may have
-/// been kept alive in the store by a renewal whose answer never came back (applied late, e.g.
-/// behind a PgBouncer `PAUSE`): releasing it frees the key now instead of a TTL later.
-fn release(guard: Held, locker: Locker<Box<dyn LockBackend>>, ending: Ending) -> Released {
-    let hold_until_ms = guard.min_hold_until_ms().filter(|_| ending == Ending::Ran);
-    let expires_at_ms = guard.expires_at_ms();
-    let outcome = match ending {
-        Ending::Ran => guard.release(),
-        Ending::NeverStarted => guard.release_without_hold(),
-    };
-    // The backend's connections close here too, within the same limit.
-    drop(locker);
-    Released {
-        outcome,
-        hold_until_ms,
-        expires_at_ms,
-    }
-}
-
-/// Releases the lease on a thread of its own and waits for it at most `limit`: if the backend
-/// does not answer by then, `run` says so and exits anyway, and the lease runs out at its TTL
-/// (with `--min-hold`, at the hold's end at the earliest). `quiet` (`-q`): no note when all
-/// went well.
-pub fn release_within(
-    guard: Held,
-    locker: Locker<Box<dyn LockBackend>>,
-    ending: Ending,
-    limit: Duration,
-    quiet: bool,
-) {
-    let (done, outcome) = mpsc::channel();
-    let releasing = thread::Builder::new()
-        .name("syncguard-release".to_owned())
-        .spawn(move || {
-            let _ = done.send(release(guard, locker, ending));
-        });
-    if releasing.is_err() {
-        eprintln!("syncguard: could not start the release; the lock expires at its ttl");
-        return;
-    }
-    match outcome.recv_timeout(limit) {
-        Ok(released) => report(&released, quiet),
-        Err(_) => eprintln!(
-            "syncguard: releasing the lock did not finish within {}; exiting anyway (it expires \
-             at its ttl{})",
-            humantime::format_duration(limit),
-            if ending == Ending::Ran {
-                ", or when --min-hold ends if later"
-            } else {
-                ""
-            }
-        ),
-    }
-}
-
-/// Says on stderr what became of the lock: with `--min-hold`, whether the hold is set and until
-/// when (unless `quiet`: a hold set as asked is the one outcome cron need not mail about);
-/// otherwise only what went wrong, if anything.
-fn report(released: &Released, quiet: bool) {
-    let Some(hold_until_ms) = released.hold_until_ms else {
-        if let Err(error) = &released.outcome {
-            eprintln!("syncguard: releasing the lock failed (it expires at its ttl): {error}");
-        }
-        return;
-    };
-    let expires = released.expires_at_ms;
-    match &released.outcome {
-        Ok(true) if quiet => {}
-        Ok(true) => eprintln!(
-            "syncguard: --min-hold: hold set until {}",
-            timestamp(hold_until_ms)
-        ),
-        Ok(false) => eprintln!(
-            "syncguard: --min-hold: hold not set: the lock was gone already (lost or taken over)"
-        ),
-        // The acquisition and every renewal asked the store for the hold at least, so the
-        // record lasts until then whether or not this last call got through (the store's own
-        // tolerance covers the few ms by which the renewals' clocks and the acquisition's
-        // differ).
-        Err(error) if expires.saturating_add(TIME_TOLERANCE_MS) >= hold_until_ms => eprintln!(
-            "syncguard: --min-hold: hold set until {} (setting the lock to end then failed: \
-             {error}; it expires at {})",
-            timestamp(hold_until_ms),
-            timestamp(expires)
-        ),
-        Err(error) => eprintln!(
-            "syncguard: --min-hold: hold not set: lease expires at {}: {error}",
-            timestamp(expires)
-        ),
-    }
-}
-
-/// `ms` (Unix ms) as an RFC 3339 UTC timestamp.
-fn timestamp(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs());
-    humantime::format_rfc3339_millis(at).to_string()
-}
-
-/// The exit code of a process ended by `signal`, as shells report it.
-fn signal_exit(signal: libc::c_int) -> u8 {
-    u8::try_from(128 + signal).unwrap_or(255)
-}
-
-/// The command's exit code, or 128+n when signal n ended it (as shells report it).
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => signal_exit(signal),
-        (None, None) => 1,
+        Some(grace) => Ok(grace),
     }
 }
 
@@ -744,6 +400,38 @@ mod tests {
                 OnLost::Kill
             ),
             Duration::from_millis(1)
+        );
+    }
+
+    const fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn grace_defaults_to_5s_or_half_the_ttl() {
+        assert_eq!(grace_for(None, secs(30), OnLost::Kill).ok(), Some(secs(5)));
+        assert_eq!(
+            grace_for(None, secs(3), OnLost::Kill).ok(),
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(
+            grace_for(None, secs(3), OnLost::Warn).ok(),
+            Some(Duration::from_millis(1_500))
+        );
+    }
+
+    #[test]
+    fn grace_above_half_the_ttl_is_refused_with_on_lost_kill_only() {
+        assert_eq!(
+            grace_for(Some(secs(15)), secs(30), OnLost::Kill).ok(),
+            Some(secs(15))
+        );
+        let refused = grace_for(Some(secs(16)), secs(30), OnLost::Kill).unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::InvalidArgument);
+        assert!(refused.message().contains("--grace 16s"), "{refused}");
+        assert_eq!(
+            grace_for(Some(secs(60)), secs(30), OnLost::Warn).ok(),
+            Some(secs(60))
         );
     }
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use syncguard::driver::generate_lock_id;
-use syncguard::driver::{Acquisition, DriverExt as _, Holder, Key, Request};
+use syncguard::driver::{Acquisition, DriverExt as _, Holder, Key, LeaseKind, Request};
 use syncguard::driver::{Extension, LeaseRef, LockId, Outcome, Ttl};
 use syncguard::{
     AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, get_by_id_raw, get_by_key_raw,
@@ -81,7 +81,7 @@ pub fn assert_honours_a_foreign_lock(
         "the TypeScript SyncGuard stores no holder description"
     );
     assert_eq!(get_by_key_raw(backend, key).unwrap().unwrap(), info);
-    let listed = backend.list_raw(key, 10).unwrap();
+    let listed = backend.list_raw(key, LeaseKind::Lock, 10).unwrap();
     assert_eq!(listed.locks, [info], "listed as it is looked up");
     assert!(backend.extend(lock_id, TTL).unwrap().is_some());
     assert!(backend.release(lock_id).unwrap());

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use syncguard::driver::{TIME_TOLERANCE_MS, generate_lock_id};
+use syncguard::driver::{LeaseKind, TIME_TOLERANCE_MS, generate_lock_id};
 use syncguard::testing::support::wait_until_unlocked;
 use syncguard::{LockBackend, Lookup};
 
@@ -170,7 +170,7 @@ pub fn tolerance_is_applied_against_the_server_clock(on: OnServer) {
             backend.is_locked(key).unwrap(),
             backend.lookup(Lookup::Key(key)).unwrap().is_some(),
             backend.lookup(Lookup::LockId(lock_id)).unwrap().is_some(),
-            backend.list(key, 1).unwrap().locks.len() == 1,
+            backend.list(key, LeaseKind::Lock, 1).unwrap().locks.len() == 1,
             backend.extend(lock_id, TTL).unwrap().is_some(),
         ];
         (lock_id.to_owned(), seen)
@@ -193,7 +193,14 @@ pub fn tolerance_is_applied_against_the_server_clock(on: OnServer) {
         backend.lookup(Lookup::LockId(&lock_id)).unwrap().is_none(),
         "{why}"
     );
-    assert!(backend.list(&key, 1).unwrap().locks.is_empty(), "{why}");
+    assert!(
+        backend
+            .list(&key, LeaseKind::Lock, 1)
+            .unwrap()
+            .locks
+            .is_empty(),
+        "{why}"
+    );
     assert_eq!(backend.extend(&lock_id, TTL).unwrap(), None, "{why}");
     let taken = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&taken.lock_id).unwrap(), "{why}");
