@@ -94,7 +94,7 @@ fn a_place_is_stored_with_its_ticket_expiry_and_holder() {
         assert!((1..=7_000).contains(&ttl), "{name}: PTTL {ttl}");
     }
 
-    let line = backend.line(&key).unwrap();
+    let line = backend.waiters(&key, LeaseKind::Lock).unwrap();
     assert_eq!(line.len(), 2);
     let raw = Driver::find_line(&backend, &Key::new(&key).unwrap(), LeaseKind::Lock).unwrap();
     assert_eq!(raw[0].place_id, first.as_str());
@@ -144,7 +144,11 @@ fn no_one_in_line_means_no_line_key_written() {
         &mut conn,
         &backend.line_keys(&key, LeaseKind::Permit).unwrap()
     ));
-    assert!(backend.release_permit(&key, &permit.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &permit.lock_id)
+            .unwrap()
+    );
 }
 
 /// Expired places anywhere in the line — not only the first — are pruned by the next attempt,

@@ -40,6 +40,13 @@ fn attempt_all(backend: &RedisBackend, keys: &[String], line: Line<'_>) -> Acqui
     Driver::try_acquire(backend, &Request::all(&keys, ttl()).line(line)).unwrap()
 }
 
+/// The lock on each of `keys`, taken one by one by `holder`.
+fn hold_each(holder: &RedisBackend, keys: &[String]) -> Vec<syncguard::Lease> {
+    (keys.iter())
+        .map(|key| lease(holder.acquire(key, TTL)))
+        .collect()
+}
+
 /// Releases every lease of an acquired set (in the set's order, which is `keys` sorted).
 fn release_all(backend: &RedisBackend, keys: &[String], acquired: Acquisitions) {
     let Acquisitions::Acquired(leases) = acquired else {
@@ -500,10 +507,7 @@ fn a_set_retried_after_its_answer_was_lost_is_granted(
     let [first_key, second_key] = keys else {
         panic!("two keys");
     };
-    let held: Vec<_> = keys
-        .iter()
-        .map(|key| lease(other.acquire(key, TTL)))
-        .collect();
+    let held = hold_each(other, keys);
     let (set, single) = (LockId::generate(), LockId::generate());
     let Acquisitions::Locked {
         ticket: Some(ticket),
@@ -613,10 +617,7 @@ fn keys_in_two_slots(base: &str) -> Vec<String> {
 fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
     let (backend, other) = (cluster_backend(), cluster_backend());
     let keys = keys_in_two_slots(&unique("multi-slots-place"));
-    let held: Vec<_> = keys
-        .iter()
-        .map(|key| lease(other.acquire(key, TTL)))
-        .collect();
+    let held = hold_each(&other, &keys);
     let (set, single) = (LockId::generate(), LockId::generate());
     let Acquisitions::Locked {
         ticket: Some(ticket),
@@ -773,10 +774,7 @@ fn a_lost_answer_leaves_every_key_in_doubt_and_all_are_freed() {
 /// Three sets waiting for the same two held keys are told 0, 1 and 2 places ahead (the most
 /// over the keys' lines), and once the first leaves both lines the others 0 and 1 (issue 41).
 fn waiting_sets_are_told_how_many_stand_ahead(backend: &RedisBackend, keys: &[String]) {
-    let held: Vec<_> = keys
-        .iter()
-        .map(|key| lease(backend.acquire(key, TTL)))
-        .collect();
+    let held = hold_each(backend, keys);
     let sets: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
     let positions = |sets: &[LockId]| -> Vec<Option<u64>> {
         (sets.iter())
