@@ -7,11 +7,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use metrics::{
-    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
-    SharedString, Unit,
-};
+use metrics::{CounterFn, GaugeFn, HistogramFn, Key, KeyName, Unit};
 use syncguard::{CancelToken, Heartbeat, LockBackend, LockOptions, Locker, MemoryBackend};
+
+// The recorder of cells the bench's recorder is too.
+#[path = "../examples/bench_parts/cells.rs"]
+mod cells;
+use cells::{CellRecorder, Cells};
 
 /// Everything recorded, by `name{label=value,…}` (labels sorted).
 #[derive(Default)]
@@ -83,7 +85,9 @@ impl HistogramFn for Cell {
     }
 }
 
-impl Kept {
+impl Cells for Kept {
+    type Cell = Cell;
+
     fn cell(&self, key: &Key) -> Arc<Cell> {
         self.values(|v| v.registrations += 1);
         let mut labels: Vec<String> = key
@@ -103,27 +107,6 @@ impl Kept {
     }
 }
 
-impl Recorder for Kept {
-    fn describe_counter(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
-        self.describe(name, unit);
-    }
-    fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
-        self.describe(name, unit);
-    }
-    fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, _: SharedString) {
-        self.describe(name, unit);
-    }
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.cell(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.cell(key))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(self.cell(key))
-    }
-}
-
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(15);
     while !condition() {
@@ -137,7 +120,8 @@ fn a_locker_records_the_fixed_names() {
     // Made before the recorder is installed: it records into the no-op recorder for good.
     let early = Locker::new(MemoryBackend::new());
     let kept = Kept::default();
-    metrics::set_global_recorder(kept.clone()).expect("the only recorder of this binary");
+    metrics::set_global_recorder(CellRecorder(kept.clone()))
+        .expect("the only recorder of this binary");
     let defaults = LockOptions::default()
         .ttl(Duration::from_secs(5))
         .heartbeat(Heartbeat::Every(Duration::from_millis(100)));

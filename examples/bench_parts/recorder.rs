@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use metrics::{
-    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
-    SharedString, Unit,
-};
+use metrics::{CounterFn, GaugeFn, HistogramFn, Key};
+
+#[path = "cells.rs"]
+mod cells;
+use cells::{CellRecorder, Cells};
 
 /// One value: a counter's count, or a gauge's or a histogram's last value as bits.
 #[derive(Default)]
@@ -45,31 +46,18 @@ impl HistogramFn for Cell {
 #[derive(Default)]
 struct Registry(Mutex<HashMap<Key, Arc<Cell>>>);
 
-impl Registry {
+impl Cells for Registry {
+    type Cell = Cell;
+
     fn cell(&self, key: &Key) -> Arc<Cell> {
         let mut cells = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(cells.entry(key.clone()).or_default())
     }
 }
 
-impl Recorder for Registry {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.cell(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.cell(key))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(self.cell(key))
-    }
-}
-
 /// Installs the registry as the process's recorder (before any `Locker` is made).
 pub fn install() {
-    if metrics::set_global_recorder(Registry::default()).is_err() {
+    if metrics::set_global_recorder(CellRecorder(Registry::default())).is_err() {
         eprintln!("bench: a metrics recorder was installed already");
     }
 }

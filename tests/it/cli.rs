@@ -1195,22 +1195,40 @@ pub(crate) fn delete_redis_lock(key: &str) -> i64 {
 /// (`-q` silences conflicts only).
 #[test]
 fn run_terminates_the_command_when_the_lease_is_lost() {
-    let (scratch, key) = scratch_and_key("run-lost");
-    let pid_file = scratch.path("pid");
-    let (running, pid) = start_run(
+    let key = run_whose_lock_is_taken_away(
         &redis_url(),
-        &key,
+        "run-lost",
         &["--ttl", HELD_TTL, "-q"],
-        &pid_file,
-        "exec sleep 30",
-        &[],
+        |key, _| assert_eq!(delete_redis_lock(key), 1),
     );
-
-    let deleted = delete_redis_lock(&key);
-    assert_eq!(deleted, 1);
-
-    expect_lost(running, pid);
     expect_unlocked(&redis_url(), &key);
+}
+
+/// Starts `run` (with `options`) on `url`, whose command notes its lock id and sleeps; then
+/// `take_away(key, lock id)` removes the lock behind the run's back: the run must end its
+/// command and exit 76 ([`expect_lost`]). Answers the key.
+fn run_whose_lock_is_taken_away(
+    url: &str,
+    name: &str,
+    options: &[&str],
+    take_away: impl FnOnce(&str, &str),
+) -> String {
+    let (scratch, key) = scratch_and_key(name);
+    let lock_id_file = scratch.arg("lock-id");
+    let (running, pid) = start_run(
+        url,
+        &key,
+        options,
+        &scratch.path("pid"),
+        r#"echo "$SYNCGUARD_LOCK_ID" > "$1"; exec sleep 30"#,
+        &[&lock_id_file],
+    );
+    wait_for("the lock id", || {
+        read(Path::new(&lock_id_file)).ends_with('\n')
+    });
+    take_away(&key, read(Path::new(&lock_id_file)).trim());
+    expect_lost(running, pid);
+    key
 }
 
 #[test]
@@ -1368,31 +1386,21 @@ echo "$SYNCGUARD_FENCE $after" > "$1""#;
 
 #[test]
 fn run_terminates_the_command_when_the_lease_is_lost_on_postgres() {
-    let url = pg_url();
-    let (scratch, key) = scratch_and_key("run-lost-pg");
-    let lock_id_file = scratch.arg("lock-id");
-    let (running, pid) = start_run(
-        &url,
-        &key,
+    run_whose_lock_is_taken_away(
+        &pg_url(),
+        "run-lost-pg",
         &["--ttl", HELD_TTL],
-        &scratch.path("pid"),
-        r#"echo "$SYNCGUARD_LOCK_ID" > "$1"; exec sleep 30"#,
-        &[&lock_id_file],
+        |_, lock_id| {
+            let deleted = shared_postgres()
+                .client()
+                .execute(
+                    "DELETE FROM syncguard_locks WHERE lock_id = $1",
+                    &[&lock_id],
+                )
+                .expect("delete the lock row");
+            assert_eq!(deleted, 1);
+        },
     );
-    wait_for("the lock id", || {
-        read(Path::new(&lock_id_file)).ends_with('\n')
-    });
-    let lock_id = read(Path::new(&lock_id_file)).trim().to_owned();
-    let deleted = shared_postgres()
-        .client()
-        .execute(
-            "DELETE FROM syncguard_locks WHERE lock_id = $1",
-            &[&lock_id],
-        )
-        .expect("delete the lock row");
-    assert_eq!(deleted, 1);
-
-    expect_lost(running, pid);
 }
 
 #[test]
@@ -2358,15 +2366,12 @@ fn cron_on_three_machines(url: &str, name: &str, line: &[&str]) -> (Vec<Finished
     (finished, runs)
 }
 
-/// The README's crontab line: with cron starting it on three machines within 0.6 s and a 2 s
-/// job, the job runs exactly once and every machine exits 0 (the others find the key held,
-/// also after the job ended, by `--min-hold`), and none prints anything (`-q`), so cron mails
-/// nothing: neither the two that skip nor the one that ran (its hold was set).
-fn the_readme_crontab_line_runs_the_job_once(url: &str) {
-    let line = [
+/// The arguments of the README's crontab line, for `key` and the shell command `job`.
+fn readme_crontab_line<'a>(key: &'a str, job: &'a str) -> [&'a str; 14] {
+    [
         "run",
         "--key",
-        "KEY",
+        key,
         "--min-hold",
         "1m",
         "--max-runtime",
@@ -2377,8 +2382,16 @@ fn the_readme_crontab_line_runs_the_job_once(url: &str) {
         "--",
         "sh",
         "-c",
-        "JOB",
-    ];
+        job,
+    ]
+}
+
+/// The README's crontab line: with cron starting it on three machines within 0.6 s and a 2 s
+/// job, the job runs exactly once and every machine exits 0 (the others find the key held,
+/// also after the job ended, by `--min-hold`), and none prints anything (`-q`), so cron mails
+/// nothing: neither the two that skip nor the one that ran (its hold was set).
+fn the_readme_crontab_line_runs_the_job_once(url: &str) {
+    let line = readme_crontab_line("KEY", "JOB");
     let (machines, runs) = cron_on_three_machines(url, "crontab-once", &line);
     for machine in &machines {
         machine.expect_code(0);
@@ -2394,22 +2407,7 @@ fn the_readme_crontab_line_keeps_out_a_machine_that_starts_after_the_job(url: &s
     let (scratch, key) = scratch_and_key("crontab-quick");
     let log = scratch.arg("runs");
     let job = format!("echo run >> '{log}'");
-    let line = [
-        "run",
-        "--key",
-        &key,
-        "--min-hold",
-        "1m",
-        "--max-runtime",
-        "2h",
-        "-E",
-        "0",
-        "-q",
-        "--",
-        "sh",
-        "-c",
-        &job,
-    ];
+    let line = readme_crontab_line(&key, &job);
     for machine in 0..3 {
         // Each starts once the one before has exited: its job is over.
         let finished = Running::start(syncguard(&with_url(url, &line))).finish();

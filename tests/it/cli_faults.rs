@@ -80,18 +80,11 @@ fn a_stopped_run_s_command_is_gone_before_the_next_holder_enters() {
 
     let entered = sg(
         &url,
-        &[
-            "run",
-            "--key",
+        &waiting_run(
             &key,
-            "--wait",
-            "20s",
-            "--",
-            "sh",
-            "-c",
             r#"echo new >> "$0"; sleep 0.5; echo end >> "$0""#,
             &log_arg,
-        ],
+        ),
     );
     send("-CONT", old.0.id());
     entered.expect_code(0);
@@ -116,6 +109,14 @@ fn a_stopped_run_s_command_is_gone_before_the_next_holder_enters() {
     );
 }
 
+/// The arguments of a run that waits up to 20 s for `key` and then runs the shell `script`
+/// with `arg` as its `$0`.
+fn waiting_run<'a>(key: &'a str, script: &'a str, arg: &'a str) -> [&'a str; 10] {
+    [
+        "run", "--key", key, "--wait", "20s", "--", "sh", "-c", script, arg,
+    ]
+}
+
 /// Starts `run -v --wait 20s` and `acquire -v --wait 20s` on `url` (whose store is down) and
 /// waits until each says it will try connecting again (or has exited: before the fix each gave
 /// up at once); `restart` then brings the store back, and the run must take its lock and run its
@@ -129,20 +130,10 @@ fn waits_through_a_store_that_is_down(url: &str, restart: impl FnOnce()) {
     let acquire_stdout = scratch.path("acquire.stdout");
     let mut run = start(
         &[
-            "-v",
-            "--url",
-            url,
-            "run",
-            "--key",
-            &key,
-            "--wait",
-            "20s",
-            "--",
-            "sh",
-            "-c",
-            r#"echo ran > "$0""#,
-            &ran_arg,
-        ],
+            &["-v", "--url", url][..],
+            &waiting_run(&key, r#"echo ran > "$0""#, &ran_arg),
+        ]
+        .concat(),
         &run_stderr,
     );
     let acquired_key = format!("{key}-acquired");

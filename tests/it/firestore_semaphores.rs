@@ -11,8 +11,8 @@ use std::thread;
 use std::time::Duration;
 
 use crate::support::{
-    FIRESTORE_PROJECT, FirestoreEmulator, PATIENT, TTL, lease, raw_document,
-    shared_firestore_backend, shared_firestore_builder, unique, write_document,
+    FirestoreEmulator, TTL, lease, raw_document, shared_firestore_backend,
+    shared_firestore_builder, unique, write_document,
 };
 use serde_json::json;
 use syncguard::driver::{
@@ -610,13 +610,7 @@ fn a_thousand_permits_of_one_locker_are_all_kept_under_their_renewals() {
     const TTL_UNDER_LOAD: Duration = Duration::from_secs(3);
     const HOLD: Duration = Duration::from_secs(9);
     let emulator = FirestoreEmulator::start();
-    let backend = FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(emulator.host())
-        .timeout(PATIENT)
-        .build()
-        .unwrap();
-    let locker = Locker::new(backend);
+    let locker = Locker::new(emulator.backend());
     let semaphore = locker
         .semaphore(&unique("held-under-load"), PERMITS as u32)
         .unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{ErrorCode, LockOptions, Locker};
 
-use crate::support::{FIRESTORE_PROJECT, FirestoreEmulator, PATIENT, unique};
+use crate::support::{FirestoreEmulator, unique};
 
 /// 8 Lockers × 4 threads (three readers and a writer each) take and give back one key for
 /// 60 s at a 3-second TTL, holding for a moment each time: no lease is lost while held (nor
@@ -31,15 +31,7 @@ fn readers_and_writers_of_eight_lockers_keep_every_lease_for_a_minute() {
     const HOLD: Duration = Duration::from_millis(100);
     let emulator = FirestoreEmulator::start();
     let lockers: Vec<Locker<FirestoreBackend>> = (0..LOCKERS)
-        .map(|_| {
-            let backend = FirestoreBackend::builder()
-                .project(FIRESTORE_PROJECT)
-                .emulator_host(emulator.host())
-                .timeout(PATIENT)
-                .build()
-                .unwrap();
-            Locker::new(backend)
-        })
+        .map(|_| Locker::new(emulator.backend()))
         .collect();
     let key = unique("shared-under-load");
     // A fresh emulator's first answers can take longer than the TTL: they come first.

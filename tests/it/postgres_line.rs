@@ -7,43 +7,18 @@
 //! contracts run in `postgres.rs` and `pgbouncer.rs`; tables without the line in
 //! `postgres_legacy.rs`.)
 
-use crate::support::proxy::FaultProxy;
-use crate::support::{
-    self, TTL, lease, patient_postgres, shared_pgbouncer, shared_postgres, shared_postgres_backend,
-    shared_postgres_with_tables, unique,
-};
+use crate::support::{self, TTL, lease, shared_postgres, shared_postgres_backend, unique};
 use syncguard::LockBackend;
 use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Permits, Ttl};
 use syncguard::postgres::PostgresBackend;
 
-/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
-fn through_pgbouncer() -> PostgresBackend {
-    shared_postgres_with_tables();
-    patient_postgres(&shared_pgbouncer().url()).build().unwrap()
-}
-
-/// Each scenario below, as a test directly and one through PgBouncer.
-macro_rules! both_ways {
-    ($($scenario:ident),* $(,)?) => {
-        mod direct {
-            $(#[test]
-            fn $scenario() {
-                super::$scenario(crate::support::shared_postgres_backend);
-            })*
-        }
-        mod through_pgbouncer {
-            $(#[test]
-            fn $scenario() {
-                super::$scenario(super::through_pgbouncer);
-            })*
-        }
-    };
-}
-
-both_ways!(
-    a_free_key_with_an_empty_line_writes_no_place,
-    every_expired_place_is_pruned,
-    a_keys_lock_and_semaphore_have_a_line_each,
+support::postgres_both_ways!(
+    connect: [
+        a_free_key_with_an_empty_line_writes_no_place,
+        every_expired_place_is_pruned,
+        a_keys_lock_and_semaphore_have_a_line_each,
+    ],
+    upstream: [a_repeated_waiting_acquisition_is_one_place],
 );
 
 /// The rows of the default line table for `key`'s line `kind` ('lock' or 'permit'):
@@ -214,14 +189,7 @@ fn a_place_of_a_key_nobody_asks_for_again_is_swept() {
 /// connection, with the same place id: the repeat renews that place instead of taking a second
 /// one. A waiter that arrives after it is behind it, and the place keeps its ticket.
 fn a_repeated_waiting_acquisition_is_one_place(upstream: u16) {
-    let proxy = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], upstream)));
-    let url = format!(
-        "postgres://{}:{}@127.0.0.1:{}/postgres",
-        support::PG_USER,
-        support::PG_PASSWORD,
-        proxy.port()
-    );
-    let backend = patient_postgres(&url).pool_size(1).build().unwrap();
+    let (proxy, backend) = support::postgres_through_a_proxy(upstream);
     let other = shared_postgres_backend();
     let key = unique("line-repeat");
     let held = lease(other.acquire(&key, TTL));
@@ -252,15 +220,4 @@ fn a_repeated_waiting_acquisition_is_one_place(upstream: u16) {
     };
     assert!(other.release(&second.lock_id).unwrap());
     assert_eq!(stored_places(&backend, &key, "lock"), []);
-}
-
-#[test]
-fn a_repeated_waiting_acquisition_is_one_place_directly() {
-    a_repeated_waiting_acquisition_is_one_place(shared_postgres_with_tables().port);
-}
-
-#[test]
-fn a_repeated_waiting_acquisition_is_one_place_through_pgbouncer() {
-    shared_postgres_with_tables();
-    a_repeated_waiting_acquisition_is_one_place(shared_pgbouncer().port);
 }

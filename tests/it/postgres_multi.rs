@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
     self, TTL, create_typescript_tables, drop_tables, impatient_postgres, lease, patient_postgres,
-    shared_pgbouncer, shared_postgres, shared_postgres_backend, shared_postgres_with_tables,
-    unique,
+    shared_postgres, shared_postgres_backend, shared_postgres_with_tables, unique,
 };
 use syncguard::driver::{
     Acquisition, Acquisitions, Driver, Find, Key, KeySet, LeaseKind, LeaseRef, Line, LockId,
@@ -274,33 +273,74 @@ fn a_set_of_eight_keys_is_one_statement() {
         .unwrap();
 }
 
-/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
-fn through_pgbouncer() -> PostgresBackend {
-    shared_postgres_with_tables();
-    patient_postgres(&shared_pgbouncer().url()).build().unwrap()
+support::postgres_both_ways!(
+    connect: [
+        a_refused_waiter_stands_with_one_ticket_on_every_key_held,
+        a_set_whose_refusal_was_lost_keeps_its_one_ticket,
+        a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter,
+    ],
+);
+
+/// Three keys `PREFIX:a`, `PREFIX:b` and `PREFIX:c` under a unique prefix, and their set.
+fn three_keys(prefix: &str) -> ([String; 3], KeySet) {
+    let prefix = unique(prefix);
+    let names = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
+    let keys = KeySet::new(&[&names[0], &names[1], &names[2]]).unwrap();
+    (names, keys)
 }
 
-/// A waiter for three keys, two of them held: refused, it holds none and stands with one
-/// ticket on both held keys (none on the free one); asked again with that ticket, it keeps its
-/// places; once both keys are free, it takes all three and leaves both lines.
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBackend) {
-    let other = shared_postgres_backend();
-    let prefix = unique("set-line");
-    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
-    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
-    let (held_b, held_c) = (lease(other.acquire(&b, TTL)), lease(other.acquire(&c, TTL)));
-    let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
+/// The ticket the set `keys`, refused, answers the waiter at `line`.
+#[track_caller]
+fn refused_ticket(backend: &PostgresBackend, keys: &KeySet, line: Line) -> u64 {
+    let refused = backend.try_acquire_all(keys, ttl(), None, line);
     let Acquisitions::Locked {
         ticket: Some(ticket),
     } = refused.unwrap()
     else {
         panic!("a refused waiter gets a ticket");
     };
-    assert!(!other.is_locked(&a).unwrap(), "a refused set holds no key");
-    assert_eq!(ticket_of(&other, &b, &place), Some(ticket));
-    assert_eq!(ticket_of(&other, &c, &place), Some(ticket));
-    assert_eq!(line_of(&other, &a), [], "no place on the free key");
+    ticket
+}
+
+/// Takes the set `keys` of `names` for the waiter at `line`, which must be granted (`why` says
+/// why), checks that it left every key's line, and releases it.
+#[track_caller]
+fn granted_out_of_every_line(
+    backend: &PostgresBackend,
+    keys: &KeySet,
+    names: &[String],
+    line: Line,
+    why: &str,
+) {
+    let taken = backend.try_acquire_all(keys, ttl(), None, line);
+    let Acquisitions::Acquired(leases) = taken.unwrap() else {
+        panic!("{why}");
+    };
+    assert_eq!(leases.len(), names.len());
+    let other = shared_postgres_backend();
+    for name in names {
+        assert_eq!(line_of(&other, name), [], "the granted set left the line");
+    }
+    for (held, _) in leases {
+        assert!(backend.release(&held.lock_id).unwrap());
+    }
+}
+
+/// A waiter for three keys, two of them held: refused, it holds none and stands with one
+/// ticket on both held keys (none on the free one); asked again with that ticket, it keeps its
+/// places; once both keys are free, it takes all three and leaves both lines.
+fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let other = shared_postgres_backend();
+    let (names, keys) = three_keys("set-line");
+    let [a, b, c] = &names;
+    let (held_b, held_c) = (lease(other.acquire(b, TTL)), lease(other.acquire(c, TTL)));
+    let place = LockId::generate();
+    let ticket = refused_ticket(&backend, &keys, Line::Wait(&place));
+    assert!(!other.is_locked(a).unwrap(), "a refused set holds no key");
+    assert_eq!(ticket_of(&other, b, &place), Some(ticket));
+    assert_eq!(ticket_of(&other, c, &place), Some(ticket));
+    assert_eq!(line_of(&other, a), [], "no place on the free key");
     let again = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
     assert_eq!(
         again.unwrap(),
@@ -310,27 +350,13 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held(backend: PostgresBa
     );
     assert!(other.release(&held_b.lock_id).unwrap());
     assert!(other.release(&held_c.lock_id).unwrap());
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::WaitAt(&place, ticket));
-    let Acquisitions::Acquired(leases) = taken.unwrap() else {
-        panic!("first in line on both keys once they are free");
-    };
-    assert_eq!(leases.len(), 3);
-    for name in [&a, &b, &c] {
-        assert_eq!(line_of(&other, name), []);
-    }
-    for (held, _) in leases {
-        assert!(backend.release(&held.lock_id).unwrap());
-    }
-}
-
-#[test]
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_directly() {
-    a_refused_waiter_stands_with_one_ticket_on_every_key_held(shared_postgres_backend());
-}
-
-#[test]
-fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_through_pgbouncer() {
-    a_refused_waiter_stands_with_one_ticket_on_every_key_held(through_pgbouncer());
+    granted_out_of_every_line(
+        &backend,
+        &keys,
+        &names,
+        Line::WaitAt(&place, ticket),
+        "first in line on both keys once they are free",
+    );
 }
 
 /// Issue 40, item 1: a set refused on two keys of three (the third free) stands on both with
@@ -339,21 +365,15 @@ fn a_refused_waiter_stands_with_one_ticket_on_every_key_held_through_pgbouncer()
 /// repeats a call whose answer was lost: each time it finds its places and answers their
 /// ticket, and where it is newly refused it stands with that same ticket (one place per key,
 /// one ticket on every key). Once the keys are free it is granted and leaves every line.
-fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
+fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(connect: fn() -> PostgresBackend) {
+    let backend = connect();
     let other = shared_postgres_backend();
-    let prefix = unique("set-lost-refusal");
-    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{prefix}:{suffix}"));
-    let keys = KeySet::new(&[&a, &b, &c]).unwrap();
-    let (held_a, held_b) = (lease(other.acquire(&a, TTL)), lease(other.acquire(&b, TTL)));
+    let (names, keys) = three_keys("set-lost-refusal");
+    let [a, b, c] = &names;
+    let (held_a, held_b) = (lease(other.acquire(a, TTL)), lease(other.acquire(b, TTL)));
     let place = LockId::generate();
-    let refused = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
-    let Acquisitions::Locked {
-        ticket: Some(ticket),
-    } = refused.unwrap()
-    else {
-        panic!("a refused waiter gets a ticket");
-    };
-    let held_c = lease(other.acquire(&c, TTL));
+    let ticket = refused_ticket(&backend, &keys, Line::Wait(&place));
+    let held_c = lease(other.acquire(c, TTL));
     for attempt in ["the retry", "the pool's repeat"] {
         let again = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
         assert_eq!(
@@ -374,26 +394,13 @@ fn a_set_whose_refusal_was_lost_keeps_its_one_ticket(backend: PostgresBackend) {
     for held in [held_a, held_b, held_c] {
         assert!(other.release(&held.lock_id).unwrap());
     }
-    let taken = backend.try_acquire_all(&keys, ttl(), None, Line::Wait(&place));
-    let Acquisitions::Acquired(leases) = taken.unwrap() else {
-        panic!("first in line on every key once they are free");
-    };
-    for name in [&a, &b, &c] {
-        assert_eq!(line_of(&other, name), [], "the granted set left the line");
-    }
-    for (held, _) in leases {
-        assert!(backend.release(&held.lock_id).unwrap());
-    }
-}
-
-#[test]
-fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_directly() {
-    a_set_whose_refusal_was_lost_keeps_its_one_ticket(shared_postgres_backend());
-}
-
-#[test]
-fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_through_pgbouncer() {
-    a_set_whose_refusal_was_lost_keeps_its_one_ticket(through_pgbouncer());
+    granted_out_of_every_line(
+        &backend,
+        &keys,
+        &names,
+        Line::Wait(&place),
+        "first in line on every key once they are free",
+    );
 }
 
 /// Issue 40, item 1, the deadlock: a set X of A and B stands on A only (B free), and its answer
@@ -401,7 +408,10 @@ fn a_set_whose_refusal_was_lost_keeps_its_one_ticket_through_pgbouncer() {
 /// no ticket, and then carries the ticket answered, as the Locker does. With a second ticket on
 /// B, later than Y's, X would wait for Y on A while Y waits for X's first place: neither is
 /// ever granted. With its one ticket, once A and B are free X is granted, then Y.
-fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: PostgresBackend) {
+fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(
+    connect: fn() -> PostgresBackend,
+) {
+    let backend = connect();
     let other = shared_postgres_backend();
     let prefix = unique("set-retry-deadlock");
     let [a, b] = ["a", "b"].map(|suffix| format!("{prefix}:{suffix}"));
@@ -448,16 +458,6 @@ fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(backend: 
     assert!(other.release(&y_lease.lock_id).unwrap());
     assert_eq!(line_of(&other, &a), []);
     assert_eq!(line_of(&other, &b), []);
-}
-
-#[test]
-fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter_directly() {
-    a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(shared_postgres_backend());
-}
-
-#[test]
-fn a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter_through_pgbouncer() {
-    a_set_retried_on_a_newly_held_key_does_not_deadlock_a_single_waiter(through_pgbouncer());
 }
 
 /// A waiter that stands in a key's line is judged where it stands, whatever ticket it carries:

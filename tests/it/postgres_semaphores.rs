@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::{
-    self, BRISK, TTL, lease, patient_postgres, shared_pgbouncer, shared_postgres,
-    shared_postgres_backend, shared_postgres_with_tables, unique,
+    self, BRISK, TTL, lease, shared_postgres, shared_postgres_backend, shared_postgres_with_tables,
+    unique,
 };
 use syncguard::driver::{
     Acquisition, Driver, Holder, Key, KeyPrefix, LeaseRef, Line, ListLimit, LockId, Outcome,
@@ -25,48 +25,19 @@ fn direct() -> PostgresBackend {
     shared_postgres_backend()
 }
 
-/// A backend on the shared cluster through the shared PgBouncer (transaction mode).
-fn through_pgbouncer() -> PostgresBackend {
-    shared_postgres_with_tables();
-    let bouncer = shared_pgbouncer();
-    patient_postgres(&bouncer.url())
-        .build()
-        .unwrap_or_else(|error| {
-            panic!(
-                "connecting through PgBouncer failed: {error}\nPgBouncer's log:\n{}",
-                bouncer.log_tail()
-            )
-        })
-}
-
-/// Each scenario below, as a test directly and one through PgBouncer.
-macro_rules! both_ways {
-    ($($scenario:ident),* $(,)?) => {
-        mod direct {
-            $(#[test]
-            fn $scenario() {
-                super::$scenario(super::direct);
-            })*
-        }
-        mod through_pgbouncer {
-            $(#[test]
-            fn $scenario() {
-                super::$scenario(super::through_pgbouncer);
-            })*
-        }
-    };
-}
-
-both_ways!(
-    never_more_than_n_live_holders,
-    fences_grow_per_semaphore_apart_from_the_lock,
-    the_lock_and_the_semaphore_on_a_key_are_apart,
-    expired_permits_are_reclaimed_by_the_next_acquire,
-    release_and_extend_are_idempotent,
-    a_mixed_batch_renewal_answers_each_lease,
-    each_acquisition_is_judged_by_its_own_n,
-    holders_come_in_fence_order_with_their_description,
-    permits_are_listed_in_byte_order_live_only,
+support::postgres_both_ways!(
+    connect: [
+        never_more_than_n_live_holders,
+        fences_grow_per_semaphore_apart_from_the_lock,
+        the_lock_and_the_semaphore_on_a_key_are_apart,
+        expired_permits_are_reclaimed_by_the_next_acquire,
+        release_and_extend_are_idempotent,
+        a_mixed_batch_renewal_answers_each_lease,
+        each_acquisition_is_judged_by_its_own_n,
+        holders_come_in_fence_order_with_their_description,
+        permits_are_listed_in_byte_order_live_only,
+    ],
+    upstream: [a_repeated_permit_acquisition_answers_the_first_ones_permit],
 );
 
 /// The lease of a permit acquisition that must succeed.
@@ -550,17 +521,7 @@ fn permits_are_listed_in_byte_order_live_only(connect: fn() -> PostgresBackend) 
 /// permits, a repeat would otherwise insert its permit twice (a duplicate key); with one, it
 /// would find the semaphore full of its own orphaned permit.
 fn a_repeated_permit_acquisition_answers_the_first_ones_permit(upstream: u16) {
-    let proxy = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], upstream)));
-    let url = format!(
-        "postgres://{}:{}@127.0.0.1:{}/postgres",
-        support::PG_USER,
-        support::PG_PASSWORD,
-        proxy.port()
-    );
-    let backend = support::patient_postgres(&url)
-        .pool_size(1)
-        .build()
-        .unwrap();
+    let (proxy, backend) = support::postgres_through_a_proxy(upstream);
     let other = direct();
     let mut client = shared_postgres().client();
     for n in [1, 2] {
@@ -592,17 +553,6 @@ fn a_repeated_permit_acquisition_answers_the_first_ones_permit(upstream: u16) {
         assert_eq!(next.fence.value(), 2, "N={n}: no fence was drawn twice");
         assert!(other.release_permit(&key, &next.lock_id).unwrap());
     }
-}
-
-#[test]
-fn a_repeated_permit_acquisition_answers_the_first_ones_permit_directly() {
-    a_repeated_permit_acquisition_answers_the_first_ones_permit(shared_postgres_with_tables().port);
-}
-
-#[test]
-fn a_repeated_permit_acquisition_answers_the_first_ones_permit_through_pgbouncer() {
-    shared_postgres_with_tables();
-    a_repeated_permit_acquisition_answers_the_first_ones_permit(shared_pgbouncer().port);
 }
 
 /// A semaphore per job id: 1 000 keys, one permit each, never released (their holders died)

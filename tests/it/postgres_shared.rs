@@ -3,11 +3,7 @@
 //! lock and expires on its own, and a shared acquisition repeated by the pool after a lost
 //! answer is one hold. (The shipped contracts run in `postgres.rs` and `pgbouncer.rs`.)
 
-use crate::support::proxy::FaultProxy;
-use crate::support::{
-    self, TTL, lease, shared_pgbouncer, shared_postgres, shared_postgres_backend,
-    shared_postgres_with_tables, unique,
-};
+use crate::support::{self, TTL, lease, shared_postgres, shared_postgres_backend, unique};
 use syncguard::{AcquireOutcome, LockBackend};
 
 /// The (lock id, fence) of every row of the shared table under `key`, live or not.
@@ -30,17 +26,7 @@ fn reader_rows(backend: &syncguard::postgres::PostgresBackend, key: &str) -> Vec
 /// (same lock id, same fence), stores no second one, and once it is released a writer gets in
 /// (no orphaned reader keeps it out).
 fn a_repeated_shared_acquisition_answers_the_first_ones_hold(upstream: u16) {
-    let proxy = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], upstream)));
-    let url = format!(
-        "postgres://{}:{}@127.0.0.1:{}/postgres",
-        support::PG_USER,
-        support::PG_PASSWORD,
-        proxy.port()
-    );
-    let backend = support::patient_postgres(&url)
-        .pool_size(1)
-        .build()
-        .unwrap();
+    let (proxy, backend) = support::postgres_through_a_proxy(upstream);
     let other = shared_postgres_backend();
     let key = unique("shared-repeat");
     // The pool's connection is open before the answer to lose is chosen.
@@ -61,16 +47,9 @@ fn a_repeated_shared_acquisition_answers_the_first_ones_hold(upstream: u16) {
     assert!(other.release(&writer.lock_id).unwrap());
 }
 
-#[test]
-fn a_repeated_shared_acquisition_answers_the_first_ones_hold_directly() {
-    a_repeated_shared_acquisition_answers_the_first_ones_hold(shared_postgres_with_tables().port);
-}
-
-#[test]
-fn a_repeated_shared_acquisition_answers_the_first_ones_hold_through_pgbouncer() {
-    shared_postgres_with_tables();
-    a_repeated_shared_acquisition_answers_the_first_ones_hold(shared_pgbouncer().port);
-}
+support::postgres_both_ways!(
+    upstream: [a_repeated_shared_acquisition_answers_the_first_ones_hold],
+);
 
 /// Each reader expires on its own: a reader whose expiry has passed (moved back ten minutes,
 /// as the clock would have moved on) is not counted — not by `readers`, not by a writer, who

@@ -494,6 +494,35 @@ fn places(backend: &RedisBackend, key: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `other` takes every one of `keys`; then the waiter `set` asks `backend` for them all and is
+/// refused with a ticket. Answers `other`'s leases and the set's ticket.
+#[track_caller]
+fn held_and_a_refused_set(
+    backend: &RedisBackend,
+    other: &RedisBackend,
+    keys: &[String],
+    set: &LockId,
+) -> (Vec<syncguard::Lease>, u64) {
+    let held = hold_each(other, keys);
+    let Acquisitions::Locked {
+        ticket: Some(ticket),
+        ..
+    } = attempt_all(backend, keys, Line::Wait(set))
+    else {
+        panic!("a waiting set is refused with a ticket");
+    };
+    (held, ticket)
+}
+
+/// The waiter `single` is next on `key`: granted, and given back.
+#[track_caller]
+fn the_single_waiter_is_next(backend: &RedisBackend, key: &str, single: &LockId) {
+    let Acquisition::Acquired { lease, .. } = attempt(backend, key, Line::Wait(single)) else {
+        panic!("the single waiter is next");
+    };
+    assert!(backend.release(&lease.lock_id).unwrap());
+}
+
 /// Issue 40, item 1: a set's refused attempt is applied (it stands in line on both keys) and
 /// its answer lost, so it asks again with `Line::Wait` and no ticket, after a single waiter
 /// took its place behind it on one key. The retry finds the set's places and answers their
@@ -507,15 +536,8 @@ fn a_set_retried_after_its_answer_was_lost_is_granted(
     let [first_key, second_key] = keys else {
         panic!("two keys");
     };
-    let held = hold_each(other, keys);
     let (set, single) = (LockId::generate(), LockId::generate());
-    let Acquisitions::Locked {
-        ticket: Some(ticket),
-        ..
-    } = attempt_all(backend, keys, Line::Wait(&set))
-    else {
-        panic!("a waiting set is refused with a ticket");
-    };
+    let (held, ticket) = held_and_a_refused_set(backend, other, keys, &set);
     assert_eq!(
         attempt(backend, first_key, Line::Wait(&single)),
         Acquisition::Locked
@@ -557,11 +579,7 @@ fn a_set_retried_after_its_answer_was_lost_is_granted(
         "the retry answers the set's one ticket"
     );
     release_all(backend, keys, granted);
-    let Acquisition::Acquired { lease, .. } = attempt(backend, first_key, Line::Wait(&single))
-    else {
-        panic!("the single waiter is next");
-    };
-    assert!(backend.release(&lease.lock_id).unwrap());
+    the_single_waiter_is_next(backend, first_key, &single);
     for key in keys {
         assert_eq!(places(backend, key), [], "{key}: no place left behind");
     }
@@ -617,15 +635,8 @@ fn keys_in_two_slots(base: &str) -> Vec<String> {
 fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
     let (backend, other) = (cluster_backend(), cluster_backend());
     let keys = keys_in_two_slots(&unique("multi-slots-place"));
-    let held = hold_each(&other, &keys);
     let (set, single) = (LockId::generate(), LockId::generate());
-    let Acquisitions::Locked {
-        ticket: Some(ticket),
-        ..
-    } = attempt_all(&backend, &keys, Line::Wait(&set))
-    else {
-        panic!("a waiting set is refused with a ticket");
-    };
+    let (held, ticket) = held_and_a_refused_set(&backend, &other, &keys, &set);
     for key in &keys {
         assert_eq!(
             places(&backend, key),
@@ -656,11 +667,7 @@ fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
     assert!(other.release(&held[1].lock_id).unwrap());
     let granted = attempt_all(&backend, &keys, Line::WaitAt(&set, ticket));
     release_all(&backend, &keys, granted);
-    let Acquisition::Acquired { lease, .. } = attempt(&backend, &keys[0], Line::Wait(&single))
-    else {
-        panic!("the single waiter is next");
-    };
-    assert!(backend.release(&lease.lock_id).unwrap());
+    the_single_waiter_is_next(&backend, &keys[0], &single);
     for key in &keys {
         assert_eq!(places(&backend, key), [], "{key}: no place left behind");
     }

@@ -28,6 +28,21 @@ fn assert_tls_error(err: &LockError, parts: &[&str]) {
     }
 }
 
+/// Runs `scenario` with the name of the scenario a child process was started for (its parent
+/// set `SYNCGUARD_TLS_SCENARIO`); does nothing in a normal run, where no parent set it.
+#[cfg(feature = "firestore")]
+fn in_the_child(scenario: impl FnOnce(&str)) {
+    if let Ok(name) = std::env::var("SYNCGUARD_TLS_SCENARIO") {
+        scenario(&name);
+    }
+}
+
+/// The environment variable `name` a child's parent set.
+#[cfg(feature = "firestore")]
+fn child_env(name: &str) -> String {
+    std::env::var(name).expect(name)
+}
+
 /// What a certificate no root vouches for is reported as.
 const UNTRUSTED: &str = "the server's certificate is not trusted (unknown issuer)";
 /// What a certificate for another name is reported as.
@@ -36,6 +51,16 @@ const WRONG_NAME: &str = "the server's certificate is not valid for the name con
 #[cfg(any(feature = "redis", feature = "postgres"))]
 fn path(path: &Path) -> String {
     path.display().to_string()
+}
+
+/// The server in `server`, started with the test certificates on first use and shared by the
+/// tests from then on.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn started_once<T>(
+    server: &'static std::sync::OnceLock<T>,
+    start: impl FnOnce(&'static crate::support::TestCerts) -> T,
+) -> &'static T {
+    server.get_or_init(|| start(test_certs()))
 }
 
 #[cfg(feature = "redis")]
@@ -50,8 +75,7 @@ mod redis {
     /// A TLS-only Redis presenting the `localhost` certificate, shared by these tests.
     pub(super) fn tls_redis() -> &'static RedisServer {
         static SERVER: OnceLock<RedisServer> = OnceLock::new();
-        SERVER.get_or_init(|| {
-            let certs = test_certs();
+        started_once(&SERVER, |certs| {
             RedisServer::start_tls(&certs.localhost.cert, &certs.localhost.key, &certs.ca)
         })
     }
@@ -82,8 +106,15 @@ mod redis {
 
     #[test]
     fn without_the_ca_the_certificate_is_not_trusted() {
-        let err = RedisBackend::connect(&tls_redis().url()).unwrap_err();
-        assert_tls_error(&err, &["cannot connect to Redis at localhost:", UNTRUSTED]);
+        untrusted_without_the_ca(&tls_redis().url(), "cannot connect to Redis at localhost:");
+    }
+
+    /// Connecting to `url` without the CA fails: the certificate is not trusted, and the
+    /// message says what was reached (`reached`).
+    #[track_caller]
+    fn untrusted_without_the_ca(url: &str, reached: &str) {
+        let err = RedisBackend::connect(url).unwrap_err();
+        assert_tls_error(&err, &[reached, UNTRUSTED]);
     }
 
     #[test]
@@ -105,8 +136,7 @@ mod redis {
     /// certificate and announce themselves by that name.
     fn tls_cluster() -> &'static RedisCluster {
         static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
-        CLUSTER.get_or_init(|| {
-            let certs = test_certs();
+        started_once(&CLUSTER, |certs| {
             RedisCluster::start_tls(ClusterTls {
                 cert: &certs.localhost.cert,
                 key: &certs.localhost.key,
@@ -139,8 +169,10 @@ mod redis {
 
     #[test]
     fn a_cluster_without_the_ca_is_not_trusted() {
-        let err = RedisBackend::connect(&tls_cluster().tls_url()).unwrap_err();
-        assert_tls_error(&err, &["Redis at cluster nodes localhost:", UNTRUSTED]);
+        untrusted_without_the_ca(
+            &tls_cluster().tls_url(),
+            "Redis at cluster nodes localhost:",
+        );
     }
 
     #[test]
@@ -163,8 +195,7 @@ mod postgres {
     /// A PostgreSQL cluster with TLS on, presenting the `localhost` certificate.
     pub(super) fn tls_postgres() -> &'static PgServer {
         static SERVER: OnceLock<PgServer> = OnceLock::new();
-        SERVER.get_or_init(|| {
-            let certs = test_certs();
+        started_once(&SERVER, |certs| {
             PgServer::start_with_tls(&certs.localhost.cert, &certs.localhost.key)
         })
     }
@@ -199,9 +230,8 @@ mod postgres {
         // sslmode=require verifies as fully as verify-full.
         for mode in ["require", "verify-ca", "verify-full"] {
             let url = format!("{}?sslmode={mode}", tls_postgres().localhost_url());
-            let err = PostgresBackend::connect(&url).unwrap_err();
-            assert_tls_error(
-                &err,
+            refused(
+                &url,
                 &[
                     "PostgreSQL at localhost:",
                     "TLS handshake failed",
@@ -214,15 +244,19 @@ mod postgres {
     #[test]
     fn another_ca_does_not_vouch_for_the_certificate() {
         let url = verify_full(&tls_postgres().localhost_url(), &test_certs().other_ca);
-        let err = PostgresBackend::connect(&url).unwrap_err();
-        assert_tls_error(&err, &[UNTRUSTED, "sslrootcert"]);
+        refused(&url, &[UNTRUSTED, "sslrootcert"]);
     }
 
     #[test]
     fn an_address_the_certificate_does_not_name_is_refused() {
         let url = verify_full(&tls_postgres().url(), &test_certs().ca);
-        let err = PostgresBackend::connect(&url).unwrap_err();
-        assert_tls_error(&err, &[WRONG_NAME, "not valid for name \"127.0.0.1\""]);
+        refused(&url, &[WRONG_NAME, "not valid for name \"127.0.0.1\""]);
+    }
+
+    /// Fails unless connecting to `url` is refused with a TLS error naming every one of `parts`.
+    #[track_caller]
+    fn refused(url: &str, parts: &[&str]) {
+        assert_tls_error(&PostgresBackend::connect(url).unwrap_err(), parts);
     }
 }
 
@@ -312,90 +346,89 @@ mod firestore {
         );
     }
 
-    #[test]
-    fn the_ca_file_is_trusted() {
-        run("trusted", &test_certs().firestore);
+    /// A test per scenario of the child's: `test => (scenario, the certificate the proxy
+    /// presents)`.
+    macro_rules! scenarios {
+        ($($test:ident => ($scenario:literal, $cert:ident)),* $(,)?) => {$(
+            #[test]
+            fn $test() {
+                run($scenario, &test_certs().$cert);
+            }
+        )*};
     }
 
-    #[test]
-    fn without_the_ca_the_certificate_is_not_trusted() {
-        run("untrusted", &test_certs().firestore);
-    }
-
-    #[test]
-    fn another_ca_does_not_vouch_for_the_certificate() {
-        run("other-ca", &test_certs().firestore);
-    }
-
-    #[test]
-    fn a_certificate_for_another_name_is_refused() {
-        run("wrong-name", &test_certs().localhost);
-    }
+    scenarios!(
+        the_ca_file_is_trusted => ("trusted", firestore),
+        without_the_ca_the_certificate_is_not_trusted => ("untrusted", firestore),
+        another_ca_does_not_vouch_for_the_certificate => ("other-ca", firestore),
+        a_certificate_for_another_name_is_refused => ("wrong-name", localhost),
+    );
 
     /// The child's half of the tests above.
     #[test]
     #[ignore = "run by the tests above, in a child process"]
     fn worker() {
-        let Ok(scenario) = std::env::var("SYNCGUARD_TLS_SCENARIO") else {
-            return;
-        };
-        let env = |name: &str| std::env::var(name).expect(name);
-        let (ca, other_ca) = (env("SYNCGUARD_TLS_CA"), env("SYNCGUARD_TLS_OTHER_CA"));
-        let key = unique("tls-firestore");
-        match scenario.as_str() {
-            "trusted" => {
-                let backend = production().tls_ca_file(&ca).build().unwrap();
-                assert_lock_cycle(&backend, &key);
-                // The URL's parameter reaches the same option.
-                let missing = format!("{ca}.missing");
-                let err = FirestoreBackend::connect(&format!(
-                    "firestore://{FIRESTORE_PROJECT}?tls_ca_file={missing}"
-                ))
-                .unwrap_err();
-                assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
-                assert!(
-                    err.message()
-                        .starts_with(&format!("the CA file {missing} cannot be read")),
-                    "{err}"
-                );
-                // Token requests trust the same CA: the handshake with Google's token
-                // endpoint (the proxy answers for it too) succeeds, and the emulator behind
-                // the proxy then refuses the request: a refusal, not a TLS failure.
-                let user = serde_json::json!({
-                    "type": "authorized_user",
-                    "client_id": "client.apps",
-                    "client_secret": "client-secret",
-                    "refresh_token": "refresh-token",
-                });
-                let err = production()
-                    .credentials(Credentials::Json(user.to_string()))
-                    .tls_ca_file(&ca)
-                    .build()
-                    .unwrap()
-                    .is_locked(&key)
+        in_the_child(|scenario| {
+            let (ca, other_ca) = (
+                child_env("SYNCGUARD_TLS_CA"),
+                child_env("SYNCGUARD_TLS_OTHER_CA"),
+            );
+            let key = unique("tls-firestore");
+            match scenario {
+                "trusted" => {
+                    let backend = production().tls_ca_file(&ca).build().unwrap();
+                    assert_lock_cycle(&backend, &key);
+                    // The URL's parameter reaches the same option.
+                    let missing = format!("{ca}.missing");
+                    let err = FirestoreBackend::connect(&format!(
+                        "firestore://{FIRESTORE_PROJECT}?tls_ca_file={missing}"
+                    ))
                     .unwrap_err();
-                assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
-                assert!(!err.message().contains("certificate"), "{err}");
+                    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+                    assert!(
+                        err.message()
+                            .starts_with(&format!("the CA file {missing} cannot be read")),
+                        "{err}"
+                    );
+                    // Token requests trust the same CA: the handshake with Google's token
+                    // endpoint (the proxy answers for it too) succeeds, and the emulator behind
+                    // the proxy then refuses the request: a refusal, not a TLS failure.
+                    let user = serde_json::json!({
+                        "type": "authorized_user",
+                        "client_id": "client.apps",
+                        "client_secret": "client-secret",
+                        "refresh_token": "refresh-token",
+                    });
+                    let err = production()
+                        .credentials(Credentials::Json(user.to_string()))
+                        .tls_ca_file(&ca)
+                        .build()
+                        .unwrap()
+                        .is_locked(&key)
+                        .unwrap_err();
+                    assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
+                    assert!(!err.message().contains("certificate"), "{err}");
+                }
+                "untrusted" | "other-ca" | "wrong-name" => {
+                    let builder = match scenario {
+                        "untrusted" => production(),
+                        "other-ca" => production().tls_ca_file(&other_ca),
+                        _ => production().tls_ca_file(&ca),
+                    };
+                    let err = builder.build().unwrap().is_locked(&key).unwrap_err();
+                    let expected: &[&str] = match scenario {
+                        "wrong-name" => &[
+                            WRONG_NAME,
+                            "not valid for name \"firestore.googleapis.com\"",
+                        ],
+                        _ => &[UNTRUSTED, "tls_ca_file"],
+                    };
+                    assert_tls_error(&err, expected);
+                    assert!(err.message().contains("firestore.googleapis.com"), "{err}");
+                }
+                other => panic!("unknown scenario {other}"),
             }
-            "untrusted" | "other-ca" | "wrong-name" => {
-                let builder = match scenario.as_str() {
-                    "untrusted" => production(),
-                    "other-ca" => production().tls_ca_file(&other_ca),
-                    _ => production().tls_ca_file(&ca),
-                };
-                let err = builder.build().unwrap().is_locked(&key).unwrap_err();
-                let expected: &[&str] = match scenario.as_str() {
-                    "wrong-name" => &[
-                        WRONG_NAME,
-                        "not valid for name \"firestore.googleapis.com\"",
-                    ],
-                    _ => &[UNTRUSTED, "tls_ca_file"],
-                };
-                assert_tls_error(&err, expected);
-                assert!(err.message().contains("firestore.googleapis.com"), "{err}");
-            }
-            other => panic!("unknown scenario {other}"),
-        }
+        });
     }
 }
 
@@ -456,54 +489,54 @@ mod provider {
     #[test]
     #[ignore = "run by the tests above, in a child process"]
     fn worker() {
-        let Ok(scenario) = std::env::var("SYNCGUARD_TLS_SCENARIO") else {
-            return;
-        };
-        let env = |name: &str| std::env::var(name).expect(name);
-        assert!(
-            CryptoProvider::get_default().is_none(),
-            "the child starts without a default"
-        );
-        match scenario.as_str() {
-            "postgres-firestore" => {
-                let backend = PostgresBackend::connect(&env("SYNCGUARD_TLS_POSTGRES_URL")).unwrap();
-                backend.setup_schema().unwrap();
-                assert_lock_cycle(&backend, &unique("tls-provider-postgres"));
-                let backend = super::firestore::production()
-                    .tls_ca_file(env("SYNCGUARD_TLS_CA"))
-                    .build()
-                    .unwrap();
-                assert_lock_cycle(&backend, &unique("tls-provider-firestore"));
-                assert!(
-                    CryptoProvider::get_default().is_none(),
-                    "a backend installed a process-wide provider"
-                );
+        in_the_child(|scenario| {
+            assert!(
+                CryptoProvider::get_default().is_none(),
+                "the child starts without a default"
+            );
+            match scenario {
+                "postgres-firestore" => {
+                    let backend =
+                        PostgresBackend::connect(&child_env("SYNCGUARD_TLS_POSTGRES_URL")).unwrap();
+                    backend.setup_schema().unwrap();
+                    assert_lock_cycle(&backend, &unique("tls-provider-postgres"));
+                    let backend = super::firestore::production()
+                        .tls_ca_file(child_env("SYNCGUARD_TLS_CA"))
+                        .build()
+                        .unwrap();
+                    assert_lock_cycle(&backend, &unique("tls-provider-firestore"));
+                    assert!(
+                        CryptoProvider::get_default().is_none(),
+                        "a backend installed a process-wide provider"
+                    );
+                }
+                "redis-without-default" => {
+                    let backend = RedisBackend::builder()
+                        .url(child_env("SYNCGUARD_TLS_REDIS_URL"))
+                        .tls_ca_file(child_env("SYNCGUARD_TLS_CA"))
+                        .build()
+                        .unwrap();
+                    assert_lock_cycle(&backend, &unique("tls-provider-redis"));
+                    assert!(CryptoProvider::get_default().is_some());
+                }
+                "redis-with-default" => {
+                    // The application's own: ring with one cipher suite, recognisable afterwards.
+                    let mut own = rustls::crypto::ring::default_provider();
+                    own.cipher_suites.retain(|suite| {
+                        suite.suite() == rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+                    });
+                    own.install_default().unwrap();
+                    let backend = RedisBackend::builder()
+                        .url(child_env("SYNCGUARD_TLS_REDIS_URL"))
+                        .tls_ca_file(child_env("SYNCGUARD_TLS_CA"))
+                        .build()
+                        .unwrap();
+                    assert_lock_cycle(&backend, &unique("tls-provider-redis-own"));
+                    let default = CryptoProvider::get_default().unwrap();
+                    assert_eq!(default.cipher_suites.len(), 1, "the application's provider");
+                }
+                other => panic!("unknown scenario {other}"),
             }
-            "redis-without-default" => {
-                let backend = RedisBackend::builder()
-                    .url(env("SYNCGUARD_TLS_REDIS_URL"))
-                    .tls_ca_file(env("SYNCGUARD_TLS_CA"))
-                    .build()
-                    .unwrap();
-                assert_lock_cycle(&backend, &unique("tls-provider-redis"));
-                assert!(CryptoProvider::get_default().is_some());
-            }
-            "redis-with-default" => {
-                // The application's own: ring with one cipher suite, recognisable afterwards.
-                let mut own = rustls::crypto::ring::default_provider();
-                own.cipher_suites
-                    .retain(|suite| suite.suite() == rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
-                own.install_default().unwrap();
-                let backend = RedisBackend::builder()
-                    .url(env("SYNCGUARD_TLS_REDIS_URL"))
-                    .tls_ca_file(env("SYNCGUARD_TLS_CA"))
-                    .build()
-                    .unwrap();
-                assert_lock_cycle(&backend, &unique("tls-provider-redis-own"));
-                let default = CryptoProvider::get_default().unwrap();
-                assert_eq!(default.cipher_suites.len(), 1, "the application's provider");
-            }
-            other => panic!("unknown scenario {other}"),
-        }
+        });
     }
 }

@@ -13,4 +13,6 @@ mod lock;
 mod rw;
 // One test per backend, each under its own feature.
 mod semaphore;
+// What the reader-writer and semaphore audits share.
+mod holds;
 mod workers;

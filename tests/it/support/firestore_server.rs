@@ -83,6 +83,22 @@ impl FirestoreEmulator {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// A builder for a backend on this emulator, whose request timeout is a [`PATIENT`] hang
+    /// guard: the emulator, a JVM, can pause for seconds on a loaded machine.
+    pub fn builder(&self) -> FirestoreBuilder {
+        FirestoreBackend::builder()
+            .project(FIRESTORE_PROJECT)
+            .emulator_host(self.host())
+            .timeout(PATIENT)
+    }
+
+    /// A backend on this emulator (see [`builder`](Self::builder)).
+    pub fn backend(&self) -> FirestoreBackend {
+        self.builder()
+            .build()
+            .expect("a Firestore backend for the emulator")
+    }
+
     /// Documents endpoint of the test project, for looking at what syncguard stored.
     pub fn documents_url(&self) -> String {
         format!(
@@ -98,20 +114,14 @@ pub fn shared_firestore() -> &'static FirestoreEmulator {
     EMULATOR.get_or_init(FirestoreEmulator::start)
 }
 
-/// A builder for a backend on [`shared_firestore`], whose request timeout is a [`PATIENT`]
-/// hang guard: the emulator, a JVM, can pause for seconds on a loaded machine.
+/// A builder for a backend on [`shared_firestore`] (see [`FirestoreEmulator::builder`]).
 pub fn shared_firestore_builder() -> FirestoreBuilder {
-    FirestoreBackend::builder()
-        .project(FIRESTORE_PROJECT)
-        .emulator_host(shared_firestore().host())
-        .timeout(PATIENT)
+    shared_firestore().builder()
 }
 
 /// A backend on [`shared_firestore`].
 pub fn shared_firestore_backend() -> FirestoreBackend {
-    shared_firestore_builder()
-        .build()
-        .expect("a Firestore backend for the emulator")
+    shared_firestore().backend()
 }
 
 /// A plain HTTP client for looking at and changing what the emulator holds, bypassing

@@ -207,27 +207,57 @@ pub mod child;
 #[cfg(feature = "redis")]
 pub mod failover;
 mod faults;
+#[allow(unused_imports)]
+pub use faults::*;
 #[cfg(feature = "firestore")]
 mod firestore_faults;
 #[cfg(feature = "firestore")]
+#[allow(unused_imports)]
+pub use firestore_faults::*;
+#[cfg(feature = "firestore")]
 mod firestore_server;
+#[cfg(feature = "firestore")]
+#[allow(unused_imports)]
+pub use firestore_server::*;
 #[cfg(feature = "firestore")]
 pub mod http;
 #[cfg(feature = "firestore")]
 pub mod jwt;
 pub mod lease_audit;
 mod locks;
+#[allow(unused_imports)]
+pub use locks::*;
 #[cfg(feature = "postgres")]
 mod pgbouncer_server;
 #[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use pgbouncer_server::*;
+#[cfg(feature = "postgres")]
 mod postgres_server;
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use postgres_server::*;
+#[cfg(feature = "postgres")]
+mod postgres_ways;
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use postgres_ways::*;
 pub mod proxy;
 #[cfg(feature = "redis")]
 mod redis_cluster;
 #[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use redis_cluster::*;
+#[cfg(feature = "redis")]
 mod redis_sentinel;
 #[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use redis_sentinel::*;
+#[cfg(feature = "redis")]
 mod redis_server;
+#[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use redis_server::*;
 #[cfg(feature = "redis")]
 pub mod redis_topology;
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -235,33 +265,7 @@ pub mod server_store;
 #[cfg(feature = "redis")]
 pub mod stopped;
 mod test_ca;
-#[cfg(feature = "firestore")]
-pub mod tls_proxy;
-
-#[allow(unused_imports)]
-pub use faults::*;
-#[cfg(feature = "firestore")]
-#[allow(unused_imports)]
-pub use firestore_faults::*;
-#[cfg(feature = "firestore")]
-#[allow(unused_imports)]
-pub use firestore_server::*;
-#[allow(unused_imports)]
-pub use locks::*;
-#[cfg(feature = "postgres")]
-#[allow(unused_imports)]
-pub use pgbouncer_server::*;
-#[cfg(feature = "postgres")]
-#[allow(unused_imports)]
-pub use postgres_server::*;
-#[cfg(feature = "redis")]
-#[allow(unused_imports)]
-pub use redis_cluster::*;
-#[cfg(feature = "redis")]
-#[allow(unused_imports)]
-pub use redis_sentinel::*;
-#[cfg(feature = "redis")]
-#[allow(unused_imports)]
-pub use redis_server::*;
 #[allow(unused_imports)]
 pub use test_ca::*;
+#[cfg(feature = "firestore")]
+pub mod tls_proxy;
