@@ -81,13 +81,9 @@ use std::time::{Duration, Instant};
 
 use crate::duration::parse_duration;
 use serde::Serialize;
-use syncguard::driver::{
-    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
-};
+use syncguard::driver::{Driver, Extension, LeaseKind, LeaseRef, Outcome, Ttl};
 use syncguard::{
-    AcquireOutcome, Capabilities, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker,
-    Lookup,
+    AcquireOutcome, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker, Lookup,
 };
 
 const USAGE: &str = "\
@@ -1047,15 +1043,6 @@ impl CountingRenewals {
 }
 
 impl Driver for CountingRenewals {
-    fn describe(&self) -> Capabilities {
-        self.inner.describe()
-    }
-    fn try_acquire(&self, request: &Request<'_>) -> syncguard::Result<Acquisitions> {
-        self.inner.try_acquire(request)
-    }
-    fn release_lease(&self, lease: LeaseRef<'_>) -> syncguard::Result<Outcome<()>> {
-        self.inner.release_lease(lease)
-    }
     fn extend_leases(
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
@@ -1064,32 +1051,8 @@ impl Driver for CountingRenewals {
         self.count(&answers);
         answers
     }
-    fn key_is_locked(&self, key: &Key) -> syncguard::Result<bool> {
-        self.inner.key_is_locked(key)
-    }
-    fn find(&self, by: Find<'_>) -> syncguard::Result<Vec<LockRecord>> {
-        self.inner.find(by)
-    }
-    fn list_records(
-        &self,
-        prefix: &KeyPrefix,
-        kind: LeaseKind,
-        limit: ListLimit,
-    ) -> syncguard::Result<LockList<LockRecord>> {
-        self.inner.list_records(prefix, kind, limit)
-    }
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> syncguard::Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> syncguard::Result<()> {
-        self.inner.leave_line(key, kind, place)
-    }
-    fn watch_releases(
-        &self,
-        on_release: OnRelease,
-    ) -> syncguard::Result<Option<Box<dyn ReleaseWatch>>> {
-        self.inner.watch_releases(on_release)
-    }
+
+    syncguard::delegate_driver!(self, &self.inner; describe, try_acquire, release_lease, key_is_locked, find, list_records, find_line, leave_line, watch_releases);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::driver::Capabilities;
 use crate::driver::{
-    Acquisitions, Driver, Extension, Find, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
+    Acquisitions, Driver, Extension, Find, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockList,
+    LockRecord, Mode, Outcome, Request, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -307,10 +306,6 @@ fn lease_ids<'a>(lease: &LeaseRef<'a>) -> Ids<'a> {
 }
 
 impl<B: Driver> Driver for Telemetry<B> {
-    fn describe(&self) -> Capabilities {
-        self.inner.describe()
-    }
-
     fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
         // The holder description is never part of an event: events carry hashes only.
         let outcome = self.inner.try_acquire(request);
@@ -392,19 +387,7 @@ impl<B: Driver> Driver for Telemetry<B> {
         outcome
     }
 
-    // The line's calls pass through unreported: a waiter's place is not a lease, and its
-    // attempts are reported as acquisitions.
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        self.inner.leave_line(key, kind, place)
-    }
-
-    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
-        self.inner.watch_releases(on_release)
-    }
+    crate::delegate_driver!(self, &self.inner; describe, find_line, leave_line, watch_releases);
 }
 
 impl<B: fmt::Debug> fmt::Debug for Telemetry<B> {
@@ -424,7 +407,7 @@ mod tests {
     use super::*;
     use crate::MemoryBackend;
     use crate::backend::{AcquireOutcome, LockBackend};
-    use crate::driver::{Acquisition, DriverExt as _, Holder};
+    use crate::driver::{Acquisition, Capabilities, DriverExt as _, Holder};
 
     fn recorded(include_raw: bool) -> (Telemetry<MemoryBackend>, Arc<Mutex<Vec<LockEvent>>>) {
         let events = Arc::new(Mutex::new(Vec::new()));

@@ -117,7 +117,7 @@
 //! assert!(toy.is_locked("job")?);
 //! assert!(toy.release(&lease.lock_id)?);
 //! assert!(toy.release("not a lock id").is_err()); // validated before the driver is called
-//! assert!(toy.acquire_shared("job", std::time::Duration::from_secs(5)).is_err()); // no shared mode
+//! assert!(toy.acquire_as("job", syncguard::Mode::Shared, std::time::Duration::from_secs(5)).is_err()); // no shared mode
 //! # Ok::<(), syncguard::LockError>(())
 //! ```
 
@@ -128,6 +128,7 @@ use crate::error::Result;
 mod acquire;
 mod batches;
 mod capabilities;
+mod delegate;
 mod lease;
 mod records;
 mod request;
@@ -312,51 +313,14 @@ pub trait ReleaseWatch: Send + Sync {
     fn unwatch(&self, key: &Key);
 }
 
-/// Forwards every method, so `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends).
+/// `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends): every call goes to what
+/// they hold.
 macro_rules! forward_driver {
     ($($wrapper:ident),*) => {$(
         impl<D: Driver + ?Sized> Driver for $wrapper<D> {
-            fn describe(&self) -> Capabilities {
-                (**self).describe()
-            }
-            fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
-                (**self).try_acquire(request)
-            }
-            fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-                (**self).release_lease(lease)
-            }
-            fn extend_leases(
-                &self,
-                leases: &[(LeaseRef<'_>, Ttl)],
-            ) -> Vec<Result<Outcome<Extension>>> {
-                (**self).extend_leases(leases)
-            }
-            fn key_is_locked(&self, key: &Key) -> Result<bool> {
-                (**self).key_is_locked(key)
-            }
-            fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
-                (**self).find(by)
-            }
-            fn list_records(
-                &self,
-                prefix: &KeyPrefix,
-                kind: LeaseKind,
-                limit: ListLimit,
-            ) -> Result<LockList<LockRecord>> {
-                (**self).list_records(prefix, kind, limit)
-            }
-            fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-                (**self).find_line(key, kind)
-            }
-            fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-                (**self).leave_line(key, kind, place)
-            }
-            fn watch_releases(
-                &self,
-                on_release: OnRelease,
-            ) -> Result<Option<Box<dyn ReleaseWatch>>> {
-                (**self).watch_releases(on_release)
-            }
+            crate::delegate_driver!(self, &**self; describe, try_acquire, release_lease,
+                extend_leases, key_is_locked, find, list_records, find_line, leave_line,
+                watch_releases);
         }
     )*};
 }

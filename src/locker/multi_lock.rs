@@ -311,21 +311,9 @@ mod outage_between_keys {
                 .push(lease.lock_id.as_str().to_owned());
             self.inner.release_lease(lease)
         }
-        fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
-            self.inner.extend_leases(leases)
-        }
-        fn key_is_locked(&self, key: &Key) -> Result<bool> {
-            self.inner.key_is_locked(key)
-        }
-        fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
-            self.inner.find(by)
-        }
-        fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-            self.inner.find_line(key, kind)
-        }
-        fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-            self.inner.leave_line(key, kind, place)
-        }
+
+        crate::delegate_driver!(self, &self.inner; extend_leases, key_is_locked, find,
+            find_line, leave_line);
     }
 
     fn outage(failing_key: &str, failing_releases: u32) -> Outage {

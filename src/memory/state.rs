@@ -201,17 +201,21 @@ impl State {
         })
     }
 
-    /// Decides an acquisition of `key`'s lock with `free` slots by its line ([`Places::admit`]);
-    /// a line is kept once made, empty or not (see `lines`).
-    fn admit(
+    /// Decides an acquisition of `key`'s lock, exclusive or `shared`, by its line
+    /// ([`Places::admit`]): the lock has a slot free unless a live lock holds it (or, for an
+    /// exclusive one, a live reader). A line is kept once made, empty or not (see `lines`).
+    fn admit_to_lock(
         &mut self,
         key: &Key,
-        line: Line<'_>,
-        free: usize,
+        request: &Request<'_>,
         shared: bool,
         now_ms: i64,
-        holder: Option<&Holder>,
     ) -> Admission {
+        let line = self.ticketed(request.line, |state| state.stands(key, request.line));
+        let free = match shared {
+            true => usize::from(self.live_entry(key.as_str(), now_ms).is_none()),
+            false => self.free_lock_slots(key, now_ms),
+        };
         let Some(places) = self.lines.get_mut(key.as_str()) else {
             // No one in line: nothing to decide unless this waiter must take a place.
             if free > 0 || line.place().is_none() {
@@ -222,11 +226,11 @@ impl State {
                 };
             }
             let mut places = Places::default();
-            let admission = places.admit(line, free, shared, now_ms, holder);
+            let admission = places.admit(line, free, shared, now_ms, request.holder);
             self.lines.insert(key.to_string(), places);
             return admission;
         };
-        places.admit(line, free, shared, now_ms, holder)
+        places.admit(line, free, shared, now_ms, request.holder)
     }
 
     /// The free slots of `key`'s lock at `now_ms`: 1 unless a live lock or a live shared holder
@@ -294,9 +298,7 @@ impl State {
         request: &Request<'_>,
         now_ms: i64,
     ) -> Result<Acquisitions> {
-        let line = self.ticketed(request.line, |state| state.stands(key, request.line));
-        let free = self.free_lock_slots(key, now_ms);
-        let admission = self.admit(key, line, free, false, now_ms, request.holder);
+        let admission = self.admit_to_lock(key, request, false, now_ms);
         if !admission.granted {
             return Ok(Acquisitions::locked_at(admission.position));
         }
@@ -401,9 +403,7 @@ impl State {
         request: &Request<'_>,
         now_ms: i64,
     ) -> Result<Acquisitions> {
-        let line = self.ticketed(request.line, |state| state.stands(key, request.line));
-        let free = usize::from(self.live_entry(key.as_str(), now_ms).is_none());
-        let admission = self.admit(key, line, free, true, now_ms, request.holder);
+        let admission = self.admit_to_lock(key, request, true, now_ms);
         if !admission.granted {
             return Ok(Acquisitions::locked_at(admission.position));
         }

@@ -20,7 +20,8 @@ use crate::{CancelToken, ErrorCode, Fence, Lease, LockBackend, LockOptions, Lock
 
 use super::recorder::{Call, recorded_locker};
 use super::support::{
-    CLOCK_SLACK_MS, CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, unique_key, wait_until,
+    CLOCK_SLACK_MS, CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, places, unique_key,
+    wait_until,
 };
 
 /// Waiters that start in turn — each once the one before has its place — on a held lock are
@@ -32,13 +33,7 @@ pub fn waiters_are_served_in_arrival_order<B: LockBackend + 'static>(backend: B)
     let granted = served_in_turn(&locker, &key, 4, None);
     drop(held);
     assert_eq!(in_fence_order(granted.join()), [0, 1, 2, 3]);
-    assert!(
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(places(locker.backend(), &key, LeaseKind::Lock).is_empty());
 }
 
 /// A semaphore's waiters get free permits in their order: with two permits held and three
@@ -50,11 +45,7 @@ pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B
     let [first, second] = [semaphore.acquire().unwrap(), semaphore.acquire().unwrap()];
     let granted = served_in_turn(&locker, &key, 3, Some(2));
     assert!(
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .is_empty(),
+        places(locker.backend(), &key, LeaseKind::Lock).is_empty(),
         "the semaphore's line is its own, not the lock's"
     );
     // One permit goes round: each waiter takes it in turn (with two free at once, the first
@@ -62,13 +53,7 @@ pub fn semaphores_serve_their_line_in_order<B: LockBackend + 'static>(backend: B
     drop(first);
     assert_eq!(in_fence_order(granted.join()), [0, 1, 2]);
     drop(second);
-    assert!(
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Permit)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(places(locker.backend(), &key, LeaseKind::Permit).is_empty());
 }
 
 /// A waiter that dies in line (its place taken, never renewed) holds up the waiters behind it
@@ -99,13 +84,7 @@ pub fn a_dead_waiter_is_skipped_when_its_place_lapses<B: LockBackend + 'static>(
         "the waiter was granted while the dead place was live"
     );
     assert_eq!(waiter.join().len(), 1);
-    assert!(
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(places(locker.backend(), &key, LeaseKind::Lock).is_empty());
 }
 
 /// A dead waiter holds the line up for about 6 s at most:
@@ -169,33 +148,20 @@ pub fn a_waiter_that_gives_up_leaves_at_once<B: LockBackend + 'static>(backend: 
         move || locker.lock_with(&key, &options).map(drop)
     });
     wait_until("the waiter to take its place", PATIENCE, || {
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .len()
-            == 1
+        places(locker.backend(), &key, LeaseKind::Lock).len() == 1
     });
     cancel.cancel();
     let error = waiter.join().unwrap().unwrap_err();
     assert_eq!(error.code(), ErrorCode::Aborted);
     assert!(
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .is_empty(),
+        places(locker.backend(), &key, LeaseKind::Lock).is_empty(),
         "a cancelled waiter left its place behind"
     );
     // Its first attempt took a place (the key is held): timing out must give it back.
     let timed_out = locker.try_lock_for(&key, std::time::Duration::from_millis(300));
     assert!(timed_out.unwrap().is_none());
     assert!(
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .is_empty(),
+        places(locker.backend(), &key, LeaseKind::Lock).is_empty(),
         "a waiter out of time left its place behind"
     );
 }
@@ -295,8 +261,8 @@ fn served_in_turn<B: LockBackend + 'static>(
 ) -> Granted {
     let granted = Arc::new(Mutex::new(Vec::new()));
     let line = |locker: &Locker<B>| match permits {
-        None => locker.backend().waiters(key, LeaseKind::Lock).unwrap(),
-        Some(_) => locker.backend().waiters(key, LeaseKind::Permit).unwrap(),
+        None => places(locker.backend(), key, LeaseKind::Lock),
+        Some(_) => places(locker.backend(), key, LeaseKind::Permit),
     };
     let ahead = line(locker).len();
     let mut threads = Vec::new();

@@ -15,7 +15,7 @@ use crate::{CancelToken, ErrorCode, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
 use super::support::{
-    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, short_lease, unique_key, wait_until,
+    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, places, short_lease, unique_key, wait_until,
 };
 
 /// One key of a set held elsewhere: a single attempt on the set is refused and takes none of
@@ -298,7 +298,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         }
     });
     wait_until("the set's waiter to stand in line", PATIENCE, || {
-        locker.backend().waiters(&a, LeaseKind::Lock).unwrap().len() == 1
+        places(locker.backend(), &a, LeaseKind::Lock).len() == 1
     });
     let single = thread::spawn({
         let (locker, key, options) = (locker.clone(), a.clone(), waiting.clone());
@@ -310,7 +310,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         }
     });
     wait_until("the single waiter to stand behind it", PATIENCE, || {
-        locker.backend().waiters(&a, LeaseKind::Lock).unwrap().len() == 2
+        places(locker.backend(), &a, LeaseKind::Lock).len() == 2
     });
     drop(held);
     let (set_fence, single_fence) = (set.join().unwrap(), single.join().unwrap());
@@ -327,11 +327,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
         move || locker.lock_all_with(&keys, &options).map(drop)
     });
     wait_until("the set's waiter to stand in line", PATIENCE, || {
-        !locker
-            .backend()
-            .waiters(&a, LeaseKind::Lock)
-            .unwrap()
-            .is_empty()
+        !places(locker.backend(), &a, LeaseKind::Lock).is_empty()
     });
     cancel.cancel();
     assert_eq!(
@@ -342,11 +338,7 @@ pub fn a_set_waits_its_turn_and_leaves_when_it_gives_up<B: LockBackend + 'static
     assert!(timed_out.unwrap().is_none());
     for key in [&a, &b] {
         assert!(
-            locker
-                .backend()
-                .waiters(key, LeaseKind::Lock)
-                .unwrap()
-                .is_empty(),
+            places(locker.backend(), key, LeaseKind::Lock).is_empty(),
             "a waiter that gave up left a place on {key}"
         );
     }

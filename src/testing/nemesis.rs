@@ -18,10 +18,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::driver::{
-    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, Line, ListLimit,
-    LockId, LockList, LockRecord, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
+    Acquisitions, Driver, Extension, Key, LeaseKind, LeaseRef, Line, LockId, Outcome, Request, Ttl,
 };
-use crate::{Capabilities, ErrorCode, LockError, Result};
+use crate::{ErrorCode, LockError, Result};
 
 /// A step of an acquisition's life, as the nemesis tells them apart by a call and its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -260,10 +259,6 @@ fn lost_answer() -> LockError {
 }
 
 impl<B: Driver> Driver for Nemesis<B> {
-    fn describe(&self) -> Capabilities {
-        self.inner.describe()
-    }
-
     fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
         self.acquisition(request)
     }
@@ -283,32 +278,9 @@ impl<B: Driver> Driver for Nemesis<B> {
         }
     }
 
-    fn key_is_locked(&self, key: &Key) -> Result<bool> {
-        self.inner.key_is_locked(key)
-    }
-
-    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
-        self.inner.find(by)
-    }
-
-    fn list_records(
-        &self,
-        prefix: &KeyPrefix,
-        kind: LeaseKind,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.inner.list_records(prefix, kind, limit)
-    }
-
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
         self.plain(Step::LeaveLine, || self.inner.leave_line(key, kind, place))
     }
 
-    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
-        self.inner.watch_releases(on_release)
-    }
+    crate::delegate_driver!(self, &self.inner; describe, key_is_locked, find, list_records, find_line, watch_releases);
 }

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::driver::{
-    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request, Ttl,
+    Acquisitions, Driver, Extension, Find, Key, LeaseKind, LeaseRef, LockRecord, Outcome, Request,
+    Ttl,
 };
-use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
+use crate::{ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
 /// What a recorded call was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,10 +187,6 @@ fn injected(code: ErrorCode) -> LockError {
 }
 
 impl<B: Driver> Driver for Recorder<B> {
-    fn describe(&self) -> Capabilities {
-        self.inner.describe()
-    }
-
     fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
         self.acquisition(request)
     }
@@ -252,26 +248,7 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.find(by)
     }
 
-    fn list_records(
-        &self,
-        prefix: &KeyPrefix,
-        kind: LeaseKind,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.inner.list_records(prefix, kind, limit)
-    }
-
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.inner.find_line(key, kind)
-    }
-
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        self.inner.leave_line(key, kind, place)
-    }
-
-    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
-        self.inner.watch_releases(on_release)
-    }
+    crate::delegate_driver!(self, &self.inner; describe, list_records, find_line, leave_line, watch_releases);
 }
 
 /// A [`Locker`] over a [`Recorder`] of `backend`, with `defaults`, and the recorder.

@@ -17,7 +17,7 @@ use crate::{AcquireOutcome, ErrorCode, Fence, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
 use super::support::{
-    CONTENTION_DEADLINE, EXPIRY_DEADLINE, LONG_TTL, PATIENCE, SHORT_TTL, assert_invalid,
+    CONTENTION_DEADLINE, EXPIRY_DEADLINE, LONG_TTL, PATIENCE, SHORT_TTL, assert_invalid, places,
     short_lease, unique_key, wait_until,
 };
 
@@ -109,12 +109,7 @@ pub fn a_waiting_writer_is_not_starved_by_later_readers<B: LockBackend + 'static
         move || rw.write().map(|guard| guard.fence().to_owned())
     });
     wait_until("the writer in line", PATIENCE, || {
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .len()
-            == 1
+        places(locker.backend(), &key, LeaseKind::Lock).len() == 1
     });
     assert!(
         rw.try_read().unwrap().is_none(),
@@ -125,14 +120,9 @@ pub fn a_waiting_writer_is_not_starved_by_later_readers<B: LockBackend + 'static
         move || rw.read().map(|guard| guard.fence().to_owned())
     });
     wait_until("the later reader in line", PATIENCE, || {
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .len()
-            == 2
+        places(locker.backend(), &key, LeaseKind::Lock).len() == 2
     });
-    let line = locker.backend().waiters(&key, LeaseKind::Lock).unwrap();
+    let line = places(locker.backend(), &key, LeaseKind::Lock);
     assert_eq!(
         line.iter().map(|place| place.shared).collect::<Vec<_>>(),
         [false, true],
@@ -167,12 +157,7 @@ pub fn readers_at_the_head_are_granted_together<B: LockBackend + 'static>(backen
                 guard.release()
             });
             wait_until(&format!("reader {n} in line"), PATIENCE, || {
-                locker
-                    .backend()
-                    .waiters(&key, LeaseKind::Lock)
-                    .unwrap()
-                    .len()
-                    > n
+                places(locker.backend(), &key, LeaseKind::Lock).len() > n
             });
             reader
         })
@@ -214,13 +199,7 @@ pub fn a_dead_waiting_writer_holds_readers_up_until_its_place_lapses<B: LockBack
         move || rw.read().map(drop)
     });
     wait_until("the reader in line", PATIENCE, || {
-        locker
-            .backend()
-            .waiters(&key, LeaseKind::Lock)
-            .unwrap()
-            .len()
-            >= 2
-            || reader.is_finished()
+        places(locker.backend(), &key, LeaseKind::Lock).len() >= 2 || reader.is_finished()
     });
     drop(holding);
     let still_in_line = || {

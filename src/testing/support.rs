@@ -12,7 +12,7 @@ use crate::driver::{
 };
 use crate::{
     AcquireOutcome, ErrorCode, Fence, Heartbeat, Lease, LockBackend, LockInfo, LockOptions, Lookup,
-    Result, get_by_id_raw, get_by_key_raw, owns,
+    PlaceInfo, Result, get_by_id_raw, get_by_key_raw, owns,
 };
 
 /// A TTL no test outlives: locks taken with it stay held for the whole test.
@@ -82,6 +82,11 @@ pub fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bo
         );
         thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// The places in the line of `key`'s lock or semaphore (`kind`), in line order.
+pub fn places<B: LockBackend + ?Sized>(backend: &B, key: &str, kind: LeaseKind) -> Vec<PlaceInfo> {
+    backend.waiters(key, kind).expect("the line of the key")
 }
 
 /// Waits until the backend no longer reports a live lock on `key`.
