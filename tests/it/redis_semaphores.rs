@@ -71,11 +71,7 @@ fn racing_threads_never_exceed_n(backend: RedisBackend) {
                     assert!(holders <= N, "{holders} live permits listed, N = {N}");
                     std::thread::sleep(Duration::from_millis(5));
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    assert!(
-                        backend
-                            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-                            .unwrap()
-                    );
+                    assert!(release_permit(&backend, &key, &held.lock_id));
                 }
             });
         }
@@ -94,11 +90,7 @@ fn fences_are_the_semaphores_own(backend: RedisBackend) {
     let permits: Vec<Lease> = (0..5).map(|_| permit(&backend, &key, 5)).collect();
     let fences: Vec<u64> = permits.iter().map(|p| p.fence.value()).collect();
     assert_eq!(fences, [1, 2, 3, 4, 5], "a sequence of the semaphore's own");
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &permits[4].lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &key, &permits[4].lock_id));
     let next = permit(&backend, &key, 5);
     assert_eq!(
         next.fence.value(),
@@ -128,19 +120,11 @@ fn lock_and_semaphore_are_apart(backend: RedisBackend) {
     assert!(!backend.is_locked(&key).unwrap());
     assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 1);
     let lock = lease(backend.acquire(&key, TTL));
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &key, &held.lock_id));
     assert!(backend.is_locked(&key).unwrap());
     // A permit's lock id is no lock's, nor the other way round.
     assert!(!backend.release(&held.lock_id).unwrap());
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Permit, &lock.lock_id)
-            .unwrap()
-    );
+    assert!(!release_permit(&backend, &key, &lock.lock_id));
     assert!(backend.release(&lock.lock_id).unwrap());
 }
 
@@ -171,11 +155,7 @@ fn expired_permits_are_reclaimed(backend: RedisBackend) {
             .unwrap(),
         None
     );
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Permit, &old.lock_id)
-            .unwrap()
-    );
+    assert!(!release_permit(&backend, &key, &old.lock_id));
     // An expired permit (not yet reclaimed) is no holder, and renewing it fails.
     let other = unique("sem-expiry");
     let gone = lease(backend.acquire_as(&other, Mode::permits(2).unwrap(), short));
@@ -194,16 +174,8 @@ fn expired_permits_are_reclaimed(backend: RedisBackend) {
         .extend_lease(LeaseRef::permit(&id, &key_ref), ttl)
         .unwrap();
     assert_eq!(outcome, syncguard::driver::Outcome::Expired);
-    assert!(
-        !backend
-            .release_as(&other, LeaseKind::Permit, &gone.lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &fresh.lock_id)
-            .unwrap()
-    );
+    assert!(!release_permit(&backend, &other, &gone.lock_id));
+    assert!(release_permit(&backend, &key, &fresh.lock_id));
 }
 
 fn release_and_extend_are_idempotent(backend: RedisBackend) {
@@ -227,16 +199,8 @@ fn release_and_extend_are_idempotent(backend: RedisBackend) {
         backend.holders(&key, LeaseKind::Permit).unwrap()[0].expires_at_ms,
         extended
     );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Permit, &held.lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &key, &held.lock_id));
+    assert!(!release_permit(&backend, &key, &held.lock_id));
     assert_eq!(
         backend
             .extend_as(&key, LeaseKind::Permit, &held.lock_id, TTL)
@@ -244,7 +208,7 @@ fn release_and_extend_are_idempotent(backend: RedisBackend) {
         None
     );
     let never = syncguard::driver::generate_lock_id();
-    assert!(!backend.release_as(&key, LeaseKind::Permit, &never).unwrap());
+    assert!(!release_permit(&backend, &key, &never));
     assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
 }
 
@@ -263,16 +227,8 @@ fn batch_renewals_answer_each_lease(backend: RedisBackend) {
     assert!(backend.release(&locks[1].lock_id).unwrap());
     assert!(backend.release(&locks[2].lock_id).unwrap());
     let thief = lease(backend.acquire(&lock_keys[2], TTL));
-    assert!(
-        backend
-            .release_as(&sem_keys[1], LeaseKind::Permit, &permits[1].lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_as(&sem_keys[2], LeaseKind::Permit, &permits[2].lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &sem_keys[1], &permits[1].lock_id));
+    assert!(release_permit(&backend, &sem_keys[2], &permits[2].lock_id));
     let sem_thief = permit(&backend, &sem_keys[2], 1);
 
     let lock_ids: Vec<LockId> = locks
@@ -334,16 +290,8 @@ fn batch_renewals_answer_each_lease(backend: RedisBackend) {
     for id in [&locks[0].lock_id, &thief.lock_id] {
         assert!(backend.release(id).unwrap());
     }
-    assert!(
-        backend
-            .release_as(&sem_keys[0], LeaseKind::Permit, &permits[0].lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_as(&sem_keys[2], LeaseKind::Permit, &sem_thief.lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &sem_keys[0], &permits[0].lock_id));
+    assert!(release_permit(&backend, &sem_keys[2], &sem_thief.lock_id));
 }
 
 fn callers_disagreeing_on_n_each_get_their_own(backend: RedisBackend) {
@@ -367,11 +315,7 @@ fn callers_disagreeing_on_n_each_get_their_own(backend: RedisBackend) {
     );
     assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 3);
     for held in [first, second, third] {
-        assert!(
-            backend
-                .release_as(&key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release_permit(&backend, &key, &held.lock_id));
     }
 }
 
@@ -405,11 +349,7 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
             }
         })
         .collect();
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Permit, &ids[1])
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &key, &ids[1]));
     let found = backend
         .find(Find::Key(&key_ref, LeaseKind::Permit))
         .unwrap();
@@ -430,7 +370,7 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
     let holders: Vec<Option<&str>> = infos.iter().map(|i| i.holder.as_deref()).collect();
     assert_eq!(holders, [Some("x0"), Some("x2"), Some("x3")]);
     for id in [&ids[0], &ids[2], &ids[3]] {
-        assert!(backend.release_as(&key, LeaseKind::Permit, id).unwrap());
+        assert!(release_permit(&backend, &key, id));
     }
 }
 
@@ -449,11 +389,7 @@ fn releases_wake_waiters(backend: RedisBackend) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let held = permit(&backend, &key, 1);
-        assert!(
-            backend
-                .release_as(&key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release_permit(&backend, &key, &held.lock_id));
         if heard
             .recv_timeout(Duration::from_millis(300))
             .is_ok_and(|heard| heard == key)
@@ -577,11 +513,7 @@ fn stores_the_documented_layout() {
         assert!(conn.pttl::<_, i64>(&keys.holders).unwrap() > 0);
         assert!(conn.pttl::<_, i64>(&keys.permits).unwrap() > 0);
         assert_eq!(conn.pttl::<_, i64>(&keys.fence).unwrap(), -1);
-        assert!(
-            backend
-                .release_as(key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release_permit(&backend, key, &held.lock_id));
         assert!(backend.release(&lock.lock_id).unwrap());
         let mut left: Vec<String> = conn.keys(format!("{prefix}*")).unwrap();
         left.sort();
@@ -703,11 +635,7 @@ fn a_cluster_lists_permits_on_every_primary() {
     assert_eq!(listed_ids, lock_ids, "the locks, and no permit among them");
 
     for (key, held) in &permits {
-        assert!(
-            backend
-                .release_as(key, LeaseKind::Permit, &held.lock_id)
-                .unwrap()
-        );
+        assert!(release_permit(&backend, key, &held.lock_id));
     }
     assert!(listed_permits(&backend, &prefix, 100).is_empty());
     for held in locks {
@@ -767,12 +695,13 @@ fn hashed_semaphores_are_listed_under_their_real_key() {
                 .is_empty()
         );
         for (key, lease) in &held {
-            assert!(
-                backend
-                    .release_as(key, LeaseKind::Permit, &lease.lock_id)
-                    .unwrap()
-            );
+            assert!(release_permit(&backend, key, &lease.lock_id));
         }
         assert!(listed_permits(&backend, "", 10).is_empty(), "{layout:?}");
     }
+}
+
+/// Releases the permit `lock_id` on `key`: whether it was live.
+fn release_permit(backend: &RedisBackend, key: &str, lock_id: &str) -> bool {
+    backend.release_as(key, LeaseKind::Permit, lock_id).unwrap()
 }

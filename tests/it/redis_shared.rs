@@ -51,11 +51,7 @@ fn a_reader_is_stored_beside_the_lock_and_keeps_the_writer_out() {
         backend.acquire(&key, TTL).unwrap(),
         AcquireOutcome::Locked
     ));
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Shared, &reader.lock_id)
-            .unwrap()
-    );
+    assert!(release_shared(&backend, &key, &reader.lock_id));
     let writer = lease(backend.acquire(&key, TTL));
     assert_eq!(writer.fence.value(), 3);
     assert!(backend.release(&writer.lock_id).unwrap());
@@ -79,11 +75,7 @@ fn an_expired_reader_counts_for_nothing_and_is_reclaimed() {
         2,
         "not reclaimed yet: only a grant reclaims"
     );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Shared, &live.lock_id)
-            .unwrap()
-    );
+    assert!(release_shared(&backend, &key, &live.lock_id));
     let writer = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&writer.lock_id).unwrap());
 
@@ -92,16 +84,8 @@ fn an_expired_reader_counts_for_nothing_and_is_reclaimed() {
         stored_readers(&mut conn, &keys.records),
         vec![next.lock_id.clone()]
     );
-    assert!(
-        !backend
-            .release_as(&key, LeaseKind::Shared, &dead.lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_as(&key, LeaseKind::Shared, &next.lock_id)
-            .unwrap()
-    );
+    assert!(!release_shared(&backend, &key, &dead.lock_id));
+    assert!(release_shared(&backend, &key, &next.lock_id));
 }
 
 /// A readers key that holds another Redis type refuses the exclusive and the shared acquire
@@ -125,4 +109,9 @@ fn a_readers_key_of_another_type_is_refused() {
     let kept: String = conn.get(&keys.holders).unwrap();
     assert_eq!(kept, "not a set");
     let _: () = conn.del(&keys.holders).unwrap();
+}
+
+/// Releases the shared hold `lock_id` on `key`: whether it was live.
+fn release_shared(backend: &syncguard::redis::RedisBackend, key: &str, lock_id: &str) -> bool {
+    backend.release_as(key, LeaseKind::Shared, lock_id).unwrap()
 }
