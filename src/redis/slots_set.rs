@@ -55,7 +55,7 @@ impl RedisBackend {
     /// keys one by one ([`driver::acquire_one_by_one`]). A refusal's position is the most
     /// places ahead of the set's own on the keys' lines, as the last pass left them.
     pub(super) fn acquire_over_slots(&self, request: &Request<'_>) -> Result<Acquisitions> {
-        let (keys, holder, line) = (request.keys(), request.holder, request.line);
+        let (keys, line) = (request.keys(), request.line);
         if line.place().is_none() {
             return driver::acquire_one_by_one(self, request);
         }
@@ -70,7 +70,7 @@ impl RedisBackend {
             None => {
                 let seen = keys
                     .iter()
-                    .map(|key| self.judge(key, Step::Judge, holder, line))
+                    .map(|key| self.judge(key, Step::Judge, request))
                     .collect::<Result<Vec<_>>>()?;
                 let standing = seen.iter().filter_map(|judged| judged.standing).min();
                 let fresh = seen.iter().map(|judged| judged.next_ticket).max();
@@ -78,9 +78,10 @@ impl RedisBackend {
             }
         };
         let waiting = line.at(ticket);
+        let asked = request.line(waiting);
         let judged = keys
             .iter()
-            .map(|key| self.judge(key, Step::Judge, holder, waiting))
+            .map(|key| self.judge(key, Step::Judge, &asked))
             .collect::<Result<Vec<_>>>()?;
         let refused = |position: Option<u64>| Acquisitions::Locked {
             ticket: Some(ticket),
@@ -90,7 +91,7 @@ impl RedisBackend {
         if !judged.iter().all(|judged| judged.admitted) {
             return Ok(refused(furthest(&judged)));
         }
-        let taken = driver::acquire_one_by_one(self, &request.line(waiting))?;
+        let taken = driver::acquire_one_by_one(self, &asked)?;
         let Acquisitions::Locked {
             position: refusing, ..
         } = taken
@@ -102,21 +103,16 @@ impl RedisBackend {
         let mut stood = Vec::new();
         for (key, judged) in keys.iter().zip(&judged) {
             if judged.standing.is_some() {
-                stood.push(self.judge(key, Step::Stand, holder, waiting)?);
+                stood.push(self.judge(key, Step::Stand, &asked)?);
             }
         }
         Ok(refused(furthest(&stood).max(refusing)))
     }
 
-    /// Runs the line script on `key` (see `scripts/line_judge.lua`): with a ticket in `line`
-    /// it writes the waiter's place as `step` says; without one it only reads.
-    fn judge(
-        &self,
-        key: &Key,
-        step: Step,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Judged> {
+    /// Runs the line script on `key` (see `scripts/line_judge.lua`) for the holder and line of
+    /// `request`: with a ticket in its line it writes the waiter's place as `step` says;
+    /// without one it only reads.
+    fn judge(&self, key: &Key, step: Step, request: &Request<'_>) -> Result<Judged> {
         let store = &self.store;
         let lock_keys = store.keys.lock_keys(key.as_str())?;
         let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
@@ -133,8 +129,8 @@ impl RedisBackend {
                 .key(&readers)
                 .arg(TIME_TOLERANCE_MS)
                 .arg(step)
-                .arg(holder.map_or("", Holder::as_str));
-            line::push_args(&mut invocation, line);
+                .arg(request.holder.map_or("", Holder::as_str));
+            line::push_args(&mut invocation, request.line);
             invocation.invoke(conn)
         })?;
         let admitted = reply.int()? == 1;
