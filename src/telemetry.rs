@@ -260,7 +260,7 @@ fn mutation_result<T>(outcome: &Outcome<T>) -> (EventResult, Option<FailureReaso
     }
 }
 
-fn found(records: &Vec<LockRecord>) -> (EventResult, Option<FailureReason>) {
+fn found(records: &[LockRecord]) -> (EventResult, Option<FailureReason>) {
     if records.is_empty() {
         (EventResult::Fail, None)
     } else {
@@ -368,7 +368,7 @@ impl<B: Driver> Driver for Telemetry<B> {
         match op {
             // A lookup fails when nothing is found; who holds a semaphore or a lock shared is
             // answered, none or many.
-            LockOp::Lookup => self.emit_result(op, &outcome, ids, found),
+            LockOp::Lookup => self.emit_result(op, &outcome, ids, |records| found(records)),
             _ => self.emit_result(op, &outcome, ids, |_| (EventResult::Ok, None)),
         }
         outcome

@@ -13,13 +13,14 @@ use super::commit::{Attempt, OpResult, lock_error, renewal_write, with_retries};
 use super::document::{LockDoc, document_id, fence_document_id_of, parse_version, version_of};
 use super::rest::{Document, RestClient, RestError, string_value};
 use super::semaphore_change::PermitChange;
+use super::semaphore_change::Slots;
 use super::skew::ClockSkew;
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, Extension, Find, Holder, Key, KeyPrefix, KeySet, LeaseKind,
-    LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, Outcome, Permits, PlaceRecord,
-    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
+    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, Mode, Outcome, PlaceRecord, Request, TIME_TOLERANCE_MS, Ttl, Version,
+    hash_key, is_live,
 };
-use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
+use crate::driver::{Capabilities, TimeAuthority, acquire_one_by_one, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::time::Clock;
 
@@ -29,6 +30,9 @@ pub const ASSUMED_SKEW_MS: i64 = 2000;
 pub const CLEANUP_GUARD_MS: i64 = 1000;
 /// The most writes one `batchWrite` request may carry.
 const BATCH_WRITE_LIMIT: usize = 500;
+
+/// A listing's answer ([`Driver::list_records`]).
+type Listing = LockList<LockRecord>;
 
 /// Counters of what the backend sent, for monitoring and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -246,7 +250,7 @@ impl FirestoreBackend {
         })
     }
 
-    /// [`Driver::extend_leases`] for locks only.
+    /// [`Driver::extend_leases`] for locks only (a guard's renewal is a batch of one).
     fn extend_lock_leases(
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
@@ -333,100 +337,34 @@ impl FirestoreBackend {
 
 impl Driver for FirestoreBackend {
     fn describe(&self) -> Capabilities {
-        Capabilities::new("firestore", true, TimeAuthority::Client)
+        Capabilities::new("firestore", true, TimeAuthority::Client).with_every_mode()
     }
 
-    fn try_acquire(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
+    /// One key's lock: `acquire_once` (`lock_take.rs`); several keys' locks: one read and one
+    /// commit (`lock_set.rs`); a permit or a shared hold: a change to the document they are
+    /// kept in (`held.rs`).
+    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
         self.check_skew()?;
-        with_retries(&self.rest, &self.aborted_retries, || {
-            self.acquire_once(key.as_str(), ttl.as_millis(), holder, line)
-        })
-    }
-
-    fn try_acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
-        self.acquire_set(keys, ttl, holder, line)
-    }
-
-    fn try_acquire_permit(
-        &self,
-        key: &Key,
-        permits: Permits,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        self.take_permit(key, permits, ttl, holder, line)
-    }
-
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        self.check_skew()?;
-        match kind {
-            LeaseKind::Lock | LeaseKind::Shared => self.leave_lock_line(key, place),
-            LeaseKind::Permit => self.leave_permit_line(key, place),
+        let Some(key) = request.key() else {
+            if request.mode != Mode::Exclusive {
+                return acquire_one_by_one(self, request);
+            }
+            return self.acquire_set(request);
+        };
+        match request.mode {
+            Mode::Exclusive => with_retries(&self.rest, &self.aborted_retries, || {
+                self.acquire_once(key, request)
+            }),
+            Mode::Shared => self.take_held(key, Slots::Shared, request),
+            Mode::Permit(permits) => self.take_held(key, Slots::Permit(permits), request),
         }
-    }
-
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        self.check_skew()?;
-        match kind {
-            LeaseKind::Lock | LeaseKind::Shared => self.lock_line(key),
-            LeaseKind::Permit => self.permit_line(key),
-        }
-    }
-
-    fn try_acquire_shared(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        self.take_shared(key, ttl, holder, line)
-    }
-
-    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        self.shared_of(key)
-    }
-
-    fn list_shared_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.shared_under(prefix, limit)
-    }
-
-    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        self.permits_of(key)
-    }
-
-    fn list_permit_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.permits_under(prefix, limit)
     }
 
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
-        match lease.kind {
-            LeaseKind::Permit => return self.give_back_permit(lease),
-            LeaseKind::Shared => return self.give_back_shared(lease),
-            LeaseKind::Lock => {}
-        }
         self.check_skew()?;
+        if lease.kind != LeaseKind::Lock {
+            return self.give_back_held(lease);
+        }
         // The expiry of the lock a delete without an answer may have removed.
         let mut maybe_removed_live_until = None;
         if let Some((name, update_time, expires_at_ms)) = self.known(lease)? {
@@ -475,39 +413,6 @@ impl Driver for FirestoreBackend {
         })
     }
 
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        match lease.kind {
-            LeaseKind::Permit => return self.renew_permit(lease, ttl),
-            LeaseKind::Shared => {
-                let mut answers = self.renew_shared_leases(&[(lease, ttl)]);
-                return answers.pop().unwrap_or_else(|| {
-                    Err(LockError::internal("a Firestore renewal got no answer"))
-                });
-            }
-            LeaseKind::Lock => {}
-        }
-        self.check_skew()?;
-        if let Some((name, update_time, _)) = self.known(lease)? {
-            let expires_at_ms = self.now_ms()?.saturating_add(ttl.as_millis());
-            let write = renewal_write(&name, expires_at_ms, &update_time);
-            match self.rest.commit_versions(vec![write]) {
-                Ok(Some(times)) => {
-                    return Ok(Outcome::Applied(Extension {
-                        expires_at_ms,
-                        version: times
-                            .first()
-                            .and_then(Option::as_deref)
-                            .map(|time| version_of(time, expires_at_ms)),
-                    }));
-                }
-                Ok(None) => {}
-                Err(error) if error.is_aborted() => {}
-                Err(error) => return Err(self.rest.lock_error(error)),
-            }
-        }
-        self.extend_by_lock_id(lease, ttl)
-    }
-
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
         if let Err(error) = self.check_skew() {
             return leases
@@ -515,13 +420,13 @@ impl Driver for FirestoreBackend {
                 .map(|_| Err(LockError::new(error.code(), error.message())))
                 .collect();
         }
-        // The locks as one batch write, the permits one commit per semaphore.
+        // The locks as one batch write, the permits and shared holds one commit per document.
         extend_by_kind(leases, |kind, batch| match kind {
             LeaseKind::Lock => self.extend_lock_leases(batch),
-            LeaseKind::Permit => self.renew_permit_leases(batch),
-            LeaseKind::Shared => self.renew_shared_leases(batch),
+            LeaseKind::Permit | LeaseKind::Shared => self.renew_held_leases(kind, batch),
         })
     }
+
     fn key_is_locked(&self, key: &Key) -> Result<bool> {
         self.check_skew()?;
         let Some(lock) = self.read_lock(key).map_err(|e| lock_error(&self.rest, e))? else {
@@ -546,10 +451,13 @@ impl Driver for FirestoreBackend {
         Ok(live)
     }
 
-    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
         self.check_skew()?;
         let lock = match by {
-            Find::Key(key) => self.read_lock(key).map_err(|e| lock_error(&self.rest, e))?,
+            Find::Key(key, LeaseKind::Lock) => {
+                self.read_lock(key).map_err(|e| lock_error(&self.rest, e))?
+            }
+            Find::Key(key, kind) => return self.held_of(key, kind),
             Find::LockId(lock_id) => {
                 let documents = self
                     .documents_with_lock_id(lock_id.as_str())
@@ -558,16 +466,40 @@ impl Driver for FirestoreBackend {
             }
         };
         let Some(lock) = lock else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         if !is_live(lock.expires_at_ms, self.now_ms()?, TIME_TOLERANCE_MS) {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        Ok(Some(lock.record()))
+        Ok(vec![lock.record()])
     }
 
-    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
-        self.list(prefix, limit)
+    fn list_records(
+        &self,
+        prefix: &KeyPrefix,
+        kind: LeaseKind,
+        limit: ListLimit,
+    ) -> Result<Listing> {
+        match kind {
+            LeaseKind::Lock => self.list(prefix, limit),
+            LeaseKind::Permit | LeaseKind::Shared => self.held_under(prefix, kind, limit),
+        }
+    }
+
+    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
+        self.check_skew()?;
+        match kind {
+            LeaseKind::Lock | LeaseKind::Shared => self.lock_line(key),
+            LeaseKind::Permit => self.permit_line(key),
+        }
+    }
+
+    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
+        self.check_skew()?;
+        match kind {
+            LeaseKind::Lock | LeaseKind::Shared => self.leave_lock_line(key, place),
+            LeaseKind::Permit => self.leave_permit_line(key, place),
+        }
     }
 }
 

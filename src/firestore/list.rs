@@ -1,7 +1,9 @@
 //! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records)):
 //! `runQuery` on the lock collection by a range of the `key` field, in pages; and the permits
-//! of the semaphores under one ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records)),
-//! the same way on the semaphore collection.
+//! of the semaphores under one ([`LeaseKind::Permit`](crate::driver::LeaseKind::Permit)), the
+//! same way on the semaphore collection, or the shared holders of the locks under one
+//! ([`LeaseKind::Shared`](crate::driver::LeaseKind::Shared)) on the fence counter collection by
+//! its `keyDebug` field (`held.rs`).
 //!
 //! The query asks for `key >= prefix` and `key <` the least string above every key that starts
 //! with the prefix ([`KeyPrefix::upper_bound`]), ordered by `key` (Firestore orders strings by
@@ -27,7 +29,6 @@ use serde_json::{Value, json};
 use super::document::LockDoc;
 use super::driver::FirestoreBackend;
 use super::rest::{Document, string_value};
-use super::semaphore_doc::SemaphoreDoc;
 use crate::driver::{
     Coverage, KeyPrefix, ListLimit, LockList, LockRecord, TIME_TOLERANCE_MS, is_live,
 };
@@ -61,35 +62,6 @@ impl FirestoreBackend {
                 },
             ))
         })
-    }
-
-    /// The live permits of the semaphores under `prefix`; see the module docs.
-    pub(super) fn permits_under(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.list_range(
-            &self.semaphore_collection,
-            "key",
-            prefix,
-            limit,
-            |document, now| {
-                // A document without a string `key` is refused by the parse, named by its id.
-                let key = document
-                    .string("key")
-                    .unwrap_or_else(|| document.name().rsplit('/').next().unwrap_or_default())
-                    .to_owned();
-                let semaphore = SemaphoreDoc::parse(Some(document), &key)?;
-                let permits = semaphore
-                    .permits
-                    .iter()
-                    .filter(|permit| permit.is_live(now))
-                    .map(|permit| permit.record(&key))
-                    .collect();
-                Ok((key, permits))
-            },
-        )
     }
 
     /// The live records under `prefix` of the documents of `collection` (whose key is in the

@@ -1,4 +1,4 @@
-//! The locks of several keys at once ([`Driver::try_acquire_all`]), all or none, in one read
+//! The locks of several keys at once ([`Driver::try_acquire`] with a set), all or none, in one read
 //! and one commit: one `batchGet` of every key's lock document and fence counter document (the
 //! line and the shared holders in it), the decision by [`admit_all`] (the rule of several
 //! keys), and one `commit` of every write, each conditioned on its document being as read. So the set is taken at one instant, or
@@ -7,47 +7,37 @@
 //! locks (see the module docs). Each key is written as an acquisition of that key alone
 //! writes it (`lock_take.rs`).
 //!
-//! [`Driver::try_acquire_all`]: crate::driver::Driver::try_acquire_all
+//! [`Driver::try_acquire`]: crate::driver::Driver::try_acquire
 
 use super::commit::{Attempt, OpResult, with_retries};
 use super::document::version_of;
 use super::driver::FirestoreBackend;
 use super::lock_take::{LockNames, LockRead, live_lock, lost_race};
-use crate::driver::{
-    Acquisition, Acquisitions, Holder, KeySet, Line, LockId, Places, Ttl, admit_all,
-};
+use crate::driver::{Acquisitions, Lease, LockId, Places, Request, admit_all};
 use crate::error::Result;
 use crate::fence::Fence;
 
 impl FirestoreBackend {
-    /// Takes the locks of every key of `keys`, or none; see the module docs.
-    pub(super) fn acquire_set(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
-        self.check_skew()?;
-        let names = keys
-            .iter()
+    /// Takes the exclusive locks of every key of `request`, or none; see the module docs.
+    pub(super) fn acquire_set(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        let names = (request.keys().iter())
             .map(|key| self.lock_names(key.as_str()))
             .collect::<Result<Vec<LockNames>>>()?;
         with_retries(&self.rest, &self.aborted_retries, || {
-            self.acquire_set_once(keys, &names, ttl.as_millis(), holder, line)
+            self.acquire_set_once(request, &names)
         })
     }
 
     /// One attempt: granted, every lock document and counter document in one commit; refused,
     /// nothing unless a waiter's places changed, then those counter documents in one commit.
+    /// A refused waiter is told its ticket and how many places stand ahead of it where it
+    /// stands furthest back ([`admit_all`]).
     fn acquire_set_once(
         &self,
-        keys: &KeySet,
+        request: &Request<'_>,
         names: &[LockNames],
-        ttl_ms: i64,
-        holder: Option<&Holder>,
-        line: Line<'_>,
     ) -> OpResult<Attempt<Acquisitions>> {
+        let (keys, line, holder) = (request.keys(), request.line, request.holder);
         let asked: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
         // One answer per name, in order (checked as it is decoded): two per key.
         let mut read = self.rest.batch_get_all(&asked)?.into_iter();
@@ -60,7 +50,7 @@ impl FirestoreBackend {
         }
         // A key held, and no place to take: refused on this one read, as for one key.
         if line.place().is_none() && found.iter().any(|(.., held)| held.is_some()) {
-            return Ok(Attempt::Done(Acquisitions::Locked { ticket: None }));
+            return Ok(Attempt::Done(Acquisitions::locked_at(None)));
         }
         let mut locks = found
             .into_iter()
@@ -75,6 +65,7 @@ impl FirestoreBackend {
         if !admission.granted {
             let refused = Acquisitions::Locked {
                 ticket: admission.ticket,
+                position: admission.position,
             };
             // A single attempt leaves expired places to the next write: it writes nothing.
             if line.place().is_none() {
@@ -107,7 +98,7 @@ impl FirestoreBackend {
             .iter()
             .map(|_| LockId::generate().into_string())
             .collect();
-        let expires_at_ms = now.saturating_add(ttl_ms);
+        let expires_at_ms = now.saturating_add(request.ttl.as_millis());
         let writes = locks
             .iter()
             .zip(&fences)
@@ -125,21 +116,24 @@ impl FirestoreBackend {
         let Some(times) = self.commit_taking(writes, &taken)? else {
             // Some document changed since the read: an acquirer won a key, a waiter took or
             // renewed its place, a reader came.
-            return Ok(lost_race(line, Acquisitions::Locked { ticket: None }));
+            return Ok(lost_race(line, Acquisitions::locked_at(None)));
         };
-        let mut leases = Vec::with_capacity(keys.len());
-        for (i, (lock_id, fence)) in lock_ids.into_iter().zip(fences).enumerate() {
-            // Two writes per key, the lock document's first: its time is the lease's version.
-            let version = times
-                .get(2 * i)
-                .and_then(Option::as_deref)
-                .map(|time| version_of(time, expires_at_ms));
-            if let Acquisition::Acquired { lease, version } =
-                Acquisition::granted(lock_id, fence, expires_at_ms, version)
-            {
-                leases.push((lease, version));
-            }
-        }
+        let leases = (lock_ids.into_iter().zip(fences).enumerate())
+            .map(|(i, (lock_id, fence))| {
+                // Two writes per key, the lock document's first: its time is the lease's
+                // version.
+                let version = times
+                    .get(2 * i)
+                    .and_then(Option::as_deref)
+                    .map(|time| version_of(time, expires_at_ms));
+                let lease = Lease {
+                    lock_id,
+                    fence,
+                    expires_at_ms,
+                };
+                (lease, version)
+            })
+            .collect();
         Ok(Attempt::Done(Acquisitions::Acquired(leases)))
     }
 }

@@ -11,7 +11,7 @@ use super::counter_doc::CounterDoc;
 use super::document::{LockDoc, document_id, fence_document_id_of, version_of};
 use super::driver::FirestoreBackend;
 use super::rest::{Document, integer_value, string_value};
-use crate::driver::{Acquisition, Holder, Line, LockId, TIME_TOLERANCE_MS, is_live};
+use crate::driver::{Acquisitions, Holder, Key, Line, LockId, Request, TIME_TOLERANCE_MS, is_live};
 use crate::error::Result;
 use crate::fence::Fence;
 
@@ -129,17 +129,17 @@ impl<'k> LockRead<'k> {
 }
 
 impl FirestoreBackend {
-    /// One attempt at the lock on `user_key`, heeding its `line` (stored in the fence counter
-    /// document, read in the same `batchGet`): granted, the lock and the counter (with the line
-    /// as [`Places::admit`](crate::driver::Places::admit) left it) in one commit; refused, nothing more unless a waiter's
-    /// place was taken or renewed, then the counter document alone.
+    /// One attempt at the lock on `key` for `request`, heeding its line (stored in the fence
+    /// counter document, read in the same `batchGet`): granted, the lock and the counter (with
+    /// the line as [`Places::admit`](crate::driver::Places::admit) left it) in one commit;
+    /// refused, nothing more unless a waiter's place was taken or renewed, then the counter
+    /// document alone. A refused waiter is told how many places stand ahead of its own.
     pub(super) fn acquire_once(
         &self,
-        user_key: &str,
-        ttl_ms: i64,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> OpResult<Attempt<Acquisition>> {
+        key: &Key,
+        request: &Request<'_>,
+    ) -> OpResult<Attempt<Acquisitions>> {
+        let (user_key, line, holder) = (key.as_str(), request.line, request.holder);
         let names = self.lock_names(user_key)?;
         let [lock_name, counter_name] = &names;
         let read = self.rest.batch_get([lock_name, counter_name])?;
@@ -147,7 +147,7 @@ impl FirestoreBackend {
         let held = live_lock(read[0].as_ref(), user_key, now)?;
         // Held, and no place to take: refused on this one read, as ever.
         if held.is_some() && line.place().is_none() {
-            return Ok(Attempt::Done(Acquisition::Locked));
+            return Ok(Attempt::Done(Acquisitions::locked_at(None)));
         }
         let mut lock = LockRead::new(user_key, names, read, held, now)?;
         let admission =
@@ -155,31 +155,32 @@ impl FirestoreBackend {
                 .line
                 .admit(line, lock.free(), false, self.line_now_ms()?, holder);
         if !admission.granted {
+            let refused = Acquisitions::locked_at(admission.position);
             // A single attempt leaves expired places to the next write: it writes nothing;
             // nor does a waiter whose place is fresh (`Places::stand`), so that it writes its
             // place about once per `PLACE_RENEWAL`, not at every wake-up.
             if line.place().is_none() || !admission.changed {
-                return Ok(Attempt::Done(Acquisition::Locked));
+                return Ok(Attempt::Done(refused));
             }
             // Lost (no answer): the waiter's next attempt finds its place (the same id) or
             // takes it, one place either way, and nothing else was written.
             return Ok(match self.rest.commit_versions(vec![lock.line_write()?])? {
-                Some(_) => Attempt::Done(Acquisition::Locked),
+                Some(_) => Attempt::Done(refused),
                 // Another waiter or an acquirer wrote the counter: read again.
                 None => Attempt::Conflict,
             });
         }
         let fence = lock.next_fence()?;
         let lock_id = LockId::generate().into_string();
-        let expires_at_ms = now.saturating_add(ttl_ms);
+        let expires_at_ms = now.saturating_add(request.ttl.as_millis());
         let writes = lock.take(&lock_id, fence, now, expires_at_ms, holder);
         // Lost (no answer): in doubt, with the lock id, for the caller to release.
         let Some(times) = self.commit_taking(writes.into(), &[(user_key, &lock_id)])? else {
             // Someone changed the lock or the counter since the read: another acquirer won,
             // or a waiter took or renewed its place.
-            return Ok(lost_race(line, Acquisition::Locked));
+            return Ok(lost_race(line, Acquisitions::locked_at(None)));
         };
-        Ok(Attempt::Done(Acquisition::granted(
+        Ok(Attempt::Done(Acquisitions::granted(
             lock_id,
             fence,
             expires_at_ms,

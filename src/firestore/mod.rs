@@ -30,7 +30,7 @@
 //! client's, so that clients' skew cannot reorder the line; `skew.rs`), and `holder` (string)
 //! when given). The TypeScript SyncGuard knows no line: its acquisitions pass it, and set the
 //! counter document whole, which clears it (the waiters take new places at their next
-//! attempt). The lock's shared holders ([`Driver::try_acquire_shared`]) are kept there too:
+//! attempt). The lock's shared holders ([`Mode::Shared`]) are kept there too:
 //! `readers`, a string holding a JSON array of objects `lockId`, `fence`, `expiresAtMs`,
 //! `acquiredAtMs` and `holder` (when given), at most [`MAX_READERS`] live ones (see
 //! `docs/firestore.md`); the TypeScript SyncGuard neither reads nor keeps it, and takes the lock
@@ -40,9 +40,9 @@
 //!
 //! In `<collection>_semaphores` (`locks_semaphores` by default; the configured lock collection's
 //! name with `_semaphores` appended), one document per semaphore
-//! ([`LockBackend::acquire_permit`](crate::LockBackend::acquire_permit)), its id derived from
-//! the key as a lock document's is (`msk("", key)`, hashed where Firestore would reject it): `key`
-//! (string), `fence` (string, 15 digits: the last fence the semaphore issued, its own sequence),
+//! ([`Mode::Permit`](crate::driver::Mode::Permit)), its id derived from the key as a lock
+//! document's is (`msk("", key)`, hashed where Firestore would reject it): `key` (string),
+//! `fence` (string, 15 digits: the last fence the semaphore issued, its own sequence),
 //! and `permits` (array, in fence order) of maps `lockId` (string), `fence` (string, 15
 //! digits), `expiresAtMs` and `acquiredAtMs` (integer), and `holder` (string) when given; and
 //! the semaphore's line, as the counter document holds the lock's (`lineTicket`, `line`). A
@@ -53,7 +53,7 @@
 //! or fences the other, and lock cleanups and listings never touch semaphore documents.
 //!
 //! [`make_storage_key`]: crate::driver::make_storage_key
-//! [`Driver::try_acquire_shared`]: crate::driver::Driver::try_acquire_shared
+//! [`Mode::Shared`]: crate::driver::Mode::Shared
 //!
 //! # Requests and atomicity
 //!
@@ -69,8 +69,10 @@
 //! of both (one request when the lock is visibly held; a lost race is reported as held). A
 //! waiter in line ([`Line::Wait`](crate::driver::Line::Wait)) refused writes its place (taken
 //! or renewed) into the counter document in one commit instead, and reads again after a lost
-//! race, as does a waiter whose grant lost one (see `docs/firestore.md` for every count).
-//! acquire_all (several keys): one `batchGet` of every key's lock and counter documents, then
+//! race, as does a waiter whose grant lost one (see `docs/firestore.md` for every count); its
+//! answer says how many live places stand ahead of its own, as the line decided in the client
+//! ([`Places::admit`](crate::driver::Places::admit)) counts them.
+//! acquire of several keys: one `batchGet` of every key's lock and counter documents, then
 //! one `commit` of all of them, all or none (`lock_set.rs`).
 //! find_line: one `batchGet`; leave_line: `batchGet`, then `commit` when the place is there. release and extend:
 //! `runQuery` for `lockId == id` (without a limit: two matches would be an inconsistency,
@@ -97,11 +99,13 @@
 //! runs out answers what it found, with
 //! [`Coverage::WorkBoundReached`](crate::Coverage::WorkBoundReached).
 //!
-//! list_permits ([`LockBackend::list_permits`](crate::LockBackend::list_permits)): the same
-//! query and pages on the semaphore collection, each document read whole and turned into its
-//! live permits (fence order), until more than `limit` permits are found, the range ends, or
-//! [`MAX_LIST_PAGES`] pages of `limit + 1` documents were read (semaphores without live
-//! permits, never deleted, take room in a page).
+//! list of permits or shared holds ([`LockBackend::list`](crate::LockBackend::list) with
+//! [`LeaseKind::Permit`](crate::LeaseKind::Permit) or
+//! [`LeaseKind::Shared`](crate::LeaseKind::Shared)): the same query and pages on the semaphore
+//! collection (or the fence counter collection, by its `keyDebug` field), each document read
+//! whole and turned into its live permits (or readers; fence order), until more than `limit`
+//! are found, the range ends, or [`MAX_LIST_PAGES`] pages of `limit + 1` documents were read
+//! (semaphores without live permits, never deleted, take room in a page).
 //!
 //! # Time
 //!
@@ -173,6 +177,7 @@ mod commit;
 mod counter_doc;
 mod document;
 mod driver;
+mod held;
 mod holders;
 mod line_doc;
 mod list;
@@ -184,7 +189,6 @@ mod rest;
 mod semaphore;
 mod semaphore_change;
 mod semaphore_doc;
-mod shared;
 mod skew;
 mod timestamp;
 mod transport;

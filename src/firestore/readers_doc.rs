@@ -96,7 +96,7 @@ pub(super) fn parse_readers(document: Option<&Document>, key: &str) -> Result<Ve
             .with_key(key)
         })?;
     // Written in fence order; sorted again so that a hand-edited document cannot make
-    // `find_shared` answer out of order.
+    // `find` answer out of order.
     readers.sort_by_key(|reader| reader.fence);
     Ok(readers)
 }

@@ -11,7 +11,7 @@ use super::combiner::Change;
 use super::readers_doc::MAX_READERS;
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{
-    Acquisition, Extension, Holder, Key, Line, LockId, Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
+    Acquisitions, Extension, Holder, Key, Line, LockId, Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
     is_live,
 };
 use crate::error::{ErrorCode, LockError, Result};
@@ -82,7 +82,7 @@ impl LineAsk {
 
 /// What a [`PermitChange`] did.
 pub(super) enum PermitAnswer {
-    Taken(Acquisition),
+    Taken(Acquisitions),
     GivenBack(Outcome<()>),
     Renewed(Outcome<Extension>),
     Left,
@@ -164,7 +164,7 @@ impl PermitChange {
                     // An earlier commit of this acquisition went through, its answer lost:
                     // the permit is this caller's, and nothing more is written.
                     let permit = &doc.permits[at];
-                    return Applied::unwritten(Ok(PermitAnswer::Taken(Acquisition::granted(
+                    return Applied::unwritten(Ok(PermitAnswer::Taken(Acquisitions::granted(
                         lock_id.clone(),
                         permit.fence,
                         permit.expires_at_ms,
@@ -189,9 +189,11 @@ impl PermitChange {
                         .admit(line.line(), free, shared, line_now, holder.as_ref());
                 if !admission.granted {
                     // A waiter's place, taken or renewed, is written; a single attempt leaves
-                    // expired places to the next write.
+                    // expired places to the next write. A waiter learns how many places stand
+                    // ahead of its own.
+                    let refused = Acquisitions::locked_at(admission.position);
                     return Applied {
-                        answer: Ok(PermitAnswer::Taken(Acquisition::Locked)),
+                        answer: Ok(PermitAnswer::Taken(refused)),
                         wrote: admission.changed && line.line().place().is_some(),
                         live_until: None,
                     };
@@ -212,7 +214,7 @@ impl PermitChange {
                     holder: holder.as_ref().map(Holder::to_string),
                 });
                 Applied {
-                    answer: Ok(PermitAnswer::Taken(Acquisition::granted(
+                    answer: Ok(PermitAnswer::Taken(Acquisitions::granted(
                         lock_id.clone(),
                         fence,
                         expires_at_ms,
@@ -288,8 +290,8 @@ impl PermitChange {
     /// since it was `asked` (unless a commit of it may have been applied: then only a read
     /// tells). The Locker counts a lease's life from when it asked, so a grant that came later
     /// would come with less of it left than its renewals need: a waiter is refused instead
-    /// (it stands again at its next attempt, asking afresh), a single attempt fails
-    /// `ServiceUnavailable` (transient).
+    /// (it stands again at its next attempt, asking afresh; no position, as no line was
+    /// decided), a single attempt fails `ServiceUnavailable` (transient).
     pub(super) fn overdue(&self, asked: Instant) -> Option<Result<PermitAnswer>> {
         let PermitChange::Take {
             ttl,
@@ -305,7 +307,7 @@ impl PermitChange {
             return None;
         }
         Some(match line.line().place() {
-            Some(_) => Ok(PermitAnswer::Taken(Acquisition::Locked)),
+            Some(_) => Ok(PermitAnswer::Taken(Acquisitions::locked_at(None))),
             None => Err(LockError::new(
                 ErrorCode::ServiceUnavailable,
                 "Firestore kept changing under this acquisition for a third of its TTL",
@@ -324,7 +326,7 @@ impl PermitChange {
             PermitChange::Take { maybe_written, .. } => {
                 if matches!(
                     applied.answer,
-                    Ok(PermitAnswer::Taken(Acquisition::Acquired { .. }))
+                    Ok(PermitAnswer::Taken(Acquisitions::Acquired(_)))
                 ) {
                     *maybe_written = true;
                 }

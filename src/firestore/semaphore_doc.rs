@@ -43,13 +43,20 @@ impl Permit {
 
     /// The raw record of this permit of the semaphore on `key`.
     pub(super) fn record(&self, key: &str) -> LockRecord {
+        let Permit {
+            lock_id,
+            fence,
+            expires_at_ms,
+            acquired_at_ms,
+            holder,
+        } = self.clone();
         LockRecord {
             key: key.to_owned(),
-            lock_id: self.lock_id.clone(),
-            expires_at_ms: self.expires_at_ms,
-            acquired_at_ms: self.acquired_at_ms,
-            fence: self.fence,
-            holder: self.holder.clone(),
+            lock_id,
+            expires_at_ms,
+            acquired_at_ms,
+            fence,
+            holder,
         }
     }
 
@@ -148,7 +155,7 @@ impl SemaphoreDoc {
             line,
         };
         // Written in fence order; sorted again so that a hand-edited document cannot make
-        // `find_permits` answer out of order.
+        // `find` answer out of order.
         doc.permits.sort_by_key(|permit| permit.fence);
         Ok(doc)
     }

@@ -15,8 +15,8 @@ use crate::support::{
 use serde_json::{Value, json};
 use syncguard::Clock as _;
 use syncguard::driver::{
-    Acquisition, Driver as _, Holder, Key, LeaseKind, LeaseRef, Line, LockId, Ttl, Version,
-    generate_lock_id,
+    Acquisition, Acquisitions, Driver as _, DriverExt as _, Find, Holder, Key, KeySet, LeaseKind,
+    LeaseRef, Line, LockId, Mode, Permits, Request, Ttl, Version, generate_lock_id,
 };
 use syncguard::firestore::{Credentials, FirestoreBackend};
 use syncguard::testing::support::wait_until;
@@ -320,9 +320,9 @@ fn a_typescript_acquisition_passes_the_line() {
     let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
     let held = lease(backend.acquire(&key, TTL));
     let place = LockId::generate();
-    let wait = || backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let wait = || backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     assert_eq!(wait().unwrap(), Acquisition::Locked);
-    assert_eq!(backend.line(&key).unwrap().len(), 1);
+    assert_eq!(backend.waiters(&key, LeaseKind::Lock).unwrap().len(), 1);
     assert!(backend.release(&held.lock_id).unwrap());
 
     let lock_id = generate_lock_id();
@@ -335,12 +335,12 @@ fn a_typescript_acquisition_passes_the_line() {
         30_000,
     );
     assert!(
-        backend.line(&key).unwrap().is_empty(),
+        backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty(),
         "the line was cleared"
     );
     assert_eq!(wait().unwrap(), Acquisition::Locked);
     assert_eq!(
-        backend.line(&key).unwrap().len(),
+        backend.waiters(&key, LeaseKind::Lock).unwrap().len(),
         1,
         "the waiter is back in line"
     );
@@ -349,7 +349,7 @@ fn a_typescript_acquisition_passes_the_line() {
         panic!("the first in line takes the free key");
     };
     assert_eq!(lease.fence.value(), held.fence.value() + 2);
-    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
     assert!(backend.release(&lease.lock_id).unwrap());
 }
 
@@ -486,7 +486,9 @@ fn the_line_is_stored_with_the_fence_counter_and_costs_nothing_uncontended() {
     };
     let counter = || raw_document("fence_counters", &backend.fence_document_id(&key).unwrap());
     let acquire = |line: Line<'_>, holder: Option<&Holder>| {
-        backend.try_acquire(&checked, ttl, holder, line).unwrap()
+        backend
+            .acquire_one(&Request::one(&checked, ttl).holder(holder).line(line))
+            .unwrap()
     };
 
     let first = LockId::generate();
@@ -563,12 +565,107 @@ fn the_line_is_stored_with_the_fence_counter_and_costs_nothing_uncontended() {
             .unwrap()
     });
     assert_eq!(leave, 2, "leaving");
-    assert!(backend.line(&key).unwrap().is_empty());
+    assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
     assert_eq!(
         counter().unwrap()["fields"]["lineTicket"],
         json!({ "integerValue": "2" })
     );
     assert!(backend.release(&granted.lock_id).unwrap());
+}
+
+/// A refused waiter is told how many live places stand ahead of its own: three waiters in line
+/// get 0, 1 and 2, and once the first leaves, the others 0 and 1; a single attempt takes no
+/// place and is told none. For a lock, a shared hold, a permit and a set of keys alike: each is
+/// decided on a path of its own (`lock_take.rs`, `holders.rs`, `lock_set.rs`).
+#[test]
+fn a_refused_waiter_is_told_its_place_in_line() {
+    let backend = shared_firestore_backend();
+    let ttl = Ttl::new(TTL).unwrap();
+    let ask = |request: Request<'_>| match backend.try_acquire(&request).unwrap() {
+        Acquisitions::Locked { position, .. } => position,
+        Acquisitions::Acquired(_) => panic!("{request}: granted while held"),
+    };
+    for mode in [
+        Mode::Exclusive,
+        Mode::Shared,
+        Mode::Permit(Permits::new(1).unwrap()),
+    ] {
+        let key = Key::new(&unique("line-position")).unwrap();
+        // Held by the lock (an exclusive or a shared waiter waits), or by the one permit.
+        let holding = match mode {
+            Mode::Permit(_) => mode,
+            Mode::Exclusive | Mode::Shared => Mode::Exclusive,
+        };
+        let Acquisition::Acquired { lease, .. } = backend
+            .acquire_one(&Request::one(&key, ttl).mode(holding))
+            .unwrap()
+        else {
+            panic!("{mode:?}: a fresh key is free");
+        };
+        let request = Request::one(&key, ttl).mode(mode);
+        let places: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+        let positions: Vec<Option<u64>> = (places.iter())
+            .map(|place| ask(request.line(Line::Wait(place))))
+            .collect();
+        assert_eq!(positions, [Some(0), Some(1), Some(2)], "{mode:?}");
+        let line = mode.kind().sequence();
+        backend.leave_line(&key, line, &places[0]).unwrap();
+        let positions: Vec<Option<u64>> = (places[1..].iter())
+            .map(|place| ask(request.line(Line::Wait(place))))
+            .collect();
+        assert_eq!(positions, [Some(0), Some(1)], "{mode:?}: the first left");
+        assert_eq!(ask(request), None, "{mode:?}: a single attempt");
+        for place in &places[1..] {
+            backend.leave_line(&key, line, place).unwrap();
+        }
+        let released = match mode {
+            Mode::Permit(_) => backend.release_as(key.as_str(), LeaseKind::Permit, &lease.lock_id),
+            Mode::Exclusive | Mode::Shared => backend.release(&lease.lock_id),
+        };
+        assert!(released.unwrap(), "{mode:?}");
+    }
+
+    // A set: each waiter stands on both held keys with its one ticket; its position is the
+    // furthest back it stands.
+    let names = [unique("line-position-a"), unique("line-position-b")];
+    let set = KeySet::new(&names).unwrap();
+    let held: Vec<_> = (names.iter())
+        .map(|key| lease(backend.acquire(key, TTL)))
+        .collect();
+    let request = Request::all(&set, ttl);
+    let places: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+    let mut tickets = Vec::new();
+    for (at, place) in places.iter().enumerate() {
+        let Acquisitions::Locked {
+            ticket: Some(ticket),
+            position,
+        } = backend
+            .try_acquire(&request.line(Line::Wait(place)))
+            .unwrap()
+        else {
+            panic!("a set waiter refused gets its ticket");
+        };
+        assert_eq!(position, Some(at as u64), "set waiter {at}");
+        tickets.push(ticket);
+    }
+    for key in set.iter() {
+        backend
+            .leave_line(key, LeaseKind::Lock, &places[0])
+            .unwrap();
+    }
+    let positions: Vec<Option<u64>> = (places.iter().zip(&tickets).skip(1))
+        .map(|(place, ticket)| ask(request.line(Line::WaitAt(place, *ticket))))
+        .collect();
+    assert_eq!(positions, [Some(0), Some(1)], "a set: the first left");
+    for (key, place) in set
+        .iter()
+        .flat_map(|key| places[1..].iter().map(move |p| (key, p)))
+    {
+        backend.leave_line(key, LeaseKind::Lock, place).unwrap();
+    }
+    for lease in held {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
 }
 
 /// Issue 34: readers live in the fence counter document, which the exclusive acquisition reads
@@ -589,7 +686,11 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
     let holder = Holder::new("reader one").unwrap();
     let (first, requests) = sent(&mut || {
         backend
-            .try_acquire_shared(&checked, ttl, Some(&holder), Line::Keep)
+            .acquire_one(
+                &Request::one(&checked, ttl)
+                    .mode(Mode::Shared)
+                    .holder(Some(&holder)),
+            )
             .unwrap()
     });
     assert_eq!(requests, 2, "an uncontended shared acquire");
@@ -605,16 +706,13 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
     assert_eq!(stored[0]["fence"], json!("000000000000001"));
     assert_eq!(stored[0]["holder"], json!("reader one"));
 
-    let (refused, requests) = sent(&mut || {
-        backend
-            .try_acquire(&checked, ttl, None, Line::Keep)
-            .unwrap()
-    });
+    let (refused, requests) =
+        sent(&mut || backend.acquire_one(&Request::one(&checked, ttl)).unwrap());
     assert_eq!(refused, Acquisition::Locked, "a writer beside a reader");
     assert_eq!(requests, 1, "refused on the read it makes anyway");
     let (refused, _) = sent(&mut || {
         backend
-            .try_acquire(&checked, ttl, None, Line::Ignore)
+            .acquire_one(&Request::one(&checked, ttl).line(Line::Ignore))
             .unwrap()
     });
     assert_eq!(
@@ -625,7 +723,7 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
 
     let (second, requests) = sent(&mut || {
         backend
-            .try_acquire_shared(&checked, ttl, None, Line::Keep)
+            .acquire_one(&Request::one(&checked, ttl).mode(Mode::Shared))
             .unwrap()
     });
     assert_eq!(requests, 2, "a second reader");
@@ -633,7 +731,9 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
         panic!("readers share");
     };
     assert_eq!(second.fence.value(), 2);
-    let readers = backend.find_shared(&checked).unwrap();
+    let readers = backend
+        .find(Find::Key(&checked, LeaseKind::Shared))
+        .unwrap();
     let fences: Vec<u64> = readers.iter().map(|r| r.fence.value()).collect();
     assert_eq!(fences, [1, 2]);
 
@@ -641,13 +741,17 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
     let (writer, reader) = (LockId::generate(), LockId::generate());
     let (refused, _) = sent(&mut || {
         backend
-            .try_acquire(&checked, ttl, None, Line::Wait(&writer))
+            .acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&writer)))
             .unwrap()
     });
     assert_eq!(refused, Acquisition::Locked);
     let (refused, _) = sent(&mut || {
         backend
-            .try_acquire_shared(&checked, ttl, None, Line::Wait(&reader))
+            .acquire_one(
+                &Request::one(&checked, ttl)
+                    .mode(Mode::Shared)
+                    .line(Line::Wait(&reader)),
+            )
             .unwrap()
     });
     assert_eq!(
@@ -659,7 +763,10 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
     let modes: Vec<bool> = line.iter().map(|place| place.shared).collect();
     assert_eq!(modes, [false, true]);
     assert_eq!(
-        backend.find_shared(&checked).unwrap().len(),
+        backend
+            .find(Find::Key(&checked, LeaseKind::Shared))
+            .unwrap()
+            .len(),
         2,
         "the place writes kept the readers"
     );
@@ -670,25 +777,29 @@ fn readers_are_stored_with_the_fence_counter_and_checked_in_the_same_read() {
         .leave_line(&checked, LeaseKind::Shared, &reader)
         .unwrap();
     assert_eq!(
-        backend.find_shared(&checked).unwrap().len(),
+        backend
+            .find(Find::Key(&checked, LeaseKind::Shared))
+            .unwrap()
+            .len(),
         2,
         "leaving kept the readers"
     );
 
     for lease in [&first, &second] {
         let before = backend.stats().requests;
-        assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+        assert!(
+            backend
+                .release_as(&key, LeaseKind::Shared, &lease.lock_id)
+                .unwrap()
+        );
         assert_eq!(backend.stats().requests - before, 2, "a reader's release");
     }
     assert!(
         counter().unwrap()["fields"].get("readers").is_none(),
         "no reader left, no field"
     );
-    let (granted, requests) = sent(&mut || {
-        backend
-            .try_acquire(&checked, ttl, None, Line::Keep)
-            .unwrap()
-    });
+    let (granted, requests) =
+        sent(&mut || backend.acquire_one(&Request::one(&checked, ttl)).unwrap());
     assert_eq!(requests, 2);
     let Acquisition::Acquired { lease: granted, .. } = granted else {
         panic!("the readers left: the writer gets in");
@@ -742,7 +853,7 @@ fn a_guard_renews_and_releases_in_one_request_each() {
     let held: Vec<(LockId, Option<Version>)> = keys
         .iter()
         .map(
-            |k| match backend.try_acquire(k, ttl, None, Line::Keep).unwrap() {
+            |k| match backend.acquire_one(&Request::one(k, ttl)).unwrap() {
                 Acquisition::Acquired { lease, version } => {
                     (LockId::new(&lease.lock_id).unwrap(), version)
                 }

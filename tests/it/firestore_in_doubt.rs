@@ -8,7 +8,10 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use syncguard::driver::{Acquisition, Driver as _, Key, LeaseKind, Line, LockId, Permits, Ttl};
+use syncguard::driver::{
+    Acquisition, Driver as _, DriverExt as _, Find, Key, LeaseKind, Line, LockId, Mode, Permits,
+    Request, Ttl,
+};
 use syncguard::testing::support::wait_until;
 use syncguard::{
     AcquireOutcome, CancelToken, ErrorCode, Heartbeat, LockBackend, LockOptions, Locker,
@@ -31,7 +34,7 @@ fn assert_in_doubt_and_releasable(fault: Injected, timeout: std::time::Duration)
     assert!(!patient.is_locked(&key).unwrap());
     faulty.inject("commit", 1, fault);
     let (k, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
-    let err = within_a_minute(move || backend.try_acquire(&k, ttl, None, Line::Keep)).unwrap_err();
+    let err = within_a_minute(move || backend.acquire_one(&Request::one(&k, ttl))).unwrap_err();
     faulty.release_withheld();
     assert!(
         err.is_in_doubt(),
@@ -101,9 +104,9 @@ fn a_permit_acquisition_whose_answer_is_lost_answers_its_own_permit() {
     let faulty = FaultyFirestore::start();
     let backend = faulty.builder().build().unwrap();
     let key = unique("permit-answer-lost");
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    let lease = match backend.acquire_permit(&key, 1, TTL) {
+    let lease = match backend.acquire_as(&key, Mode::permits(1).unwrap(), TTL) {
         Ok(AcquireOutcome::Acquired(lease)) => lease,
         other => panic!("expected the permit the lost commit took, got {other:?}"),
     };
@@ -113,11 +116,17 @@ fn a_permit_acquisition_whose_answer_is_lost_answers_its_own_permit() {
         1,
         "the one commit, whose answer was lost"
     );
-    let holders = shared_firestore_backend().permit_holders_raw(&key).unwrap();
+    let holders = shared_firestore_backend()
+        .holders_raw(&key, LeaseKind::Permit)
+        .unwrap();
     assert_eq!(holders.len(), 1, "{holders:?}");
     assert_eq!(holders[0].lock_id, lease.lock_id);
     assert_eq!(holders[0].info.fence, lease.fence);
-    assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+            .unwrap()
+    );
 }
 
 /// Issue 30, item 6: a guard's permit release whose commit went through but whose answer was
@@ -160,7 +169,10 @@ fn a_permit_release_whose_answer_is_lost_answers_removed_and_wakes_local_waiters
         assert!(woken, "the waiter was not woken by the release");
         let next = next.unwrap();
         assert_eq!(
-            shared_firestore_backend().permit_holders_raw(&key).unwrap()[0].lock_id,
+            shared_firestore_backend()
+                .holders_raw(&key, LeaseKind::Permit)
+                .unwrap()[0]
+                .lock_id,
             next.lock_id()
         );
     });
@@ -180,13 +192,13 @@ fn a_place_whose_answer_is_lost_is_one_place() {
     let held = backend.acquire(&key, TTL).unwrap().lease().unwrap();
     let place = LockId::generate();
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    let lost = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let lost = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     assert_eq!(faulty.pending(), 0, "the waiter wrote its place");
     let error = lost.unwrap_err();
     assert!(!error.is_in_doubt(), "a place is no lock: {error:?}");
     assert!(error.code().is_transient(), "{error:?}");
 
-    let again = backend.try_acquire(&checked, ttl, None, Line::Wait(&place));
+    let again = backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)));
     assert_eq!(again.unwrap(), Acquisition::Locked);
     let line = shared_firestore_backend()
         .find_line(&checked, LeaseKind::Lock)
@@ -211,13 +223,17 @@ fn a_permit_place_whose_answer_is_lost_is_one_place() {
     let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
     let one = Permits::new(1).unwrap();
     let held = backend
-        .acquire_permit(&key, 1, TTL)
+        .acquire_as(&key, Mode::permits(1).unwrap(), TTL)
         .unwrap()
         .lease()
         .unwrap();
     let place = LockId::generate();
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    let answer = backend.try_acquire_permit(&checked, one, ttl, None, Line::Wait(&place));
+    let answer = backend.acquire_one(
+        &Request::one(&checked, ttl)
+            .mode(Mode::Permit(one))
+            .line(Line::Wait(&place)),
+    );
     assert_eq!(answer.unwrap(), Acquisition::Locked);
     assert_eq!(faulty.pending(), 0, "the waiter wrote its place");
     let line = shared_firestore_backend()
@@ -229,8 +245,12 @@ fn a_permit_place_whose_answer_is_lost_is_one_place() {
     backend
         .leave_line(&checked, LeaseKind::Permit, &place)
         .unwrap();
-    assert!(backend.permit_line(&key).unwrap().is_empty());
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(backend.waiters(&key, LeaseKind::Permit).unwrap().is_empty());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &held.lock_id)
+            .unwrap()
+    );
 }
 
 /// Whether `condition` held within `limit` (checked every few milliseconds).
@@ -254,7 +274,7 @@ fn a_shared_acquisition_whose_answer_is_lost_answers_its_own_hold() {
     let backend = faulty.builder().build().unwrap();
     let key = unique("shared-answer-lost");
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    let lease = match backend.acquire_shared(&key, TTL) {
+    let lease = match backend.acquire_as(&key, Mode::Shared, TTL) {
         Ok(AcquireOutcome::Acquired(lease)) => lease,
         other => panic!("expected the hold the lost commit took, got {other:?}"),
     };
@@ -265,12 +285,16 @@ fn a_shared_acquisition_whose_answer_is_lost_answers_its_own_hold() {
         "the one commit, whose answer was lost"
     );
     let readers = shared_firestore_backend()
-        .find_shared(&Key::new(&key).unwrap())
+        .find(Find::Key(&Key::new(&key).unwrap(), LeaseKind::Shared))
         .unwrap();
     assert_eq!(readers.len(), 1, "{readers:?}");
     assert_eq!(readers[0].lock_id, lease.lock_id);
     assert_eq!(readers[0].fence, lease.fence);
-    assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &lease.lock_id)
+            .unwrap()
+    );
 }
 
 /// Issue 34: a shared release whose commit went through but whose answer was lost finds its
@@ -280,12 +304,16 @@ fn a_shared_release_whose_answer_is_lost_answers_removed() {
     let faulty = FaultyFirestore::start();
     let backend = faulty.builder().build().unwrap();
     let key = unique("shared-release-lost");
-    let lease = match backend.acquire_shared(&key, TTL) {
+    let lease = match backend.acquire_as(&key, Mode::Shared, TTL) {
         Ok(AcquireOutcome::Acquired(lease)) => lease,
         other => panic!("a fresh key takes a reader, got {other:?}"),
     };
     faulty.inject("commit", 1, Injected::LoseAnswer);
-    assert!(backend.release_shared(&key, &lease.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &lease.lock_id)
+            .unwrap()
+    );
     assert_eq!(faulty.pending(), 0);
-    assert!(backend.readers(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Shared).unwrap().is_empty());
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use syncguard::firestore::{FirestoreBackend, MAX_LIST_PAGES};
-use syncguard::{Clock as _, Coverage, LockBackend, ManualClock, SystemClock};
+use syncguard::{Clock as _, Coverage, LeaseKind, LockBackend, ManualClock, SystemClock};
 
 use crate::support::{lease, shared_firestore_builder, unique};
 
@@ -17,7 +17,7 @@ fn backend_on(clock: &ManualClock) -> FirestoreBackend {
 }
 
 fn listed(backend: &FirestoreBackend, prefix: &str, limit: usize) -> (Vec<String>, Coverage) {
-    let listed = backend.list_raw(prefix, limit).unwrap();
+    let listed = backend.list_raw(prefix, LeaseKind::Lock, limit).unwrap();
     (
         listed.locks.into_iter().map(|lock| lock.key).collect(),
         listed.coverage,

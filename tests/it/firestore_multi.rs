@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use syncguard::driver::{
-    Acquisition, Acquisitions, Driver as _, Key, KeySet, LeaseKind, Line, LockId, Permits, Ttl,
+    Acquisition, Acquisitions, Driver as _, DriverExt as _, Key, KeySet, LeaseKind, Line, LockId,
+    Mode, Permits, Request, Ttl,
 };
 use syncguard::testing::support::wait_until;
 use syncguard::{
@@ -42,9 +43,7 @@ fn a_set_of_eight_keys_is_one_read_and_one_commit() {
     let names = keys("multi-eight", 8);
     let set = KeySet::new(&names).unwrap();
     let ttl = Ttl::new(TTL).unwrap();
-    let (taken, sent) = requests(&faulty, || {
-        backend.try_acquire_all(&set, ttl, None, Line::Keep)
-    });
+    let (taken, sent) = requests(&faulty, || backend.try_acquire(&Request::all(&set, ttl)));
     assert_eq!(sent, [1, 1], "(batchGet, commit) for a set of eight");
     let Acquisitions::Acquired(leases) = taken.unwrap() else {
         panic!("eight free keys are taken");
@@ -60,10 +59,8 @@ fn a_set_of_eight_keys_is_one_read_and_one_commit() {
         assert_eq!(record.info.fence, lease.fence, "{key}");
         assert!(version.is_some(), "{key}: the version a renewal goes by");
     }
-    let (again, sent) = requests(&faulty, || {
-        backend.try_acquire_all(&set, ttl, None, Line::Keep)
-    });
-    assert_eq!(again.unwrap(), Acquisitions::Locked { ticket: None });
+    let (again, sent) = requests(&faulty, || backend.try_acquire(&Request::all(&set, ttl)));
+    assert_eq!(again.unwrap(), Acquisitions::locked_at(None));
     assert_eq!(sent, [1, 0], "a held set is refused on its one read");
     for (lease, _) in &leases {
         assert!(direct.release(&lease.lock_id).unwrap());
@@ -85,10 +82,11 @@ fn a_refused_waiter_writes_its_place_and_nothing_else() {
     let held = crate::support::lease(direct.acquire(&names[1], TTL));
     let place = LockId::generate();
     let (refused, sent) = requests(&faulty, || {
-        backend.try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        backend.try_acquire(&Request::all(&set, ttl).line(Line::Wait(&place)))
     });
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = refused.unwrap()
     else {
         panic!("a waiter refused gets its ticket");
@@ -107,23 +105,30 @@ fn a_refused_waiter_writes_its_place_and_nothing_else() {
         }
     }
     let (refused, sent) = requests(&faulty, || {
-        backend.try_acquire_all(&set, ttl, None, Line::WaitAt(&place, ticket))
+        backend.try_acquire(&Request::all(&set, ttl).line(Line::WaitAt(&place, ticket)))
     });
     assert_eq!(
         refused.unwrap(),
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0),
         }
     );
     assert_eq!(sent, [1, 0], "a fresh place is not written again");
     assert!(direct.release(&held.lock_id).unwrap());
     let granted = backend
-        .try_acquire_all(&set, ttl, None, Line::WaitAt(&place, ticket))
+        .try_acquire(&Request::all(&set, ttl).line(Line::WaitAt(&place, ticket)))
         .unwrap();
     let Acquisitions::Acquired(leases) = granted else {
         panic!("the first in line is granted once the key is free");
     };
-    assert!(direct.line(&names[1]).unwrap().is_empty(), "its place left");
+    assert!(
+        direct
+            .waiters(&names[1], LeaseKind::Lock)
+            .unwrap()
+            .is_empty(),
+        "its place left"
+    );
     for (lease, _) in &leases {
         assert!(direct.release(&lease.lock_id).unwrap());
     }
@@ -163,10 +168,8 @@ fn a_set_on_documents_the_typescript_syncguard_wrote() {
     write_document("locks", &lock_doc, lock);
     write_document("fence_counters", &fence_doc, counter);
     assert_eq!(
-        backend
-            .try_acquire_all(&set, ttl, None, Line::Keep)
-            .unwrap(),
-        Acquisitions::Locked { ticket: None },
+        backend.try_acquire(&Request::all(&set, ttl)).unwrap(),
+        Acquisitions::locked_at(None),
         "the TypeScript lock is live"
     );
     assert!(!backend.is_locked(&names[1]).unwrap(), "nothing taken");
@@ -174,9 +177,7 @@ fn a_set_on_documents_the_typescript_syncguard_wrote() {
     let [lock, counter] = typescript_documents(&names[0], "ts-lock-id", now - 60_000);
     write_document("locks", &lock_doc, lock);
     write_document("fence_counters", &fence_doc, counter);
-    let Acquisitions::Acquired(leases) = backend
-        .try_acquire_all(&set, ttl, None, Line::Keep)
-        .unwrap()
+    let Acquisitions::Acquired(leases) = backend.try_acquire(&Request::all(&set, ttl)).unwrap()
     else {
         panic!("the TypeScript lock has expired");
     };
@@ -252,12 +253,12 @@ fn a_fresh_place_of_one_key_is_not_written_again() {
     let held = crate::support::lease(backend.acquire(&key, TTL));
     let place = LockId::generate();
     let (refused, sent) = requests(&faulty, || {
-        backend.try_acquire(&checked, ttl, None, Line::Wait(&place))
+        backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)))
     });
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     assert_eq!(sent, [1, 1], "the place taken");
     let (refused, sent) = requests(&faulty, || {
-        backend.try_acquire(&checked, ttl, None, Line::Wait(&place))
+        backend.acquire_one(&Request::one(&checked, ttl).line(Line::Wait(&place)))
     });
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     assert_eq!(sent, [1, 0], "a fresh place is not written again");
@@ -265,7 +266,11 @@ fn a_fresh_place_of_one_key_is_not_written_again() {
     let reader = LockId::generate();
     for expected in [[1, 1], [1, 0]] {
         let (refused, sent) = requests(&faulty, || {
-            backend.try_acquire_shared(&checked, ttl, None, Line::Wait(&reader))
+            backend.acquire_one(
+                &Request::one(&checked, ttl)
+                    .mode(Mode::Shared)
+                    .line(Line::Wait(&reader)),
+            )
         });
         assert_eq!(refused.unwrap(), Acquisition::Locked);
         assert_eq!(sent, expected, "a shared waiter's place, then fresh");
@@ -287,10 +292,14 @@ fn a_semaphore_waiter_with_a_ticket_takes_its_place() {
     let (checked, ttl) = (Key::new(&key).unwrap(), Ttl::new(TTL).unwrap());
     let one = Permits::new(1).unwrap();
     let held = backend
-        .try_acquire_permit(&checked, one, ttl, None, Line::Keep)
+        .acquire_one(&Request::one(&checked, ttl).mode(Mode::Permit(one)))
         .unwrap();
     let place = LockId::generate();
-    let refused = backend.try_acquire_permit(&checked, one, ttl, None, Line::WaitAt(&place, 7));
+    let refused = backend.acquire_one(
+        &Request::one(&checked, ttl)
+            .mode(Mode::Permit(one))
+            .line(Line::WaitAt(&place, 7)),
+    );
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     let line = backend.find_line(&checked, LeaseKind::Permit).unwrap();
     assert_eq!(line.len(), 1, "its place is written: {line:?}");
@@ -304,7 +313,11 @@ fn a_semaphore_waiter_with_a_ticket_takes_its_place() {
     let Acquisition::Acquired { lease, .. } = held else {
         panic!("a free semaphore gives its permit");
     };
-    assert!(backend.release_permit(&key, &lease.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+            .unwrap()
+    );
 }
 
 /// Issue 40, item 1: a set's refused attempt was applied but its answer lost, so the waiter
@@ -326,22 +339,24 @@ fn a_set_whose_refusal_was_lost_keeps_its_ticket_and_its_place() {
     // Its answer lost: the ticket never reaches the waiter.
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = backend
-        .try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        .try_acquire(&Request::all(&set, ttl).line(Line::Wait(&place)))
         .unwrap()
     else {
         panic!("a waiter refused gets its ticket");
     };
     let between = LockId::generate();
-    let refused = backend.try_acquire(&first_key, ttl, None, Line::Wait(&between));
+    let refused = backend.acquire_one(&Request::one(&first_key, ttl).line(Line::Wait(&between)));
     assert_eq!(refused.unwrap(), Acquisition::Locked);
     let again = backend
-        .try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        .try_acquire(&Request::all(&set, ttl).line(Line::Wait(&place)))
         .unwrap();
     assert_eq!(
         again,
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0),
         },
         "the retry answers the ticket of the waiter's places"
     );
@@ -359,10 +374,10 @@ fn a_set_whose_refusal_was_lost_keeps_its_ticket_and_its_place() {
     for lease in &held {
         assert!(backend.release(&lease.lock_id).unwrap());
     }
-    let refused = backend.try_acquire(&first_key, ttl, None, Line::Wait(&between));
+    let refused = backend.acquire_one(&Request::one(&first_key, ttl).line(Line::Wait(&between)));
     assert_eq!(refused.unwrap(), Acquisition::Locked, "the set is ahead");
     let Acquisitions::Acquired(leases) = backend
-        .try_acquire_all(&set, ttl, None, Line::Wait(&place))
+        .try_acquire(&Request::all(&set, ttl).line(Line::Wait(&place)))
         .unwrap()
     else {
         panic!("the set, first in line, is granted once its keys are free");
@@ -371,7 +386,7 @@ fn a_set_whose_refusal_was_lost_keeps_its_ticket_and_its_place() {
         assert!(backend.release(&lease.lock_id).unwrap());
     }
     let Acquisition::Acquired { lease, .. } = backend
-        .try_acquire(&first_key, ttl, None, Line::Wait(&between))
+        .acquire_one(&Request::one(&first_key, ttl).line(Line::Wait(&between)))
         .unwrap()
     else {
         panic!("the single-key waiter is served next");

@@ -10,10 +10,11 @@
 use serde_json::{Value, json};
 use syncguard::Clock as _;
 use syncguard::driver::{
-    Acquisition, Driver as _, Key, LeaseRef, Line, LockId, Ttl, Version, generate_lock_id,
+    Acquisition, Driver as _, DriverExt as _, Key, LeaseRef, LockId, Request, Ttl, Version,
+    generate_lock_id,
 };
 use syncguard::firestore::FirestoreBackend;
-use syncguard::{ErrorCode, LockBackend, Lookup};
+use syncguard::{ErrorCode, LeaseKind, LockBackend, Lookup};
 
 use crate::support::{
     TTL, assert_honours_a_foreign_lock, raw_document, shared_firestore_backend, unique,
@@ -178,10 +179,15 @@ fn records_that_are_not_syncguard_locks_are_internal_errors_everywhere() {
         // A listing finds documents by their `key` string: those it finds, it reports.
         match fields["key"].get("stringValue").and_then(Value::as_str) {
             Some(stored) if stored.starts_with(key.as_str()) => {
-                assert_not_a_record(backend.list(&key, 10), stored, name, "list");
+                assert_not_a_record(
+                    backend.list(&key, LeaseKind::Lock, 10),
+                    stored,
+                    name,
+                    "list",
+                );
             }
             _ => {
-                let listed = backend.list(&key, 10).unwrap();
+                let listed = backend.list(&key, LeaseKind::Lock, 10).unwrap();
                 assert!(listed.locks.is_empty(), "{name}: list: {listed:?}");
             }
         }
@@ -204,7 +210,7 @@ fn a_guards_lease_on_a_record_turned_malformed_is_an_internal_error() {
         let name = shape.name;
         let key = Key::new(&unique("malformed-guard")).unwrap();
         let (lock_id, version): (LockId, Option<Version>) =
-            match backend.try_acquire(&key, ttl, None, Line::Keep).unwrap() {
+            match backend.acquire_one(&Request::one(&key, ttl)).unwrap() {
                 Acquisition::Acquired { lease, version } => {
                     (LockId::new(&lease.lock_id).unwrap(), version)
                 }
@@ -227,13 +233,32 @@ fn a_guards_lease_on_a_record_turned_malformed_is_an_internal_error() {
             name,
             "a guard's renewal",
         );
-        let renewed = backend.extend_leases(&[(lease, ttl)]);
+        // A batch: beside a good lease, which is renewed.
+        let other = Key::new(&unique("malformed-guard-beside")).unwrap();
+        let Acquisition::Acquired {
+            lease: good,
+            version: good_version,
+        } = backend.acquire_one(&Request::one(&other, ttl)).unwrap()
+        else {
+            panic!("a fresh key is free");
+        };
+        let good_id = LockId::new(&good.lock_id).unwrap();
+        let beside = LeaseRef::new(&good_id)
+            .with_key(&other)
+            .with_version(good_version.as_ref());
+        let mut renewed = backend.extend_leases(&[(lease, ttl), (beside, ttl)]);
+        assert_eq!(renewed.len(), 2, "{name}: one answer per lease");
+        assert!(
+            matches!(renewed.pop(), Some(Ok(outcome)) if outcome.is_applied()),
+            "{name}: the good lease beside it is renewed"
+        );
         assert_not_a_record(
-            renewed.into_iter().next().expect("one answer"),
+            renewed.pop().expect("one answer"),
             key.as_str(),
             name,
             "a batch renewal",
         );
+        assert!(backend.release(&good.lock_id).unwrap());
         assert_not_a_record(
             backend.release_lease(lease),
             key.as_str(),

@@ -16,7 +16,8 @@ use crate::support::{
 };
 use serde_json::json;
 use syncguard::driver::{
-    Acquisition, Driver as _, Holder, Key, LeaseRef, Line, LockId, Permits, Ttl,
+    Acquisition, Driver as _, DriverExt as _, Find, Holder, Key, LeaseKind, LeaseRef, LockId, Mode,
+    Permits, Request, Ttl,
 };
 use syncguard::firestore::{FirestoreBackend, MAX_LIST_PAGES};
 use syncguard::testing::support::wait_until;
@@ -34,7 +35,7 @@ const SHORT: Duration = Duration::from_millis(100);
 /// The permit of an acquisition that must succeed.
 #[track_caller]
 fn permit(backend: &FirestoreBackend, key: &str, permits: u32, ttl: Duration) -> Lease {
-    lease(backend.acquire_permit(key, permits, ttl))
+    lease(backend.acquire_as(key, Mode::permits(permits).unwrap(), ttl))
 }
 
 /// Whether an acquisition was refused because the semaphore is full.
@@ -42,17 +43,33 @@ fn permit(backend: &FirestoreBackend, key: &str, permits: u32, ttl: Duration) ->
 fn refused(backend: &FirestoreBackend, key: &str, permits: u32) -> bool {
     matches!(
         backend
-            .acquire_permit(key, permits, TTL)
-            .expect("acquire_permit"),
+            .acquire_as(key, Mode::permits(permits).unwrap(), TTL)
+            .expect("acquire_as"),
         AcquireOutcome::Locked
     )
 }
 
-/// The fences of the live permits of `key`, as `permit_holders` lists them.
+/// Gives back the permit of `key` held under `lock_id`: whether this call removed it.
+#[track_caller]
+fn release(backend: &FirestoreBackend, key: &str, lock_id: &str) -> bool {
+    backend
+        .release_as(key, LeaseKind::Permit, lock_id)
+        .expect("release_as")
+}
+
+/// Renews the permit of `key` held under `lock_id`: its new expiry, `None` when it is gone.
+#[track_caller]
+fn extend(backend: &FirestoreBackend, key: &str, lock_id: &str, ttl: Duration) -> Option<i64> {
+    backend
+        .extend_as(key, LeaseKind::Permit, lock_id, ttl)
+        .expect("extend_as")
+}
+
+/// The fences of the live permits of `key`, as `holders` lists them.
 fn holder_fences(backend: &FirestoreBackend, key: &str) -> Vec<u64> {
     backend
-        .permit_holders(key)
-        .expect("permit_holders")
+        .holders(key, LeaseKind::Permit)
+        .expect("holders")
         .iter()
         .map(|info| info.fence.value())
         .collect()
@@ -85,16 +102,17 @@ fn never_more_than_n_live_holders_across_threads_and_backends() {
                     if granted == ROUNDS {
                         break;
                     }
-                    let lease = match backend.acquire_permit(&key, N as u32, TTL) {
-                        Ok(AcquireOutcome::Acquired(lease)) => lease,
-                        Ok(AcquireOutcome::Locked) => {
-                            thread::sleep(Duration::from_millis(5));
-                            continue;
-                        }
-                        // Contention past the retry bound: refused, not granted.
-                        Err(error) if error.code() == ErrorCode::ServiceUnavailable => continue,
-                        Err(error) => panic!("acquire_permit: {error}"),
-                    };
+                    let lease =
+                        match backend.acquire_as(&key, Mode::permits(N as u32).unwrap(), TTL) {
+                            Ok(AcquireOutcome::Acquired(lease)) => lease,
+                            Ok(AcquireOutcome::Locked) => {
+                                thread::sleep(Duration::from_millis(5));
+                                continue;
+                            }
+                            // Contention past the retry bound: refused, not granted.
+                            Err(error) if error.code() == ErrorCode::ServiceUnavailable => continue,
+                            Err(error) => panic!("acquire_as: {error}"),
+                        };
                     granted += 1;
                     let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
@@ -104,8 +122,8 @@ fn never_more_than_n_live_holders_across_threads_and_backends() {
                     holding.fetch_sub(1, Ordering::SeqCst);
                     assert!(
                         backend
-                            .release_permit(&key, &lease.lock_id)
-                            .expect("release_permit"),
+                            .release_as(&key, LeaseKind::Permit, &lease.lock_id)
+                            .expect("release_as"),
                         "a held permit was not there to release"
                     );
                 }
@@ -137,7 +155,7 @@ fn fences_increase_per_semaphore_apart_from_the_locks_fences() {
     let first = permit(&backend, &key, 5, TTL);
     let second = permit(&backend, &key, 5, TTL);
     assert_eq!((first.fence.value(), second.fence.value()), (1, 2));
-    assert!(backend.release_permit(&key, &second.lock_id).unwrap());
+    assert!(release(&backend, &key, &second.lock_id));
     // A released permit's fence is never issued again.
     let third = permit(&backend, &key, 5, TTL);
     assert_eq!(third.fence.value(), 3);
@@ -170,14 +188,14 @@ fn the_lock_and_the_semaphore_on_one_key_do_not_affect_each_other() {
     // A permit's lock id does not release or extend the lock, nor the lock's the permit.
     assert!(!backend.release(&held.lock_id).unwrap());
     assert!(backend.extend(&held.lock_id, TTL).unwrap().is_none());
-    assert!(!backend.release_permit(&key, &lock.lock_id).unwrap());
+    assert!(!release(&backend, &key, &lock.lock_id));
     assert_eq!(holder_fences(&backend, &key), [held.fence.value()]);
 
     assert!(backend.release(&lock.lock_id).unwrap());
     assert!(!backend.is_locked(&key).unwrap());
     assert_eq!(holder_fences(&backend, &key), [held.fence.value()]);
     let relocked = lease(backend.acquire(&key, TTL));
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(release(&backend, &key, &held.lock_id));
     assert!(backend.is_locked(&key).unwrap());
     let lock_doc = raw_document("locks", &backend.lock_document_id(&key).unwrap()).unwrap();
     assert_eq!(
@@ -195,8 +213,8 @@ fn expired_permits_are_reclaimed_by_the_next_acquire() {
         let mut fresh = None;
         wait_until("the expired permit to be reclaimed", EXPIRY_WAIT, || {
             match backend
-                .acquire_permit(&key, 1, TTL)
-                .expect("acquire_permit")
+                .acquire_as(&key, Mode::permits(1).unwrap(), TTL)
+                .expect("acquire_as")
             {
                 AcquireOutcome::Acquired(lease) => fresh = Some(lease),
                 AcquireOutcome::Locked => thread::sleep(Duration::from_millis(50)),
@@ -218,13 +236,8 @@ fn expired_permits_are_reclaimed_by_the_next_acquire() {
         permits[0]["mapValue"]["fields"]["lockId"],
         json!({ "stringValue": fresh.lock_id })
     );
-    assert!(
-        backend
-            .extend_permit(&key, &stale.lock_id, TTL)
-            .unwrap()
-            .is_none()
-    );
-    assert!(!backend.release_permit(&key, &stale.lock_id).unwrap());
+    assert!(extend(&backend, &key, &stale.lock_id, TTL).is_none());
+    assert!(!release(&backend, &key, &stale.lock_id));
     assert!(refused(&backend, &key, 1));
 }
 
@@ -234,25 +247,12 @@ fn release_and_extend_are_idempotent_and_never_revive() {
     let key = unique("sem-idem");
     let held = permit(&backend, &key, 2, TTL);
     let before = held.expires_at_ms;
-    let extended = backend
-        .extend_permit(&key, &held.lock_id, TTL * 2)
-        .unwrap()
-        .expect("a live permit extends");
+    let extended = extend(&backend, &key, &held.lock_id, TTL * 2).expect("a live permit extends");
     assert!(extended > before);
-    assert!(
-        backend
-            .extend_permit(&key, &held.lock_id, TTL)
-            .unwrap()
-            .is_some()
-    );
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
-    assert!(!backend.release_permit(&key, &held.lock_id).unwrap());
-    assert!(
-        backend
-            .extend_permit(&key, &held.lock_id, TTL)
-            .unwrap()
-            .is_none()
-    );
+    assert!(extend(&backend, &key, &held.lock_id, TTL).is_some());
+    assert!(release(&backend, &key, &held.lock_id));
+    assert!(!release(&backend, &key, &held.lock_id));
+    assert!(extend(&backend, &key, &held.lock_id, TTL).is_none());
     assert!(holder_fences(&backend, &key).is_empty());
 
     // An expired permit: extending answers Expired and removes it; it never comes back.
@@ -309,7 +309,7 @@ fn a_batch_renewal_mixing_locks_and_permits_answers_each_lease() {
     let p4 = permit(&backend, &sem_2, 3, SHORT);
     // Released from outside: the lock on B and the second permit of semaphore 1.
     assert!(outsider.release(&b.lock_id).unwrap());
-    assert!(outsider.release_permit(&sem_1, &p2.lock_id).unwrap());
+    assert!(release(&outsider, &sem_1, &p2.lock_id));
     wait_until("the short permit to expire", EXPIRY_WAIT, || {
         holder_fences(&backend, &sem_2).len() == 1
     });
@@ -363,10 +363,10 @@ fn a_batch_renewal_mixing_locks_and_permits_answers_each_lease() {
         ]
     );
     // The renewals are stored.
-    let renewed = backend.permit_holders(&sem_2).unwrap();
+    let renewed = backend.holders(&sem_2, LeaseKind::Permit).unwrap();
     assert_eq!(renewed.len(), 1);
     assert!(renewed[0].expires_at_ms > p3.expires_at_ms);
-    let renewed = backend.permit_holders(&sem_1).unwrap();
+    let renewed = backend.holders(&sem_1, LeaseKind::Permit).unwrap();
     assert_eq!(renewed.len(), 1);
     assert!(renewed[0].expires_at_ms > p1.expires_at_ms);
 }
@@ -390,7 +390,8 @@ fn bad_numbers_of_permits_are_refused_before_any_request() {
     let key = unique("sem-bad-n");
     let before = backend.stats().requests;
     for bad in [0, 1001, u32::MAX] {
-        let error = backend.acquire_permit(&key, bad, TTL).unwrap_err();
+        // Refused as the mode is made, before a request can be.
+        let error = Mode::permits(bad).unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{bad}");
     }
     assert_eq!(backend.stats().requests, before);
@@ -407,7 +408,11 @@ fn holders_are_listed_in_fence_order_with_their_descriptions() {
     let take = |holder: Option<&str>| {
         let holder = holder.map(|h| Holder::new(h).unwrap());
         match backend
-            .try_acquire_permit(&key, permits, ttl, holder.as_ref(), Line::Keep)
+            .acquire_one(
+                &Request::one(&key, ttl)
+                    .mode(Mode::Permit(permits))
+                    .holder(holder.as_ref()),
+            )
             .unwrap()
         {
             Acquisition::Acquired { lease, .. } => lease,
@@ -417,9 +422,11 @@ fn holders_are_listed_in_fence_order_with_their_descriptions() {
     let one = take(Some("worker one"));
     let two = take(Some("worker two"));
     let three = take(None);
-    assert!(backend.release_permit(key.as_str(), &two.lock_id).unwrap());
+    assert!(release(&backend, key.as_str(), &two.lock_id));
     let four = take(Some("worker four"));
-    let raw = backend.permit_holders_raw(key.as_str()).unwrap();
+    let raw = backend
+        .holders_raw(key.as_str(), LeaseKind::Permit)
+        .unwrap();
     let seen: Vec<(String, u64, Option<String>)> = raw
         .iter()
         .map(|r| {
@@ -439,7 +446,7 @@ fn holders_are_listed_in_fence_order_with_their_descriptions() {
         ]
     );
     assert!(raw.iter().all(|r| r.key == key.as_str()));
-    let records = backend.find_permits(&key).unwrap();
+    let records = backend.find(Find::Key(&key, LeaseKind::Permit)).unwrap();
     assert!(records.windows(2).all(|w| w[0].fence < w[1].fence));
 }
 
@@ -467,7 +474,7 @@ fn semaphores_live_in_their_own_collection_beside_the_locks() {
         permit_fields["expiresAtMs"],
         json!({ "integerValue": held.expires_at_ms.to_string() })
     );
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(release(&backend, &key, &held.lock_id));
     // The document (and its fence counter) outlives its permits.
     let document = raw_document("locks_semaphores", &id).expect("kept after release");
     assert_eq!(
@@ -482,7 +489,7 @@ fn semaphores_live_in_their_own_collection_beside_the_locks() {
         .unwrap();
     let held = permit(&custom, &key, 1, TTL);
     assert!(raw_document("sem_test_locks_semaphores", &id).is_some());
-    assert!(custom.release_permit(&key, &held.lock_id).unwrap());
+    assert!(release(&custom, &key, &held.lock_id));
     let clash = shared_firestore_builder()
         .fence_collection("locks_semaphores")
         .build()
@@ -503,11 +510,17 @@ fn a_document_that_is_not_a_semaphore_is_an_error_and_left_alone() {
     write_document("locks_semaphores", &id, fields.clone());
     let lock_id = generate();
     let errors = [
-        backend.acquire_permit(&key, 5, TTL).unwrap_err(),
-        backend.permit_holders(&key).unwrap_err(),
-        backend.release_permit(&key, &lock_id).unwrap_err(),
-        backend.extend_permit(&key, &lock_id, TTL).unwrap_err(),
-        backend.list_permits(&key, 10).unwrap_err(),
+        backend
+            .acquire_as(&key, Mode::permits(5).unwrap(), TTL)
+            .unwrap_err(),
+        backend.holders(&key, LeaseKind::Permit).unwrap_err(),
+        backend
+            .release_as(&key, LeaseKind::Permit, &lock_id)
+            .unwrap_err(),
+        backend
+            .extend_as(&key, LeaseKind::Permit, &lock_id, TTL)
+            .unwrap_err(),
+        backend.list(&key, LeaseKind::Permit, 10).unwrap_err(),
     ];
     for error in errors {
         assert_eq!(error.code(), ErrorCode::Internal, "{error}");
@@ -554,7 +567,7 @@ fn permit_listings_page_past_expired_permits_and_skip_other_prefixes() {
     // The lock ids listed under the prefix, the coverage, and the requests it took.
     let listed = |limit: usize| {
         let before = backend.stats().requests;
-        let listed = backend.list_permits_raw(&prefix, limit).unwrap();
+        let listed = backend.list_raw(&prefix, LeaseKind::Permit, limit).unwrap();
         let ids: Vec<String> = listed.locks.into_iter().map(|raw| raw.lock_id).collect();
         (ids, listed.coverage, backend.stats().requests - before)
     };
@@ -573,7 +586,7 @@ fn permit_listings_page_past_expired_permits_and_skip_other_prefixes() {
             MAX_LIST_PAGES as u64
         )
     );
-    let mixed_listed = backend.list_permits_raw(&mixed, 10).unwrap();
+    let mixed_listed = backend.list_raw(&mixed, LeaseKind::Permit, 10).unwrap();
     assert_eq!(
         mixed_listed.locks.len(),
         1,
@@ -582,15 +595,15 @@ fn permit_listings_page_past_expired_permits_and_skip_other_prefixes() {
     assert_eq!(mixed_listed.locks[0].lock_id, kept.lock_id);
 
     for (key, lock_id) in [&mixed, &later, &later].into_iter().zip(&live) {
-        assert!(backend.release_permit(key, lock_id).unwrap());
+        assert!(release(&backend, key, lock_id));
     }
     // Reclaimed by the release of the other permit.
-    assert!(!backend.release_permit(&mixed, &gone.lock_id).unwrap());
+    assert!(!release(&backend, &mixed, &gone.lock_id));
     for (key, lease) in &expired {
-        assert!(!backend.release_permit(key, &lease.lock_id).unwrap());
+        assert!(!release(&backend, key, &lease.lock_id));
     }
     for (key, lease) in &outside {
-        assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+        assert!(release(&backend, key, &lease.lock_id));
     }
     assert_eq!(listed(100), (Vec::new(), Coverage::Complete, 1));
 }

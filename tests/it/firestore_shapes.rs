@@ -551,17 +551,9 @@ fn a_guard_whose_renewal_fails_is_lost_only_at_its_deadline_and_still_released()
         });
     let key = unique("guard-runs-out");
     let guard = locker.lock_with(&key, &options).unwrap();
-    // The renewal's write finds its version stale, so it looks the lease up by lock id, and
-    // that read meets an error element.
-    faulty.inject(
-        "commit",
-        1,
-        Injected::replace(
-            400,
-            json!({ "error": { "code": 400, "status": "FAILED_PRECONDITION", "message": "stale" } })
-                .to_string(),
-        ),
-    );
+    // The renewal's write (a batch of one) finds its version stale, so it looks the lease up
+    // by lock id, and that read meets an error element.
+    faulty.inject("batchWrite", 1, stale_batch_write());
     faulty.inject(
         "runQuery",
         1,
