@@ -6,10 +6,11 @@ use std::fmt;
 
 use super::{line, scripts, semaphore, shared, split, typescript};
 
+use super::acquire_args::{self, push_request_args};
 use super::errors::{Phase, Unanswered, map_error};
 use super::layout::{KeyLayout, LineKeys, SemaphoreKeys, SharedKeys};
 use super::replicas::ReplicaAcks;
-use super::scripts::{Reply, SCRIPTS, Status, push_request_args};
+use super::scripts::{Reply, SCRIPTS, Status};
 use super::slot::key_slot;
 use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
@@ -195,7 +196,7 @@ impl RedisBackend {
         let mut slots = vec![key_slot(keys.lock.as_bytes())];
         let mut invocation = SCRIPTS.acquire.key(&keys.lock);
         invocation.key(&keys.fence);
-        line::push_keys(&mut invocation, &line_keys);
+        acquire_args::push_keys(&mut invocation, &line_keys);
         // Live shared holders refuse a writer in this same script.
         invocation.key(&readers);
         // The index entry: written by the script itself in the TypeScript layout (its keys

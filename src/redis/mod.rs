@@ -372,6 +372,7 @@
 // `scripts.rs` (the Lua scripts), `semaphore.rs` (semaphores' operations), `replicas.rs`
 // (`min_replicas`), `watch.rs` (release notifications), `list.rs` (listing), `slot.rs` (hash
 // slots).
+mod acquire_args;
 mod builder;
 mod client;
 mod cluster;

@@ -17,7 +17,7 @@ use super::errors::{Phase, Unanswered, map_error};
 use super::layout::KeyLayout;
 use super::scripts::{self, Reply, SCRIPTS, Status};
 use super::slot::key_slot;
-use super::{line, split};
+use super::{acquire_args, split};
 use crate::driver::{
     self, Acquisitions, FENCE_MAX, Holder, Key, Lease, LeaseKind, LockId, Request,
     TIME_TOLERANCE_MS, Version,
@@ -67,7 +67,7 @@ impl RedisBackend {
             let index_key = store.keys.index_key(&lock_id);
             slots.push(key_slot(lock_keys.lock.as_bytes()));
             invocation.key(&lock_keys.lock).key(&lock_keys.fence);
-            line::push_keys(&mut invocation, &line_keys);
+            acquire_args::push_keys(&mut invocation, &line_keys);
             invocation.key(&readers);
             match layout {
                 KeyLayout::TypeScript => {
@@ -99,7 +99,7 @@ impl RedisBackend {
             .arg(FENCE_MAX)
             .arg(holder.map_or("", Holder::as_str))
             .arg(stride(layout));
-        line::push_args(&mut invocation, request.line);
+        acquire_args::push_args(&mut invocation, request.line);
         for member in &members {
             invocation
                 .arg(member.lock_id.as_str())

@@ -2,10 +2,8 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Script, Value};
 
-use super::line;
-use crate::driver::{FENCE_MAX, Holder, Key, LockId, Request, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 
 /// A script: the prelude, then the given parts of `scripts/` in order (shared parts first).
@@ -69,26 +67,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     line_find: script!("line.lua", "line_find.lua"),
     line_judge: script!("line.lua", "lock.lua", "line_judge.lua"),
 });
-
-/// Adds what a lock's or a shared hold's acquire script (`acquire.lua`, `shared_acquire.lua`)
-/// is told of `request` on `key` to its `ARGV`: the new lock id, the TTL, the tolerance, the
-/// user key, the largest fence allowed and the holder text, then the line
-/// ([`line::push_args`]).
-pub(crate) fn push_request_args(
-    invocation: &mut ScriptInvocation<'_>,
-    lock_id: &LockId,
-    key: &Key,
-    request: &Request<'_>,
-) {
-    invocation
-        .arg(lock_id.as_str())
-        .arg(request.ttl.as_millis())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(key.as_str())
-        .arg(FENCE_MAX)
-        .arg(request.holder.map_or("", Holder::as_str));
-    line::push_args(invocation, request.line);
-}
 
 /// The status that opens every reply (see `prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,7 @@ pub(super) fn acquire(
     let slot = key_slot(keys.holders.as_bytes());
     let mut invocation = SCRIPTS.semaphore_acquire.key(&keys.holders);
     invocation.key(&keys.permits).key(&keys.fence);
-    super::line::push_keys(&mut invocation, &line_keys);
+    super::acquire_args::push_keys(&mut invocation, &line_keys);
     invocation
         .arg(lock_id.as_str())
         .arg(request.ttl.as_millis())
@@ -55,7 +55,7 @@ pub(super) fn acquire(
         .arg(key.as_str())
         .arg(FENCE_MAX)
         .arg(request.holder.map_or("", Holder::as_str));
-    super::line::push_args(&mut invocation, request.line);
+    super::acquire_args::push_args(&mut invocation, request.line);
     run_acquire(store, replicas, key, lock_id, slot, &invocation)
 }
 

@@ -5,8 +5,9 @@
 //! exclusive acquire counts them in its own script (`scripts/acquire.lua`). See [Shared
 //! holders](super#shared-holders).
 
+use super::acquire_args::push_request_args;
 use super::replicas::ReplicaAcks;
-use super::scripts::{SCRIPTS, push_request_args};
+use super::scripts::SCRIPTS;
 use super::semaphore::{Attempt, run_acquire};
 use super::slot::key_slot;
 use super::store::Store;
@@ -29,7 +30,7 @@ pub(super) fn acquire(
     let slot = key_slot(lock_keys.lock.as_bytes());
     let mut invocation = SCRIPTS.shared_acquire.key(&lock_keys.lock);
     invocation.key(&lock_keys.fence);
-    super::line::push_keys(&mut invocation, &line_keys);
+    super::acquire_args::push_keys(&mut invocation, &line_keys);
     invocation
         .key(&shared_keys.holders)
         .key(&shared_keys.records);

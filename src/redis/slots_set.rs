@@ -21,8 +21,8 @@
 //! Not atomic: another caller may see some keys taken for a moment, as with any set taken key
 //! by key, and the places are written one key at a time.
 
+use super::acquire_args;
 use super::driver::RedisBackend;
-use super::line;
 use super::scripts::SCRIPTS;
 use crate::driver::{self, Acquisitions, Holder, Key, LeaseKind, Line, Request, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
@@ -124,13 +124,13 @@ impl RedisBackend {
         let mut reply = store.run_ok(key, |conn| {
             let mut invocation = SCRIPTS.line_judge.key(&lock_keys.lock);
             invocation.key(&lock_keys.fence);
-            line::push_keys(&mut invocation, &line_keys);
+            acquire_args::push_keys(&mut invocation, &line_keys);
             invocation
                 .key(&readers)
                 .arg(TIME_TOLERANCE_MS)
                 .arg(step)
                 .arg(request.holder.map_or("", Holder::as_str));
-            line::push_args(&mut invocation, request.line);
+            acquire_args::push_args(&mut invocation, request.line);
             invocation.invoke(conn)
         })?;
         let admitted = reply.int()? == 1;
