@@ -124,6 +124,7 @@
 mod acquire;
 mod batches;
 mod capabilities;
+#[macro_use]
 mod delegate;
 mod ext;
 mod lease;

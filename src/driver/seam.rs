@@ -129,7 +129,7 @@ pub trait ReleaseWatch: Send + Sync {
 macro_rules! forward_driver {
     ($($wrapper:ident),*) => {$(
         impl<D: Driver + ?Sized> Driver for $wrapper<D> {
-            crate::delegate_driver!(self, &**self; describe, try_acquire, release_lease,
+            delegate_driver!(self, &**self; describe, try_acquire, release_lease,
                 extend_leases, key_is_locked, find, list_records, find_line, leave_line,
                 watch_releases);
         }

@@ -262,9 +262,11 @@ mod outage_between_keys {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
+    use crate::backend::LockBackend;
     use crate::driver::*;
+    use crate::error::{ErrorCode, LockError, Result};
+    use crate::locker::{LockOptions, Locker};
     use crate::memory::MemoryBackend;
-    use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
     /// The in-memory store without its own set acquisition, with failures injected: the next
     /// acquisition of `failing_key`, and the next `failing_releases` releases.
@@ -312,7 +314,7 @@ mod outage_between_keys {
             self.inner.release_lease(lease)
         }
 
-        crate::delegate_driver!(self, &self.inner; extend_leases, key_is_locked, find,
+        delegate_driver!(self, &self.inner; extend_leases, key_is_locked, find,
             find_line, leave_line);
     }
 
@@ -380,8 +382,11 @@ mod loss_told {
     use std::sync::{Arc, Mutex, OnceLock, PoisonError};
     use std::time::{Duration, Instant};
 
+    use crate::backend::LockBackend as _;
+    use crate::cancel::CancelToken;
+    use crate::locker::{Heartbeat, LockOptions, Locker};
+    use crate::memory::MemoryBackend;
     use crate::observe::{LockObserver, Lost};
-    use crate::{CancelToken, Heartbeat, LockBackend as _, LockOptions, Locker, MemoryBackend};
 
     /// On each loss it is told of, reads whether a lease's lost token and its set's are
     /// cancelled.
