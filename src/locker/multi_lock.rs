@@ -220,6 +220,13 @@ impl MultiLockGuard {
                 Err(error) => failed.push((key, error)),
             }
         }
+        if count == 1 {
+            // A set of one fails as its one guard does.
+            return match failed.pop() {
+                Some((_, error)) => Err(error),
+                None => Ok(all),
+            };
+        }
         let Some((first_key, first)) = failed.first() else {
             return Ok(all);
         };
@@ -243,6 +250,14 @@ impl MultiLockGuard {
     /// key in [`keys`](MultiLockGuard::keys) order.
     pub fn detach(self) -> Vec<Lease> {
         self.guards.into_iter().map(LockGuard::detach).collect()
+    }
+}
+
+/// One key's guard as a set of one: lost, released and detached as the guard itself is (its
+/// own `on_lock_lost`, its own errors), for code that holds one key or several alike.
+impl From<LockGuard> for MultiLockGuard {
+    fn from(guard: LockGuard) -> Self {
+        MultiLockGuard::new(vec![guard])
     }
 }
 
