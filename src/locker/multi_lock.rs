@@ -160,6 +160,24 @@ impl MultiLockGuard {
             .map(LockGuard::fence)
     }
 
+    /// The earliest expiry among the leases as the backend last reported them
+    /// ([`LockGuard::expires_at_ms`]).
+    pub fn expires_at_ms(&self) -> i64 {
+        (self.guards.iter())
+            .map(LockGuard::expires_at_ms)
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// When the keys' [`min_hold`](crate::LockOptions::min_hold) ends, the earliest of them
+    /// ([`LockGuard::min_hold_until_ms`]); `None` without a `min_hold`.
+    pub fn min_hold_until_ms(&self) -> Option<i64> {
+        (self.guards.iter())
+            .map(LockGuard::min_hold_until_ms)
+            .min()
+            .flatten()
+    }
+
     /// The earliest local deadline among the leases ([`LockGuard::deadline`]): the set is lost
     /// then unless renewals are confirmed first.
     pub fn deadline(&self) -> Instant {
