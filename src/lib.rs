@@ -87,6 +87,7 @@
 mod backend;
 mod cancel;
 mod connect;
+#[macro_use]
 pub mod driver;
 #[cfg(feature = "redis")]
 mod duration;

@@ -387,7 +387,7 @@ impl<B: Driver> Driver for Telemetry<B> {
         outcome
     }
 
-    crate::delegate_driver!(self, &self.inner; describe, find_line, leave_line, watch_releases);
+    delegate_driver!(self, &self.inner; describe, find_line, leave_line, watch_releases);
 }
 
 impl<B: fmt::Debug> fmt::Debug for Telemetry<B> {

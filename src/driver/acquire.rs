@@ -3,7 +3,9 @@
 //! one step is taken one key at a time ([`Capabilities`](crate::driver::Capabilities) says
 //! which).
 
-use crate::driver::{Acquisitions, Driver, Lease, LeaseKind, LeaseRef, Mode, Request, Version};
+use super::lease::{Lease, LeaseKind, LeaseRef, Version};
+use super::request::{Acquisitions, Mode, Request};
+use super::seam::Driver;
 use crate::error::{LockError, Result};
 use crate::key::Key;
 use crate::lock_id::LockId;

@@ -3,7 +3,7 @@
 
 #![cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 
-use crate::driver::{Extension, LeaseKind, LeaseRef, Outcome};
+use super::lease::{Extension, LeaseKind, LeaseRef, Outcome};
 use crate::error::Result;
 #[cfg(feature = "firestore")]
 use crate::key::Key;

@@ -121,17 +121,16 @@
 //! # Ok::<(), syncguard::LockError>(())
 //! ```
 
-use std::sync::Arc;
-
-use crate::error::Result;
-
 mod acquire;
 mod batches;
 mod capabilities;
+#[macro_use]
 mod delegate;
+mod ext;
 mod lease;
 mod records;
 mod request;
+mod seam;
 
 pub(crate) use acquire::release_granted;
 pub use acquire::{acquire, acquire_one_by_one};
@@ -140,9 +139,11 @@ pub(crate) use batches::extend_by_key;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 pub(crate) use batches::{extend_by_kind, in_order};
 pub use capabilities::{Capabilities, TimeAuthority};
+pub use ext::DriverExt;
 pub use lease::{Extension, Lease, LeaseKind, LeaseRef, Outcome, Version};
 pub use records::{Find, LockRecord};
 pub use request::{Acquisition, Acquisitions, Mode, Request};
+pub use seam::{Driver, OnRelease, ReleaseWatch};
 
 pub use crate::fence::{FENCE_DIGITS, FENCE_MAX, FENCE_WARN_THRESHOLD};
 pub use crate::hash::hash_key;
@@ -160,169 +161,3 @@ pub use crate::permits::{MAX_PERMITS, Permits};
 pub use crate::time::{
     Clock, MAX_TTL_MS, ManualClock, SystemClock, TIME_TOLERANCE_MS, Ttl, is_live, ttl_to_ms,
 };
-
-/// One store's lock protocol, over validated values. See the [module docs](self).
-///
-/// Each method is a single attempt: no retries (the [`Locker`](crate::Locker) retries), and a
-/// deadline on every network call. Errors are [`LockError`](crate::LockError)s with the code
-/// the failure implies; an absent or expired lock is an [`Outcome`], not an error. Six methods
-/// are required; the line, listing and the watch for releases have defaults for a store
-/// without them.
-pub trait Driver: Send + Sync {
-    /// What this store is and guarantees: among it, the modes it takes and whether it decides
-    /// several keys in one step.
-    fn describe(&self) -> Capabilities;
-
-    /// Takes what `request` asks for on each of its keys, all or none: for each key a fresh
-    /// lock id and the next fence of the key's sequence (the lock's, or the semaphore's), the
-    /// expiry from the store's time authority and `request.holder` stored with the lease —
-    /// or none of them, [`Acquisitions::Locked`], when a key is held beyond what the mode
-    /// allows (or its line goes first). See [`Mode`] for what each mode may share a key with.
-    ///
-    /// A store is only asked for modes it declares ([`Capabilities`]), and for several keys
-    /// only in exclusive mode when it declares [`native_sets`](Capabilities::native_sets): the
-    /// crate calls it through [`acquire`], which refuses or splits the rest.
-    ///
-    /// `request.line` says how the keys' lines of waiters are heeded (see [`Line`]: a lock
-    /// has one slot, a semaphore one per free permit; several keys follow [`admit_all`]). A
-    /// store without a line ([`find_line`](Driver::find_line) left at its default) treats
-    /// every line as [`Line::Ignore`]. An acquisition that finds the key free and its line
-    /// empty writes nothing but the lease, in the one round trip it always made.
-    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions>;
-
-    /// Deletes the lease `lease` names if it is stored under its lock id. `Applied` only when
-    /// it was live; an expired one is removed too, and answered [`Outcome::Expired`]. A
-    /// release is announced to [`watch_releases`](Driver::watch_releases) with the key.
-    fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>>;
-
-    /// Sets the expiry of each live lease named to *now +* its own TTL; one answer per lease,
-    /// in order. The heartbeat renews through it, and a guard's extension is a batch of one
-    /// ([`DriverExt::extend_lease`]); a store that can do many in one request should.
-    fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>>;
-
-    /// Whether a live lock is stored under `key`.
-    fn key_is_locked(&self, key: &Key) -> Result<bool>;
-
-    /// The live leases looked up ([`Find`]), with their raw values: none or one for a lock,
-    /// the permits or shared holders of a key in fence order. Expired and missing alike are
-    /// not there.
-    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>>;
-
-    /// The live leases of `kind` whose key starts with `prefix`, with their raw values: sorted
-    /// by key (byte order, then fence), at most `limit`, and whether that is all of them
-    /// ([`Coverage`]). Read only, with bounded work: a store that cannot find keys by prefix
-    /// cheaply stops at a bound it documents and answers [`Coverage::WorkBoundReached`]. A
-    /// lock's key appears at most once.
-    ///
-    /// The default refuses (`InvalidArgument`: this backend cannot list); every bundled
-    /// backend lists every kind.
-    fn list_records(
-        &self,
-        prefix: &KeyPrefix,
-        kind: LeaseKind,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        let _ = (prefix, kind, limit);
-        Err(crate::error::LockError::invalid_argument(format!(
-            "the {} backend cannot list locks",
-            self.describe().backend
-        )))
-    }
-
-    /// The live places of the line of `key`'s lock or semaphore (`kind`: a shared hold waits
-    /// in the lock's), in line order, with their raw values. Read only. The default (a store
-    /// without a line) answers none.
-    fn find_line(&self, key: &Key, kind: LeaseKind) -> Result<Vec<PlaceRecord>> {
-        let _ = (key, kind);
-        Ok(Vec::new())
-    }
-
-    /// Removes the place `place` from the line of `key`'s lock or semaphore (`kind`): its
-    /// waiter gave up. Nothing when it is not there. The default (a store without a line) does
-    /// nothing.
-    fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
-        let _ = (key, kind, place);
-        Ok(())
-    }
-
-    /// Starts hearing of releases, from any process, so that a [`Locker`](crate::Locker)'s
-    /// waiters try again at once instead of at their next poll: `on_release` is called with
-    /// the (normalised) key of each release heard, for the keys the returned [`ReleaseWatch`]
-    /// is asked to watch. Dropping the watch stops it. `Ok(None)` (the default) when the store
-    /// cannot tell; waiters then poll, as they also do for releases a watch misses (a lock that
-    /// simply expired, a peer that does not announce its releases).
-    fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {
-        let _ = on_release;
-        Ok(None)
-    }
-}
-
-/// What every [`Driver`] can do through its ten methods, written once: one key's answer as
-/// a single [`Acquisition`], one lease's extension.
-pub trait DriverExt: Driver {
-    /// Asks for `request` — one key — the way the crate does ([`acquire`]), and answers its
-    /// lease or the refusal. A store that grants other than one lease for it answers
-    /// `Internal` (after giving back what it granted).
-    fn acquire_one(&self, request: &Request<'_>) -> Result<Acquisition> {
-        match acquire(self, request)? {
-            Acquisitions::Acquired(mut leases) if leases.len() == 1 => {
-                let (lease, version) = leases.swap_remove(0);
-                Ok(Acquisition::Acquired { lease, version })
-            }
-            Acquisitions::Acquired(leases) => {
-                let kind = request.mode.kind();
-                for ((lease, version), key) in leases.iter().zip(request.keys().iter().cycle()) {
-                    let _ = release_granted(self, key, kind, lease, version.as_ref());
-                }
-                Err(crate::error::LockError::internal(format!(
-                    "the backend granted {} leases for {} keys",
-                    leases.len(),
-                    request.keys().len()
-                ))
-                .with_key(request.first_key().as_str()))
-            }
-            Acquisitions::Locked { .. } => Ok(Acquisition::Locked),
-        }
-    }
-
-    /// Sets the expiry of the live lease `lease` names to *now + ttl*: a batch of one.
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        self.extend_leases(&[(lease, ttl)])
-            .pop()
-            .unwrap_or_else(|| {
-                Err(crate::error::LockError::internal(
-                    "the backend answered no extension for the lease",
-                ))
-            })
-    }
-}
-
-impl<D: Driver + ?Sized> DriverExt for D {}
-
-/// What [`Driver::watch_releases`] calls with the key of a release it heard of. Runs on the
-/// watch's own thread: keep it short.
-pub type OnRelease = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// A running watch for releases ([`Driver::watch_releases`]); dropping it stops the watch.
-pub trait ReleaseWatch: Send + Sync {
-    /// Reports releases of `key` from now on (a store that hears every release may ignore
-    /// this). Each `watch` is balanced by an [`unwatch`](ReleaseWatch::unwatch).
-    fn watch(&self, key: &Key);
-
-    /// No longer needs releases of `key` reported.
-    fn unwatch(&self, key: &Key);
-}
-
-/// `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends): every call goes to what
-/// they hold.
-macro_rules! forward_driver {
-    ($($wrapper:ident),*) => {$(
-        impl<D: Driver + ?Sized> Driver for $wrapper<D> {
-            crate::delegate_driver!(self, &**self; describe, try_acquire, release_lease,
-                extend_leases, key_is_locked, find, list_records, find_line, leave_line,
-                watch_releases);
-        }
-    )*};
-}
-
-forward_driver!(Box, Arc);

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::driver::LeaseKind;
+use super::lease::LeaseKind;
 use crate::fence::Fence;
 use crate::hash::hash_key;
 use crate::key::Key;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::driver::{Lease, LeaseKind, Version};
+use super::lease::{Lease, LeaseKind, Version};
 use crate::fence::Fence;
 use crate::holder::Holder;
 use crate::key::Key;

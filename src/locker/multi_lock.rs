@@ -160,6 +160,24 @@ impl MultiLockGuard {
             .map(LockGuard::fence)
     }
 
+    /// The earliest expiry among the leases as the backend last reported them
+    /// ([`LockGuard::expires_at_ms`]).
+    pub fn expires_at_ms(&self) -> i64 {
+        (self.guards.iter())
+            .map(LockGuard::expires_at_ms)
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// When the keys' [`min_hold`](crate::LockOptions::min_hold) ends, the earliest of them
+    /// ([`LockGuard::min_hold_until_ms`]); `None` without a `min_hold`.
+    pub fn min_hold_until_ms(&self) -> Option<i64> {
+        (self.guards.iter())
+            .map(LockGuard::min_hold_until_ms)
+            .min()
+            .flatten()
+    }
+
     /// The earliest local deadline among the leases ([`LockGuard::deadline`]): the set is lost
     /// then unless renewals are confirmed first.
     pub fn deadline(&self) -> Instant {
@@ -220,6 +238,13 @@ impl MultiLockGuard {
                 Err(error) => failed.push((key, error)),
             }
         }
+        if count == 1 {
+            // A set of one fails as its one guard does.
+            return match failed.pop() {
+                Some((_, error)) => Err(error),
+                None => Ok(all),
+            };
+        }
         let Some((first_key, first)) = failed.first() else {
             return Ok(all);
         };
@@ -246,6 +271,14 @@ impl MultiLockGuard {
     }
 }
 
+/// One key's guard as a set of one: lost, released and detached as the guard itself is (its
+/// own `on_lock_lost`, its own errors), for code that holds one key or several alike.
+impl From<LockGuard> for MultiLockGuard {
+    fn from(guard: LockGuard) -> Self {
+        MultiLockGuard::new(vec![guard])
+    }
+}
+
 impl fmt::Debug for MultiLockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiLockGuard")
@@ -262,9 +295,11 @@ mod outage_between_keys {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
+    use crate::backend::LockBackend;
     use crate::driver::*;
+    use crate::error::{ErrorCode, LockError, Result};
+    use crate::locker::{LockOptions, Locker};
     use crate::memory::MemoryBackend;
-    use crate::{Capabilities, ErrorCode, LockBackend, LockError, LockOptions, Locker, Result};
 
     /// The in-memory store without its own set acquisition, with failures injected: the next
     /// acquisition of `failing_key`, and the next `failing_releases` releases.
@@ -312,7 +347,7 @@ mod outage_between_keys {
             self.inner.release_lease(lease)
         }
 
-        crate::delegate_driver!(self, &self.inner; extend_leases, key_is_locked, find,
+        delegate_driver!(self, &self.inner; extend_leases, key_is_locked, find,
             find_line, leave_line);
     }
 
@@ -380,8 +415,11 @@ mod loss_told {
     use std::sync::{Arc, Mutex, OnceLock, PoisonError};
     use std::time::{Duration, Instant};
 
+    use crate::backend::LockBackend as _;
+    use crate::cancel::CancelToken;
+    use crate::locker::{Heartbeat, LockOptions, Locker};
+    use crate::memory::MemoryBackend;
     use crate::observe::{LockObserver, Lost};
-    use crate::{CancelToken, Heartbeat, LockBackend as _, LockOptions, Locker, MemoryBackend};
 
     /// On each loss it is told of, reads whether a lease's lost token and its set's are
     /// cancelled.

@@ -228,8 +228,7 @@ impl Driver for MemoryBackend {
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
         match request.mode {
-            Mode::Exclusive => state.acquire_lock(key, lock_id, request, now_ms),
-            Mode::Shared => state.acquire_shared(key, lock_id, request, now_ms),
+            Mode::Exclusive | Mode::Shared => state.acquire_lock(key, lock_id, request, now_ms),
             Mode::Permit(permits) => state.acquire_permit(key, permits, lock_id, request, now_ms),
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::driver::{
-    Acquisitions, Admission, Holder, LeaseKind, LeaseRef, Line, LockRecord, Outcome, Permits,
+    Acquisitions, Admission, Holder, LeaseKind, LeaseRef, Line, LockRecord, Mode, Outcome, Permits,
     Places, Request, TIME_TOLERANCE_MS, Ttl, admit_all, is_live,
 };
 use crate::error::Result;
@@ -290,7 +290,7 @@ impl State {
         self.sweep_at = (self.locks.len() * 2).max(MIN_SWEEP_AT);
     }
 
-    /// The lock on `key` for `request`.
+    /// The lock on `key` for `request`, exclusive or a shared hold of it.
     pub(super) fn acquire_lock(
         &mut self,
         key: &Key,
@@ -298,11 +298,15 @@ impl State {
         request: &Request<'_>,
         now_ms: i64,
     ) -> Result<Acquisitions> {
-        let admission = self.admit_to_lock(key, request, false, now_ms);
+        let shared = request.mode == Mode::Shared;
+        let admission = self.admit_to_lock(key, request, shared, now_ms);
         if !admission.granted {
             return Ok(Acquisitions::locked_at(admission.position));
         }
-        self.grant_lock(key, lock_id, request.ttl, request.holder, now_ms)
+        match shared {
+            true => self.grant_reader(key, lock_id, request, now_ms),
+            false => self.grant_lock(key, lock_id, request.ttl, request.holder, now_ms),
+        }
     }
 
     /// Every key of `request` decided and taken at once: all or none at one instant, the lines
@@ -395,18 +399,15 @@ impl State {
         Ok(Acquisitions::granted(lock_id, fence, expires_at_ms, None))
     }
 
-    /// A shared hold of `key`'s lock for `request`.
-    pub(super) fn acquire_shared(
+    /// Takes a shared hold of `key`'s lock, found free for it: a lease of its own, with the
+    /// lock's next fence.
+    fn grant_reader(
         &mut self,
         key: &Key,
         lock_id: String,
         request: &Request<'_>,
         now_ms: i64,
     ) -> Result<Acquisitions> {
-        let admission = self.admit_to_lock(key, request, true, now_ms);
-        if !admission.granted {
-            return Ok(Acquisitions::locked_at(admission.position));
-        }
         let counter = self.fences.get(key.as_str()).copied().unwrap_or(0) + 1;
         let fence = Fence::from_counter(counter).map_err(|e| e.with_key(key.as_str()))?;
         self.fences.insert(key.to_string(), counter);

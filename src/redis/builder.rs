@@ -141,8 +141,8 @@ impl RedisBuilder {
         self
     }
 
-    /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list), or
-    /// [`LockBackend::list_permits`](crate::LockBackend::list_permits)) asks `SCAN` to
+    /// The most keys one listing ([`LockBackend::list`](crate::LockBackend::list), of any
+    /// [`LeaseKind`](crate::LeaseKind)) asks `SCAN` to
     /// examine, in all (the sum of its `COUNT`s, across a Cluster's primaries; default
     /// [`DEFAULT_LIST_SCAN_BUDGET`], at least 1; the URL's `?list_scan_budget=` otherwise).
     /// Every key of the database counts, under the listing's prefix or not: on a server shared

@@ -57,16 +57,8 @@ const DEFAULT_PORT: u16 = 6379;
 /// The schemes a single-server Redis URL may have.
 const SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
 
-/// The query parameters syncguard reads from every Redis URL.
-const OURS: &[&str] = &[
-    "prefix",
-    "tls_ca_file",
-    "layout",
-    "min_replicas",
-    "replica_timeout",
-    "list_scan_budget",
-];
-/// … and from a Sentinel URL: the Sentinels' own credentials.
+/// The query parameters syncguard reads from a Sentinel URL: those of every Redis URL
+/// ([`OURS`]), then the Sentinels' own credentials.
 const SENTINEL_OURS: &[&str] = &[
     "prefix",
     "tls_ca_file",
@@ -77,6 +69,8 @@ const SENTINEL_OURS: &[&str] = &[
     "sentinel_user",
     "sentinel_password",
 ];
+/// The query parameters syncguard reads from every Redis URL.
+const OURS: &[&str] = SENTINEL_OURS.split_at(6).0;
 
 /// What the `redis` crate reads from the query of a TCP URL (`redis://`, `rediss://`).
 const TCP_PARAMS: &[&str] = &["protocol"];
@@ -322,14 +316,7 @@ fn parse_single(url: &str, ours: &[&str]) -> Result<(ParsedUrl, Vec<(String, Str
     let layout = option("layout")
         .map(|value| KeyLayout::from_url_value(&value))
         .transpose()?;
-    let min_replicas = option("min_replicas")
-        .map(|value| match value.parse::<u32>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(LockError::invalid_argument(
-                "the Redis URL parameter `min_replicas` must be a number of replicas, at least 1",
-            )),
-        })
-        .transpose()?;
+    let min_replicas = at_least_one::<u32>(option("min_replicas"), "min_replicas", "replicas")?;
     let replica_timeout = option("replica_timeout")
         .map(|value| {
             parse_duration(&value).map_err(|_| {
@@ -340,14 +327,8 @@ fn parse_single(url: &str, ours: &[&str]) -> Result<(ParsedUrl, Vec<(String, Str
             })
         })
         .transpose()?;
-    let list_scan_budget = option("list_scan_budget")
-        .map(|value| match value.parse::<usize>() {
-            Ok(keys) if keys > 0 => Ok(keys),
-            _ => Err(LockError::invalid_argument(
-                "the Redis URL parameter `list_scan_budget` must be a number of keys, at least 1",
-            )),
-        })
-        .transpose()?;
+    let list_scan_budget =
+        at_least_one::<usize>(option("list_scan_budget"), "list_scan_budget", "keys")?;
     let options = split.options.clone();
     Ok((
         ParsedUrl {
@@ -370,6 +351,22 @@ fn parse_single(url: &str, ours: &[&str]) -> Result<(ParsedUrl, Vec<(String, Str
 
 /// `db`, `user` and `pass` in the query of a TCP URL: the `redis` crate reads them only for
 /// sockets and would silently use database 0 and no password.
+/// The URL parameter `name` (its `value`, when given) as a whole number of `what`, at least 1.
+fn at_least_one<T: std::str::FromStr + PartialOrd + From<u8>>(
+    value: Option<String>,
+    name: &str,
+    what: &str,
+) -> Result<Option<T>> {
+    value
+        .map(|value| match value.parse::<T>() {
+            Ok(n) if n >= T::from(1) => Ok(n),
+            _ => Err(LockError::invalid_argument(format!(
+                "the Redis URL parameter `{name}` must be a number of {what}, at least 1"
+            ))),
+        })
+        .transpose()
+}
+
 fn refuse_socket_params(url: &url::Url) -> Result<()> {
     for (name, _) in url.query_pairs() {
         let how = match name.as_ref() {

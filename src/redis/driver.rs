@@ -6,6 +6,7 @@ use std::fmt;
 
 use super::{line, scripts, semaphore, shared, split, typescript};
 
+use super::acquire_args::{self, push_request_args};
 use super::errors::{Phase, Unanswered, map_error};
 use super::layout::{KeyLayout, LineKeys, SemaphoreKeys, SharedKeys};
 use super::replicas::ReplicaAcks;
@@ -14,13 +15,16 @@ use super::slot::key_slot;
 use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
 use crate::driver::{
-    Acquisition, Acquisitions, Driver, Extension, FENCE_MAX, Find, Holder, Key, KeyPrefix, KeySet,
-    LeaseKind, LeaseRef, Line, ListLimit, LockId, LockList, LockRecord, OnRelease, Outcome,
-    Permits, PlaceRecord, ReleaseWatch, TIME_TOLERANCE_MS, Ttl,
+    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
+    LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request,
+    TIME_TOLERANCE_MS, Ttl,
 };
-use crate::driver::{Capabilities, TimeAuthority, extend_by_kind};
+use crate::driver::{Capabilities, TimeAuthority, acquire_one_by_one, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
+
+/// A listing's answer.
+type Listed = Result<LockList<LockRecord>>;
 
 /// How long past expiry a lock must be before the opt-in cleanup in `is_locked` deletes it,
 /// so that it can never race a renewal.
@@ -97,7 +101,7 @@ impl RedisBackend {
         attempt: semaphore::Attempt,
         kind: LeaseKind,
         key: &Key,
-    ) -> Result<Acquisition> {
+    ) -> Result<Acquisitions> {
         if let (Some(policy), Some(acknowledged)) = (&self.replicas, attempt.acknowledged)
             && !matches!(acknowledged, Ok(n) if n >= i64::from(policy.replicas))
         {
@@ -165,22 +169,22 @@ impl RedisBackend {
         };
         error.with_key(key.as_str())
     }
-}
 
-/// Each method that differs between the key layouts decides on the layout once, handing the
-/// layout's part to `typescript.rs` or `split.rs`.
-impl Driver for RedisBackend {
-    fn describe(&self) -> Capabilities {
-        Capabilities::new("redis", true, TimeAuthority::Server)
+    /// Renews one lease: one script, the kind's (and the layout's, for a lock).
+    fn extend_one(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
+        if matches!(lease.kind, LeaseKind::Permit | LeaseKind::Shared) {
+            return semaphore::extend(&self.store, lease, ttl);
+        }
+        match self.store.keys.layout() {
+            KeyLayout::TypeScript => typescript::extend(&self.store, lease, ttl),
+            KeyLayout::Cluster => split::extend(&self.store, lease, ttl),
+        }
     }
 
-    fn try_acquire(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
+    /// The exclusive lock on `key`: one script (`acquire.lua`), and in the cluster layout the
+    /// index entry's `SET` beside it in the same round trip.
+    fn acquire_lock(&self, key: &Key, request: &Request<'_>) -> Result<Acquisitions> {
+        let ttl = request.ttl;
         let store = &self.store;
         let keys = store.keys.lock_keys(key.as_str())?;
         let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
@@ -192,7 +196,7 @@ impl Driver for RedisBackend {
         let mut slots = vec![key_slot(keys.lock.as_bytes())];
         let mut invocation = SCRIPTS.acquire.key(&keys.lock);
         invocation.key(&keys.fence);
-        line::push_keys(&mut invocation, &line_keys);
+        acquire_args::push_keys(&mut invocation, &line_keys);
         // Live shared holders refuse a writer in this same script.
         invocation.key(&readers);
         // The index entry: written by the script itself in the TypeScript layout (its keys
@@ -208,14 +212,7 @@ impl Driver for RedisBackend {
                 Some(split::set_index(&index_key, &keys.lock, ttl))
             }
         };
-        invocation
-            .arg(lock_id.as_str())
-            .arg(ttl.as_millis())
-            .arg(TIME_TOLERANCE_MS)
-            .arg(key.as_str())
-            .arg(FENCE_MAX)
-            .arg(holder.map_or("", Holder::as_str));
-        line::push_args(&mut invocation, line);
+        push_request_args(&mut invocation, &lock_id, key, request);
         let unanswered = Unanswered::default();
         let note = |error: redis::RedisError| {
             unanswered.note(&error);
@@ -265,14 +262,14 @@ impl Driver for RedisBackend {
                         return Err(self.undo_unreplicated(lease, key, acknowledged));
                     }
                 }
-                Ok(Acquisition::granted(
+                Ok(Acquisitions::granted(
                     lock_id.into_string(),
                     fence,
                     expires_at_ms,
                     None,
                 ))
             }
-            Status::Absent => Ok(Acquisition::Locked),
+            Status::Absent => Ok(Acquisitions::locked_at(reply.position()?)),
             Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
                 let error = store.refusal(&mut reply, Some(key));
                 if let Some(Ok(_)) = index {
@@ -285,52 +282,38 @@ impl Driver for RedisBackend {
             Status::NotFound | Status::Expired => Err(store.foreign(Some(key.as_str()))),
         }
     }
+}
 
-    /// One script for the whole set (see `multi.rs`); on a Cluster whose keys lie in several
-    /// hash slots, one key at a time.
-    fn try_acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
-        self.acquire_all(keys, ttl, holder, line)
+/// Each method that differs between the key layouts decides on the layout once, handing the
+/// layout's part to `typescript.rs` or `split.rs`.
+impl Driver for RedisBackend {
+    fn describe(&self) -> Capabilities {
+        Capabilities::new("redis", true, TimeAuthority::Server).with_every_mode()
     }
 
-    fn try_acquire_permit(
-        &self,
-        key: &Key,
-        permits: Permits,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        let attempt = semaphore::acquire(
-            &self.store,
-            self.replicas.as_ref(),
-            key,
-            permits,
-            ttl,
-            holder,
-            line,
-        )?;
-        self.judge_replicas(attempt, LeaseKind::Permit, key)
-    }
-
-    fn try_acquire_shared(
-        &self,
-        key: &Key,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisition> {
-        let attempt = shared::acquire(&self.store, self.replicas.as_ref(), key, ttl, holder, line)?;
-        self.judge_replicas(attempt, LeaseKind::Shared, key)
-    }
-
-    fn find_shared(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        semaphore::find(&self.store, key, LeaseKind::Shared)
+    /// One key: the kind's own script (`acquire.lua`, `semaphore_acquire.lua`,
+    /// `shared_acquire.lua`). Several (exclusive): one script for the whole set (see
+    /// `multi.rs`); on a Cluster whose keys lie in several hash slots, key by key
+    /// (`slots_set.rs`).
+    fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        let Some(key) = request.key() else {
+            if request.mode != Mode::Exclusive {
+                return acquire_one_by_one(self, request);
+            }
+            return self.acquire_all(request);
+        };
+        let (attempt, kind) = match request.mode {
+            Mode::Exclusive => return self.acquire_lock(key, request),
+            Mode::Shared => (
+                shared::acquire(&self.store, self.replicas.as_ref(), key, request)?,
+                LeaseKind::Shared,
+            ),
+            Mode::Permit(permits) => (
+                semaphore::acquire(&self.store, self.replicas.as_ref(), key, permits, request)?,
+                LeaseKind::Permit,
+            ),
+        };
+        self.judge_replicas(attempt, kind, key)
     }
 
     fn leave_line(&self, key: &Key, kind: LeaseKind, place: &LockId) -> Result<()> {
@@ -341,10 +324,6 @@ impl Driver for RedisBackend {
         line::find(&self.store, key, kind)
     }
 
-    fn find_permits(&self, key: &Key) -> Result<Vec<LockRecord>> {
-        semaphore::find(&self.store, key, LeaseKind::Permit)
-    }
-
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>> {
         if matches!(lease.kind, LeaseKind::Permit | LeaseKind::Shared) {
             return semaphore::release(&self.store, lease);
@@ -352,16 +331,6 @@ impl Driver for RedisBackend {
         match self.store.keys.layout() {
             KeyLayout::TypeScript => typescript::release(&self.store, lease),
             KeyLayout::Cluster => split::release(&self.store, lease),
-        }
-    }
-
-    fn extend_lease(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        if matches!(lease.kind, LeaseKind::Permit | LeaseKind::Shared) {
-            return semaphore::extend(&self.store, lease, ttl);
-        }
-        match self.store.keys.layout() {
-            KeyLayout::TypeScript => typescript::extend(&self.store, lease, ttl),
-            KeyLayout::Cluster => split::extend(&self.store, lease, ttl),
         }
     }
 
@@ -389,8 +358,12 @@ impl Driver for RedisBackend {
 
     /// Locks and permits of one batch go in two pipelines (the locks' as the layout renews
     /// them, the permits' through their semaphores' keys), and each answer is put back at its
-    /// own lease's place.
+    /// own lease's place. A batch of one (a guard's extension) is one script, as it always
+    /// was, not a pipeline.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {
+        if let [(lease, ttl)] = leases {
+            return vec![self.extend_one(*lease, *ttl)];
+        }
         extend_by_kind(leases, |kind, batch| match kind {
             LeaseKind::Lock => match self.store.keys.layout() {
                 KeyLayout::TypeScript => typescript::extend_all(&self.store, batch),
@@ -414,50 +387,34 @@ impl Driver for RedisBackend {
         Ok(Some(Box::new(watch)))
     }
 
-    fn find(&self, by: Find<'_>) -> Result<Option<LockRecord>> {
+    /// A lock by key or lock id as the layout stores it; the permits and shared holders of a
+    /// key from their holder set (`semaphore.rs`).
+    fn find(&self, by: Find<'_>) -> Result<Vec<LockRecord>> {
         let store = &self.store;
         let key = match by {
-            Find::Key(key) => key,
+            Find::Key(key, LeaseKind::Lock) => key,
+            Find::Key(key, kind) => return semaphore::find(store, key, kind),
             Find::LockId(lock_id) => {
                 return match store.keys.layout() {
                     KeyLayout::TypeScript => typescript::find(store, lock_id),
                     KeyLayout::Cluster => split::find(store, lock_id),
-                };
+                }
+                .map(Vec::from_iter);
             }
         };
         let lock_key = store.keys.lock_keys(key.as_str())?.lock;
         let mut reply = store.lookup(&lock_key)?;
         match reply.status {
-            Status::Ok => store.decode(&reply.string()?).map(Some),
+            Status::Ok => Ok(vec![store.decode(&reply.string()?)?]),
             Status::Foreign => Err(store.refusal(&mut reply, Some(key))),
-            _ => Ok(None),
+            _ => Ok(Vec::new()),
         }
     }
 
-    fn list_records(&self, prefix: &KeyPrefix, limit: ListLimit) -> Result<LockList<LockRecord>> {
-        self.store.list(prefix, limit, self.list_scan_budget)
-    }
-
-    /// Walks the semaphores' permits hashes as [`list_records`](Driver::list_records) walks
-    /// the lock records, under the same scan budget; see [Listing](super#listing).
-    fn list_permit_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.store
-            .list_permits(prefix, limit, self.list_scan_budget)
-    }
-
-    /// Walks the locks' shared holders' records hashes as
-    /// [`list_permit_records`](Driver::list_permit_records) walks the permits; see
-    /// [Listing](super#listing).
-    fn list_shared_records(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-    ) -> Result<LockList<LockRecord>> {
-        self.store.list_shared(prefix, limit, self.list_scan_budget)
+    /// Walks the lock records, the semaphores' permits hashes or the locks' shared holders'
+    /// records hashes under one scan budget; see [Listing](super#listing).
+    fn list_records(&self, prefix: &KeyPrefix, kind: LeaseKind, limit: ListLimit) -> Listed {
+        self.store.list(prefix, kind, limit, self.list_scan_budget)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Listing the locks under a key prefix ([`Driver::list_records`](crate::driver::Driver::list_records))
-//! and the permits of the semaphores under one
-//! ([`Driver::list_permit_records`](crate::driver::Driver::list_permit_records)): `SCAN` over
+//! of every kind ([`LeaseKind`]: the locks, the permits of the semaphores, the shared
+//! holders): `SCAN` over
 //! the lock records (or the semaphores' permits hashes), read in batches, with a bound on the
 //! work.
 //!
@@ -24,9 +24,7 @@
 //! `key` names this very hash, under the prefix, and live; anything else — an expired permit
 //! not yet reclaimed, a field that is no record, a key of another type — is skipped, as for
 //! locks. Lock records, index entries and fence counters (`P:…`) never match. The shared
-//! holders of the locks under a prefix
-//! ([`Driver::list_shared_records`](crate::driver::Driver::list_shared_records)) are listed as
-//! permits are, from their records hashes (`P{T}:shared:records`).
+//! holders of the locks under a prefix ([`LeaseKind::Shared`]) are listed as permits are, from their records hashes (`P{T}:shared:records`).
 //!
 //! The work bound, for either listing: one listing asks `SCAN` to examine at most
 //! [`list_scan_budget`](super::RedisBuilder::list_scan_budget) keys in all (the sum of its
@@ -47,8 +45,8 @@ use super::node::{self, ClusterConnection};
 use super::pool::Conn;
 use super::store::Store;
 use crate::driver::{
-    KeyPrefix, ListLimit, LockList, LockRecord, MAX_KEY_LENGTH_BYTES, TIME_TOLERANCE_MS, is_live,
-    validate_lock_id,
+    KeyPrefix, LeaseKind, ListLimit, LockList, LockRecord, MAX_KEY_LENGTH_BYTES, TIME_TOLERANCE_MS,
+    is_live, validate_lock_id,
 };
 use crate::error::Result;
 
@@ -62,36 +60,21 @@ const SCAN_COUNT: usize = 1000;
 const HASH_LENGTH: usize = 22;
 
 impl Store {
-    /// The live locks under `prefix`, examining at most `budget` keys; see the module docs.
+    /// The live leases of `kind` under `prefix` (locks, the semaphores' permits, or the
+    /// locks' shared holders), examining at most `budget` keys; see the module docs.
     pub(super) fn list(
         &self,
         prefix: &KeyPrefix,
+        kind: LeaseKind,
         limit: ListLimit,
         budget: usize,
     ) -> Result<LockList<LockRecord>> {
-        self.list_by(&Listing::locks(&self.keys, prefix), limit, budget)
-    }
-
-    /// The live permits of the semaphores under `prefix`, examining at most `budget` keys;
-    /// see the module docs.
-    pub(super) fn list_permits(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-        budget: usize,
-    ) -> Result<LockList<LockRecord>> {
-        self.list_by(&Listing::permits(&self.keys, prefix), limit, budget)
-    }
-
-    /// The live shared holders of the locks under `prefix`, examining at most `budget` keys;
-    /// see the module docs.
-    pub(super) fn list_shared(
-        &self,
-        prefix: &KeyPrefix,
-        limit: ListLimit,
-        budget: usize,
-    ) -> Result<LockList<LockRecord>> {
-        self.list_by(&Listing::shared(&self.keys, prefix), limit, budget)
+        let listing = match kind {
+            LeaseKind::Lock => Listing::locks(&self.keys, prefix),
+            LeaseKind::Permit => Listing::permits(&self.keys, prefix),
+            LeaseKind::Shared => Listing::shared(&self.keys, prefix),
+        };
+        self.list_by(&listing, limit, budget)
     }
 
     /// What `listing` finds, examining at most `budget` keys.

@@ -37,8 +37,8 @@
 //!
 //! # Semaphores
 //!
-//! A semaphore ([`LockBackend::acquire_permit`](crate::LockBackend::acquire_permit),
-//! [`Driver::try_acquire_permit`](crate::driver::Driver::try_acquire_permit)) is stored apart
+//! A semaphore ([`LockBackend::acquire_as`](crate::LockBackend::acquire_as) with
+//! [`Mode::Permit`](crate::Mode::Permit)) is stored apart
 //! from the key's lock, under three keys of its own, the same in both layouts
 //! ([`SemaphoreKeys`], [`RedisBackend::semaphore_keys`]). With `T` the cluster layout's tag of
 //! the user key `K` (see [`KeyLayout`]: `K` itself, or the 22-character hash `msk` uses for
@@ -67,7 +67,7 @@
 //! | acquire | 1 script: reclaim (`ZRANGEBYSCORE`, `HDEL`, `ZREMRANGEBYSCORE` of permits past expiry + tolerance), `ZCARD` against this caller's N, `INCR` of the counter, `HSET` + `ZADD`; then `WAIT` with `min_replicas`, as for locks |
 //! | release, extend | 1 script on the permit's lock id (`HGET`, then `HDEL` + `ZREM`, or a new record and score); an expired permit is removed and answered expired, never revived |
 //! | holders | 1 read-only script: the live lock ids by score, their records |
-//! | listing by prefix ([`LockBackend::list_permits`](crate::LockBackend::list_permits)) | a walk of the keyspace, as for locks: see [Listing](#listing) |
+//! | listing by prefix ([`LockBackend::list`](crate::LockBackend::list), [`LeaseKind::Permit`](crate::LeaseKind::Permit)) | a walk of the keyspace, as for locks: see [Listing](#listing) |
 //! | batch renewal (heartbeat) | the permits' scripts in 1 pipeline (1 per node on a Cluster), beside the locks' pipeline |
 //!
 //! A permit's release (and an expired one's removal) is announced as a lock's: the user key,
@@ -95,9 +95,16 @@
 //! only a granted acquisition is `WAIT`ed for: a place is not. The TypeScript SyncGuard knows
 //! no line: its acquisitions pass it.
 //!
+//! A refused waiter is told its place
+//! ([`Acquisitions::Locked`](crate::driver::Acquisitions::Locked)'s `position`) by the same
+//! script: once its place is written and the expired ones pruned, the `ZRANK` of its place in
+//! the order (ticket, then place id) is the number of live places ahead of it; for a set, the
+//! most over its keys' lines (on a Cluster over several slots, as the last line script of each
+//! key left them). One more command inside the script, no round trip.
+//!
 //! # Several keys
 //!
-//! [`Driver::try_acquire_all`](crate::driver::Driver::try_acquire_all) is one script over every
+//! [`Driver::try_acquire`](crate::driver::Driver::try_acquire) of a set is one script over every
 //! key's keys on one server and behind Sentinel (all or none at one instant: no other client
 //! sees part of the set held), and on a Cluster when every key's lock lies in one hash slot; on
 //! a Cluster whose keys lie in several slots, the keys are taken one at a time in the set's
@@ -108,8 +115,8 @@
 //! # Shared holders
 //!
 //! A shared hold of a lock (a reader:
-//! [`LockBackend::acquire_shared`](crate::LockBackend::acquire_shared),
-//! [`Driver::try_acquire_shared`](crate::driver::Driver::try_acquire_shared)) is a lease of
+//! [`LockBackend::acquire_as`](crate::LockBackend::acquire_as) with
+//! [`Mode::Shared`](crate::Mode::Shared)) is a lease of
 //! its own, stored beside the lock under two keys, the same in both layouts, in the hash slot of
 //! the lock's line ([`SharedKeys`], [`RedisBackend::shared_keys`]):
 //!
@@ -129,7 +136,7 @@
 //! | shared acquire | 1 script: the reader's own record (a repeat is the same hold), the lock record (a live exclusive lock refuses), the line (no live exclusive place ahead), `INCR` of the lock's counter, reclaim of expired readers, `HSET` + `ZADD`; then `WAIT` with `min_replicas`, as for locks |
 //! | exclusive acquire | the same one script as before, plus `TYPE` and `ZCOUNT` of the readers' expiries (read only): a live reader refuses it as a live record does |
 //! | release, extend, readers | the semaphore's scripts on these two keys (see [Semaphores](#semaphores)); a release is announced on the lock's channel |
-//! | listing by prefix ([`LockBackend::list_shared`](crate::LockBackend::list_shared)) | a walk of the keyspace, as for permits: see [Listing](#listing) |
+//! | listing by prefix ([`LockBackend::list`](crate::LockBackend::list), [`LeaseKind::Shared`](crate::LeaseKind::Shared)) | a walk of the keyspace, as for permits: see [Listing](#listing) |
 //! | batch renewal (heartbeat) | the readers' scripts in 1 pipeline (1 per node on a Cluster) |
 //!
 //! No fixed limit on readers per key (tested with 1 000): the sorted set and hash grow with
@@ -242,7 +249,7 @@
 //! listing's prefix or not: on a server shared with other data, raise the budget above the
 //! number of keys in the database, or keep the locks in a database of their own.
 //!
-//! [`LockBackend::list_permits`](crate::LockBackend::list_permits) walks the same way, for the
+//! [`LockBackend::list`](crate::LockBackend::list) of permits walks the same way, for the
 //! semaphores' permits hashes: `SCAN` `MATCH P{*}:sem:permits` — every semaphore of the key
 //! prefix, since a user key under the listing's prefix may be stored under its hash (a long key,
 //! a key with braces), so the user-key prefix cannot narrow the pattern; only names whose tag is
@@ -365,6 +372,7 @@
 // `scripts.rs` (the Lua scripts), `semaphore.rs` (semaphores' operations), `replicas.rs`
 // (`min_replicas`), `watch.rs` (release notifications), `list.rs` (listing), `slot.rs` (hash
 // slots).
+mod acquire_args;
 mod builder;
 mod client;
 mod cluster;

@@ -1,4 +1,5 @@
-//! The locks of several keys at once on Redis ([`Driver::try_acquire_all`]): one script over
+//! The locks of several keys at once on Redis ([`Driver::try_acquire`](crate::driver::Driver::try_acquire) of a
+//! set): one script over
 //! every key's keys (`scripts/acquire_all.lua`, built from the same per-key parts as the
 //! single-key acquire, `scripts/lock.lua`), deciding the whole set by the several keys rule
 //! ([`admit_all`](crate::driver::admit_all)) in one atomic step — on one server,
@@ -16,10 +17,10 @@ use super::errors::{Phase, Unanswered, map_error};
 use super::layout::KeyLayout;
 use super::scripts::{self, Reply, SCRIPTS, Status};
 use super::slot::key_slot;
-use super::{line, split};
+use super::{acquire_args, split};
 use crate::driver::{
-    self, Acquisitions, FENCE_MAX, Holder, Key, KeySet, Lease, LeaseKind, Line, LockId,
-    TIME_TOLERANCE_MS, Ttl, Version,
+    self, Acquisitions, FENCE_MAX, Holder, Key, Lease, LeaseKind, LockId, Request,
+    TIME_TOLERANCE_MS, Version,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -42,20 +43,16 @@ struct Member<'k> {
 }
 
 impl RedisBackend {
-    /// Takes the locks on every key of `keys`, or none: one script where the store allows it (see
-    /// the module docs), else one key at a time.
-    pub(super) fn acquire_all(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
+    /// Takes the exclusive locks on every key of `request`, or none: one script where the store
+    /// allows it (see the module docs), else one key at a time.
+    pub(super) fn acquire_all(&self, request: &Request<'_>) -> Result<Acquisitions> {
         let backend = self;
         let store = &backend.store;
+        let keys = request.keys();
         if store.pool.is_cluster() && !in_one_slot(backend, keys)? {
-            return backend.acquire_over_slots(keys, ttl, holder, line);
+            return backend.acquire_over_slots(request);
         }
+        let (ttl, holder) = (request.ttl, request.holder);
         let layout = store.keys.layout();
         let mut invocation = SCRIPTS.acquire_all.prepare_invoke();
         let mut members = Vec::with_capacity(keys.len());
@@ -70,7 +67,7 @@ impl RedisBackend {
             let index_key = store.keys.index_key(&lock_id);
             slots.push(key_slot(lock_keys.lock.as_bytes()));
             invocation.key(&lock_keys.lock).key(&lock_keys.fence);
-            line::push_keys(&mut invocation, &line_keys);
+            acquire_args::push_keys(&mut invocation, &line_keys);
             invocation.key(&readers);
             match layout {
                 KeyLayout::TypeScript => {
@@ -102,7 +99,7 @@ impl RedisBackend {
             .arg(FENCE_MAX)
             .arg(holder.map_or("", Holder::as_str))
             .arg(stride(layout));
-        line::push_args(&mut invocation, line);
+        acquire_args::push_args(&mut invocation, request.line);
         for member in &members {
             invocation
                 .arg(member.lock_id.as_str())
@@ -184,15 +181,9 @@ impl RedisBackend {
                 Ok(Acquisitions::Acquired(leases))
             }
             Status::Absent => {
-                let ticket = reply.string()?;
-                let ticket = if ticket.is_empty() {
-                    None
-                } else {
-                    Some(ticket.parse::<u64>().map_err(|_| {
-                        LockError::internal("unexpected reply from Redis: a ticket is not a number")
-                    })?)
-                };
-                Ok(Acquisitions::Locked { ticket })
+                let ticket = reply.ticket()?;
+                let position = reply.position()?;
+                Ok(Acquisitions::Locked { ticket, position })
             }
             Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
                 let named = reply.peek_string().and_then(|redis_key| {
@@ -217,7 +208,7 @@ impl RedisBackend {
 
 /// Whether every key's lock lies in one hash slot (its keys share the lock's tag), so that one
 /// script may take them all on a Cluster.
-fn in_one_slot(backend: &RedisBackend, keys: &KeySet) -> Result<bool> {
+fn in_one_slot(backend: &RedisBackend, keys: &[Key]) -> Result<bool> {
     let mut slots = keys.iter().map(|key| {
         let lock = backend.store.keys.lock_keys(key.as_str())?.lock;
         Ok::<_, LockError>(key_slot(lock.as_bytes()))
@@ -237,8 +228,14 @@ fn in_one_slot(backend: &RedisBackend, keys: &KeySet) -> Result<bool> {
 /// could not be, for the error's doubt.
 fn unreleased(
     backend: &RedisBackend,
-    keys: &KeySet,
+    keys: &[Key],
     leases: &[(Lease, Option<Version>)],
 ) -> Vec<(String, String)> {
-    driver::give_back(backend, keys, leases).map_or_else(Vec::new, |(_, unreleased)| unreleased)
+    keys.iter()
+        .zip(leases)
+        .filter(|(key, (lease, version))| {
+            driver::release_granted(backend, key, LeaseKind::Lock, lease, version.as_ref()).is_err()
+        })
+        .map(|(key, (lease, _))| (key.to_string(), lease.lock_id.clone()))
+        .collect()
 }

@@ -38,6 +38,9 @@ use std::time::Duration;
 use redis::cluster::Connect;
 use redis::{Cmd, Connection, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult, Value};
 
+/// What a pipeline of a connection answers: its replies, in order.
+pub(super) type Replies = RedisResult<Vec<Value>>;
+
 /// A cluster connection over [`NodeConnection`]s.
 pub(crate) type ClusterConnection = redis::cluster::ClusterConnection<NodeConnection>;
 
@@ -352,12 +355,7 @@ impl ConnectionLike for NodeConnection {
         self.request(cmd)
     }
 
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
+    fn req_packed_commands(&mut self, cmd: &[u8], offset: usize, count: usize) -> Replies {
         self.read_unread()?;
         self.guard(|c| c.req_packed_commands(cmd, offset, count))
     }

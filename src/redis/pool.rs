@@ -15,7 +15,7 @@ use redis::{
 use super::cluster::{ClusterConnector, OwnCluster, spoils_the_connection};
 use super::config::Timeouts;
 use super::errors::{LastFailure, Phase, Server, is_dropped_connection, map_error};
-use super::node;
+use super::node::{self, Replies};
 use super::sentinel::SentinelPrimary;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::net::with_one_reconnect;
@@ -315,12 +315,7 @@ impl ConnectionLike for UntilFirstFailure<'_> {
         self.0.req_packed_command(cmd)
     }
 
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
+    fn req_packed_commands(&mut self, cmd: &[u8], offset: usize, count: usize) -> Replies {
         self.0.send_packed_command(cmd)?;
         let mut replies = Vec::with_capacity(count);
         let mut index = 0;

@@ -48,8 +48,18 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     is_locked: script!("is_locked.lua"),
     lookup_key: script!("lookup_key.lua"),
     lookup_id: script!("lookup_id.lua"),
-    semaphore_acquire: script!("semaphore.lua", "line.lua", "semaphore_acquire.lua"),
-    shared_acquire: script!("semaphore.lua", "line.lua", "shared_acquire.lua"),
+    semaphore_acquire: script!(
+        "semaphore.lua",
+        "line.lua",
+        "holder_acquire.lua",
+        "semaphore_acquire.lua"
+    ),
+    shared_acquire: script!(
+        "semaphore.lua",
+        "line.lua",
+        "holder_acquire.lua",
+        "shared_acquire.lua"
+    ),
     semaphore_release: script!("semaphore.lua", "semaphore_release.lua"),
     semaphore_extend: script!("semaphore.lua", "semaphore_extend.lua"),
     semaphore_holders: script!("semaphore.lua", "semaphore_holders.lua"),
@@ -110,6 +120,25 @@ impl Reply {
             Some(Value::Int(n)) => Ok(n),
             _ => Err(unexpected("a script reply lacks an expected integer")),
         }
+    }
+
+    /// The next value read as a ticket of a place in line: a number, or `''` for none.
+    pub fn ticket(&mut self) -> Result<Option<u64>> {
+        let ticket = self.string()?;
+        if ticket.is_empty() {
+            return Ok(None);
+        }
+        let ticket = ticket.parse::<u64>();
+        ticket
+            .map(Some)
+            .map_err(|_| unexpected("a ticket is not a number"))
+    }
+
+    /// The next value read as a waiter's position in line (`line_position` in
+    /// `scripts/line.lua`): how many places stand ahead of its own, `None` (-1) when it
+    /// stands in none.
+    pub fn position(&mut self) -> Result<Option<u64>> {
+        Ok(u64::try_from(self.int()?).ok())
     }
 
     /// The next string of the reply, left unread (the Redis key a refusal names).

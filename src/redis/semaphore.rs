@@ -14,8 +14,8 @@ use super::scripts::{Reply, SCRIPTS, Status, granted};
 use super::slot::key_slot;
 use super::store::Store;
 use crate::driver::{
-    Acquisition, Extension, FENCE_MAX, Holder, Key, LeaseKind, LeaseRef, Line, LockId, LockRecord,
-    Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
+    Acquisitions, Extension, FENCE_MAX, Holder, Key, LeaseKind, LeaseRef, LockId, LockRecord,
+    Outcome, Permits, Request, TIME_TOLERANCE_MS, Ttl,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -23,23 +23,22 @@ use crate::fence::Fence;
 /// An acquisition's answer, with what the replicas said of it (`min_replicas`), for the
 /// driver to judge: it undoes an acquisition too few replicas have, as it does for locks.
 pub(super) struct Attempt {
-    pub acquisition: Acquisition,
+    pub acquisition: Acquisitions,
     /// The lock id the permit was asked for under.
     pub lock_id: LockId,
     /// The replicas' acknowledgements of a granted permit, when `min_replicas` is set.
     pub acknowledged: Option<Result<i64>>,
 }
 
-/// Takes a permit: one script on the semaphore's keys and its line's (and `WAIT` on the same
-/// connection with `min_replicas`, for a granted permit only: a place is not waited for).
+/// Takes a permit of the semaphore of `permits` on `key` as `request` asks: one script on the
+/// semaphore's keys and its line's (and `WAIT` on the same connection with `min_replicas`, for
+/// a granted permit only: a place is not waited for).
 pub(super) fn acquire(
     store: &Store,
     replicas: Option<&ReplicaAcks>,
     key: &Key,
     permits: Permits,
-    ttl: Ttl,
-    holder: Option<&Holder>,
-    line: Line<'_>,
+    request: &Request<'_>,
 ) -> Result<Attempt> {
     let keys = store.keys.semaphore_keys(key.as_str())?;
     let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Permit)?;
@@ -47,16 +46,16 @@ pub(super) fn acquire(
     let slot = key_slot(keys.holders.as_bytes());
     let mut invocation = SCRIPTS.semaphore_acquire.key(&keys.holders);
     invocation.key(&keys.permits).key(&keys.fence);
-    super::line::push_keys(&mut invocation, &line_keys);
+    super::acquire_args::push_keys(&mut invocation, &line_keys);
     invocation
         .arg(lock_id.as_str())
-        .arg(ttl.as_millis())
+        .arg(request.ttl.as_millis())
         .arg(TIME_TOLERANCE_MS)
         .arg(permits.get())
         .arg(key.as_str())
         .arg(FENCE_MAX)
-        .arg(holder.map_or("", Holder::as_str));
-    super::line::push_args(&mut invocation, line);
+        .arg(request.holder.map_or("", Holder::as_str));
+    super::acquire_args::push_args(&mut invocation, request.line);
     run_acquire(store, replicas, key, lock_id, slot, &invocation)
 }
 
@@ -93,9 +92,9 @@ pub(super) fn run_acquire(
             // Re-issuing through from_counter applies the warning threshold.
             let fence = Fence::from_counter(fence.value()).map_err(|e| e.with_key(key.as_str()))?;
             let expires_at_ms = reply.int()?;
-            Acquisition::granted(lock_id.as_str().to_owned(), fence, expires_at_ms, None)
+            Acquisitions::granted(lock_id.as_str().to_owned(), fence, expires_at_ms, None)
         }
-        Status::Absent => Acquisition::Locked,
+        Status::Absent => Acquisitions::locked_at(reply.position()?),
         Status::FenceOverflow | Status::BadCounter | Status::Foreign => {
             return Err(store.refusal(&mut reply, Some(key)));
         }
@@ -225,7 +224,7 @@ pub(super) fn extend_all(
 /// shared holders of its lock ([`LeaseKind::Shared`]), in fence order: one read-only script.
 pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<LockRecord>> {
     let (holders, records) = holder_set(store, key, kind)?;
-    let mut reply = store.run(|conn| {
+    let reply = store.run_ok(key, |conn| {
         SCRIPTS
             .semaphore_holders
             .key(&holders)
@@ -233,11 +232,6 @@ pub(super) fn find(store: &Store, key: &Key, kind: LeaseKind) -> Result<Vec<Lock
             .arg(TIME_TOLERANCE_MS)
             .invoke(conn)
     })?;
-    match reply.status {
-        Status::Ok => {}
-        Status::Foreign => return Err(store.refusal(&mut reply, Some(key))),
-        _ => return Err(store.foreign(Some(key.as_str()))),
-    }
     let mut held = reply
         .strings()?
         .iter()

@@ -5,24 +5,23 @@
 //! exclusive acquire counts them in its own script (`scripts/acquire.lua`). See [Shared
 //! holders](super#shared-holders).
 
+use super::acquire_args::push_request_args;
 use super::replicas::ReplicaAcks;
 use super::scripts::SCRIPTS;
 use super::semaphore::{Attempt, run_acquire};
 use super::slot::key_slot;
 use super::store::Store;
-use crate::driver::{FENCE_MAX, Holder, Key, LeaseKind, Line, TIME_TOLERANCE_MS, Ttl};
+use crate::driver::{Key, LeaseKind, Request};
 use crate::error::Result;
 
-/// Takes a shared hold of the lock on `key`: one script on the lock's keys, its line's and its
-/// shared holders' (and `WAIT` on the same connection with `min_replicas`, for a granted hold
-/// only).
+/// Takes a shared hold of the lock on `key` as `request` asks: one script on the lock's keys,
+/// its line's and its shared holders' (and `WAIT` on the same connection with `min_replicas`,
+/// for a granted hold only).
 pub(super) fn acquire(
     store: &Store,
     replicas: Option<&ReplicaAcks>,
     key: &Key,
-    ttl: Ttl,
-    holder: Option<&Holder>,
-    line: Line<'_>,
+    request: &Request<'_>,
 ) -> Result<Attempt> {
     let lock_keys = store.keys.lock_keys(key.as_str())?;
     let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Shared)?;
@@ -31,16 +30,10 @@ pub(super) fn acquire(
     let slot = key_slot(lock_keys.lock.as_bytes());
     let mut invocation = SCRIPTS.shared_acquire.key(&lock_keys.lock);
     invocation.key(&lock_keys.fence);
-    super::line::push_keys(&mut invocation, &line_keys);
+    super::acquire_args::push_keys(&mut invocation, &line_keys);
     invocation
         .key(&shared_keys.holders)
-        .key(&shared_keys.records)
-        .arg(lock_id.as_str())
-        .arg(ttl.as_millis())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(key.as_str())
-        .arg(FENCE_MAX)
-        .arg(holder.map_or("", Holder::as_str));
-    super::line::push_args(&mut invocation, line);
+        .key(&shared_keys.records);
+    push_request_args(&mut invocation, &lock_id, key, request);
     run_acquire(store, replicas, key, lock_id, slot, &invocation)
 }

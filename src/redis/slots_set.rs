@@ -1,5 +1,6 @@
 //! A set of keys over several Redis Cluster hash slots, waiting in line
-//! ([`Driver::try_acquire_all`] with [`Line::Wait`] or [`Line::WaitAt`]): no script may touch
+//! ([`Driver::try_acquire`](crate::driver::Driver::try_acquire) of a set with [`Line::Wait`] or
+//! [`Line::WaitAt`]): no script may touch
 //! two slots, so the set cannot be decided in one step as on one server (`multi.rs`). It
 //! follows the several keys rule ([`admit_all`](crate::driver::admit_all)) key by key instead:
 //!
@@ -20,12 +21,10 @@
 //! Not atomic: another caller may see some keys taken for a moment, as with any set taken key
 //! by key, and the places are written one key at a time.
 
+use super::acquire_args;
 use super::driver::RedisBackend;
-use super::line;
-use super::scripts::{SCRIPTS, Status};
-use crate::driver::{
-    self, Acquisitions, Holder, Key, KeySet, LeaseKind, Line, TIME_TOLERANCE_MS, Ttl,
-};
+use super::scripts::SCRIPTS;
+use crate::driver::{self, Acquisitions, Holder, Key, LeaseKind, Line, Request, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};
 
 /// What the line script does on a key besides judging it.
@@ -46,24 +45,22 @@ struct Judged {
     standing: Option<u64>,
     /// The ticket a new place at the back of the key's line would get.
     next_ticket: u64,
+    /// How many places stand ahead of the waiter's own after the call, when it stands there.
+    position: Option<u64>,
 }
 
 impl RedisBackend {
-    /// The set `keys`, whose locks lie in several Cluster slots, acquired by the several keys
-    /// rule as the module docs tell. A `line` without a place (a single attempt) takes the keys
-    /// one by one ([`driver::acquire_one_by_one`]).
-    pub(super) fn acquire_over_slots(
-        &self,
-        keys: &KeySet,
-        ttl: Ttl,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Acquisitions> {
+    /// The set of `request`, whose locks lie in several Cluster slots, acquired by the several
+    /// keys rule as the module docs tell. A line without a place (a single attempt) takes the
+    /// keys one by one ([`driver::acquire_one_by_one`]). A refusal's position is the most
+    /// places ahead of the set's own on the keys' lines, as the last pass left them.
+    pub(super) fn acquire_over_slots(&self, request: &Request<'_>) -> Result<Acquisitions> {
+        let (keys, line) = (request.keys(), request.line);
         if line.place().is_none() {
-            return driver::acquire_one_by_one(self, keys, ttl, holder, line);
+            return driver::acquire_one_by_one(self, request);
         }
         if line.ticket().is_none() {
-            let first = driver::acquire_one_by_one(self, keys, ttl, holder, Line::Keep)?;
+            let first = driver::acquire_one_by_one(self, &request.line(Line::Keep))?;
             if let Acquisitions::Acquired(_) = first {
                 return Ok(first);
             }
@@ -73,7 +70,7 @@ impl RedisBackend {
             None => {
                 let seen = keys
                     .iter()
-                    .map(|key| self.judge(key, Step::Judge, holder, line))
+                    .map(|key| self.judge(key, Step::Judge, request))
                     .collect::<Result<Vec<_>>>()?;
                 let standing = seen.iter().filter_map(|judged| judged.standing).min();
                 let fresh = seen.iter().map(|judged| judged.next_ticket).max();
@@ -81,39 +78,41 @@ impl RedisBackend {
             }
         };
         let waiting = line.at(ticket);
+        let asked = request.line(waiting);
         let judged = keys
             .iter()
-            .map(|key| self.judge(key, Step::Judge, holder, waiting))
+            .map(|key| self.judge(key, Step::Judge, &asked))
             .collect::<Result<Vec<_>>>()?;
-        let refused = Acquisitions::Locked {
+        let refused = |position: Option<u64>| Acquisitions::Locked {
             ticket: Some(ticket),
+            position,
         };
+        let furthest = |judged: &[Judged]| judged.iter().filter_map(|j| j.position).max();
         if !judged.iter().all(|judged| judged.admitted) {
-            return Ok(refused);
+            return Ok(refused(furthest(&judged)));
         }
-        let taken = driver::acquire_one_by_one(self, keys, ttl, holder, waiting)?;
-        if let Acquisitions::Acquired(_) = taken {
+        let taken = driver::acquire_one_by_one(self, &asked)?;
+        let Acquisitions::Locked {
+            position: refusing, ..
+        } = taken
+        else {
             return Ok(taken);
-        }
+        };
         // A key was taken between the two passes: the keys before it were taken (leaving
         // their lines) and given back, and the refusing key gave the set its place.
+        let mut stood = Vec::new();
         for (key, judged) in keys.iter().zip(&judged) {
             if judged.standing.is_some() {
-                self.judge(key, Step::Stand, holder, waiting)?;
+                stood.push(self.judge(key, Step::Stand, &asked)?);
             }
         }
-        Ok(refused)
+        Ok(refused(furthest(&stood).max(refusing)))
     }
 
-    /// Runs the line script on `key` (see `scripts/line_judge.lua`): with a ticket in `line`
-    /// it writes the waiter's place as `step` says; without one it only reads.
-    fn judge(
-        &self,
-        key: &Key,
-        step: Step,
-        holder: Option<&Holder>,
-        line: Line<'_>,
-    ) -> Result<Judged> {
+    /// Runs the line script on `key` (see `scripts/line_judge.lua`) for the holder and line of
+    /// `request`: with a ticket in its line it writes the waiter's place as `step` says;
+    /// without one it only reads.
+    fn judge(&self, key: &Key, step: Step, request: &Request<'_>) -> Result<Judged> {
         let store = &self.store;
         let lock_keys = store.keys.lock_keys(key.as_str())?;
         let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
@@ -122,38 +121,28 @@ impl RedisBackend {
             Step::Judge => "judge",
             Step::Stand => "stand",
         };
-        let mut reply = store.run(|conn| {
+        let mut reply = store.run_ok(key, |conn| {
             let mut invocation = SCRIPTS.line_judge.key(&lock_keys.lock);
             invocation.key(&lock_keys.fence);
-            line::push_keys(&mut invocation, &line_keys);
+            acquire_args::push_keys(&mut invocation, &line_keys);
             invocation
                 .key(&readers)
                 .arg(TIME_TOLERANCE_MS)
                 .arg(step)
-                .arg(holder.map_or("", Holder::as_str));
-            line::push_args(&mut invocation, line);
+                .arg(request.holder.map_or("", Holder::as_str));
+            acquire_args::push_args(&mut invocation, request.line);
             invocation.invoke(conn)
         })?;
-        match reply.status {
-            Status::Ok => {}
-            Status::Foreign => return Err(store.refusal(&mut reply, Some(key))),
-            _ => return Err(store.foreign(Some(key.as_str()))),
-        }
         let admitted = reply.int()? == 1;
-        let standing = reply.string()?;
-        let standing = if standing.is_empty() {
-            None
-        } else {
-            Some(standing.parse::<u64>().map_err(|_| {
-                LockError::internal("unexpected reply from Redis: a ticket is not a number")
-            })?)
-        };
+        let standing = reply.ticket()?;
         let next_ticket = u64::try_from(reply.int()?)
             .map_err(|_| LockError::internal("a Redis line's next ticket is negative"))?;
+        let position = reply.position()?;
         Ok(Judged {
             admitted,
             standing,
             next_ticket,
+            position,
         })
     }
 }

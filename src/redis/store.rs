@@ -47,6 +47,22 @@ impl Store {
         Reply::parse(self.pool.run(&self.server, call)?)
     }
 
+    /// Runs one script about `key` whose only good answer is `OK` (a line's or a holder set's
+    /// read or write) and reads its reply: a refusal of what is stored, or any other status,
+    /// is the error it means.
+    pub fn run_ok(
+        &self,
+        key: &Key,
+        call: impl FnMut(&mut dyn redis::ConnectionLike) -> redis::RedisResult<redis::Value>,
+    ) -> Result<Reply> {
+        let mut reply = self.run(call)?;
+        match reply.status {
+            Status::Ok => Ok(reply),
+            Status::Foreign => Err(self.refusal(&mut reply, Some(key))),
+            _ => Err(self.foreign(Some(key.as_str()))),
+        }
+    }
+
     /// Reads the live record stored under `lock_key` (the lookup script), in either layout.
     pub fn lookup(&self, lock_key: &str) -> Result<Reply> {
         self.run(|conn| {

@@ -189,37 +189,15 @@ impl Want {
         &self,
         locker: &Locker<B>,
         options: &LockOptions,
-    ) -> Result<Held> {
-        Ok(match self {
-            Want::Lock(key) => Held::One(locker.lock_with(key, options)?),
-            Want::Permit(key) => Held::One(locker.semaphore(key, PERMITS)?.acquire_with(options)?),
-            Want::Read(key) => Held::One(locker.rw_lock(key)?.read_with(options)?),
-            Want::Write(key) => Held::One(locker.rw_lock(key)?.write_with(options)?),
-            Want::All(keys) => Held::Set(locker.lock_all_with(keys, options)?),
-        })
-    }
-}
-
-/// What an acquisition holds.
-enum Held {
-    One(LockGuard),
-    Set(MultiLockGuard),
-}
-
-impl Held {
-    fn guards(&self) -> &[LockGuard] {
-        match self {
-            Held::One(guard) => std::slice::from_ref(guard),
-            Held::Set(set) => set.guards(),
-        }
-    }
-
-    /// Gives it back. An error is a lost answer: the Locker then releases in the background.
-    fn release(self) {
-        let _ = match self {
-            Held::One(guard) => guard.release(),
-            Held::Set(set) => set.release(),
+    ) -> Result<MultiLockGuard> {
+        let one = match self {
+            Want::Lock(key) => locker.lock_with(key, options)?,
+            Want::Permit(key) => locker.semaphore(key, PERMITS)?.acquire_with(options)?,
+            Want::Read(key) => locker.rw_lock(key)?.read_with(options)?,
+            Want::Write(key) => locker.rw_lock(key)?.write_with(options)?,
+            Want::All(keys) => return locker.lock_all_with(keys, options),
         };
+        Ok(one.into())
     }
 }
 
@@ -238,7 +216,7 @@ struct Ledger {
 impl Ledger {
     /// `held` was granted to `who`: checked against the other believers, then against the
     /// store's records.
-    fn enter<B: Driver>(&self, store: &B, who: &str, want: &Want, held: &Held) {
+    fn enter<B: Driver>(&self, store: &B, who: &str, want: &Want, held: &MultiLockGuard) {
         let mode = want.mode();
         {
             let mut holding = lock(&self.holding);
@@ -272,7 +250,7 @@ impl Ledger {
     /// `held` (of `who`) is about to be given back: nobody believes in it any more. Every
     /// call of the nemesis is applied, so no lease is ever lost: a guard told otherwise is a
     /// finding.
-    fn leave(&self, who: &str, held: &Held) {
+    fn leave(&self, who: &str, held: &MultiLockGuard) {
         let mut holding = lock(&self.holding);
         for guard in held.guards() {
             if let Some(others) = holding.get_mut(guard.key()) {
@@ -374,7 +352,7 @@ impl Scenario {
             });
         let locker = Locker::with_defaults(Arc::clone(&nemesis), defaults.clone());
 
-        let take = |wants: &[Want]| -> Vec<Held> {
+        let take = |wants: &[Want]| -> Vec<MultiLockGuard> {
             wants
                 .iter()
                 .map(|want| {
@@ -402,7 +380,8 @@ impl Scenario {
                         .map_err(|error| format!("{who} was never granted: {error}"))?;
                     ledger.enter(store.inner(), &who, &want, &held);
                     ledger.leave(&who, &held);
-                    held.release();
+                    // An error is a lost answer: the Locker then releases in the background.
+                    let _ = held.release();
                 }
                 Ok(())
             }));
@@ -417,7 +396,7 @@ impl Scenario {
             if let Ok(held) = want.acquire(&locker, &quitting) {
                 ledger.enter(nemesis.inner(), "a quitter", want, &held);
                 ledger.leave("a quitter", &held);
-                held.release();
+                let _ = held.release();
             }
         }
         wait_until(
@@ -427,7 +406,7 @@ impl Scenario {
         );
         for held in first {
             ledger.leave("a first holder", &held);
-            held.release();
+            let _ = held.release();
         }
 
         let failures: Vec<String> = waiters

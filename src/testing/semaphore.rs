@@ -514,7 +514,7 @@ pub fn bad_permits_are_refused_before_any_io<B: LockBackend + 'static>(backend: 
     for permits in [0, crate::driver::MAX_PERMITS + 1] {
         let error = locker.semaphore("k", permits).err().expect("refused");
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{permits}");
-        let error = Mode::permits(permits).err().expect("refused");
+        let error = Mode::permits(permits).expect_err("refused");
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{permits}");
     }
     assert!(Permits::new(crate::driver::MAX_PERMITS).is_ok());

@@ -13,7 +13,7 @@ use crate::support::{
 };
 use redis::Commands as _;
 use serde_json::Value as Json;
-use syncguard::driver::{MAX_TTL_MS, generate_lock_id, make_storage_key};
+use syncguard::driver::{DriverExt as _, MAX_TTL_MS, generate_lock_id, make_storage_key};
 use syncguard::redis::RedisBackend;
 use syncguard::testing::support::wait_until_unlocked;
 use syncguard::{ErrorCode, LockBackend};

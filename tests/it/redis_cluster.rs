@@ -231,7 +231,7 @@ fn cluster_lock_ids_have_no_structure() {
 /// missing still releases and extends through its guard, which knows the key.
 #[test]
 fn index_and_record_out_of_step_are_safe() {
-    use syncguard::driver::{Driver, Key, LeaseRef, LockId, Outcome, Ttl};
+    use syncguard::driver::{Driver, DriverExt as _, Key, LeaseRef, LockId, Outcome, Ttl};
 
     let cluster = shared_cluster();
     let backend = cluster_backend();

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use syncguard::driver::{Driver, Key, LeaseRef, LockId, Outcome, Ttl};
+use syncguard::driver::{Driver, DriverExt as _, Key, LeaseRef, LockId, Outcome, Ttl};
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{Lease, LockBackend, Lookup};
 

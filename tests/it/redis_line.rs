@@ -6,7 +6,10 @@
 use std::collections::HashMap;
 
 use redis::Commands as _;
-use syncguard::driver::{Acquisition, Driver, Holder, Key, LeaseKind, Line, LockId, Ttl};
+use syncguard::driver::{
+    Acquisition, Acquisitions, Driver, DriverExt, Holder, Key, LeaseKind, Line, LockId, Mode,
+    Request, Ttl,
+};
 use syncguard::redis::{LineKeys, RedisBackend};
 use syncguard::{ErrorCode, LockBackend};
 
@@ -21,14 +24,20 @@ fn attempt(
 ) -> syncguard::Result<Acquisition> {
     let holder = holder.map(|holder| Holder::new(holder).unwrap());
     let ttl = Ttl::new(TTL).unwrap();
-    Driver::try_acquire(backend, &Key::new(key).unwrap(), ttl, holder.as_ref(), line)
+    let key = Key::new(key).unwrap();
+    let request = Request::one(&key, ttl).holder(holder.as_ref()).line(line);
+    backend.acquire_one(&request)
 }
 
 /// One attempt on `key`'s semaphore of one permit through the driver.
 fn attempt_permit(backend: &RedisBackend, key: &str, line: Line<'_>) -> Acquisition {
     let ttl = Ttl::new(TTL).unwrap();
     let permits = syncguard::driver::Permits::new(1).unwrap();
-    Driver::try_acquire_permit(backend, &Key::new(key).unwrap(), permits, ttl, None, line).unwrap()
+    let key = Key::new(key).unwrap();
+    let request = Request::one(&key, ttl)
+        .mode(Mode::Permit(permits))
+        .line(line);
+    backend.acquire_one(&request).unwrap()
 }
 
 fn order(conn: &mut redis::Connection, keys: &LineKeys) -> Vec<(String, i64)> {
@@ -85,7 +94,7 @@ fn a_place_is_stored_with_its_ticket_expiry_and_holder() {
         assert!((1..=7_000).contains(&ttl), "{name}: PTTL {ttl}");
     }
 
-    let line = backend.line(&key).unwrap();
+    let line = backend.waiters(&key, LeaseKind::Lock).unwrap();
     assert_eq!(line.len(), 2);
     let raw = Driver::find_line(&backend, &Key::new(&key).unwrap(), LeaseKind::Lock).unwrap();
     assert_eq!(raw[0].place_id, first.as_str());
@@ -135,7 +144,11 @@ fn no_one_in_line_means_no_line_key_written() {
         &mut conn,
         &backend.line_keys(&key, LeaseKind::Permit).unwrap()
     ));
-    assert!(backend.release_permit(&key, &permit.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &permit.lock_id)
+            .unwrap()
+    );
 }
 
 /// Expired places anywhere in the line — not only the first — are pruned by the next attempt,
@@ -218,4 +231,57 @@ fn a_line_key_of_another_type_is_refused() {
     let kept: String = conn.get(&keys.order).unwrap();
     assert_eq!(kept, "not a line");
     let _: () = conn.del(&keys.order).unwrap();
+}
+
+/// What a refused attempt on `key` in `mode` is told of its place in line (issue 41).
+fn position_of(backend: &RedisBackend, key: &Key, mode: Mode, line: Line<'_>) -> Option<u64> {
+    let request = Request::one(key, Ttl::new(TTL).unwrap())
+        .mode(mode)
+        .line(line);
+    match Driver::try_acquire(backend, &request).unwrap() {
+        Acquisitions::Locked { ticket, position } => {
+            assert_eq!(ticket, None, "one key needs no ticket");
+            position
+        }
+        granted => panic!("{mode:?} on a held key granted: {granted:?}"),
+    }
+}
+
+/// A refused waiter is told how many live places stand ahead of its own, counted by the
+/// acquire script once the line is written (issue 41): three waiters in line are 0, 1 and 2
+/// (and stay so when they ask again); once the first leaves, the others are 0 and 1; an
+/// attempt that takes no place is told none. For the lock, a semaphore and a shared hold.
+#[test]
+fn a_refused_waiter_is_told_how_many_stand_ahead_of_it() {
+    let (backend, _conn) = shared_redis_with_connection();
+    let one_permit = Mode::Permit(syncguard::driver::Permits::new(1).unwrap());
+    for mode in [Mode::Exclusive, one_permit, Mode::Shared] {
+        let key = Key::new(&unique("line-position")).unwrap();
+        // A shared waiter waits for the exclusive lock to go; the others for their own kind.
+        let held = if mode == Mode::Shared {
+            Mode::Exclusive
+        } else {
+            mode
+        };
+        let ttl = Ttl::new(TTL).unwrap();
+        let granted = Driver::try_acquire(&backend, &Request::one(&key, ttl).mode(held));
+        assert!(
+            matches!(granted, Ok(Acquisitions::Acquired(_))),
+            "{granted:?}"
+        );
+        let waiters: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+        let positions = |waiters: &[LockId]| -> Vec<Option<u64>> {
+            (waiters.iter())
+                .map(|place| position_of(&backend, &key, mode, Line::Wait(place)))
+                .collect()
+        };
+        assert_eq!(positions(&waiters), [Some(0), Some(1), Some(2)], "{mode:?}");
+        assert_eq!(positions(&waiters), [Some(0), Some(1), Some(2)], "{mode:?}");
+        backend
+            .leave_line(&key, mode.kind().sequence(), &waiters[0])
+            .unwrap();
+        assert_eq!(positions(&waiters[1..]), [Some(0), Some(1)], "{mode:?}");
+        assert_eq!(position_of(&backend, &key, mode, Line::Keep), None);
+        assert_eq!(position_of(&backend, &key, mode, Line::Ignore), None);
+    }
 }

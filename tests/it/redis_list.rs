@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use redis::Commands as _;
 use syncguard::redis::{DEFAULT_LIST_SCAN_BUDGET, KeyLayout, RedisBackend};
-use syncguard::{Coverage, LockBackend, MAX_LIST_LIMIT};
+use syncguard::{Coverage, LeaseKind, LockBackend, MAX_LIST_LIMIT};
 
 use crate::support::{
     RedisServer, TTL, lease, patient_redis, shared_cluster, shared_redis, shared_redis_namespace,
@@ -15,7 +15,7 @@ use crate::support::{
 };
 
 fn listed_keys(backend: &RedisBackend, prefix: &str, limit: usize) -> (Vec<String>, Coverage) {
-    let listed = backend.list_raw(prefix, limit).unwrap();
+    let listed = backend.list_raw(prefix, LeaseKind::Lock, limit).unwrap();
     (
         listed.locks.into_iter().map(|lock| lock.key).collect(),
         listed.coverage,

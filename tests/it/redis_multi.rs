@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use redis::Commands as _;
 use syncguard::driver::{
-    Acquisition, Acquisitions, Driver, Key, KeySet, LeaseKind, LeaseRef, Line, LockId, Ttl,
+    Acquisition, Acquisitions, Driver, DriverExt, Key, KeySet, LeaseKind, LeaseRef, Line, LockId,
+    Request, Ttl,
 };
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{LockBackend, Locker};
@@ -27,12 +28,23 @@ fn ttl() -> Ttl {
 
 /// One attempt on `key`'s lock through the driver.
 fn attempt(backend: &RedisBackend, key: &str, line: Line<'_>) -> Acquisition {
-    Driver::try_acquire(backend, &Key::new(key).unwrap(), ttl(), None, line).unwrap()
+    let key = Key::new(key).unwrap();
+    backend
+        .acquire_one(&Request::one(&key, ttl()).line(line))
+        .unwrap()
 }
 
 /// One attempt on the set `keys` through the driver.
 fn attempt_all(backend: &RedisBackend, keys: &[String], line: Line<'_>) -> Acquisitions {
-    Driver::try_acquire_all(backend, &KeySet::new(keys).unwrap(), ttl(), None, line).unwrap()
+    let keys = KeySet::new(keys).unwrap();
+    Driver::try_acquire(backend, &Request::all(&keys, ttl()).line(line)).unwrap()
+}
+
+/// The lock on each of `keys`, taken one by one by `holder`.
+fn hold_each(holder: &RedisBackend, keys: &[String]) -> Vec<syncguard::Lease> {
+    (keys.iter())
+        .map(|key| lease(holder.acquire(key, TTL)))
+        .collect()
 }
 
 /// Releases every lease of an acquired set (in the set's order, which is `keys` sorted).
@@ -315,7 +327,14 @@ fn a_set_of_eight_keys_is_one_script() {
         let (scripts, refused) =
             scripts_seen(port, &prefix, || attempt_all(&backend, &keys, Line::Keep));
         assert_eq!(scripts, 1, "{layout:?}");
-        assert_eq!(refused, Acquisitions::Locked { ticket: None }, "{layout:?}");
+        assert_eq!(
+            refused,
+            Acquisitions::Locked {
+                ticket: None,
+                position: None
+            },
+            "{layout:?}"
+        );
         release_all(&backend, &keys, acquired);
     }
 }
@@ -342,7 +361,10 @@ fn a_set_with_a_typescript_lock_is_refused() {
 
     assert_eq!(
         attempt_all(&backend, &keys, Line::Keep),
-        Acquisitions::Locked { ticket: None }
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
     );
     for (n, key) in keys.iter().enumerate() {
         assert_eq!(backend.is_locked(key).unwrap(), n == 2, "{key}");
@@ -352,7 +374,10 @@ fn a_set_with_a_typescript_lock_is_refused() {
     let place = LockId::generate();
     assert_eq!(
         attempt_all(&backend, &keys, Line::Wait(&place)),
-        Acquisitions::Locked { ticket: Some(1) },
+        Acquisitions::Locked {
+            ticket: Some(1),
+            position: Some(0)
+        },
         "a waiter stands in the TypeScript lock's line"
     );
     assert!(backend.release(lock_id.as_str()).unwrap());
@@ -394,7 +419,13 @@ fn a_cluster_set_in_one_slot_is_one_script() {
     }
     let (scripts, refused) = scripts_seen(port, &base, || attempt_all(&backend, &keys, Line::Keep));
     assert_eq!(scripts, 1);
-    assert_eq!(refused, Acquisitions::Locked { ticket: None });
+    assert_eq!(
+        refused,
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
+    );
     release_all(&backend, &keys, acquired);
 }
 
@@ -417,11 +448,15 @@ fn a_cluster_set_over_several_slots_is_all_or_none() {
 
     assert_eq!(
         attempt_all(&backend, &keys, Line::Keep),
-        Acquisitions::Locked { ticket: None }
+        Acquisitions::Locked {
+            ticket: None,
+            position: None
+        }
     );
     let place = LockId::generate();
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = attempt_all(&backend, &keys, Line::Wait(&place))
     else {
         panic!("a waiter is refused with a ticket");
@@ -468,12 +503,10 @@ fn held_and_a_refused_set(
     keys: &[String],
     set: &LockId,
 ) -> (Vec<syncguard::Lease>, u64) {
-    let held = keys
-        .iter()
-        .map(|key| lease(other.acquire(key, TTL)))
-        .collect();
+    let held = hold_each(other, keys);
     let Acquisitions::Locked {
         ticket: Some(ticket),
+        ..
     } = attempt_all(backend, keys, Line::Wait(set))
     else {
         panic!("a waiting set is refused with a ticket");
@@ -540,7 +573,8 @@ fn a_set_retried_after_its_answer_was_lost_is_granted(
     assert_eq!(
         retried,
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0)
         },
         "the retry answers the set's one ticket"
     );
@@ -614,7 +648,8 @@ fn a_cluster_set_over_several_slots_keeps_its_place_on_a_key_that_admits_it() {
     assert_eq!(
         attempt_all(&backend, &keys, Line::WaitAt(&set, ticket)),
         Acquisitions::Locked {
-            ticket: Some(ticket)
+            ticket: Some(ticket),
+            position: Some(0)
         }
     );
     assert_eq!(
@@ -741,4 +776,45 @@ fn a_lost_answer_leaves_every_key_in_doubt_and_all_are_freed() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Three sets waiting for the same two held keys are told 0, 1 and 2 places ahead (the most
+/// over the keys' lines), and once the first leaves both lines the others 0 and 1 (issue 41).
+fn waiting_sets_are_told_how_many_stand_ahead(backend: &RedisBackend, keys: &[String]) {
+    let held = hold_each(backend, keys);
+    let sets: Vec<LockId> = (0..3).map(|_| LockId::generate()).collect();
+    let positions = |sets: &[LockId]| -> Vec<Option<u64>> {
+        (sets.iter())
+            .map(|set| match attempt_all(backend, keys, Line::Wait(set)) {
+                Acquisitions::Locked { position, .. } => position,
+                granted => panic!("a set on held keys granted: {granted:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(positions(&sets), [Some(0), Some(1), Some(2)]);
+    for key in keys {
+        backend
+            .leave_line(&Key::new(key).unwrap(), LeaseKind::Lock, &sets[0])
+            .unwrap();
+    }
+    assert_eq!(positions(&sets[1..]), [Some(0), Some(1)]);
+    for lease in held {
+        assert!(backend.release(&lease.lock_id).unwrap());
+    }
+}
+
+#[test]
+fn waiting_sets_are_told_their_place_on_one_server() {
+    for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
+        let (backend, _) = shared_redis_namespace(layout);
+        let base = unique("multi-position");
+        let keys = [format!("{base}-a"), format!("{base}-b")];
+        waiting_sets_are_told_how_many_stand_ahead(&backend, &keys);
+    }
+}
+
+#[test]
+fn waiting_sets_are_told_their_place_over_several_cluster_slots() {
+    let keys = keys_in_two_slots(&unique("multi-slots-position"));
+    waiting_sets_are_told_how_many_stand_ahead(&cluster_backend(), &keys);
 }

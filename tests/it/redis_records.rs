@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use redis::Commands as _;
-use syncguard::driver::{Driver as _, Key, LeaseRef, LockId, Ttl, generate_lock_id};
+use syncguard::driver::{
+    Driver as _, DriverExt as _, Key, LeaseRef, LockId, Ttl, generate_lock_id,
+};
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{AcquireOutcome, ErrorCode, LockBackend, LockError, Lookup};
 

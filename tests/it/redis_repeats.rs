@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::Commands as _;
 use syncguard::redis::RedisBackend;
 use syncguard::testing::support::wait_until;
-use syncguard::{ErrorCode, LockBackend};
+use syncguard::{ErrorCode, LeaseKind, LockBackend, Mode as LeaseMode};
 
 use crate::support::proxy::{FaultProxy, Mode};
 use crate::support::redis_topology::{Node, data_node_args, info};
@@ -28,8 +28,12 @@ fn through(proxy: &FaultProxy, query: &str) -> Arc<RedisBackend> {
         .build()
         .expect("a backend through the proxy");
     let key = unique("warm-up");
-    let warm = lease(backend.acquire_permit(&key, 1, TTL));
-    assert!(backend.release_permit(&key, &warm.lock_id).unwrap());
+    let warm = lease(backend.acquire_as(&key, LeaseMode::permits(1).unwrap(), TTL));
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &warm.lock_id)
+            .unwrap()
+    );
     Arc::new(backend)
 }
 
@@ -93,7 +97,7 @@ fn a_repeated_permit_acquisition_answers_the_first_permit() {
     let keys = backend.semaphore_keys(&key).unwrap();
     let acquire = {
         let (backend, key) = (Arc::clone(&backend), key.clone());
-        move || backend.acquire_permit(&key, 1, TTL)
+        move || backend.acquire_as(&key, LeaseMode::permits(1).unwrap(), TTL)
     };
     let repeated = lease(AnswerLost::start(&proxy, acquire).repeat(&proxy));
 
@@ -108,7 +112,11 @@ fn a_repeated_permit_acquisition_answers_the_first_permit() {
     assert_eq!(repeated.fence.value(), 1);
     let counter: i64 = conn.get(&keys.fence).unwrap();
     assert_eq!(counter, 1, "the repeat took no fence of its own");
-    assert!(backend.release_permit(&key, &repeated.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Permit, &repeated.lock_id)
+            .unwrap()
+    );
 }
 
 /// The answer to a shared acquisition is lost and the acquisition repeated (issue 34): the
@@ -120,12 +128,16 @@ fn a_repeated_shared_acquisition_answers_the_first_hold() {
     let backend = through(&proxy, "");
     let key = unique("shared-repeat");
     // Taken through the proxy before any fault: the shared acquire script is then loaded.
-    let warm = lease(backend.acquire_shared(&key, TTL));
-    assert!(backend.release_shared(&key, &warm.lock_id).unwrap());
+    let warm = lease(backend.acquire_as(&key, LeaseMode::Shared, TTL));
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &warm.lock_id)
+            .unwrap()
+    );
     let keys = backend.shared_keys(&key).unwrap();
     let acquire = {
         let (backend, key) = (Arc::clone(&backend), key.clone());
-        move || backend.acquire_shared(&key, TTL)
+        move || backend.acquire_as(&key, LeaseMode::Shared, TTL)
     };
     let repeated = lease(AnswerLost::start(&proxy, acquire).repeat(&proxy));
 
@@ -139,7 +151,11 @@ fn a_repeated_shared_acquisition_answers_the_first_hold() {
     assert_eq!(repeated.fence.value(), 2, "the warm-up took fence 1");
     let counter: i64 = conn.get(backend.fence_key(&key).unwrap()).unwrap();
     assert_eq!(counter, 2, "the repeat took no fence of its own");
-    assert!(backend.release_shared(&key, &repeated.lock_id).unwrap());
+    assert!(
+        backend
+            .release_as(&key, LeaseKind::Shared, &repeated.lock_id)
+            .unwrap()
+    );
 }
 
 /// The answer to a waiter's attempt on a held lock is lost and the attempt repeated (issue 33):
@@ -147,7 +163,9 @@ fn a_repeated_shared_acquisition_answers_the_first_hold() {
 /// first attempt's ticket, and the line's counter issued one ticket.
 #[test]
 fn a_repeated_attempt_in_line_is_one_place() {
-    use syncguard::driver::{Acquisition, Driver, Key, LeaseKind, Line, LockId, Ttl};
+    use syncguard::driver::{
+        Acquisition, Driver, DriverExt as _, Key, LeaseKind, Line, LockId, Request, Ttl,
+    };
 
     let proxy = FaultProxy::start(([127, 0, 0, 1], shared_redis().port).into());
     let backend = through(&proxy, "");
@@ -160,7 +178,7 @@ fn a_repeated_attempt_in_line_is_one_place() {
         move || {
             let key = Key::new(&key).unwrap();
             let ttl = Ttl::new(TTL).unwrap();
-            Driver::try_acquire(&*backend, &key, ttl, None, Line::Wait(&place))
+            backend.acquire_one(&Request::one(&key, ttl).line(Line::Wait(&place)))
         }
     };
     let answer = AnswerLost::start(&proxy, attempt).repeat(&proxy);
@@ -213,7 +231,7 @@ fn a_repeated_permit_acquisition_writes_what_wait_counts() {
     let backend = through(&proxy, "?min_replicas=1&replica_timeout=2000ms");
     let acquire = |key: &str| {
         let (backend, key) = (Arc::clone(&backend), key.to_owned());
-        move || backend.acquire_permit(&key, 1, TTL)
+        move || backend.acquire_as(&key, LeaseMode::permits(1).unwrap(), TTL)
     };
 
     // Replicating: the replica has the first attempt's permit before the repeat runs.

@@ -9,7 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis::Commands as _;
-use syncguard::driver::{Acquisition, Driver, Holder, Key, LeaseRef, Line, LockId, Permits, Ttl};
+use syncguard::driver::{
+    Acquisition, Driver, DriverExt as _, Find, Holder, Key, LeaseKind, LeaseRef, LockId, Mode,
+    Permits, Request, Ttl,
+};
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{Coverage, ErrorCode, Lease, LockBackend};
 
@@ -33,7 +36,7 @@ fn await_condition(what: &str, mut condition: impl FnMut() -> bool) {
 }
 
 fn permit(backend: &RedisBackend, key: &str, permits: u32) -> Lease {
-    lease(backend.acquire_permit(key, permits, TTL))
+    lease(backend.acquire_as(key, Mode::permits(permits).unwrap(), TTL))
 }
 
 /// Several threads race for N permits: never more than N holders at once.
@@ -51,7 +54,10 @@ fn racing_threads_never_exceed_n(backend: RedisBackend) {
         for _ in 0..6 {
             scope.spawn(|| {
                 while Instant::now() < until {
-                    let Some(held) = backend.acquire_permit(&key, N as u32, TTL).unwrap().lease()
+                    let Some(held) = backend
+                        .acquire_as(&key, Mode::permits(N as u32).unwrap(), TTL)
+                        .unwrap()
+                        .lease()
                     else {
                         std::thread::sleep(Duration::from_millis(2));
                         continue;
@@ -61,11 +67,11 @@ fn racing_threads_never_exceed_n(backend: RedisBackend) {
                     let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now_inside, Ordering::SeqCst);
                     granted.fetch_add(1, Ordering::SeqCst);
-                    let holders = backend.permit_holders(&key).unwrap().len();
+                    let holders = backend.holders(&key, LeaseKind::Permit).unwrap().len();
                     assert!(holders <= N, "{holders} live permits listed, N = {N}");
                     std::thread::sleep(Duration::from_millis(5));
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+                    assert!(release_permit(&backend, &key, &held.lock_id));
                 }
             });
         }
@@ -74,7 +80,7 @@ fn racing_threads_never_exceed_n(backend: RedisBackend) {
     assert!(most <= N, "{most} holders at once, N = {N}");
     assert!(most >= 2, "the race never had two holders at once ({most})");
     assert!(granted.load(Ordering::SeqCst) > N, "too few grants to tell");
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
 }
 
 fn fences_are_the_semaphores_own(backend: RedisBackend) {
@@ -84,7 +90,7 @@ fn fences_are_the_semaphores_own(backend: RedisBackend) {
     let permits: Vec<Lease> = (0..5).map(|_| permit(&backend, &key, 5)).collect();
     let fences: Vec<u64> = permits.iter().map(|p| p.fence.value()).collect();
     assert_eq!(fences, [1, 2, 3, 4, 5], "a sequence of the semaphore's own");
-    assert!(backend.release_permit(&key, &permits[4].lock_id).unwrap());
+    assert!(release_permit(&backend, &key, &permits[4].lock_id));
     let next = permit(&backend, &key, 5);
     assert_eq!(
         next.fence.value(),
@@ -104,7 +110,7 @@ fn lock_and_semaphore_are_apart(backend: RedisBackend) {
     let held = permit(&backend, &key, 1);
     assert!(
         backend
-            .acquire_permit(&key, 1, TTL)
+            .acquire_as(&key, Mode::permits(1).unwrap(), TTL)
             .unwrap()
             .lease()
             .is_none()
@@ -112,44 +118,52 @@ fn lock_and_semaphore_are_apart(backend: RedisBackend) {
     assert!(backend.is_locked(&key).unwrap());
     assert!(backend.release(&lock.lock_id).unwrap());
     assert!(!backend.is_locked(&key).unwrap());
-    assert_eq!(backend.permit_holders(&key).unwrap().len(), 1);
+    assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 1);
     let lock = lease(backend.acquire(&key, TTL));
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(release_permit(&backend, &key, &held.lock_id));
     assert!(backend.is_locked(&key).unwrap());
     // A permit's lock id is no lock's, nor the other way round.
     assert!(!backend.release(&held.lock_id).unwrap());
-    assert!(!backend.release_permit(&key, &lock.lock_id).unwrap());
+    assert!(!release_permit(&backend, &key, &lock.lock_id));
     assert!(backend.release(&lock.lock_id).unwrap());
 }
 
 fn expired_permits_are_reclaimed(backend: RedisBackend) {
     let key = unique("sem-expiry");
     let short = Duration::from_millis(100);
-    let old = lease(backend.acquire_permit(&key, 1, short));
+    let old = lease(backend.acquire_as(&key, Mode::permits(1).unwrap(), short));
     let mut fresh = None;
     await_condition(
         "the expired permit to be reclaimed by an acquisition",
         || {
-            fresh = backend.acquire_permit(&key, 1, TTL).unwrap().lease();
+            fresh = backend
+                .acquire_as(&key, Mode::permits(1).unwrap(), TTL)
+                .unwrap()
+                .lease();
             fresh.is_some()
         },
     );
     let fresh = fresh.unwrap();
     assert!(fresh.fence > old.fence);
-    let holders = backend.permit_holders_raw(&key).unwrap();
+    let holders = backend.holders_raw(&key, LeaseKind::Permit).unwrap();
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].lock_id, fresh.lock_id);
     // Never resurrected.
     assert_eq!(
-        backend.extend_permit(&key, &old.lock_id, TTL).unwrap(),
+        backend
+            .extend_as(&key, LeaseKind::Permit, &old.lock_id, TTL)
+            .unwrap(),
         None
     );
-    assert!(!backend.release_permit(&key, &old.lock_id).unwrap());
+    assert!(!release_permit(&backend, &key, &old.lock_id));
     // An expired permit (not yet reclaimed) is no holder, and renewing it fails.
     let other = unique("sem-expiry");
-    let gone = lease(backend.acquire_permit(&other, 2, short));
+    let gone = lease(backend.acquire_as(&other, Mode::permits(2).unwrap(), short));
     await_condition("the permit to expire", || {
-        backend.permit_holders(&other).unwrap().is_empty()
+        backend
+            .holders(&other, LeaseKind::Permit)
+            .unwrap()
+            .is_empty()
     });
     let (key_ref, id) = (
         Key::new(&other).unwrap(),
@@ -160,15 +174,20 @@ fn expired_permits_are_reclaimed(backend: RedisBackend) {
         .extend_lease(LeaseRef::permit(&id, &key_ref), ttl)
         .unwrap();
     assert_eq!(outcome, syncguard::driver::Outcome::Expired);
-    assert!(!backend.release_permit(&other, &gone.lock_id).unwrap());
-    assert!(backend.release_permit(&key, &fresh.lock_id).unwrap());
+    assert!(!release_permit(&backend, &other, &gone.lock_id));
+    assert!(release_permit(&backend, &key, &fresh.lock_id));
 }
 
 fn release_and_extend_are_idempotent(backend: RedisBackend) {
     let key = unique("sem-idem");
     let held = permit(&backend, &key, 2);
     let extended = backend
-        .extend_permit(&key, &held.lock_id, Duration::from_secs(60))
+        .extend_as(
+            &key,
+            LeaseKind::Permit,
+            &held.lock_id,
+            Duration::from_secs(60),
+        )
         .unwrap()
         .expect("a live permit is extended");
     assert!(
@@ -177,18 +196,20 @@ fn release_and_extend_are_idempotent(backend: RedisBackend) {
         held.expires_at_ms
     );
     assert_eq!(
-        backend.permit_holders(&key).unwrap()[0].expires_at_ms,
+        backend.holders(&key, LeaseKind::Permit).unwrap()[0].expires_at_ms,
         extended
     );
-    assert!(backend.release_permit(&key, &held.lock_id).unwrap());
-    assert!(!backend.release_permit(&key, &held.lock_id).unwrap());
+    assert!(release_permit(&backend, &key, &held.lock_id));
+    assert!(!release_permit(&backend, &key, &held.lock_id));
     assert_eq!(
-        backend.extend_permit(&key, &held.lock_id, TTL).unwrap(),
+        backend
+            .extend_as(&key, LeaseKind::Permit, &held.lock_id, TTL)
+            .unwrap(),
         None
     );
     let never = syncguard::driver::generate_lock_id();
-    assert!(!backend.release_permit(&key, &never).unwrap());
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(!release_permit(&backend, &key, &never));
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
 }
 
 fn batch_renewals_answer_each_lease(backend: RedisBackend) {
@@ -206,16 +227,8 @@ fn batch_renewals_answer_each_lease(backend: RedisBackend) {
     assert!(backend.release(&locks[1].lock_id).unwrap());
     assert!(backend.release(&locks[2].lock_id).unwrap());
     let thief = lease(backend.acquire(&lock_keys[2], TTL));
-    assert!(
-        backend
-            .release_permit(&sem_keys[1], &permits[1].lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_permit(&sem_keys[2], &permits[2].lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &sem_keys[1], &permits[1].lock_id));
+    assert!(release_permit(&backend, &sem_keys[2], &permits[2].lock_id));
     let sem_thief = permit(&backend, &sem_keys[2], 1);
 
     let lock_ids: Vec<LockId> = locks
@@ -266,24 +279,19 @@ fn batch_renewals_answer_each_lease(backend: RedisBackend) {
     }
     // What was stolen stays with the thief, untouched.
     assert_eq!(
-        backend.permit_holders_raw(&sem_keys[2]).unwrap()[0].lock_id,
+        backend
+            .holders_raw(&sem_keys[2], LeaseKind::Permit)
+            .unwrap()[0]
+            .lock_id,
         sem_thief.lock_id
     );
-    let held = backend.permit_holders(&sem_keys[0]).unwrap();
+    let held = backend.holders(&sem_keys[0], LeaseKind::Permit).unwrap();
     assert_eq!(held[0].expires_at_ms, expiry(0));
     for id in [&locks[0].lock_id, &thief.lock_id] {
         assert!(backend.release(id).unwrap());
     }
-    assert!(
-        backend
-            .release_permit(&sem_keys[0], &permits[0].lock_id)
-            .unwrap()
-    );
-    assert!(
-        backend
-            .release_permit(&sem_keys[2], &sem_thief.lock_id)
-            .unwrap()
-    );
+    assert!(release_permit(&backend, &sem_keys[0], &permits[0].lock_id));
+    assert!(release_permit(&backend, &sem_keys[2], &sem_thief.lock_id));
 }
 
 fn callers_disagreeing_on_n_each_get_their_own(backend: RedisBackend) {
@@ -292,7 +300,7 @@ fn callers_disagreeing_on_n_each_get_their_own(backend: RedisBackend) {
     let second = permit(&backend, &key, 2);
     assert!(
         backend
-            .acquire_permit(&key, 2, TTL)
+            .acquire_as(&key, Mode::permits(2).unwrap(), TTL)
             .unwrap()
             .lease()
             .is_none()
@@ -300,21 +308,23 @@ fn callers_disagreeing_on_n_each_get_their_own(backend: RedisBackend) {
     let third = permit(&backend, &key, 5);
     assert!(
         backend
-            .acquire_permit(&key, 3, TTL)
+            .acquire_as(&key, Mode::permits(3).unwrap(), TTL)
             .unwrap()
             .lease()
             .is_none()
     );
-    assert_eq!(backend.permit_holders(&key).unwrap().len(), 3);
+    assert_eq!(backend.holders(&key, LeaseKind::Permit).unwrap().len(), 3);
     for held in [first, second, third] {
-        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        assert!(release_permit(&backend, &key, &held.lock_id));
     }
 }
 
 fn bad_n_is_refused(backend: RedisBackend) {
     let key = unique("sem-bad-n");
     for bad in [0, 1001] {
-        let error = backend.acquire_permit(&key, bad, TTL).unwrap_err();
+        let error = Mode::permits(bad)
+            .and_then(|mode| backend.acquire_as(&key, mode, TTL))
+            .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidArgument, "{bad}: {error}");
     }
     assert!(Permits::new(0).is_err());
@@ -330,17 +340,19 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
     let ids: Vec<String> = (0..4)
         .map(|i| {
             let holder = Holder::new(format!("x{i}")).unwrap();
-            match backend
-                .try_acquire_permit(&key_ref, permits, ttl, Some(&holder), Line::Keep)
-                .unwrap()
-            {
+            let request = Request::one(&key_ref, ttl)
+                .mode(Mode::Permit(permits))
+                .holder(Some(&holder));
+            match backend.acquire_one(&request).unwrap() {
                 Acquisition::Acquired { lease, .. } => lease.lock_id,
                 Acquisition::Locked => panic!("permit {i} refused"),
             }
         })
         .collect();
-    assert!(backend.release_permit(&key, &ids[1]).unwrap());
-    let found = backend.find_permits(&key_ref).unwrap();
+    assert!(release_permit(&backend, &key, &ids[1]));
+    let found = backend
+        .find(Find::Key(&key_ref, LeaseKind::Permit))
+        .unwrap();
     let listed: Vec<(&str, Option<&str>, u64)> = found
         .iter()
         .map(|r| (r.lock_id.as_str(), r.holder.as_deref(), r.fence.value()))
@@ -354,11 +366,11 @@ fn holders_are_listed_in_fence_order(backend: RedisBackend) {
         ]
     );
     assert!(found.iter().all(|r| r.key == key));
-    let infos = backend.permit_holders(&key).unwrap();
+    let infos = backend.holders(&key, LeaseKind::Permit).unwrap();
     let holders: Vec<Option<&str>> = infos.iter().map(|i| i.holder.as_deref()).collect();
     assert_eq!(holders, [Some("x0"), Some("x2"), Some("x3")]);
     for id in [&ids[0], &ids[2], &ids[3]] {
-        assert!(backend.release_permit(&key, id).unwrap());
+        assert!(release_permit(&backend, &key, id));
     }
 }
 
@@ -377,7 +389,7 @@ fn releases_wake_waiters(backend: RedisBackend) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let held = permit(&backend, &key, 1);
-        assert!(backend.release_permit(&key, &held.lock_id).unwrap());
+        assert!(release_permit(&backend, &key, &held.lock_id));
         if heard
             .recv_timeout(Duration::from_millis(300))
             .is_ok_and(|heard| heard == key)
@@ -501,7 +513,7 @@ fn stores_the_documented_layout() {
         assert!(conn.pttl::<_, i64>(&keys.holders).unwrap() > 0);
         assert!(conn.pttl::<_, i64>(&keys.permits).unwrap() > 0);
         assert_eq!(conn.pttl::<_, i64>(&keys.fence).unwrap(), -1);
-        assert!(backend.release_permit(key, &held.lock_id).unwrap());
+        assert!(release_permit(&backend, key, &held.lock_id));
         assert!(backend.release(&lock.lock_id).unwrap());
         let mut left: Vec<String> = conn.keys(format!("{prefix}*")).unwrap();
         left.sort();
@@ -522,7 +534,9 @@ fn refuses_what_it_did_not_write() {
     let key = unique("sem-foreign");
     let keys = backend.semaphore_keys(&key).unwrap();
     let _: () = conn.set(&keys.holders, "not a sorted set").unwrap();
-    let error = backend.acquire_permit(&key, 2, TTL).unwrap_err();
+    let error = backend
+        .acquire_as(&key, Mode::permits(2).unwrap(), TTL)
+        .unwrap_err();
     assert_eq!(error.code(), ErrorCode::Internal);
     assert!(error.message().contains(&keys.holders), "{error}");
     assert_eq!(
@@ -531,9 +545,11 @@ fn refuses_what_it_did_not_write() {
     );
     let _: () = conn.del(&keys.holders).unwrap();
     let _: () = conn.set(&keys.fence, "-3").unwrap();
-    let error = backend.acquire_permit(&key, 2, TTL).unwrap_err();
+    let error = backend
+        .acquire_as(&key, Mode::permits(2).unwrap(), TTL)
+        .unwrap_err();
     assert_eq!(error.code(), ErrorCode::Internal, "{error}");
-    assert!(backend.permit_holders(&key).unwrap().is_empty());
+    assert!(backend.holders(&key, LeaseKind::Permit).unwrap().is_empty());
 }
 
 /// The permits a listing shows: `(key, fence, lock id)` in its order.
@@ -542,7 +558,7 @@ fn listed_permits(
     prefix: &str,
     limit: usize,
 ) -> Vec<(String, u64, String)> {
-    let listed = backend.list_permits_raw(prefix, limit).unwrap();
+    let listed = backend.list_raw(prefix, LeaseKind::Permit, limit).unwrap();
     assert_eq!(listed.coverage, Coverage::Complete, "{prefix}");
     listed
         .locks
@@ -602,11 +618,11 @@ fn a_cluster_lists_permits_on_every_primary() {
         .collect();
     expected.sort();
     assert_eq!(listed_permits(&backend, &prefix, 100), expected);
-    let cut = backend.list_permits(&prefix, 3).unwrap();
+    let cut = backend.list(&prefix, LeaseKind::Permit, 3).unwrap();
     assert_eq!(cut.locks.len(), 3);
     assert_eq!(cut.coverage, Coverage::LimitReached);
 
-    let listed_locks = backend.list_raw(&prefix, 100).unwrap();
+    let listed_locks = backend.list_raw(&prefix, LeaseKind::Lock, 100).unwrap();
     assert_eq!(listed_locks.coverage, Coverage::Complete);
     let mut lock_ids: Vec<&str> = locks.iter().map(|held| held.lock_id.as_str()).collect();
     lock_ids.sort();
@@ -619,7 +635,7 @@ fn a_cluster_lists_permits_on_every_primary() {
     assert_eq!(listed_ids, lock_ids, "the locks, and no permit among them");
 
     for (key, held) in &permits {
-        assert!(backend.release_permit(key, &held.lock_id).unwrap());
+        assert!(release_permit(&backend, key, &held.lock_id));
     }
     assert!(listed_permits(&backend, &prefix, 100).is_empty());
     for held in locks {
@@ -671,10 +687,21 @@ fn hashed_semaphores_are_listed_under_their_real_key() {
             "{layout:?}"
         );
         assert_eq!(listed_permits(&backend, "", 10).len(), 4, "{layout:?}");
-        assert!(backend.list_raw("", 10).unwrap().locks.is_empty());
+        assert!(
+            backend
+                .list_raw("", LeaseKind::Lock, 10)
+                .unwrap()
+                .locks
+                .is_empty()
+        );
         for (key, lease) in &held {
-            assert!(backend.release_permit(key, &lease.lock_id).unwrap());
+            assert!(release_permit(&backend, key, &lease.lock_id));
         }
         assert!(listed_permits(&backend, "", 10).is_empty(), "{layout:?}");
     }
+}
+
+/// Releases the permit `lock_id` on `key`: whether it was live.
+fn release_permit(backend: &RedisBackend, key: &str, lock_id: &str) -> bool {
+    backend.release_as(key, LeaseKind::Permit, lock_id).unwrap()
 }

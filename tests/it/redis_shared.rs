@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::Commands as _;
 use syncguard::testing::support::wait_until;
-use syncguard::{AcquireOutcome, ErrorCode, LockBackend};
+use syncguard::{AcquireOutcome, ErrorCode, LeaseKind, LockBackend, Mode};
 
 use crate::support::{PATIENT, TTL, lease, shared_redis_with_connection, unique};
 
@@ -32,7 +32,7 @@ fn a_reader_is_stored_beside_the_lock_and_keeps_the_writer_out() {
     let first = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&first.lock_id).unwrap());
 
-    let reader = lease(backend.acquire_shared(&key, TTL));
+    let reader = lease(backend.acquire_as(&key, Mode::Shared, TTL));
     assert_eq!(
         reader.fence.value(),
         2,
@@ -51,7 +51,7 @@ fn a_reader_is_stored_beside_the_lock_and_keeps_the_writer_out() {
         backend.acquire(&key, TTL).unwrap(),
         AcquireOutcome::Locked
     ));
-    assert!(backend.release_shared(&key, &reader.lock_id).unwrap());
+    assert!(release_shared(&backend, &key, &reader.lock_id));
     let writer = lease(backend.acquire(&key, TTL));
     assert_eq!(writer.fence.value(), 3);
     assert!(backend.release(&writer.lock_id).unwrap());
@@ -65,27 +65,27 @@ fn an_expired_reader_counts_for_nothing_and_is_reclaimed() {
     let (backend, mut conn) = shared_redis_with_connection();
     let key = unique("shared-expiry");
     let keys = backend.shared_keys(&key).unwrap();
-    let dead = lease(backend.acquire_shared(&key, Duration::from_millis(100)));
-    let live = lease(backend.acquire_shared(&key, TTL));
+    let dead = lease(backend.acquire_as(&key, Mode::Shared, Duration::from_millis(100)));
+    let live = lease(backend.acquire_as(&key, Mode::Shared, TTL));
     wait_until("the short reader to expire", PATIENT, || {
-        backend.readers(&key).unwrap().len() == 1
+        backend.holders(&key, LeaseKind::Shared).unwrap().len() == 1
     });
     assert_eq!(
         stored_readers(&mut conn, &keys.records).len(),
         2,
         "not reclaimed yet: only a grant reclaims"
     );
-    assert!(backend.release_shared(&key, &live.lock_id).unwrap());
+    assert!(release_shared(&backend, &key, &live.lock_id));
     let writer = lease(backend.acquire(&key, TTL));
     assert!(backend.release(&writer.lock_id).unwrap());
 
-    let next = lease(backend.acquire_shared(&key, TTL));
+    let next = lease(backend.acquire_as(&key, Mode::Shared, TTL));
     assert_eq!(
         stored_readers(&mut conn, &keys.records),
         vec![next.lock_id.clone()]
     );
-    assert!(!backend.release_shared(&key, &dead.lock_id).unwrap());
-    assert!(backend.release_shared(&key, &next.lock_id).unwrap());
+    assert!(!release_shared(&backend, &key, &dead.lock_id));
+    assert!(release_shared(&backend, &key, &next.lock_id));
 }
 
 /// A readers key that holds another Redis type refuses the exclusive and the shared acquire
@@ -100,7 +100,7 @@ fn a_readers_key_of_another_type_is_refused() {
     let error = backend.acquire(&key, TTL).unwrap_err();
     assert_eq!(error.code(), ErrorCode::Internal, "{error}");
     assert!(error.message().contains(&keys.holders), "{error}");
-    let error = backend.acquire_shared(&key, TTL).unwrap_err();
+    let error = backend.acquire_as(&key, Mode::Shared, TTL).unwrap_err();
     assert_eq!(error.code(), ErrorCode::Internal, "{error}");
     assert!(error.message().contains(&keys.holders), "{error}");
     let counter: Option<i64> = conn.get(backend.fence_key(&key).unwrap()).unwrap();
@@ -109,4 +109,9 @@ fn a_readers_key_of_another_type_is_refused() {
     let kept: String = conn.get(&keys.holders).unwrap();
     assert_eq!(kept, "not a set");
     let _: () = conn.del(&keys.holders).unwrap();
+}
+
+/// Releases the shared hold `lock_id` on `key`: whether it was live.
+fn release_shared(backend: &syncguard::redis::RedisBackend, key: &str, lock_id: &str) -> bool {
+    backend.release_as(key, LeaseKind::Shared, lock_id).unwrap()
 }

@@ -43,7 +43,7 @@ impl Hold {
         let key = match (keys, self) {
             (Keys::One(key), _) => key,
             (Keys::Several(keys), Hold::Exclusive) => {
-                return Ok(locker.try_lock_all_for(keys, wait)?.map(Held::Set));
+                return locker.try_lock_all_for(keys, wait);
             }
             // `Keys::of` refuses these before any I/O; kept an error rather than a panic.
             (Keys::Several(_), Hold::Shared | Hold::Permit(_)) => {
@@ -57,7 +57,7 @@ impl Hold {
             Hold::Shared => locker.rw_lock(key)?.try_read_for(wait),
             Hold::Permit(permits) => locker.semaphore(key, permits)?.try_acquire_for(wait),
         }?;
-        Ok(guard.map(Held::One))
+        Ok(guard.map(Held::from))
     }
 
     /// What kept the hold from being taken, for `run`'s note: `(what, "is" | "are")`.

@@ -30,7 +30,7 @@ use crate::outcome::{EXIT_LOST, Outcome, error_exit_code};
 use crate::release_at_end::{Ending, Releasing};
 use crate::supervisor::{Event, Supervisor, signal_exit};
 use crate::waiting::waiting;
-use crate::{connecting, holder, input};
+use crate::{connecting, held, holder, input};
 
 /// The signals `run` acts on: while it waits for the lock they end the wait; once the command
 /// runs they go to its whole group and start the `--grace` countdown.
@@ -295,7 +295,7 @@ fn run_recording(
     }
     become_subreaper();
     let mut process = Process::new(program);
-    process.args(program_args).envs(guard.environment());
+    process.args(program_args).envs(held::environment(&guard));
     let exits = events.clone();
     let group = match Group::spawn(&mut process, move |status| {
         let _ = exits.send(Event::Exited(status));

@@ -5,8 +5,8 @@
 -- ARGV: lock id, ttl ms, tolerance ms, user key (NFC), largest fence allowed, holder description
 -- (empty: none, and the record has no `holder` field, exactly as the TypeScript SyncGuard's),
 -- then the line: mode, place id, place ttl ms, line keys' ttl ms, ticket ('' for none)
--- Reply: {OK, fence, expiresAtMs} | {ABSENT} (held by another, shared holders live, or others
--- are first in line)
+-- Reply: {OK, fence, expiresAtMs} | {ABSENT, position} (held by another, shared holders live,
+-- or others are first in line; position: line_position)
 -- | {FENCE_OVERFLOW, counter key} | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local ttl, tolerance = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
@@ -17,7 +17,7 @@ if not decided then return refusal end
 if not lock.again then
   if not lock.decision.granted then
     line_write(lock.line, lock.decision, now)
-    return {ABSENT}
+    return {ABSENT, line_position(lock.line)}
   end
   refusal = fence_refusal(lock.fence_key, ARGV[5])
   if refusal then return refusal end

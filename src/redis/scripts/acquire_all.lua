@@ -6,8 +6,9 @@
 -- ARGV: ttl ms, tolerance ms, largest fence allowed, holder description (empty: none), stride,
 -- the line (mode, place id, place ttl ms, line keys' ttl ms, ticket ('' for none)), then per
 -- key: its new lock id, its user key (NFC)
--- Reply: {OK, fence, expiresAtMs, ...} one pair per key in KEYS' order | {ABSENT, ticket} (a
--- key held, or its line goes first; the ticket its places carry, '' unless waiting) |
+-- Reply: {OK, fence, expiresAtMs, ...} one pair per key in KEYS' order | {ABSENT, ticket,
+-- position} (a key held, or its line goes first; the ticket its places carry, '' unless
+-- waiting; the most places ahead of its own on a line where it stands, -1 for none) |
 -- {FENCE_OVERFLOW, counter key} | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local ttl, tolerance, largest = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local holder, stride = ARGV[4], tonumber(ARGV[5])
@@ -51,6 +52,7 @@ end
 -- did not admit it and on every key where it stands already; expired places pruned
 -- everywhere.
 if not granted then
+  local position = -1
   for _, lock in ipairs(locks) do
     if lock.again then
       -- Taken by an earlier send of this very request, and another key is no longer free
@@ -62,9 +64,10 @@ if not granted then
       local decision = lock.decision
       decision.granted = decision.granted and not decision.mine
       line_write(lock.line, decision, now)
+      position = math.max(position, line_position(lock.line))
     end
   end
-  return {ABSENT, waiting and ms_arg(locks[1].line.ticket) or ''}
+  return {ABSENT, waiting and ms_arg(locks[1].line.ticket) or '', position}
 end
 
 -- 3. Every key admits: every fence counter checked before any is incremented, then every lock

@@ -189,3 +189,11 @@ local function line_write(line, decision, now)
     end
   end
 end
+
+-- How many live places stand ahead of the waiter's own (0: it is first), once line_write has
+-- pruned the expired ones (so every place left in the order is live, ranked by ticket, then
+-- place id, as the line orders them); -1 when it stands in no place (it is not waiting).
+local function line_position(line)
+  if line.mode ~= 'wait' then return -1 end
+  return redis.call('ZRANK', line.order, line.place) or -1
+end

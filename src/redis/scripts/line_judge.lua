@@ -9,7 +9,8 @@
 -- or renew where refused or standing already), or 'stand' (stand or renew whatever the key
 -- says). Without a ticket nothing is written: the reply tells what the set's ticket comes from.
 -- Reply: {OK, admitted (1 or 0), the ticket of its live place before this call ('' for none),
--- the ticket a new place at the back of the line would get} | {FOREIGN, key, why}
+-- the ticket a new place at the back of the line would get, the places ahead of its own after
+-- this call (line_position; -1 when it stands in no place)} | {FOREIGN, key, why}
 local tolerance, step = tonumber(ARGV[1]), ARGV[2]
 local now = now_ms()
 
@@ -27,4 +28,5 @@ if lock.line.ticket then
   decision.granted = decision.granted and not decision.mine and step ~= 'stand'
   line_write(lock.line, decision, now)
 end
+reply[#reply + 1] = line_position(lock.line)
 return reply
