@@ -26,7 +26,7 @@
 //! What a driver must guarantee (the contract suite, [`testing`](crate#features), checks it):
 //! - liveness is [`is_live`] with [`TIME_TOLERANCE_MS`] against the store's time authority;
 //!   expired and missing locks look the same to every caller;
-//! - acquiring is atomic and issues a fence one above the key's last ([`Fence::from_counter`]);
+//! - acquiring is atomic and issues a fence one above the key's last ([`Fence::from_counter`](crate::Fence::from_counter));
 //!   fence counters are never deleted and never expire;
 //! - releasing and extending resolve the lease, check that the stored lock is live and has its
 //!   lock id, and mutate, in one atomic step; neither ever revives an expired lock, and an
@@ -137,7 +137,9 @@ pub use acquire::{acquire, acquire_one_by_one};
 #[cfg(feature = "firestore")]
 pub(crate) use batches::extend_by_key;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
-pub(crate) use batches::{extend_by_kind, in_order};
+pub(crate) use batches::extend_by_kind;
+#[cfg(feature = "redis")]
+pub(crate) use batches::in_order;
 pub use capabilities::{Capabilities, TimeAuthority};
 pub use ext::DriverExt;
 pub use lease::{Extension, Lease, LeaseKind, LeaseRef, Outcome, Version};

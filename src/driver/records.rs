@@ -35,7 +35,7 @@ pub struct LockRecord {
     pub acquired_at_ms: i64,
     /// The fencing token of the acquisition.
     pub fence: Fence,
-    /// Who holds it, as described when it was acquired ([`Holder`]); `None` when no
+    /// Who holds it, as described when it was acquired ([`Holder`](crate::driver::Holder)); `None` when no
     /// description was given or the store keeps none (a lock the TypeScript SyncGuard took).
     pub holder: Option<String>,
 }

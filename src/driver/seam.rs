@@ -30,16 +30,16 @@ pub trait Driver: Send + Sync {
     /// lock id and the next fence of the key's sequence (the lock's, or the semaphore's), the
     /// expiry from the store's time authority and `request.holder` stored with the lease —
     /// or none of them, [`Acquisitions::Locked`], when a key is held beyond what the mode
-    /// allows (or its line goes first). See [`Mode`] for what each mode may share a key with.
+    /// allows (or its line goes first). See [`Mode`](crate::driver::Mode) for what each mode may share a key with.
     ///
     /// A store is only asked for modes it declares ([`Capabilities`]), and for several keys
     /// only in exclusive mode when it declares [`native_sets`](Capabilities::native_sets): the
-    /// crate calls it through [`acquire`], which refuses or splits the rest.
+    /// crate calls it through [`acquire`](crate::driver::acquire), which refuses or splits the rest.
     ///
-    /// `request.line` says how the keys' lines of waiters are heeded (see [`Line`]: a lock
-    /// has one slot, a semaphore one per free permit; several keys follow [`admit_all`]). A
+    /// `request.line` says how the keys' lines of waiters are heeded (see [`Line`](crate::driver::Line): a lock
+    /// has one slot, a semaphore one per free permit; several keys follow [`admit_all`](crate::driver::admit_all)). A
     /// store without a line ([`find_line`](Driver::find_line) left at its default) treats
-    /// every line as [`Line::Ignore`]. An acquisition that finds the key free and its line
+    /// every line as [`Line::Ignore`](crate::driver::Line::Ignore). An acquisition that finds the key free and its line
     /// empty writes nothing but the lease, in the one round trip it always made.
     fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions>;
 
@@ -50,7 +50,7 @@ pub trait Driver: Send + Sync {
 
     /// Sets the expiry of each live lease named to *now +* its own TTL; one answer per lease,
     /// in order. The heartbeat renews through it, and a guard's extension is a batch of one
-    /// ([`DriverExt::extend_lease`]); a store that can do many in one request should.
+    /// ([`DriverExt::extend_lease`](crate::driver::DriverExt::extend_lease)); a store that can do many in one request should.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>>;
 
     /// Whether a live lock is stored under `key`.
@@ -63,8 +63,8 @@ pub trait Driver: Send + Sync {
 
     /// The live leases of `kind` whose key starts with `prefix`, with their raw values: sorted
     /// by key (byte order, then fence), at most `limit`, and whether that is all of them
-    /// ([`Coverage`]). Read only, with bounded work: a store that cannot find keys by prefix
-    /// cheaply stops at a bound it documents and answers [`Coverage::WorkBoundReached`]. A
+    /// ([`Coverage`](crate::driver::Coverage)). Read only, with bounded work: a store that cannot find keys by prefix
+    /// cheaply stops at a bound it documents and answers [`Coverage::WorkBoundReached`](crate::driver::Coverage::WorkBoundReached). A
     /// lock's key appears at most once.
     ///
     /// The default refuses (`InvalidArgument`: this backend cannot list); every bundled

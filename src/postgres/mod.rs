@@ -20,7 +20,7 @@
 //! never deleted. `key` is [`make_storage_key`](crate::driver::make_storage_key)`("", key, 1700, 0)`, `fence_key` the same of
 //! `"fence:" + key`.
 //!
-//! Semaphores ([`LockBackend::acquire_permit`](crate::LockBackend::acquire_permit)) have two
+//! Semaphores ([`LockBackend::acquire_as`](crate::LockBackend::acquire_as) with [`Mode::Permit`](crate::Mode::Permit)) have two
 //! tables of their own, named after the lock table and created by the same setup:
 //! `syncguard_locks_semaphores(key, fence, user_key)`, one row per semaphore ever used with
 //! the last permit fence it issued (never deleted: the semaphore's own fence sequence, apart
@@ -36,7 +36,7 @@
 //! and now and then a few of any key expired over a minute ago, so that keys never used again
 //! leave no permits behind (docs/postgres.md says how many, and why the `_semaphores` rows
 //! stay). Releasing a permit is announced like a lock's release.
-//! [`LockBackend::list_permits`](crate::LockBackend::list_permits) reads the live rows of
+//! [`LockBackend::list`](crate::LockBackend::list) of permits reads the live rows of
 //! `syncguard_locks_permits` whose `user_key` starts with the prefix, by user key (byte order)
 //! then fence, as the lock listing reads the lock table. Without the functions (tables set up
 //! by an older syncguard or by the TypeScript SyncGuard) semaphore calls (acquire, holders,

@@ -7,7 +7,7 @@
 //! A dead waiter is played by a place taken straight through the driver and never renewed:
 //! what a waiter leaves behind when its process is killed. Assertions that need the dead place
 //! to be still live check that it still is *after* looking, through the store's own clock
-//! ([`LockBackend::line`] answers live places only), so a slow machine cannot fail them.
+//! ([`LockBackend::waiters`] answers live places only), so a slow machine cannot fail them.
 
 use std::sync::{Arc, Mutex};
 use std::thread;

@@ -7,7 +7,7 @@
 //! What is checked, while it runs and once everyone is done:
 //! - never two exclusive holders of a key, never a writer beside a reader, never more holders
 //!   than permits — among the guards that believe they hold, and against the store's records
-//!   ([`Driver::find`], [`Driver::find_shared`], [`Driver::find_permits`]);
+//!   ([`Driver::find`] by key and kind);
 //! - a waiter stands once on each line, with one ticket on all its keys (the nemesis checks
 //!   after every refusal);
 //! - every waiter is granted once the keys are free (each waits with a generous timeout);

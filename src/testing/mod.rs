@@ -99,7 +99,7 @@ macro_rules! line_contract {
 
 /// Expands to a module `shared_contract` with one `#[test]` per [`shared`] contract (a key's
 /// lock in shared and exclusive modes), each on a fresh backend from `$factory`: for a backend
-/// with a shared mode ([`Driver::try_acquire_shared`](crate::driver::Driver::try_acquire_shared))
+/// with a shared mode ([`Mode::Shared`](crate::driver::Mode::Shared))
 /// and a line. As with `backend_contract!`, the factory is evaluated in the invoking module
 /// (through `shared_contract_factory`); invoke it at most once per module.
 #[macro_export]
@@ -138,7 +138,7 @@ macro_rules! multi_contract {
 
 /// Expands to a module `semaphore_contract` with one `#[test]` per [`semaphore`] contract, each
 /// on a fresh backend from `$factory`: for a backend with semaphores
-/// ([`Driver::try_acquire_permit`](crate::driver::Driver::try_acquire_permit)). As with
+/// ([`Mode::Permit`](crate::driver::Mode::Permit)). As with
 /// `backend_contract!`, the factory is evaluated in the invoking module (through
 /// `semaphore_contract_factory`); invoke it at most once per module.
 #[macro_export]

@@ -1,6 +1,6 @@
 //! The shared-mode contracts: what [`Locker::rw_lock`](crate::Locker::rw_lock) and the shared
 //! calls of [`LockBackend`] promise on a backend with a shared mode
-//! ([`Driver::try_acquire_shared`](crate::driver::Driver::try_acquire_shared)): readers
+//! ([`Mode::Shared`]): readers
 //! overlap, a writer excludes them and they exclude a writer, fences order every grant of the
 //! key, a writer in line is not starved by later readers, readers at the head of the line are
 //! granted together, and one reader's loss, release or expiry leaves the others.
