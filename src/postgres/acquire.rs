@@ -10,13 +10,13 @@
 use postgres::Row;
 
 use super::client::Param;
-use super::driver::{Feature, PostgresBackend, STORAGE_KEY_LIMIT, answer_row, column};
+use super::driver::{Feature, PostgresBackend};
 use super::errors::ServerError;
 use super::line_sql::line_params;
-use super::records::not_a_record;
+use super::rows::{answer_row, column, fence_key_of, not_a_record, storage_key_of};
 use crate::driver::{
     Acquisitions, FENCE_MAX, Holder, Key, Lease, Line, LockId, Mode, Request, TIME_TOLERANCE_MS,
-    Ttl, make_storage_key,
+    Ttl,
 };
 use crate::error::{LockError, Result};
 use crate::fence::Fence;
@@ -153,21 +153,6 @@ pub(super) fn granted(
         fence,
         expires_at_ms,
     })
-}
-
-/// The `fence_key` of the counter row that belongs to a storage key.
-pub(super) fn fence_key_of(storage_key: &str) -> Result<String> {
-    make_storage_key("", &format!("fence:{storage_key}"), STORAGE_KEY_LIMIT, 0)
-}
-
-/// The storage key of `key`, refusing what PostgreSQL text cannot store (before any I/O).
-pub(super) fn storage_key_of(key: &Key) -> Result<String> {
-    if key.as_str().contains('\0') {
-        return Err(LockError::invalid_argument(
-            "PostgreSQL text cannot hold NUL characters; this key cannot be locked here",
-        ));
-    }
-    make_storage_key("", key.as_str(), STORAGE_KEY_LIMIT, 0)
 }
 
 /// The error for a fence counter no fence can follow (acquire wrote nothing).

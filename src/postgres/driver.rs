@@ -10,11 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use postgres::Row;
 use postgres::error::SqlState;
 
-use super::acquire::{fence_key_of, storage_key_of};
 use super::client::Param;
 use super::connection::{Connections, Listening, OnNotify};
 use super::errors::ServerError;
-use super::records::not_a_record;
+use super::rows::{answer_row, column, fence_key_of, not_a_record, storage_key_of};
 use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};
@@ -26,8 +25,6 @@ use crate::driver::{
 };
 use crate::error::{LockError, Result};
 
-/// PostgreSQL's storage-key limit in bytes (keys longer than this are hashed).
-pub const STORAGE_KEY_LIMIT: usize = 1700;
 /// How long past expiry a lock must be before the opt-in cleanup in `is_locked` deletes it.
 pub const CLEANUP_GUARD_MS: i64 = 2000;
 
@@ -204,12 +201,6 @@ pub(super) fn function_is_missing(op: &Op, error: &LockError) -> bool {
         && error.message().contains(&op.function)
 }
 
-/// The one row an operation answers (`what` names it in the error when there is none).
-pub(super) fn answer_row<'a>(rows: &'a [Row], what: &str) -> Result<&'a Row> {
-    rows.first()
-        .ok_or_else(|| LockError::internal(format!("{what} returned no row")))
-}
-
 /// A listening connection: every release of the table is announced on one channel with the
 /// user key as payload, so there is nothing to subscribe per key.
 struct PgWatch {
@@ -220,11 +211,6 @@ struct PgWatch {
 impl ReleaseWatch for PgWatch {
     fn watch(&self, _: &Key) {}
     fn unwatch(&self, _: &Key) {}
-}
-
-pub(super) fn column<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> Result<T> {
-    row.try_get(name)
-        .map_err(|_| LockError::internal(format!("unexpected result column {name}")))
 }
 
 /// What a listing answers.

@@ -8,9 +8,10 @@
 
 use postgres::Row;
 
-use super::acquire::storage_key_of;
-use super::driver::{Keyed, PostgresBackend, answer_row, column};
-use super::records::not_a_record;
+use super::driver::{Keyed, PostgresBackend};
+use super::rows::not_a_record;
+use super::rows::storage_key_of;
+use super::rows::{answer_row, column};
 use super::tables::TableNames;
 use crate::driver::{Extension, LeaseRef, Outcome, TIME_TOLERANCE_MS, Ttl};
 use crate::error::{ErrorCode, LockError, Result};

@@ -3,10 +3,10 @@
 //! line is stored and decided: `line_sql.rs`). Without this version's functions there is no
 //! line: it reads as empty and leaving it does nothing.
 
-use super::acquire::storage_key_of;
 use super::client::Param;
 use super::driver::{PostgresBackend, function_is_missing};
 use super::line_sql::line_kind;
+use super::rows::storage_key_of;
 use super::statements::Op;
 use crate::driver::{Key, LeaseKind, LockId, PlaceRecord, TIME_TOLERANCE_MS};
 use crate::error::{LockError, Result};

@@ -199,6 +199,7 @@ mod op;
 mod permit_sql;
 mod record_sql;
 mod records;
+mod rows;
 mod schema;
 mod set;
 mod set_sql;
@@ -208,6 +209,7 @@ mod sweep_sql;
 mod tables;
 
 pub use self::builder::PostgresBuilder;
-pub use self::driver::{CLEANUP_GUARD_MS, PostgresBackend, STORAGE_KEY_LIMIT};
+pub use self::driver::{CLEANUP_GUARD_MS, PostgresBackend};
+pub use self::rows::STORAGE_KEY_LIMIT;
 pub use self::schema::{SCHEMA_SQL, schema_sql, setup_schema};
 pub use self::tables::TableNames;

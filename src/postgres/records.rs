@@ -6,11 +6,11 @@
 
 use postgres::Row;
 
-use super::acquire::storage_key_of;
 use super::driver::PostgresBackend;
+use super::rows::{not_a_record, storage_key_of};
 use super::tables::TableNames;
 use crate::driver::{Find, LeaseKind, LockRecord, TIME_TOLERANCE_MS};
-use crate::error::{LockError, Result};
+use crate::error::Result;
 use crate::fence::Fence;
 
 impl PostgresBackend {
@@ -42,18 +42,6 @@ impl PostgresBackend {
             .map(|row| lock_record(row, &self.tables, key))
             .collect()
     }
-}
-
-/// The error for a row that is not a SyncGuard lock record (see `record_sql::sound`, the same
-/// rule in SQL): `Internal`, naming the key, whichever operation came across it.
-pub(super) fn not_a_record(tables: &TableNames, key: &str) -> LockError {
-    LockError::internal(format!(
-        "the row of key {key:?} in table {} is not a SyncGuard lock record (a fence that is not \
-         15 digits, a malformed lock id, or a NULL): syncguard neither takes it over nor \
-         changes it; repair or delete that row",
-        tables.lock_table()
-    ))
-    .with_key(key)
 }
 
 /// A lock row as the lookups return it; one that is not a SyncGuard record is an error naming

@@ -5,12 +5,11 @@
 //! (made by the TypeScript SyncGuard or an earlier syncguard, setup not run since) the keys are
 //! taken one at a time ([`acquire_one_by_one`]), each by its statement sent inline.
 
-use super::acquire::{
-    acquire_params, bad_counter_error, fence_key_of, granted, position, storage_key_of,
-};
-use super::driver::{PostgresBackend, answer_row, column, function_is_missing};
+use super::acquire::{acquire_params, bad_counter_error, granted, position};
+use super::driver::{PostgresBackend, function_is_missing};
 use super::errors::ServerError;
-use super::records::not_a_record;
+use super::rows::not_a_record;
+use super::rows::{answer_row, column, fence_key_of, storage_key_of};
 use crate::driver::{Acquisitions, LockId, Request, acquire_one_by_one};
 use crate::error::{LockError, Result};
 
