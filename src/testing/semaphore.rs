@@ -200,7 +200,7 @@ pub fn expired_permits_are_reclaimed<B: LockBackend + 'static>(backend: B) {
         || {
             new = backend
                 .acquire_as(&key, Mode::permits(1).unwrap(), LONG_TTL)
-                .expect("acquire_permit")
+                .expect("acquire_as a permit")
                 .lease();
             new.is_some()
         },

@@ -327,7 +327,7 @@ pub fn shared_input_is_checked_before_any_io<B: LockBackend + 'static>(backend: 
     let backend = locker.backend();
     assert_invalid(
         backend.acquire_as("", Mode::Shared, LONG_TTL),
-        "acquire_shared(\"\")",
+        "acquire_as(\"\", Mode::Shared)",
     );
     assert_invalid(
         backend.acquire_as("k", Mode::Shared, Duration::ZERO),
