@@ -104,7 +104,7 @@ impl<B: Driver + 'static> Locker<B> {
                 }
                 return result;
             }
-            Ok(None) if options.max_retries == 0 || options.timeout.is_zero() => Refusal::Held,
+            Ok(None) if !options.waits() => Refusal::Held,
             Ok(None) => Refusal::Timeout,
             Err(error) if error.code() == ErrorCode::Aborted => Refusal::Cancelled,
             Err(error) => Refusal::Error(error.code()),
@@ -150,8 +150,7 @@ impl<B: Driver + 'static> Locker<B> {
         // The waiter's place in the keys' lines: one id for all its attempts, so that a
         // repeated request is one place. A single attempt takes none but heeds the line; with
         // the line off, every attempt barges.
-        let waits = options.max_retries > 0 && !options.timeout.is_zero();
-        let place = (waits && options.wait_in_line).then(LockId::generate);
+        let place = (options.waits() && options.wait_in_line).then(LockId::generate);
         let request = Request::all(keys, plan.length)
             .mode(mode)
             .holder(holder.as_ref());
@@ -283,7 +282,6 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
         start: Instant,
     ) -> Self {
         let options = plan.options;
-        let waits = options.max_retries > 0 && !options.timeout.is_zero();
         // A waiter of several keys stands on each of their lines with the one ticket its
         // first refusal answered (`Line::WaitAt`).
         let line = match place {
@@ -296,7 +294,9 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
             request: request.line(line),
             plan,
             start,
-            waiting: waits.then(|| shared.wakeups.enter(plan.keys.as_slice())),
+            waiting: options
+                .waits()
+                .then(|| shared.wakeups.enter(plan.keys.as_slice())),
             heard: 0,
             place,
             in_line: false,

@@ -323,6 +323,12 @@ impl LockOptions {
         self.checked().map(drop)
     }
 
+    /// Whether an acquisition with these options waits (retries within a timeout), rather
+    /// than making a single attempt.
+    pub(crate) fn waits(&self) -> bool {
+        self.max_retries > 0 && !self.timeout.is_zero()
+    }
+
     /// The checks of [`validate`](Self::validate), with the values a lock call needs: the
     /// lease's TTL and the holder.
     pub(crate) fn checked(&self) -> Result<(Ttl, Option<Holder>)> {
