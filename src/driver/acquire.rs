@@ -65,16 +65,21 @@ pub fn acquire_one_by_one<D: Driver + ?Sized>(
                 taken.extend(leases.pop());
             }
             Ok(Acquisitions::Acquired(leases)) => {
-                let granted = leases.len();
-                let mut error = LockError::internal(format!(
-                    "the backend granted {granted} leases for one key"
-                ))
-                .with_key(key.as_str());
-                taken.extend(leases);
-                if let Some((_, unreleased)) = give_back(driver, request, kind, &taken) {
-                    error = error.in_doubt_all(unreleased);
+                // A driver bug: the keys taken so far are given back, and this key's leases on
+                // this key (not paired with the keys after it).
+                let mut unreleased = give_back(driver, request, kind, &taken)
+                    .map_or_else(Vec::new, |(_, unreleased)| unreleased);
+                for (lease, version) in &leases {
+                    if release_granted(driver, key, kind, lease, version.as_ref()).is_err() {
+                        unreleased.push((key.to_string(), lease.lock_id.clone()));
+                    }
                 }
-                return Err(error);
+                return Err(LockError::internal(format!(
+                    "the backend granted {} leases for one key",
+                    leases.len()
+                ))
+                .with_key(key.as_str())
+                .in_doubt_all(unreleased));
             }
             Ok(Acquisitions::Locked { position, .. }) => {
                 if let Some((failure, unreleased)) = give_back(driver, request, kind, &taken) {

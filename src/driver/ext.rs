@@ -20,8 +20,8 @@ pub trait DriverExt: Driver {
                 Ok(Acquisition::Acquired { lease, version })
             }
             Acquisitions::Acquired(leases) => {
-                let kind = request.mode.kind();
-                for ((lease, version), key) in leases.iter().zip(request.keys().iter().cycle()) {
+                let (key, kind) = (request.first_key(), request.mode.kind());
+                for (lease, version) in &leases {
                     let _ = release_granted(self, key, kind, lease, version.as_ref());
                 }
                 Err(crate::error::LockError::internal(format!(

@@ -358,6 +358,53 @@ mod outage_between_keys {
         outage
     }
 
+    /// The in-memory store with a bug: it grants `key`'s permit twice in one answer.
+    struct Doubling {
+        inner: MemoryBackend,
+        key: &'static str,
+    }
+
+    impl Driver for Doubling {
+        fn try_acquire(&self, request: &Request<'_>) -> Result<Acquisitions> {
+            let first = self.inner.try_acquire(request)?;
+            if request.key().map(Key::as_str) != Some(self.key) {
+                return Ok(first);
+            }
+            match (first, self.inner.try_acquire(request)?) {
+                (Acquisitions::Acquired(mut one), Acquisitions::Acquired(two)) => {
+                    one.extend(two);
+                    Ok(Acquisitions::Acquired(one))
+                }
+                (first, _) => Ok(first),
+            }
+        }
+
+        delegate_driver!(self, &self.inner; describe, release_lease, extend_leases,
+            key_is_locked, find, find_line, leave_line);
+    }
+
+    /// A key answered with two leases is refused as a driver bug, and every lease taken is
+    /// given back on its own key: the keys before it, and both of its leases.
+    #[test]
+    fn a_key_granted_twice_is_given_back_whole() {
+        let store = Doubling {
+            inner: MemoryBackend::new(),
+            key: "b",
+        };
+        let keys = KeySet::new(&["a", "b"]).unwrap();
+        let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+        let request = Request::all(&keys, ttl).mode(Mode::Permit(Permits::new(3).unwrap()));
+        let error = acquire_one_by_one(&store, &request).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::Internal);
+        for key in ["a", "b"] {
+            let held = store
+                .inner
+                .find(Find::Key(&Key::new(key).unwrap(), LeaseKind::Permit))
+                .unwrap();
+            assert!(held.is_empty(), "{key}: {held:?}");
+        }
+    }
+
     #[test]
     fn what_could_not_be_given_back_is_in_doubt() {
         let keys = KeySet::new(&["a", "b", "c"]).unwrap();
