@@ -1052,7 +1052,7 @@ impl Driver for CountingRenewals {
         answers
     }
 
-    syncguard::delegate_driver!(self, &self.inner; describe, try_acquire, release_lease, key_is_locked, find, list_records, find_line, leave_line, watch_releases);
+    syncguard::delegate_driver!(self, &self.inner; describe, try_acquire, release_lease, key_is_locked, find, list_records, find_line, leave_line, break_leases, watch_releases);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@
 ///         self.inner.try_acquire(request)
 ///     }
 ///     syncguard::delegate_driver!(self, &self.inner; describe, release_lease, extend_leases,
-///         key_is_locked, find, list_records, find_line, leave_line, watch_releases);
+///         key_is_locked, find, list_records, find_line, leave_line, break_leases,
+///         watch_releases);
 /// }
 /// ```
 #[macro_export]
@@ -100,6 +101,14 @@ macro_rules! delegate_driver {
             place: &$crate::driver::LockId,
         ) -> $crate::Result<()> {
             $crate::driver::Driver::leave_line($inner, key, kind, place)
+        }
+    };
+    (@method $self:tt, $inner:expr, break_leases) => {
+        fn break_leases(
+            &$self,
+            order: &$crate::driver::BreakOrder<'_>,
+        ) -> $crate::Result<$crate::driver::Broken> {
+            $crate::driver::Driver::break_leases($inner, order)
         }
     };
     (@method $self:tt, $inner:expr, watch_releases) => {

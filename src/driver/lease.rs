@@ -6,6 +6,7 @@ use std::fmt;
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::hash::hash_key;
+use crate::holder::Holder;
 use crate::key::Key;
 use crate::lock_id::LockId;
 
@@ -45,6 +46,8 @@ pub struct LeaseRef<'a> {
     pub version: Option<&'a Version>,
     /// A lock, or a permit of a semaphore ([`permit`](LeaseRef::permit)).
     pub kind: LeaseKind,
+    /// For an extension: the holder text to store from now on ([`with_holder`](LeaseRef::with_holder)).
+    pub holder: Option<&'a Holder>,
 }
 
 impl<'a> LeaseRef<'a> {
@@ -55,6 +58,7 @@ impl<'a> LeaseRef<'a> {
             key: None,
             version: None,
             kind: LeaseKind::Lock,
+            holder: None,
         }
     }
 
@@ -96,6 +100,14 @@ impl<'a> LeaseRef<'a> {
     #[must_use]
     pub fn with_kind(mut self, kind: LeaseKind) -> Self {
         self.kind = kind;
+        self
+    }
+
+    /// An extension that also replaces the lease's holder text with `holder` (a leader's
+    /// [`proclaim`](crate::Leadership::proclaim)): a lock's only. A release ignores it.
+    #[must_use]
+    pub fn with_holder(mut self, holder: &'a Holder) -> Self {
+        self.holder = Some(holder);
         self
     }
 

@@ -123,6 +123,7 @@
 
 mod acquire;
 mod batches;
+mod breaking;
 mod capabilities;
 #[macro_use]
 mod delegate;
@@ -140,6 +141,9 @@ pub(crate) use batches::extend_by_key;
 pub(crate) use batches::extend_by_kind;
 #[cfg(feature = "redis")]
 pub(crate) use batches::in_order;
+pub use breaking::{
+    BreakDelay, BreakNote, BreakOrder, Broken, is_marker, marker_expiry, marker_lock_id,
+};
 pub use capabilities::{Capabilities, TimeAuthority};
 pub use ext::DriverExt;
 pub use lease::{Extension, Lease, LeaseKind, LeaseRef, Outcome, Version};

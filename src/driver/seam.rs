@@ -1,8 +1,9 @@
-//! The seam between the crate and a store: [`Driver`], ten methods. See the
+//! The seam between the crate and a store: [`Driver`], eleven methods. See the
 //! [module docs](super).
 
 use std::sync::Arc;
 
+use super::breaking::{BreakOrder, Broken};
 use super::capabilities::Capabilities;
 use super::lease::{Extension, LeaseKind, LeaseRef, Outcome};
 use super::records::{Find, LockRecord};
@@ -49,7 +50,9 @@ pub trait Driver: Send + Sync {
     fn release_lease(&self, lease: LeaseRef<'_>) -> Result<Outcome<()>>;
 
     /// Sets the expiry of each live lease named to *now +* its own TTL; one answer per lease,
-    /// in order. The heartbeat renews through it, and a guard's extension is a batch of one
+    /// in order. A lease named [`with_holder`](LeaseRef::with_holder) also has its holder text
+    /// replaced (a leader's proclaim; a lock's only — `InvalidArgument` for a permit or shared
+    /// hold). The heartbeat renews through it, and a guard's extension is a batch of one
     /// ([`DriverExt::extend_lease`](crate::driver::DriverExt::extend_lease)); a store that can do many in one request should.
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>>;
 
@@ -98,6 +101,26 @@ pub trait Driver: Send + Sync {
         Ok(())
     }
 
+    /// An operator's forced release ([`BreakOrder`]), in one atomic step: removes the live
+    /// holders of `order.kind` on `order.key` (or the one granted under `order.lock_id`)
+    /// whatever their lock ids, and puts a marker lease in the place of each
+    /// ([`breaking`](crate::driver::BreakOrder) has the rules: a lock id no acquisition
+    /// draws, the next fence of the key's sequence, `order.note` as holder text, the delay's
+    /// expiry from the store's time authority; none for [`BreakDelay::None`](crate::driver::BreakDelay::None)).
+    /// A marker is never broken again, and an expired holder is removed but not answered.
+    /// Announced to [`watch_releases`](Driver::watch_releases) like a release. The line is
+    /// left as it is: a marker takes no place and passes none.
+    ///
+    /// The default refuses (`InvalidArgument`: this backend cannot break locks); every
+    /// bundled backend breaks every kind.
+    fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        let _ = order;
+        Err(crate::error::LockError::invalid_argument(format!(
+            "the {} backend cannot break locks",
+            self.describe().backend
+        )))
+    }
+
     /// Starts hearing of releases, from any process, so that a [`Locker`](crate::Locker)'s
     /// waiters try again at once instead of at their next poll: `on_release` is called with
     /// the (normalised) key of each release heard, for the keys the returned [`ReleaseWatch`]
@@ -131,7 +154,7 @@ macro_rules! forward_driver {
         impl<D: Driver + ?Sized> Driver for $wrapper<D> {
             delegate_driver!(self, &**self; describe, try_acquire, release_lease,
                 extend_leases, key_is_locked, find, list_records, find_line, leave_line,
-                watch_releases);
+                break_leases, watch_releases);
         }
     )*};
 }

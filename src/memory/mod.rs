@@ -1,5 +1,6 @@
 //! The in-process backend: the embedded default, and a test double with a controllable clock.
 
+mod breaking;
 mod state;
 
 use std::fmt;
@@ -7,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use self::state::{Entry, MIN_SWEEP_AT, State};
 use crate::driver::{
-    Acquisitions, Capabilities, Driver, Extension, Find, KeyPrefix, LeaseKind, LeaseRef, ListLimit,
-    LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request,
-    TIME_TOLERANCE_MS, TicketOrder, TimeAuthority, Ttl, acquire_one_by_one, is_live,
+    Acquisitions, BreakOrder, Broken, Capabilities, Driver, Extension, Find, KeyPrefix, LeaseKind,
+    LeaseRef, ListLimit, LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch,
+    Request, TIME_TOLERANCE_MS, TicketOrder, TimeAuthority, Ttl, acquire_one_by_one, is_live,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -147,6 +148,11 @@ impl MemoryBackend {
     /// One lease's extension (a batch is these in turn, under the mutex each).
     fn extend_one(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         let lock_id = lease.lock_id.as_str();
+        if lease.holder.is_some() && lease.kind != LeaseKind::Lock {
+            return Err(crate::error::LockError::invalid_argument(
+                "only a lock's holder text can be replaced",
+            ));
+        }
         let now_ms = self.clock.now_ms();
         let mut state = self.state();
         let removed = if lease.kind == LeaseKind::Lock {
@@ -156,6 +162,9 @@ impl MemoryBackend {
             match state.locks.get_mut(&key) {
                 Some(entry) if entry.lock_id == lock_id => {
                     if let Some(extension) = extended(entry, ttl, now_ms) {
+                        if let Some(holder) = lease.holder {
+                            entry.holder = Some(holder.to_string());
+                        }
                         return Ok(extension);
                     }
                     // Expired: clean up, never resurrect.
@@ -243,6 +252,15 @@ impl Driver for MemoryBackend {
             self.announce(&key);
         }
         Ok(outcome)
+    }
+
+    fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        let now_ms = self.clock.now_ms();
+        let broken = self.state().break_holders(order, now_ms)?;
+        if !broken.holders.is_empty() {
+            self.announce(order.key.as_str());
+        }
+        Ok(broken)
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {

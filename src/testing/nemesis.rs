@@ -282,5 +282,5 @@ impl<B: Driver> Driver for Nemesis<B> {
         self.plain(Step::LeaveLine, || self.inner.leave_line(key, kind, place))
     }
 
-    delegate_driver!(self, &self.inner; describe, key_is_locked, find, list_records, find_line, watch_releases);
+    delegate_driver!(self, &self.inner; describe, key_is_locked, find, list_records, find_line, break_leases, watch_releases);
 }

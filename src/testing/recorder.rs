@@ -248,7 +248,7 @@ impl<B: Driver> Driver for Recorder<B> {
         self.inner.find(by)
     }
 
-    delegate_driver!(self, &self.inner; describe, list_records, find_line, leave_line, watch_releases);
+    delegate_driver!(self, &self.inner; describe, list_records, find_line, leave_line, break_leases, watch_releases);
 }
 
 /// A [`Locker`] over a [`Recorder`] of `backend`, with `defaults`, and the recorder.
