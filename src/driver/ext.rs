@@ -1,4 +1,4 @@
-//! What every driver can do through its ten methods, written once: [`DriverExt`].
+//! What every driver can do through its eleven methods, written once: [`DriverExt`].
 
 use super::acquire::{acquire, release_granted};
 use super::lease::{Extension, LeaseRef, Outcome};
@@ -7,7 +7,7 @@ use super::seam::Driver;
 use crate::error::Result;
 use crate::time::Ttl;
 
-/// What every [`Driver`] can do through its ten methods, written once: one key's answer as
+/// What every [`Driver`] can do through its eleven methods, written once: one key's answer as
 /// a single [`Acquisition`], one lease's extension.
 pub trait DriverExt: Driver {
     /// Asks for `request` — one key — the way the crate does ([`acquire`]), and answers its

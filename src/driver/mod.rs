@@ -2,10 +2,10 @@
 //! returns (among them the [`Lease`] it grants and its [`Capabilities`]), and the toolkit every
 //! store shares with the TypeScript SyncGuard (storage keys, liveness, TTLs, limits).
 //!
-//! A driver is a store's protocol and nothing else: ten methods, one per thing a store does —
+//! A driver is a store's protocol and nothing else: eleven methods, one per thing a store does —
 //! one acquisition ([`Request`]: the keys, a [`Mode`], the TTL, the holder, the line), release
-//! and extension by [`LeaseRef`], the reads by key (or prefix) and [`LeaseKind`], the line, and
-//! the watch for releases. Everything a lock user calls — the
+//! and extension by [`LeaseRef`], the reads by key (or prefix) and [`LeaseKind`], the line, an
+//! operator's forced release ([`BreakOrder`]), and the watch for releases. Everything a lock user calls — the
 //! [`LockBackend`](crate::LockBackend) methods with their plain `&str`/`Duration` arguments and
 //! `bool`/`Option` answers, sanitised lookups, [`get_by_key`](crate::get_by_key) and friends,
 //! [`owns`](crate::owns), telemetry, and the [`Locker`](crate::Locker) with its guards and
