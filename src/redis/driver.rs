@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{line, scripts, semaphore, shared, split, typescript};
+use super::{breaking, line, scripts, semaphore, shared, split, typescript};
 
 use super::acquire_args::{self, push_request_args};
 use super::errors::{Phase, Unanswered, map_error};
@@ -15,11 +15,11 @@ use super::slot::key_slot;
 use super::store::Store;
 use super::watch::{RedisWatch, WatchSource};
 use crate::driver::{
-    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch, Request,
-    TIME_TOLERANCE_MS, Ttl,
+    Acquisitions, BreakOrder, Broken, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef,
+    ListLimit, LockId, LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch,
+    Request, TIME_TOLERANCE_MS, Ttl,
 };
-use crate::driver::{Capabilities, TimeAuthority, acquire_one_by_one, extend_by_kind};
+use crate::driver::{Capabilities, TimeAuthority, acquire_one_by_one, extend_by_kind, in_order};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 
@@ -170,9 +170,15 @@ impl RedisBackend {
         error.with_key(key.as_str())
     }
 
-    /// Renews one lease: one script, the kind's (and the layout's, for a lock).
+    /// Renews one lease: one script, the kind's (and the layout's, for a lock; a proclaim's
+    /// for a lock's lease that carries a holder text).
     fn extend_one(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         if matches!(lease.kind, LeaseKind::Permit | LeaseKind::Shared) {
+            if lease.holder.is_some() {
+                return Err(LockError::invalid_argument(
+                    "only a lock's holder text can be replaced",
+                ));
+            }
             return semaphore::extend(&self.store, lease, ttl);
         }
         match self.store.keys.layout() {
@@ -364,6 +370,23 @@ impl Driver for RedisBackend {
         if let [(lease, ttl)] = leases {
             return vec![self.extend_one(*lease, *ttl)];
         }
+        if leases.iter().any(|(lease, _)| lease.holder.is_some()) {
+            // A proclaim is rare: each lease that carries a holder text goes alone, and the
+            // rest as the batch it would have been.
+            let (proclaims, renewals): (Vec<usize>, Vec<usize>) =
+                (0..leases.len()).partition(|&i| leases[i].0.holder.is_some());
+            let batch: Vec<(LeaseRef<'_>, Ttl)> = renewals.iter().map(|&i| leases[i]).collect();
+            let mut answers: Vec<_> = renewals
+                .into_iter()
+                .zip(self.extend_leases(&batch))
+                .collect();
+            answers.extend(
+                proclaims
+                    .into_iter()
+                    .map(|i| (i, self.extend_one(leases[i].0, leases[i].1))),
+            );
+            return in_order(leases.len(), answers);
+        }
         extend_by_kind(leases, |kind, batch| match kind {
             LeaseKind::Lock => match self.store.keys.layout() {
                 KeyLayout::TypeScript => typescript::extend_all(&self.store, batch),
@@ -371,6 +394,11 @@ impl Driver for RedisBackend {
             },
             LeaseKind::Permit | LeaseKind::Shared => semaphore::extend_all(&self.store, batch),
         })
+    }
+
+    /// One script: `break_lock.lua` or `break_holders.lua` (see `breaking.rs`).
+    fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        breaking::break_leases(&self.store, order)
     }
 
     fn watch_releases(&self, on_release: OnRelease) -> Result<Option<Box<dyn ReleaseWatch>>> {

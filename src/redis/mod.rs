@@ -373,6 +373,7 @@
 // (`min_replicas`), `watch.rs` (release notifications), `list.rs` (listing), `slot.rs` (hash
 // slots).
 mod acquire_args;
+mod breaking;
 mod builder;
 mod client;
 mod cluster;

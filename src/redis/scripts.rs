@@ -36,6 +36,13 @@ pub(crate) struct Scripts {
     pub line_leave: Script,
     pub line_find: Script,
     pub line_judge: Script,
+    /// A renewal that also replaces the holder text (a leader's proclaim), apart from the
+    /// heartbeat's `extend` and `extend_record`.
+    pub proclaim: Script,
+    pub proclaim_record: Script,
+    /// An operator's break (`breaking.rs`).
+    pub break_lock: Script,
+    pub break_holders: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -66,6 +73,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     line_leave: script!("line.lua", "line_leave.lua"),
     line_find: script!("line.lua", "line_find.lua"),
     line_judge: script!("line.lua", "lock.lua", "line_judge.lua"),
+    proclaim: script!("proclaim.lua"),
+    proclaim_record: script!("proclaim_record.lua"),
+    break_lock: script!("break.lua", "break_lock.lua"),
+    break_holders: script!("semaphore.lua", "break.lua", "break_holders.lua"),
 });
 
 /// The status that opens every reply (see `prelude.lua`).

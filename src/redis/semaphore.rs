@@ -111,7 +111,7 @@ pub(super) fn run_acquire(
 
 /// The holders and records keys of the holder set of `kind` on `key`: a semaphore's holders
 /// and permits, or the lock's shared holders and their records.
-fn holder_set(store: &Store, key: &Key, kind: LeaseKind) -> Result<(String, String)> {
+pub(super) fn holder_set(store: &Store, key: &Key, kind: LeaseKind) -> Result<(String, String)> {
     match kind {
         LeaseKind::Shared => {
             let keys = store.keys.shared_keys(key.as_str())?;
@@ -126,7 +126,7 @@ fn holder_set(store: &Store, key: &Key, kind: LeaseKind) -> Result<(String, Stri
 
 /// Where a permit's release is announced: the channel of the lock on the same user key, so
 /// that the release watch hears it as it hears a lock's (with the user key).
-fn release_channel(store: &Store, key: &Key) -> Result<String> {
+pub(super) fn release_channel(store: &Store, key: &Key) -> Result<String> {
     Ok(format!(
         "{}:released",
         store.keys.lock_keys(key.as_str())?.lock

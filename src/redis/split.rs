@@ -14,6 +14,7 @@
 //! | acquire | [acquire script on the record, `SET I L PX ttl+tolerance`] |
 //! | release through a guard (key known) | [release script, `DEL I`] |
 //! | extend through a guard (key known) | [extend script, `PEXPIRE I ttl+tolerance`] |
+//! | break (a lock) | break script on the record; then [`DEL` the broken holder's `I`, `SET` the marker's `I`] |
 //! | by bare lock id (`release/extend --lock-id`, lookup) | `GET I`, then as above |
 //! | batch renewal | all leases' [extend script, `PEXPIRE I`] in one pipeline |
 //!
@@ -163,16 +164,25 @@ pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Out
     let Some(lock_key) = record_key_of(store, lease)? else {
         return Ok(Outcome::NotFound);
     };
-    let mut invocation = SCRIPTS.extend_record.key(&lock_key);
+    // A lease that carries a holder text (a leader's proclaim) has a script of its own, so
+    // that the heartbeat's stays as it was.
+    let script = match lease.holder {
+        Some(_) => &SCRIPTS.proclaim_record,
+        None => &SCRIPTS.extend_record,
+    };
+    let mut invocation = script.key(&lock_key);
     invocation
         .arg(lease.lock_id.as_str())
         .arg(TIME_TOLERANCE_MS)
         .arg(ttl.as_millis());
+    if let Some(holder) = lease.holder {
+        invocation.arg(holder.as_str());
+    }
     let answers = store.pool.run_on(&store.server, |mut conn| {
         script_with_index(
             &mut conn,
             &invocation,
-            &SCRIPTS.extend_record,
+            script,
             index_pexpire(store, lease.lock_id, ttl),
         )
     })?;
@@ -266,6 +276,37 @@ fn index_not_followed(
         "syncguard: the {operation} of {locks} applied, but the index entry could not \
          follow ({error}); until the lock expires its bare lock id may not find it"
     );
+}
+
+/// The index entries after a break of the lock at `lock_key` (the script decided, on the
+/// record): the broken holder's entry deleted and the marker's written, for as long as an
+/// acquisition's outlives its record. Both in one round trip; a failure is logged and the
+/// break's answer stands, as for a release (see the module docs).
+pub(super) fn follow_break(
+    store: &Store,
+    key: &Key,
+    lock_key: &str,
+    broken: &LockRecord,
+    marker: Option<&LockRecord>,
+) -> Result<()> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEL")
+        .arg(store.keys.index_key(&LockId::new(&broken.lock_id)?));
+    if let Some(marker) = marker {
+        let ttl_ms = marker.expires_at_ms - marker.acquired_at_ms + TIME_TOLERANCE_MS;
+        pipe.cmd("SET")
+            .arg(store.keys.index_key(&LockId::new(&marker.lock_id)?))
+            .arg(lock_key)
+            .arg("PX")
+            .arg(ttl_ms);
+    }
+    // No script in the pipeline: the break script only names what a NOSCRIPT would reload.
+    let answers = store.pool.run_on(&store.server, |mut conn| {
+        conn.pipeline(&mut pipe, &SCRIPTS.break_lock)
+    })?;
+    let failures: Vec<RedisError> = answers.into_iter().filter_map(|a| a.err()).collect();
+    index_not_followed(store, Some(key), "break", failures);
+    Ok(())
 }
 
 /// Lookup by lock id in the cluster layout: the index entry, then the record, which must

@@ -24,18 +24,25 @@ pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>>
     store.outcome(&mut reply, lease.lock_id, |_| Ok(()))
 }
 
-/// Extend: one script, through the index entry.
+/// Extend: one script, through the index entry; a lease that carries a holder text (a
+/// leader's proclaim) has a script of its own, so that the heartbeat's stays as it was.
 pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
     let index_key = store.keys.index_key(lease.lock_id);
-    let value = store.pool.run(&store.server, |conn| {
-        SCRIPTS
-            .extend
-            .key(&index_key)
-            .arg(lease.lock_id.as_str())
-            .arg(TIME_TOLERANCE_MS)
-            .arg(ttl.as_millis())
-            .invoke(conn)
-    })?;
+    let script = match lease.holder {
+        Some(_) => &SCRIPTS.proclaim,
+        None => &SCRIPTS.extend,
+    };
+    let mut invocation = script.key(&index_key);
+    invocation
+        .arg(lease.lock_id.as_str())
+        .arg(TIME_TOLERANCE_MS)
+        .arg(ttl.as_millis());
+    if let Some(holder) = lease.holder {
+        invocation.arg(holder.as_str());
+    }
+    let value = store
+        .pool
+        .run(&store.server, |conn| invocation.invoke(conn))?;
     store.extension(value, lease.lock_id)
 }
 

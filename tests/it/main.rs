@@ -142,6 +142,8 @@ mod postgres_shared;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
+mod redis_breaking;
+#[cfg(feature = "redis")]
 mod redis_cluster;
 #[cfg(feature = "redis")]
 mod redis_cluster_pipelines;
