@@ -241,4 +241,20 @@ mod tests {
             assert!(op.function.len() <= 63, "{}", op.function);
         }
     }
+
+    /// A proclaim has a statement of its own, the extension's with the holder text set too:
+    /// the hot extension's statement (and its function, whose body `schema.sql` pins) stores no
+    /// holder text and is the one every plain extension sends.
+    #[test]
+    fn a_proclaim_is_the_extension_that_also_sets_the_holder() {
+        let statements = Statements::new(&TableNames::default());
+        let extend = &*statements.extend.inline.text;
+        assert!(!extend.contains("holder"), "{extend}");
+        let proclaim = &*statements.proclaim.text;
+        assert_ne!(proclaim, extend);
+        assert_eq!(
+            proclaim.replace(", holder = l.lock_id || ' ' || $4", ""),
+            extend
+        );
+    }
 }
