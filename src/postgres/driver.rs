@@ -1,7 +1,7 @@
 //! The PostgreSQL backend itself: [`PostgresBackend`], what it runs each operation through
 //! (its server function, or the statement inline), and its [`Driver`] implementation: one key's
 //! acquisition in `acquire.rs`, a set's in `set.rs`, release and extension in `leases.rs`, reads
-//! in `records.rs`, `list.rs` and `line.rs`.
+//! in `records.rs`, `list.rs` and `line.rs`, an operator's break in `breaking.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,10 +18,10 @@ use super::statements::{Op, Sql, Statements};
 use super::tables::TableNames;
 use super::{schema, statements};
 use crate::driver::{
-    Acquisitions, Capabilities, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef,
-    ListLimit, LockId, LockList, LockRecord, Mode, OnRelease, Outcome, PlaceRecord, ReleaseWatch,
-    Request, TIME_TOLERANCE_MS, TicketOrder, TimeAuthority, Ttl, acquire_one_by_one,
-    extend_by_kind,
+    Acquisitions, BreakOrder, Broken, Capabilities, Driver, Extension, Find, Key, KeyPrefix,
+    LeaseKind, LeaseRef, ListLimit, LockId, LockList, LockRecord, Mode, OnRelease, Outcome,
+    PlaceRecord, ReleaseWatch, Request, TIME_TOLERANCE_MS, TicketOrder, TimeAuthority, Ttl,
+    acquire_one_by_one, extend_by_kind,
 };
 use crate::error::{LockError, Result};
 
@@ -122,33 +122,48 @@ impl PostgresBackend {
         op: &Op,
         params: Vec<Param>,
     ) -> Result<Vec<Row>> {
-        self.connections.query(&op.call, &params).map_err(|error| {
-            match self.missing_for(feature, op, &error) {
-                // The cause's message names the server and says how to run setup.
-                Some(missing) => LockError::invalid_argument(format!(
-                    "{} need the server functions and tables of this syncguard version, which \
-                     these tables (made by the TypeScript SyncGuard or by an earlier syncguard) \
-                     lack: {missing} is missing; {} work without them. {}",
-                    feature.name(),
-                    feature.what_works(),
-                    error.message()
-                ))
-                .with_source(error),
-                None => error,
-            }
-        })
+        (self.connections.query(&op.call, &params))
+            .map_err(|error| self.refused(feature, Some(&op.function), error))
     }
 
-    /// What a call's `error` says is missing — `op`'s function, or a table of `feature` — if
-    /// that is why it failed.
-    fn missing_for(&self, feature: Feature, op: &Op, error: &LockError) -> Option<String> {
+    /// A call's `error`, or, when it failed for `function` or a table of `feature` missing, the
+    /// refusal that says to run setup (`InvalidArgument`).
+    pub(super) fn refused(
+        &self,
+        feature: Feature,
+        function: Option<&str>,
+        error: LockError,
+    ) -> LockError {
+        match self.missing_for(feature, function, &error) {
+            // The cause's message names the server and says how to run setup.
+            Some(missing) => LockError::invalid_argument(format!(
+                "{} need the server functions and tables of this syncguard version, which \
+                 these tables (made by the TypeScript SyncGuard or by an earlier syncguard) \
+                 lack: {missing} is missing; {} work without them. {}",
+                feature.name(),
+                feature.what_works(),
+                error.message()
+            ))
+            .with_source(error),
+            None => error,
+        }
+    }
+
+    /// What a call's `error` says is missing — `function`, or a table of `feature` — if that
+    /// is why it failed.
+    fn missing_for(
+        &self,
+        feature: Feature,
+        function: Option<&str>,
+        error: &LockError,
+    ) -> Option<String> {
         let quoted = |name: &str| format!("\"{name}\"");
         match ServerError::state_of(error)? {
             state
                 if *state == SqlState::UNDEFINED_FUNCTION
-                    && error.message().contains(&op.function) =>
+                    && function.is_some_and(|function| error.message().contains(function)) =>
             {
-                Some(format!("the server function {}", op.function))
+                function.map(|function| format!("the server function {function}"))
             }
             state if *state == SqlState::UNDEFINED_TABLE => feature
                 .tables(&self.tables)
@@ -278,6 +293,11 @@ impl Driver for PostgresBackend {
             Some(keyed) => self.release_keyed_lease(keyed, lease),
             None => self.release_lock(lease),
         }
+    }
+
+    /// One statement (`break_sql.rs`), sent again while it did nothing (`breaking.rs`).
+    fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        self.break_holders(order)
     }
 
     fn extend_leases(&self, leases: &[(LeaseRef<'_>, Ttl)]) -> Vec<Result<Outcome<Extension>>> {

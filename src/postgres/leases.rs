@@ -1,19 +1,24 @@
 //! Releasing and extending leases on PostgreSQL ([`Driver::release_lease`],
 //! [`Driver::extend_leases`]): a lock by its lock id alone (its statement, inline too on tables
 //! without this version's functions), a permit or a shared hold by its key and lock id (their
-//! functions only, [`Keyed`]). A heartbeat's batch is one statement per kind of lease in it.
+//! functions only, [`Keyed`]). A heartbeat's batch is one statement per kind of lease in it. A
+//! lock's extension that carries a holder text (a leader's proclaim) has a statement of its
+//! own, so that the others keep theirs.
 //!
 //! [`Driver::release_lease`]: crate::driver::Driver::release_lease
 //! [`Driver::extend_leases`]: crate::driver::Driver::extend_leases
 
 use postgres::Row;
+use postgres::error::SqlState;
 
+use super::client::Param;
 use super::driver::{Keyed, PostgresBackend};
+use super::errors::ServerError;
 use super::rows::not_a_record;
 use super::rows::storage_key_of;
 use super::rows::{answer_row, column};
 use super::tables::TableNames;
-use crate::driver::{Extension, LeaseRef, Outcome, TIME_TOLERANCE_MS, Ttl};
+use crate::driver::{Extension, Holder, LeaseRef, Outcome, TIME_TOLERANCE_MS, Ttl};
 use crate::error::{ErrorCode, LockError, Result};
 
 impl PostgresBackend {
@@ -64,6 +69,12 @@ impl PostgresBackend {
         let mut answers: Vec<Option<Result<Outcome<Extension>>>> = Vec::with_capacity(leases.len());
         let (mut keys, mut lock_ids, mut ttls, mut sent) = (vec![], vec![], vec![], vec![]);
         for (index, (lease, ttl)) in leases.iter().enumerate() {
+            if lease.holder.is_some() {
+                answers.push(Some(Err(LockError::invalid_argument(
+                    "only a lock's holder text can be replaced",
+                ))));
+                continue;
+            }
             match lease.permit_key().and_then(storage_key_of) {
                 Ok(storage_key) => {
                     keys.push(storage_key);
@@ -122,6 +133,12 @@ impl PostgresBackend {
         if let [(lease, ttl)] = leases {
             return vec![self.extend_lock(*lease, *ttl)];
         }
+        if leases.iter().any(|(lease, _)| lease.holder.is_some()) {
+            // A proclaim among them (rare): each lease on its own.
+            return (leases.iter())
+                .map(|(lease, ttl)| self.extend_lock(*lease, *ttl))
+                .collect();
+        }
         let lock_ids: Vec<String> = leases
             .iter()
             .map(|(lease, _)| lease.lock_id.as_str().to_owned())
@@ -156,22 +173,47 @@ impl PostgresBackend {
             .collect()
     }
 
-    /// Extends the lock `lease` names, by its lock id (one statement).
+    /// Extends the lock `lease` names, by its lock id (one statement); with its holder text
+    /// when it carries one ([`proclaim`](Self::proclaim)).
     fn extend_lock(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
-        let rows = self.query(
-            &self.statements.extend,
-            vec![
-                lease.lock_id.as_str().into(),
-                ttl.as_millis().into(),
-                TIME_TOLERANCE_MS.into(),
-            ],
-        )?;
+        let params = vec![
+            lease.lock_id.as_str().into(),
+            ttl.as_millis().into(),
+            TIME_TOLERANCE_MS.into(),
+        ];
+        let rows = match lease.holder {
+            Some(holder) => self.proclaim(params, holder)?,
+            None => self.query(&self.statements.extend, params)?,
+        };
         let row = answer_row(&rows, "extend")?;
         if let Some(key) = column::<Option<String>>(row, "malformed_key")? {
             return Err(not_a_record(&self.tables, &key));
         }
         extension_outcome(row)
     }
+}
+
+impl PostgresBackend {
+    /// The extension `params` (`extend`'s) storing `holder` too, by its own statement sent
+    /// inline. On tables without the `holder` column (made by the TypeScript SyncGuard, where
+    /// no acquisition stores a holder text either) the extension alone.
+    fn proclaim(&self, mut params: Vec<Param>, holder: &Holder) -> Result<Vec<Row>> {
+        params.push(holder.as_str().into());
+        match self.connections.query(&self.statements.proclaim, &params) {
+            // Refused before it ran.
+            Err(error) if lacks_holder(&error) => {
+                params.pop();
+                self.query(&self.statements.extend, params)
+            }
+            answer => answer,
+        }
+    }
+}
+
+/// Whether `error` says the lock table has no `holder` column (the statement did not run).
+pub(super) fn lacks_holder(error: &LockError) -> bool {
+    ServerError::state_of(error) == Some(&SqlState::UNDEFINED_COLUMN)
+        && error.message().contains("holder")
 }
 
 /// A release's row: `live` NULL when nothing was stored under the lease, else whether it was

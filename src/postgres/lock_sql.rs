@@ -34,7 +34,7 @@
 use postgres::types::Type;
 
 use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe};
-use super::op::Op;
+use super::op::{Op, Sql};
 use super::record_sql::{NOW_MS, Quoted, ROW_COLUMNS, acquire_types, holder_of, sound};
 
 /// The lock acquire function's parameters (see `Statements::acquire`); the statement sent
@@ -250,16 +250,33 @@ pub(super) fn release(tables: &Quoted<'_>) -> Op {
 
 /// `$1` lock id, `$2` ttl ms, `$3` tolerance ms: extends a live lock (a sound record).
 pub(super) fn extend(tables: &Quoted<'_>) -> Op {
-    let Quoted { locks, sound_l, .. } = tables;
     Op::query(
         tables.names,
         "extend",
         &[Type::TEXT, Type::INT8, Type::INT8],
         "expires_at_ms bigint, present boolean, malformed_key text",
-        format!(
-            "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
+        extension(tables, ""),
+    )
+}
+
+/// [`extend`]'s statement, and `$4` the holder description stored too (a leader's proclaim:
+/// `LeaseRef::holder`). Sent inline only: a proclaim is rare, and the hot extension keeps its
+/// statement and function as they are. Needs the `holder` column (`setup` adds it).
+pub(super) fn proclaim(tables: &Quoted<'_>) -> Sql {
+    Sql {
+        text: extension(tables, ", holder = l.lock_id || ' ' || $4").into(),
+        types: &[Type::TEXT, Type::INT8, Type::INT8, Type::TEXT],
+    }
+}
+
+/// The extension of a live lock by its lock id, with `also_set` (more `SET` assignments, or
+/// nothing).
+fn extension(tables: &Quoted<'_>, also_set: &str) -> String {
+    let Quoted { locks, sound_l, .. } = tables;
+    format!(
+        "WITH clock AS (SELECT {NOW_MS} AS now_ms),\n\
              renewed AS (\n\
-                 UPDATE {locks} AS l SET expires_at_ms = c.now_ms + $2 FROM clock c\n\
+                 UPDATE {locks} AS l SET expires_at_ms = c.now_ms + $2{also_set} FROM clock c\n\
                  WHERE l.lock_id = $1 AND l.expires_at_ms > c.now_ms - $3 AND {sound_l}\n\
                  RETURNING l.expires_at_ms)\n\
              SELECT (SELECT expires_at_ms FROM renewed) AS expires_at_ms,\n\
@@ -267,7 +284,6 @@ pub(super) fn extend(tables: &Quoted<'_>) -> Op {
                     CASE WHEN NOT EXISTS (SELECT 1 FROM renewed) THEN\n\
                         (SELECT COALESCE(l.user_key, l.key) FROM {locks} l\n\
                          WHERE l.lock_id = $1 AND NOT {sound_l}) END AS malformed_key"
-        ),
     )
 }
 

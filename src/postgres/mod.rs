@@ -182,6 +182,8 @@
 //! pool ([`PostgresBuilder::pool`]) brings its own TLS connector.
 
 mod acquire;
+mod break_sql;
+mod breaking;
 mod builder;
 mod client;
 mod config;

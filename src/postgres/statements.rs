@@ -9,8 +9,10 @@
 //! * what permits and shared holds share (release, renewal, holders, listing): `holds_sql.rs`;
 //! * the line (THE RULE in the acquire functions, reading and leaving it): `line_sql.rs`;
 //! * deleting expired rows of any key: `sweep_sql.rs`;
+//! * an operator's break of a key's holders, of every kind (inline only): `break_sql.rs`;
 //! * the tables' quoted names, the clock and the rules for a lock row: `record_sql.rs`.
 
+use super::break_sql::{self, Counter};
 pub(crate) use super::op::{Op, SERVER_FINGERPRINT, SERVER_SHAPE, Sql};
 use super::record_sql::Quoted;
 pub(crate) use super::record_sql::release_channel;
@@ -124,6 +126,19 @@ pub(crate) struct Statements {
     /// The line (function only). `$1` storage key, `$2` kind, `$3` place id → one row:
     /// `gone` (whether the place was there). One `DELETE`.
     pub leave_line: Op,
+    /// `$1` lock id, `$2` ttl ms, `$3` tolerance ms, `$4` holder description → as `extend`,
+    /// storing the description too (inline only; needs the `holder` column).
+    pub proclaim: Sql,
+    /// Breaks the key's lock (inline only; `break_sql.rs` says what it takes and answers), on
+    /// tables with the `holder` column: the markers keep the break's note.
+    pub break_lock: Sql,
+    /// As `break_lock`, on tables without the `holder` column (made by the TypeScript
+    /// SyncGuard): the marker has no holder text.
+    pub break_lock_without_holder: Sql,
+    /// Breaks the key's shared holds (inline only; see `break_lock`).
+    pub break_shared: Sql,
+    /// Breaks the key's semaphore's permits (inline only; see `break_lock`).
+    pub break_permits: Sql,
 }
 
 impl Statements {
@@ -153,6 +168,11 @@ impl Statements {
             shared_list: holds_sql::under_prefix(&sql, "slist", shared),
             line: line_sql::places(&sql),
             leave_line: line_sql::leave_place(&sql),
+            proclaim: lock_sql::proclaim(&sql),
+            break_lock: breaking(break_sql::break_lock(&sql, true)),
+            break_lock_without_holder: breaking(break_sql::break_lock(&sql, false)),
+            break_shared: breaking(break_sql::break_holds(&sql, shared, Counter::Lock)),
+            break_permits: breaking(break_sql::break_holds(&sql, permits, Counter::Semaphore)),
         }
     }
 
@@ -199,6 +219,14 @@ impl Statements {
     }
 }
 
+/// A break statement (`break_sql.rs`), sent inline with its parameter types.
+fn breaking(text: String) -> Sql {
+    Sql {
+        text: text.into(),
+        types: break_sql::BREAK_TYPES,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +240,21 @@ mod tests {
         for op in Statements::new(&tables).all() {
             assert!(op.function.len() <= 63, "{}", op.function);
         }
+    }
+
+    /// A proclaim has a statement of its own, the extension's with the holder text set too:
+    /// the hot extension's statement (and its function, whose body `schema.sql` pins) stores no
+    /// holder text and is the one every plain extension sends.
+    #[test]
+    fn a_proclaim_is_the_extension_that_also_sets_the_holder() {
+        let statements = Statements::new(&TableNames::default());
+        let extend = &*statements.extend.inline.text;
+        assert!(!extend.contains("holder"), "{extend}");
+        let proclaim = &*statements.proclaim.text;
+        assert_ne!(proclaim, extend);
+        assert_eq!(
+            proclaim.replace(", holder = l.lock_id || ' ' || $4", ""),
+            extend
+        );
     }
 }

@@ -126,6 +126,8 @@ mod pgbouncer;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_breaking;
+#[cfg(feature = "postgres")]
 mod postgres_errors;
 #[cfg(feature = "postgres")]
 mod postgres_fences;

@@ -1,0 +1,462 @@
+//! An operator's break on PostgreSQL (issue 42), against the shared cluster directly and
+//! through the shared PgBouncer (transaction mode): what is specific to this store — one
+//! statement sent inline, on this version's tables and on tables the TypeScript SyncGuard made,
+//! the rows it leaves (TypeScript-shaped markers), the release it announces, and markers that
+//! survive a restart of the server. (The shared `break_contract!` runs the rules on every
+//! setup.) And the renewal that replaces a lock's holder text (a leader's proclaim), which has
+//! a statement of its own: the hot extension's is unchanged.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::support::{
+    self, PgServer, TTL, create_typescript_tables, drop_tables, patient_postgres, shared_postgres,
+    unique,
+};
+use syncguard::driver::{
+    Acquisition, BreakDelay, BreakNote, BreakOrder, Broken, Driver, DriverExt, Find, Holder, Key,
+    LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, generate_lock_id,
+    is_marker,
+};
+use syncguard::postgres::{PostgresBackend, TableNames};
+use syncguard::{ErrorCode, Lease};
+
+/// How long a test waits for something it expects (a hang guard, never a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn ttl(duration: Duration) -> Ttl {
+    Ttl::new(duration).unwrap()
+}
+
+fn key(name: &str) -> Key {
+    Key::new(&unique(name)).unwrap()
+}
+
+/// The operator's note every break here leaves.
+fn note() -> Holder {
+    BreakNote::new("ops-1:77 syncguard", Some("hung".into()))
+        .to_holder()
+        .unwrap()
+}
+
+/// Acquires `key` in `mode` with the holder text `holder`: it must be granted.
+#[track_caller]
+fn held(backend: &dyn Driver, key: &Key, mode: Mode, holder: &str) -> Lease {
+    let holder = Holder::new(holder).unwrap();
+    let request = Request::one(key, ttl(TTL)).mode(mode).holder(Some(&holder));
+    match backend.acquire_one(&request) {
+        Ok(Acquisition::Acquired { lease, .. }) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// Whether `key` can be acquired in `mode` now (given back at once when it can).
+#[track_caller]
+fn grantable(backend: &dyn Driver, key: &Key, mode: Mode) -> Option<Lease> {
+    match backend.acquire_one(&Request::one(key, ttl(TTL)).mode(mode)) {
+        Ok(Acquisition::Acquired { lease, .. }) => Some(lease),
+        Ok(_) => None,
+        Err(error) => panic!("acquire: {error}"),
+    }
+}
+
+/// Breaks every live holder of `kind` on `key`, for `delay`.
+#[track_caller]
+fn break_all(backend: &dyn Driver, key: &Key, kind: LeaseKind, delay: BreakDelay) -> Broken {
+    let note = note();
+    let order = BreakOrder {
+        key,
+        kind,
+        lock_id: None,
+        delay,
+        note: &note,
+    };
+    backend.break_leases(&order).unwrap()
+}
+
+/// What `Find` answers for `key`'s `kind`.
+fn found(backend: &dyn Driver, key: &Key, kind: LeaseKind) -> Vec<LockRecord> {
+    backend.find(Find::Key(key, kind)).unwrap()
+}
+
+/// A marker in the place of `broken`, as a break leaves it: a marker's lock id, a fence above
+/// the broken one's, the operator's note.
+#[track_caller]
+fn assert_marker_for(marker: &LockRecord, broken: &LockRecord, with_note: bool) {
+    assert!(is_marker(&marker.lock_id), "{marker:?}");
+    assert!(marker.fence > broken.fence, "{marker:?} {broken:?}");
+    let expected = with_note.then(|| note().to_string());
+    assert_eq!(marker.holder, expected, "{marker:?}");
+    assert_eq!(marker.key, broken.key);
+}
+
+/// Each kind is broken in one statement: the live holders answered as stored, each replaced by
+/// a marker with the next fences of the key's sequence and the operator's note, which `find`
+/// answers and which keeps the key from an acquisition of the kind it breaks (a lock marker
+/// from any lock; a reader's marker from a writer; a permit's marker takes its permit); and the
+/// next grant's fence is above the markers'.
+fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    // A lock.
+    let k = key("break-lock");
+    let lease = held(&backend, &k, Mode::Exclusive, "worker-1");
+    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
+    assert_eq!(broken.holders.len(), 1, "{broken:?}");
+    let holder = &broken.holders[0];
+    assert_eq!(holder.lock_id, lease.lock_id);
+    assert_eq!(holder.fence, lease.fence);
+    assert_eq!(holder.holder.as_deref(), Some("worker-1"));
+    assert_eq!(broken.markers.len(), 1);
+    assert_marker_for(&broken.markers[0], holder, true);
+    assert!(
+        broken.markers[0].expires_at_ms >= holder.expires_at_ms,
+        "the rest of the lease"
+    );
+    assert_eq!(found(&backend, &k, LeaseKind::Lock), broken.markers);
+    assert!(
+        grantable(&backend, &k, Mode::Exclusive).is_none(),
+        "the marker holds the key"
+    );
+    assert_eq!(
+        backend
+            .extend_lease(
+                LeaseRef::new(&LockId::new(&lease.lock_id).unwrap()),
+                ttl(TTL)
+            )
+            .unwrap(),
+        Outcome::NotFound,
+        "the broken holder learns at its next renewal"
+    );
+    let again = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
+    assert_eq!(again, Broken::default(), "a marker is never broken");
+
+    // Readers.
+    let k = key("break-shared");
+    let readers = [
+        held(&backend, &k, Mode::Shared, "reader-1"),
+        held(&backend, &k, Mode::Shared, "reader-2"),
+    ];
+    let broken = break_all(&backend, &k, LeaseKind::Shared, BreakDelay::For(ttl(TTL)));
+    let fences: Vec<_> = broken.holders.iter().map(|h| h.fence).collect();
+    assert_eq!(fences, [readers[0].fence, readers[1].fence], "{broken:?}");
+    assert_eq!(broken.markers.len(), 2);
+    for (marker, holder) in broken.markers.iter().zip(&broken.holders) {
+        assert_marker_for(marker, holder, true);
+    }
+    let top = broken.markers.iter().map(|m| m.fence).max().unwrap();
+    assert_eq!(
+        top.value(),
+        readers[1].fence.value() + 2,
+        "fences drawn in order"
+    );
+    assert_eq!(found(&backend, &k, LeaseKind::Shared), broken.markers);
+    assert!(
+        grantable(&backend, &k, Mode::Exclusive).is_none(),
+        "readers' markers keep writers out"
+    );
+    let reader = grantable(&backend, &k, Mode::Shared).expect("a reader gets in beside markers");
+    assert!(
+        reader.fence > top,
+        "the next grant's fence is above the markers'"
+    );
+
+    // Permits.
+    let k = key("break-permits");
+    let two = Mode::permits(2).unwrap();
+    let permits = [
+        held(&backend, &k, two, "p-1"),
+        held(&backend, &k, two, "p-2"),
+    ];
+    let broken = break_all(&backend, &k, LeaseKind::Permit, BreakDelay::For(ttl(TTL)));
+    assert_eq!(broken.holders.len(), 2, "{broken:?}");
+    assert_eq!(broken.markers.len(), 2);
+    for (marker, holder) in broken.markers.iter().zip(&broken.holders) {
+        assert_marker_for(marker, holder, true);
+    }
+    assert_eq!(
+        broken.markers.iter().map(|m| m.fence.value()).max(),
+        Some(permits[1].fence.value() + 2)
+    );
+    assert_eq!(found(&backend, &k, LeaseKind::Permit), broken.markers);
+    assert!(
+        grantable(&backend, &k, two).is_none(),
+        "the markers take the permits"
+    );
+    let three = Mode::permits(3).unwrap();
+    let permit = grantable(&backend, &k, three).expect("a third permit is free");
+    assert_eq!(permit.fence.value(), permits[1].fence.value() + 3);
+}
+
+/// A leader's proclaim (an extension carrying a holder text) renews the lock and replaces its
+/// holder text, keeping its fence (the term), by a statement of its own, directly and through
+/// PgBouncer; in a heartbeat's batch beside plain extensions too, which keep their holder text.
+/// A permit's or a reader's extension with a holder text is refused (`InvalidArgument`).
+fn a_proclaim_replaces_the_holder_text(connect: fn() -> PostgresBackend) {
+    let backend = connect();
+    let k = key("proclaim");
+    let lease = held(&backend, &k, Mode::Exclusive, "leader-a");
+    let lock_id = LockId::new(&lease.lock_id).unwrap();
+    let value = Holder::new("leader-b").unwrap();
+    let extended = backend
+        .extend_lease(LeaseRef::new(&lock_id).with_holder(&value), ttl(TTL * 2))
+        .unwrap();
+    let Outcome::Applied(extension) = extended else {
+        panic!("expected Applied, got {extended:?}");
+    };
+    assert!(extension.expires_at_ms > lease.expires_at_ms, "renewed");
+    let record = &found(&backend, &k, LeaseKind::Lock)[0];
+    assert_eq!(record.holder.as_deref(), Some("leader-b"));
+    assert_eq!(record.fence, lease.fence, "the term is kept");
+    assert_eq!(record.expires_at_ms, extension.expires_at_ms);
+
+    let other_key = key("proclaim-beside");
+    let other = held(&backend, &other_key, Mode::Exclusive, "plain");
+    let other_id = LockId::new(&other.lock_id).unwrap();
+    let permit_key = key("proclaim-permit");
+    let permit = held(&backend, &permit_key, Mode::permits(2).unwrap(), "p");
+    let permit_id = LockId::new(&permit.lock_id).unwrap();
+    let value = Holder::new("leader-c").unwrap();
+    let answers = backend.extend_leases(&[
+        (LeaseRef::new(&lock_id).with_holder(&value), ttl(TTL)),
+        (LeaseRef::new(&other_id), ttl(TTL)),
+        (
+            LeaseRef::permit(&permit_id, &permit_key).with_holder(&value),
+            ttl(TTL),
+        ),
+    ]);
+    assert!(matches!(answers[0], Ok(Outcome::Applied(_))), "{answers:?}");
+    assert!(matches!(answers[1], Ok(Outcome::Applied(_))), "{answers:?}");
+    let refused = answers[2].as_ref().unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{refused}");
+    let holder_of = |k: &Key| found(&backend, k, LeaseKind::Lock)[0].holder.clone();
+    assert_eq!(holder_of(&k).as_deref(), Some("leader-c"));
+    assert_eq!(holder_of(&other_key).as_deref(), Some("plain"));
+    assert_eq!(
+        found(&backend, &permit_key, LeaseKind::Permit)[0]
+            .holder
+            .as_deref(),
+        Some("p"),
+        "the refused permit's holder text is left"
+    );
+}
+
+support::postgres_both_ways!(
+    connect: [every_kind_is_broken_into_markers, a_proclaim_replaces_the_holder_text],
+);
+
+/// Moves the expiry of every row of `key` in `table` to ten minutes before it was acquired
+/// (`key` as stored).
+fn expire(client: &mut postgres::Client, table: &str, storage_key: &str) {
+    client
+        .execute(
+            &format!("UPDATE {table} SET expires_at_ms = acquired_at_ms - 600000 WHERE key = $1"),
+            &[&storage_key],
+        )
+        .unwrap();
+}
+
+/// An expired lock met by a break is removed and not answered: nothing was held, no marker is
+/// written, the key is free and its fence counter was not moved.
+#[test]
+fn an_expired_lock_is_removed_and_not_broken() {
+    let backend = support::shared_postgres_backend();
+    let k = key("break-expired");
+    let lease = held(&backend, &k, Mode::Exclusive, "gone");
+    let storage_key = backend.storage_key(k.as_str()).unwrap();
+    let mut client = shared_postgres().client();
+    expire(&mut client, "syncguard_locks", &storage_key);
+    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
+    assert_eq!(broken, Broken::default());
+    let rows: i64 = client
+        .query_one(
+            "SELECT count(*) FROM syncguard_locks WHERE key = $1",
+            &[&storage_key],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the expired row is removed");
+    let next = grantable(&backend, &k, Mode::Exclusive).expect("free");
+    assert_eq!(
+        next.fence.value(),
+        lease.fence.value() + 1,
+        "no fence drawn"
+    );
+}
+
+/// A break is announced as a release is (NOTIFY on the release channel, with the key): a
+/// `watch_releases` listener hears the broken key, which nothing else ever releases.
+#[test]
+fn a_break_is_announced_as_a_release() {
+    let backend = support::shared_postgres_backend();
+    let (heard_tx, heard) = mpsc::channel::<String>();
+    let watch = backend
+        .watch_releases(std::sync::Arc::new(move |key: &str| {
+            let _ = heard_tx.send(key.to_owned());
+        }))
+        .unwrap()
+        .expect("PostgreSQL announces releases");
+    // The LISTEN is on its way in the background: releases of a key of its own until one is
+    // heard show it listens.
+    let probe = key("break-notify-probe");
+    watch.watch(&probe);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    'listening: loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch never listened"
+        );
+        let lease = held(&backend, &probe, Mode::Exclusive, "probe");
+        let lock_id = LockId::new(&lease.lock_id).unwrap();
+        assert!(matches!(
+            backend.release_lease(LeaseRef::new(&lock_id)),
+            Ok(Outcome::Applied(()))
+        ));
+        while let Ok(key) = heard.recv_timeout(Duration::from_millis(200)) {
+            if key == probe.as_str() {
+                break 'listening;
+            }
+        }
+    }
+    for kind in [LeaseKind::Lock, LeaseKind::Shared, LeaseKind::Permit] {
+        let k = key("break-notify");
+        watch.watch(&k);
+        let mode = match kind {
+            LeaseKind::Lock => Mode::Exclusive,
+            LeaseKind::Shared => Mode::Shared,
+            LeaseKind::Permit => Mode::permits(2).unwrap(),
+        };
+        held(&backend, &k, mode, "to break");
+        let broken = break_all(&backend, &k, kind, BreakDelay::None);
+        assert_eq!(
+            (broken.holders.len(), broken.markers.len()),
+            (1, 0),
+            "{kind:?}"
+        );
+        let announced = loop {
+            match heard.recv_timeout(PATIENCE) {
+                Ok(heard) if heard == k.as_str() => break true,
+                Ok(_) => {}
+                Err(_) => break false,
+            }
+        };
+        assert!(announced, "the break of a {kind:?} was not announced");
+        watch.unwatch(&k);
+    }
+}
+
+/// Tables the TypeScript SyncGuard made (no `holder` column, no server functions, no tables
+/// for readers or permits): a lock is broken there into a marker that is a TypeScript-shaped
+/// row (its six columns, a 15-digit fence above the broken one's, a marker's lock id), without
+/// the note (no column keeps it); it keeps every acquisition out. Breaking readers or permits
+/// is refused as their other calls are there (`InvalidArgument`, run setup). A proclaim there
+/// renews the lock (no holder text is stored there, as none is at acquisition).
+#[test]
+fn a_lock_made_by_typescript_tables_is_broken_into_a_typescript_row() {
+    let suffix = generate_lock_id().to_lowercase().replace('-', "_");
+    let tables = TableNames::new(
+        &format!("bk_locks_{suffix}"),
+        &format!("bk_fences_{suffix}"),
+    )
+    .unwrap();
+    let (locks, fences) = (tables.lock_table(), tables.fence_table());
+    let mut client = shared_postgres().client();
+    create_typescript_tables(&mut client, locks, fences);
+    let backend = patient_postgres(&shared_postgres().url())
+        .table_name(locks)
+        .fence_table_name(fences)
+        .build()
+        .unwrap();
+    let k = key("break-typescript");
+    let lease = held(&backend, &k, Mode::Exclusive, "node-1");
+    let lock_id = LockId::new(&lease.lock_id).unwrap();
+    let value = Holder::new("node-2").unwrap();
+    assert!(matches!(
+        backend.extend_lease(LeaseRef::new(&lock_id).with_holder(&value), ttl(TTL)),
+        Ok(Outcome::Applied(_))
+    ));
+
+    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::For(ttl(TTL)));
+    assert_eq!(broken.holders.len(), 1, "{broken:?}");
+    assert_eq!(broken.holders[0].lock_id, lease.lock_id);
+    assert_eq!(broken.markers.len(), 1);
+    assert_marker_for(&broken.markers[0], &broken.holders[0], false);
+    let rows = client
+        .query(&format!("SELECT * FROM {locks}"), &[])
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    let columns: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(
+        columns,
+        [
+            "key",
+            "lock_id",
+            "expires_at_ms",
+            "acquired_at_ms",
+            "fence",
+            "user_key"
+        ]
+    );
+    let marker = &broken.markers[0];
+    assert_eq!(
+        row.get::<_, String>("key"),
+        backend.storage_key(k.as_str()).unwrap()
+    );
+    assert_eq!(row.get::<_, String>("lock_id"), marker.lock_id);
+    assert_eq!(row.get::<_, String>("user_key"), k.as_str());
+    assert_eq!(row.get::<_, i64>("expires_at_ms"), marker.expires_at_ms);
+    assert_eq!(row.get::<_, i64>("acquired_at_ms"), marker.acquired_at_ms);
+    let fence: String = row.get("fence");
+    assert_eq!(fence.len(), 15);
+    assert_eq!(fence.parse::<u64>().unwrap(), lease.fence.value() + 1);
+    assert!(
+        grantable(&backend, &k, Mode::Exclusive).is_none(),
+        "the marker holds the key"
+    );
+
+    for kind in [LeaseKind::Shared, LeaseKind::Permit] {
+        let note = note();
+        let order = BreakOrder {
+            key: &k,
+            kind,
+            lock_id: None,
+            delay: BreakDelay::RestOfLease,
+            note: &note,
+        };
+        let error = backend.break_leases(&order).unwrap_err();
+        assert_eq!(
+            error.code(),
+            ErrorCode::InvalidArgument,
+            "{kind:?}: {error}"
+        );
+        assert!(error.message().contains("`syncguard setup`"), "{error}");
+    }
+    drop_tables(&tables);
+}
+
+/// A break's marker is stored like any lock: it survives a restart of the server and still
+/// refuses acquisitions (the issue's "--delay across a store restart"), and once it has
+/// expired (moved back here, not waited for) the next grant's fence is above the marker's.
+#[test]
+fn a_marker_survives_a_restart() {
+    let mut server = PgServer::start();
+    let backend = patient_postgres(&server.url()).build().unwrap();
+    backend.setup_schema().unwrap();
+    let k = key("break-restart");
+    let lease = held(&backend, &k, Mode::Exclusive, "hung");
+    let hour = ttl(Duration::from_secs(3600));
+    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::For(hour));
+    let marker = broken.markers[0].clone();
+    assert!(marker.fence > lease.fence);
+
+    server.restart();
+    assert_eq!(found(&backend, &k, LeaseKind::Lock), [marker.clone()]);
+    assert!(
+        grantable(&backend, &k, Mode::Exclusive).is_none(),
+        "the marker still holds the key"
+    );
+    let storage_key = backend.storage_key(k.as_str()).unwrap();
+    expire(&mut server.client(), "syncguard_locks", &storage_key);
+    let next = grantable(&backend, &k, Mode::Exclusive).expect("free once the marker expired");
+    assert!(next.fence > marker.fence, "{next:?} after {marker:?}");
+}
