@@ -85,21 +85,24 @@ impl SemaphoreDoc {
         now_ms: i64,
         key: &str,
     ) -> Result<(Broken, bool)> {
+        let marked = match ask.delay {
+            BreakDelay::None => 0,
+            BreakDelay::RestOfLease | BreakDelay::For(_) => (self.permits.iter())
+                .filter(|permit| ask.picks(&permit.lock_id) && permit.is_live(now_ms))
+                .count() as u64,
+        };
+        // Checked before anything changes: a document another change of the same commit
+        // writes must not lose holders to a break that fails.
+        if marked > 0 {
+            Fence::from_counter(self.counter.saturating_add(marked))
+                .map_err(|e| e.with_key(key))?;
+        }
         let (taken, kept): (Vec<Permit>, Vec<Permit>) = std::mem::take(&mut self.permits)
             .into_iter()
             .partition(|permit| ask.picks(&permit.lock_id));
         self.permits = kept;
         let changed = !taken.is_empty();
-        let live: Vec<Permit> = taken.into_iter().filter(|p| p.is_live(now_ms)).collect();
-        let marked = match ask.delay {
-            BreakDelay::None => 0,
-            BreakDelay::RestOfLease | BreakDelay::For(_) => live.len() as u64,
-        };
-        if let Err(error) = Fence::from_counter(self.counter.saturating_add(marked)) {
-            self.permits.extend(live);
-            self.permits.sort_by_key(|permit| permit.fence);
-            return Err(error.with_key(key));
-        }
+        let live = taken.into_iter().filter(|permit| permit.is_live(now_ms));
         let mut broken = Broken::default();
         for holder in live {
             if let Some(expires_at_ms) = marker_expiry(ask.delay, holder.expires_at_ms, now_ms) {

@@ -270,6 +270,22 @@ fn an_expired_lock_met_is_removed_and_not_answered() {
     assert!(lock_document(&backend, &key).is_none(), "removed");
 }
 
+/// Nothing held, nothing written: no document is created for a key never used, of any kind
+/// (a semaphore or a counter that was never written has no fence yet).
+#[test]
+fn a_break_of_a_key_never_used_answers_nothing_and_writes_nothing() {
+    let backend = shared_firestore_backend();
+    let key = Key::new(&unique("break-never-used")).unwrap();
+    for kind in [LeaseKind::Lock, LeaseKind::Shared, LeaseKind::Permit] {
+        let broken = break_all(&backend, &key, kind, None, BreakDelay::RestOfLease);
+        assert_eq!(broken, Broken::default(), "{kind:?}");
+    }
+    assert!(lock_document(&backend, &key).is_none());
+    let counter_id = backend.fence_document_id(key.as_str()).unwrap();
+    assert!(raw_document("fence_counters", &counter_id).is_none());
+    assert!(raw_document("locks_semaphores", key.as_str()).is_none());
+}
+
 #[test]
 fn broken_shared_holders_are_replaced_by_readers_at_the_locks_next_fences() {
     let backend = shared_firestore_backend();
