@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::rest::{Document, RestClient, RestError, integer_value};
+use super::rest::{Document, RestClient, RestError, integer_value, string_value};
+use crate::driver::Holder;
 use crate::error::{ErrorCode, LockError, Result};
 
 /// Attempts of an operation whose commit keeps conflicting before giving up.
@@ -34,11 +35,40 @@ impl From<LockError> for OpError {
 
 pub(super) type OpResult<T> = std::result::Result<T, OpError>;
 
+/// The write of a lock's renewal, applied only if the document is unchanged since
+/// `update_time`: the plain one, or the one that also replaces the holder text when `holder`
+/// is given (a leader's proclaim).
+pub(super) fn extension_write(
+    name: &str,
+    expires_at_ms: i64,
+    holder: Option<&Holder>,
+    update_time: &str,
+) -> Value {
+    match holder {
+        None => renewal_write(name, expires_at_ms, update_time),
+        Some(holder) => proclaim_write(name, expires_at_ms, holder, update_time),
+    }
+}
+
 /// The write that moves a lock document's expiry, if it is unchanged since `update_time`.
-pub(super) fn renewal_write(name: &str, expires_at_ms: i64, update_time: &str) -> Value {
+fn renewal_write(name: &str, expires_at_ms: i64, update_time: &str) -> Value {
     json!({
         "update": { "name": name, "fields": { "expiresAtMs": integer_value(expires_at_ms) } },
         "updateMask": { "fieldPaths": ["expiresAtMs"] },
+        "currentDocument": { "updateTime": update_time },
+    })
+}
+
+/// The write that moves a lock document's expiry and replaces its holder text, if it is
+/// unchanged since `update_time`. A shape of its own, so that the plain renewal
+/// ([`renewal_write`]) stays the one-field write the TypeScript SyncGuard also makes.
+fn proclaim_write(name: &str, expires_at_ms: i64, holder: &Holder, update_time: &str) -> Value {
+    json!({
+        "update": { "name": name, "fields": {
+            "expiresAtMs": integer_value(expires_at_ms),
+            "holder": string_value(holder.as_str()),
+        }},
+        "updateMask": { "fieldPaths": ["expiresAtMs", "holder"] },
         "currentDocument": { "updateTime": update_time },
     })
 }

@@ -9,16 +9,17 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::combiner::Combiner;
-use super::commit::{Attempt, OpResult, lock_error, renewal_write, with_retries};
+use super::commit::{Attempt, OpResult, extension_write, lock_error, with_retries};
 use super::document::{LockDoc, document_id, fence_document_id_of, parse_version, version_of};
+use super::holders::mismatched;
 use super::rest::{Document, RestClient, RestError, string_value};
 use super::semaphore_change::PermitChange;
 use super::semaphore_change::Slots;
 use super::skew::ClockSkew;
 use crate::driver::{
-    Acquisitions, Driver, Extension, Find, Key, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockId,
-    LockList, LockRecord, Mode, Outcome, PlaceRecord, Request, TIME_TOLERANCE_MS, Ttl, Version,
-    hash_key, is_live,
+    Acquisitions, BreakOrder, Broken, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind,
+    LeaseRef, ListLimit, LockId, LockList, LockRecord, Mode, Outcome, PlaceRecord, Request,
+    TIME_TOLERANCE_MS, Ttl, Version, hash_key, is_live,
 };
 use crate::driver::{Capabilities, TimeAuthority, acquire_one_by_one, extend_by_kind};
 use crate::error::{ErrorCode, LockError, Result};
@@ -171,12 +172,13 @@ impl FirestoreBackend {
         }
     }
 
-    /// Release (`ttl_ms == None`) or extend: the lock found by its id, changed only if it is
-    /// still exactly as read.
+    /// Release (`ttl_ms == None`) or extend (and, with `holder`, replace the holder text): the
+    /// lock found by its id, changed only if it is still exactly as read.
     fn mutate_once(
         &self,
         lock_id: &str,
         ttl_ms: Option<i64>,
+        holder: Option<&Holder>,
     ) -> OpResult<Attempt<(Outcome<i64>, Option<Version>)>> {
         let documents = self.documents_with_lock_id(lock_id)?;
         let Some(lock) = self
@@ -193,7 +195,7 @@ impl FirestoreBackend {
             (delete, Outcome::Expired)
         } else if let Some(ttl_ms) = ttl_ms {
             let expires_at_ms = now.saturating_add(ttl_ms);
-            let update = renewal_write(&lock.name, expires_at_ms, &lock.update_time);
+            let update = extension_write(&lock.name, expires_at_ms, holder, &lock.update_time);
             (update, Outcome::Applied(expires_at_ms))
         } else {
             (delete, Outcome::Applied(lock.expires_at_ms))
@@ -237,7 +239,7 @@ impl FirestoreBackend {
     fn extend_by_lock_id(&self, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
         let lock_id = lease.lock_id.as_str();
         let (outcome, version) = with_retries(&self.rest, &self.aborted_retries, || {
-            self.mutate_once(lock_id, Some(ttl.as_millis()))
+            self.mutate_once(lock_id, Some(ttl.as_millis()), lease.holder)
         })?;
         Ok(match outcome {
             Outcome::Applied(expires_at_ms) => Outcome::Applied(Extension {
@@ -250,7 +252,8 @@ impl FirestoreBackend {
         })
     }
 
-    /// [`Driver::extend_leases`] for locks only (a guard's renewal is a batch of one).
+    /// [`Driver::extend_leases`] for locks only (a guard's renewal is a batch of one). A lease
+    /// named with a holder text has it stored by the same write (`proclaim_write`).
     fn extend_lock_leases(
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
@@ -262,7 +265,9 @@ impl FirestoreBackend {
         let mut batch = Vec::new();
         for (i, (lease, ttl)) in leases.iter().enumerate() {
             match self.known(*lease) {
-                Ok(Some((name, update_time, _))) => batch.push((i, name, update_time, *ttl)),
+                Ok(Some((name, update_time, _))) => {
+                    batch.push((i, name, update_time, *ttl, lease.holder));
+                }
                 Ok(None) => {}
                 Err(error) => answers[i] = Some(Err(error)),
             }
@@ -279,13 +284,13 @@ impl FirestoreBackend {
             };
             let expiries: Vec<i64> = chunk
                 .iter()
-                .map(|(.., ttl)| now.saturating_add(ttl.as_millis()))
+                .map(|(_, _, _, ttl, _)| now.saturating_add(ttl.as_millis()))
                 .collect();
             let writes = chunk
                 .iter()
                 .zip(&expiries)
-                .map(|((_, name, update_time, _), expires_at_ms)| {
-                    renewal_write(name, *expires_at_ms, update_time)
+                .map(|((_, name, update_time, _, holder), expires_at_ms)| {
+                    extension_write(name, *expires_at_ms, *holder, update_time)
                 })
                 .collect();
             match self.rest.batch_write(writes) {
@@ -393,7 +398,7 @@ impl Driver for FirestoreBackend {
         }
         let lock_id = lease.lock_id.as_str();
         let (outcome, _) = with_retries(&self.rest, &self.aborted_retries, || {
-            self.mutate_once(lock_id, None)
+            self.mutate_once(lock_id, None, None)
         })?;
         Ok(match outcome {
             Outcome::Applied(_) => Outcome::Applied(()),
@@ -423,6 +428,20 @@ impl Driver for FirestoreBackend {
         // The locks as one batch write, the permits and shared holds one commit per document.
         extend_by_kind(leases, |kind, batch| match kind {
             LeaseKind::Lock => self.extend_lock_leases(batch),
+            LeaseKind::Permit | LeaseKind::Shared
+                if batch.iter().any(|(lease, _)| lease.holder.is_some()) =>
+            {
+                // A caller's mistake, never the heartbeat's: each lease on its own.
+                (batch.iter())
+                    .map(|&(lease, ttl)| match lease.holder {
+                        Some(_) => Err(LockError::invalid_argument(
+                            "only a lock's holder text can be replaced",
+                        )),
+                        None => (self.renew_held_leases(kind, &[(lease, ttl)]).pop())
+                            .unwrap_or_else(|| Err(mismatched(None))),
+                    })
+                    .collect()
+            }
             LeaseKind::Permit | LeaseKind::Shared => self.renew_held_leases(kind, batch),
         })
     }
@@ -499,6 +518,17 @@ impl Driver for FirestoreBackend {
         match kind {
             LeaseKind::Lock | LeaseKind::Shared => self.leave_lock_line(key, place),
             LeaseKind::Permit => self.leave_permit_line(key, place),
+        }
+    }
+
+    /// A lock: one read of its two documents and one commit (`breaking.rs`); permits or
+    /// shared holds: a change to the document they are kept in (`held.rs`). Nothing is
+    /// announced: Firestore has no release watch, its waiters poll.
+    fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        self.check_skew()?;
+        match order.kind {
+            LeaseKind::Lock => self.break_lock(order),
+            LeaseKind::Permit | LeaseKind::Shared => self.break_held(order),
         }
     }
 }

@@ -171,6 +171,7 @@
 //! certificate is not trusted (unknown issuer): …`. The emulator is plain HTTP.
 
 mod auth;
+mod breaking;
 mod builder;
 mod combiner;
 mod commit;

@@ -1,5 +1,5 @@
 //! The changes made to a document of permit-like leases ([`PermitChange`]: take, give back,
-//! renew a lease, leave the line) — a semaphore's permits, or a lock's shared holders in its
+//! renew a lease, leave the line, break) — a semaphore's permits, or a lock's shared holders in its
 //! fence counter document — how each applies to the document as read, and what it answers;
 //! with what an earlier attempt of it may have left behind (a commit whose answer was lost), so
 //! that the next attempt recognises its own work: an acquisition its lock id, a release its
@@ -7,12 +7,13 @@
 
 use std::time::{Duration, Instant};
 
+use super::breaking::{BreakAsk, was_applied};
 use super::combiner::Change;
 use super::readers_doc::MAX_READERS;
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{
-    Acquisitions, Extension, Holder, Key, Line, LockId, Outcome, Permits, TIME_TOLERANCE_MS, Ttl,
-    is_live,
+    Acquisitions, Broken, Extension, Holder, Key, Line, LockId, Outcome, Permits,
+    TIME_TOLERANCE_MS, Ttl, is_live,
 };
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
@@ -41,6 +42,12 @@ pub(super) enum PermitChange {
     Renew { lock_id: String, ttl: Ttl },
     /// Leave the semaphore's line: remove the place `place`.
     Leave { place: LockId },
+    /// Break the holders `ask` names (`breaking.rs`).
+    Break {
+        ask: BreakAsk,
+        /// The break a commit without a usable answer carried.
+        sent: Option<Broken>,
+    },
 }
 
 /// What an acquisition takes.
@@ -86,6 +93,7 @@ pub(super) enum PermitAnswer {
     GivenBack(Outcome<()>),
     Renewed(Outcome<Extension>),
     Left,
+    Broken(Broken),
 }
 
 impl Change for PermitChange {
@@ -283,6 +291,27 @@ impl PermitChange {
                 wrote: doc.line.leave(place),
                 live_until: None,
             },
+            PermitChange::Break { ask, sent } => {
+                if let Some(sent) = sent
+                    && was_applied(sent, |id| doc.position(id).is_some())
+                {
+                    return Applied::unwritten(Ok(PermitAnswer::Broken(sent.clone())));
+                }
+                match doc.break_holders(ask, now, key.as_str()) {
+                    Ok((broken, wrote)) => {
+                        if wrote {
+                            // Written anyway: expired holders of others go with it.
+                            doc.reclaim(now);
+                        }
+                        Applied {
+                            answer: Ok(PermitAnswer::Broken(broken)),
+                            wrote,
+                            live_until: None,
+                        }
+                    }
+                    Err(error) => Applied::unwritten(Err(error)),
+                }
+            }
         }
     }
 
@@ -337,6 +366,11 @@ impl PermitChange {
             } => {
                 if applied.live_until.is_some() {
                     *maybe_removed_live_until = applied.live_until;
+                }
+            }
+            PermitChange::Break { sent, .. } => {
+                if let Ok(PermitAnswer::Broken(broken)) = &applied.answer {
+                    *sent = Some(broken.clone());
                 }
             }
             PermitChange::Renew { .. } | PermitChange::Leave { .. } => {}

@@ -100,6 +100,8 @@ mod firestore;
 #[cfg(feature = "firestore")]
 mod firestore_auth;
 #[cfg(feature = "firestore")]
+mod firestore_breaking;
+#[cfg(feature = "firestore")]
 mod firestore_in_doubt;
 #[cfg(feature = "firestore")]
 mod firestore_list;

@@ -1,0 +1,208 @@
+//! An operator's forced release ([`Driver::break_leases`](crate::driver::Driver::break_leases))
+//! on Firestore: the live holders a [`BreakOrder`] names removed, a marker lease in the place of
+//! each, all in one compare-and-set commit of the documents as read (DESIGN §4.4).
+//!
+//! A lock: one `batchGet` of its lock and fence counter documents, then one `commit` of both:
+//! the lock document replaced by the marker's (a whole lock document in the TypeScript
+//! SyncGuard's format, `holder` the operator's note) and the counter raised to the marker's
+//! fence, or, without a marker, the lock document deleted. Permits and shared holds: a change
+//! to the one document they are kept in ([`PermitChange::Break`](super::semaphore_change::PermitChange)),
+//! which moves its own counter (the semaphore's, or the lock's for readers). A lost race reads
+//! again and decides again; a commit without a usable answer is read again once, and the break
+//! it sent is recognised by its markers (or, without markers, by its holders all gone).
+//!
+//! Liveness and the markers' times are by the client clock, as for every lease here.
+
+use serde_json::json;
+
+use super::commit::{Attempt, OpResult, with_retries};
+use super::document::LockDoc;
+use super::driver::FirestoreBackend;
+use super::holders::mismatched;
+use super::lock_take::LockRead;
+use super::semaphore_change::{PermitAnswer, PermitChange};
+use super::semaphore_doc::{Permit, SemaphoreDoc};
+use crate::driver::{
+    BreakDelay, BreakOrder, Broken, Holder, Key, TIME_TOLERANCE_MS, is_live, is_marker,
+    marker_expiry, marker_lock_id,
+};
+use crate::error::Result;
+use crate::fence::Fence;
+
+/// A [`BreakOrder`] for the holders kept many to a document, owned: a change waits for its
+/// write in another thread's hands.
+pub(super) struct BreakAsk {
+    /// Only the holder granted under this lock id; `None`: every live one.
+    pub(super) lock_id: Option<String>,
+    pub(super) delay: BreakDelay,
+    pub(super) note: Holder,
+}
+
+impl BreakAsk {
+    pub(super) fn of(order: &BreakOrder<'_>) -> BreakAsk {
+        BreakAsk {
+            lock_id: order.lock_id.map(|id| id.as_str().to_owned()),
+            delay: order.delay,
+            note: order.note.clone(),
+        }
+    }
+
+    /// Whether the holder under `lock_id` is one to break: never a marker.
+    fn picks(&self, lock_id: &str) -> bool {
+        !is_marker(lock_id) && self.lock_id.as_deref().is_none_or(|id| id == lock_id)
+    }
+
+    /// The marker that takes the place of a holder, with `fence`, at `now_ms`.
+    fn marker(&self, fence: Fence, expires_at_ms: i64, now_ms: i64) -> Permit {
+        Permit {
+            lock_id: marker_lock_id().into_string(),
+            fence,
+            expires_at_ms,
+            acquired_at_ms: now_ms,
+            holder: Some(self.note.to_string()),
+        }
+    }
+}
+
+/// Whether the break `sent` by a commit whose answer was lost went through, by the lock ids
+/// `stored` now: its markers are there; or, when it left none, none of its holders is.
+pub(super) fn was_applied(sent: &Broken, stored: impl Fn(&str) -> bool) -> bool {
+    if sent.markers.is_empty() {
+        !sent.holders.iter().any(|holder| stored(&holder.lock_id))
+    } else {
+        sent.markers.iter().any(|marker| stored(&marker.lock_id))
+    }
+}
+
+impl SemaphoreDoc {
+    /// Breaks what `ask` names among the holders of this document (of `key`) at `now_ms`:
+    /// the live ones replaced by markers, with the next fences of the document's counter, in
+    /// fence order; the expired ones met removed and not answered. Whether it changed the
+    /// document comes with the answer. A counter that would pass the limit changes nothing.
+    pub(super) fn break_holders(
+        &mut self,
+        ask: &BreakAsk,
+        now_ms: i64,
+        key: &str,
+    ) -> Result<(Broken, bool)> {
+        let marked = match ask.delay {
+            BreakDelay::None => 0,
+            BreakDelay::RestOfLease | BreakDelay::For(_) => (self.permits.iter())
+                .filter(|permit| ask.picks(&permit.lock_id) && permit.is_live(now_ms))
+                .count() as u64,
+        };
+        // Checked before anything changes: a document another change of the same commit
+        // writes must not lose holders to a break that fails.
+        if marked > 0 {
+            Fence::from_counter(self.counter.saturating_add(marked))
+                .map_err(|e| e.with_key(key))?;
+        }
+        let (taken, kept): (Vec<Permit>, Vec<Permit>) = std::mem::take(&mut self.permits)
+            .into_iter()
+            .partition(|permit| ask.picks(&permit.lock_id));
+        self.permits = kept;
+        let changed = !taken.is_empty();
+        let live = taken.into_iter().filter(|permit| permit.is_live(now_ms));
+        let mut broken = Broken::default();
+        for holder in live {
+            if let Some(expires_at_ms) = marker_expiry(ask.delay, holder.expires_at_ms, now_ms) {
+                self.counter += 1;
+                let fence = Fence::from_counter(self.counter).map_err(|e| e.with_key(key))?;
+                let marker = ask.marker(fence, expires_at_ms, now_ms);
+                broken.markers.push(marker.record(key));
+                self.permits.push(marker);
+            }
+            broken.holders.push(holder.record(key));
+        }
+        Ok((broken, changed))
+    }
+}
+
+impl FirestoreBackend {
+    /// Breaks the lock `order` names (see the module docs).
+    pub(super) fn break_lock(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        // The break a commit without a usable answer carried.
+        let mut sent: Option<Broken> = None;
+        with_retries(&self.rest, &self.aborted_retries, || {
+            self.break_lock_once(order, &mut sent)
+        })
+    }
+
+    /// Breaks the permits or shared holds `order` names: a change to their document.
+    pub(super) fn break_held(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        let change = PermitChange::Break {
+            ask: BreakAsk::of(order),
+            sent: None,
+        };
+        match self.change_held(order.key, order.kind, change) {
+            Ok(PermitAnswer::Broken(broken)) => Ok(broken),
+            other => Err(mismatched(Some(other))),
+        }
+    }
+
+    /// One read of the lock's documents and one commit.
+    fn break_lock_once(
+        &self,
+        order: &BreakOrder<'_>,
+        sent: &mut Option<Broken>,
+    ) -> OpResult<Attempt<Broken>> {
+        let key: &Key = order.key;
+        let names = self.lock_names(key.as_str())?;
+        let read = self.rest.batch_get([&names[0], &names[1]])?;
+        let now = self.now_ms()?;
+        let lock = (read[0].as_ref())
+            .map(|document| LockDoc::parse(document, Some(key.as_str())))
+            .transpose()?;
+        if let Some(sent) = sent.take()
+            && was_applied(&sent, |id| lock.as_ref().is_some_and(|l| l.lock_id == id))
+        {
+            return Ok(Attempt::Done(sent));
+        }
+        let ask = BreakAsk::of(order);
+        let Some(lock) = lock.filter(|lock| ask.picks(&lock.lock_id)) else {
+            return Ok(Attempt::Done(Broken::default()));
+        };
+        let delete = json!({
+            "delete": lock.name,
+            "currentDocument": { "updateTime": lock.update_time },
+        });
+        let live = is_live(lock.expires_at_ms, now, TIME_TOLERANCE_MS);
+        let marker_until = marker_expiry(order.delay, lock.expires_at_ms, now).filter(|_| live);
+        let mut broken = Broken::default();
+        let writes = match marker_until {
+            // Expired (removed, not answered), or broken without a marker.
+            None => vec![delete],
+            Some(expires_at_ms) => {
+                // Above the counter and the broken lock's fence both: a lock written by hand
+                // may have no counter.
+                let lock_read = LockRead::new(key.as_str(), names, read, None, now)?;
+                let counter = lock_read.counter.counter.max(lock.fence.value());
+                let fence =
+                    Fence::from_counter(counter + 1).map_err(|e| e.with_key(key.as_str()))?;
+                let marker = ask.marker(fence, expires_at_ms, now);
+                let writes =
+                    lock_read.take(&marker.lock_id, fence, now, expires_at_ms, Some(&ask.note));
+                broken.markers.push(marker.record(key.as_str()));
+                writes.into()
+            }
+        };
+        if live {
+            broken.holders.push(lock.record());
+        }
+        match self.rest.commit_versions(writes) {
+            Ok(Some(_)) => Ok(Attempt::Done(broken)),
+            Ok(None) => Ok(Attempt::Conflict),
+            Err(error)
+                if !error.is_aborted()
+                    && error.may_have_been_applied()
+                    && error.is_worth_retrying_now() =>
+            {
+                let error = self.rest.lock_error(error);
+                log::debug!("syncguard: Firestore break read again: {error}");
+                *sent = Some(broken);
+                Ok(Attempt::Conflict)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+}
