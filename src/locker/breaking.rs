@@ -110,6 +110,22 @@ impl BreakOptions {
         self
     }
 
+    /// Checks the options as [`Locker::break_key`] does, before any I/O: the lock id, the
+    /// delay, and the note of who breaks it and why — with [`by`](Self::by), or this
+    /// process's `HOST:PID PROGRAM` when it is not given (a locker's holder description, used
+    /// instead when it has one, is checked at the call). For a program that takes its
+    /// options from its user and wants to refuse bad ones before it connects.
+    pub fn validate(&self) -> Result<()> {
+        self.checked(None).map(drop)
+    }
+
+    /// The checks of [`validate`](Self::validate), with what the order is made of: the lock
+    /// id, the delay and the note (by `default_by` when [`by`](Self::by) was not given).
+    fn checked(&self, default_by: Option<&str>) -> Result<(Option<LockId>, BreakDelay, Holder)> {
+        let lock_id = self.lock_id.as_deref().map(LockId::new).transpose()?;
+        Ok((lock_id, self.checked_delay()?, self.note(default_by)?))
+    }
+
     /// What to break: the lock unless told otherwise.
     fn kind(&self) -> LeaseKind {
         self.kind.unwrap_or(LeaseKind::Lock)
@@ -197,9 +213,7 @@ impl<B: Driver + 'static> Locker<B> {
     /// ```
     pub fn break_key(&self, key: &str, options: &BreakOptions) -> Result<Broken> {
         let key = Key::new(key)?;
-        let lock_id = options.lock_id.as_deref().map(LockId::new).transpose()?;
-        let delay = options.checked_delay()?;
-        let note = options.note(self.shared.defaults.holder.as_deref())?;
+        let (lock_id, delay, note) = options.checked(self.shared.defaults.holder.as_deref())?;
         let kind = options.kind();
         let order = BreakOrder {
             key: &key,

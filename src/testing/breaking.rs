@@ -70,18 +70,6 @@ fn assert_untouched(guard: &LockGuard, what: &str) {
     assert!(guard.check().is_ok(), "{what}: check()");
 }
 
-/// The raw record of a sanitised-or-raw lookup, for [`BreakNote::of`].
-fn record(raw: &LockInfoDebug) -> LockRecord {
-    LockRecord {
-        key: raw.key.clone(),
-        lock_id: raw.lock_id.clone(),
-        expires_at_ms: raw.info.expires_at_ms,
-        acquired_at_ms: raw.info.acquired_at_ms,
-        fence: raw.info.fence,
-        holder: raw.info.holder.clone(),
-    }
-}
-
 /// Asserts that `marker` is a break's marker by [`BY`] for [`REASON`], with a fence above
 /// each of `broken`.
 fn assert_marker(marker: &LockRecord, broken: &[LockRecord], what: &str) {
@@ -118,7 +106,16 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
     let shown = get_by_key_raw(locker.backend(), &key)
         .unwrap()
         .expect("lookup shows the marker while it lives");
-    assert_eq!(record(&shown), *marker, "lookup by key: the marker");
+    assert_eq!(
+        shown,
+        LockInfoDebug::from(marker.clone()),
+        "lookup by key: the marker"
+    );
+    let note = shown.break_note().expect("the lookup's note");
+    assert_eq!(
+        (note.by.as_str(), note.reason.as_deref()),
+        (BY, Some(REASON))
+    );
     assert!(
         locker.try_lock(&key).unwrap().is_none(),
         "the delay keeps the key from a try_lock"
@@ -285,7 +282,11 @@ pub fn a_repeated_break_keeps_the_first_marker<B: LockBackend + 'static>(backend
         let shown = get_by_key_raw(locker.backend(), &key)
             .unwrap()
             .expect("the marker lives");
-        assert_eq!(record(&shown), marker, "the first marker, as it was");
+        assert_eq!(
+            shown,
+            LockInfoDebug::from(marker.clone()),
+            "the first marker, as it was"
+        );
     }
     assert_learns_of_the_break(&guard, "the broken lock");
     let semaphore = locker.semaphore(&key, 1).unwrap();
@@ -331,7 +332,11 @@ pub fn a_break_racing_a_renewal_never_loses_the_marker<B: LockBackend + 'static>
         let shown = get_by_key_raw(locker.backend(), &key)
             .unwrap()
             .unwrap_or_else(|| panic!("round {round}: the marker lives"));
-        assert_eq!(record(&shown), *marker, "round {round}: the marker stays");
+        assert_eq!(
+            shown,
+            LockInfoDebug::from(marker.clone()),
+            "round {round}: the marker stays"
+        );
         assert_eq!(
             locker
                 .backend()
