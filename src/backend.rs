@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::driver::{
-    Acquisition, Capabilities, Driver, DriverExt, Find, Lease, LeaseKind, LeaseRef, LockRecord,
-    Mode, PlaceRecord, Request,
+    Acquisition, BreakNote, Capabilities, Driver, DriverExt, Find, Lease, LeaseKind, LeaseRef,
+    LockRecord, Mode, PlaceRecord, Request,
 };
 use crate::error::Result;
 use crate::fence::Fence;
@@ -391,6 +391,22 @@ impl LockInfoDebug {
     pub fn with_holder(mut self, holder: Option<String>) -> Self {
         self.info.holder = holder;
         self
+    }
+}
+
+impl LockInfoDebug {
+    /// Who broke the key and why, when this is a break's marker
+    /// ([`Locker::break_key`](crate::Locker::break_key)); `None` for any other lease.
+    pub fn break_note(&self) -> Option<BreakNote> {
+        let record = LockRecord {
+            key: self.key.clone(),
+            lock_id: self.lock_id.clone(),
+            expires_at_ms: self.info.expires_at_ms,
+            acquired_at_ms: self.info.acquired_at_ms,
+            fence: self.info.fence,
+            holder: self.info.holder.clone(),
+        };
+        BreakNote::of(&record)
     }
 }
 

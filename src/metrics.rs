@@ -18,8 +18,8 @@ use metrics::{
 };
 
 use crate::observe::{
-    Acquired, Detached, Kind, LockObserver, Lost, NotAcquired, Refusal, Released, RenewalFailed,
-    Renewed,
+    Acquired, Broke, Detached, Kind, LockObserver, Lost, NotAcquired, Refusal, Released,
+    RenewalFailed, Renewed,
 };
 
 /// `syncguard_acquisitions_total{backend,kind,outcome}`: acquisitions by how they ended.
@@ -35,6 +35,11 @@ pub const LEASES_LOST: &str = "syncguard_leases_lost_total";
 /// `syncguard_held_leases{backend,kind}`: leases this process holds now.
 pub const HELD_LEASES: &str = "syncguard_held_leases";
 
+/// `syncguard_breaks_total{backend,kind,outcome}`: forced releases
+/// ([`Locker::break_key`](crate::Locker::break_key)) by what they came to (`broken`: live
+/// holders were removed; `none`: nothing live was held).
+pub const BREAKS: &str = "syncguard_breaks_total";
+
 /// What the metrics' registrations say about where they come from.
 const METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -44,6 +49,9 @@ const OUTCOMES: [&str; 5] = ["acquired", "locked", "timeout", "cancelled", "erro
 
 /// Renewal outcomes, in the order of [`Metrics::renewals`].
 const RENEWAL_OUTCOMES: [&str; 3] = ["ok", "lost", "error"];
+
+/// Break outcomes, in the order of [`KindHandles::breaks`].
+const BREAK_OUTCOMES: [&str; 2] = ["broken", "none"];
 
 /// The handles of one kind of lease, registered once: an event then costs an atomic update
 /// of the recorder's cell, not a lookup in its registry (under a lock in most exporters: five a
@@ -55,6 +63,7 @@ struct KindHandles {
     hold: Histogram,
     lost: Counter,
     held: Gauge,
+    breaks: [Counter; 2],
 }
 
 impl KindHandles {
@@ -69,6 +78,10 @@ impl KindHandles {
             hold: recorder.register_histogram(&key(HOLD, &labels), &METADATA),
             lost: recorder.register_counter(&key(LEASES_LOST, &labels), &METADATA),
             held: recorder.register_gauge(&key(HELD_LEASES, &labels), &METADATA),
+            breaks: BREAK_OUTCOMES.map(|outcome| {
+                let key = key(BREAKS, &[labels[0], labels[1], ("outcome", outcome)]);
+                recorder.register_counter(&key, &METADATA)
+            }),
         }
     }
 }
@@ -109,6 +122,7 @@ impl Metrics {
         describe_counter!(RENEWALS, Unit::Count, "Lease renewals by outcome.");
         describe_counter!(LEASES_LOST, Unit::Count, "Leases lost.");
         describe_gauge!(HELD_LEASES, Unit::Count, "Leases this process holds now.");
+        describe_counter!(BREAKS, Unit::Count, "Forced releases by what they came to.");
         with_recorder(|recorder| Metrics {
             lock: KindHandles::new(recorder, backend, Kind::Lock),
             permit: KindHandles::new(recorder, backend, Kind::Permit),
@@ -194,5 +208,10 @@ impl LockObserver for Metrics {
 
     fn detached(&self, event: &Detached<'_>) {
         self.hold_ended(event.subject.kind(), None);
+    }
+
+    fn broken(&self, event: &Broke<'_>) {
+        let outcome = usize::from(!event.broke_any());
+        self.handles(event.subject.kind()).breaks[outcome].increment(1);
     }
 }

@@ -40,7 +40,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::LeaseKind;
+use crate::driver::{Broken, LeaseKind};
 use crate::error::ErrorCode;
 use crate::fence::Fence;
 use crate::hash::hash_key;
@@ -91,6 +91,13 @@ pub trait LockObserver: Send + Sync {
     /// A lease was handed over by [`LockGuard::detach`](crate::LockGuard::detach): no longer
     /// held here.
     fn detached(&self, event: &Detached<'_>) {
+        let _ = event;
+    }
+
+    /// [`Locker::break_key`](crate::Locker::break_key) was called: what it broke (perhaps
+    /// nothing) on its key. Told to the observers of the locker that broke it; the broken
+    /// holders' own lockers see a [`Lost`] at their next renewal.
+    fn broken(&self, event: &Broke<'_>) {
         let _ = event;
     }
 }
@@ -285,6 +292,39 @@ pub struct Detached<'a> {
     pub subject: Subject<'a>,
     /// From the acquisition to the hand-over.
     pub held_for: Duration,
+}
+
+/// [`LockObserver::broken`]: an operator's forced release
+/// ([`Locker::break_key`](crate::Locker::break_key)) and what it came to.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Broke<'a> {
+    /// What was broken: the kind of holders and their key.
+    pub subject: Subject<'a>,
+    /// The fences of the live holders removed, in fence order; empty when nothing live was
+    /// held.
+    pub fences: Vec<&'a Fence>,
+    /// The latest expiry of the markers left in their places (Unix ms of the store's time
+    /// authority): the key is kept from anyone until then. `None` without markers.
+    pub kept_until_ms: Option<i64>,
+}
+
+impl<'a> Broke<'a> {
+    /// The event for `broken`, on `subject`.
+    pub(crate) fn new(subject: Subject<'a>, broken: &'a Broken) -> Self {
+        let mut fences: Vec<&Fence> = broken.holders.iter().map(|h| &h.fence).collect();
+        fences.sort();
+        Broke {
+            subject,
+            fences,
+            kept_until_ms: broken.markers.iter().map(|m| m.expires_at_ms).max(),
+        }
+    }
+
+    /// Whether any live holder was broken (the metrics' `outcome="broken"`, else `"none"`).
+    pub fn broke_any(&self) -> bool {
+        !self.fences.is_empty()
+    }
 }
 
 /// The observers of one locker, and the one place that calls them.

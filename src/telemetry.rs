@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::driver::{
-    Acquisitions, Driver, Extension, Find, KeyPrefix, LeaseKind, LeaseRef, ListLimit, LockList,
-    LockRecord, Mode, Outcome, Request, Ttl,
+    Acquisitions, BreakOrder, Broken, Driver, Extension, Find, KeyPrefix, LeaseKind, LeaseRef,
+    ListLimit, LockId, LockList, LockRecord, Mode, Outcome, Request, Ttl,
 };
 use crate::error::{ErrorCode, Result};
 use crate::hash::hash_key;
@@ -87,6 +87,10 @@ pub enum LockOp {
     AcquireShared,
     /// Reading a lock's shared holders.
     Readers,
+    /// An operator's forced release ([`Locker::break_key`](crate::Locker::break_key)): `ok`
+    /// when live holders were broken, `fail` with `not-found` when none was held. The lock id
+    /// is the one the break named, if it named one.
+    Break,
 }
 
 /// Whether the operation did what was asked.
@@ -387,6 +391,24 @@ impl<B: Driver> Driver for Telemetry<B> {
         outcome
     }
 
+    fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
+        // The note (who broke it and why) is holder text: never part of an event.
+        let outcome = self.inner.break_leases(order);
+        let ids = Ids {
+            key: Some(order.key.as_str()),
+            lock_id: order.lock_id.map(LockId::as_str),
+            error: None,
+        };
+        self.emit_result(LockOp::Break, &outcome, ids, |broken| {
+            if broken.holders.is_empty() {
+                (EventResult::Fail, Some(FailureReason::NotFound))
+            } else {
+                (EventResult::Ok, None)
+            }
+        });
+        outcome
+    }
+
     delegate_driver!(self, &self.inner; describe, find_line, leave_line, watch_releases);
 }
 
@@ -529,6 +551,48 @@ mod tests {
         assert_eq!((listed.op, listed.result), (LockOp::List, EventResult::Ok));
         assert_eq!((&listed.key, &listed.key_hash), (&None, &None));
         assert_eq!((&listed.lock_id, &listed.lock_id_hash), (&None, &None));
+    }
+
+    /// A break is reported as one, with its key and the lock id it named; the note never.
+    #[test]
+    fn breaks_are_reported_and_their_note_is_not() {
+        let (backend, events) = recorded(true);
+        let key = Key::new("job").unwrap();
+        let note = Holder::new("broken by ops-7; reason: hung").unwrap();
+        let lease = backend.acquire("job", TTL).unwrap().lease().unwrap();
+        let mut order = BreakOrder {
+            key: &key,
+            kind: LeaseKind::Lock,
+            lock_id: None,
+            delay: crate::driver::BreakDelay::None,
+            note: &note,
+        };
+        assert_eq!(backend.break_leases(&order).unwrap().holders.len(), 1);
+        let named = LockId::new(&lease.lock_id).unwrap();
+        order.lock_id = Some(&named);
+        assert!(backend.break_leases(&order).unwrap().holders.is_empty());
+        let events = events.lock().unwrap();
+        let summary: Vec<_> = events[1..]
+            .iter()
+            .map(|e| (e.op, e.result, e.reason))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (LockOp::Break, EventResult::Ok, None),
+                (
+                    LockOp::Break,
+                    EventResult::Fail,
+                    Some(FailureReason::NotFound)
+                ),
+            ]
+        );
+        assert_eq!(events[1].key_hash, Some(hash_key("job")));
+        assert_eq!(events[1].lock_id, None);
+        assert_eq!(events[2].lock_id.as_deref(), Some(lease.lock_id.as_str()));
+        let shown = serde_json::to_string(&events[1]).unwrap();
+        assert!(shown.starts_with(r#"{"type":"break","#), "{shown}");
+        assert!(events.iter().all(|e| !format!("{e:?}").contains("ops-7")));
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use metrics::{CounterFn, GaugeFn, HistogramFn, Key, KeyName, Unit};
-use syncguard::{CancelToken, Heartbeat, LockBackend, LockOptions, Locker, MemoryBackend};
+use syncguard::{
+    BreakOptions, CancelToken, Heartbeat, LockBackend, LockOptions, Locker, MemoryBackend,
+};
 
 // The recorder of cells the bench's recorder is too.
 #[path = "../examples/bench_parts/cells.rs"]
@@ -196,6 +198,43 @@ fn a_locker_records_the_fixed_names() {
         assert_eq!((waits.len(), holds.len()), (leases, leases), "{kind}");
         assert!(waits.iter().chain(&holds).all(|s| *s >= 0.0));
     }
+    // Breaks, by what they came to: one broke a lock, two found nothing live.
+    let broken = locker.lock("metrics:broken").unwrap();
+    let now = BreakOptions::new().by("metrics test").no_delay();
+    assert_eq!(
+        locker
+            .break_key("metrics:broken", &now)
+            .unwrap()
+            .holders
+            .len(),
+        1
+    );
+    assert!(
+        locker
+            .break_key("metrics:broken", &now)
+            .unwrap()
+            .holders
+            .is_empty()
+    );
+    let permits = BreakOptions::new().by("metrics test").permits();
+    assert!(
+        locker
+            .break_key("metrics:sem", &permits)
+            .unwrap()
+            .holders
+            .is_empty()
+    );
+    let breaks = |kind: &str, outcome: &str| {
+        kept.counter(&format!(
+            "syncguard_breaks_total{{backend=memory,kind={kind},outcome={outcome}}}"
+        ))
+    };
+    assert_eq!((breaks("lock", "broken"), breaks("lock", "none")), (1, 1));
+    assert_eq!(
+        (breaks("permit", "broken"), breaks("permit", "none")),
+        (0, 1)
+    );
+    drop(broken);
     let units = kept.values(|v| v.units.clone());
     for (name, unit) in [
         ("syncguard_acquisitions_total", Unit::Count),
@@ -204,6 +243,7 @@ fn a_locker_records_the_fixed_names() {
         ("syncguard_renewals_total", Unit::Count),
         ("syncguard_leases_lost_total", Unit::Count),
         ("syncguard_held_leases", Unit::Count),
+        ("syncguard_breaks_total", Unit::Count),
     ] {
         assert_eq!(units.get(name), Some(&Some(unit)), "{name}");
     }

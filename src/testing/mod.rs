@@ -22,6 +22,8 @@
 //! syncguard::semaphore_contract!(backend); // if it has semaphores
 //! ```
 //!
+//! A backend that breaks locks runs `break_contract!` (an operator's forced release).
+//!
 //! A backend with semaphores, a shared mode and a line also runs `line_contract!`,
 //! `shared_contract!`, `multi_contract!` and [`lost_answer_contract!`](crate::lost_answer_contract):
 //! every kind of acquisition with answers lost and calls repeated at every step by a
@@ -45,6 +47,7 @@
 //! `backend` and `guard` is a contract the macros run (a test in this module checks it).
 
 pub mod backend;
+pub mod breaking;
 pub mod capacity;
 pub mod guard;
 pub mod line;
@@ -145,6 +148,19 @@ macro_rules! multi_contract {
 macro_rules! semaphore_contract {
     ($factory:expr) => {
         $crate::__contract_tests!(semaphore: $factory);
+    };
+}
+
+/// Expands to a module `break_contract` with one `#[test]` per [`breaking`] contract (an
+/// operator's forced release: [`Locker::break_key`](crate::Locker::break_key)), each on a fresh
+/// backend from `$factory`: for a backend that breaks locks
+/// ([`Driver::break_leases`](crate::driver::Driver::break_leases)) and has semaphores and a
+/// shared mode. As with `backend_contract!`, the factory is evaluated in the invoking module
+/// (through `break_contract_factory`); invoke it at most once per module.
+#[macro_export]
+macro_rules! break_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(breaking: $factory);
     };
 }
 
@@ -331,6 +347,20 @@ macro_rules! __contract_tests {
             a_set_waits_its_turn_and_leaves_when_it_gives_up,
         );
     };
+    (breaking: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests breaking, break_contract, break_contract_factory, $factory, by_value;
+            a_held_lock_is_broken_whatever_its_lock_id,
+            no_delay_frees_the_key_at_once,
+            shared_holders_are_broken_all_at_once,
+            permits_are_broken_all_or_one_by_lock_id,
+            nothing_live_answers_nothing_held,
+            a_repeated_break_keeps_the_first_marker,
+            a_break_racing_a_renewal_never_loses_the_marker,
+            bad_input_is_refused_before_any_io,
+            breaks_are_observed,
+        );
+    };
     (lost_answer: $factory:expr) => {
         $crate::__contract_tests!(
             @tests lost_answer, lost_answer_contract, lost_answer_contract_factory, $factory, by_value;
@@ -474,6 +504,7 @@ mod tests {
             "shared",
             "multi",
             "lost_answer",
+            "breaking",
         ] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(

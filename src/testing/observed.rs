@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::ErrorCode;
 use crate::observe::{
-    Acquired, Detached, Kind, LockObserver, Lost, NotAcquired, Refusal, Release, Released,
+    Acquired, Broke, Detached, Kind, LockObserver, Lost, NotAcquired, Refusal, Release, Released,
     RenewalFailed, Renewed, Subject,
 };
 
@@ -54,6 +54,15 @@ pub enum Seen {
     },
     /// [`LockObserver::detached`].
     Detached,
+    /// [`LockObserver::broken`].
+    Broken {
+        /// What was broken.
+        kind: Kind,
+        /// The broken holders' fences' values, in order.
+        fences: Vec<u64>,
+        /// Markers were left.
+        kept: bool,
+    },
 }
 
 /// Keeps every event with the raw key it is about (it asks for raw keys; a credential-like key
@@ -144,6 +153,15 @@ impl LockObserver for EventLog {
 
     fn detached(&self, event: &Detached<'_>) {
         self.keep(&event.subject, Seen::Detached);
+    }
+
+    fn broken(&self, event: &Broke<'_>) {
+        let seen = Seen::Broken {
+            kind: event.subject.kind(),
+            fences: event.fences.iter().map(|fence| fence.value()).collect(),
+            kept: event.kept_until_ms.is_some(),
+        };
+        self.keep(&event.subject, seen);
     }
 }
 

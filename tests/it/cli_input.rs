@@ -126,3 +126,20 @@ fn run_checks_its_input_before_any_io() {
         ],
     ]);
 }
+
+/// `break`: the key, the lock id, the delay and the reason are checked first; `--shared` and
+/// `--permits` exclude each other, and `--permits` is a number from 1 to 1000.
+#[test]
+fn break_checks_its_input_before_any_io() {
+    let (key, long) = (unique("input-break"), long_key());
+    let too_long = "r".repeat(300);
+    refused_before_any_io(&[
+        vec!["break", "--key", &long],
+        vec!["break", "--key", &key, "--lock-id", "bad"],
+        vec!["break", "--key", &key, "--delay", "318y"],
+        vec!["break", "--key", &key, "--reason", "two\nlines"],
+        vec!["break", "--key", &key, "--reason", &too_long],
+        vec!["break", "--key", &key, "--shared", "--permits", "2"],
+        vec!["break", "--key", &key, "--permits", "0"],
+    ]);
+}

@@ -75,6 +75,8 @@ mod chaos;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
+mod cli_break;
+#[cfg(feature = "cli")]
 mod cli_faults;
 #[cfg(feature = "cli")]
 mod cli_input;

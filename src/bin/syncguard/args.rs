@@ -9,8 +9,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use syncguard::driver::MAX_PERMITS;
 use syncguard::{DEFAULT_LIST_LIMIT, LeaseKind, LockError, MAX_LIST_LIMIT};
 
+use crate::break_key::BreakArgs;
 use crate::duration::parse_duration;
-use crate::help::{LIST_HELP, STATUS_HELP, examples, exit_codes, run_help};
+use crate::help::{BREAK_HELP, LIST_HELP, STATUS_HELP, examples, exit_codes, run_help};
 use crate::input;
 use crate::lock_ids::LockIds;
 use crate::outcome::EXIT_NOT_ACQUIRED;
@@ -145,13 +146,22 @@ pub enum Command {
         #[command(flatten)]
         flags: RunFlags,
     },
+    /// Break a key (an operator's forced release): remove its live holder(s) whatever their
+    /// lock ids, and keep the key from anyone for --delay (default: the rest of the broken
+    /// lease) so that the broken holder stops first; prints what was broken (exit 1 and
+    /// {"ok":false,"reason":"nothing held"} if nothing was).
+    #[command(after_help = BREAK_HELP)]
+    Break {
+        #[command(flatten)]
+        args: BreakArgs,
+    },
     /// Create the PostgreSQL tables (idempotent); the other backends need none.
     #[command(after_help = "Example:\n  syncguard --url postgres://app@db/app setup")]
     Setup,
 }
 
 /// `--permits`: a number from 1 to [`MAX_PERMITS`], checked before any backend is reached.
-fn parse_permits(text: &str) -> Result<u32, String> {
+pub fn parse_permits(text: &str) -> Result<u32, String> {
     text.parse::<u32>()
         .ok()
         .filter(|permits| (1..=MAX_PERMITS).contains(permits))

@@ -122,3 +122,21 @@ Waiters in line for the lock are added as \"waiters\" (for the semaphore: \"perm
 in the order they will be served: [{\"placeHash\",\"expiresAtMs\",\"holder\",\"shared\"}, …]. Where the
 store keeps no semaphores (PostgreSQL tables without this version's setup), the lock is shown
 alone. --lock-id finds locks only.";
+
+/// `break --help`'s epilogue.
+pub const BREAK_HELP: &str = "\
+Example:
+  syncguard break --key nightly-report --reason \"hung since 02:00\" --delay 2m
+  → {\"ok\":true,\"broken\":[{\"keyHash\":\"…\",\"lockIdHash\":\"…\",\"expiresAtMs\":…,\"acquiredAtMs\":…,
+     \"fence\":\"000000000000041\",\"holder\":\"web-1:4242 make-report.sh\"}],
+     \"markers\":[{\"fence\":\"000000000000042\",\"untilMs\":…}]}
+  (exit 1 and {\"ok\":false,\"reason\":\"nothing held\"} if nothing live was held)
+  syncguard break --key export --permits 3 --lock-id \"$id\" --delay 0
+
+The broken holder learns at its next renewal: its guard reports the loss, and run --on-lost
+kill ends its command. Each broken holder's place is taken by a marker (held by nobody, with
+the next fence of the key) until --delay ends, so the key is granted to nobody before the broken
+holder has stopped; the next grant's fence is above the broken one's. status shows the marker
+as the key's holder, with \"broken\": {\"by\",\"reason\",\"atMs\",\"untilMs\"}. A marker is never
+broken itself: breaking a broken key again answers \"nothing held\". The key's line is left as
+it is. TypeScript SyncGuard clients see the marker as an ordinary held lock.";

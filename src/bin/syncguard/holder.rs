@@ -33,6 +33,11 @@ pub fn of_run(program: &OsStr) -> Option<Holder> {
     Holder::truncated(&format!("{}:{} {name}", hostname(), std::process::id()))
 }
 
+/// `break`'s operator: `HOST:PID syncguard`, this process, stored in the marker's note.
+pub fn of_break() -> Option<Holder> {
+    of_run(OsStr::new("syncguard"))
+}
+
 /// `acquire`'s default: `HOST:PPID`, the process that ran `syncguard acquire`.
 pub fn of_acquire() -> Option<Holder> {
     Holder::truncated(&format!(

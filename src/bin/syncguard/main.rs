@@ -6,7 +6,7 @@
 //! table, [`help::exit_codes!`], which `--help` prints.
 //!
 //! This file parses the command line and hands it to the command's own module: [`acquire`],
-//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`setup`].
+//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`break_key`], [`setup`].
 //!
 //! Modules: [`args`] is the command line; [`help`] its longer help texts; [`outcome`] what a
 //! command ends with; [`url`] the backend's URL; [`duration`] parses durations; [`holder`]
@@ -21,6 +21,7 @@
 
 mod acquire;
 mod args;
+mod break_key;
 mod connecting;
 mod duration;
 mod extend;
@@ -94,6 +95,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             let url = url.clone();
             run::run(move || connect(url.as_deref()), lock, grace, flags)
         }
+        Command::Break { args } => break_key::break_key(backend, &args),
         Command::Setup => setup::setup(backend_url(url.as_deref())?),
     }
 }
