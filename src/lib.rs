@@ -138,7 +138,10 @@ pub use crate::locker::BreakOptions;
 pub use crate::locker::multi_lock::MultiLockGuard;
 pub use crate::locker::rw_lock::RwLock;
 pub use crate::locker::semaphore::Semaphore;
-pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
+pub use crate::locker::{
+    Backoff, BreakInfo, Heartbeat, Jitter, KeyState, LockGuard, LockOptions, Locker,
+    WATCH_POLL_INTERVAL, Watch,
+};
 pub use crate::memory::MemoryBackend;
 pub use crate::telemetry::{
     EventResult, FailureReason, LockEvent, LockOp, Telemetry, TelemetryOptions, with_telemetry,

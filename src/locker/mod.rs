@@ -14,6 +14,7 @@ pub(crate) mod rw_lock;
 pub(crate) mod semaphore;
 mod store;
 mod wake;
+mod watch;
 
 use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
@@ -23,6 +24,7 @@ pub use self::breaking::BreakOptions;
 pub use self::guard::LockGuard;
 pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
+pub use self::watch::{BreakInfo, KeyState, WATCH_POLL_INTERVAL, Watch};
 
 use self::fences::FenceWatch;
 use self::guard::GuardStore;

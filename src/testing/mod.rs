@@ -59,6 +59,7 @@ pub mod recorder;
 pub mod semaphore;
 pub mod shared;
 pub mod support;
+pub mod watch;
 
 /// Expands to a module `backend_contract` with one `#[test]` per contract function above, each
 /// calling `($factory)()` for a fresh backend. The factory expression is evaluated in the
@@ -161,6 +162,18 @@ macro_rules! semaphore_contract {
 macro_rules! break_contract {
     ($factory:expr) => {
         $crate::__contract_tests!(breaking: $factory);
+    };
+}
+
+/// Expands to a module `watch_contract` with one `#[test]` per [`watch`](mod@watch) contract
+/// (following a key's state without holding it), each on a fresh backend from `$factory`: for
+/// a backend with semaphores and a shared mode. As with `backend_contract!`, the factory is
+/// evaluated in the invoking module (through `watch_contract_factory`); invoke it at most once
+/// per module.
+#[macro_export]
+macro_rules! watch_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(watch: $factory);
     };
 }
 
@@ -384,6 +397,17 @@ macro_rules! __contract_tests {
             a_repeated_place_is_one_place,
         );
     };
+    (watch: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests watch, watch_contract, watch_contract_factory, $factory, by_value;
+            the_first_state_is_the_current_one,
+            every_state_reported_happened_in_order,
+            a_release_and_an_expiry_are_reported_as_such,
+            a_watch_holds_nothing_and_takes_no_place,
+            wait_until_free_answers_a_release_and_a_timeout,
+            permits_and_shared_holders_are_watched_by_kind,
+        );
+    };
     (
         @tests $suite:ident, $module:ident, $factory_fn:ident, $factory:expr, $pass:ident;
         $($name:ident),* $(,)?
@@ -505,6 +529,7 @@ mod tests {
             "multi",
             "lost_answer",
             "breaking",
+            "watch",
         ] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(

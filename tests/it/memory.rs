@@ -19,6 +19,7 @@ syncguard::shared_contract!(syncguard::MemoryBackend::new);
 syncguard::multi_contract!(syncguard::MemoryBackend::new);
 syncguard::lost_answer_contract!(syncguard::MemoryBackend::new);
 syncguard::break_contract!(syncguard::MemoryBackend::new);
+syncguard::watch_contract!(syncguard::MemoryBackend::new);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

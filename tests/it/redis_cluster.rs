@@ -26,6 +26,7 @@ syncguard::shared_contract!(topology: cluster_backend);
 syncguard::multi_contract!(cluster_backend);
 syncguard::lost_answer_contract!(cluster_backend);
 syncguard::break_contract!(cluster_backend);
+syncguard::watch_contract!(cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
