@@ -29,6 +29,7 @@ syncguard::line_contract!(shared_firestore_backend);
 syncguard::shared_contract!(shared_firestore_backend);
 syncguard::multi_contract!(shared_firestore_backend);
 syncguard::lost_answer_contract!(shared_firestore_backend);
+syncguard::leadership_contract!(shared_firestore_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`). Ignored: on the emulator
 /// its thousand readers, taken one by one, each rewriting the key's growing document, take

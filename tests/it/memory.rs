@@ -18,6 +18,7 @@ syncguard::line_contract!(syncguard::MemoryBackend::new);
 syncguard::shared_contract!(syncguard::MemoryBackend::new);
 syncguard::multi_contract!(syncguard::MemoryBackend::new);
 syncguard::lost_answer_contract!(syncguard::MemoryBackend::new);
+syncguard::leadership_contract!(syncguard::MemoryBackend::new);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

@@ -51,6 +51,7 @@ syncguard::line_contract!(topology: backend_through_pgbouncer);
 syncguard::shared_contract!(topology: backend_through_pgbouncer);
 syncguard::multi_contract!(backend_through_pgbouncer);
 syncguard::lost_answer_contract!(backend_through_pgbouncer);
+syncguard::leadership_contract!(backend_through_pgbouncer);
 
 /// Whether `info` describes the lock `lock_id` with `fence`.
 fn describes(info: &LockInfo, lock_id: &str, fence: &str) -> bool {

@@ -25,6 +25,7 @@ syncguard::line_contract!(shared_postgres_backend);
 syncguard::shared_contract!(shared_postgres_backend);
 syncguard::multi_contract!(shared_postgres_backend);
 syncguard::lost_answer_contract!(shared_postgres_backend);
+syncguard::leadership_contract!(shared_postgres_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

@@ -25,6 +25,7 @@ syncguard::line_contract!(shared_redis_backend);
 syncguard::shared_contract!(shared_redis_backend);
 syncguard::multi_contract!(shared_redis_backend);
 syncguard::lost_answer_contract!(shared_redis_backend);
+syncguard::leadership_contract!(shared_redis_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).
@@ -712,6 +713,7 @@ mod cluster_layout_on_one_server {
     syncguard::shared_contract!(topology: backend);
     syncguard::multi_contract!(backend);
     syncguard::lost_answer_contract!(backend);
+    syncguard::leadership_contract!(backend);
 
     #[test]
     fn the_index_entry_follows_the_record() {

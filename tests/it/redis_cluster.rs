@@ -25,6 +25,7 @@ syncguard::line_contract!(topology: cluster_backend);
 syncguard::shared_contract!(topology: cluster_backend);
 syncguard::multi_contract!(cluster_backend);
 syncguard::lost_answer_contract!(cluster_backend);
+syncguard::leadership_contract!(cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -23,6 +23,7 @@ syncguard::line_contract!(topology: sentinel_backend);
 syncguard::shared_contract!(topology: sentinel_backend);
 syncguard::multi_contract!(sentinel_backend);
 syncguard::lost_answer_contract!(sentinel_backend);
+syncguard::leadership_contract!(sentinel_backend);
 
 /// The cluster layout on a Sentinel deployment (what a deployment on its way to a Cluster
 /// runs), through the contract suite too.
