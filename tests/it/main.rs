@@ -120,6 +120,8 @@ mod fuzz;
 mod heartbeat_threads;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod hostile;
+#[cfg(all(unix, feature = "redis", feature = "postgres"))]
+mod leaders;
 mod memory;
 #[cfg(feature = "postgres")]
 mod pgbouncer;
