@@ -79,6 +79,8 @@ mod cli_faults;
 #[cfg(feature = "cli")]
 mod cli_input;
 #[cfg(feature = "cli")]
+mod cli_leader;
+#[cfg(feature = "cli")]
 mod cli_line;
 #[cfg(feature = "cli")]
 mod cli_lost_answer;

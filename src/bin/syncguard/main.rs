@@ -6,7 +6,7 @@
 //! table, [`help::exit_codes!`], which `--help` prints.
 //!
 //! This file parses the command line and hands it to the command's own module: [`acquire`],
-//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`setup`].
+//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`leader`], [`setup`].
 //!
 //! Modules: [`args`] is the command line; [`help`] its longer help texts; [`outcome`] what a
 //! command ends with; [`url`] the backend's URL; [`duration`] parses durations; [`holder`]
@@ -31,6 +31,7 @@ mod hold;
 mod holder;
 mod input;
 mod keys;
+mod leader;
 mod list;
 mod lock_ids;
 mod metrics_file;
@@ -94,6 +95,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             let url = url.clone();
             run::run(move || connect(url.as_deref()), lock, grace, flags)
         }
+        Command::Leader { key, watch } => leader::leader(backend, &key, watch),
         Command::Setup => setup::setup(backend_url(url.as_deref())?),
     }
 }
