@@ -20,8 +20,9 @@ const PATIENCE: Duration = Duration::from_secs(30);
 on_redis_and_postgres!(leader_is_shown_and_followed);
 
 /// `leader` once: null (exit 1), then the campaigner's value and term (exit 0). `--watch`:
-/// the leader now, its proclaimed value, null after it resigns, a new term after the next
-/// election; exit 0 on SIGTERM.
+/// the leader now, null after it resigns, the next leader with a higher term; exit 0 on
+/// SIGTERM. (A proclaimed value is the same read: `leadership_contract!` checks `leader()`
+/// shows it.)
 fn leader_is_shown_and_followed(url: &str) {
     let name = unique_key("cli-leader");
     let once = || {
@@ -61,10 +62,6 @@ fn leader_is_shown_and_followed(url: &str) {
     };
     let first = next();
     assert_eq!(first["value"], json!("node-a:8080"), "{first}");
-    leadership.proclaim("node-a:9090").unwrap();
-    let proclaimed = next();
-    assert_eq!(proclaimed["value"], json!("node-a:9090"), "{proclaimed}");
-    assert_eq!(proclaimed["term"], first["term"]);
     let term = leadership.term();
     leadership.resign().unwrap();
     assert_eq!(next(), Value::Null);
