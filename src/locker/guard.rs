@@ -10,6 +10,7 @@ use crate::driver::Lease;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::hash::hash_key;
+use crate::holder::Holder;
 use crate::locker::heartbeat::Scheduler;
 use crate::locker::lease::{HeldLease, Released, Renewal};
 use crate::locker::options::ReleaseErrorCallback;
@@ -157,8 +158,20 @@ impl LockGuard {
     /// the new TTL. `Ok(false)` when the lock is no longer held (the guard is then lost); errors
     /// leave the lease as it was.
     pub fn extend(&self, ttl: Duration) -> Result<bool> {
-        let ttl = Ttl::new(ttl)?;
-        match self.lease.renew(self.store.driver(), ttl) {
+        self.renew(Some(Ttl::new(ttl)?), None)
+    }
+
+    /// Renews the lease for its own TTL and stores `holder` as its holder text in the same
+    /// step (a leader's [`proclaim`](crate::Leadership::proclaim)); otherwise as
+    /// [`extend`](LockGuard::extend).
+    pub(crate) fn renew_with_holder(&self, holder: &Holder) -> Result<bool> {
+        self.renew(None, Some(holder))
+    }
+
+    /// The one renewal a program asks for: for `ttl` (`None`: the lease's own), with `holder`
+    /// stored when given; the heartbeat then renews on its schedule from here.
+    fn renew(&self, ttl: Option<Ttl>, holder: Option<&Holder>) -> Result<bool> {
+        match self.lease.renew(self.store.driver(), ttl, holder) {
             Renewal::Renewed => {
                 self.store.scheduler().schedule(&self.lease);
                 Ok(true)

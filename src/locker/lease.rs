@@ -33,6 +33,7 @@ use crate::driver::Lease;
 use crate::driver::{Driver, DriverExt as _, Extension, LeaseKind, LeaseRef, Outcome, Version};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
+use crate::holder::Holder;
 use crate::key::Key;
 use crate::lock_id::LockId;
 use crate::locker::options::{Heartbeat, LostCallback};
@@ -469,12 +470,24 @@ impl HeldLease {
         }
     }
 
-    /// Renews the lease for `ttl` through `driver`, waiting for a renewal in flight first:
-    /// [`LockGuard::extend`](crate::LockGuard::extend).
-    pub(crate) fn renew(&self, driver: &dyn Driver, ttl: Ttl) -> Renewal {
-        match self.begin_renewal(Some(ttl), true) {
+    /// Renews the lease for `ttl` (or its own TTL) through `driver`, waiting for a renewal in
+    /// flight first: [`LockGuard::extend`](crate::LockGuard::extend), and with `holder` a
+    /// leader's [`proclaim`](crate::Leadership::proclaim), which stores the new holder text in
+    /// the same step (the heartbeat's renewals never carry one, so they never replace it).
+    pub(crate) fn renew(
+        &self,
+        driver: &dyn Driver,
+        ttl: Option<Ttl>,
+        holder: Option<&Holder>,
+    ) -> Renewal {
+        match self.begin_renewal(ttl, true) {
             Begin::Send(ticket) => {
-                let answer = driver.extend_lease(self.lease_ref(&ticket), ticket.length);
+                let lease = self.lease_ref(&ticket);
+                let lease = match holder {
+                    Some(holder) => lease.with_holder(holder),
+                    None => lease,
+                };
+                let answer = driver.extend_lease(lease, ticket.length);
                 self.finish_renewal(ticket, answer)
             }
             Begin::Busy => Renewal::Failed(LockError::internal(

@@ -5,6 +5,8 @@ mod breaking;
 mod fences;
 mod guard;
 mod heartbeat;
+mod lead;
+mod leadership;
 mod lease;
 pub(crate) mod multi_lock;
 mod options;
@@ -22,6 +24,8 @@ use std::time::Duration;
 
 pub use self::breaking::BreakOptions;
 pub use self::guard::LockGuard;
+pub use self::lead::LeadOptions;
+pub use self::leadership::{Leader, Leadership};
 pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
 pub use self::watch::{BreakInfo, KeyState, WATCH_POLL_INTERVAL, Watch};

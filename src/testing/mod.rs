@@ -50,6 +50,7 @@ pub mod backend;
 pub mod breaking;
 pub mod capacity;
 pub mod guard;
+pub mod leadership;
 pub mod line;
 pub mod lost_answer;
 pub mod multi;
@@ -137,6 +138,18 @@ macro_rules! lost_answer_contract {
 macro_rules! multi_contract {
     ($factory:expr) => {
         $crate::__contract_tests!(multi: $factory);
+    };
+}
+
+/// Expands to a module `leadership_contract` with one `#[test]` per [`leadership`] contract
+/// (leader election: one leader at a time, rising terms, proclaim, resign, the `lead` loop's
+/// cancellation), each on a fresh backend from `$factory`. As with `backend_contract!`, the
+/// factory is evaluated in the invoking module (through `leadership_contract_factory`); invoke
+/// it at most once per module.
+#[macro_export]
+macro_rules! leadership_contract {
+    ($factory:expr) => {
+        $crate::__contract_tests!(leadership: $factory);
     };
 }
 
@@ -384,6 +397,19 @@ macro_rules! __contract_tests {
             the_rule_agrees_with_the_model,
         );
     };
+    (leadership: $factory:expr) => {
+        $crate::__contract_tests!(
+            @tests leadership, leadership_contract, leadership_contract_factory, $factory, by_value;
+            one_leader_at_a_time_on_one_locker,
+            one_leader_at_a_time_across_lockers,
+            leader_shows_the_value_and_the_term,
+            proclaim_changes_the_value_and_keeps_the_term,
+            resign_and_drop_hand_over_with_a_higher_term,
+            lead_work_is_cancelled_when_the_lease_is_removed,
+            lead_work_stops_before_the_lease_can_end,
+            leadership_input_is_checked_before_any_io,
+        );
+    };
     (line: $factory:expr) => {
         $crate::__contract_tests!(
             @tests line, line_contract, line_contract_factory, $factory, by_value;
@@ -530,6 +556,7 @@ mod tests {
             "lost_answer",
             "breaking",
             "watch",
+            "leadership",
         ] {
             let (public, listed) = (public_functions(suite), listed(suite));
             assert!(

@@ -179,7 +179,10 @@ pub fn a_watch_holds_nothing_and_takes_no_place<B: LockBackend + 'static>(backen
     let locker = Locker::with_defaults(Arc::new(backend), LockOptions::default().timeout(PATIENCE));
     let mut watch = locker.watch(&key).unwrap();
     assert_eq!(next_state(&mut watch, "a free key"), KeyState::Free);
-    let holder = locker.try_lock(&key).unwrap().expect("a watched key is free");
+    let holder = locker
+        .try_lock(&key)
+        .unwrap()
+        .expect("a watched key is free");
     assert!(places(locker.backend(), &key, LeaseKind::Lock).is_empty());
     let waiter = thread::spawn({
         let (locker, key) = (locker.clone(), key.clone());

@@ -31,6 +31,7 @@ syncguard::multi_contract!(shared_firestore_backend);
 syncguard::lost_answer_contract!(shared_firestore_backend);
 syncguard::break_contract!(shared_firestore_backend);
 syncguard::watch_contract!(shared_firestore_backend);
+syncguard::leadership_contract!(shared_firestore_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`). Ignored: on the emulator
 /// its thousand readers, taken one by one, each rewriting the key's growing document, take

@@ -81,6 +81,8 @@ mod cli_faults;
 #[cfg(feature = "cli")]
 mod cli_input;
 #[cfg(feature = "cli")]
+mod cli_leader;
+#[cfg(feature = "cli")]
 mod cli_line;
 #[cfg(feature = "cli")]
 mod cli_lost_answer;
@@ -124,6 +126,8 @@ mod fuzz;
 mod heartbeat_threads;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod hostile;
+#[cfg(all(unix, feature = "redis", feature = "postgres"))]
+mod leaders;
 mod memory;
 #[cfg(feature = "postgres")]
 mod pgbouncer;

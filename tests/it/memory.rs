@@ -20,6 +20,7 @@ syncguard::multi_contract!(syncguard::MemoryBackend::new);
 syncguard::lost_answer_contract!(syncguard::MemoryBackend::new);
 syncguard::break_contract!(syncguard::MemoryBackend::new);
 syncguard::watch_contract!(syncguard::MemoryBackend::new);
+syncguard::leadership_contract!(syncguard::MemoryBackend::new);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

@@ -53,6 +53,7 @@ syncguard::multi_contract!(backend_through_pgbouncer);
 syncguard::lost_answer_contract!(backend_through_pgbouncer);
 syncguard::break_contract!(backend_through_pgbouncer);
 syncguard::watch_contract!(backend_through_pgbouncer);
+syncguard::leadership_contract!(backend_through_pgbouncer);
 
 /// Whether `info` describes the lock `lock_id` with `fence`.
 fn describes(info: &LockInfo, lock_id: &str, fence: &str) -> bool {

@@ -27,6 +27,7 @@ syncguard::multi_contract!(shared_postgres_backend);
 syncguard::lost_answer_contract!(shared_postgres_backend);
 syncguard::break_contract!(shared_postgres_backend);
 syncguard::watch_contract!(shared_postgres_backend);
+syncguard::leadership_contract!(shared_postgres_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).

@@ -27,6 +27,7 @@ syncguard::multi_contract!(shared_redis_backend);
 syncguard::lost_answer_contract!(shared_redis_backend);
 syncguard::break_contract!(shared_redis_backend);
 syncguard::watch_contract!(shared_redis_backend);
+syncguard::leadership_contract!(shared_redis_backend);
 
 /// The capacity check of the shared mode (not in `shared_contract!`: once per store, not per
 /// topology).
@@ -716,6 +717,7 @@ mod cluster_layout_on_one_server {
     syncguard::lost_answer_contract!(backend);
     syncguard::break_contract!(backend);
     syncguard::watch_contract!(backend);
+    syncguard::leadership_contract!(backend);
 
     #[test]
     fn the_index_entry_follows_the_record() {

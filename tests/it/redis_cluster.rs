@@ -27,6 +27,7 @@ syncguard::multi_contract!(cluster_backend);
 syncguard::lost_answer_contract!(cluster_backend);
 syncguard::break_contract!(cluster_backend);
 syncguard::watch_contract!(cluster_backend);
+syncguard::leadership_contract!(cluster_backend);
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -25,6 +25,7 @@ syncguard::multi_contract!(sentinel_backend);
 syncguard::lost_answer_contract!(sentinel_backend);
 syncguard::break_contract!(sentinel_backend);
 syncguard::watch_contract!(sentinel_backend);
+syncguard::leadership_contract!(sentinel_backend);
 
 /// The cluster layout on a Sentinel deployment (what a deployment on its way to a Cluster
 /// runs), through the contract suite too.

@@ -155,6 +155,22 @@ pub enum Command {
         #[command(flatten)]
         args: BreakArgs,
     },
+    /// Show who leads the election KEY (the holder of the lock on it, as Locker::campaign
+    /// takes it): {"value","term","sinceMs","expiresAtMs"}, or null and exit 1 when nobody
+    /// does.
+    #[command(after_help = "Example:\n  syncguard leader --key scheduler\n  \
+        → {\"value\":\"node-a:8080\",\"term\":\"000000000000007\",\"sinceMs\":…,\"expiresAtMs\":…}\n  \
+        syncguard leader --key scheduler --watch   (one line per change, until SIGTERM/SIGINT: exit 0)")]
+    Leader {
+        /// The election's name: the key of its lock.
+        #[arg(long, allow_hyphen_values = true)]
+        key: String,
+        /// Follow the leader: a line with the leader now, then one at each change (another
+        /// leader or term, a proclaimed value, or null), until SIGTERM or SIGINT (exit 0). Read
+        /// again at each release the store announces, and at least every 500 ms.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Create the PostgreSQL tables (idempotent); the other backends need none.
     #[command(after_help = "Example:\n  syncguard --url postgres://app@db/app setup")]
     Setup,

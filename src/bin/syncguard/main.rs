@@ -6,7 +6,8 @@
 //! table, [`help::exit_codes!`], which `--help` prints.
 //!
 //! This file parses the command line and hands it to the command's own module: [`acquire`],
-//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`break_key`], [`setup`].
+//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`break_key`], [`leader`],
+//! [`setup`].
 //!
 //! Modules: [`args`] is the command line; [`help`] its longer help texts; [`outcome`] what a
 //! command ends with; [`url`] the backend's URL; [`duration`] parses durations; [`holder`]
@@ -32,6 +33,7 @@ mod hold;
 mod holder;
 mod input;
 mod keys;
+mod leader;
 mod list;
 mod lock_ids;
 mod metrics_file;
@@ -96,6 +98,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             run::run(move || connect(url.as_deref()), lock, grace, flags)
         }
         Command::Break { args } => break_key::break_key(backend, &args),
+        Command::Leader { key, watch } => leader::leader(backend, &key, watch),
         Command::Setup => setup::setup(backend_url(url.as_deref())?),
     }
 }
