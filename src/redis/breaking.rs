@@ -11,6 +11,8 @@
 //! The markers' lock ids are drawn here and passed in; a holder set's script answers how many
 //! more it needs, writing nothing, when the holders outnumber them.
 
+use redis::ScriptInvocation;
+
 use super::layout::KeyLayout;
 use super::scripts::{Reply, SCRIPTS, Status};
 use super::semaphore::{holder_set, release_channel};
@@ -40,17 +42,22 @@ pub(super) fn break_leases(store: &Store, order: &BreakOrder<'_>) -> Result<Brok
     .map_err(|e| e.with_key(order.key.as_str()))
 }
 
-/// The scripts' delay argument (`marker_expiry` in `scripts/break.lua`).
-fn delay_arg(delay: BreakDelay) -> String {
-    match delay {
+/// The arguments both break scripts open with: the tolerance, the user key, the largest fence,
+/// the delay (`marker_expiry` in `scripts/break.lua`), the markers' holder text and the one
+/// lock id broken (`''`: every holder).
+fn push_order_args(invocation: &mut ScriptInvocation<'_>, order: &BreakOrder<'_>) {
+    let delay = match order.delay {
         BreakDelay::RestOfLease => "rest".to_owned(),
         BreakDelay::None => "none".to_owned(),
         BreakDelay::For(ttl) => ttl.as_millis().to_string(),
-    }
-}
-
-fn only_arg<'a>(order: &BreakOrder<'a>) -> &'a str {
-    order.lock_id.map_or("", LockId::as_str)
+    };
+    invocation
+        .arg(TIME_TOLERANCE_MS)
+        .arg(order.key.as_str())
+        .arg(FENCE_MAX)
+        .arg(delay)
+        .arg(order.note.as_str())
+        .arg(order.lock_id.map_or("", LockId::as_str));
 }
 
 /// A lock's break: `scripts/break_lock.lua`.
@@ -64,15 +71,10 @@ fn break_lock(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
     if layout == KeyLayout::TypeScript {
         invocation.key(store.keys.index_key(&marker_id));
     }
+    push_order_args(&mut invocation, order);
     invocation
-        .arg(marker_id.as_str())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(key.as_str())
-        .arg(FENCE_MAX)
-        .arg(delay_arg(order.delay))
-        .arg(order.note.as_str())
-        .arg(only_arg(order))
-        .arg(store.keys.cleanup_index_head());
+        .arg(store.keys.cleanup_index_head())
+        .arg(marker_id.as_str());
     let mut reply = store.run(|conn| invocation.invoke(conn))?;
     applied(store, &mut reply, key)?;
     let mut broken = Broken::default();
@@ -110,14 +112,8 @@ fn break_holders(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
     for _ in 0..DRAWS {
         let mut invocation = SCRIPTS.break_holders.key(&holders);
         invocation.key(&records).key(&fence);
-        invocation
-            .arg(TIME_TOLERANCE_MS)
-            .arg(key.as_str())
-            .arg(FENCE_MAX)
-            .arg(delay_arg(order.delay))
-            .arg(order.note.as_str())
-            .arg(only_arg(order))
-            .arg(&channel);
+        push_order_args(&mut invocation, order);
+        invocation.arg(&channel);
         for _ in 0..drawn {
             invocation.arg(marker_lock_id().as_str());
         }

@@ -2,16 +2,16 @@
 -- KEYS: lock key, fence counter key, and in the TypeScript layout the index key of the
 -- marker's lock id (the cluster layout writes index entries, in other hash slots, outside the
 -- script)
--- ARGV: marker lock id, tolerance ms, user key (NFC), largest fence allowed, delay ('rest',
--- 'none' or ms: marker_expiry), the marker's holder text, only this lock id ('' for any
--- holder), index head (TypeScript layout: what precedes a lock id in its index key; '' in the
--- cluster layout)
+-- ARGV: tolerance ms, user key (NFC), largest fence allowed, delay ('rest', 'none' or ms:
+-- marker_expiry), the marker's holder text, only this lock id ('' for any holder), index head
+-- (TypeScript layout: what precedes a lock id in its index key; '' in the cluster layout),
+-- marker lock id
 -- Reply: {OK} (nothing live broken; an expired holder is removed all the same)
 -- | {OK, holder record} (broken, no marker) | {OK, holder record, marker record}
 -- | {FENCE_OVERFLOW, counter key} | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local lock_key, fence_key, marker_index = KEYS[1], KEYS[2], KEYS[3]
-local marker_id, tolerance, key, largest = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local delay, note, only, index_head = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local tolerance, key, largest = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local delay, note, only, index_head, marker_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
 local held, raw = read_lock(lock_key)
 if held == nil then return raw end
