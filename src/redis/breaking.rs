@@ -9,7 +9,9 @@
 //! release channel, as a release does.
 //!
 //! The markers' lock ids are drawn here and passed in; a holder set's script answers how many
-//! more it needs, writing nothing, when the holders outnumber them.
+//! more it needs, writing nothing, when the holders outnumber them. A script sent again after
+//! its connection dropped (the pool does so once) finds its own markers and says so: it is
+//! never applied twice.
 
 use redis::ScriptInvocation;
 
@@ -81,7 +83,11 @@ fn break_lock(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
     if reply.is_done() {
         return Ok(broken);
     }
-    let holder = store.decode(&reply.string()?)?;
+    let holder = reply.string()?;
+    if holder.is_empty() {
+        return Err(applied_before());
+    }
+    let holder = store.decode(&holder)?;
     let marker = match reply.is_done() {
         true => None,
         false => Some(store.decode(&reply.string()?)?),
@@ -119,8 +125,11 @@ fn break_holders(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
         }
         let mut reply = store.run(|conn| invocation.invoke(conn))?;
         applied(store, &mut reply, key)?;
-        let short = usize::try_from(reply.int()?).unwrap_or(0);
-        if short > 0 {
+        let short = reply.int()?;
+        if short < 0 {
+            return Err(applied_before());
+        }
+        if let Ok(short @ 1..) = usize::try_from(short) {
             // Room for a few more holders arriving before the next attempt.
             drawn += short + FIRST_DRAW;
             continue;
@@ -146,6 +155,16 @@ fn break_holders(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
         ErrorCode::ServiceUnavailable,
         "the holders of the key kept growing while it was broken; nothing was broken: try again",
     ))
+}
+
+/// The error for a break sent again after its connection dropped, which finds that its first
+/// sending was applied: what it broke is not known any more, but its markers hold the key.
+fn applied_before() -> LockError {
+    LockError::new(
+        ErrorCode::ServiceUnavailable,
+        "the connection dropped while the break was sent, and it was applied: the key's \
+         holders were broken and its markers hold it, but which holders is not known",
+    )
 }
 
 /// `Ok` when the script applied; the error its refusal means otherwise (it wrote nothing).
