@@ -9,7 +9,11 @@
 //! release channel, as a release does.
 //!
 //! The markers' lock ids are drawn here and passed in; a holder set's script answers how many
-//! more it needs, writing nothing, when the holders outnumber them.
+//! more it needs, writing nothing, when the holders outnumber them. A script sent again after
+//! its connection dropped (the pool does so once) finds its own markers and says so: it is
+//! never applied twice.
+
+use redis::ScriptInvocation;
 
 use super::layout::KeyLayout;
 use super::scripts::{Reply, SCRIPTS, Status};
@@ -40,17 +44,22 @@ pub(super) fn break_leases(store: &Store, order: &BreakOrder<'_>) -> Result<Brok
     .map_err(|e| e.with_key(order.key.as_str()))
 }
 
-/// The scripts' delay argument (`marker_expiry` in `scripts/break.lua`).
-fn delay_arg(delay: BreakDelay) -> String {
-    match delay {
+/// The arguments both break scripts open with: the tolerance, the user key, the largest fence,
+/// the delay (`marker_expiry` in `scripts/break.lua`), the markers' holder text and the one
+/// lock id broken (`''`: every holder).
+fn push_order_args(invocation: &mut ScriptInvocation<'_>, order: &BreakOrder<'_>) {
+    let delay = match order.delay {
         BreakDelay::RestOfLease => "rest".to_owned(),
         BreakDelay::None => "none".to_owned(),
         BreakDelay::For(ttl) => ttl.as_millis().to_string(),
-    }
-}
-
-fn only_arg<'a>(order: &BreakOrder<'a>) -> &'a str {
-    order.lock_id.map_or("", LockId::as_str)
+    };
+    invocation
+        .arg(TIME_TOLERANCE_MS)
+        .arg(order.key.as_str())
+        .arg(FENCE_MAX)
+        .arg(delay)
+        .arg(order.note.as_str())
+        .arg(order.lock_id.map_or("", LockId::as_str));
 }
 
 /// A lock's break: `scripts/break_lock.lua`.
@@ -64,22 +73,21 @@ fn break_lock(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
     if layout == KeyLayout::TypeScript {
         invocation.key(store.keys.index_key(&marker_id));
     }
+    push_order_args(&mut invocation, order);
     invocation
-        .arg(marker_id.as_str())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(key.as_str())
-        .arg(FENCE_MAX)
-        .arg(delay_arg(order.delay))
-        .arg(order.note.as_str())
-        .arg(only_arg(order))
-        .arg(store.keys.cleanup_index_head());
+        .arg(store.keys.cleanup_index_head())
+        .arg(marker_id.as_str());
     let mut reply = store.run(|conn| invocation.invoke(conn))?;
     applied(store, &mut reply, key)?;
     let mut broken = Broken::default();
     if reply.is_done() {
         return Ok(broken);
     }
-    let holder = store.decode(&reply.string()?)?;
+    let holder = reply.string()?;
+    if holder.is_empty() {
+        return Err(applied_before());
+    }
+    let holder = store.decode(&holder)?;
     let marker = match reply.is_done() {
         true => None,
         false => Some(store.decode(&reply.string()?)?),
@@ -110,21 +118,18 @@ fn break_holders(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
     for _ in 0..DRAWS {
         let mut invocation = SCRIPTS.break_holders.key(&holders);
         invocation.key(&records).key(&fence);
-        invocation
-            .arg(TIME_TOLERANCE_MS)
-            .arg(key.as_str())
-            .arg(FENCE_MAX)
-            .arg(delay_arg(order.delay))
-            .arg(order.note.as_str())
-            .arg(only_arg(order))
-            .arg(&channel);
+        push_order_args(&mut invocation, order);
+        invocation.arg(&channel);
         for _ in 0..drawn {
             invocation.arg(marker_lock_id().as_str());
         }
         let mut reply = store.run(|conn| invocation.invoke(conn))?;
         applied(store, &mut reply, key)?;
-        let short = usize::try_from(reply.int()?).unwrap_or(0);
-        if short > 0 {
+        let short = reply.int()?;
+        if short < 0 {
+            return Err(applied_before());
+        }
+        if let Ok(short @ 1..) = usize::try_from(short) {
             // Room for a few more holders arriving before the next attempt.
             drawn += short + FIRST_DRAW;
             continue;
@@ -150,6 +155,16 @@ fn break_holders(store: &Store, order: &BreakOrder<'_>) -> Result<Broken> {
         ErrorCode::ServiceUnavailable,
         "the holders of the key kept growing while it was broken; nothing was broken: try again",
     ))
+}
+
+/// The error for a break sent again after its connection dropped, which finds that its first
+/// sending was applied: what it broke is not known any more, but its markers hold the key.
+fn applied_before() -> LockError {
+    LockError::new(
+        ErrorCode::ServiceUnavailable,
+        "the connection dropped while the break was sent, and it was applied: the key's \
+         holders were broken and its markers hold it, but which holders is not known",
+    )
 }
 
 /// `Ok` when the script applied; the error its refusal means otherwise (it wrote nothing).

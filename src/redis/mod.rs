@@ -146,6 +146,29 @@
 //! nor writes these keys, so a TypeScript client takes the exclusive lock while Rust readers
 //! hold the key shared. Share keys with TypeScript clients in exclusive mode only.
 //!
+//! # Breaking and proclaiming
+//!
+//! An operator's break ([`Driver::break_leases`](crate::driver::Driver::break_leases)) is one
+//! script on the key's slot: it removes the live holders of the kind asked (or the one lock id
+//! named), never a marker of an earlier break, and writes a marker in the place of each, an
+//! ordinary record with the key's next fence (`INCR` of the lock's counter, or the
+//! semaphore's), the operator's note as its holder text and its expiry from Redis `TIME`; then
+//! it publishes on the lock's release channel, as a release does.
+//!
+//! | break | requests |
+//! |---|---|
+//! | a lock, TypeScript layout | 1 script: the record, the broken holder's index entry deleted, the marker's record and index entry written with `PX`, exactly as a TypeScript acquisition writes them |
+//! | a lock, cluster layout | 1 script on the record and counter; then 1 pipeline [`DEL` the broken holder's `I`, `SET` the marker's `I`], whose failure is logged (the break stands, as a release's does) |
+//! | shared holders, permits | 1 script on the holder set and its counter; with more holders than the marker lock ids drawn (8 at first), it writes nothing and asks for more, and is sent again |
+//!
+//! A break sent again after its connection dropped finds its own markers and fails without
+//! breaking anything more (`ServiceUnavailable`, the markers hold the key).
+//!
+//! A renewal that replaces a lock's holder text (a leader's proclaim:
+//! [`LeaseRef::with_holder`](crate::driver::LeaseRef::with_holder)) has scripts of its own,
+//! `proclaim.lua` and `proclaim_record.lua`, sent as the renewal's would be; the heartbeat's
+//! renewal scripts are the ones they were, and a batch that holds a proclaim sends it apart.
+//!
 //! # Key layouts
 //!
 //! Those three keys of a lock lie in different hash slots, and a Cluster runs a script only on

@@ -2,8 +2,9 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 
+use crate::driver::{LeaseRef, TIME_TOLERANCE_MS, Ttl};
 use crate::error::{LockError, Result};
 
 /// A script: the prelude, then the given parts of `scripts/` in order (shared parts first).
@@ -78,6 +79,32 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     break_lock: script!("break.lua", "break_lock.lua"),
     break_holders: script!("semaphore.lua", "break.lua", "break_holders.lua"),
 });
+
+/// A lock's renewal of `lease` for `ttl`, by the script `renew` on `target` (its index key or
+/// its record, as the layout's script expects); a lease that carries a holder text (a
+/// leader's proclaim) goes by `proclaim` instead, with that text after the same arguments, so
+/// that the heartbeat's renewal stays as it was. The script chosen, and its invocation.
+pub(crate) fn lock_renewal<'s>(
+    target: &str,
+    lease: LeaseRef<'_>,
+    ttl: Ttl,
+    renew: &'s Script,
+    proclaim: &'s Script,
+) -> (&'s Script, ScriptInvocation<'s>) {
+    let script = match lease.holder {
+        Some(_) => proclaim,
+        None => renew,
+    };
+    let mut invocation = script.key(target);
+    invocation
+        .arg(lease.lock_id.as_str())
+        .arg(TIME_TOLERANCE_MS)
+        .arg(ttl.as_millis());
+    if let Some(holder) = lease.holder {
+        invocation.arg(holder.as_str());
+    }
+    (script, invocation)
+}
 
 /// The status that opens every reply (see `prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

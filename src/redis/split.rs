@@ -38,7 +38,7 @@ use redis::{Cmd, RedisError, RedisResult, ScriptInvocation, Value};
 
 use super::errors::{Phase, map_error};
 use super::pool::Conn;
-use super::scripts::{Reply, SCRIPTS, Status};
+use super::scripts::{Reply, SCRIPTS, Status, lock_renewal};
 use super::store::{Store, failed_all};
 use crate::driver::{
     Extension, Key, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl, in_order,
@@ -164,20 +164,13 @@ pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Out
     let Some(lock_key) = record_key_of(store, lease)? else {
         return Ok(Outcome::NotFound);
     };
-    // A lease that carries a holder text (a leader's proclaim) has a script of its own, so
-    // that the heartbeat's stays as it was.
-    let script = match lease.holder {
-        Some(_) => &SCRIPTS.proclaim_record,
-        None => &SCRIPTS.extend_record,
-    };
-    let mut invocation = script.key(&lock_key);
-    invocation
-        .arg(lease.lock_id.as_str())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(ttl.as_millis());
-    if let Some(holder) = lease.holder {
-        invocation.arg(holder.as_str());
-    }
+    let (script, invocation) = lock_renewal(
+        &lock_key,
+        lease,
+        ttl,
+        &SCRIPTS.extend_record,
+        &SCRIPTS.proclaim_record,
+    );
     let answers = store.pool.run_on(&store.server, |mut conn| {
         script_with_index(
             &mut conn,

@@ -5,7 +5,7 @@
 //! one or the other once per call. Acquisition and lookup by key are the same in both layouts
 //! and stay in the driver.
 
-use super::scripts::{SCRIPTS, Status};
+use super::scripts::{SCRIPTS, Status, lock_renewal};
 use super::store::Store;
 use crate::driver::{Extension, LeaseRef, LockId, LockRecord, Outcome, TIME_TOLERANCE_MS, Ttl};
 use crate::error::Result;
@@ -28,18 +28,7 @@ pub(super) fn release(store: &Store, lease: LeaseRef<'_>) -> Result<Outcome<()>>
 /// leader's proclaim) has a script of its own, so that the heartbeat's stays as it was.
 pub(super) fn extend(store: &Store, lease: LeaseRef<'_>, ttl: Ttl) -> Result<Outcome<Extension>> {
     let index_key = store.keys.index_key(lease.lock_id);
-    let script = match lease.holder {
-        Some(_) => &SCRIPTS.proclaim,
-        None => &SCRIPTS.extend,
-    };
-    let mut invocation = script.key(&index_key);
-    invocation
-        .arg(lease.lock_id.as_str())
-        .arg(TIME_TOLERANCE_MS)
-        .arg(ttl.as_millis());
-    if let Some(holder) = lease.holder {
-        invocation.arg(holder.as_str());
-    }
+    let (_, invocation) = lock_renewal(&index_key, lease, ttl, &SCRIPTS.extend, &SCRIPTS.proclaim);
     let value = store
         .pool
         .run(&store.server, |conn| invocation.invoke(conn))?;

@@ -84,6 +84,24 @@ fn id(lease: &Lease) -> LockId {
     LockId::new(&lease.lock_id).unwrap()
 }
 
+/// The script built from these files of `src/redis/scripts/` after the prelude, as the
+/// backend builds it.
+macro_rules! script {
+    ($($file:literal),+) => {
+        redis::Script::new(concat!(
+            include_str!("../../src/redis/scripts/prelude.lua"),
+            $(include_str!(concat!("../../src/redis/scripts/", $file))),+
+        ))
+    };
+}
+
+/// The SHA1 of [`script!`]'s script.
+macro_rules! script_sha {
+    ($($file:literal),+) => {
+        script!($($file),+).get_hash().to_owned()
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // The TypeScript layout's marker
 // ---------------------------------------------------------------------------------------------
@@ -478,6 +496,72 @@ fn a_break_is_announced_as_a_release() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A break sent again
+// ---------------------------------------------------------------------------------------------
+
+/// The pool sends a call again on a connection found dropped, which may have run it: the break
+/// scripts, run twice with the same marker lock ids, apply once and then say so, breaking
+/// nothing more (here run raw, as the backend builds them, so the repeat is certain).
+#[test]
+fn a_break_sent_again_finds_its_own_markers() {
+    let (backend, prefix) = shared_redis_namespace(KeyLayout::TypeScript);
+    let mut conn = shared_redis().connection();
+    let key = Key::new(&unique("break-again")).unwrap();
+    acquire(&backend, &key, Mode::Exclusive, "job");
+    let marker_id = syncguard::driver::marker_lock_id();
+    let lock_key = backend.lock_key(key.as_str()).unwrap();
+    let break_lock = script!("break.lua", "break_lock.lua");
+    let mut invocation = break_lock.key(&lock_key);
+    invocation
+        .key(backend.fence_key(key.as_str()).unwrap())
+        .key(backend.index_key(marker_id.as_str()).unwrap())
+        .arg(1000)
+        .arg(key.as_str())
+        .arg(syncguard::driver::FENCE_MAX)
+        .arg("rest")
+        .arg(note().as_str())
+        .arg("")
+        .arg(format!("{prefix}:id:"))
+        .arg(marker_id.as_str());
+    let first: Vec<redis::Value> = invocation.invoke(&mut conn).unwrap();
+    assert_eq!(first.len(), 3, "broken, with a marker: {first:?}");
+    let again: Vec<redis::Value> = invocation.invoke(&mut conn).unwrap();
+    assert_eq!(
+        again,
+        [redis::Value::Int(1), redis::Value::BulkString(Vec::new())]
+    );
+
+    let permits = Mode::permits(2).unwrap();
+    acquire(&backend, &key, permits, "worker");
+    let keys = backend.semaphore_keys(key.as_str()).unwrap();
+    let break_holders = script!("semaphore.lua", "break.lua", "break_holders.lua");
+    let mut invocation = break_holders.key(&keys.holders);
+    invocation
+        .key(&keys.permits)
+        .key(&keys.fence)
+        .arg(1000)
+        .arg(key.as_str())
+        .arg(syncguard::driver::FENCE_MAX)
+        .arg("rest")
+        .arg(note().as_str())
+        .arg("")
+        .arg(format!("{lock_key}:released"))
+        .arg(syncguard::driver::marker_lock_id().as_str());
+    let first: Vec<redis::Value> = invocation.invoke(&mut conn).unwrap();
+    assert_eq!(first.len(), 5, "one broken, one marker: {first:?}");
+    let again: Vec<redis::Value> = invocation.invoke(&mut conn).unwrap();
+    assert_eq!(again, [redis::Value::Int(1), redis::Value::Int(-1)]);
+    assert_eq!(
+        backend
+            .find(Find::Key(&key, LeaseKind::Permit))
+            .unwrap()
+            .len(),
+        1,
+        "one marker"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // A restart
 // ---------------------------------------------------------------------------------------------
 
@@ -535,19 +619,6 @@ fn a_marker_survives_a_restart_with_an_append_only_file() {
 // ---------------------------------------------------------------------------------------------
 // The heartbeat's scripts
 // ---------------------------------------------------------------------------------------------
-
-/// The SHA1 of a script built from `parts` of `src/redis/scripts/` after the prelude, as the
-/// backend builds it.
-macro_rules! script_sha {
-    ($($file:literal),+) => {
-        redis::Script::new(concat!(
-            include_str!("../../src/redis/scripts/prelude.lua"),
-            $(include_str!(concat!("../../src/redis/scripts/", $file))),+
-        ))
-        .get_hash()
-        .to_owned()
-    };
-}
 
 /// How many times the server ran each command, from `INFO commandstats`.
 fn command_calls(conn: &mut redis::Connection) -> std::collections::HashMap<String, u64> {

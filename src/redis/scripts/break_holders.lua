@@ -6,7 +6,7 @@
 -- marker_expiry), the markers' holder text, only this lock id ('' for every holder), release
 -- channel, then the markers' lock ids (drawn by the client, one per marker at most)
 -- Reply: {OK, short} with short > 0: that many more marker lock ids are needed, and nothing
--- was written | {OK, 0, n, n holder records (fence order), marker records (same order)}
+-- was written | {OK, -1}: this very break was applied already (one of its markers is held) | {OK, 0, n, n holder records (fence order), marker records (same order)}
 -- | {FENCE_OVERFLOW, counter key} | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local holders_key, records_key, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local tolerance, key, largest = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -15,6 +15,11 @@ local FIRST_MARKER_ID = 8
 
 local refusal = check_semaphore(holders_key, records_key)
 if refusal then return refusal end
+-- The pool sends a call again on a connection found dropped, which may have run it: a repeat
+-- finds its own markers, says so, and breaks nothing more.
+for i = FIRST_MARKER_ID, #ARGV do
+  if redis.call('HEXISTS', records_key, ARGV[i]) == 1 then return {OK, -1} end
+end
 local now = now_ms()
 local candidates = {only}
 if only == '' then candidates = redis.call('ZRANGE', holders_key, 0, -1) end

@@ -2,19 +2,23 @@
 -- KEYS: lock key, fence counter key, and in the TypeScript layout the index key of the
 -- marker's lock id (the cluster layout writes index entries, in other hash slots, outside the
 -- script)
--- ARGV: marker lock id, tolerance ms, user key (NFC), largest fence allowed, delay ('rest',
--- 'none' or ms: marker_expiry), the marker's holder text, only this lock id ('' for any
--- holder), index head (TypeScript layout: what precedes a lock id in its index key; '' in the
--- cluster layout)
--- Reply: {OK} (nothing live broken; an expired holder is removed all the same)
+-- ARGV: tolerance ms, user key (NFC), largest fence allowed, delay ('rest', 'none' or ms:
+-- marker_expiry), the marker's holder text, only this lock id ('' for any holder), index head
+-- (TypeScript layout: what precedes a lock id in its index key; '' in the cluster layout),
+-- marker lock id
+-- Reply: {OK} (nothing live broken; an expired holder is removed all the same) | {OK, ''}
+-- (this very break was applied already: its marker holds the key)
 -- | {OK, holder record} (broken, no marker) | {OK, holder record, marker record}
 -- | {FENCE_OVERFLOW, counter key} | {BAD_COUNTER, counter key, why} | {FOREIGN, key, why}
 local lock_key, fence_key, marker_index = KEYS[1], KEYS[2], KEYS[3]
-local marker_id, tolerance, key, largest = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local delay, note, only, index_head = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local tolerance, key, largest = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local delay, note, only, index_head, marker_id = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
 local held, raw = read_lock(lock_key)
 if held == nil then return raw end
+-- The pool sends a call again on a connection found dropped, which may have run it: a repeat
+-- finds its own marker, says so, and breaks nothing more.
+if held and held.lockId == marker_id then return {OK, ''} end
 if not held or not breaks(held.lockId, only) then return {OK} end
 local now = now_ms()
 local live = held.expiresAtMs > now - tolerance
