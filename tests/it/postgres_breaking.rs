@@ -252,6 +252,7 @@ fn a_proclaim_replaces_the_holder_text(connect: fn() -> PostgresBackend) {
 
 support::postgres_both_ways!(
     connect: [every_kind_is_broken_into_markers, a_proclaim_replaces_the_holder_text],
+    upstream: [a_break_sent_again_by_the_pool_says_its_answer_was_lost],
 );
 
 /// Moves the expiry of every row of `key` in `table` to ten minutes before it was acquired
@@ -460,7 +461,10 @@ fn a_marker_survives_a_restart() {
     assert!(marker.fence > lease.fence);
 
     server.restart();
-    assert_eq!(found(&backend, &k, LeaseKind::Lock), [marker.clone()]);
+    assert_eq!(
+        found(&backend, &k, LeaseKind::Lock),
+        std::slice::from_ref(&marker)
+    );
     assert!(
         grantable(&backend, &k, Mode::Exclusive).is_none(),
         "the marker still holds the key"
@@ -571,5 +575,39 @@ fn wait_for_a_break_to_wait() {
         }
         assert!(std::time::Instant::now() < deadline, "no break waited");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A break whose answer is lost with its connection (the proxy closes it as the answer comes
+/// back: the server has broken the key) is sent again once by the pool, with the same marker
+/// lock ids: the repeat finds its own markers, breaks nothing more, and says the break was
+/// carried out and its answer lost (`ServiceUnavailable`) — never "nothing held".
+fn a_break_sent_again_by_the_pool_says_its_answer_was_lost(upstream: u16) {
+    let (proxy, backend) = support::postgres_through_a_proxy(upstream);
+    for kind in [LeaseKind::Lock, LeaseKind::Permit] {
+        let k = key("break-repeat");
+        let mode = match kind {
+            LeaseKind::Lock => Mode::Exclusive,
+            _ => Mode::permits(3).unwrap(),
+        };
+        let lease = held(&backend, &k, mode, "hung");
+        let cuts = proxy.answers_cut();
+        proxy.cut_answer_to(b"cardinality($7)");
+        let note = note();
+        let order = BreakOrder {
+            key: &k,
+            kind,
+            lock_id: None,
+            delay: BreakDelay::RestOfLease,
+            note: &note,
+        };
+        let error = backend.break_leases(&order).unwrap_err();
+        assert_eq!(proxy.answers_cut(), cuts + 1, "an answer was lost");
+        assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+        assert!(error.message().contains("carried out"), "{error}");
+        let left = found(&backend, &k, kind);
+        assert_eq!(left.len(), 1, "one marker, no second: {left:?}");
+        assert!(is_marker(&left[0].lock_id), "{left:?}");
+        assert!(left[0].fence > lease.fence);
     }
 }
