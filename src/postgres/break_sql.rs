@@ -10,14 +10,16 @@
 //! (NULL: every holder), `$5` the delay in ms (NULL: the rest of each broken lease), `$6` the
 //! markers' holder text, `$7` the markers' lock ids, drawn by the client (empty: no markers),
 //! `$8` tolerance ms, `$9` the largest fence. Each answers rows of `role`, a record's columns
-//! and a status' (`stale`, `needed`, `bad_counter`, `malformed`): one
+//! and a status' (`stale`, `needed`, `bad_counter`, `malformed`, `repeated`): one
 //! `holder` row per live holder removed, one `marker` row per marker written (as the lookups
 //! answer records), and one `status` row: `stale` (nothing was done: a grant on the key
 //! committed while the statement waited, unseen by its snapshot — send it again), `needed` (the
 //! number of marker lock ids the break may need when `$7` has fewer: nothing was done),
 //! `bad_counter` (no fence can follow the key's counter: holders were removed, no marker
 //! written, as the in-memory store does), `malformed` (the lock row is not a SyncGuard record:
-//! left alone).
+//! left alone), `repeated` (a marker of the key has one of `$7`'s lock ids: this very
+//! statement was carried out before — the pool sends a call again once when its connection
+//! died before the answer came — and its answer is lost; holds are not broken again).
 //!
 //! Why each is right, although one statement reads one snapshot, taken before it waited for
 //! the key:
@@ -68,8 +70,13 @@ const NO_RECORD: &str = "NULL::text, NULL::text, NULL::bigint, NULL::bigint, NUL
                          NULL::text, NULL::text";
 
 /// The status columns of a record's row (named: the first row's names are the answer's).
-const NO_STATUS: &str = "NULL::boolean AS stale, NULL::bigint AS needed, NULL::bigint AS bad_counter, \
-     NULL::boolean AS malformed";
+const NO_STATUS: &str = "NULL::boolean AS stale, NULL::bigint AS needed, \
+     NULL::bigint AS bad_counter, NULL::boolean AS malformed, NULL::boolean AS repeated";
+
+/// Whether a row of `table` (quoted) of the key is a marker this statement wrote (`repeated`).
+fn repeated(table: &str) -> String {
+    format!("EXISTS (SELECT 1 FROM {table} r WHERE r.key = $1 AND r.lock_id = ANY ($7))")
+}
 
 /// Whether the lock id of row `p` is not a break's marker (`driver::is_marker`, in SQL).
 fn not_a_marker(p: &str) -> String {
@@ -131,7 +138,9 @@ pub(super) fn break_lock(tables: &Quoted<'_>, with_holder: bool) -> String {
              CASE WHEN cardinality($7) > 0 AND EXISTS (SELECT 1 FROM gone WHERE live)\n\
                  AND NOT EXISTS (SELECT 1 FROM counter) THEN\n\
                  COALESCE((SELECT f.fence FROM {fences} f WHERE f.fence_key = $3), -1) END,\n\
-             (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1)",
+             (SELECT NOT {sound_l} FROM {locks} l WHERE l.key = $1), {repeated}",
+        // A repeat finds its marker in the key's one row, which it never breaks.
+        repeated = repeated(locks),
         not_marker = not_a_marker("l"),
         expiry = marker_expiry("b"),
         answer = answer(released),
@@ -193,7 +202,7 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
              WHERE (SELECT fence FROM seen) IS NOT DISTINCT FROM (SELECT fence FROM latest)),\n\
          candidates AS (SELECT count(*) AS n FROM {table} p WHERE {wanted}),\n\
          go AS (SELECT f.now_ms FROM fresh f, candidates k\n\
-             WHERE cardinality($7) = 0 OR k.n <= cardinality($7)),\n\
+             WHERE (cardinality($7) = 0 OR k.n <= cardinality($7)) AND NOT {repeated}),\n\
          gone AS (\n\
              DELETE FROM {table} p USING go c WHERE {wanted}\n\
              RETURNING p.key, p.lock_id, p.expires_at_ms, p.acquired_at_ms, p.fence, p.user_key,\n\
@@ -218,11 +227,12 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
          {answer}\
          UNION ALL\n\
          SELECT 'status', {NO_RECORD}, NOT EXISTS (SELECT 1 FROM fresh),\n\
-             CASE WHEN EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM go) THEN\n\
-                 (SELECT n FROM candidates) END,\n\
+             CASE WHEN EXISTS (SELECT 1 FROM fresh) AND NOT EXISTS (SELECT 1 FROM go)\n\
+                 AND NOT {repeated} THEN (SELECT n FROM candidates) END,\n\
              CASE WHEN EXISTS (SELECT 1 FROM broken) AND NOT EXISTS (SELECT 1 FROM counter)\n\
                  THEN COALESCE((SELECT fence FROM latest), -1) END,\n\
-             NULL::boolean",
+             NULL::boolean, {repeated}",
+        repeated = repeated(table),
         expiry = marker_expiry("b"),
         answer = answer(released),
     )

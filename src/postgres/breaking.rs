@@ -170,6 +170,15 @@ impl PostgresBackend {
         if let Some(counter) = column::<Option<i64>>(row, "bad_counter")? {
             return Err(bad_counter_error(counter).with_key(key.as_str()));
         }
+        if column::<Option<bool>>(row, "repeated")? == Some(true) {
+            return Err(LockError::new(
+                ErrorCode::ServiceUnavailable,
+                "the break was carried out, but its answer was lost with its connection (the \
+                 call sent again found the markers it wrote): the broken holders are gone and \
+                 markers hold their places; `syncguard status` shows them",
+            )
+            .with_key(key.as_str()));
+        }
         if column::<Option<bool>>(row, "stale")? == Some(true) {
             return Ok(Some(Answer::Stale));
         }

@@ -160,31 +160,41 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
         "the next grant's fence is above the markers'"
     );
 
-    // Permits.
+    // Permits: five, more than a break sends marker lock ids for at first.
     let k = key("break-permits");
-    let two = Mode::permits(2).unwrap();
-    let permits = [
-        held(&backend, &k, two, "p-1"),
-        held(&backend, &k, two, "p-2"),
-    ];
+    let six = Mode::permits(6).unwrap();
+    let mut permits: Vec<Lease> = (0..6)
+        .map(|i| held(&backend, &k, six, &format!("p-{i}")))
+        .collect();
+    let lock_id = LockId::new(&permits[0].lock_id).unwrap();
+    assert!(matches!(
+        backend.release_lease(LeaseRef::permit(&lock_id, &k)),
+        Ok(Outcome::Applied(()))
+    ));
+    permits.remove(0);
     let broken = break_all(&backend, &k, LeaseKind::Permit, BreakDelay::For(ttl(TTL)));
-    assert_eq!(broken.holders.len(), 2, "{broken:?}");
-    assert_eq!(broken.markers.len(), 2);
+    assert_eq!(broken.holders.len(), 5, "{broken:?}");
+    assert_eq!(broken.markers.len(), 5);
     for (marker, holder) in broken.markers.iter().zip(&broken.holders) {
         assert_marker_for(marker, holder, true);
     }
+    let last = permits[4].fence.value();
     assert_eq!(
-        broken.markers.iter().map(|m| m.fence.value()).max(),
-        Some(permits[1].fence.value() + 2)
+        broken
+            .markers
+            .iter()
+            .map(|m| m.fence.value())
+            .collect::<Vec<_>>(),
+        (last + 1..=last + 5).collect::<Vec<_>>()
     );
     assert_eq!(found(&backend, &k, LeaseKind::Permit), broken.markers);
+    let five = Mode::permits(5).unwrap();
     assert!(
-        grantable(&backend, &k, two).is_none(),
+        grantable(&backend, &k, five).is_none(),
         "the markers take the permits"
     );
-    let three = Mode::permits(3).unwrap();
-    let permit = grantable(&backend, &k, three).expect("a third permit is free");
-    assert_eq!(permit.fence.value(), permits[1].fence.value() + 3);
+    let permit = grantable(&backend, &k, six).expect("a sixth permit is free");
+    assert_eq!(permit.fence.value(), last + 6);
 }
 
 /// A leader's proclaim (an extension carrying a holder text) renews the lock and replaces its
@@ -242,6 +252,7 @@ fn a_proclaim_replaces_the_holder_text(connect: fn() -> PostgresBackend) {
 
 support::postgres_both_ways!(
     connect: [every_kind_is_broken_into_markers, a_proclaim_replaces_the_holder_text],
+    upstream: [a_break_sent_again_by_the_pool_says_its_answer_was_lost],
 );
 
 /// Moves the expiry of every row of `key` in `table` to ten minutes before it was acquired
@@ -450,7 +461,10 @@ fn a_marker_survives_a_restart() {
     assert!(marker.fence > lease.fence);
 
     server.restart();
-    assert_eq!(found(&backend, &k, LeaseKind::Lock), [marker.clone()]);
+    assert_eq!(
+        found(&backend, &k, LeaseKind::Lock),
+        std::slice::from_ref(&marker)
+    );
     assert!(
         grantable(&backend, &k, Mode::Exclusive).is_none(),
         "the marker still holds the key"
@@ -459,4 +473,141 @@ fn a_marker_survives_a_restart() {
     expire(&mut server.client(), "syncguard_locks", &storage_key);
     let next = grantable(&backend, &k, Mode::Exclusive).expect("free once the marker expired");
     assert!(next.fence > marker.fence, "{next:?} after {marker:?}");
+}
+
+/// A reader or a permit granted while a break waits for the key (its statement's snapshot
+/// taken before) is broken too: the break sees that the key's counter moved since its
+/// snapshot, does nothing and is sent again. The grant is made by hand in a transaction that
+/// holds the key as a grant does (the advisory lock for readers, the semaphore's row for
+/// permits) until the break is seen waiting for it.
+#[test]
+fn a_hold_granted_while_the_break_waits_is_broken_too() {
+    let backend = support::shared_postgres_backend();
+    for kind in [LeaseKind::Shared, LeaseKind::Permit] {
+        let k = key("break-while-waiting");
+        let (mode, table, counter) = match kind {
+            LeaseKind::Shared => (
+                Mode::Shared,
+                "syncguard_locks_shared",
+                "UPDATE syncguard_fence_counters SET fence = fence + 1 WHERE fence_key = $1 \
+                 RETURNING fence",
+            ),
+            _ => (
+                Mode::permits(5).unwrap(),
+                "syncguard_locks_permits",
+                "UPDATE syncguard_locks_semaphores SET fence = fence + 1 WHERE key = $1 \
+                 RETURNING fence",
+            ),
+        };
+        let first = held(&backend, &k, mode, "first");
+        let storage_key = backend.storage_key(k.as_str()).unwrap();
+        let counter_key = match kind {
+            LeaseKind::Shared => backend.fence_key(k.as_str()).unwrap(),
+            _ => storage_key.clone(),
+        };
+        let mut client = shared_postgres().client();
+        let mut grant = client.transaction().unwrap();
+        match kind {
+            LeaseKind::Shared => grant
+                .execute(
+                    "SELECT pg_advisory_xact_lock(hashtext($1))",
+                    &[&storage_key],
+                )
+                .map(drop),
+            _ => grant
+                .execute(
+                    "SELECT 1 FROM syncguard_locks_semaphores WHERE key = $1 FOR UPDATE",
+                    &[&storage_key],
+                )
+                .map(drop),
+        }
+        .unwrap();
+        let broken = std::thread::scope(|scope| {
+            let breaking = scope.spawn(|| break_all(&backend, &k, kind, BreakDelay::For(ttl(TTL))));
+            wait_for_a_break_to_wait();
+            let fence: i64 = grant.query_one(counter, &[&counter_key]).unwrap().get(0);
+            let second_id = generate_lock_id();
+            grant
+                .execute(
+                    &format!(
+                        "INSERT INTO {table} (key, lock_id, expires_at_ms, acquired_at_ms, fence, \
+                         user_key, holder) SELECT $1, $2, now_ms + 30000, now_ms, \
+                         lpad($3::bigint::text, 15, '0'), $4, 'second' FROM (SELECT \
+                         floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) c"
+                    ),
+                    &[&storage_key, &second_id, &fence, &k.as_str()],
+                )
+                .unwrap();
+            grant.commit().unwrap();
+            breaking.join().unwrap()
+        });
+        let holders: Vec<_> = broken.holders.iter().map(|h| h.holder.as_deref()).collect();
+        assert_eq!(
+            holders,
+            [Some("first"), Some("second")],
+            "{kind:?}: {broken:?}"
+        );
+        assert_eq!(broken.holders[0].lock_id, first.lock_id);
+        assert_eq!(broken.markers.len(), 2);
+        assert_eq!(
+            found(&backend, &k, kind),
+            broken.markers,
+            "{kind:?}: only markers left"
+        );
+    }
+}
+
+/// Waits until a break statement of this cluster waits for a lock.
+fn wait_for_a_break_to_wait() {
+    let mut client = shared_postgres().client();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE 'WITH %' AND query LIKE '%cardinality($7)%'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no break waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A break whose answer is lost with its connection (the proxy closes it as the answer comes
+/// back: the server has broken the key) is sent again once by the pool, with the same marker
+/// lock ids: the repeat finds its own markers, breaks nothing more, and says the break was
+/// carried out and its answer lost (`ServiceUnavailable`) — never "nothing held".
+fn a_break_sent_again_by_the_pool_says_its_answer_was_lost(upstream: u16) {
+    let (proxy, backend) = support::postgres_through_a_proxy(upstream);
+    for kind in [LeaseKind::Lock, LeaseKind::Permit] {
+        let k = key("break-repeat");
+        let mode = match kind {
+            LeaseKind::Lock => Mode::Exclusive,
+            _ => Mode::permits(3).unwrap(),
+        };
+        let lease = held(&backend, &k, mode, "hung");
+        let cuts = proxy.answers_cut();
+        proxy.cut_answer_to(b"cardinality($7)");
+        let note = note();
+        let order = BreakOrder {
+            key: &k,
+            kind,
+            lock_id: None,
+            delay: BreakDelay::RestOfLease,
+            note: &note,
+        };
+        let error = backend.break_leases(&order).unwrap_err();
+        assert_eq!(proxy.answers_cut(), cuts + 1, "an answer was lost");
+        assert_eq!(error.code(), ErrorCode::ServiceUnavailable, "{error}");
+        assert!(error.message().contains("carried out"), "{error}");
+        let left = found(&backend, &k, kind);
+        assert_eq!(left.len(), 1, "one marker, no second: {left:?}");
+        assert!(is_marker(&left[0].lock_id), "{left:?}");
+        assert!(left[0].fence > lease.fence);
+    }
 }
