@@ -253,7 +253,7 @@ impl FirestoreBackend {
     }
 
     /// [`Driver::extend_leases`] for locks only (a guard's renewal is a batch of one). A lease
-    /// named with a holder text has it stored by the same write (`proclaim_write`).
+    /// named with a holder text has it stored by the same write (`extension_write`).
     fn extend_lock_leases(
         &self,
         leases: &[(LeaseRef<'_>, Ttl)],
@@ -521,9 +521,9 @@ impl Driver for FirestoreBackend {
         }
     }
 
-    /// A lock: one read of its two documents and one commit (`breaking.rs`); permits or
-    /// shared holds: a change to the document they are kept in (`held.rs`). Nothing is
-    /// announced: Firestore has no release watch, its waiters poll.
+    /// A lock: one read of its two documents and one commit; permits or shared holds: a
+    /// change to the document they are kept in, as `holders.rs` makes every change to it (see
+    /// `breaking.rs`). Nothing is announced: Firestore has no release watch, its waiters poll.
     fn break_leases(&self, order: &BreakOrder<'_>) -> Result<Broken> {
         self.check_skew()?;
         match order.kind {

@@ -80,6 +80,20 @@
 //! read. A commit that meets a TypeScript client's transaction (`ABORTED`) is retried a few
 //! times with jitter, then `ServiceUnavailable`.
 //!
+//! A lock's renewal that replaces the holder text (a leader's proclaim,
+//! [`LeaseRef::with_holder`](crate::driver::LeaseRef::with_holder)) is the same request as a
+//! renewal, its write setting `holder` beside `expiresAtMs`; a plain renewal writes
+//! `expiresAtMs` alone, as the TypeScript SyncGuard's does.
+//!
+//! break ([`Driver::break_leases`](crate::driver::Driver::break_leases)): a lock's is one
+//! `batchGet` of its lock and counter documents and one `commit` of both — the marker's lock
+//! document (a whole TypeScript-format lock, the operator's note as `holder`) in place of the
+//! broken one, and the counter at the marker's fence — or, without a marker, the lock
+//! document's delete; permits' and shared holders' is a change to their document as any other
+//! (below), which moves the document's own counter. A lost race reads again and decides
+//! again; a commit without a usable answer is read again once and recognises its own markers.
+//! Nothing announces a break (there is no release watch): waiters see it at their next poll.
+//!
 //! Semaphores: every operation reads the semaphore's document (`batchGet`) and commits it
 //! whole, conditioned on its `updateTime` (or its absence): acquire (expired permits reclaimed,
 //! a permit added if fewer than N are live), release, and renewal are one read and one commit

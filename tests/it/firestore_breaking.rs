@@ -10,13 +10,13 @@
 //! other side's operation between one side's read and its commit.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use syncguard::driver::{
-    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Extension, Find,
-    Holder, Key, Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl,
-    Version, is_marker,
+    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Find, Holder, Key,
+    Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, Version,
+    is_marker,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{Clock as _, ErrorCode};
@@ -99,6 +99,71 @@ fn integer_field(document: &Value, field: &str) -> i64 {
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// Two sides of a race on one lock: a backend through a forwarding stub (whose requests
+/// [`run_between`] can come between) and one straight to the emulator, which took the lock.
+struct Race {
+    faulty: FaultyFirestore,
+    through_faulty: FirestoreBackend,
+    direct: Arc<FirestoreBackend>,
+    key: Key,
+    lease: Lease,
+    version: Option<Version>,
+}
+
+impl Race {
+    fn start(name: &str) -> Race {
+        let faulty = FaultyFirestore::start();
+        let through_faulty = faulty.builder().build().unwrap();
+        let direct = Arc::new(shared_firestore_backend());
+        let key = Key::new(&unique(name)).unwrap();
+        let (lease, version) = take(&direct, &key, Mode::Exclusive, None);
+        Race {
+            faulty,
+            through_faulty,
+            direct,
+            key,
+            lease,
+            version,
+        }
+    }
+}
+
+/// Runs `between` once, when the next `verb` request through `faulty` has been answered by
+/// the emulator and before its answer goes back: between one side's read and its commit.
+/// What it answered, once it ran.
+fn run_between<T: Send + 'static>(
+    faulty: &FaultyFirestore,
+    verb: &str,
+    between: impl Fn() -> T + Send + Sync + 'static,
+) -> Arc<Mutex<Option<T>>> {
+    let answered: Arc<Mutex<Option<T>>> = Arc::default();
+    let seen = Arc::clone(&answered);
+    faulty.inject(
+        verb,
+        1,
+        Injected::rewrite(move |answer| {
+            *seen.lock().unwrap() = Some(between());
+            answer
+        }),
+    );
+    answered
+}
+
+/// A break of the lock on `key` (of the holder under `lock_id`, when given) breaks nothing,
+/// and the lock stored is still `held_by`'s.
+#[track_caller]
+fn assert_break_leaves_the_lock_of(
+    backend: &FirestoreBackend,
+    key: &Key,
+    lock_id: Option<&LockId>,
+    held_by: &str,
+) {
+    let broken = break_all(backend, key, LeaseKind::Lock, lock_id, BreakDelay::None);
+    assert_eq!(broken, Broken::default());
+    let document = lock_document(backend, key).expect("the lock document");
+    assert_eq!(string_field(&document, "lockId"), held_by);
 }
 
 /// A marker of a break with [`note`] at `fence`, in `holder`'s place.
@@ -192,20 +257,7 @@ fn a_broken_lock_leaves_a_lock_document_in_the_typescript_format_and_its_counter
         Outcome::NotFound
     );
     assert!(refused(&backend, &key, Mode::Exclusive));
-    assert_eq!(
-        break_all(
-            &backend,
-            &key,
-            LeaseKind::Lock,
-            None,
-            BreakDelay::RestOfLease
-        ),
-        Broken::default()
-    );
-    assert_eq!(
-        string_field(&lock_document(&backend, &key).unwrap(), "lockId"),
-        marker.lock_id
-    );
+    assert_break_leaves_the_lock_of(&backend, &key, None, &marker.lock_id);
 }
 
 #[test]
@@ -226,18 +278,7 @@ fn a_lock_broken_without_delay_is_deleted_and_the_next_fence_is_higher() {
     assert!(next.fence > lease.fence);
     // Another key's lock is not touched, nor is a lock asked for by another lock id.
     let stranger = LockId::generate();
-    let nothing = break_all(
-        &backend,
-        &other,
-        LeaseKind::Lock,
-        Some(&stranger),
-        BreakDelay::None,
-    );
-    assert_eq!(nothing, Broken::default());
-    assert_eq!(
-        string_field(&lock_document(&backend, &other).unwrap(), "lockId"),
-        bystander.lock_id
-    );
+    assert_break_leaves_the_lock_of(&backend, &other, Some(&stranger), &bystander.lock_id);
 }
 
 #[test]
@@ -386,30 +427,21 @@ fn broken_permits_are_replaced_by_permits_at_the_semaphores_next_fences() {
 /// written.
 #[test]
 fn a_renewal_racing_a_break_loses_its_lease_and_never_renews_the_marker() {
-    let faulty = FaultyFirestore::start();
-    let renewer = faulty.builder().build().unwrap();
-    let breaker = Arc::new(shared_firestore_backend());
-    let key = Key::new(&unique("break-vs-renewal")).unwrap();
-    let (lease, _) = take(&breaker, &key, Mode::Exclusive, None);
-    let broken: Arc<std::sync::Mutex<Option<Broken>>> = Arc::default();
-    let (in_between, seen, racing_key) = (Arc::clone(&breaker), Arc::clone(&broken), key.clone());
+    let Race {
+        faulty,
+        through_faulty: renewer,
+        direct: breaker,
+        key,
+        lease,
+        ..
+    } = Race::start("break-vs-renewal");
+    let (in_between, racing_key) = (Arc::clone(&breaker), key.clone());
     // The renewal without a version finds the lease by its lock id (runQuery), then commits:
     // the break lands in between.
-    faulty.inject(
-        "runQuery",
-        1,
-        Injected::rewrite(move |answer| {
-            let done = break_all(
-                &in_between,
-                &racing_key,
-                LeaseKind::Lock,
-                None,
-                BreakDelay::RestOfLease,
-            );
-            *seen.lock().unwrap() = Some(done);
-            answer
-        }),
-    );
+    let broken = run_between(&faulty, "runQuery", move || {
+        let delay = BreakDelay::RestOfLease;
+        break_all(&in_between, &racing_key, LeaseKind::Lock, None, delay)
+    });
 
     let id = lock_id(&lease);
     let outcome = renewer.extend_lease(LeaseRef::new(&id), ttl()).unwrap();
@@ -435,27 +467,23 @@ fn a_renewal_racing_a_break_loses_its_lease_and_never_renews_the_marker() {
 /// the version its renewal answered, finds it gone.
 #[test]
 fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
-    let faulty = FaultyFirestore::start();
-    let breaker = faulty.builder().build().unwrap();
-    let renewer = Arc::new(shared_firestore_backend());
-    let key = Key::new(&unique("renewal-vs-break")).unwrap();
-    let (lease, version) = take(&renewer, &key, Mode::Exclusive, None);
-    let renewed: Arc<std::sync::Mutex<Option<Extension>>> = Arc::default();
-    let (in_between, seen, racing_key) = (Arc::clone(&renewer), Arc::clone(&renewed), key.clone());
+    let Race {
+        faulty,
+        through_faulty: breaker,
+        direct: renewer,
+        key,
+        lease,
+        version,
+    } = Race::start("renewal-vs-break");
+    let (in_between, racing_key) = (Arc::clone(&renewer), key.clone());
     let (racing_id, racing_version) = (lock_id(&lease), version.clone());
     let longer = Ttl::new(TTL * 2).unwrap();
-    faulty.inject(
-        "batchGet",
-        1,
-        Injected::rewrite(move |answer| {
-            let lease = LeaseRef::new(&racing_id)
-                .with_key(&racing_key)
-                .with_version(racing_version.as_ref());
-            let outcome = in_between.extend_lease(lease, longer).unwrap();
-            *seen.lock().unwrap() = outcome.applied();
-            answer
-        }),
-    );
+    let renewed = run_between(&faulty, "batchGet", move || {
+        let lease = LeaseRef::new(&racing_id)
+            .with_key(&racing_key)
+            .with_version(racing_version.as_ref());
+        in_between.extend_lease(lease, longer).unwrap().applied()
+    });
 
     let broken = break_all(
         &breaker,
@@ -465,7 +493,9 @@ fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
         BreakDelay::RestOfLease,
     );
 
-    let renewed = renewed.lock().unwrap().take().expect("renewed in between");
+    let renewed = (renewed.lock().unwrap().take())
+        .flatten()
+        .expect("renewed in between");
     assert_eq!(faulty.count("batchGet"), 2, "the break read again");
     assert_eq!(broken.holders.len(), 1);
     assert_eq!(broken.holders[0].expires_at_ms, renewed.expires_at_ms);
