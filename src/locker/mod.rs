@@ -160,6 +160,15 @@ impl<B: Driver + 'static> Locker<B> {
         self
     }
 
+    /// The observers now: what an acquisition or a break about to begin tells.
+    pub(crate) fn observers(&self) -> Observers {
+        self.shared
+            .observers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The backend, for direct single-attempt operations and lookups.
     pub fn backend(&self) -> &B {
         &self.shared.backend

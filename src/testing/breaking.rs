@@ -70,6 +70,21 @@ fn assert_untouched(guard: &LockGuard, what: &str) {
     assert!(guard.check().is_ok(), "{what}: check()");
 }
 
+/// Asserts that a lookup of `key` shows `marker`, as it was written; answers what it shows.
+fn assert_key_shows<B: LockBackend + ?Sized>(
+    backend: &B,
+    key: &str,
+    marker: &LockRecord,
+    what: &str,
+) -> LockInfoDebug {
+    let shown = get_by_key_raw(backend, key)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the marker lives"));
+    let written = LockInfoDebug::from(marker.clone());
+    assert_eq!(shown, written, "{what}: the marker as written");
+    shown
+}
+
 /// Asserts that `marker` is a break's marker by [`BY`] for [`REASON`], with a fence above
 /// each of `broken`.
 fn assert_marker(marker: &LockRecord, broken: &[LockRecord], what: &str) {
@@ -103,14 +118,7 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
     assert_eq!(broken.markers.len(), 1, "one marker in its place");
     let marker = &broken.markers[0];
     assert_marker(marker, &broken.holders, "the lock's marker");
-    let shown = get_by_key_raw(locker.backend(), &key)
-        .unwrap()
-        .expect("lookup shows the marker while it lives");
-    assert_eq!(
-        shown,
-        LockInfoDebug::from(marker.clone()),
-        "lookup by key: the marker"
-    );
+    let shown = assert_key_shows(locker.backend(), &key, marker, "lookup by key");
     let note = shown.break_note().expect("the lookup's note");
     assert_eq!(
         (note.by.as_str(), note.reason.as_deref()),
@@ -279,13 +287,11 @@ pub fn a_repeated_break_keeps_the_first_marker<B: LockBackend + 'static>(backend
     ] {
         let broken = locker.break_key(&key, &again).unwrap();
         assert_eq!(broken, Broken::default(), "a repeated break: nothing held");
-        let shown = get_by_key_raw(locker.backend(), &key)
-            .unwrap()
-            .expect("the marker lives");
-        assert_eq!(
-            shown,
-            LockInfoDebug::from(marker.clone()),
-            "the first marker, as it was"
+        assert_key_shows(
+            locker.backend(),
+            &key,
+            &marker,
+            "the first marker, as it was",
         );
     }
     assert_learns_of_the_break(&guard, "the broken lock");
@@ -329,14 +335,7 @@ pub fn a_break_racing_a_renewal_never_loses_the_marker<B: LockBackend + 'static>
         };
         assert_eq!(broken.holders[0].lock_id, guard.lock_id(), "round {round}");
         assert_learns_of_the_break(&guard, &format!("round {round}"));
-        let shown = get_by_key_raw(locker.backend(), &key)
-            .unwrap()
-            .unwrap_or_else(|| panic!("round {round}: the marker lives"));
-        assert_eq!(
-            shown,
-            LockInfoDebug::from(marker.clone()),
-            "round {round}: the marker stays"
-        );
+        assert_key_shows(locker.backend(), &key, marker, &format!("round {round}"));
         assert_eq!(
             locker
                 .backend()
