@@ -19,8 +19,8 @@ use crate::driver::{
 };
 use crate::observe::Kind;
 use crate::{
-    BreakOptions, ErrorCode, Heartbeat, LockBackend, LockGuard, LockInfoDebug, LockOptions, Locker,
-    Lookup, get_by_key_raw,
+    AcquireOutcome, BreakOptions, ErrorCode, Heartbeat, LockBackend, LockGuard, LockInfoDebug,
+    LockOptions, Locker, Lookup, get_by_key_raw,
 };
 
 use super::observed::{EventLog, Seen};
@@ -99,17 +99,15 @@ fn assert_marker(marker: &LockRecord, broken: &[LockRecord], what: &str) {
 
 /// A held lock is broken whatever its lock id: its guard learns at its next renewal (lost,
 /// its token cancelled, `check()` LockLost) while another guard of the same locker holds on;
-/// the answer is its record; the marker in its place says who broke it and why, is what
-/// lookups show, and keeps the key from `try_lock` while it lives; a waiter is granted when it
-/// ends, with a fence above the broken one's and the marker's.
+/// the answer is its record; the marker in its place lasts, by default, as long as the broken
+/// lease would have, says who broke it and why, is what lookups show, and keeps the key from
+/// `try_lock` and `acquire`.
 pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(backend: B) {
     let (key, other) = (unique_key("break-lock"), unique_key("break-lock-other"));
     let locker = Locker::with_defaults(backend, renewed_often().holder("contract worker"));
     let guard = locker.lock(&key).unwrap();
     let bystander = locker.lock(&other).unwrap();
-    let broken = locker
-        .break_key(&key, &options().delay(SHORT_DELAY))
-        .unwrap();
+    let broken = locker.break_key(&key, &options()).unwrap();
     assert_eq!(broken.holders.len(), 1, "one holder broken");
     let held = &broken.holders[0];
     assert_eq!(held.lock_id, guard.lock_id(), "the broken holder's lock id");
@@ -118,6 +116,10 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
     assert_eq!(broken.markers.len(), 1, "one marker in its place");
     let marker = &broken.markers[0];
     assert_marker(marker, &broken.holders, "the lock's marker");
+    assert_eq!(
+        marker.expires_at_ms, held.expires_at_ms,
+        "by default the marker lasts the rest of the broken lease"
+    );
     let shown = assert_key_shows(locker.backend(), &key, marker, "lookup by key");
     let note = shown.break_note().expect("the lookup's note");
     assert_eq!(
@@ -126,19 +128,53 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
     );
     assert!(
         locker.try_lock(&key).unwrap().is_none(),
-        "the delay keeps the key from a try_lock"
+        "the marker keeps the key from a try_lock"
+    );
+    assert_eq!(
+        locker.backend().acquire(&key, LONG_TTL).unwrap(),
+        AcquireOutcome::Locked,
+        "the marker keeps the key from an acquire"
     );
     assert_learns_of_the_break(&guard, "the broken lock");
     assert_untouched(&bystander, "another key's lock");
-    let next = locker.lock(&key).expect("granted once the marker ends");
-    assert!(*next.fence() > marker.fence, "the next grant's fence");
-    assert!(*next.fence() > held.fence);
     assert!(
         !guard.release().unwrap(),
         "the broken guard's release finds nothing of its own"
     );
-    assert!(next.release().unwrap());
+    assert_key_shows(
+        locker.backend(),
+        &key,
+        marker,
+        "after the broken guard's release",
+    );
     assert!(bystander.release().unwrap());
+}
+
+/// A waiter for a broken key is granted once the delay ends, with a fence above the broken
+/// holder's and the marker's.
+pub fn a_waiter_is_granted_when_the_delay_ends<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("break-waiter");
+    let locker = Locker::with_defaults(backend, renewed_often());
+    let guard = locker.lock(&key).unwrap();
+    let broken = locker
+        .break_key(&key, &options().delay(SHORT_DELAY))
+        .unwrap();
+    let marker = broken.markers.first().expect("a marker for the delay");
+    let waiter = thread::spawn({
+        let locker = locker.clone();
+        let key = key.clone();
+        move || locker.lock(&key).map(|next| next.fence().to_owned())
+    });
+    assert_learns_of_the_break(&guard, "the broken lock");
+    let next = waiter
+        .join()
+        .expect("the waiter")
+        .expect("granted once the marker ends");
+    assert!(
+        next > marker.fence,
+        "the next grant's fence is above the marker's"
+    );
+    assert!(next > broken.holders[0].fence);
 }
 
 /// A break without a delay leaves no marker: the key is free at once, and its next grant's
@@ -160,17 +196,15 @@ pub fn no_delay_frees_the_key_at_once<B: LockBackend + 'static>(backend: B) {
 }
 
 /// Every shared holder of a key is broken at once (another key's reader holds on); a
-/// marker takes each one's place, so a writer is kept out while they live and granted after,
-/// with a fence above them all.
+/// marker takes each one's place and keeps a writer out. Without a delay, a writer is
+/// granted at once, with a fence above the broken readers'.
 pub fn shared_holders_are_broken_all_at_once<B: LockBackend + 'static>(backend: B) {
     let (key, other) = (unique_key("break-shared"), unique_key("break-shared-other"));
     let locker = Locker::with_defaults(backend, renewed_often());
     let rw = locker.rw_lock(&key).unwrap();
     let readers = [rw.read().unwrap(), rw.read().unwrap()];
     let bystander = locker.rw_lock(&other).unwrap().read().unwrap();
-    let broken = locker
-        .break_key(&key, &options().shared().delay(SHORT_DELAY))
-        .unwrap();
+    let broken = locker.break_key(&key, &options().shared()).unwrap();
     let mut broken_ids: Vec<&str> = broken.holders.iter().map(|h| h.lock_id.as_str()).collect();
     let mut reader_ids: Vec<&str> = readers.iter().map(LockGuard::lock_id).collect();
     broken_ids.sort_unstable();
@@ -188,9 +222,21 @@ pub fn shared_holders_are_broken_all_at_once<B: LockBackend + 'static>(backend: 
         assert_learns_of_the_break(reader, "a broken reader");
     }
     assert_untouched(&bystander, "another key's reader");
-    let writer = rw.write().expect("granted once the markers end");
-    let highest = broken.markers.iter().map(|m| m.fence).max();
-    assert!(Some(*writer.fence()) > highest, "the writer's fence");
+    let free = unique_key("break-shared-now");
+    let rw = locker.rw_lock(&free).unwrap();
+    let readers = [rw.read().unwrap(), rw.read().unwrap()];
+    let broken = locker
+        .break_key(&free, &options().shared().no_delay())
+        .unwrap();
+    assert_eq!((broken.holders.len(), broken.markers.len()), (2, 0));
+    let writer = rw
+        .try_write()
+        .unwrap()
+        .expect("free at once without a delay");
+    assert!(readers.iter().all(|reader| writer.fence() > reader.fence()));
+    for reader in &readers {
+        assert_learns_of_the_break(reader, "a reader broken without a delay");
+    }
     assert!(writer.release().unwrap());
     assert!(bystander.release().unwrap());
 }
