@@ -101,7 +101,8 @@ fn assert_marker(marker: &LockRecord, broken: &[LockRecord], what: &str) {
 /// its token cancelled, `check()` LockLost) while another guard of the same locker holds on;
 /// the answer is its record; the marker in its place lasts, by default, as long as the broken
 /// lease would have, says who broke it and why, is what lookups show, and keeps the key from
-/// `try_lock` and `acquire`.
+/// `try_lock` and `acquire` until it is released by its lock id (an operator ending the delay
+/// early).
 pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(backend: B) {
     let (key, other) = (unique_key("break-lock"), unique_key("break-lock-other"));
     let locker = Locker::with_defaults(backend, renewed_often().holder("contract worker"));
@@ -147,6 +148,12 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
         marker,
         "after the broken guard's release",
     );
+    assert!(
+        locker.backend().release(&marker.lock_id).unwrap(),
+        "an operator ends the delay early by releasing the marker"
+    );
+    let next = locker.try_lock(&key).unwrap().expect("free once released");
+    assert!(*next.fence() > marker.fence);
     assert!(bystander.release().unwrap());
 }
 

@@ -178,6 +178,14 @@ fn a_break_is_shown_and_not_repeated(store: &Store) {
     assert_eq!(still["broken"], status["broken"], "the first marker stays");
     let (code, refused) = json_of(store, &["acquire", "--key", &key]);
     assert_eq!(code, 1, "the marker keeps the key: {refused}");
+    // The operator ends the delay early: the marker is released by its lock id.
+    let (_, raw) = json_of(store, &["status", "--key", &key, "--raw"]);
+    let marker_id = raw["lockId"].as_str().expect("the marker's lock id");
+    let (code, released) = json_of(store, &["release", "--lock-id", marker_id]);
+    assert_eq!(code, 0, "the marker released: {released}");
+    let (code, next) = json_of(store, &["acquire", "--key", &key]);
+    assert_eq!(code, 0, "free once the marker is released: {next}");
+    assert!(fence(&next["fence"]) > fence(&status["fence"]), "{next}");
 
     let permits = support::unique("break-permit");
     let take = || {
