@@ -1,7 +1,7 @@
 //! [`Locker`]: acquisition with retries, RAII guards, and the shared heartbeat.
 
 mod acquisition;
-mod breaking;
+pub(crate) mod breaking;
 mod fences;
 mod guard;
 mod heartbeat;
@@ -19,7 +19,6 @@ use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-pub use self::breaking::BreakOptions;
 pub use self::guard::LockGuard;
 pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
