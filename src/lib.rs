@@ -134,7 +134,7 @@ pub use crate::driver::{Capabilities, Lease, LeaseKind, Mode, TimeAuthority};
 pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};
-pub use crate::locker::BreakOptions;
+pub use crate::locker::breaking::BreakOptions;
 pub use crate::locker::multi_lock::MultiLockGuard;
 pub use crate::locker::rw_lock::RwLock;
 pub use crate::locker::semaphore::Semaphore;

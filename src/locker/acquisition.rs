@@ -6,7 +6,7 @@
 //! back on a fault); and each lease becomes a guard the heartbeat renews
 //! ([`hold`](Locker::hold)).
 
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use rand::RngExt as _;
@@ -77,12 +77,7 @@ impl<B: Driver + 'static> Locker<B> {
         mode: Mode,
         options: &LockOptions,
     ) -> Result<Option<Vec<LockGuard>>> {
-        let observers = self
-            .shared
-            .observers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let observers = self.observers();
         let start = Instant::now();
         let mut attempts: u32 = 0;
         let result = self.take(keys, mode, options, &observers, start, &mut attempts);

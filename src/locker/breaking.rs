@@ -3,7 +3,6 @@
 //! the key then stays taken by a marker (the driver's rules: [`BreakOrder`]).
 
 use std::path::Path;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use super::Locker;
@@ -227,13 +226,7 @@ impl<B: Driver + 'static> Locker<B> {
             // Free at once: this process's waiters need not wait for their next poll.
             self.shared.wakeups.released(key.as_str());
         }
-        let observers = self
-            .shared
-            .observers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        observers.emit(kind, &key, |observer, subject| {
+        self.observers().emit(kind, &key, |observer, subject| {
             observer.broken(&Broke::new(subject, &broken));
         });
         Ok(broken)

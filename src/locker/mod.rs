@@ -1,7 +1,7 @@
 //! [`Locker`]: acquisition with retries, RAII guards, and the shared heartbeat.
 
 mod acquisition;
-mod breaking;
+pub(crate) mod breaking;
 mod fences;
 mod guard;
 mod heartbeat;
@@ -22,7 +22,6 @@ use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-pub use self::breaking::BreakOptions;
 pub use self::guard::LockGuard;
 pub use self::lead::LeadOptions;
 pub use self::leadership::{Leader, Leadership};
@@ -164,6 +163,15 @@ impl<B: Driver + 'static> Locker<B> {
         *observers = observers.with(observer);
         drop(observers);
         self
+    }
+
+    /// The observers now: what an acquisition or a break about to begin tells.
+    pub(crate) fn observers(&self) -> Observers {
+        self.shared
+            .observers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The backend, for direct single-attempt operations and lookups.

@@ -19,8 +19,8 @@ use crate::driver::{
 };
 use crate::observe::Kind;
 use crate::{
-    BreakOptions, ErrorCode, Heartbeat, LockBackend, LockGuard, LockInfoDebug, LockOptions, Locker,
-    Lookup, get_by_key_raw,
+    AcquireOutcome, BreakOptions, ErrorCode, Heartbeat, LockBackend, LockGuard, LockInfoDebug,
+    LockOptions, Locker, Lookup, get_by_key_raw,
 };
 
 use super::observed::{EventLog, Seen};
@@ -70,6 +70,21 @@ fn assert_untouched(guard: &LockGuard, what: &str) {
     assert!(guard.check().is_ok(), "{what}: check()");
 }
 
+/// Asserts that a lookup of `key` shows `marker`, as it was written; answers what it shows.
+fn assert_key_shows<B: LockBackend + ?Sized>(
+    backend: &B,
+    key: &str,
+    marker: &LockRecord,
+    what: &str,
+) -> LockInfoDebug {
+    let shown = get_by_key_raw(backend, key)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the marker lives"));
+    let written = LockInfoDebug::from(marker.clone());
+    assert_eq!(shown, written, "{what}: the marker as written");
+    shown
+}
+
 /// Asserts that `marker` is a break's marker by [`BY`] for [`REASON`], with a fence above
 /// each of `broken`.
 fn assert_marker(marker: &LockRecord, broken: &[LockRecord], what: &str) {
@@ -84,17 +99,16 @@ fn assert_marker(marker: &LockRecord, broken: &[LockRecord], what: &str) {
 
 /// A held lock is broken whatever its lock id: its guard learns at its next renewal (lost,
 /// its token cancelled, `check()` LockLost) while another guard of the same locker holds on;
-/// the answer is its record; the marker in its place says who broke it and why, is what
-/// lookups show, and keeps the key from `try_lock` while it lives; a waiter is granted when it
-/// ends, with a fence above the broken one's and the marker's.
+/// the answer is its record; the marker in its place lasts, by default, as long as the broken
+/// lease would have, says who broke it and why, is what lookups show, and keeps the key from
+/// `try_lock` and `acquire` until it is released by its lock id (an operator ending the delay
+/// early).
 pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(backend: B) {
     let (key, other) = (unique_key("break-lock"), unique_key("break-lock-other"));
     let locker = Locker::with_defaults(backend, renewed_often().holder("contract worker"));
     let guard = locker.lock(&key).unwrap();
     let bystander = locker.lock(&other).unwrap();
-    let broken = locker
-        .break_key(&key, &options().delay(SHORT_DELAY))
-        .unwrap();
+    let broken = locker.break_key(&key, &options()).unwrap();
     assert_eq!(broken.holders.len(), 1, "one holder broken");
     let held = &broken.holders[0];
     assert_eq!(held.lock_id, guard.lock_id(), "the broken holder's lock id");
@@ -103,14 +117,11 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
     assert_eq!(broken.markers.len(), 1, "one marker in its place");
     let marker = &broken.markers[0];
     assert_marker(marker, &broken.holders, "the lock's marker");
-    let shown = get_by_key_raw(locker.backend(), &key)
-        .unwrap()
-        .expect("lookup shows the marker while it lives");
     assert_eq!(
-        shown,
-        LockInfoDebug::from(marker.clone()),
-        "lookup by key: the marker"
+        marker.expires_at_ms, held.expires_at_ms,
+        "by default the marker lasts the rest of the broken lease"
     );
+    let shown = assert_key_shows(locker.backend(), &key, marker, "lookup by key");
     let note = shown.break_note().expect("the lookup's note");
     assert_eq!(
         (note.by.as_str(), note.reason.as_deref()),
@@ -118,19 +129,59 @@ pub fn a_held_lock_is_broken_whatever_its_lock_id<B: LockBackend + 'static>(back
     );
     assert!(
         locker.try_lock(&key).unwrap().is_none(),
-        "the delay keeps the key from a try_lock"
+        "the marker keeps the key from a try_lock"
+    );
+    assert_eq!(
+        locker.backend().acquire(&key, LONG_TTL).unwrap(),
+        AcquireOutcome::Locked,
+        "the marker keeps the key from an acquire"
     );
     assert_learns_of_the_break(&guard, "the broken lock");
     assert_untouched(&bystander, "another key's lock");
-    let next = locker.lock(&key).expect("granted once the marker ends");
-    assert!(*next.fence() > marker.fence, "the next grant's fence");
-    assert!(*next.fence() > held.fence);
     assert!(
         !guard.release().unwrap(),
         "the broken guard's release finds nothing of its own"
     );
-    assert!(next.release().unwrap());
+    assert_key_shows(
+        locker.backend(),
+        &key,
+        marker,
+        "after the broken guard's release",
+    );
+    assert!(
+        locker.backend().release(&marker.lock_id).unwrap(),
+        "an operator ends the delay early by releasing the marker"
+    );
+    let next = locker.try_lock(&key).unwrap().expect("free once released");
+    assert!(*next.fence() > marker.fence);
     assert!(bystander.release().unwrap());
+}
+
+/// A waiter for a broken key is granted once the delay ends, with a fence above the broken
+/// holder's and the marker's.
+pub fn a_waiter_is_granted_when_the_delay_ends<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("break-waiter");
+    let locker = Locker::with_defaults(backend, renewed_often());
+    let guard = locker.lock(&key).unwrap();
+    let broken = locker
+        .break_key(&key, &options().delay(SHORT_DELAY))
+        .unwrap();
+    let marker = broken.markers.first().expect("a marker for the delay");
+    let waiter = thread::spawn({
+        let locker = locker.clone();
+        let key = key.clone();
+        move || locker.lock(&key).map(|next| next.fence().to_owned())
+    });
+    assert_learns_of_the_break(&guard, "the broken lock");
+    let next = waiter
+        .join()
+        .expect("the waiter")
+        .expect("granted once the marker ends");
+    assert!(
+        next > marker.fence,
+        "the next grant's fence is above the marker's"
+    );
+    assert!(next > broken.holders[0].fence);
 }
 
 /// A break without a delay leaves no marker: the key is free at once, and its next grant's
@@ -152,17 +203,15 @@ pub fn no_delay_frees_the_key_at_once<B: LockBackend + 'static>(backend: B) {
 }
 
 /// Every shared holder of a key is broken at once (another key's reader holds on); a
-/// marker takes each one's place, so a writer is kept out while they live and granted after,
-/// with a fence above them all.
+/// marker takes each one's place and keeps a writer out. Without a delay, a writer is
+/// granted at once, with a fence above the broken readers'.
 pub fn shared_holders_are_broken_all_at_once<B: LockBackend + 'static>(backend: B) {
     let (key, other) = (unique_key("break-shared"), unique_key("break-shared-other"));
     let locker = Locker::with_defaults(backend, renewed_often());
     let rw = locker.rw_lock(&key).unwrap();
     let readers = [rw.read().unwrap(), rw.read().unwrap()];
     let bystander = locker.rw_lock(&other).unwrap().read().unwrap();
-    let broken = locker
-        .break_key(&key, &options().shared().delay(SHORT_DELAY))
-        .unwrap();
+    let broken = locker.break_key(&key, &options().shared()).unwrap();
     let mut broken_ids: Vec<&str> = broken.holders.iter().map(|h| h.lock_id.as_str()).collect();
     let mut reader_ids: Vec<&str> = readers.iter().map(LockGuard::lock_id).collect();
     broken_ids.sort_unstable();
@@ -180,9 +229,21 @@ pub fn shared_holders_are_broken_all_at_once<B: LockBackend + 'static>(backend: 
         assert_learns_of_the_break(reader, "a broken reader");
     }
     assert_untouched(&bystander, "another key's reader");
-    let writer = rw.write().expect("granted once the markers end");
-    let highest = broken.markers.iter().map(|m| m.fence).max();
-    assert!(Some(*writer.fence()) > highest, "the writer's fence");
+    let free = unique_key("break-shared-now");
+    let rw = locker.rw_lock(&free).unwrap();
+    let readers = [rw.read().unwrap(), rw.read().unwrap()];
+    let broken = locker
+        .break_key(&free, &options().shared().no_delay())
+        .unwrap();
+    assert_eq!((broken.holders.len(), broken.markers.len()), (2, 0));
+    let writer = rw
+        .try_write()
+        .unwrap()
+        .expect("free at once without a delay");
+    assert!(readers.iter().all(|reader| writer.fence() > reader.fence()));
+    for reader in &readers {
+        assert_learns_of_the_break(reader, "a reader broken without a delay");
+    }
     assert!(writer.release().unwrap());
     assert!(bystander.release().unwrap());
 }
@@ -279,13 +340,11 @@ pub fn a_repeated_break_keeps_the_first_marker<B: LockBackend + 'static>(backend
     ] {
         let broken = locker.break_key(&key, &again).unwrap();
         assert_eq!(broken, Broken::default(), "a repeated break: nothing held");
-        let shown = get_by_key_raw(locker.backend(), &key)
-            .unwrap()
-            .expect("the marker lives");
-        assert_eq!(
-            shown,
-            LockInfoDebug::from(marker.clone()),
-            "the first marker, as it was"
+        assert_key_shows(
+            locker.backend(),
+            &key,
+            &marker,
+            "the first marker, as it was",
         );
     }
     assert_learns_of_the_break(&guard, "the broken lock");
@@ -329,14 +388,7 @@ pub fn a_break_racing_a_renewal_never_loses_the_marker<B: LockBackend + 'static>
         };
         assert_eq!(broken.holders[0].lock_id, guard.lock_id(), "round {round}");
         assert_learns_of_the_break(&guard, &format!("round {round}"));
-        let shown = get_by_key_raw(locker.backend(), &key)
-            .unwrap()
-            .unwrap_or_else(|| panic!("round {round}: the marker lives"));
-        assert_eq!(
-            shown,
-            LockInfoDebug::from(marker.clone()),
-            "round {round}: the marker stays"
-        );
+        assert_key_shows(locker.backend(), &key, marker, &format!("round {round}"));
         assert_eq!(
             locker
                 .backend()

@@ -377,6 +377,7 @@ macro_rules! __contract_tests {
         $crate::__contract_tests!(
             @tests breaking, break_contract, break_contract_factory, $factory, by_value;
             a_held_lock_is_broken_whatever_its_lock_id,
+            a_waiter_is_granted_when_the_delay_ends,
             no_delay_frees_the_key_at_once,
             shared_holders_are_broken_all_at_once,
             permits_are_broken_all_or_one_by_lock_id,

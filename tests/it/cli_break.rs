@@ -6,12 +6,13 @@
 //! The jobs log what they do (their start with `$SYNCGUARD_FENCE`, and the broken job its end,
 //! from a trap on SIGTERM); the order of the log is what is checked, not the time anything took.
 
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use crate::cli::{Scratch, Started, read, wait_for};
+use crate::cli::{Scratch, read, wait_for};
+use crate::cli_shared::start;
 use crate::cli_store::Store;
 use crate::support;
 
@@ -27,19 +28,6 @@ const NEXT_JOB: &str = r#"echo "B start $SYNCGUARD_FENCE" >> "$1""#;
 /// How long the broken job's place stays taken: long enough that the broken job hears of the
 /// break (run renews every second here) and ends first, whatever the machine's load.
 const DELAY: &str = "5s";
-
-fn run(store: &Store, key: &str, extra: &[&str], job: &str, log: &str) -> Started {
-    let mut args = vec!["run", "--key", key];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "sh", "-c", job, "sh", log]);
-    store
-        .command(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map(Started)
-        .expect("start syncguard run")
-}
 
 /// Waits for `child` to exit (failing the test after 2 minutes).
 fn exit_of(child: &mut Child, what: &str) -> ExitStatus {
@@ -84,7 +72,7 @@ fn a_broken_job_ends_before_the_next_starts(store: &Store) {
     let scratch = Scratch::new("break");
     let key = support::unique("break-job");
     let log = scratch.arg("log");
-    let mut broken = run(
+    let mut broken = start(
         store,
         &key,
         &["--ttl", "6s", "--on-lost", "kill"],
@@ -94,7 +82,7 @@ fn a_broken_job_ends_before_the_next_starts(store: &Store) {
     wait_for("the first job to start", || {
         read(&scratch.path("log")).contains("A start")
     });
-    let mut next = run(store, &key, &["--wait", "60s"], NEXT_JOB, &log);
+    let mut next = start(store, &key, &[], NEXT_JOB, &log);
     wait_for("the second run to wait in line", || {
         !store.waiting_pids(&key).is_empty()
     });
@@ -190,6 +178,14 @@ fn a_break_is_shown_and_not_repeated(store: &Store) {
     assert_eq!(still["broken"], status["broken"], "the first marker stays");
     let (code, refused) = json_of(store, &["acquire", "--key", &key]);
     assert_eq!(code, 1, "the marker keeps the key: {refused}");
+    // The operator ends the delay early: the marker is released by its lock id.
+    let (_, raw) = json_of(store, &["status", "--key", &key, "--raw"]);
+    let marker_id = raw["lockId"].as_str().expect("the marker's lock id");
+    let (code, released) = json_of(store, &["release", "--lock-id", marker_id]);
+    assert_eq!(code, 0, "the marker released: {released}");
+    let (code, next) = json_of(store, &["acquire", "--key", &key]);
+    assert_eq!(code, 0, "free once the marker is released: {next}");
+    assert!(fence(&next["fence"]) > fence(&status["fence"]), "{next}");
 
     let permits = support::unique("break-permit");
     let take = || {

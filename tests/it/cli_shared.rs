@@ -23,7 +23,8 @@ sleep 0.5; echo "R end" >> "$1""#;
 /// The writer's job.
 const WRITER_JOB: &str = r#"echo "W start" >> "$1"; sleep 0.3; echo "W end" >> "$1""#;
 
-fn start(store: &Store, key: &str, mode: &[&str], job: &str, log: &str) -> Started {
+/// Starts `run --key KEY --wait 2m MODE… -- sh -c JOB sh LOG` (so `$1` in the job is the log).
+pub(crate) fn start(store: &Store, key: &str, mode: &[&str], job: &str, log: &str) -> Started {
     let mut args = vec!["run", "--key", key, "--wait", "2m"];
     args.extend_from_slice(mode);
     args.extend_from_slice(&["--", "sh", "-c", job, "sh", log]);

@@ -9,7 +9,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 use syncguard::driver::MAX_PERMITS;
 use syncguard::{DEFAULT_LIST_LIMIT, LeaseKind, LockError, MAX_LIST_LIMIT};
 
-use crate::break_key::BreakArgs;
 use crate::duration::parse_duration;
 use crate::help::{BREAK_HELP, LIST_HELP, STATUS_HELP, examples, exit_codes, run_help};
 use crate::input;
@@ -177,11 +176,39 @@ pub enum Command {
 }
 
 /// `--permits`: a number from 1 to [`MAX_PERMITS`], checked before any backend is reached.
-pub fn parse_permits(text: &str) -> Result<u32, String> {
+fn parse_permits(text: &str) -> Result<u32, String> {
     text.parse::<u32>()
         .ok()
         .filter(|permits| (1..=MAX_PERMITS).contains(permits))
         .ok_or_else(|| format!("must be a number from 1 to {MAX_PERMITS}"))
+}
+
+/// `break`'s arguments (checked before any I/O by [`crate::break_key`]).
+#[derive(clap::Args)]
+pub struct BreakArgs {
+    /// The key whose holders are broken.
+    #[arg(long, allow_hyphen_values = true)]
+    pub key: String,
+    /// Break the key's shared holders (acquire/run --shared) instead of its lock.
+    #[arg(short = 's', long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// Break the permits of the key's semaphore (acquire/run --permits N) instead of its lock:
+    /// all of them, or the one --lock-id names. N is checked as acquire checks it (1 to 1000)
+    /// and otherwise not used: every permit of the key is a candidate.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub permits: Option<u32>,
+    /// Break only the holder granted under this lock id (a permit, a shared holder, or the
+    /// lock while that lease still holds it).
+    #[arg(long, value_name = "ID", allow_hyphen_values = true)]
+    pub lock_id: Option<String>,
+    /// Why: stored with the marker and shown by `status` while the delay lasts.
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub reason: Option<String>,
+    /// How long each broken holder's place stays taken after the break, so that the broken
+    /// holder (which learns at its next renewal: run --on-lost kill ends its command) stops
+    /// before anyone else starts. 0: free at once. [default: the rest of the broken lease]
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub delay: Option<Duration>,
 }
 
 /// `list --limit`: a number from 1 to [`MAX_LIST_LIMIT`].

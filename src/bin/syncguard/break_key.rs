@@ -3,85 +3,52 @@
 //! (all, or one by lock id), with a reason and a delay during which a marker keeps the key
 //! from anyone.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use syncguard::driver::{Broken, Ttl};
 use syncguard::{BreakOptions, LockBackend, LockInfoDebug, Locker};
 
-use crate::args::parse_permits;
-use crate::duration::parse_duration;
+use crate::args::BreakArgs;
 use crate::holder;
 use crate::input;
 use crate::outcome::Outcome;
 
-/// `break`'s arguments.
-#[derive(clap::Args)]
-pub struct BreakArgs {
-    /// The key whose holders are broken.
-    #[arg(long, allow_hyphen_values = true)]
-    key: String,
-    /// Break the key's shared holders (acquire/run --shared) instead of its lock.
-    #[arg(short = 's', long, conflicts_with = "permits")]
-    shared: bool,
-    /// Break the permits of the key's semaphore (acquire/run --permits N) instead of its lock:
-    /// all of them, or the one --lock-id names. N is checked as acquire checks it (1 to 1000)
-    /// and otherwise not used: every permit of the key is a candidate.
-    #[arg(long, value_name = "N", value_parser = parse_permits)]
-    permits: Option<u32>,
-    /// Break only the holder granted under this lock id (a permit, a shared holder, or the
-    /// lock while that lease still holds it).
-    #[arg(long, value_name = "ID", allow_hyphen_values = true)]
-    lock_id: Option<String>,
-    /// Why: stored with the marker and shown by `status` while the delay lasts.
-    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-    reason: Option<String>,
-    /// How long each broken holder's place stays taken after the break, so that the broken
-    /// holder (which learns at its next renewal: run --on-lost kill ends its command) stops
-    /// before anyone else starts. 0: free at once. [default: the rest of the broken lease]
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
-    delay: Option<Duration>,
+/// The library's options: the operator is this process (`HOST:PID syncguard`).
+fn options(args: &BreakArgs) -> BreakOptions {
+    let mut options = BreakOptions::new();
+    if args.shared {
+        options = options.shared();
+    }
+    if args.permits.is_some() {
+        options = options.permits();
+    }
+    if let Some(lock_id) = &args.lock_id {
+        options = options.lock_id(lock_id);
+    }
+    if let Some(reason) = &args.reason {
+        options = options.reason(reason);
+    }
+    if let Some(delay) = args.delay {
+        options = options.delay(delay);
+    }
+    if let Some(by) = holder::of_break() {
+        options = options.by(by.into_string());
+    }
+    options
 }
 
-impl BreakArgs {
-    /// The library's options: the operator is this process (`HOST:PID syncguard`).
-    fn options(&self) -> BreakOptions {
-        let mut options = BreakOptions::new();
-        if self.shared {
-            options = options.shared();
-        }
-        if self.permits.is_some() {
-            options = options.permits();
-        }
-        if let Some(lock_id) = &self.lock_id {
-            options = options.lock_id(lock_id);
-        }
-        if let Some(reason) = &self.reason {
-            options = options.reason(reason);
-        }
-        if let Some(delay) = self.delay {
-            options = options.delay(delay);
-        }
-        if let Some(by) = holder::of_break() {
-            options = options.by(by.into_string());
-        }
-        options
+/// Everything checked before any backend is reached, each check naming its option.
+fn checked(args: &BreakArgs) -> syncguard::Result<BreakOptions> {
+    input::key(&args.key)?;
+    args.lock_id.as_deref().map(input::lock_id).transpose()?;
+    if let Some(delay) = args.delay.filter(|delay| !delay.is_zero()) {
+        Ttl::new(delay).map_err(|error| input::named("--delay", &error))?;
     }
-
-    /// Everything checked before any backend is reached, each check naming its option.
-    fn checked(&self) -> syncguard::Result<BreakOptions> {
-        input::key(&self.key)?;
-        self.lock_id.as_deref().map(input::lock_id).transpose()?;
-        if let Some(delay) = self.delay.filter(|delay| !delay.is_zero()) {
-            Ttl::new(delay).map_err(|error| input::named("--delay", &error))?;
-        }
-        let options = self.options();
-        // What is left to check is the note: who breaks it (this process) and --reason.
-        options
-            .validate()
-            .map_err(|error| input::named("--reason", &error))?;
-        Ok(options)
-    }
+    let options = options(args);
+    // What is left to check is the note: who breaks it (this process) and --reason.
+    options
+        .validate()
+        .map_err(|error| input::named("--reason", &error))?;
+    Ok(options)
 }
 
 /// `break`: the arguments checked first, then the key broken; exit 1 when nothing live was
@@ -90,7 +57,7 @@ pub fn break_key(
     connect: impl Fn() -> syncguard::Result<Box<dyn LockBackend>>,
     args: &BreakArgs,
 ) -> syncguard::Result<Outcome> {
-    let options = args.checked()?;
+    let options = checked(args)?;
     let locker = Locker::new(connect()?);
     Ok(shown(&locker.break_key(&args.key, &options)?))
 }

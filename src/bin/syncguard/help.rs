@@ -121,7 +121,10 @@ The lock's shared holders (acquire/run --shared) are added as \"readers\", in fe
 Waiters in line for the lock are added as \"waiters\" (for the semaphore: \"permitWaiters\"),
 in the order they will be served: [{\"placeHash\",\"expiresAtMs\",\"holder\",\"shared\"}, …]. Where the
 store keeps no semaphores (PostgreSQL tables without this version's setup), the lock is shown
-alone. --lock-id finds locks only.";
+alone. --lock-id finds locks only.
+While a break's marker keeps the key (syncguard break), the marker is shown as the holder
+(exit 0) and \"broken\" is added: {\"kind\":\"lock\"|\"shared\"|\"permit\",\"by\",\"reason\",\"atMs\",
+\"untilMs\"} — who broke it, why, when, and until when the key is kept (the latest break).";
 
 /// `break --help`'s epilogue.
 pub const BREAK_HELP: &str = "\
@@ -137,6 +140,7 @@ The broken holder learns at its next renewal: its guard reports the loss, and ru
 kill ends its command. Each broken holder's place is taken by a marker (held by nobody, with
 the next fence of the key) until --delay ends, so the key is granted to nobody before the broken
 holder has stopped; the next grant's fence is above the broken one's. status shows the marker
-as the key's holder, with \"broken\": {\"by\",\"reason\",\"atMs\",\"untilMs\"}. A marker is never
-broken itself: breaking a broken key again answers \"nothing held\". The key's line is left as
-it is. TypeScript SyncGuard clients see the marker as an ordinary held lock.";
+as the key's holder, with \"broken\": {\"kind\",\"by\",\"reason\",\"atMs\",\"untilMs\"}. A marker is
+never broken itself: breaking a broken key again answers \"nothing held\". To end the delay
+early, release the marker by its lock id (status --key K --raw shows it). The key's line is
+left as it is. TypeScript SyncGuard clients see the marker as an ordinary held lock.";
