@@ -7,14 +7,16 @@
 
 use std::sync::{Arc, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{
-    ErrorCode, Fence, KeyState, LeaseKind, LockBackend, LockInfo, LockOptions, Locker, Watch,
+    ErrorCode, Fence, KeyState, LeaseKind, LockBackend, LockInfo, LockOptions, Locker,
+    WATCH_POLL_INTERVAL, Watch,
 };
 
 use super::support::{
-    LONG_TTL, PATIENCE, SHORT_TTL, acquired, assert_invalid, places, unique_key, wait_until,
+    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, assert_invalid, places, unique_key,
+    wait_until,
 };
 
 /// How many acquisitions and releases the stream of [`every_state_reported_happened_in_order`]
@@ -109,15 +111,28 @@ pub fn every_state_reported_happened_in_order<B: LockBackend + 'static>(backend:
     });
     let mut reported = Vec::new();
     let mut granted: Vec<Fence> = Vec::new();
+    let deadline = Instant::now() + CONTENTION_DEADLINE;
     let last = loop {
-        let state = next_state(&mut watch, "during the stream");
-        reported.push(state.clone());
         granted.extend(fences_granted.try_iter());
-        if granted.len() == CYCLES + 1 {
-            let last = granted[CYCLES];
-            if matches!(&state, KeyState::Held { holders } if fences(holders) == [last]) {
+        if let Some(&last) = granted.get(CYCLES) {
+            if matches!(reported.last(), Some(KeyState::Held { holders }) if fences(holders) == [last])
+            {
                 break last;
             }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watch never reached the stream's last holder: {reported:?}"
+        );
+        match watch.next_timeout(WATCH_POLL_INTERVAL) {
+            Some(Ok(state)) => reported.push(state),
+            Some(Err(error)) => panic!("during the stream: the watch failed: {error:?}"),
+            None if cycler.is_finished() => match cycler.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => panic!("the stream ended unseen: {reported:?}"),
+            },
+            // No change yet: the stream's next fence may not have been sent.
+            None => {}
         }
     };
     release_last.send(()).unwrap();
@@ -166,7 +181,9 @@ pub fn a_release_and_an_expiry_are_reported_as_such<B: LockBackend + 'static>(ba
     assert_eq!(fences(&held), [lease.fence]);
     assert!(locker.backend().release(&lease.lock_id).unwrap());
     assert_eq!(next_state(&mut watch, "released"), KeyState::Released);
-    let short = acquired(locker.backend(), &key, SHORT_TTL);
+    // Long enough to be seen: a watch reads at least every poll interval, and a lease that
+    // comes and goes between two reads is merged away.
+    let short = acquired(locker.backend(), &key, WATCH_POLL_INTERVAL * 3);
     let held = holders(next_state(&mut watch, "acquired again"), "acquired again");
     assert_eq!(fences(&held), [short.fence]);
     assert_eq!(next_state(&mut watch, "left to expire"), KeyState::Expired);
@@ -179,7 +196,10 @@ pub fn a_watch_holds_nothing_and_takes_no_place<B: LockBackend + 'static>(backen
     let locker = Locker::with_defaults(Arc::new(backend), LockOptions::default().timeout(PATIENCE));
     let mut watch = locker.watch(&key).unwrap();
     assert_eq!(next_state(&mut watch, "a free key"), KeyState::Free);
-    let holder = locker.try_lock(&key).unwrap().expect("a watched key is free");
+    let holder = locker
+        .try_lock(&key)
+        .unwrap()
+        .expect("a watched key is free");
     assert!(places(locker.backend(), &key, LeaseKind::Lock).is_empty());
     let waiter = thread::spawn({
         let (locker, key) = (locker.clone(), key.clone());
