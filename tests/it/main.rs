@@ -92,6 +92,8 @@ mod cli_shared;
 mod cli_store;
 #[cfg(feature = "cli")]
 mod cli_verbose;
+#[cfg(feature = "cli")]
+mod cli_watch;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;
 mod docs;

@@ -122,3 +122,21 @@ Waiters in line for the lock are added as \"waiters\" (for the semaphore: \"perm
 in the order they will be served: [{\"placeHash\",\"expiresAtMs\",\"holder\",\"shared\"}, …]. Where the
 store keeps no semaphores (PostgreSQL tables without this version's setup), the lock is shown
 alone. --lock-id finds locks only.";
+
+/// `watch --help`'s epilogue.
+pub const WATCH_HELP: &str = "\
+Example:
+  syncguard watch --key deploy
+  → {\"state\":\"held\",\"holders\":[{\"keyHash\":…,\"lockIdHash\":…,\"fence\":…,\"holder\":…}]}
+    {\"state\":\"released\"}
+  syncguard watch --key deploy --until-free && ./deploy.sh   (exits 0 once nothing holds it)
+
+The first line is the key's state now; then one line per change, each flushed as it comes.
+\"held\" lists the holders as status prints them (lock ids hashed), in fence order; \"free\"
+is the first state of a free key; \"released\" and \"expired\" say how the holders seen went;
+\"broken\" (syncguard break) has \"by\", \"reason\", \"atMs\", \"untilMs\" and \"fence\". A
+release is seen at once on Redis and PostgreSQL (their release notifications); everything
+else, and everything on Firestore or through PgBouncer, within 1 second (the watch reads the
+key at least once a second). Changes between two reads merge: the latest state is always
+printed. A store that restarts is read again until it answers. Ends on SIGTERM or SIGINT
+with exit 0.";

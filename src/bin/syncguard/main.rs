@@ -6,7 +6,7 @@
 //! table, [`help::exit_codes!`], which `--help` prints.
 //!
 //! This file parses the command line and hands it to the command's own module: [`acquire`],
-//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`setup`].
+//! [`release`], [`extend`], [`status`], [`list`], [`run`], [`watch`], [`setup`].
 //!
 //! Modules: [`args`] is the command line; [`help`] its longer help texts; [`outcome`] what a
 //! command ends with; [`url`] the backend's URL; [`duration`] parses durations; [`holder`]
@@ -44,6 +44,7 @@ mod supervisor;
 mod url;
 mod verbose;
 mod waiting;
+mod watch;
 mod watcher;
 
 use std::process::ExitCode;
@@ -94,6 +95,19 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             let url = url.clone();
             run::run(move || connect(url.as_deref()), lock, grace, flags)
         }
+        Command::Watch {
+            key,
+            shared,
+            permits,
+            until_free,
+        } => watch::watch(
+            backend,
+            &watch::WatchArgs {
+                key,
+                kind: watch::watched(shared, permits.is_some()),
+                until_free,
+            },
+        ),
         Command::Setup => setup::setup(backend_url(url.as_deref())?),
     }
 }
