@@ -174,3 +174,5 @@ mod structure;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod tls;
 mod wake;
+#[cfg(all(feature = "redis", feature = "postgres"))]
+mod watch_faults;
