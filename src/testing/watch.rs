@@ -15,23 +15,13 @@ use crate::{
 };
 
 use super::support::{
-    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, assert_invalid, places, unique_key,
-    wait_until,
+    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, assert_invalid, next_state, places,
+    unique_key, wait_until,
 };
 
 /// How many acquisitions and releases the stream of [`every_state_reported_happened_in_order`]
 /// makes.
 const CYCLES: usize = 40;
-
-/// The next state of `watch`, failing the test when none comes within [`PATIENCE`] or the
-/// watch answers an error.
-fn next_state(watch: &mut Watch, what: &str) -> KeyState {
-    match watch.next_timeout(PATIENCE) {
-        Some(Ok(state)) => state,
-        Some(Err(error)) => panic!("{what}: the watch failed: {error:?}"),
-        None => panic!("{what}: no state within {PATIENCE:?}"),
-    }
-}
 
 /// The holders of a `Held` state; fails the test on any other.
 fn holders(state: KeyState, what: &str) -> Vec<LockInfo> {
@@ -83,7 +73,7 @@ pub fn the_first_state_is_the_current_one<B: LockBackend + 'static>(backend: B) 
     );
 }
 
-/// Another locker takes and gives back the key [`CYCLES`] times, then holds it: every state the
+/// Another locker takes and gives back the key 40 times (`CYCLES`), then holds it: every state the
 /// watch reports happened, in order (each holder is one of the stream's, their fences only
 /// grow, free states come only after a holder), and the watch ends on the final holder, then
 /// on its release.
@@ -114,11 +104,10 @@ pub fn every_state_reported_happened_in_order<B: LockBackend + 'static>(backend:
     let deadline = Instant::now() + CONTENTION_DEADLINE;
     let last = loop {
         granted.extend(fences_granted.try_iter());
-        if let Some(&last) = granted.get(CYCLES) {
-            if matches!(reported.last(), Some(KeyState::Held { holders }) if fences(holders) == [last])
-            {
-                break last;
-            }
+        if let Some(&last) = granted.get(CYCLES)
+            && matches!(reported.last(), Some(KeyState::Held { holders }) if fences(holders) == [last])
+        {
+            break last;
         }
         assert!(
             Instant::now() < deadline,
@@ -224,10 +213,10 @@ pub fn a_watch_holds_nothing_and_takes_no_place<B: LockBackend + 'static>(backen
     for watch in [&mut watch, &mut second] {
         loop {
             let state = next_state(watch, "the waiter's turn");
-            if let KeyState::Held { holders } = &state {
-                if fences(holders) == [waiter_fence] {
-                    break;
-                }
+            if let KeyState::Held { holders } = &state
+                && fences(holders) == [waiter_fence]
+            {
+                break;
             }
         }
     }

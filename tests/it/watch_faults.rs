@@ -3,26 +3,12 @@
 //! the watch reports the state it finds — and a watcher behind PgBouncer, which hears no
 //! release notifications, still reporting every holder's end and the latest state.
 
-use std::time::Duration;
-
 use crate::support::{
     RedisServer, impatient_redis, patient_postgres, shared_pgbouncer, shared_postgres_backend,
     shared_postgres_with_tables, unique,
 };
-use syncguard::testing::support::{LONG_TTL, acquired};
-use syncguard::{KeyState, LockBackend, Locker, Watch};
-
-/// How long a state may take before a test fails: generous, for a loaded machine.
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// The next state; fails the test on an error item or when none comes within [`PATIENCE`].
-fn next_state(watch: &mut Watch, what: &str) -> KeyState {
-    match watch.next_timeout(PATIENCE) {
-        Some(Ok(state)) => state,
-        Some(Err(error)) => panic!("{what}: the watch failed: {error:?}"),
-        None => panic!("{what}: no state within {PATIENCE:?}"),
-    }
-}
+use syncguard::testing::support::{LONG_TTL, acquired, next_state};
+use syncguard::{KeyState, LockBackend, Locker};
 
 /// The fence of a `Held` state with one holder.
 fn held_fence(state: &KeyState) -> Option<u64> {

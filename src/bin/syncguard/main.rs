@@ -104,7 +104,7 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
             backend,
             &watch::WatchArgs {
                 key,
-                kind: watch::watched(shared, permits.is_some()),
+                kind: list::listed(permits.is_some(), shared),
                 until_free,
             },
         ),

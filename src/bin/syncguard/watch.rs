@@ -21,16 +21,6 @@ pub struct WatchArgs {
     pub until_free: bool,
 }
 
-/// The holders `--shared` and `--permits` ask `watch` for (clap lets only one of them
-/// through).
-pub fn watched(shared: bool, permits: bool) -> LeaseKind {
-    match (shared, permits) {
-        (_, true) => LeaseKind::Permit,
-        (true, false) => LeaseKind::Shared,
-        (false, false) => LeaseKind::Lock,
-    }
-}
-
 /// `watch`: `--key` checked first, the signals caught, then the states printed as they come.
 pub fn watch(
     connect: impl Fn() -> syncguard::Result<Box<dyn LockBackend>>,
@@ -92,8 +82,5 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "{\"state\":\"released\"}\n{\"state\":\"free\"}\n"
         );
-        assert_eq!(watched(false, true), LeaseKind::Permit);
-        assert_eq!(watched(true, false), LeaseKind::Shared);
-        assert_eq!(watched(false, false), LeaseKind::Lock);
     }
 }
