@@ -11,8 +11,8 @@ use crate::driver::{
     generate_lock_id, hash_key, normalize_and_validate_key,
 };
 use crate::{
-    AcquireOutcome, ErrorCode, Fence, Heartbeat, Lease, LockBackend, LockInfo, LockOptions, Lookup,
-    PlaceInfo, Result, get_by_id_raw, get_by_key_raw, owns,
+    AcquireOutcome, ErrorCode, Fence, Heartbeat, KeyState, Lease, LockBackend, LockInfo,
+    LockOptions, Lookup, PlaceInfo, Result, Watch, get_by_id_raw, get_by_key_raw, owns,
 };
 
 /// A TTL no test outlives: locks taken with it stay held for the whole test.
@@ -336,4 +336,14 @@ pub fn holder_of<B: LockBackend + ?Sized>(backend: &B, key: &str, lease: &Lease)
         .expect("listed under its key");
     assert_eq!(listed.info.holder, info.holder, "a listing");
     info.holder
+}
+
+/// The next state of `watch`, failing the test when none comes within 15 s or the
+/// watch answers an error; `what` says what was awaited, for the failure message.
+pub fn next_state(watch: &mut Watch, what: &str) -> KeyState {
+    match watch.next_timeout(PATIENCE) {
+        Some(Ok(state)) => state,
+        Some(Err(error)) => panic!("{what}: the watch failed: {error:?}"),
+        None => panic!("{what}: no state within {PATIENCE:?}"),
+    }
 }

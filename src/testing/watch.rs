@@ -7,29 +7,21 @@
 
 use std::sync::{Arc, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{
-    ErrorCode, Fence, KeyState, LeaseKind, LockBackend, LockInfo, LockOptions, Locker, Watch,
+    ErrorCode, Fence, KeyState, LeaseKind, LockBackend, LockInfo, LockOptions, Locker,
+    WATCH_POLL_INTERVAL, Watch,
 };
 
 use super::support::{
-    LONG_TTL, PATIENCE, SHORT_TTL, acquired, assert_invalid, places, unique_key, wait_until,
+    CONTENTION_DEADLINE, LONG_TTL, PATIENCE, acquired, assert_invalid, next_state, places,
+    unique_key, wait_until,
 };
 
 /// How many acquisitions and releases the stream of [`every_state_reported_happened_in_order`]
 /// makes.
 const CYCLES: usize = 40;
-
-/// The next state of `watch`, failing the test when none comes within [`PATIENCE`] or the
-/// watch answers an error.
-fn next_state(watch: &mut Watch, what: &str) -> KeyState {
-    match watch.next_timeout(PATIENCE) {
-        Some(Ok(state)) => state,
-        Some(Err(error)) => panic!("{what}: the watch failed: {error:?}"),
-        None => panic!("{what}: no state within {PATIENCE:?}"),
-    }
-}
 
 /// The holders of a `Held` state; fails the test on any other.
 fn holders(state: KeyState, what: &str) -> Vec<LockInfo> {
@@ -81,7 +73,7 @@ pub fn the_first_state_is_the_current_one<B: LockBackend + 'static>(backend: B) 
     );
 }
 
-/// Another locker takes and gives back the key [`CYCLES`] times, then holds it: every state the
+/// Another locker takes and gives back the key 40 times (`CYCLES`), then holds it: every state the
 /// watch reports happened, in order (each holder is one of the stream's, their fences only
 /// grow, free states come only after a holder), and the watch ends on the final holder, then
 /// on its release.
@@ -109,15 +101,27 @@ pub fn every_state_reported_happened_in_order<B: LockBackend + 'static>(backend:
     });
     let mut reported = Vec::new();
     let mut granted: Vec<Fence> = Vec::new();
+    let deadline = Instant::now() + CONTENTION_DEADLINE;
     let last = loop {
-        let state = next_state(&mut watch, "during the stream");
-        reported.push(state.clone());
         granted.extend(fences_granted.try_iter());
-        if granted.len() == CYCLES + 1 {
-            let last = granted[CYCLES];
-            if matches!(&state, KeyState::Held { holders } if fences(holders) == [last]) {
-                break last;
-            }
+        if let Some(&last) = granted.get(CYCLES)
+            && matches!(reported.last(), Some(KeyState::Held { holders }) if fences(holders) == [last])
+        {
+            break last;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watch never reached the stream's last holder: {reported:?}"
+        );
+        match watch.next_timeout(WATCH_POLL_INTERVAL) {
+            Some(Ok(state)) => reported.push(state),
+            Some(Err(error)) => panic!("during the stream: the watch failed: {error:?}"),
+            None if cycler.is_finished() => match cycler.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => panic!("the stream ended unseen: {reported:?}"),
+            },
+            // No change yet: the stream's next fence may not have been sent.
+            None => {}
         }
     };
     release_last.send(()).unwrap();
@@ -166,7 +170,9 @@ pub fn a_release_and_an_expiry_are_reported_as_such<B: LockBackend + 'static>(ba
     assert_eq!(fences(&held), [lease.fence]);
     assert!(locker.backend().release(&lease.lock_id).unwrap());
     assert_eq!(next_state(&mut watch, "released"), KeyState::Released);
-    let short = acquired(locker.backend(), &key, SHORT_TTL);
+    // Long enough to be seen: a watch reads at least every poll interval, and a lease that
+    // comes and goes between two reads is merged away.
+    let short = acquired(locker.backend(), &key, WATCH_POLL_INTERVAL * 3);
     let held = holders(next_state(&mut watch, "acquired again"), "acquired again");
     assert_eq!(fences(&held), [short.fence]);
     assert_eq!(next_state(&mut watch, "left to expire"), KeyState::Expired);
@@ -207,10 +213,10 @@ pub fn a_watch_holds_nothing_and_takes_no_place<B: LockBackend + 'static>(backen
     for watch in [&mut watch, &mut second] {
         loop {
             let state = next_state(watch, "the waiter's turn");
-            if let KeyState::Held { holders } = &state {
-                if fences(holders) == [waiter_fence] {
-                    break;
-                }
+            if let KeyState::Held { holders } = &state
+                && fences(holders) == [waiter_fence]
+            {
+                break;
             }
         }
     }

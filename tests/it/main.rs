@@ -96,6 +96,8 @@ mod cli_shared;
 mod cli_store;
 #[cfg(feature = "cli")]
 mod cli_verbose;
+#[cfg(feature = "cli")]
+mod cli_watch;
 #[cfg(all(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod clock_skew;
 mod docs;
@@ -184,3 +186,5 @@ mod structure;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "firestore"))]
 mod tls;
 mod wake;
+#[cfg(all(feature = "redis", feature = "postgres"))]
+mod watch_faults;

@@ -10,7 +10,7 @@ use syncguard::driver::MAX_PERMITS;
 use syncguard::{DEFAULT_LIST_LIMIT, LeaseKind, LockError, MAX_LIST_LIMIT};
 
 use crate::duration::parse_duration;
-use crate::help::{BREAK_HELP, LIST_HELP, STATUS_HELP, examples, exit_codes, run_help};
+use crate::help::{BREAK_HELP, LIST_HELP, STATUS_HELP, WATCH_HELP, examples, exit_codes, run_help};
 use crate::input;
 use crate::lock_ids::LockIds;
 use crate::outcome::EXIT_NOT_ACQUIRED;
@@ -169,6 +169,26 @@ pub enum Command {
         /// again at each release the store announces, and at least every 500 ms.
         #[arg(long)]
         watch: bool,
+    },
+    /// Follow a key's state without holding it: one JSON line per state ("held" with its
+    /// holders, "free", "released", "expired", "broken") until SIGTERM or SIGINT (exit 0).
+    #[command(after_help = WATCH_HELP)]
+    Watch {
+        /// The key to follow.
+        #[arg(long, allow_hyphen_values = true)]
+        key: String,
+        /// Follow the key's shared holders only (acquire/run --shared).
+        #[arg(long, conflicts_with = "permits")]
+        shared: bool,
+        /// Follow the permits of the key's semaphore (acquire/run --permits N; N, if given, is
+        /// checked and otherwise unused) instead of its lock.
+        #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1",
+              value_parser = parse_permits)]
+        permits: Option<u32>,
+        /// Exit 0 at the first free state ("free", "released" or "expired"): at once if the
+        /// key is free now.
+        #[arg(long)]
+        until_free: bool,
     },
     /// Create the PostgreSQL tables (idempotent); the other backends need none.
     #[command(after_help = "Example:\n  syncguard --url postgres://app@db/app setup")]

@@ -144,3 +144,21 @@ as the key's holder, with \"broken\": {\"kind\",\"by\",\"reason\",\"atMs\",\"unt
 never broken itself: breaking a broken key again answers \"nothing held\". To end the delay
 early, release the marker by its lock id (status --key K --raw shows it). The key's line is
 left as it is. TypeScript SyncGuard clients see the marker as an ordinary held lock.";
+
+/// `watch --help`'s epilogue.
+pub const WATCH_HELP: &str = "\
+Example:
+  syncguard watch --key deploy
+  → {\"state\":\"held\",\"holders\":[{\"keyHash\":…,\"lockIdHash\":…,\"fence\":…,\"holder\":…}]}
+    {\"state\":\"released\"}
+  syncguard watch --key deploy --until-free && ./deploy.sh   (exits 0 once nothing holds it)
+
+The first line is the key's state now; then one line per change, each flushed as it comes.
+\"held\" lists the holders as status prints them (lock ids hashed), in fence order; \"free\"
+is the first state of a free key; \"released\" and \"expired\" say how the holders seen went;
+\"broken\" (syncguard break) has \"by\", \"reason\", \"atMs\", \"untilMs\" and \"fence\". A
+release is seen at once on Redis and PostgreSQL (their release notifications); everything
+else, and everything on Firestore or through PgBouncer, within 1 second (the watch reads the
+key at least once a second). Changes between two reads merge: the latest state is always
+printed. A store that restarts is read again until it answers. Ends on SIGTERM or SIGINT
+with exit 0.";

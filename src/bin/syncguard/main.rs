@@ -7,7 +7,7 @@
 //!
 //! This file parses the command line and hands it to the command's own module: [`acquire`],
 //! [`release`], [`extend`], [`status`], [`list`], [`run`], [`break_key`], [`leader`],
-//! [`setup`].
+//! [`watch`], [`setup`].
 //!
 //! Modules: [`args`] is the command line; [`help`] its longer help texts; [`outcome`] what a
 //! command ends with; [`url`] the backend's URL; [`duration`] parses durations; [`holder`]
@@ -47,6 +47,7 @@ mod supervisor;
 mod url;
 mod verbose;
 mod waiting;
+mod watch;
 mod watcher;
 
 use std::process::ExitCode;
@@ -99,6 +100,19 @@ fn execute(cli: Cli) -> syncguard::Result<Outcome> {
         }
         Command::Break { args } => break_key::break_key(backend, &args),
         Command::Leader { key, watch } => leader::leader(backend, &key, watch),
+        Command::Watch {
+            key,
+            shared,
+            permits,
+            until_free,
+        } => watch::watch(
+            backend,
+            &watch::WatchArgs {
+                key,
+                kind: list::listed(permits.is_some(), shared),
+                until_free,
+            },
+        ),
         Command::Setup => setup::setup(backend_url(url.as_deref())?),
     }
 }

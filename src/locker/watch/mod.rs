@@ -331,6 +331,51 @@ mod tests {
         assert_eq!(retry_delay(40), WATCH_POLL_INTERVAL);
     }
 
+    /// A break is reported as `Broken`, with who broke the key, why, and until when; the end
+    /// of its delay as `Expired`. (On memory: the other stores break through the same seam.)
+    #[test]
+    fn a_break_and_the_end_of_its_delay_are_reported() {
+        use crate::driver::{BreakDelay, BreakNote, BreakOrder};
+        use crate::time::Ttl;
+
+        let locker = Locker::new(crate::MemoryBackend::new());
+        let guard = locker.lock("broken").unwrap();
+        let mut watch = locker.watch("broken").unwrap();
+        let patience = Duration::from_secs(10);
+        let first = watch.next_timeout(patience).unwrap().unwrap();
+        assert!(matches!(first, KeyState::Held { .. }));
+        let note = BreakNote::new("ops:1 syncguard", Some("hung".into()))
+            .to_holder()
+            .unwrap();
+        let key = Key::new("broken").unwrap();
+        let broken = locker
+            .backend()
+            .break_leases(&BreakOrder {
+                key: &key,
+                kind: LeaseKind::Lock,
+                lock_id: None,
+                delay: BreakDelay::For(Ttl::new(Duration::from_millis(100)).unwrap()),
+                note: &note,
+            })
+            .unwrap();
+        let KeyState::Broken(info) = watch.next_timeout(patience).unwrap().unwrap() else {
+            panic!("the break is not reported as one");
+        };
+        assert_eq!(
+            (info.by.as_str(), info.reason.as_deref()),
+            ("ops:1 syncguard", Some("hung"))
+        );
+        assert_eq!(info.fence, broken.markers[0].fence);
+        assert!(info.fence > *guard.fence());
+        assert_eq!(info.until_ms, broken.markers[0].expires_at_ms);
+        assert_eq!(
+            watch.next_timeout(patience).unwrap().unwrap(),
+            KeyState::Expired,
+            "the end of the break's delay"
+        );
+        drop(guard);
+    }
+
     #[test]
     fn a_watch_is_send() {
         fn send<T: Send>() {}

@@ -129,10 +129,10 @@ impl Seen {
 /// The state `found` (live records in fence order) shows; `None` when nothing is held.
 fn held(found: &[LockRecord]) -> Option<KeyState> {
     let last = found.last()?;
-    if found.iter().all(|record| is_marker(&record.lock_id)) {
-        if let Some(info) = BreakInfo::of(last) {
-            return Some(KeyState::Broken(info));
-        }
+    if found.iter().all(|record| is_marker(&record.lock_id))
+        && let Some(info) = BreakInfo::of(last)
+    {
+        return Some(KeyState::Broken(info));
     }
     Some(KeyState::Held {
         holders: found
