@@ -200,6 +200,50 @@ fn a_broken_lock_leaves_a_typescript_record_in_its_place() {
     );
 }
 
+/// An expired holder met by a break is removed with everything it left (the TypeScript
+/// layout's index entry, a permit's record and place in the holders) and not answered; no
+/// marker takes its place. The leases are made expired by rewriting their records' expiry
+/// into the past (their keys keep their TTLs), so nothing but the script removes them.
+#[test]
+fn an_expired_holder_is_removed_and_not_answered() {
+    let (backend, prefix) = shared_redis_namespace(KeyLayout::TypeScript);
+    let mut conn = shared_redis().connection();
+    let key = Key::new(&unique("break-expired")).unwrap();
+    let lock = acquire(&backend, &key, Mode::Exclusive, "gone");
+    let permit = acquire(&backend, &key, Mode::permits(2).unwrap(), "gone too");
+    let past = crate::support::redis_now_ms(&mut conn) - 5_000;
+    let expire = |raw: String| {
+        let mut record: Value = serde_json::from_str(&raw).unwrap();
+        record["expiresAtMs"] = past.into();
+        record.to_string()
+    };
+    let lock_key = backend.lock_key(key.as_str()).unwrap();
+    let raw: String = conn.get(&lock_key).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&lock_key)
+        .arg(expire(raw))
+        .arg("KEEPTTL")
+        .query(&mut conn)
+        .unwrap();
+    let semaphore = backend.semaphore_keys(key.as_str()).unwrap();
+    let raw: String = conn.hget(&semaphore.permits, &permit.lock_id).unwrap();
+    let _: () = conn
+        .hset(&semaphore.permits, &permit.lock_id, expire(raw))
+        .unwrap();
+    let index_key = backend.index_key(&lock.lock_id).unwrap();
+    assert!(conn.exists::<_, bool>(&index_key).unwrap());
+
+    for kind in [LeaseKind::Lock, LeaseKind::Permit] {
+        let broken = break_all(&backend, &key, kind, BreakDelay::RestOfLease, None);
+        assert_eq!(broken, Broken::default(), "{kind:?}");
+    }
+    let mut keys: Vec<String> = conn.keys(format!("{prefix}*")).unwrap();
+    keys.sort();
+    let mut expected = vec![backend.fence_key(key.as_str()).unwrap(), semaphore.fence];
+    expected.sort();
+    assert_eq!(keys, expected, "only the counters are left");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every kind, in the cluster layout
 // ---------------------------------------------------------------------------------------------
