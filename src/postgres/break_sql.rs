@@ -167,9 +167,9 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
         released,
         ..
     } = tables;
-    // `latest` locks the counter row after the key's turn is taken, and answers its latest
-    // value; `seen` is the snapshot's.
-    let (turn, row, counter_table, counter_key) = match counter {
+    // `latest` locks the counter row (`f`) after the key's turn is taken, and answers its
+    // latest value; `seen` is the snapshot's.
+    let (turn, counter_table, counter_key) = match counter {
         Counter::Lock => (
             format!(
                 "serialized AS (SELECT pg_advisory_xact_lock(hashtext($1::text))),\n\
@@ -177,7 +177,6 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
                  latest AS (SELECT f.fence FROM {fences} f, clock c\n\
                      WHERE f.fence_key = $3 FOR UPDATE OF f),\n"
             ),
-            "f",
             fences,
             "f.fence_key = $3",
         ),
@@ -186,7 +185,6 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
                 "latest AS (SELECT f.fence FROM {semaphores} f WHERE f.key = $1 FOR UPDATE),\n\
                  clock AS (SELECT {NOW_MS} AS now_ms FROM (SELECT count(*) FROM latest) AS waited),\n"
             ),
-            "f",
             semaphores,
             "f.key = $1",
         ),
@@ -197,7 +195,7 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
     );
     format!(
         "WITH {turn}\
-         seen AS (SELECT {row}.fence FROM {counter_table} {row} WHERE {counter_key}),\n\
+         seen AS (SELECT f.fence FROM {counter_table} f WHERE {counter_key}),\n\
          fresh AS (SELECT c.now_ms FROM clock c\n\
              WHERE (SELECT fence FROM seen) IS NOT DISTINCT FROM (SELECT fence FROM latest)),\n\
          candidates AS (SELECT count(*) AS n FROM {table} p WHERE {wanted}),\n\
@@ -211,11 +209,11 @@ pub(super) fn break_holds(tables: &Quoted<'_>, table: &str, counter: Counter) ->
              SELECT g.*, row_number() OVER (ORDER BY g.fence COLLATE \"C\") AS n FROM gone g\n\
              WHERE g.live AND cardinality($7) > 0),\n\
          counter AS (\n\
-             UPDATE {counter_table} {row} SET fence = {row}.fence + b.total\n\
+             UPDATE {counter_table} f SET fence = f.fence + b.total\n\
              FROM (SELECT count(*) AS total FROM broken) b\n\
              WHERE {counter_key} AND b.total > 0\n\
-               AND {row}.fence >= 0 AND {row}.fence + b.total <= $9\n\
-             RETURNING {row}.fence, b.total),\n\
+               AND f.fence >= 0 AND f.fence + b.total <= $9\n\
+             RETURNING f.fence, b.total),\n\
          marker AS (\n\
              INSERT INTO {table} AS p\n\
                  (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key, holder)\n\

@@ -63,6 +63,21 @@
 //! through a pooler too; on tables without this version's functions, one key at a time
 //! (docs/postgres.md, "Several keys").
 //!
+//! # Breaking a key
+//!
+//! [`Driver::break_leases`](crate::driver::Driver::break_leases) (`syncguard break`) is one
+//! statement per kind, sent inline (no server function: a break is rare, and it works on tables
+//! the TypeScript SyncGuard made): it takes the key's turn as an acquisition does (the advisory
+//! lock for a lock and its readers, the semaphore's row for permits), deletes the live holders
+//! (never an earlier break's marker; expired ones met are deleted and not answered), draws the
+//! next fences from the key's counter and inserts in their places the markers — ordinary rows,
+//! TypeScript-shaped in the lock table — and announces the release. A marker in a lock table
+//! without the `holder` column (the TypeScript SyncGuard's) has no holder text: it is told from
+//! a lease by its lock id alone, without the operator's note. Readers or permits granted while
+//! the statement waited for the key are unseen by its snapshot: it finds out (the counter
+//! moved), does nothing, and is sent again; a break the pool sent again after its answer was
+//! lost finds its own markers and says so. The reasoning is in `break_sql.rs`.
+//!
 //! # Atomicity and mixed fleets
 //!
 //! Each operation is a single statement (one round trip, one implicit transaction); acquire

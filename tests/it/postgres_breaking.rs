@@ -507,6 +507,10 @@ fn a_hold_granted_while_the_break_waits_is_broken_too() {
         };
         let mut client = shared_postgres().client();
         let mut grant = client.transaction().unwrap();
+        let granting: i32 = grant
+            .query_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
         match kind {
             LeaseKind::Shared => grant
                 .execute(
@@ -524,7 +528,7 @@ fn a_hold_granted_while_the_break_waits_is_broken_too() {
         .unwrap();
         let broken = std::thread::scope(|scope| {
             let breaking = scope.spawn(|| break_all(&backend, &k, kind, BreakDelay::For(ttl(TTL))));
-            wait_for_a_break_to_wait();
+            wait_for_a_break_waiting_for(granting);
             let fence: i64 = grant.query_one(counter, &[&counter_key]).unwrap().get(0);
             let second_id = generate_lock_id();
             grant
@@ -557,16 +561,16 @@ fn a_hold_granted_while_the_break_waits_is_broken_too() {
     }
 }
 
-/// Waits until a break statement of this cluster waits for a lock.
-fn wait_for_a_break_to_wait() {
+/// Waits until a break statement waits for a lock the server process `pid` holds.
+fn wait_for_a_break_waiting_for(pid: i32) {
     let mut client = shared_postgres().client();
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let waiting: i64 = client
             .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                 AND query LIKE 'WITH %' AND query LIKE '%cardinality($7)%'",
-                &[],
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)) \
+                 AND query LIKE '%cardinality($7)%'",
+                &[&pid],
             )
             .unwrap()
             .get(0);
