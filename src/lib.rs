@@ -137,10 +137,8 @@ pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT}
 pub use crate::locker::multi_lock::MultiLockGuard;
 pub use crate::locker::rw_lock::RwLock;
 pub use crate::locker::semaphore::Semaphore;
-pub use crate::locker::{
-    Backoff, BreakInfo, Heartbeat, Jitter, KeyState, LockGuard, LockOptions, Locker,
-    WATCH_POLL_INTERVAL, Watch,
-};
+pub use crate::locker::watch::{BreakInfo, KeyState, WATCH_POLL_INTERVAL, Watch};
+pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
 pub use crate::memory::MemoryBackend;
 pub use crate::telemetry::{
     EventResult, FailureReason, LockEvent, LockOp, Telemetry, TelemetryOptions, with_telemetry,
