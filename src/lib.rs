@@ -138,9 +138,9 @@ pub use crate::locker::breaking::BreakOptions;
 pub use crate::locker::multi_lock::MultiLockGuard;
 pub use crate::locker::rw_lock::RwLock;
 pub use crate::locker::semaphore::Semaphore;
+pub use crate::locker::watch::{BreakInfo, KeyState, WATCH_POLL_INTERVAL, Watch};
 pub use crate::locker::{
-    Backoff, BreakInfo, Heartbeat, Jitter, KeyState, LeadOptions, Leader, Leadership, LockGuard,
-    LockOptions, Locker, WATCH_POLL_INTERVAL, Watch,
+    Backoff, Heartbeat, Jitter, LeadOptions, Leader, Leadership, LockGuard, LockOptions, Locker,
 };
 pub use crate::memory::MemoryBackend;
 pub use crate::telemetry::{

@@ -16,7 +16,7 @@ pub(crate) mod rw_lock;
 pub(crate) mod semaphore;
 mod store;
 mod wake;
-mod watch;
+pub(crate) mod watch;
 
 use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
@@ -27,7 +27,6 @@ pub use self::lead::LeadOptions;
 pub use self::leadership::{Leader, Leadership};
 pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
-pub use self::watch::{BreakInfo, KeyState, WATCH_POLL_INTERVAL, Watch};
 
 use self::fences::FenceWatch;
 use self::guard::GuardStore;
