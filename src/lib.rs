@@ -135,13 +135,13 @@ pub use crate::error::{ErrorCode, LockError, Result};
 pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};
 pub use crate::locker::breaking::BreakOptions;
+pub use crate::locker::lead::LeadOptions;
+pub use crate::locker::leadership::{Leader, Leadership};
 pub use crate::locker::multi_lock::MultiLockGuard;
 pub use crate::locker::rw_lock::RwLock;
 pub use crate::locker::semaphore::Semaphore;
 pub use crate::locker::watch::{BreakInfo, KeyState, WATCH_POLL_INTERVAL, Watch};
-pub use crate::locker::{
-    Backoff, Heartbeat, Jitter, LeadOptions, Leader, Leadership, LockGuard, LockOptions, Locker,
-};
+pub use crate::locker::{Backoff, Heartbeat, Jitter, LockGuard, LockOptions, Locker};
 pub use crate::memory::MemoryBackend;
 pub use crate::telemetry::{
     EventResult, FailureReason, LockEvent, LockOp, Telemetry, TelemetryOptions, with_telemetry,

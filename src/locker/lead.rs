@@ -203,8 +203,16 @@ fn while_leading<T>(
 /// What the watch thread waits on: the work's end, a loss or a stop (woken), or the time.
 #[derive(Default)]
 struct Watch {
-    done: Mutex<bool>,
+    state: Mutex<WatchState>,
     wake: Condvar,
+}
+
+#[derive(Default)]
+struct WatchState {
+    /// The work has returned (or unwound).
+    done: bool,
+    /// A loss or a stop was signalled since the watch last looked.
+    woken: bool,
 }
 
 impl Watch {
@@ -217,36 +225,49 @@ impl Watch {
         stop: &CancelToken,
         cancelled: &CancelToken,
     ) {
-        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if *done {
-                return;
-            }
-            // Read again at each wake: a renewal moves the deadline on.
+            // Read without the state lock: `is_lost` may latch the loss and cancel the lost
+            // token, whose listener (this watch) takes that lock. Read again at each wake: a
+            // renewal moves the deadline on.
             let give_up_at = leadership.deadline().checked_sub(margin);
-            let now = Instant::now();
-            let left = give_up_at.map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+            let left = give_up_at.map_or(Duration::ZERO, |at| {
+                at.saturating_duration_since(Instant::now())
+            });
             if leadership.is_lost() || stop.is_cancelled() || left.is_zero() {
                 cancelled.cancel();
                 return;
             }
-            done = self
-                .wake
-                .wait_timeout(done, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            let mut state = self.state();
+            if !state.woken && !state.done {
+                state = self
+                    .wake
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            if state.done {
+                return;
+            }
+            state.woken = false;
         }
     }
 
-    fn wake(&self) {
-        let _done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+    fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the watch to look again (`done`: for the last time).
+    fn wake(&self, done: bool) {
+        let mut state = self.state();
+        state.woken = true;
+        state.done |= done;
         self.wake.notify_all();
     }
 }
 
 impl OnCancel for Watch {
     fn cancelled(&self) {
-        self.wake();
+        self.wake(false);
     }
 }
 
@@ -255,7 +276,46 @@ struct Done<'a>(&'a Watch);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
-        *self.0.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.0.wake.notify_all();
+        self.0.wake(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::{LockOptions, MemoryBackend};
+
+    /// The watch may be the first to find the deadline passed (its process was paused past
+    /// it, or it woke late): reading the loss then latches it and cancels the lost token,
+    /// whose listener is the watch itself — which must not wait for itself. With no margin,
+    /// the watch and the heartbeat's deadline check race for the first read at every term.
+    #[test]
+    fn a_watch_that_finds_the_deadline_passed_ends_the_work() {
+        let locker = Locker::new(MemoryBackend::new());
+        let options = LockOptions::default()
+            .ttl(Duration::from_millis(20))
+            .heartbeat(Heartbeat::Off);
+        for _ in 0..20 {
+            let leadership = locker.campaign_with("k", "v", &options).unwrap();
+            let (ended, ending) = mpsc::channel();
+            thread::spawn(move || {
+                while_leading(
+                    &leadership,
+                    Duration::ZERO,
+                    &CancelToken::new(),
+                    |cancelled| {
+                        while !cancelled.is_cancelled() {
+                            thread::sleep(Duration::from_millis(1));
+                        }
+                    },
+                );
+                let _ = ended.send(());
+            });
+            ending
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the watch ended the work");
+        }
     }
 }

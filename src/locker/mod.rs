@@ -5,8 +5,8 @@ pub(crate) mod breaking;
 mod fences;
 mod guard;
 mod heartbeat;
-mod lead;
-mod leadership;
+pub(crate) mod lead;
+pub(crate) mod leadership;
 mod lease;
 pub(crate) mod multi_lock;
 mod options;
@@ -23,8 +23,6 @@ use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 pub use self::guard::LockGuard;
-pub use self::lead::LeadOptions;
-pub use self::leadership::{Leader, Leadership};
 pub use self::options::{Heartbeat, LockOptions};
 pub use self::retry::{Backoff, Jitter};
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::{Driver, Find, Key, LeaseKind};
+use crate::driver::{BreakDelay, BreakNote, BreakOrder, Driver, Find, Key, LeaseKind, Ttl};
 use crate::{
     CancelToken, ErrorCode, Fence, LeadOptions, LockBackend, LockError, LockOptions, Locker,
 };
@@ -173,6 +173,52 @@ pub fn lead_work_is_cancelled_when_the_lease_is_removed<B: LockBackend + 'static
     let terms = terms.into_inner().unwrap();
     assert!(terms[1] > terms[0], "{terms:?}");
     assert_eq!(locker.leader(&name).unwrap(), None, "resigned at the stop");
+}
+
+/// An operator's break of a leadership: while its marker holds the name, `leader()` shows
+/// nobody; the broken leader learns at its next renewal; the next leader's term is above the
+/// marker's, which is above the broken one's.
+pub fn a_broken_leadership_shows_no_leader_and_the_next_term_is_higher<B: LockBackend + 'static>(
+    backend: B,
+) {
+    let name = unique_key("leader-broken");
+    let locker = Locker::new(backend);
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(6))
+        .heartbeat(crate::Heartbeat::Every(Duration::from_millis(300)));
+    let leadership = locker.campaign_with(&name, "leader", &options).unwrap();
+    let key = Key::new(&name).unwrap();
+    let note = BreakNote::new("the leadership contract", None)
+        .to_holder()
+        .unwrap();
+    let broken = locker
+        .backend()
+        .break_leases(&BreakOrder {
+            key: &key,
+            kind: LeaseKind::Lock,
+            lock_id: None,
+            delay: BreakDelay::For(Ttl::new(Duration::from_millis(500)).unwrap()),
+            note: &note,
+        })
+        .unwrap();
+    assert_eq!(broken.holders.len(), 1, "{broken:?}");
+    assert_eq!(broken.holders[0].fence, leadership.term());
+    let marker = broken.markers.first().expect("a marker").fence;
+    assert!(marker > leadership.term());
+    assert_eq!(locker.leader(&name).unwrap(), None, "a marker leads nobody");
+    wait_until("the broken leader to learn", PATIENCE, || {
+        leadership.is_lost()
+    });
+    let next = locker.campaign(&name, "next").unwrap();
+    assert!(
+        next.term() > marker,
+        "{:?} after a marker {marker:?}",
+        next.term()
+    );
+    assert_eq!(
+        locker.leader(&name).unwrap().map(|leader| leader.term),
+        Some(next.term())
+    );
 }
 
 /// When renewals stop being confirmed (they hang), `lead`'s work token is cancelled while the

@@ -407,6 +407,7 @@ macro_rules! __contract_tests {
             proclaim_changes_the_value_and_keeps_the_term,
             resign_and_drop_hand_over_with_a_higher_term,
             lead_work_is_cancelled_when_the_lease_is_removed,
+            a_broken_leadership_shows_no_leader_and_the_next_term_is_higher,
             lead_work_stops_before_the_lease_can_end,
             leadership_input_is_checked_before_any_io,
         );

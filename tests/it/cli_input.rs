@@ -68,6 +68,16 @@ fn status_checks_its_input_before_any_io() {
 }
 
 #[test]
+fn leader_checks_its_input_before_any_io() {
+    let long = long_key();
+    refused_before_any_io(&[
+        vec!["leader", "--key", &long],
+        vec!["leader", "--key", &long, "--watch"],
+        vec!["leader", "--key", ""],
+    ]);
+}
+
+#[test]
 fn list_checks_its_input_before_any_io() {
     let long = long_key();
     refused_before_any_io(&[
