@@ -136,6 +136,7 @@ pub use crate::fence::Fence;
 pub use crate::listing::{Coverage, DEFAULT_LIST_LIMIT, LockList, MAX_LIST_LIMIT};
 pub use crate::locker::breaking::BreakOptions;
 pub use crate::locker::lead::LeadOptions;
+pub use crate::locker::leader_watch::LeaderWatch;
 pub use crate::locker::leadership::{Leader, Leadership};
 pub use crate::locker::multi_lock::MultiLockGuard;
 pub use crate::locker::rw_lock::RwLock;

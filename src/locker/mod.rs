@@ -6,6 +6,7 @@ mod fences;
 mod guard;
 mod heartbeat;
 pub(crate) mod lead;
+pub(crate) mod leader_watch;
 pub(crate) mod leadership;
 mod lease;
 pub(crate) mod multi_lock;

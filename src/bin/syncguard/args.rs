@@ -166,7 +166,7 @@ pub enum Command {
         key: String,
         /// Follow the leader: a line with the leader now, then one at each change (another
         /// leader or term, a proclaimed value, or null), until SIGTERM or SIGINT (exit 0). Read
-        /// again at each release the store announces, and at least every 500 ms.
+        /// again at each release the store announces, and at least once a second.
         #[arg(long)]
         watch: bool,
     },

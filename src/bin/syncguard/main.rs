@@ -32,6 +32,7 @@ mod help;
 mod hold;
 mod holder;
 mod input;
+mod interrupt;
 mod keys;
 mod leader;
 mod list;

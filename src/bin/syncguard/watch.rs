@@ -3,15 +3,12 @@
 //! the first free state (exit 0).
 
 use std::io;
-use std::thread;
 
-use syncguard::{CancelToken, KeyState, LeaseKind, LockBackend, LockError, Locker};
+use syncguard::{KeyState, LeaseKind, LockBackend, Locker};
 
 use crate::input;
+use crate::interrupt::cancelled_on_stop_signals;
 use crate::outcome::Outcome;
-
-/// The signals that end a watch, with exit 0: an interrupted watch has done its job.
-const STOP_SIGNALS: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
 
 /// What `watch` was asked to follow.
 pub struct WatchArgs {
@@ -27,20 +24,7 @@ pub fn watch(
     args: &WatchArgs,
 ) -> syncguard::Result<Outcome> {
     input::key(&args.key)?;
-    let cancel = CancelToken::new();
-    let mut signals = signal_hook::iterator::Signals::new(STOP_SIGNALS)
-        .map_err(|e| LockError::internal(format!("could not install signal handlers: {e}")))?;
-    thread::Builder::new()
-        .name("syncguard-signals".to_owned())
-        .spawn({
-            let cancel = cancel.clone();
-            move || {
-                if signals.forever().next().is_some() {
-                    cancel.cancel();
-                }
-            }
-        })
-        .map_err(|e| LockError::internal(format!("could not start the signal thread: {e}")))?;
+    let cancel = cancelled_on_stop_signals()?;
     let locker = Locker::new(connect()?);
     let states = locker.watch_as(&args.key, args.kind)?.with_cancel(cancel);
     let mut stdout = io::stdout().lock();
@@ -60,10 +44,16 @@ pub fn watch(
 /// Prints `state` as one JSON line and flushes it, for a reader that acts on each line as it
 /// comes; `false` when stdout is closed.
 fn printed(stdout: &mut impl io::Write, state: &KeyState) -> bool {
-    let line = serde_json::to_string(state).unwrap_or_else(|error| {
+    let line = serde_json::to_value(state).unwrap_or_else(|error| {
         // A state is plain data: it always serialises; say so rather than print nothing.
-        serde_json::json!({ "state": "unprintable", "error": error.to_string() }).to_string()
+        serde_json::json!({ "state": "unprintable", "error": error.to_string() })
     });
+    print_line(stdout, &line)
+}
+
+/// Prints `line` as one line of JSON and flushes it, for a reader that acts on each line as it
+/// comes; `false` when stdout is closed.
+pub fn print_line(stdout: &mut impl io::Write, line: &serde_json::Value) -> bool {
     writeln!(stdout, "{line}")
         .and_then(|()| stdout.flush())
         .is_ok()
