@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use syncguard::driver::Driver;
-use syncguard::{LeadOptions, LockError, LockOptions, Locker};
+use syncguard::{LeadOptions, LockError, Locker};
 
 /// How often the leader's work logs a tick.
 const TICK: Duration = Duration::from_millis(100);
@@ -34,11 +34,10 @@ fn main() -> Result<(), LockError> {
     lead(&locker, &name, &value, &mut std::io::stdout())
 }
 
-/// A locker for campaigning: waiting campaigners try again at least every 200 ms, so that a
-/// lease that simply expired (nobody announces that) is taken over soon after.
+/// A locker for campaigning: the defaults. (The first campaigner in line tries every few tens
+/// of ms, so a lease that simply expired — nobody announces that — is taken over soon after.)
 pub fn campaigner<B: Driver + 'static>(backend: B) -> Locker<B> {
-    let defaults = LockOptions::default().max_retry_delay(Duration::from_millis(200));
-    Locker::with_defaults(backend, defaults)
+    Locker::new(backend)
 }
 
 /// Leads `name` with `value` until the process ends: a 3 s lease renewed every second, the

@@ -7,7 +7,7 @@
 //! ([`hold`](Locker::hold)).
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::RngExt as _;
 
@@ -26,6 +26,9 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::Key;
 use crate::line::PLACE_RENEWAL;
+
+/// How often the first waiter in a key's line tries at most: between half this and this.
+pub(crate) const FIRST_IN_LINE_POLL: Duration = Duration::from_millis(50);
 use crate::lock_id::LockId;
 use crate::observe::{Acquired, NotAcquired, Observers, Refusal};
 use crate::time::Ttl;
@@ -262,6 +265,9 @@ struct Waiter<'a, B: Driver + 'static> {
     place: Option<&'a LockId>,
     /// An attempt that waits in line was sent: a place may be stored.
     in_line: bool,
+    /// The last refusal said no live place stands ahead of this waiter's: it is next, and
+    /// polls at [`FIRST_IN_LINE_POLL`] for what no store announces (an expiry).
+    first_in_line: bool,
     /// A transient failure (timeout, unreachable store) does not end the wait: it is tried
     /// again like contention, and reported only if the wait ends with it.
     failure: Option<LockError>,
@@ -295,6 +301,7 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
             heard: 0,
             place,
             in_line: false,
+            first_in_line: false,
             failure: None,
             retries: 0,
         }
@@ -324,7 +331,8 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
         self.in_line |= self.place.is_some();
         match driver::acquire(&self.shared.backend, &self.request) {
             Ok(Acquisitions::Acquired(leases)) => Ok(Some(Granted { leases, sent, seen })),
-            Ok(Acquisitions::Locked { ticket, .. }) => {
+            Ok(Acquisitions::Locked { ticket, position }) => {
+                self.first_in_line = position == Some(0);
                 self.refused(ticket);
                 Ok(None)
             }
@@ -380,6 +388,17 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
         let delay_ms = match self.place {
             Some(_) => delay_ms.min(PLACE_RENEWAL.as_secs_f64() * 1000.0),
             None => delay_ms,
+        };
+        // The first in line is granted the moment the key is free, which no store announces
+        // when a lease just runs out (its holder died): it looks often, with jitter, so a
+        // crashed holder's successor starts within a poll of the expiry. One such waiter per
+        // key (the rest keep their backoff), so the store's load stays bounded.
+        let delay_ms = match self.first_in_line {
+            true => {
+                let poll_ms = FIRST_IN_LINE_POLL.as_secs_f64() * 1000.0;
+                delay_ms.min(poll_ms * (1.0 + rand::rng().random::<f64>()) / 2.0)
+            }
+            false => delay_ms,
         };
         let Some(delay) = retry::clamp_to_timeout(delay_ms, self.start.elapsed(), options.timeout)
         else {
