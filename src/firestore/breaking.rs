@@ -13,13 +13,14 @@
 //!
 //! Liveness and the markers' times are by the client clock, as for every lease here.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::commit::{Attempt, OpResult, with_retries};
 use super::document::LockDoc;
 use super::driver::FirestoreBackend;
 use super::holders::mismatched;
 use super::lock_take::LockRead;
+use super::rest::Transaction;
 use super::semaphore_change::{PermitAnswer, PermitChange};
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{
@@ -28,6 +29,14 @@ use crate::driver::{
 };
 use crate::error::Result;
 use crate::fence::Fence;
+
+/// What a lock's break does, once its documents are read.
+enum Decision {
+    /// Nothing to write: this is the answer.
+    Answer(Broken),
+    /// These writes, and this answer once they are committed.
+    Write { writes: Vec<Value>, broken: Broken },
+}
 
 /// A [`BreakOrder`] for the holders kept many to a document, owned: a change waits for its
 /// write in another thread's hands.
@@ -140,15 +149,64 @@ impl FirestoreBackend {
         }
     }
 
-    /// One read of the lock's documents and one commit.
+    /// One read of the lock's documents and one commit, in a transaction: the documents
+    /// read are locked until the commit, so a renewal or release of the lock that comes in
+    /// between waits for the break and then finds its lease gone, instead of changing the
+    /// documents under the break — a holder renewing back to back would otherwise fail the
+    /// break's preconditions at every attempt, and keep an operator's break out.
     fn break_lock_once(
         &self,
         order: &BreakOrder<'_>,
         sent: &mut Option<Broken>,
     ) -> OpResult<Attempt<Broken>> {
+        let transaction = self.rest.begin_transaction()?;
+        let decided = self.decide_break(&transaction, order, sent);
+        let (writes, broken) = match decided {
+            Ok(Decision::Write { writes, broken }) => (writes, broken),
+            Ok(Decision::Answer(broken)) => {
+                self.roll_back(&transaction);
+                return Ok(Attempt::Done(broken));
+            }
+            Err(error) => {
+                self.roll_back(&transaction);
+                return Err(error);
+            }
+        };
+        match self.rest.commit_versions_in(&transaction, writes) {
+            Ok(Some(_)) => Ok(Attempt::Done(broken)),
+            // Not expected while the transaction holds the documents; decided again all the
+            // same.
+            Ok(None) => Ok(Attempt::Conflict),
+            Err(error)
+                if !error.is_aborted()
+                    && error.may_have_been_applied()
+                    && error.is_worth_retrying_now() =>
+            {
+                // Were the commit lost on its way, the documents would stay locked until
+                // Firestore's own timeout.
+                self.roll_back(&transaction);
+                let error = self.rest.lock_error(error);
+                log::debug!("syncguard: Firestore break read again: {error}");
+                *sent = Some(broken);
+                Ok(Attempt::Conflict)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// What the break of the lock `order` names writes, from its documents read in
+    /// `transaction`; or its answer, when it writes nothing.
+    fn decide_break(
+        &self,
+        transaction: &Transaction,
+        order: &BreakOrder<'_>,
+        sent: &mut Option<Broken>,
+    ) -> OpResult<Decision> {
         let key: &Key = order.key;
         let names = self.lock_names(key.as_str())?;
-        let read = self.rest.batch_get([&names[0], &names[1]])?;
+        let read = self
+            .rest
+            .batch_get_in(transaction, [&names[0], &names[1]])?;
         let now = self.now_ms()?;
         let lock = (read[0].as_ref())
             .map(|document| LockDoc::parse(document, Some(key.as_str())))
@@ -156,11 +214,11 @@ impl FirestoreBackend {
         if let Some(sent) = sent.take()
             && was_applied(&sent, |id| lock.as_ref().is_some_and(|l| l.lock_id == id))
         {
-            return Ok(Attempt::Done(sent));
+            return Ok(Decision::Answer(sent));
         }
         let ask = BreakAsk::of(order);
         let Some(lock) = lock.filter(|lock| ask.picks(&lock.lock_id)) else {
-            return Ok(Attempt::Done(Broken::default()));
+            return Ok(Decision::Answer(Broken::default()));
         };
         let delete = json!({
             "delete": lock.name,
@@ -189,20 +247,15 @@ impl FirestoreBackend {
         if live {
             broken.holders.push(lock.record());
         }
-        match self.rest.commit_versions(writes) {
-            Ok(Some(_)) => Ok(Attempt::Done(broken)),
-            Ok(None) => Ok(Attempt::Conflict),
-            Err(error)
-                if !error.is_aborted()
-                    && error.may_have_been_applied()
-                    && error.is_worth_retrying_now() =>
-            {
-                let error = self.rest.lock_error(error);
-                log::debug!("syncguard: Firestore break read again: {error}");
-                *sent = Some(broken);
-                Ok(Attempt::Conflict)
-            }
-            Err(error) => Err(error.into()),
+        Ok(Decision::Write { writes, broken })
+    }
+
+    /// Ends `transaction` without writing. A rollback that fails leaves the documents locked
+    /// until Firestore ends the transaction itself: only later writers wait, nothing is lost.
+    fn roll_back(&self, transaction: &Transaction) {
+        if let Err(error) = self.rest.rollback(transaction) {
+            let error = self.rest.lock_error(error);
+            log::debug!("syncguard: Firestore break's transaction not rolled back: {error}");
         }
     }
 }
