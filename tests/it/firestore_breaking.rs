@@ -2,21 +2,24 @@
 //! and in a leader's proclaim (a lock's renewal that replaces the holder text): the documents a
 //! break leaves (a lock's marker is a lock document in the TypeScript SyncGuard's format, its
 //! counter advanced; a permit's or reader's marker sits in the document they are kept in), a
-//! break racing a renewal (each commit conditioned on the document as read: the renewal loses,
-//! or the break reads again and breaks the renewed lease), a break whose commit answer is lost,
+//! break racing a renewal (a renewal that read before the break fails its commit's
+//! precondition; one that comes after the break's read waits for the break's transaction, and
+//! loses), a break whose commit answer is lost,
 //! and the proclaim's version precondition. The shared `break_contract!` covers the rest.
 //!
 //! The races are made, not hoped for: a forwarding stub in front of the emulator runs the
 //! other side's operation between one side's read and its commit.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use syncguard::driver::{
-    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Find, Holder, Key,
-    Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, Version,
-    is_marker,
+    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Extension, Find,
+    Holder, Key, Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl,
+    Version, is_marker,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{Clock as _, ErrorCode};
@@ -462,11 +465,13 @@ fn a_renewal_racing_a_break_loses_its_lease_and_never_renews_the_marker() {
     );
 }
 
-/// A break whose read comes before a renewal and whose commit after it: the break's commit
-/// fails, and it reads again and breaks the lease as renewed. The holder's next renewal, by
-/// the version its renewal answered, finds it gone.
+/// A renewal that comes after a break's read and before its commit waits for the break (the
+/// break reads in a read-write transaction, which locks the documents it read): the break
+/// reads once and breaks the lease as it read it, and the renewal finds its lease gone. A
+/// renewal that landed in between instead would fail the break's commit every time it renews
+/// back to back, and keep the break out.
 #[test]
-fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
+fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() {
     let Race {
         faulty,
         through_faulty: breaker,
@@ -474,16 +479,38 @@ fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
         key,
         lease,
         version,
-    } = Race::start("renewal-vs-break");
-    let (in_between, racing_key) = (Arc::clone(&renewer), key.clone());
+    } = Race::start("renewal-during-break");
+    let renewal = Arc::new(Renewal::default());
+    let in_between = Arc::clone(&renewal);
+    let racing_key = key.clone();
     let (racing_id, racing_version) = (lock_id(&lease), version.clone());
-    let longer = Ttl::new(TTL * 2).unwrap();
-    let renewed = run_between(&faulty, "batchGet", move || {
-        let lease = LeaseRef::new(&racing_id)
-            .with_key(&racing_key)
-            .with_version(racing_version.as_ref());
-        in_between.extend_lease(lease, longer).unwrap().applied()
-    });
+    faulty.inject(
+        "batchGet",
+        1,
+        Injected::rewrite(move |answer| {
+            let (renewer, renewal) = (Arc::clone(&renewer), Arc::clone(&in_between));
+            let (key, id, version) = (
+                racing_key.clone(),
+                racing_id.clone(),
+                racing_version.clone(),
+            );
+            thread::spawn(move || {
+                let lease = LeaseRef::new(&id)
+                    .with_key(&key)
+                    .with_version(version.as_ref());
+                let longer = Ttl::new(TTL * 2).unwrap();
+                renewal.answer(
+                    renewer
+                        .extend_lease(lease, longer)
+                        .map_err(|e| e.to_string()),
+                );
+            });
+            // Ample time for a renewal that does not wait (a few ms) to land before the
+            // break's commit; one that waits for the break lands after it, whatever the time.
+            in_between.note_whether_answered_within(RENEWAL_TIME);
+            answer
+        }),
+    );
 
     let broken = break_all(
         &breaker,
@@ -493,21 +520,75 @@ fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
         BreakDelay::RestOfLease,
     );
 
-    let renewed = (renewed.lock().unwrap().take())
-        .flatten()
-        .expect("renewed in between");
-    assert_eq!(faulty.count("batchGet"), 2, "the break read again");
-    assert_eq!(broken.holders.len(), 1);
-    assert_eq!(broken.holders[0].expires_at_ms, renewed.expires_at_ms);
-    assert_eq!(broken.markers[0].expires_at_ms, renewed.expires_at_ms);
-    let id = lock_id(&lease);
-    let by_version = LeaseRef::new(&id)
-        .with_key(&key)
-        .with_version(renewed.version.as_ref());
     assert_eq!(
-        renewer.extend_lease(by_version, ttl()).unwrap(),
-        Outcome::NotFound
+        faulty.pending(),
+        0,
+        "the renewal came between the break's read and commit"
     );
+    assert!(
+        !renewal.landed_first(),
+        "the renewal waited for the break's commit"
+    );
+    assert_eq!(faulty.count("batchGet"), 1, "the break read once");
+    assert_eq!(broken.holders.len(), 1);
+    assert_eq!(broken.holders[0].expires_at_ms, lease.expires_at_ms);
+    assert_eq!(broken.markers[0].expires_at_ms, lease.expires_at_ms);
+    assert_eq!(
+        renewal.awaited(),
+        Ok(Outcome::NotFound),
+        "the renewal found its lease broken"
+    );
+    let document = lock_document(&breaker, &key).unwrap();
+    assert_eq!(string_field(&document, "lockId"), broken.markers[0].lock_id);
+    assert_eq!(
+        integer_field(&document, "expiresAtMs"),
+        broken.markers[0].expires_at_ms,
+        "the marker's expiry as the break wrote it"
+    );
+}
+
+/// How long a renewal that does not wait for anything is given to land.
+const RENEWAL_TIME: Duration = Duration::from_secs(1);
+
+/// A renewal run on another thread: its answer, once it came, and whether it came while the
+/// race's other side still waited.
+#[derive(Default)]
+struct Renewal {
+    answer: Mutex<Option<Result<Outcome<Extension>, String>>>,
+    answered: Condvar,
+    landed_first: Mutex<bool>,
+}
+
+impl Renewal {
+    fn answer(&self, outcome: Result<Outcome<Extension>, String>) {
+        *self.answer.lock().unwrap() = Some(outcome);
+        self.answered.notify_all();
+    }
+
+    /// Waits up to `patience` for the answer, and notes whether it came
+    /// ([`landed_first`](Renewal::landed_first)).
+    fn note_whether_answered_within(&self, patience: Duration) {
+        let answer = self.answer.lock().unwrap();
+        let (answer, _) = self
+            .answered
+            .wait_timeout_while(answer, patience, |answer| answer.is_none())
+            .unwrap();
+        *self.landed_first.lock().unwrap() = answer.is_some();
+    }
+
+    fn landed_first(&self) -> bool {
+        *self.landed_first.lock().unwrap()
+    }
+
+    /// The answer, once it comes.
+    fn awaited(&self) -> Result<Outcome<Extension>, String> {
+        let answer = self.answer.lock().unwrap();
+        let mut answer = self
+            .answered
+            .wait_while(answer, |answer| answer.is_none())
+            .unwrap();
+        answer.take().expect("answered")
+    }
 }
 
 /// A break whose commit went through but whose answer was lost reads again, finds its own
