@@ -13,7 +13,7 @@
 //!
 //! Liveness and the markers' times are by the client clock, as for every lease here.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::commit::{Attempt, OpResult, with_retries};
 use super::document::LockDoc;
@@ -23,20 +23,13 @@ use super::lock_take::LockRead;
 use super::rest::Transaction;
 use super::semaphore_change::{PermitAnswer, PermitChange};
 use super::semaphore_doc::{Permit, SemaphoreDoc};
+use super::transaction::{Decided, Transacted, transact};
 use crate::driver::{
     BreakDelay, BreakOrder, Broken, Holder, Key, TIME_TOLERANCE_MS, is_live, is_marker,
     marker_expiry, marker_lock_id,
 };
 use crate::error::Result;
 use crate::fence::Fence;
-
-/// What a lock's break does, once its documents are read.
-enum Decision {
-    /// Nothing to write: this is the answer.
-    Answer(Broken),
-    /// These writes, and this answer once they are committed.
-    Write { writes: Vec<Value>, broken: Broken },
-}
 
 /// A [`BreakOrder`] for the holders kept many to a document, owned: a change waits for its
 /// write in another thread's hands.
@@ -137,13 +130,18 @@ impl FirestoreBackend {
         })
     }
 
-    /// Breaks the permits or shared holds `order` names: a change to their document.
+    /// Breaks the permits or shared holds `order` names: a change to their document, made in
+    /// a transaction, as a lock's break is (see [`break_lock_once`](Self::break_lock_once)).
     pub(super) fn break_held(&self, order: &BreakOrder<'_>) -> Result<Broken> {
-        let change = PermitChange::Break {
+        let target = self.holders_doc(order.key, order.kind)?;
+        let mut change = PermitChange::Break {
             ask: BreakAsk::of(order),
             sent: None,
         };
-        match self.change_held(order.key, order.kind, change) {
+        let answer = with_retries(&self.rest, &self.aborted_retries, || {
+            self.change_in_transaction(&target, order.key, &mut change)
+        });
+        match answer {
             Ok(PermitAnswer::Broken(broken)) => Ok(broken),
             other => Err(mismatched(Some(other))),
         }
@@ -159,39 +157,15 @@ impl FirestoreBackend {
         order: &BreakOrder<'_>,
         sent: &mut Option<Broken>,
     ) -> OpResult<Attempt<Broken>> {
-        let transaction = self.rest.begin_transaction()?;
-        let decided = self.decide_break(&transaction, order, sent);
-        let (writes, broken) = match decided {
-            Ok(Decision::Write { writes, broken }) => (writes, broken),
-            Ok(Decision::Answer(broken)) => {
-                self.roll_back(&transaction);
-                return Ok(Attempt::Done(broken));
-            }
-            Err(error) => {
-                self.roll_back(&transaction);
-                return Err(error);
-            }
-        };
-        match self.rest.commit_versions_in(&transaction, writes) {
-            Ok(Some(_)) => Ok(Attempt::Done(broken)),
-            // Not expected while the transaction holds the documents; decided again all the
-            // same.
-            Ok(None) => Ok(Attempt::Conflict),
-            Err(error)
-                if !error.is_aborted()
-                    && error.may_have_been_applied()
-                    && error.is_worth_retrying_now() =>
-            {
-                // Were the commit lost on its way, the documents would stay locked until
-                // Firestore's own timeout.
-                self.roll_back(&transaction);
-                let error = self.rest.lock_error(error);
-                log::debug!("syncguard: Firestore break read again: {error}");
+        let decide = |transaction: &Transaction| self.decide_break(transaction, order, sent);
+        Ok(match transact(&self.rest, decide)? {
+            Transacted::Done(broken) => Attempt::Done(broken),
+            Transacted::Conflict => Attempt::Conflict,
+            Transacted::Unanswered(broken) => {
                 *sent = Some(broken);
-                Ok(Attempt::Conflict)
+                Attempt::Conflict
             }
-            Err(error) => Err(error.into()),
-        }
+        })
     }
 
     /// What the break of the lock `order` names writes, from its documents read in
@@ -201,12 +175,12 @@ impl FirestoreBackend {
         transaction: &Transaction,
         order: &BreakOrder<'_>,
         sent: &mut Option<Broken>,
-    ) -> OpResult<Decision> {
+    ) -> OpResult<Decided<Broken>> {
         let key: &Key = order.key;
         let names = self.lock_names(key.as_str())?;
         let read = self
             .rest
-            .batch_get_in(transaction, [&names[0], &names[1]])?;
+            .batch_get_in(Some(transaction), [&names[0], &names[1]])?;
         let now = self.now_ms()?;
         let lock = (read[0].as_ref())
             .map(|document| LockDoc::parse(document, Some(key.as_str())))
@@ -214,11 +188,11 @@ impl FirestoreBackend {
         if let Some(sent) = sent.take()
             && was_applied(&sent, |id| lock.as_ref().is_some_and(|l| l.lock_id == id))
         {
-            return Ok(Decision::Answer(sent));
+            return Ok(Decided::Answer(sent));
         }
         let ask = BreakAsk::of(order);
         let Some(lock) = lock.filter(|lock| ask.picks(&lock.lock_id)) else {
-            return Ok(Decision::Answer(Broken::default()));
+            return Ok(Decided::Answer(Broken::default()));
         };
         let delete = json!({
             "delete": lock.name,
@@ -247,15 +221,9 @@ impl FirestoreBackend {
         if live {
             broken.holders.push(lock.record());
         }
-        Ok(Decision::Write { writes, broken })
-    }
-
-    /// Ends `transaction` without writing. A rollback that fails leaves the documents locked
-    /// until Firestore ends the transaction itself: only later writers wait, nothing is lost.
-    fn roll_back(&self, transaction: &Transaction) {
-        if let Err(error) = self.rest.rollback(transaction) {
-            let error = self.rest.lock_error(error);
-            log::debug!("syncguard: Firestore break's transaction not rolled back: {error}");
-        }
+        Ok(Decided::Write {
+            writes,
+            answer: broken,
+        })
     }
 }

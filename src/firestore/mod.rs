@@ -206,6 +206,7 @@ mod semaphore_change;
 mod semaphore_doc;
 mod skew;
 mod timestamp;
+mod transaction;
 mod transport;
 
 pub use self::auth::{Credentials, TokenProvider};

@@ -148,9 +148,7 @@ impl RestClient {
         &self,
         names: [&str; N],
     ) -> Result<[Option<Document>; N], RestError> {
-        self.batch_get_all(&names)?
-            .try_into()
-            .map_err(|_| RestError::bad_answer("batchGet", "not one answer per document asked for"))
+        self.batch_get_in(None, names)
     }
 
     /// [`batch_get`](RestClient::batch_get) of as many documents as `names` holds (a set of
@@ -159,15 +157,15 @@ impl RestClient {
         self.batch_get_all_in(None, names)
     }
 
-    /// [`batch_get`](RestClient::batch_get) inside the read-write `transaction`
+    /// [`batch_get`](RestClient::batch_get) inside the read-write `transaction`, when given
     /// ([`begin_transaction`](RestClient::begin_transaction)): the documents read, found or
-    /// missing, are locked against every other writer until it commits or rolls back.
+    /// missing, are then locked against every other writer until it commits or rolls back.
     pub fn batch_get_in<const N: usize>(
         &self,
-        transaction: &Transaction,
+        transaction: Option<&Transaction>,
         names: [&str; N],
     ) -> Result<[Option<Document>; N], RestError> {
-        self.batch_get_all_in(Some(transaction), &names)?
+        self.batch_get_all_in(transaction, &names)?
             .try_into()
             .map_err(|_| RestError::bad_answer("batchGet", "not one answer per document asked for"))
     }
