@@ -117,11 +117,16 @@ struct Race {
 
 impl Race {
     fn start(name: &str) -> Race {
+        Race::start_with(name, Mode::Exclusive)
+    }
+
+    /// A race on a lease of `mode`.
+    fn start_with(name: &str, mode: Mode) -> Race {
         let faulty = FaultyFirestore::start();
         let through_faulty = faulty.builder().build().unwrap();
         let direct = Arc::new(shared_firestore_backend());
         let key = Key::new(&unique(name)).unwrap();
-        let (lease, version) = take(&direct, &key, Mode::Exclusive, None);
+        let (lease, version) = take(&direct, &key, mode, None);
         Race {
             faulty,
             through_faulty,
@@ -472,6 +477,16 @@ fn a_renewal_racing_a_break_loses_its_lease_and_never_renews_the_marker() {
 /// back to back, and keep the break out.
 #[test]
 fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() {
+    for (kind, mode) in [
+        (LeaseKind::Lock, Mode::Exclusive),
+        (LeaseKind::Permit, Mode::permits(2).unwrap()),
+        (LeaseKind::Shared, Mode::Shared),
+    ] {
+        renewal_after_a_breaks_read(kind, mode);
+    }
+}
+
+fn renewal_after_a_breaks_read(kind: LeaseKind, mode: Mode) {
     let Race {
         faulty,
         through_faulty: breaker,
@@ -479,7 +494,7 @@ fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() 
         key,
         lease,
         version,
-    } = Race::start("renewal-during-break");
+    } = Race::start_with("renewal-during-break", mode);
     let renewal = Arc::new(Renewal::default());
     let in_between = Arc::clone(&renewal);
     let racing_key = key.clone();
@@ -497,6 +512,7 @@ fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() 
             thread::spawn(move || {
                 let lease = LeaseRef::new(&id)
                     .with_key(&key)
+                    .with_kind(kind)
                     .with_version(version.as_ref());
                 let longer = Ttl::new(TTL * 2).unwrap();
                 renewal.answer(
@@ -512,38 +528,30 @@ fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() 
         }),
     );
 
-    let broken = break_all(
-        &breaker,
-        &key,
-        LeaseKind::Lock,
-        None,
-        BreakDelay::RestOfLease,
-    );
+    let broken = break_all(&breaker, &key, kind, None, BreakDelay::RestOfLease);
 
     assert_eq!(
         faulty.pending(),
         0,
-        "the renewal came between the break's read and commit"
+        "{kind:?}: the renewal came between the break's read and commit"
     );
     assert!(
         !renewal.landed_first(),
-        "the renewal waited for the break's commit"
+        "{kind:?}: the renewal waited for the break's commit"
     );
-    assert_eq!(faulty.count("batchGet"), 1, "the break read once");
-    assert_eq!(broken.holders.len(), 1);
+    assert_eq!(faulty.count("batchGet"), 1, "{kind:?}: the break read once");
+    assert_eq!(broken.holders.len(), 1, "{kind:?}: {broken:?}");
     assert_eq!(broken.holders[0].expires_at_ms, lease.expires_at_ms);
     assert_eq!(broken.markers[0].expires_at_ms, lease.expires_at_ms);
     assert_eq!(
         renewal.awaited(),
         Ok(Outcome::NotFound),
-        "the renewal found its lease broken"
+        "{kind:?}: the renewal found its lease broken"
     );
-    let document = lock_document(&breaker, &key).unwrap();
-    assert_eq!(string_field(&document, "lockId"), broken.markers[0].lock_id);
+    let stored = breaker.find(Find::Key(&key, kind)).unwrap();
     assert_eq!(
-        integer_field(&document, "expiresAtMs"),
-        broken.markers[0].expires_at_ms,
-        "the marker's expiry as the break wrote it"
+        stored, broken.markers,
+        "{kind:?}: the markers as the break wrote them"
     );
 }
 
