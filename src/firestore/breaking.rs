@@ -1,15 +1,25 @@
 //! An operator's forced release ([`Driver::break_leases`](crate::driver::Driver::break_leases))
 //! on Firestore: the live holders a [`BreakOrder`] names removed, a marker lease in the place of
-//! each, all in one compare-and-set commit of the documents as read (DESIGN §4.4).
+//! each, all in one commit of the documents as read, inside a read-write transaction (DESIGN
+//! §4.4, `transaction.rs`).
 //!
-//! A lock: one `batchGet` of its lock and fence counter documents, then one `commit` of both:
-//! the lock document replaced by the marker's (a whole lock document in the TypeScript
-//! SyncGuard's format, `holder` the operator's note) and the counter raised to the marker's
-//! fence, or, without a marker, the lock document deleted. Permits and shared holds: a change
-//! to the one document they are kept in ([`PermitChange::Break`](super::semaphore_change::PermitChange)),
-//! which moves its own counter (the semaphore's, or the lock's for readers). A lost race reads
-//! again and decides again; a commit without a usable answer is read again once, and the break
-//! it sent is recognised by its markers (or, without markers, by its holders all gone).
+//! Why a transaction, when every other mutation here is a compare-and-set without one: a
+//! holder renewing back to back commits between the break's read and its commit at every
+//! attempt, and would keep the break out for as long as it renews. The transaction locks the
+//! documents the break read: a renewal (or any writer) that comes in between waits for the
+//! break's commit, then fails its own precondition and finds its lease gone.
+//!
+//! A lock: `beginTransaction`, one `batchGet` of its lock and fence counter documents, then
+//! one `commit` of both: the lock document replaced by the marker's (a whole lock document in
+//! the TypeScript SyncGuard's format, `holder` the operator's note) and the counter raised to
+//! the marker's fence, or, without a marker, the lock document deleted. Permits and shared
+//! holds: a change to the one document they are kept in
+//! ([`PermitChange::Break`](super::semaphore_change::PermitChange)), which moves its own
+//! counter (the semaphore's, or the lock's for readers), made alone in a transaction
+//! ([`change_in_transaction`](FirestoreBackend::change_in_transaction)). Nothing to break:
+//! the transaction is rolled back. A transaction that meets another (ABORTED) begins again; a
+//! commit without a usable answer is read again, and the break it sent is recognised by its
+//! markers (or, without markers, by its holders all gone).
 //!
 //! Liveness and the markers' times are by the client clock, as for every lease here.
 

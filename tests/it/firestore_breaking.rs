@@ -104,8 +104,8 @@ fn integer_field(document: &Value, field: &str) -> i64 {
         .unwrap()
 }
 
-/// Two sides of a race on one lock: a backend through a forwarding stub (whose requests
-/// [`run_between`] can come between) and one straight to the emulator, which took the lock.
+/// Two sides of a race on one lease: a backend through a forwarding stub (whose requests
+/// [`run_between`] can come between) and one straight to the emulator, which took the lease.
 struct Race {
     faulty: FaultyFirestore,
     through_faulty: FirestoreBackend,
@@ -470,11 +470,11 @@ fn a_renewal_racing_a_break_loses_its_lease_and_never_renews_the_marker() {
     );
 }
 
-/// A renewal that comes after a break's read and before its commit waits for the break (the
-/// break reads in a read-write transaction, which locks the documents it read): the break
-/// reads once and breaks the lease as it read it, and the renewal finds its lease gone. A
-/// renewal that landed in between instead would fail the break's commit every time it renews
-/// back to back, and keep the break out.
+/// A renewal (of a lock, a permit, a shared hold) that comes after a break's read and before
+/// its commit waits for the break (the break reads in a read-write transaction, which locks
+/// the documents it read): the break reads once and breaks the lease as it read it, and the
+/// renewal finds its lease gone. A renewal that landed in between instead would fail the
+/// break's commit every time it renews back to back, and keep the break out.
 #[test]
 fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() {
     for (kind, mode) in [
