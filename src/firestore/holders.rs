@@ -31,9 +31,10 @@ use super::counter_doc::CounterDoc;
 use super::document::LockDoc;
 use super::driver::FirestoreBackend;
 use super::lock_take::live_lock;
-use super::rest::Document;
+use super::rest::{Document, Transaction};
 use super::semaphore_change::{Applied, Committed, PermitAnswer, PermitChange, Step, Tried};
 use super::semaphore_doc::SemaphoreDoc;
+use super::transaction::{Decided, Transacted, transact};
 use crate::driver::{Extension, Key, LockId, Outcome, TIME_TOLERANCE_MS, Ttl};
 use crate::error::{LockError, Result};
 
@@ -182,6 +183,43 @@ impl FirestoreBackend {
             .collect())
     }
 
+    /// Makes `change` alone to `target` (of `key`), read and committed in one read-write
+    /// transaction (`transaction.rs`): a writer that comes between its read and its commit
+    /// waits for it, so holders renewing back to back cannot keep it out (an operator's
+    /// break). One attempt, for [`with_retries`](super::commit::with_retries); not through
+    /// the combiner: this backend's other changes to the document wait for it instead of
+    /// sharing its write, and a semaphore's document it remembers is read again, as after
+    /// any other writer's.
+    pub(super) fn change_in_transaction(
+        &self,
+        target: &HoldersDoc,
+        key: &Key,
+        change: &mut PermitChange,
+    ) -> OpResult<Attempt<PermitAnswer>> {
+        let decide = |transaction: &Transaction| {
+            let (source, mut doc) = self.read_holders(Some(transaction), target, key)?;
+            let now = self.now_ms()?;
+            let writer = source.writer(key, now)?;
+            let applied = change.apply(&mut doc, now, self.line_now_ms()?, writer.is_some(), key);
+            if !applied.wrote {
+                return Ok(Decided::Answer(applied));
+            }
+            let write = source.write(target, key, &doc, writer.as_ref())?;
+            Ok(Decided::Write {
+                writes: vec![write],
+                answer: applied,
+            })
+        };
+        Ok(match transact(&self.rest, decide)? {
+            Transacted::Done(applied) => Attempt::Done(applied.answer?),
+            Transacted::Conflict => Attempt::Conflict,
+            Transacted::Unanswered(applied) => {
+                change.may_have_been_written(&applied);
+                Attempt::Conflict
+            }
+        })
+    }
+
     /// One attempt at `changes` (the combiner's write): each handed back with its step.
     fn write_holders(
         &self,
@@ -228,7 +266,7 @@ impl FirestoreBackend {
                 Some(Committed { update_time, doc }) => {
                     (Source::Semaphore(json!({ "updateTime": update_time })), doc)
                 }
-                None => self.read_holders(target, key)?,
+                None => self.read_holders(None, target, key)?,
             };
             let now = self.now_ms()?;
             let line_now = self.line_now_ms()?;
@@ -289,18 +327,24 @@ impl FirestoreBackend {
         }
     }
 
-    /// `target` (of `key`) read without a transaction, in one `batchGet`.
-    fn read_holders(&self, target: &HoldersDoc, key: &Key) -> OpResult<(Source, SemaphoreDoc)> {
+    /// `target` (of `key`) read in one `batchGet`, inside `transaction` when given.
+    fn read_holders(
+        &self,
+        transaction: Option<&Transaction>,
+        target: &HoldersDoc,
+        key: &Key,
+    ) -> OpResult<(Source, SemaphoreDoc)> {
         Ok(match target {
             HoldersDoc::Semaphore(name) => {
-                let (read, doc) = self.read_semaphore(name, key)?;
+                let (read, doc) = self.read_semaphore_in(transaction, name, key)?;
                 (Source::Semaphore(unchanged_since(read.as_ref())), doc)
             }
             HoldersDoc::Readers {
                 lock_name,
                 counter_name,
             } => {
-                let [lock_read, counter_read] = self.rest.batch_get([lock_name, counter_name])?;
+                let [lock_read, counter_read] =
+                    (self.rest).batch_get_in(transaction, [lock_name, counter_name])?;
                 let mut shell =
                     CounterDoc::parse(counter_name.clone(), counter_read, key.as_str())?;
                 let doc = SemaphoreDoc {

@@ -57,13 +57,14 @@
 //!
 //! # Requests and atomicity
 //!
-//! Every mutation is a compare-and-set: a read, then one `commit` whose writes carry
+//! Every mutation but a break is a compare-and-set: a read, then one `commit` whose writes carry
 //! `currentDocument` preconditions (the `updateTime` that was read, or "does not exist"). A
 //! commit's writes are atomic, and the preconditions make it apply only to exactly the state
 //! that was checked — the same guarantee as a read-write transaction, without holding document
 //! locks: Firestore's server-side transactions lock what they read, and under contention the
 //! waiting readers starve the holder's release (observed on the emulator: releases aborted
-//! five times in a row with seven contenders).
+//! five times in a row with seven contenders). A break is the one exception (below): it must
+//! win against a holder that renews back to back, which a compare-and-set cannot.
 //!
 //! acquire: `batchGet` of the lock and counter documents (the line with them), then `commit`
 //! of both (one request when the lock is visibly held; a lost race is reported as held). A
@@ -85,13 +86,16 @@
 //! renewal, its write setting `holder` beside `expiresAtMs`; a plain renewal writes
 //! `expiresAtMs` alone, as the TypeScript SyncGuard's does.
 //!
-//! break ([`Driver::break_leases`](crate::driver::Driver::break_leases)): a lock's is one
-//! `batchGet` of its lock and counter documents and one `commit` of both — the marker's lock
+//! break ([`Driver::break_leases`](crate::driver::Driver::break_leases)): one read-write
+//! transaction (`beginTransaction`, `batchGet` in it, `commit` with it; `rollback` when there
+//! is nothing to break), so that a renewal coming between the break's read and its commit
+//! waits for the break and then finds its lease gone, instead of failing the break's commit at
+//! every attempt. A lock's: its lock and counter documents read, then the marker's lock
 //! document (a whole TypeScript-format lock, the operator's note as `holder`) in place of the
-//! broken one, and the counter at the marker's fence — or, without a marker, the lock
+//! broken one and the counter at the marker's fence — or, without a marker, the lock
 //! document's delete; permits' and shared holders' is a change to their document as any other
-//! (below), which moves the document's own counter. A lost race reads again and decides
-//! again; a commit without a usable answer is read again once and recognises its own markers.
+//! (below), made alone in the transaction, which moves the document's own counter. A commit
+//! without a usable answer is read again and recognises its own markers.
 //! Nothing announces a break (there is no release watch): waiters see it at their next poll.
 //!
 //! Semaphores: every operation reads the semaphore's document (`batchGet`) and commits it
@@ -206,6 +210,7 @@ mod semaphore_change;
 mod semaphore_doc;
 mod skew;
 mod timestamp;
+mod transaction;
 mod transport;
 
 pub use self::auth::{Credentials, TokenProvider};

@@ -15,7 +15,7 @@
 use super::commit::{OpResult, lock_error};
 use super::driver::FirestoreBackend;
 use super::holders::mismatched;
-use super::rest::Document;
+use super::rest::{Document, Transaction};
 use super::semaphore_change::{PermitAnswer, PermitChange};
 use super::semaphore_doc::{SemaphoreDoc, semaphore_document_id};
 use crate::driver::{Key, LeaseKind, LockId, PlaceRecord};
@@ -53,7 +53,17 @@ impl FirestoreBackend {
 
     /// The semaphore document `name` (of `key`), read without a transaction.
     pub(super) fn read_semaphore(&self, name: &str, key: &Key) -> OpResult<Read> {
-        let [document] = self.rest.batch_get([name])?;
+        self.read_semaphore_in(None, name, key)
+    }
+
+    /// [`read_semaphore`](FirestoreBackend::read_semaphore) inside `transaction`, when given.
+    pub(super) fn read_semaphore_in(
+        &self,
+        transaction: Option<&Transaction>,
+        name: &str,
+        key: &Key,
+    ) -> OpResult<Read> {
+        let [document] = self.rest.batch_get_in(transaction, [name])?;
         let doc = SemaphoreDoc::parse(document.as_ref(), key.as_str())?;
         Ok((document, doc))
     }

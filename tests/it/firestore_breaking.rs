@@ -2,21 +2,24 @@
 //! and in a leader's proclaim (a lock's renewal that replaces the holder text): the documents a
 //! break leaves (a lock's marker is a lock document in the TypeScript SyncGuard's format, its
 //! counter advanced; a permit's or reader's marker sits in the document they are kept in), a
-//! break racing a renewal (each commit conditioned on the document as read: the renewal loses,
-//! or the break reads again and breaks the renewed lease), a break whose commit answer is lost,
+//! break racing a renewal (a renewal that read before the break fails its commit's
+//! precondition; one that comes after the break's read waits for the break's transaction, and
+//! loses), a break whose commit answer is lost,
 //! and the proclaim's version precondition. The shared `break_contract!` covers the rest.
 //!
 //! The races are made, not hoped for: a forwarding stub in front of the emulator runs the
 //! other side's operation between one side's read and its commit.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use syncguard::driver::{
-    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Find, Holder, Key,
-    Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, Version,
-    is_marker,
+    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Extension, Find,
+    Holder, Key, Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl,
+    Version, is_marker,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{Clock as _, ErrorCode};
@@ -101,8 +104,8 @@ fn integer_field(document: &Value, field: &str) -> i64 {
         .unwrap()
 }
 
-/// Two sides of a race on one lock: a backend through a forwarding stub (whose requests
-/// [`run_between`] can come between) and one straight to the emulator, which took the lock.
+/// Two sides of a race on one lease: a backend through a forwarding stub (whose requests
+/// [`run_between`] can come between) and one straight to the emulator, which took the lease.
 struct Race {
     faulty: FaultyFirestore,
     through_faulty: FirestoreBackend,
@@ -114,11 +117,16 @@ struct Race {
 
 impl Race {
     fn start(name: &str) -> Race {
+        Race::start_with(name, Mode::Exclusive)
+    }
+
+    /// A race on a lease of `mode`.
+    fn start_with(name: &str, mode: Mode) -> Race {
         let faulty = FaultyFirestore::start();
         let through_faulty = faulty.builder().build().unwrap();
         let direct = Arc::new(shared_firestore_backend());
         let key = Key::new(&unique(name)).unwrap();
-        let (lease, version) = take(&direct, &key, Mode::Exclusive, None);
+        let (lease, version) = take(&direct, &key, mode, None);
         Race {
             faulty,
             through_faulty,
@@ -462,11 +470,23 @@ fn a_renewal_racing_a_break_loses_its_lease_and_never_renews_the_marker() {
     );
 }
 
-/// A break whose read comes before a renewal and whose commit after it: the break's commit
-/// fails, and it reads again and breaks the lease as renewed. The holder's next renewal, by
-/// the version its renewal answered, finds it gone.
+/// A renewal (of a lock, a permit, a shared hold) that comes after a break's read and before
+/// its commit waits for the break (the break reads in a read-write transaction, which locks
+/// the documents it read): the break reads once and breaks the lease as it read it, and the
+/// renewal finds its lease gone. A renewal that landed in between instead would fail the
+/// break's commit every time it renews back to back, and keep the break out.
 #[test]
-fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
+fn a_renewal_after_a_breaks_read_waits_for_the_break_and_finds_its_lease_gone() {
+    for (kind, mode) in [
+        (LeaseKind::Lock, Mode::Exclusive),
+        (LeaseKind::Permit, Mode::permits(2).unwrap()),
+        (LeaseKind::Shared, Mode::Shared),
+    ] {
+        renewal_after_a_breaks_read(kind, mode);
+    }
+}
+
+fn renewal_after_a_breaks_read(kind: LeaseKind, mode: Mode) {
     let Race {
         faulty,
         through_faulty: breaker,
@@ -474,40 +494,109 @@ fn a_break_racing_a_renewal_reads_again_and_breaks_the_renewed_lease() {
         key,
         lease,
         version,
-    } = Race::start("renewal-vs-break");
-    let (in_between, racing_key) = (Arc::clone(&renewer), key.clone());
+    } = Race::start_with("renewal-during-break", mode);
+    let renewal = Arc::new(Renewal::default());
+    let in_between = Arc::clone(&renewal);
+    let racing_key = key.clone();
     let (racing_id, racing_version) = (lock_id(&lease), version.clone());
-    let longer = Ttl::new(TTL * 2).unwrap();
-    let renewed = run_between(&faulty, "batchGet", move || {
-        let lease = LeaseRef::new(&racing_id)
-            .with_key(&racing_key)
-            .with_version(racing_version.as_ref());
-        in_between.extend_lease(lease, longer).unwrap().applied()
-    });
-
-    let broken = break_all(
-        &breaker,
-        &key,
-        LeaseKind::Lock,
-        None,
-        BreakDelay::RestOfLease,
+    faulty.inject(
+        "batchGet",
+        1,
+        Injected::rewrite(move |answer| {
+            let (renewer, renewal) = (Arc::clone(&renewer), Arc::clone(&in_between));
+            let (key, id, version) = (
+                racing_key.clone(),
+                racing_id.clone(),
+                racing_version.clone(),
+            );
+            thread::spawn(move || {
+                let lease = LeaseRef::new(&id)
+                    .with_key(&key)
+                    .with_kind(kind)
+                    .with_version(version.as_ref());
+                let longer = Ttl::new(TTL * 2).unwrap();
+                renewal.answer(
+                    renewer
+                        .extend_lease(lease, longer)
+                        .map_err(|e| e.to_string()),
+                );
+            });
+            // Ample time for a renewal that does not wait (a few ms) to land before the
+            // break's commit; one that waits for the break lands after it, whatever the time.
+            in_between.note_whether_answered_within(RENEWAL_TIME);
+            answer
+        }),
     );
 
-    let renewed = (renewed.lock().unwrap().take())
-        .flatten()
-        .expect("renewed in between");
-    assert_eq!(faulty.count("batchGet"), 2, "the break read again");
-    assert_eq!(broken.holders.len(), 1);
-    assert_eq!(broken.holders[0].expires_at_ms, renewed.expires_at_ms);
-    assert_eq!(broken.markers[0].expires_at_ms, renewed.expires_at_ms);
-    let id = lock_id(&lease);
-    let by_version = LeaseRef::new(&id)
-        .with_key(&key)
-        .with_version(renewed.version.as_ref());
+    let broken = break_all(&breaker, &key, kind, None, BreakDelay::RestOfLease);
+
     assert_eq!(
-        renewer.extend_lease(by_version, ttl()).unwrap(),
-        Outcome::NotFound
+        faulty.pending(),
+        0,
+        "{kind:?}: the renewal came between the break's read and commit"
     );
+    assert!(
+        !renewal.landed_first(),
+        "{kind:?}: the renewal waited for the break's commit"
+    );
+    assert_eq!(faulty.count("batchGet"), 1, "{kind:?}: the break read once");
+    assert_eq!(broken.holders.len(), 1, "{kind:?}: {broken:?}");
+    assert_eq!(broken.holders[0].expires_at_ms, lease.expires_at_ms);
+    assert_eq!(broken.markers[0].expires_at_ms, lease.expires_at_ms);
+    assert_eq!(
+        renewal.awaited(),
+        Ok(Outcome::NotFound),
+        "{kind:?}: the renewal found its lease broken"
+    );
+    let stored = breaker.find(Find::Key(&key, kind)).unwrap();
+    assert_eq!(
+        stored, broken.markers,
+        "{kind:?}: the markers as the break wrote them"
+    );
+}
+
+/// How long a renewal that does not wait for anything is given to land.
+const RENEWAL_TIME: Duration = Duration::from_secs(1);
+
+/// A renewal run on another thread: its answer, once it came, and whether it came while the
+/// race's other side still waited.
+#[derive(Default)]
+struct Renewal {
+    answer: Mutex<Option<Result<Outcome<Extension>, String>>>,
+    answered: Condvar,
+    landed_first: Mutex<bool>,
+}
+
+impl Renewal {
+    fn answer(&self, outcome: Result<Outcome<Extension>, String>) {
+        *self.answer.lock().unwrap() = Some(outcome);
+        self.answered.notify_all();
+    }
+
+    /// Waits up to `patience` for the answer, and notes whether it came
+    /// ([`landed_first`](Renewal::landed_first)).
+    fn note_whether_answered_within(&self, patience: Duration) {
+        let answer = self.answer.lock().unwrap();
+        let (answer, _) = self
+            .answered
+            .wait_timeout_while(answer, patience, |answer| answer.is_none())
+            .unwrap();
+        *self.landed_first.lock().unwrap() = answer.is_some();
+    }
+
+    fn landed_first(&self) -> bool {
+        *self.landed_first.lock().unwrap()
+    }
+
+    /// The answer, once it comes.
+    fn awaited(&self) -> Result<Outcome<Extension>, String> {
+        let answer = self.answer.lock().unwrap();
+        let mut answer = self
+            .answered
+            .wait_while(answer, |answer| answer.is_none())
+            .unwrap();
+        answer.take().expect("answered")
+    }
 }
 
 /// A break whose commit went through but whose answer was lost reads again, finds its own

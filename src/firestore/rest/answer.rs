@@ -12,6 +12,7 @@
 //! - `commit`: `{"writeResults": [{"updateTime"?: T}, …], "commitTime": T}`, one result per
 //!   write; a delete's result has no `updateTime`.
 //! - `batchWrite`: `{"writeResults": [{"updateTime"?: T}, …], "status": [{"code"?: N}, …]}`.
+//! - `beginTransaction`: `{"transaction": ID}` (base64); `rollback`: `{}`.
 //! - DOC: `{"name": NAME, "fields"?: {…}, "createTime": T, "updateTime": T}` (`fields` is left
 //!   out when the document has none).
 
@@ -253,6 +254,15 @@ pub(crate) fn run_query(answer: Value) -> Result<Vec<Document>, RestError> {
     Ok(documents)
 }
 
+/// A `beginTransaction` answer: the transaction's id.
+pub(crate) fn begin_transaction(answer: Value) -> Result<String, RestError> {
+    const VERB: &str = "beginTransaction";
+    match object(VERB, answer)?.remove("transaction") {
+        Some(Value::String(id)) if !id.is_empty() => Ok(id),
+        _ => Err(RestError::bad_answer(VERB, "no transaction id")),
+    }
+}
+
 /// A `commit` answer for `writes`: each write's `updateTime`, which every `update` write must
 /// have (it is the document's new version); `None` for deletes.
 pub(crate) fn commit(answer: Value, writes: &[Value]) -> Result<Vec<Option<String>>, RestError> {
@@ -408,6 +418,21 @@ mod tests {
         let two =
             json!([{ "document": doc(A), "readTime": T }, { "document": doc(B), "readTime": T }]);
         assert_eq!(run_query(two).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_transaction_begun_answers_its_id_and_nothing_else_is_one() {
+        let id = begin_transaction(json!({ "transaction": "EQYAAAAAAAAA" })).unwrap();
+        assert_eq!(id, "EQYAAAAAAAAA");
+        for answer in [json!({}), json!({ "transaction": "" }), json!([])] {
+            assert!(
+                matches!(
+                    begin_transaction(answer.clone()),
+                    Err(RestError::BadAnswer { .. })
+                ),
+                "{answer}"
+            );
+        }
     }
 
     #[test]

@@ -27,6 +27,9 @@ const MAX_ANSWER_BYTES: u64 = 64 << 20;
 /// The production endpoint's host.
 const PRODUCTION_HOST: &str = "firestore.googleapis.com";
 
+/// A read-write transaction's id, as Firestore gave it (opaque, base64).
+pub(crate) struct Transaction(String);
+
 /// One database's documents endpoint, and the means to call it.
 pub(crate) struct RestClient {
     agent: Agent,
@@ -145,16 +148,55 @@ impl RestClient {
         &self,
         names: [&str; N],
     ) -> Result<[Option<Document>; N], RestError> {
-        self.batch_get_all(&names)?
-            .try_into()
-            .map_err(|_| RestError::bad_answer("batchGet", "not one answer per document asked for"))
+        self.batch_get_in(None, names)
     }
 
     /// [`batch_get`](RestClient::batch_get) of as many documents as `names` holds (a set of
     /// keys' documents).
     pub fn batch_get_all(&self, names: &[&str]) -> Result<Vec<Option<Document>>, RestError> {
-        let body = json!({ "documents": names });
+        self.batch_get_all_in(None, names)
+    }
+
+    /// [`batch_get`](RestClient::batch_get) inside the read-write `transaction`, when given
+    /// ([`begin_transaction`](RestClient::begin_transaction)): the documents read, found or
+    /// missing, are then locked against every other writer until it commits or rolls back.
+    pub fn batch_get_in<const N: usize>(
+        &self,
+        transaction: Option<&Transaction>,
+        names: [&str; N],
+    ) -> Result<[Option<Document>; N], RestError> {
+        self.batch_get_all_in(transaction, &names)?
+            .try_into()
+            .map_err(|_| RestError::bad_answer("batchGet", "not one answer per document asked for"))
+    }
+
+    fn batch_get_all_in(
+        &self,
+        transaction: Option<&Transaction>,
+        names: &[&str],
+    ) -> Result<Vec<Option<Document>>, RestError> {
+        let mut body = json!({ "documents": names });
+        if let Some(transaction) = transaction {
+            body["transaction"] = json!(transaction.0);
+        }
         self.post("batchGet", &body, |answer| answer::batch_get(answer, names))
+    }
+
+    /// Begins a read-write transaction, for an operation that must not lose the documents it
+    /// reads to another writer before its commit (an operator's break): a commit of another
+    /// writer that meets it waits for it (Firestore's transactions lock what they read). End it
+    /// with [`commit_versions_in`](RestClient::commit_versions_in) or
+    /// [`rollback`](RestClient::rollback): until then its documents stay locked.
+    pub fn begin_transaction(&self) -> Result<Transaction, RestError> {
+        let body = json!({ "options": { "readWrite": {} } });
+        let id = self.post("beginTransaction", &body, answer::begin_transaction)?;
+        Ok(Transaction(id))
+    }
+
+    /// Ends `transaction` without writing, and frees the documents it read.
+    pub fn rollback(&self, transaction: &Transaction) -> Result<(), RestError> {
+        let body = json!({ "transaction": transaction.0 });
+        self.post("rollback", &body, |_| Ok(()))
     }
 
     /// Runs `query` (a `structuredQuery`): the documents it matches.
@@ -175,7 +217,28 @@ impl RestClient {
         &self,
         writes: Vec<Value>,
     ) -> Result<Option<Vec<Option<String>>>, RestError> {
-        let body = json!({ "writes": writes });
+        self.commit_versions_within(None, writes)
+    }
+
+    /// [`commit_versions`](RestClient::commit_versions) of `writes` as the end of
+    /// `transaction`.
+    pub fn commit_versions_in(
+        &self,
+        transaction: &Transaction,
+        writes: Vec<Value>,
+    ) -> Result<Option<Vec<Option<String>>>, RestError> {
+        self.commit_versions_within(Some(transaction), writes)
+    }
+
+    fn commit_versions_within(
+        &self,
+        transaction: Option<&Transaction>,
+        writes: Vec<Value>,
+    ) -> Result<Option<Vec<Option<String>>>, RestError> {
+        let mut body = json!({ "writes": writes });
+        if let Some(transaction) = transaction {
+            body["transaction"] = json!(transaction.0);
+        }
         match self.post("commit", &body, |answer| answer::commit(answer, &writes)) {
             Ok(times) => Ok(Some(times)),
             Err(error) if error.is_precondition_failure() => Ok(None),
