@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use super::combiner::Combiner;
 use super::commit::{Attempt, OpResult, extension_write, lock_error, with_retries};
 use super::document::{LockDoc, document_id, fence_document_id_of, parse_version, version_of};
-use super::holders::mismatched;
 use super::rest::{Document, RestClient, RestError, string_value};
 use super::semaphore_change::PermitChange;
 use super::semaphore_change::Slots;
+use super::semaphore_change::mismatched;
 use super::skew::ClockSkew;
 use crate::driver::{
     Acquisitions, BreakOrder, Broken, Driver, Extension, Find, Holder, Key, KeyPrefix, LeaseKind,

@@ -21,7 +21,8 @@
 use super::commit::lock_error;
 use super::counter_doc::CounterDoc;
 use super::driver::FirestoreBackend;
-use super::holders::{HoldersDoc, mismatched};
+use super::holders::HoldersDoc;
+use super::semaphore_change::mismatched;
 use super::semaphore_change::{LineAsk, PermitAnswer, PermitChange, Slots};
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{

@@ -32,7 +32,9 @@ use super::document::LockDoc;
 use super::driver::FirestoreBackend;
 use super::lock_take::live_lock;
 use super::rest::{Document, Transaction};
-use super::semaphore_change::{Applied, Committed, PermitAnswer, PermitChange, Step, Tried};
+use super::semaphore_change::{
+    Applied, Committed, PermitAnswer, PermitChange, Step, Tried, mismatched,
+};
 use super::semaphore_doc::SemaphoreDoc;
 use super::transaction::{Decided, Transacted, transact};
 use crate::driver::{Extension, Key, LockId, Outcome, TIME_TOLERANCE_MS, Ttl};
@@ -413,12 +415,4 @@ fn within(applied: &Applied, now: i64) -> Option<Duration> {
     let expiry = applied.live_until.filter(|_| applied.wrote)?;
     let left = expiry.saturating_add(TIME_TOLERANCE_MS).saturating_sub(now);
     Some(Duration::from_millis(u64::try_from(left).unwrap_or(0)))
-}
-
-/// A change answered with another kind of answer than it asks for: a bug.
-pub(super) fn mismatched(answer: Option<Result<PermitAnswer>>) -> LockError {
-    match answer {
-        Some(Err(error)) => error,
-        _ => LockError::internal("a Firestore holders' change got another change's answer"),
-    }
 }

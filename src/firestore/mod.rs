@@ -198,6 +198,7 @@ mod document;
 mod driver;
 mod held;
 mod holders;
+mod holders_break;
 mod line_doc;
 mod list;
 mod lock_line;

@@ -14,8 +14,8 @@
 
 use super::commit::{OpResult, lock_error};
 use super::driver::FirestoreBackend;
-use super::holders::mismatched;
 use super::rest::{Document, Transaction};
+use super::semaphore_change::mismatched;
 use super::semaphore_change::{PermitAnswer, PermitChange};
 use super::semaphore_doc::{SemaphoreDoc, semaphore_document_id};
 use crate::driver::{Key, LeaseKind, LockId, PlaceRecord};

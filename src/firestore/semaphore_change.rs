@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::breaking::{BreakAsk, was_applied};
 use super::combiner::Change;
+use super::holders_break::{BreakAsk, was_applied};
 use super::readers_doc::MAX_READERS;
 use super::semaphore_doc::{Permit, SemaphoreDoc};
 use crate::driver::{
@@ -389,5 +389,13 @@ impl PermitChange {
             } => copy.in_doubt(lock_id.clone()),
             _ => copy,
         }
+    }
+}
+
+/// A change answered with another kind of answer than it asks for: a bug.
+pub(super) fn mismatched(answer: Option<Result<PermitAnswer>>) -> LockError {
+    match answer {
+        Some(Err(error)) => error,
+        _ => LockError::internal("a Firestore holders' change got another change's answer"),
     }
 }
