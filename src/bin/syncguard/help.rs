@@ -10,7 +10,8 @@ macro_rules! exit_codes {
         "\
 Exit codes:
   0        success (run: the command's own exit code, passed through, whatever it is)
-  1        a negative answer: acquire found the lock held; release/extend/status found none
+  1        a negative answer: acquire found the lock held; release/extend/status found none;
+           break found nothing held; leader found nobody leading
   2        bad usage or argument (including a memory: URL, which means nothing across processes)
   3        a backend error: unreachable, credentials refused, tables missing, a record or key
            the backend holds that syncguard cannot use (e.g. a Redis key of another type)
