@@ -10,8 +10,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::support::{
-    self, PgServer, TTL, create_typescript_tables, drop_tables, patient_postgres, shared_postgres,
-    unique,
+    self, PgServer, TTL, create_typescript_tables, drop_tables, held_in, patient_postgres,
+    shared_postgres, unique,
 };
 use syncguard::driver::{
     Acquisition, BreakDelay, BreakNote, BreakOrder, Broken, Driver, DriverExt, Find, Holder, Key,
@@ -37,17 +37,6 @@ fn note() -> Holder {
     BreakNote::new("ops-1:77 syncguard", Some("hung".into()))
         .to_holder()
         .unwrap()
-}
-
-/// Acquires `key` in `mode` with the holder text `holder`: it must be granted.
-#[track_caller]
-fn held(backend: &dyn Driver, key: &Key, mode: Mode, holder: &str) -> Lease {
-    let holder = Holder::new(holder).unwrap();
-    let request = Request::one(key, ttl(TTL)).mode(mode).holder(Some(&holder));
-    match backend.acquire_one(&request) {
-        Ok(Acquisition::Acquired { lease, .. }) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
 }
 
 /// Whether `key` can be acquired in `mode` now (given back at once when it can).
@@ -99,7 +88,7 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
     let backend = connect();
     // A lock.
     let k = key("break-lock");
-    let lease = held(&backend, &k, Mode::Exclusive, "worker-1");
+    let lease = held_in(&backend, &k, Mode::Exclusive, "worker-1");
     let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
     assert_eq!(broken.holders.len(), 1, "{broken:?}");
     let holder = &broken.holders[0];
@@ -133,8 +122,8 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
     // Readers.
     let k = key("break-shared");
     let readers = [
-        held(&backend, &k, Mode::Shared, "reader-1"),
-        held(&backend, &k, Mode::Shared, "reader-2"),
+        held_in(&backend, &k, Mode::Shared, "reader-1"),
+        held_in(&backend, &k, Mode::Shared, "reader-2"),
     ];
     let broken = break_all(&backend, &k, LeaseKind::Shared, BreakDelay::For(ttl(TTL)));
     let fences: Vec<_> = broken.holders.iter().map(|h| h.fence).collect();
@@ -164,7 +153,7 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
     let k = key("break-permits");
     let six = Mode::permits(6).unwrap();
     let mut permits: Vec<Lease> = (0..6)
-        .map(|i| held(&backend, &k, six, &format!("p-{i}")))
+        .map(|i| held_in(&backend, &k, six, &format!("p-{i}")))
         .collect();
     let lock_id = LockId::new(&permits[0].lock_id).unwrap();
     assert!(matches!(
@@ -204,7 +193,7 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
 fn a_proclaim_replaces_the_holder_text(connect: fn() -> PostgresBackend) {
     let backend = connect();
     let k = key("proclaim");
-    let lease = held(&backend, &k, Mode::Exclusive, "leader-a");
+    let lease = held_in(&backend, &k, Mode::Exclusive, "leader-a");
     let lock_id = LockId::new(&lease.lock_id).unwrap();
     let value = Holder::new("leader-b").unwrap();
     let extended = backend
@@ -220,10 +209,10 @@ fn a_proclaim_replaces_the_holder_text(connect: fn() -> PostgresBackend) {
     assert_eq!(record.expires_at_ms, extension.expires_at_ms);
 
     let other_key = key("proclaim-beside");
-    let other = held(&backend, &other_key, Mode::Exclusive, "plain");
+    let other = held_in(&backend, &other_key, Mode::Exclusive, "plain");
     let other_id = LockId::new(&other.lock_id).unwrap();
     let permit_key = key("proclaim-permit");
-    let permit = held(&backend, &permit_key, Mode::permits(2).unwrap(), "p");
+    let permit = held_in(&backend, &permit_key, Mode::permits(2).unwrap(), "p");
     let permit_id = LockId::new(&permit.lock_id).unwrap();
     let value = Holder::new("leader-c").unwrap();
     let answers = backend.extend_leases(&[
@@ -272,7 +261,7 @@ fn expire(client: &mut postgres::Client, table: &str, storage_key: &str) {
 fn an_expired_lock_is_removed_and_not_broken() {
     let backend = support::shared_postgres_backend();
     let k = key("break-expired");
-    let lease = held(&backend, &k, Mode::Exclusive, "gone");
+    let lease = held_in(&backend, &k, Mode::Exclusive, "gone");
     let storage_key = backend.storage_key(k.as_str()).unwrap();
     let mut client = shared_postgres().client();
     expire(&mut client, "syncguard_locks", &storage_key);
@@ -316,7 +305,7 @@ fn a_break_is_announced_as_a_release() {
             std::time::Instant::now() < deadline,
             "the watch never listened"
         );
-        let lease = held(&backend, &probe, Mode::Exclusive, "probe");
+        let lease = held_in(&backend, &probe, Mode::Exclusive, "probe");
         let lock_id = LockId::new(&lease.lock_id).unwrap();
         assert!(matches!(
             backend.release_lease(LeaseRef::new(&lock_id)),
@@ -336,7 +325,7 @@ fn a_break_is_announced_as_a_release() {
             LeaseKind::Shared => Mode::Shared,
             LeaseKind::Permit => Mode::permits(2).unwrap(),
         };
-        held(&backend, &k, mode, "to break");
+        held_in(&backend, &k, mode, "to break");
         let broken = break_all(&backend, &k, kind, BreakDelay::None);
         assert_eq!(
             (broken.holders.len(), broken.markers.len()),
@@ -378,7 +367,7 @@ fn a_lock_made_by_typescript_tables_is_broken_into_a_typescript_row() {
         .build()
         .unwrap();
     let k = key("break-typescript");
-    let lease = held(&backend, &k, Mode::Exclusive, "node-1");
+    let lease = held_in(&backend, &k, Mode::Exclusive, "node-1");
     let lock_id = LockId::new(&lease.lock_id).unwrap();
     let value = Holder::new("node-2").unwrap();
     assert!(matches!(
@@ -454,7 +443,7 @@ fn a_marker_survives_a_restart() {
     let backend = patient_postgres(&server.url()).build().unwrap();
     backend.setup_schema().unwrap();
     let k = key("break-restart");
-    let lease = held(&backend, &k, Mode::Exclusive, "hung");
+    let lease = held_in(&backend, &k, Mode::Exclusive, "hung");
     let hour = ttl(Duration::from_secs(3600));
     let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::For(hour));
     let marker = broken.markers[0].clone();
@@ -499,7 +488,7 @@ fn a_hold_granted_while_the_break_waits_is_broken_too() {
                  RETURNING fence",
             ),
         };
-        let first = held(&backend, &k, mode, "first");
+        let first = held_in(&backend, &k, mode, "first");
         let storage_key = backend.storage_key(k.as_str()).unwrap();
         let counter_key = match kind {
             LeaseKind::Shared => backend.fence_key(k.as_str()).unwrap(),
@@ -594,7 +583,7 @@ fn a_break_sent_again_by_the_pool_says_its_answer_was_lost(upstream: u16) {
             LeaseKind::Lock => Mode::Exclusive,
             _ => Mode::permits(3).unwrap(),
         };
-        let lease = held(&backend, &k, mode, "hung");
+        let lease = held_in(&backend, &k, mode, "hung");
         let cuts = proxy.answers_cut();
         proxy.cut_answer_to(b"cardinality($7)");
         let note = note();

@@ -20,8 +20,8 @@ use syncguard::{ErrorCode, Lease};
 
 use crate::support::redis_topology::{Node, data_node_args};
 use crate::support::{
-    PATIENT, RedisServer, TTL, patient_redis, shared_cluster, shared_redis, shared_redis_namespace,
-    unique,
+    PATIENT, RedisServer, TTL, held_in, patient_redis, shared_cluster, shared_redis,
+    shared_redis_namespace, unique,
 };
 
 fn note() -> Holder {
@@ -32,17 +32,6 @@ fn note() -> Holder {
 
 fn ttl(duration: Duration) -> Ttl {
     Ttl::new(duration).unwrap()
-}
-
-/// A lease of `key` in `mode` held by `holder`, for [`TTL`]; the acquisition must succeed.
-#[track_caller]
-fn acquire(backend: &RedisBackend, key: &Key, mode: Mode, holder: &str) -> Lease {
-    let holder = Holder::new(holder).unwrap();
-    let request = Request::one(key, ttl(TTL)).mode(mode).holder(Some(&holder));
-    match backend.acquire_one(&request) {
-        Ok(Acquisition::Acquired { lease, .. }) => lease,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
 }
 
 #[track_caller]
@@ -115,7 +104,7 @@ fn a_broken_lock_leaves_a_typescript_record_in_its_place() {
     let (backend, prefix) = shared_redis_namespace(KeyLayout::TypeScript);
     let mut conn = shared_redis().connection();
     let key = Key::new(&unique("break-ts")).unwrap();
-    let held = acquire(&backend, &key, Mode::Exclusive, "web-1:42 job");
+    let held = held_in(&backend, &key, Mode::Exclusive, "web-1:42 job");
     let delay = Duration::from_secs(20);
 
     let broken = break_all(
@@ -209,8 +198,8 @@ fn an_expired_holder_is_removed_and_not_answered() {
     let (backend, prefix) = shared_redis_namespace(KeyLayout::TypeScript);
     let mut conn = shared_redis().connection();
     let key = Key::new(&unique("break-expired")).unwrap();
-    let lock = acquire(&backend, &key, Mode::Exclusive, "gone");
-    let permit = acquire(&backend, &key, Mode::permits(2).unwrap(), "gone too");
+    let lock = held_in(&backend, &key, Mode::Exclusive, "gone");
+    let permit = held_in(&backend, &key, Mode::permits(2).unwrap(), "gone too");
     let past = crate::support::redis_now_ms(&mut conn) - 5_000;
     let expire = |raw: String| {
         let mut record: Value = serde_json::from_str(&raw).unwrap();
@@ -257,7 +246,7 @@ fn breaks_every_kind(backend: &RedisBackend) {
     let key = Key::new(&unique("break-kinds")).unwrap();
 
     // A lock: the marker lasts the rest of the broken lease.
-    let held = acquire(backend, &key, Mode::Exclusive, "writer");
+    let held = held_in(backend, &key, Mode::Exclusive, "writer");
     let broken = break_all(
         backend,
         &key,
@@ -291,8 +280,8 @@ fn breaks_every_kind(backend: &RedisBackend) {
     // Shared holders of another key: both broken, in fence order, each replaced.
     let key = Key::new(&unique("break-shared")).unwrap();
     let readers = [
-        acquire(backend, &key, Mode::Shared, "reader-1"),
-        acquire(backend, &key, Mode::Shared, "reader-2"),
+        held_in(backend, &key, Mode::Shared, "reader-1"),
+        held_in(backend, &key, Mode::Shared, "reader-2"),
     ];
     let broken = break_all(
         backend,
@@ -327,8 +316,8 @@ fn breaks_every_kind(backend: &RedisBackend) {
     // Permits: one named by its lock id, then the rest without a marker.
     let permits = Mode::permits(3).unwrap();
     let granted = [
-        acquire(backend, &key, permits, "worker-1"),
-        acquire(backend, &key, permits, "worker-2"),
+        held_in(backend, &key, permits, "worker-1"),
+        held_in(backend, &key, permits, "worker-2"),
     ];
     assert_eq!(granted[1].fence.value(), 2, "the semaphore's own counter");
     let broken = break_all(
@@ -362,7 +351,7 @@ fn breaks_every_kind(backend: &RedisBackend) {
     // More holders than the first draw of marker lock ids: all broken in one break.
     let many = Mode::permits(20).unwrap();
     let held: Vec<Lease> = (0..12)
-        .map(|i| acquire(backend, &key, many, &format!("w{i}")))
+        .map(|i| held_in(backend, &key, many, &format!("w{i}")))
         .collect();
     let broken = break_all(
         backend,
@@ -401,8 +390,8 @@ fn every_kind_breaks_on_a_redis_cluster() {
 fn proclaims(backend: &RedisBackend) {
     let key = Key::new(&unique("proclaim")).unwrap();
     let other = Key::new(&unique("proclaim-other")).unwrap();
-    let leader = acquire(backend, &key, Mode::Exclusive, "candidate-a");
-    let bystander = acquire(backend, &other, Mode::Exclusive, "bystander");
+    let leader = held_in(backend, &key, Mode::Exclusive, "candidate-a");
+    let bystander = held_in(backend, &other, Mode::Exclusive, "bystander");
     let value = Holder::new("leader at 10.0.0.7:8080").unwrap();
     let leader_id = id(&leader);
     let answers =
@@ -441,9 +430,9 @@ fn proclaims(backend: &RedisBackend) {
     assert_eq!(find(&key).holder.as_deref(), Some(next.as_str()));
     assert_eq!(find(&other).holder.as_deref(), Some("bystander"));
 
-    let permit = acquire(backend, &key, Mode::permits(2).unwrap(), "p");
+    let permit = held_in(backend, &key, Mode::permits(2).unwrap(), "p");
     let readers = Key::new(&unique("proclaim-readers")).unwrap();
-    let reader = acquire(backend, &readers, Mode::Shared, "r");
+    let reader = held_in(backend, &readers, Mode::Shared, "r");
     let permit_id = id(&permit);
     let reader_id = id(&reader);
     let refused = backend.extend_leases(&[
@@ -467,7 +456,7 @@ fn a_proclaim_replaces_the_holder_text_in_the_typescript_layout() {
     proclaims(&backend);
     // The record is still the TypeScript SyncGuard's, holder included.
     let key = Key::new(&unique("proclaim-raw")).unwrap();
-    let leader = acquire(&backend, &key, Mode::Exclusive, "a");
+    let leader = held_in(&backend, &key, Mode::Exclusive, "a");
     let value = Holder::new("b").unwrap();
     let leader_id = id(&leader);
     let answers =
@@ -521,7 +510,7 @@ fn a_break_is_announced_as_a_release() {
             // free, no marker) until a break is heard. An acquisition announces nothing.
             let deadline = Instant::now() + PATIENT;
             loop {
-                acquire(&backend, &key_ref, mode, "held");
+                held_in(&backend, &key_ref, mode, "held");
                 let broken = break_all(&backend, &key_ref, kind, BreakDelay::None, None);
                 assert_eq!(broken.holders.len(), 1, "{layout:?} {kind:?}: {broken:?}");
                 if heard
@@ -551,7 +540,7 @@ fn a_break_sent_again_finds_its_own_markers() {
     let (backend, prefix) = shared_redis_namespace(KeyLayout::TypeScript);
     let mut conn = shared_redis().connection();
     let key = Key::new(&unique("break-again")).unwrap();
-    acquire(&backend, &key, Mode::Exclusive, "job");
+    held_in(&backend, &key, Mode::Exclusive, "job");
     let marker_id = syncguard::driver::marker_lock_id();
     let lock_key = backend.lock_key(key.as_str()).unwrap();
     let break_lock = script!("break.lua", "break_lock.lua");
@@ -576,7 +565,7 @@ fn a_break_sent_again_finds_its_own_markers() {
     );
 
     let permits = Mode::permits(2).unwrap();
-    acquire(&backend, &key, permits, "worker");
+    held_in(&backend, &key, permits, "worker");
     let keys = backend.semaphore_keys(key.as_str()).unwrap();
     let break_holders = script!("semaphore.lua", "break.lua", "break_holders.lua");
     let mut invocation = break_holders.key(&keys.holders);
@@ -630,7 +619,7 @@ fn a_marker_survives_a_restart_with_an_append_only_file() {
     let marker;
     {
         let backend = patient_redis(&url).build().unwrap();
-        held = acquire(&backend, &key, Mode::Exclusive, "job");
+        held = held_in(&backend, &key, Mode::Exclusive, "job");
         let broken = break_all(
             &backend,
             &key,
@@ -655,7 +644,7 @@ fn a_marker_survives_a_restart_with_an_append_only_file() {
         .arg(backend.lock_key(key.as_str()).unwrap())
         .query::<i64>(&mut conn)
         .unwrap();
-    let next = acquire(&backend, &key, Mode::Exclusive, "next");
+    let next = held_in(&backend, &key, Mode::Exclusive, "next");
     assert!(next.fence > marker.fence && marker.fence > held.fence);
     node.kill();
 }
@@ -699,7 +688,7 @@ fn the_heartbeats_scripts_are_the_ones_they_were() {
     for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
         let backend = patient_redis(&server.url()).layout(layout).build().unwrap();
         let key = Key::new(&unique("hot")).unwrap();
-        let held = acquire(&backend, &key, Mode::Exclusive, "h");
+        let held = held_in(&backend, &key, Mode::Exclusive, "h");
         let held_id = id(&held);
         let renew = || {
             let answers =

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use syncguard::driver::generate_lock_id;
-use syncguard::driver::{Acquisition, DriverExt as _, Holder, Key, LeaseKind, Request};
+use syncguard::driver::{
+    Acquisition, Driver, DriverExt as _, Holder, Key, LeaseKind, Mode, Request,
+};
 use syncguard::driver::{Extension, LeaseRef, LockId, Outcome, Ttl};
 use syncguard::{
     AcquireOutcome, ErrorCode, Lease, LockBackend, Lookup, get_by_id_raw, get_by_key_raw,
@@ -34,10 +36,16 @@ pub const ODD_HOLDER: &str = r#"web-1:4242 sh -c "cp a\b /srv/x" {"k":[1]} Ã© ðŸ
 /// `Locker` with `LockOptions::holder` acquires); the acquisition must succeed.
 #[track_caller]
 pub fn lease_held_by(backend: &dyn LockBackend, key: &str, holder: &str) -> Lease {
+    held_in(backend, &Key::new(key).unwrap(), Mode::Exclusive, holder)
+}
+
+/// The lease of `key` in `mode`, acquired for [`TTL`] with the holder description `holder`;
+/// the acquisition must succeed.
+#[track_caller]
+pub fn held_in(backend: &dyn Driver, key: &Key, mode: Mode, holder: &str) -> Lease {
     let holder = Holder::new(holder).unwrap();
-    let key = Key::new(key).unwrap();
     let ttl = Ttl::new(TTL).unwrap();
-    match backend.acquire_one(&Request::one(&key, ttl).holder(Some(&holder))) {
+    match backend.acquire_one(&Request::one(key, ttl).mode(mode).holder(Some(&holder))) {
         Ok(Acquisition::Acquired { lease, .. }) => lease,
         other => panic!("expected Acquired, got {other:?}"),
     }
