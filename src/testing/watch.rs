@@ -21,7 +21,7 @@ use super::support::{
 
 /// How many acquisitions and releases the stream of [`every_state_reported_happened_in_order`]
 /// makes.
-const CYCLES: usize = 40;
+const CYCLES: usize = 200;
 
 /// The holders of a `Held` state; fails the test on any other.
 fn holders(state: KeyState, what: &str) -> Vec<LockInfo> {
@@ -73,7 +73,7 @@ pub fn the_first_state_is_the_current_one<B: LockBackend + 'static>(backend: B) 
     );
 }
 
-/// Another locker takes and gives back the key 40 times (`CYCLES`), then holds it: every state the
+/// Another locker takes and gives back the key 200 times (`CYCLES`), then holds it: every state the
 /// watch reports happened, in order (each holder is one of the stream's, their fences only
 /// grow, free states come only after a holder), and the watch ends on the final holder, then
 /// on its release.
