@@ -59,7 +59,7 @@ impl LeaderWatch {
     /// `state` as a leader, when it is a change from the one reported last.
     fn changed(&mut self, state: Result<KeyState>) -> Option<Result<Option<Leader>>> {
         let leader = match state {
-            Ok(KeyState::Held { holders }) => holders.first().and_then(leader_of),
+            Ok(KeyState::Held { holders }) => holders.first().map(leader_of),
             Ok(_) => None,
             Err(error) => return Some(Err(error)),
         };
@@ -88,13 +88,13 @@ impl Iterator for LeaderWatch {
 /// The leader a holder of the election's lock is (a watch reports holders sanitised, with
 /// their holder text, fence and times; a break's marker is reported as
 /// [`KeyState::Broken`], never as a holder).
-fn leader_of(holder: &LockInfo) -> Option<Leader> {
-    Some(Leader {
+fn leader_of(holder: &LockInfo) -> Leader {
+    Leader {
         value: holder.holder.clone(),
         term: holder.fence,
         since_ms: holder.acquired_at_ms,
         expires_at_ms: holder.expires_at_ms,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::driver::{BreakDelay, BreakNote, BreakOrder, Driver, Find, Key, LeaseKind, Ttl};
+use crate::driver::{Driver, Find, Key, LeaseKind};
 use crate::{
-    CancelToken, ErrorCode, Fence, LeadOptions, LockBackend, LockError, LockOptions, Locker,
+    BreakOptions, CancelToken, ErrorCode, Fence, LeadOptions, LockBackend, LockError, LockOptions,
+    Locker,
 };
 
 use super::recorder::recorded_locker;
@@ -187,20 +188,10 @@ pub fn a_broken_leadership_shows_no_leader_and_the_next_term_is_higher<B: LockBa
         .ttl(Duration::from_secs(6))
         .heartbeat(crate::Heartbeat::Every(Duration::from_millis(300)));
     let leadership = locker.campaign_with(&name, "leader", &options).unwrap();
-    let key = Key::new(&name).unwrap();
-    let note = BreakNote::new("the leadership contract", None)
-        .to_holder()
-        .unwrap();
-    let broken = locker
-        .backend()
-        .break_leases(&BreakOrder {
-            key: &key,
-            kind: LeaseKind::Lock,
-            lock_id: None,
-            delay: BreakDelay::For(Ttl::new(Duration::from_millis(500)).unwrap()),
-            note: &note,
-        })
-        .unwrap();
+    let options = BreakOptions::new()
+        .by("the leadership contract")
+        .delay(Duration::from_millis(500));
+    let broken = locker.break_key(&name, &options).unwrap();
     assert_eq!(broken.holders.len(), 1, "{broken:?}");
     assert_eq!(broken.holders[0].fence, leadership.term());
     let marker = broken.markers.first().expect("a marker").fence;

@@ -335,8 +335,7 @@ mod tests {
     /// of its delay as `Expired`. (On memory: the other stores break through the same seam.)
     #[test]
     fn a_break_and_the_end_of_its_delay_are_reported() {
-        use crate::driver::{BreakDelay, BreakNote, BreakOrder};
-        use crate::time::Ttl;
+        use crate::locker::breaking::BreakOptions;
 
         let locker = Locker::new(crate::MemoryBackend::new());
         let guard = locker.lock("broken").unwrap();
@@ -344,20 +343,11 @@ mod tests {
         let patience = Duration::from_secs(10);
         let first = watch.next_timeout(patience).unwrap().unwrap();
         assert!(matches!(first, KeyState::Held { .. }));
-        let note = BreakNote::new("ops:1 syncguard", Some("hung".into()))
-            .to_holder()
-            .unwrap();
-        let key = Key::new("broken").unwrap();
-        let broken = locker
-            .backend()
-            .break_leases(&BreakOrder {
-                key: &key,
-                kind: LeaseKind::Lock,
-                lock_id: None,
-                delay: BreakDelay::For(Ttl::new(Duration::from_millis(100)).unwrap()),
-                note: &note,
-            })
-            .unwrap();
+        let options = BreakOptions::new()
+            .by("ops:1 syncguard")
+            .reason("hung")
+            .delay(Duration::from_millis(100));
+        let broken = locker.break_key("broken", &options).unwrap();
         let KeyState::Broken(info) = watch.next_timeout(patience).unwrap().unwrap() else {
             panic!("the break is not reported as one");
         };
