@@ -17,23 +17,20 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use syncguard::driver::{
-    Acquisition, BreakDelay, BreakOrder, Broken, Driver as _, DriverExt as _, Extension, Find,
-    Holder, Key, Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl,
-    Version, is_marker,
+    Acquisition, BreakDelay, Broken, Driver as _, DriverExt as _, Extension, Find, Holder, Key,
+    Lease, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, Version,
+    is_marker,
 };
 use syncguard::firestore::FirestoreBackend;
 use syncguard::{Clock as _, ErrorCode};
 
 use crate::support::{
-    FaultyFirestore, Injected, TTL, raw_document, shared_firestore_backend, unique, write_document,
+    FaultyFirestore, Injected, TTL, break_all, break_note, raw_document, shared_firestore_backend,
+    unique, write_document,
 };
 
 fn ttl() -> Ttl {
     Ttl::new(TTL).unwrap()
-}
-
-fn note() -> Holder {
-    Holder::new("broken by ops-1:77 syncguard; reason: hung").unwrap()
 }
 
 /// A lease of `mode` on `key` that must be granted, with its version.
@@ -53,26 +50,6 @@ fn take(
 fn refused(backend: &FirestoreBackend, key: &Key, mode: Mode) -> bool {
     let request = Request::one(key, ttl()).mode(mode);
     matches!(backend.acquire_one(&request).unwrap(), Acquisition::Locked)
-}
-
-/// Breaks every live holder of `kind` on `key` (or the one under `lock_id`).
-fn break_all(
-    backend: &FirestoreBackend,
-    key: &Key,
-    kind: LeaseKind,
-    lock_id: Option<&LockId>,
-    delay: BreakDelay,
-) -> Broken {
-    let note = note();
-    backend
-        .break_leases(&BreakOrder {
-            key,
-            kind,
-            lock_id,
-            delay,
-            note: &note,
-        })
-        .unwrap()
 }
 
 fn lock_id(lease: &Lease) -> LockId {
@@ -180,7 +157,7 @@ fn assert_marker(marker: &LockRecord, fence: u64, holder: &LockRecord) {
     assert!(is_marker(&marker.lock_id), "{marker:?}");
     assert_eq!(marker.key, holder.key);
     assert_eq!(marker.fence.value(), fence);
-    assert_eq!(marker.holder.as_deref(), Some(note().as_str()));
+    assert_eq!(marker.holder.as_deref(), Some(break_note().as_str()));
     assert!(marker.acquired_at_ms <= marker.expires_at_ms);
 }
 
@@ -235,7 +212,7 @@ fn a_broken_lock_leaves_a_lock_document_in_the_typescript_format_and_its_counter
     assert_eq!(string_field(&document, "lockId"), marker.lock_id);
     assert_eq!(string_field(&document, "key"), key.as_str());
     assert_eq!(string_field(&document, "fence"), marker.fence.to_string());
-    assert_eq!(string_field(&document, "holder"), note().as_str());
+    assert_eq!(string_field(&document, "holder"), break_note().as_str());
     assert_eq!(
         integer_field(&document, "expiresAtMs"),
         marker.expires_at_ms

@@ -10,13 +10,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::support::{
-    self, PgServer, TTL, create_typescript_tables, drop_tables, held_in, patient_postgres,
-    shared_postgres, unique,
+    self, PgServer, TTL, break_all, break_note, create_typescript_tables, drop_tables, held_in,
+    patient_postgres, shared_postgres, unique,
 };
 use syncguard::driver::{
-    Acquisition, BreakDelay, BreakNote, BreakOrder, Broken, Driver, DriverExt, Find, Holder, Key,
-    LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, generate_lock_id,
-    is_marker,
+    Acquisition, BreakDelay, BreakOrder, Broken, Driver, DriverExt, Find, Holder, Key, LeaseKind,
+    LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, generate_lock_id, is_marker,
 };
 use syncguard::postgres::{PostgresBackend, TableNames};
 use syncguard::{ErrorCode, Lease};
@@ -33,12 +32,6 @@ fn key(name: &str) -> Key {
 }
 
 /// The operator's note every break here leaves.
-fn note() -> Holder {
-    BreakNote::new("ops-1:77 syncguard", Some("hung".into()))
-        .to_holder()
-        .unwrap()
-}
-
 /// Whether `key` can be acquired in `mode` now (given back at once when it can).
 #[track_caller]
 fn grantable(backend: &dyn Driver, key: &Key, mode: Mode) -> Option<Lease> {
@@ -47,20 +40,6 @@ fn grantable(backend: &dyn Driver, key: &Key, mode: Mode) -> Option<Lease> {
         Ok(_) => None,
         Err(error) => panic!("acquire: {error}"),
     }
-}
-
-/// Breaks every live holder of `kind` on `key`, for `delay`.
-#[track_caller]
-fn break_all(backend: &dyn Driver, key: &Key, kind: LeaseKind, delay: BreakDelay) -> Broken {
-    let note = note();
-    let order = BreakOrder {
-        key,
-        kind,
-        lock_id: None,
-        delay,
-        note: &note,
-    };
-    backend.break_leases(&order).unwrap()
 }
 
 /// What `Find` answers for `key`'s `kind`.
@@ -74,7 +53,7 @@ fn found(backend: &dyn Driver, key: &Key, kind: LeaseKind) -> Vec<LockRecord> {
 fn assert_marker_for(marker: &LockRecord, broken: &LockRecord, with_note: bool) {
     assert!(is_marker(&marker.lock_id), "{marker:?}");
     assert!(marker.fence > broken.fence, "{marker:?} {broken:?}");
-    let expected = with_note.then(|| note().to_string());
+    let expected = with_note.then(|| break_note().to_string());
     assert_eq!(marker.holder, expected, "{marker:?}");
     assert_eq!(marker.key, broken.key);
 }
@@ -89,7 +68,7 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
     // A lock.
     let k = key("break-lock");
     let lease = held_in(&backend, &k, Mode::Exclusive, "worker-1");
-    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
+    let broken = break_all(&backend, &k, LeaseKind::Lock, None, BreakDelay::RestOfLease);
     assert_eq!(broken.holders.len(), 1, "{broken:?}");
     let holder = &broken.holders[0];
     assert_eq!(holder.lock_id, lease.lock_id);
@@ -116,7 +95,7 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
         Outcome::NotFound,
         "the broken holder learns at its next renewal"
     );
-    let again = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
+    let again = break_all(&backend, &k, LeaseKind::Lock, None, BreakDelay::RestOfLease);
     assert_eq!(again, Broken::default(), "a marker is never broken");
 
     // Readers.
@@ -125,7 +104,13 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
         held_in(&backend, &k, Mode::Shared, "reader-1"),
         held_in(&backend, &k, Mode::Shared, "reader-2"),
     ];
-    let broken = break_all(&backend, &k, LeaseKind::Shared, BreakDelay::For(ttl(TTL)));
+    let broken = break_all(
+        &backend,
+        &k,
+        LeaseKind::Shared,
+        None,
+        BreakDelay::For(ttl(TTL)),
+    );
     let fences: Vec<_> = broken.holders.iter().map(|h| h.fence).collect();
     assert_eq!(fences, [readers[0].fence, readers[1].fence], "{broken:?}");
     assert_eq!(broken.markers.len(), 2);
@@ -161,7 +146,13 @@ fn every_kind_is_broken_into_markers(connect: fn() -> PostgresBackend) {
         Ok(Outcome::Applied(()))
     ));
     permits.remove(0);
-    let broken = break_all(&backend, &k, LeaseKind::Permit, BreakDelay::For(ttl(TTL)));
+    let broken = break_all(
+        &backend,
+        &k,
+        LeaseKind::Permit,
+        None,
+        BreakDelay::For(ttl(TTL)),
+    );
     assert_eq!(broken.holders.len(), 5, "{broken:?}");
     assert_eq!(broken.markers.len(), 5);
     for (marker, holder) in broken.markers.iter().zip(&broken.holders) {
@@ -265,7 +256,7 @@ fn an_expired_lock_is_removed_and_not_broken() {
     let storage_key = backend.storage_key(k.as_str()).unwrap();
     let mut client = shared_postgres().client();
     expire(&mut client, "syncguard_locks", &storage_key);
-    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::RestOfLease);
+    let broken = break_all(&backend, &k, LeaseKind::Lock, None, BreakDelay::RestOfLease);
     assert_eq!(broken, Broken::default());
     let rows: i64 = client
         .query_one(
@@ -326,7 +317,7 @@ fn a_break_is_announced_as_a_release() {
             LeaseKind::Permit => Mode::permits(2).unwrap(),
         };
         held_in(&backend, &k, mode, "to break");
-        let broken = break_all(&backend, &k, kind, BreakDelay::None);
+        let broken = break_all(&backend, &k, kind, None, BreakDelay::None);
         assert_eq!(
             (broken.holders.len(), broken.markers.len()),
             (1, 0),
@@ -375,7 +366,13 @@ fn a_lock_made_by_typescript_tables_is_broken_into_a_typescript_row() {
         Ok(Outcome::Applied(_))
     ));
 
-    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::For(ttl(TTL)));
+    let broken = break_all(
+        &backend,
+        &k,
+        LeaseKind::Lock,
+        None,
+        BreakDelay::For(ttl(TTL)),
+    );
     assert_eq!(broken.holders.len(), 1, "{broken:?}");
     assert_eq!(broken.holders[0].lock_id, lease.lock_id);
     assert_eq!(broken.markers.len(), 1);
@@ -415,7 +412,7 @@ fn a_lock_made_by_typescript_tables_is_broken_into_a_typescript_row() {
     );
 
     for kind in [LeaseKind::Shared, LeaseKind::Permit] {
-        let note = note();
+        let note = break_note();
         let order = BreakOrder {
             key: &k,
             kind,
@@ -445,7 +442,7 @@ fn a_marker_survives_a_restart() {
     let k = key("break-restart");
     let lease = held_in(&backend, &k, Mode::Exclusive, "hung");
     let hour = ttl(Duration::from_secs(3600));
-    let broken = break_all(&backend, &k, LeaseKind::Lock, BreakDelay::For(hour));
+    let broken = break_all(&backend, &k, LeaseKind::Lock, None, BreakDelay::For(hour));
     let marker = broken.markers[0].clone();
     assert!(marker.fence > lease.fence);
 
@@ -516,7 +513,8 @@ fn a_hold_granted_while_the_break_waits_is_broken_too() {
         }
         .unwrap();
         let broken = std::thread::scope(|scope| {
-            let breaking = scope.spawn(|| break_all(&backend, &k, kind, BreakDelay::For(ttl(TTL))));
+            let breaking =
+                scope.spawn(|| break_all(&backend, &k, kind, None, BreakDelay::For(ttl(TTL))));
             wait_for_a_break_waiting_for(granting);
             let fence: i64 = grant.query_one(counter, &[&counter_key]).unwrap().get(0);
             let second_id = generate_lock_id();
@@ -586,7 +584,7 @@ fn a_break_sent_again_by_the_pool_says_its_answer_was_lost(upstream: u16) {
         let lease = held_in(&backend, &k, mode, "hung");
         let cuts = proxy.answers_cut();
         proxy.cut_answer_to(b"cardinality($7)");
-        let note = note();
+        let note = break_note();
         let order = BreakOrder {
             key: &k,
             kind,

@@ -12,23 +12,17 @@ use std::time::{Duration, Instant};
 use redis::Commands as _;
 use serde_json::Value;
 use syncguard::driver::{
-    Acquisition, BreakDelay, BreakNote, BreakOrder, Broken, Driver as _, DriverExt as _, Find,
-    Holder, Key, LeaseKind, LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, is_marker,
+    Acquisition, BreakDelay, Broken, Driver as _, DriverExt as _, Find, Holder, Key, LeaseKind,
+    LeaseRef, LockId, LockRecord, Mode, Outcome, Request, Ttl, is_marker,
 };
 use syncguard::redis::{KeyLayout, RedisBackend};
 use syncguard::{ErrorCode, Lease};
 
 use crate::support::redis_topology::{Node, data_node_args};
 use crate::support::{
-    PATIENT, RedisServer, TTL, held_in, patient_redis, shared_cluster, shared_redis,
-    shared_redis_namespace, unique,
+    PATIENT, RedisServer, TTL, break_all, break_note, held_in, patient_redis, shared_cluster,
+    shared_redis, shared_redis_namespace, unique,
 };
-
-fn note() -> Holder {
-    BreakNote::new("ops-1:77 syncguard", Some("hung".to_owned()))
-        .to_holder()
-        .unwrap()
-}
 
 fn ttl(duration: Duration) -> Ttl {
     Ttl::new(duration).unwrap()
@@ -40,24 +34,6 @@ fn is_refused(backend: &RedisBackend, key: &Key, mode: Mode) -> bool {
     matches!(backend.acquire_one(&request), Ok(Acquisition::Locked))
 }
 
-fn break_all(
-    backend: &RedisBackend,
-    key: &Key,
-    kind: LeaseKind,
-    delay: BreakDelay,
-    lock_id: Option<&LockId>,
-) -> Broken {
-    let note = note();
-    let order = BreakOrder {
-        key,
-        kind,
-        lock_id,
-        delay,
-        note: &note,
-    };
-    backend.break_leases(&order).unwrap()
-}
-
 /// Checks that `marker` is a marker of `key` that takes the place of `holder` with `fence`,
 /// the note as its holder text, acquired at the store's now.
 #[track_caller]
@@ -65,7 +41,7 @@ fn assert_marker(marker: &LockRecord, key: &Key, fence: u64) {
     assert!(is_marker(&marker.lock_id), "{marker:?}");
     assert_eq!(marker.key, key.as_str());
     assert_eq!(marker.fence.value(), fence, "the key's next fence");
-    assert_eq!(marker.holder.as_deref(), Some(note().as_str()));
+    assert_eq!(marker.holder.as_deref(), Some(break_note().as_str()));
     assert!(marker.expires_at_ms > marker.acquired_at_ms, "{marker:?}");
 }
 
@@ -111,8 +87,8 @@ fn a_broken_lock_leaves_a_typescript_record_in_its_place() {
         &backend,
         &key,
         LeaseKind::Lock,
-        BreakDelay::For(ttl(delay)),
         None,
+        BreakDelay::For(ttl(delay)),
     );
     let [holder] = broken.holders.as_slice() else {
         panic!("one holder broken: {broken:?}");
@@ -149,7 +125,7 @@ fn a_broken_lock_leaves_a_typescript_record_in_its_place() {
     assert_eq!(stored["acquiredAtMs"], marker.acquired_at_ms);
     assert_eq!(stored["key"], key.as_str());
     assert_eq!(stored["fence"], format!("{:015}", held.fence.value() + 1));
-    assert_eq!(stored["holder"], note().as_str());
+    assert_eq!(stored["holder"], break_note().as_str());
     let record_ttl: i64 = conn.pttl(&lock_key).unwrap();
     assert!(
         record_ttl > 0 && record_ttl <= delay.as_millis() as i64,
@@ -181,7 +157,7 @@ fn a_broken_lock_leaves_a_typescript_record_in_its_place() {
     let by_id = backend.find(Find::LockId(&LockId::new(&marker.lock_id).unwrap()));
     assert_eq!(by_id.unwrap(), vec![marker.clone()]);
     assert_eq!(backend.find(Find::LockId(&id(&held))).unwrap(), vec![]);
-    let again = break_all(&backend, &key, LeaseKind::Lock, BreakDelay::None, None);
+    let again = break_all(&backend, &key, LeaseKind::Lock, None, BreakDelay::None);
     assert_eq!(again, Broken::default());
     assert_eq!(
         backend.find(Find::Key(&key, LeaseKind::Lock)).unwrap(),
@@ -223,7 +199,7 @@ fn an_expired_holder_is_removed_and_not_answered() {
     assert!(conn.exists::<_, bool>(&index_key).unwrap());
 
     for kind in [LeaseKind::Lock, LeaseKind::Permit] {
-        let broken = break_all(&backend, &key, kind, BreakDelay::RestOfLease, None);
+        let broken = break_all(&backend, &key, kind, None, BreakDelay::RestOfLease);
         assert_eq!(broken, Broken::default(), "{kind:?}");
     }
     let mut keys: Vec<String> = conn.keys(format!("{prefix}*")).unwrap();
@@ -251,8 +227,8 @@ fn breaks_every_kind(backend: &RedisBackend) {
         backend,
         &key,
         LeaseKind::Lock,
-        BreakDelay::RestOfLease,
         None,
+        BreakDelay::RestOfLease,
     );
     assert_eq!(broken.holders.len(), 1, "{broken:?}");
     assert_eq!(broken.holders[0].lock_id, held.lock_id);
@@ -274,7 +250,7 @@ fn breaks_every_kind(backend: &RedisBackend) {
         "{renewal:?}"
     );
     assert!(is_refused(backend, &key, Mode::Exclusive));
-    let again = break_all(backend, &key, LeaseKind::Lock, BreakDelay::None, None);
+    let again = break_all(backend, &key, LeaseKind::Lock, None, BreakDelay::None);
     assert_eq!(again, Broken::default(), "a marker is never broken again");
 
     // Shared holders of another key: both broken, in fence order, each replaced.
@@ -287,8 +263,8 @@ fn breaks_every_kind(backend: &RedisBackend) {
         backend,
         &key,
         LeaseKind::Shared,
-        BreakDelay::For(ttl(TTL)),
         None,
+        BreakDelay::For(ttl(TTL)),
     );
     let broken_ids: Vec<&str> = broken.holders.iter().map(|h| &*h.lock_id).collect();
     assert_eq!(
@@ -324,8 +300,8 @@ fn breaks_every_kind(backend: &RedisBackend) {
         backend,
         &key,
         LeaseKind::Permit,
-        BreakDelay::For(ttl(TTL)),
         Some(&id(&granted[0])),
+        BreakDelay::For(ttl(TTL)),
     );
     assert_eq!(broken.holders.len(), 1, "{broken:?}");
     assert_eq!(broken.holders[0].lock_id, granted[0].lock_id);
@@ -336,7 +312,7 @@ fn breaks_every_kind(backend: &RedisBackend) {
     let found = backend.find(Find::Key(&key, LeaseKind::Permit)).unwrap();
     let found_ids: Vec<&str> = found.iter().map(|r| &*r.lock_id).collect();
     assert_eq!(found_ids, [&*granted[1].lock_id, &*marker.lock_id]);
-    let broken = break_all(backend, &key, LeaseKind::Permit, BreakDelay::None, None);
+    let broken = break_all(backend, &key, LeaseKind::Permit, None, BreakDelay::None);
     assert_eq!(
         broken.holders.len(),
         1,
@@ -357,8 +333,8 @@ fn breaks_every_kind(backend: &RedisBackend) {
         backend,
         &key,
         LeaseKind::Permit,
-        BreakDelay::RestOfLease,
         None,
+        BreakDelay::RestOfLease,
     );
     assert_eq!(broken.holders.len(), 12, "{broken:?}");
     assert_eq!(broken.markers.len(), 12, "{broken:?}");
@@ -511,7 +487,7 @@ fn a_break_is_announced_as_a_release() {
             let deadline = Instant::now() + PATIENT;
             loop {
                 held_in(&backend, &key_ref, mode, "held");
-                let broken = break_all(&backend, &key_ref, kind, BreakDelay::None, None);
+                let broken = break_all(&backend, &key_ref, kind, None, BreakDelay::None);
                 assert_eq!(broken.holders.len(), 1, "{layout:?} {kind:?}: {broken:?}");
                 if heard
                     .recv_timeout(Duration::from_millis(300))
@@ -552,7 +528,7 @@ fn a_break_sent_again_finds_its_own_markers() {
         .arg(key.as_str())
         .arg(syncguard::driver::FENCE_MAX)
         .arg("rest")
-        .arg(note().as_str())
+        .arg(break_note().as_str())
         .arg("")
         .arg(format!("{prefix}:id:"))
         .arg(marker_id.as_str());
@@ -576,7 +552,7 @@ fn a_break_sent_again_finds_its_own_markers() {
         .arg(key.as_str())
         .arg(syncguard::driver::FENCE_MAX)
         .arg("rest")
-        .arg(note().as_str())
+        .arg(break_note().as_str())
         .arg("")
         .arg(format!("{lock_key}:released"))
         .arg(syncguard::driver::marker_lock_id().as_str());
@@ -624,8 +600,8 @@ fn a_marker_survives_a_restart_with_an_append_only_file() {
             &backend,
             &key,
             LeaseKind::Lock,
-            BreakDelay::For(ttl(Duration::from_secs(120))),
             None,
+            BreakDelay::For(ttl(Duration::from_secs(120))),
         );
         marker = broken.markers[0].clone();
     }
@@ -637,7 +613,7 @@ fn a_marker_survives_a_restart_with_an_append_only_file() {
         vec![marker.clone()]
     );
     assert!(is_refused(&backend, &key, Mode::Exclusive));
-    let broken = break_all(&backend, &key, LeaseKind::Lock, BreakDelay::None, None);
+    let broken = break_all(&backend, &key, LeaseKind::Lock, None, BreakDelay::None);
     assert_eq!(broken, Broken::default(), "still a marker");
     let mut conn = node.connection();
     redis::cmd("DEL")

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use syncguard::driver::generate_lock_id;
 use syncguard::driver::{
-    Acquisition, Driver, DriverExt as _, Holder, Key, LeaseKind, Mode, Request,
+    Acquisition, BreakDelay, BreakNote, BreakOrder, Broken, Driver, DriverExt as _, Holder, Key,
+    LeaseKind, Mode, Request,
 };
 use syncguard::driver::{Extension, LeaseRef, LockId, Outcome, Ttl};
 use syncguard::{
@@ -160,4 +161,32 @@ pub fn extend_outcome<B: LockBackend + ?Sized>(
 ) -> syncguard::Result<Outcome<Extension>> {
     let (lock_id, ttl) = (LockId::new(lock_id)?, Ttl::new(ttl)?);
     backend.extend_lease(LeaseRef::new(&lock_id), ttl)
+}
+
+/// The operator's note the stores' break tests leave in their markers.
+pub fn break_note() -> Holder {
+    BreakNote::new("ops-1:77 syncguard", Some("hung".to_owned()))
+        .to_holder()
+        .unwrap()
+}
+
+/// Breaks every live holder of `kind` on `key` (or the one under `lock_id`), leaving
+/// [`break_note`] for `delay`; the break must succeed.
+#[track_caller]
+pub fn break_all(
+    backend: &dyn Driver,
+    key: &Key,
+    kind: LeaseKind,
+    lock_id: Option<&LockId>,
+    delay: BreakDelay,
+) -> Broken {
+    let note = break_note();
+    let order = BreakOrder {
+        key,
+        kind,
+        lock_id,
+        delay,
+        note: &note,
+    };
+    backend.break_leases(&order).unwrap()
 }
