@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use self::state::Seen;
 use super::Locker;
+use super::retry::{Backoff, Jitter, retry_delay_ms};
 use super::store::Store;
 use super::wake::Waiting;
 use crate::cancel::CancelToken;
@@ -295,9 +296,15 @@ impl Watch {
 
 /// The wait after `failures` failed reads in a row.
 fn retry_delay(failures: u32) -> Duration {
-    FIRST_RETRY_DELAY
-        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-        .min(WATCH_POLL_INTERVAL)
+    let delay_ms = retry_delay_ms(
+        failures,
+        FIRST_RETRY_DELAY,
+        WATCH_POLL_INTERVAL,
+        Backoff::Exponential,
+        Jitter::None,
+        0.0,
+    );
+    Duration::try_from_secs_f64(delay_ms / 1000.0).unwrap_or(WATCH_POLL_INTERVAL)
 }
 
 impl Iterator for Watch {
