@@ -26,24 +26,36 @@
 //!    permits) anyway ([`line_probe`]): is any place of this line stored? If not, nothing is
 //!    pruned or counted — an acquisition that finds the key free and the line empty runs no
 //!    statement and writes nothing more than before the line.
-//! 3. Otherwise every expired place of the line is deleted (`expires_at_ms <= now -
-//!    tolerance`, the complement of liveness), the waiter's own place is looked up, and the
-//!    places ahead of it counted. A waiter that stands in the line already is judged where it
-//!    stands, whatever ticket it carries (a retry whose answer was lost carries none): its own
-//!    place is never ahead of it, and the places ahead are those before (its place's ticket,
-//!    its place id). One that does not stand there is judged by the ticket it carries, and, with
-//!    none (a newcomer) or for a single attempt, every live place is ahead.
-//! 4. A waiter granted leaves the line (its place deleted); one refused takes a place (with
-//!    the ticket it carries, else at the back with a new one) or, in line already, keeps its
-//!    ticket and renews it for [`PLACE_TTL`], its holder text updated — unless it was renewed
-//!    within the last [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text:
-//!    then nothing is written, so a refused attempt commits no change (and flushes no WAL) most
-//!    of the time. The place id is the primary key: a repeated request is one place. A refused
-//!    waiter is answered how many live places stand ahead of its place (`places_ahead`,
-//!    [`KeyLine::count_ahead`]); an attempt that took no place, NULL.
+//! 3. Otherwise one statement reads the line ([`KeyLine::survey`]; the set's function reads it
+//!    in the steps [`KeyLine::find`] and [`KeyLine::decide`], for it knows the ticket it judges
+//!    by only once every key was read): the waiter's own live place, the live places ahead of
+//!    it, and whether any place expired (`expires_at_ms <= now - tolerance`, the complement of
+//!    liveness). A waiter that stands in the line already is judged where it stands, whatever
+//!    ticket it carries (a retry whose answer was lost carries none): its own place is never
+//!    ahead of it, and the places ahead are those before (its place's ticket, its place id).
+//!    One that does not stand there is judged by the ticket it carries, and, with none (a
+//!    newcomer) or for a single attempt, every live place is ahead.
+//! 4. A waiter granted leaves the line: its place and the expired ones are deleted in one
+//!    statement, run only when there is one to delete. One refused first prunes the expired
+//!    places (when there are any), then takes a place (with the ticket it carries, else at the
+//!    back with a new one) or, in line already, keeps its ticket and renews it for
+//!    [`PLACE_TTL`], its holder text updated — unless it was renewed within the last
+//!    [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the same holder text: then no
+//!    statement is run, so a refused attempt commits no change (and flushes no WAL) most of
+//!    the time. The place id is the primary key: a repeated request is one place. A refused
+//!    waiter is answered how many live places stand ahead of its place (`places_ahead`, as the
+//!    survey counted them: a new place goes behind every place read); an attempt that took no
+//!    place, NULL.
 //! 5. A refused waiter, once it stands, sometimes deletes a few places of any key that expired
 //!    long ago ([`KeyLine::sweep`]): the places of keys nobody asks for again (a killed waiter
 //!    of a per-job key) do not stay forever, and the uncontended path runs nothing more.
+//!
+//! The lock's acquire function tries the key's advisory lock first, and when another
+//! acquisition of the key holds it (a release woke every waiter of the key at once), reads the
+//! lock row and the line without it: an attempt refused with nothing to write (a single one,
+//! or a waiter whose place stands fresh) answers at once instead of queueing for the lock
+//! behind the others ([`refuse_unlocked`]); every other one takes the lock and decides on what
+//! it reads then.
 //!
 //! A repeat of an acquisition that was granted (the lock row already holds its lock id, or a
 //! permit of its lock id is held) is answered as before the line, without it: the grant it
@@ -88,9 +100,11 @@ pub(super) fn line_params(line: Line<'_>) -> (&'static str, Option<&str>, Option
 /// The variables [`admit_by_line`] uses, for the `DECLARE` of the function it is part of.
 /// `line_ticket` is the waiter's ticket: `$11` (a set's: the ticket of its places where it
 /// stands already, else `$11`), or the one its first new place drew; `judged_at` the ticket it
-/// is judged by on one key ([`KeyLine::decide`]).
+/// is judged by on one key ([`KeyLine::decide`]); `fresh`, `blocking` and `expired` what
+/// [`KeyLine::survey`] found besides `mine` and `ahead`.
 pub(super) const LINE_DECLARATIONS: &str = "  queued boolean;\n  slots bigint;\n  mine bigint;\n  \
-     ahead bigint;\n  admitted boolean;\n  line_ticket bigint;\n  judged_at bigint;\n";
+     ahead bigint;\n  admitted boolean;\n  line_ticket bigint;\n  judged_at bigint;\n  \
+     fresh boolean;\n  blocking bigint;\n  expired bigint;\n";
 
 /// Whether the line `kind` of the key `key` (an SQL expression: `$1`, or `$1[i]` in the set's
 /// function) in the table `line` (quoted) has any place: one index probe, which the acquire
@@ -235,6 +249,78 @@ impl KeyLine<'_> {
         )
     }
 
+    /// Step 3 of THE RULE for one key, in one statement once `queued` holds the [`line_probe`]
+    /// (none when the line is empty, or for `ignore`, which barges): the waiter's own live place
+    /// (`mine`, its ticket; `fresh`, whether it was renewed within the last
+    /// [`PLACE_RENEWAL`](crate::line::PLACE_RENEWAL) with the holder `$8`, so that standing
+    /// there writes nothing), the live places ahead of it (`ahead`, judged as
+    /// [`decide`](KeyLine::decide) judges: where it stands, else by the ticket it carries, else
+    /// behind every place; of those, `blocking`: the ones that hold it back, the exclusive ones
+    /// for a shared request), and how many places of the line have `expired`. Nothing is
+    /// deleted here: a granted waiter's place and the expired ones go in one `DELETE`
+    /// ([`leave_granted`](KeyLine::leave_granted)), a refused waiter's line is pruned only when
+    /// something expired. Replaces [`find`](KeyLine::find), [`decide`](KeyLine::decide)'s count
+    /// and [`count_ahead`](KeyLine::count_ahead), three statements and a `DELETE`, on the
+    /// single-key functions; the set's function keeps them, for its ticket is known only once
+    /// every key was read.
+    pub fn survey(&self) -> String {
+        let (line, this_line) = (self.line, self.this_line());
+        let live = "q.expires_at_ms > now_ms - $7";
+        let before = "q.place_id IS DISTINCT FROM $10\n\
+             AND (judged.at IS NULL OR q.ticket < judged.at\n\
+             OR (q.ticket = judged.at AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"))";
+        // Readers pass readers: only exclusive places ahead hold a shared request back.
+        let blocking = if self.kind == LeaseKind::Shared {
+            format!("count(*) FILTER (WHERE {live} AND {before} AND NOT q.shared)")
+        } else {
+            format!("count(*) FILTER (WHERE {live} AND {before})")
+        };
+        format!(
+            "mine := NULL;\n\
+             fresh := NULL;\n\
+             ahead := 0;\n\
+             blocking := 0;\n\
+             expired := 0;\n\
+             IF queued AND $9 <> 'ignore' THEN\n\
+             WITH own AS (SELECT q.ticket,\n\
+             q.expires_at_ms > now_ms + {PLACE_FRESH_MS} AND q.holder IS NOT DISTINCT FROM $8 AS fresh\n\
+             FROM {line} q WHERE {this_line} AND q.place_id = $10 AND {live}),\n\
+             judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)\n\
+             SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),\n\
+             count(*) FILTER (WHERE {live} AND {before}),\n\
+             {blocking},\n\
+             count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)\n\
+             INTO mine, fresh, ahead, blocking, expired\n\
+             FROM judged LEFT JOIN {line} q ON {this_line};\n\
+             END IF;\n"
+        )
+    }
+
+    /// A granted waiter leaves this line after [`survey`](KeyLine::survey): its place, if it
+    /// stands here, and the expired places, in one `DELETE`, only when there is one to delete.
+    pub fn leave_granted(&self) -> String {
+        format!(
+            "IF mine IS NOT NULL OR expired > 0 THEN\n\
+             DELETE FROM {} q WHERE {} AND (q.place_id = $10 OR q.expires_at_ms <= now_ms - $7);\n\
+             END IF;\n",
+            self.line,
+            self.this_line()
+        )
+    }
+
+    /// A refused waiter's line is pruned of its expired places, when [`survey`](KeyLine::survey)
+    /// found any, before the waiter stands: its own expired place goes with them, and it stands
+    /// anew at the back.
+    pub fn prune(&self) -> String {
+        format!(
+            "IF expired > 0 THEN\n\
+             DELETE FROM {} q WHERE {} AND q.expires_at_ms <= now_ms - $7;\n\
+             END IF;\n",
+            self.line,
+            self.this_line()
+        )
+    }
+
     /// Step 5, after a refused waiter stood ([`stand`](KeyLine::stand)): now and then, a few
     /// places of any key's line that expired long ago are deleted
     /// ([`sweep_long_expired`]). A place is made only by a refusal, so sweeping on refusals
@@ -247,12 +333,13 @@ impl KeyLine<'_> {
 
 /// THE RULE in PL/pgSQL for one key, the key `$1` in the table `line` (quoted), with `free`
 /// slots (an expression of the function's variables) at `now_ms`, once `queued` holds the
-/// [`line_probe`]: the steps of the module docs ([`KeyLine::find`], [`KeyLine::decide`], then
-/// [`KeyLine::leave`] or [`KeyLine::stand`] and [`KeyLine::sweep`]). A single attempt or a
-/// barging one that finds no slot free stops at once, before the line is read. Continues the
-/// function when the acquisition is granted, returns from it (answering "held") when not. The
-/// function's parameters: `$7` tolerance ms, `$8` holder description, `$9` mode, `$10` place id,
-/// `$11` ticket (see [`line_params`]).
+/// [`line_probe`]: the steps of the module docs, the line read in one statement
+/// ([`KeyLine::survey`]), then [`KeyLine::leave_granted`], or [`KeyLine::prune`],
+/// [`KeyLine::stand`] (only for a new place or one that is not fresh) and [`KeyLine::sweep`]. A
+/// single attempt or a barging one that finds no slot free stops at once, before the line is
+/// read. Continues the function when the acquisition is granted, returns from it (answering
+/// "held") when not. The function's parameters: `$7` tolerance ms, `$8` holder description,
+/// `$9` mode, `$10` place id, `$11` ticket (see [`line_params`]).
 pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
     let key_line = KeyLine {
         line,
@@ -260,27 +347,68 @@ pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
         key: "$1",
     };
     format!(
-        "line_ticket := $11;\n\
-         slots := {free};\n\
-         IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
-         {find}\
-         {decide}\
+        "{look}\
+         admitted := slots > blocking;\n\
          IF $9 = 'wait' THEN\n\
          IF admitted THEN\n\
          {leave}\
          ELSE\n\
+         {prune}\
+         IF mine IS NULL OR fresh IS NOT TRUE THEN\n\
          {stand}\
-         {count_ahead}\
+         END IF;\n\
+         places_ahead := ahead;\n\
          {sweep}\
          END IF;\n\
+         ELSIF admitted THEN\n\
+         {prune}\
          END IF;\n\
          IF NOT admitted THEN RETURN; END IF;\n",
-        find = key_line.find(),
-        decide = key_line.decide(),
-        leave = key_line.leave(),
+        look = look_at_line(&key_line, free),
+        leave = key_line.leave_granted(),
+        prune = key_line.prune(),
         stand = key_line.stand(),
-        count_ahead = key_line.count_ahead(),
         sweep = key_line.sweep(),
+    )
+}
+
+/// The first steps of THE RULE for one key (see [`admit_by_line`]): the free `slots`, a stop
+/// for a single or barging attempt that finds none, and the line read ([`KeyLine::survey`]).
+fn look_at_line(key_line: &KeyLine<'_>, free: &str) -> String {
+    format!(
+        "line_ticket := $11;\n\
+         slots := {free};\n\
+         IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;\n\
+         {survey}",
+        survey = key_line.survey(),
+    )
+}
+
+/// A refusal decided before the key's advisory lock is taken, for an acquirer that found it
+/// taken (`pg_try_advisory_xact_lock` failed: another acquisition of the key is running, as
+/// when a release wakes every waiter of the key at once). Once the key's lock row has been read
+/// ([`LockSql::read`](super::lock_sql::LockSql::read)) without the lock, the line is read the
+/// same way ([`KeyLine::survey`] of the lock's line, kind `kind`, with `free` slots): an
+/// attempt that THE RULE refuses and that has nothing to write — a single attempt, or a waiter
+/// whose place stands there fresh — returns at once, answering its position, instead of
+/// queueing for the advisory lock behind the other waiters only to be refused there. Every
+/// other attempt goes on to take the lock and decide again on what it reads then. A refusal
+/// writes nothing and grants nothing, so the reads need no lock: at worst one is refused on a
+/// snapshot a moment old, and the release it missed is announced to it after its attempt
+/// (`NOTIFY` at the release's commit) or found at its next poll.
+pub(super) fn refuse_unlocked(line: &str, kind: LeaseKind, free: &str) -> String {
+    let key_line = KeyLine {
+        line,
+        kind,
+        key: "$1",
+    };
+    format!(
+        "{look}\
+         IF slots <= blocking AND ($9 <> 'wait' OR fresh) THEN\n\
+         IF $9 = 'wait' THEN places_ahead := ahead; END IF;\n\
+         RETURN;\n\
+         END IF;\n",
+        look = look_at_line(&key_line, free),
     )
 }
 

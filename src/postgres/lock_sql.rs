@@ -19,7 +19,10 @@
 //!   not always contiguous (the specification asks for no repeats and no decreases). The fence
 //!   counter is one `INSERT … ON CONFLICT DO UPDATE SET fence = fence + 1`, which PostgreSQL
 //!   performs atomically also when the row is absent and two callers race (no duplicate fence
-//!   1).
+//!   1). The function form tries that lock first (`pg_try_advisory_xact_lock`); when another
+//!   acquisition of the key holds it, an attempt the line refuses with nothing to write is
+//!   answered from an unlocked read and never waits for it (`line_sql::refuse_unlocked`); every
+//!   other one waits for the lock and reads again.
 //! * **release** is `DELETE … WHERE lock_id = $1`: ownership is the `WHERE`, and a concurrent
 //!   writer of the same row makes it wait and re-check (READ COMMITTED's re-evaluation).
 //!   Liveness is judged on the deleted row, so an expired lock is reported absent (and removed).
@@ -33,7 +36,7 @@
 
 use postgres::types::Type;
 
-use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe};
+use super::line_sql::{LINE_DECLARATIONS, admit_by_line, line_probe, refuse_unlocked};
 use super::op::{Op, Sql};
 use super::record_sql::{NOW_MS, Quoted, ROW_COLUMNS, acquire_types, holder_of, sound};
 
@@ -138,6 +141,9 @@ impl LockSql<'_> {
     }
 }
 
+/// A lock's free slots once its row is read ([`LockSql::read`]): one unless it is held.
+const FREE: &str = "CASE WHEN held THEN 0 ELSE 1 END";
+
 /// The lock's acquisition: the statement sent inline (the advisory lock first, then each step
 /// reading the one before, see the module docs) and the function taking its steps one by one.
 pub(super) fn acquire(tables: &Quoted<'_>) -> Op {
@@ -189,7 +195,14 @@ pub(super) fn acquire(tables: &Quoted<'_>) -> Op {
             "DECLARE\n  now_ms bigint;\n  held boolean;\n  own boolean;\n  counter bigint;\n\
              {LINE_DECLARATIONS}\
              BEGIN\n\
+             IF NOT pg_try_advisory_xact_lock(hashtext($1)) THEN\n\
+             now_ms := {NOW_MS};\n\
+             {lock_read}\
+             IF malformed IS NOT TRUE AND own IS NOT TRUE THEN\n\
+             {refusal}\
+             END IF;\n\
              PERFORM pg_advisory_xact_lock(hashtext($1));\n\
+             END IF;\n\
              now_ms := {NOW_MS};\n\
              {lock_read}\
              IF malformed THEN RETURN; END IF;\n\
@@ -200,11 +213,8 @@ pub(super) fn acquire(tables: &Quoted<'_>) -> Op {
              {write_lock}\
              END",
             lock_read = lock_sql.read(&ONE_KEY),
-            lock_line = admit_by_line(
-                line,
-                crate::driver::LeaseKind::Lock,
-                "CASE WHEN held THEN 0 ELSE 1 END"
-            ),
+            refusal = refuse_unlocked(line, crate::driver::LeaseKind::Lock, FREE),
+            lock_line = admit_by_line(line, crate::driver::LeaseKind::Lock, FREE),
             draw_fence = lock_sql.draw_fence_or_refuse(),
             write_lock = lock_sql.write_lock(&ONE_KEY, "fence, expires_at_ms"),
         ),

@@ -5,7 +5,7 @@
 //! # Server functions
 //!
 //! Each operation is also installed by `setup_schema` as a PL/pgSQL function, named after the
-//! lock table and the operation (`syncguard_locks_acquire_v7`, …). Calling it is one statement,
+//! lock table and the operation (`syncguard_locks_acquire_v8`, …). Calling it is one statement,
 //! one transaction, as the statement is — but planned in microseconds: PL/pgSQL keeps its
 //! statements' plans for the life of the server connection, which survives behind a
 //! transaction-mode pooler where a client's prepared statements cannot. Sent inline, the acquire
@@ -251,4 +251,4 @@ pub(crate) const SERVER_SHAPE: &str =
     "pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid)";
 
 /// Part of every function's name; bump it whenever a statement or its parameters change.
-const FUNCTION_VERSION: &str = "v7";
+const FUNCTION_VERSION: &str = "v8";

@@ -307,7 +307,7 @@ mod tests {
             "src/postgres/schema.sql is out of date: run SYNCGUARD_BLESS=1 cargo test --features \
              postgres --lib schema"
         );
-        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v7("));
+        assert!(SCHEMA_SQL.contains("CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v8("));
     }
 
     /// The tables, indexes and columns `ddl` creates or changes, and the table each index is on:
@@ -388,11 +388,11 @@ mod tests {
         assert!(ddl.contains("idx_a_locks_expires ON a_locks (expires_at_ms)"));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_semaphores ("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_permits ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v7("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_pacquire_v8("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_line ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v7("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_line_v8("));
         assert!(ddl.contains("CREATE TABLE IF NOT EXISTS a_locks_shared ("));
-        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_sacquire_v7("));
+        assert!(ddl.contains("CREATE OR REPLACE FUNCTION a_locks_sacquire_v8("));
         assert_eq!(schema_sql(&TableNames::default()), SCHEMA_SQL);
     }
 }

@@ -127,97 +127,97 @@ CREATE INDEX IF NOT EXISTS syncguard_locks_shared_exp ON syncguard_locks_shared 
 -- A function of the same name and parameter types whose parameters or result differ
 -- (an earlier syncguard's) cannot be replaced: it is dropped first.
 DO $replaced$ BEGIN
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_acquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_acquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v7(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_macquire_v8(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint, OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text, OUT places_ahead bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v7(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_macquire_v8(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v7(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_release_v8(text, bigint)'))
     IS DISTINCT FROM 'text, bigint, OUT live boolean, OUT malformed_key text -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_release_v7(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_release_v8(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v7(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_extend_v8(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(expires_at_ms bigint, present boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_extend_v7(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_extend_v8(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v7(text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_renew_v8(text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], bigint[], bigint -> TABLE(lock_id text, expires_at_ms bigint, present boolean, live boolean, malformed_key text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_renew_v7(text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_renew_v8(text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v7(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_locked_v8(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_locked_v7(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_locked_v8(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v7(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sweep_v8(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(locked boolean, malformed boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v7(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sweep_v8(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v7(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_key_v8(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v7(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_key_v8(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v7(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_by_id_v8(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v7(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_by_id_v8(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v7(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_list_v8(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_list_v7(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_list_v8(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_pacquire_v8(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT places_ahead bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_pacquire_v8(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v7(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prelease_v8(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v7(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prelease_v8(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v7(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_prenew_v8(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v7(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_prenew_v8(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v7(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_permits_v8(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_permits_v7(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_permits_v8(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v7(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_plist_v8(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_plist_v7(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_plist_v8(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_sacquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, text, text, bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint -> record' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_sacquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v7(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srelease_v8(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint, OUT live boolean -> boolean' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v7(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srelease_v8(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v7(text[], text[], bigint[], bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_srenew_v8(text[], text[], bigint[], bigint)'))
     IS DISTINCT FROM 'text[], text[], bigint[], bigint -> TABLE(ord bigint, expires_at_ms bigint, present boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v7(text[], text[], bigint[], bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_srenew_v8(text[], text[], bigint[], bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v7(text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_readers_v8(text, bigint)'))
     IS DISTINCT FROM 'text, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_readers_v7(text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_readers_v8(text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v7(text, bigint, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_slist_v8(text, bigint, bigint)'))
     IS DISTINCT FROM 'text, bigint, bigint -> TABLE(key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key text, holder text)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_slist_v7(text, bigint, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_slist_v8(text, bigint, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v7(text, text, bigint)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_line_v8(text, text, bigint)'))
     IS DISTINCT FROM 'text, text, bigint -> TABLE(place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_line_v7(text, text, bigint);
+  DROP FUNCTION IF EXISTS syncguard_locks_line_v8(text, text, bigint);
 END IF;
-IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v7(text, text, text)'))
+IF (SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p WHERE p.oid = to_regprocedure('syncguard_locks_leave_v8(text, text, text)'))
     IS DISTINCT FROM 'text, text, text -> TABLE(gone boolean)' THEN
-  DROP FUNCTION IF EXISTS syncguard_locks_leave_v7(text, text, text);
+  DROP FUNCTION IF EXISTS syncguard_locks_leave_v8(text, text, text);
 END IF;
 END $replaced$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_acquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -233,8 +233,50 @@ DECLARE
   admitted boolean;
   line_ticket bigint;
   judged_at bigint;
+  fresh boolean;
+  blocking bigint;
+  expired bigint;
 BEGIN
+IF NOT pg_try_advisory_xact_lock(hashtext($1)) THEN
+now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2) IS TRUE
+OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1
+AND s.expires_at_ms > now_ms - $7),
+l.key IS NOT NULL AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '000000000000000' AND l.lock_id ~ '^[A-Za-z0-9_-]{22}$' AND l.expires_at_ms IS NOT NULL AND l.acquired_at_ms IS NOT NULL AND l.user_key IS NOT NULL) IS TRUE, l.lock_id = $2, EXISTS (SELECT 1 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock')
+INTO held, malformed, own, queued
+FROM (SELECT 1) AS one LEFT JOIN "syncguard_locks" l ON l.key = $1;
+IF malformed IS NOT TRUE AND own IS NOT TRUE THEN
+line_ticket := $11;
+slots := CASE WHEN held THEN 0 ELSE 1 END;
+IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
+mine := NULL;
+fresh := NULL;
+ahead := 0;
+blocking := 0;
+expired := 0;
+IF queued AND $9 <> 'ignore' THEN
+WITH own AS (SELECT q.ticket,
+q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
+FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
+judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
+SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
+INTO mine, fresh, ahead, blocking, expired
+FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'lock';
+END IF;
+IF slots <= blocking AND ($9 <> 'wait' OR fresh) THEN
+IF $9 = 'wait' THEN places_ahead := ahead; END IF;
+RETURN;
+END IF;
+END IF;
 PERFORM pg_advisory_xact_lock(hashtext($1));
+END IF;
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 SELECT (l.expires_at_ms > now_ms - $7 AND l.lock_id <> $2) IS TRUE
 OR EXISTS (SELECT 1 FROM "syncguard_locks_shared" s WHERE s.key = $1
@@ -248,27 +290,37 @@ line_ticket := $11;
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 mine := NULL;
-IF queued THEN
-DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
-IF $9 = 'wait' THEN
-SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+fresh := NULL;
+ahead := 0;
+blocking := 0;
+expired := 0;
+IF queued AND $9 <> 'ignore' THEN
+WITH own AS (SELECT q.ticket,
+q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
+FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
+judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
+SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
+INTO mine, fresh, ahead, blocking, expired
+FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'lock';
 END IF;
-END IF;
-admitted := slots > 0;
-IF queued AND $9 <> 'ignore' AND admitted THEN
-judged_at := COALESCE(mine, line_ticket);
-SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
-AND (judged_at IS NULL OR q.ticket < judged_at
-OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
-admitted := slots > ahead;
-END IF;
+admitted := slots > blocking;
 IF $9 = 'wait' THEN
 IF admitted THEN
-IF mine IS NOT NULL THEN
-DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+IF mine IS NOT NULL OR expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND (q.place_id = $10 OR q.expires_at_ms <= now_ms - $7);
 END IF;
 ELSE
+IF expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
+END IF;
+IF mine IS NULL OR fresh IS NOT TRUE THEN
 IF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10
@@ -282,12 +334,8 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
-judged_at := COALESCE(mine, line_ticket);
-SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
-AND (judged_at IS NULL OR q.ticket < judged_at
-OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
-places_ahead := GREATEST(places_ahead, ahead);
+END IF;
+places_ahead := ahead;
 IF random() < 1.0 / 8 THEN
 DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
 SELECT q.ctid FROM "syncguard_locks_line" q
@@ -296,6 +344,10 @@ ORDER BY q.expires_at_ms LIMIT 64
 FOR UPDATE SKIP LOCKED))
 AND p.expires_at_ms < now_ms - $7 - 60000;
 END IF;
+END IF;
+ELSIF admitted THEN
+IF expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -322,7 +374,7 @@ RETURNING l.fence, l.expires_at_ms INTO fence, expires_at_ms;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v7(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_macquire_v8(text[], text[], bigint, text[], text[], bigint, bigint, text, text, text, bigint,
   OUT lock_fences text[], OUT expires_at_ms bigint, OUT ticket bigint, OUT bad_key text, OUT bad_counter bigint, OUT malformed_key text, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -349,6 +401,9 @@ DECLARE
   admitted boolean;
   line_ticket bigint;
   judged_at bigint;
+  fresh boolean;
+  blocking bigint;
+  expired bigint;
 BEGIN
 FOR h IN SELECT DISTINCT hashtext(k.k) FROM unnest($1) AS k(k) ORDER BY 1 LOOP
 PERFORM pg_advisory_xact_lock(h);
@@ -480,7 +535,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_release_v7(text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_release_v8(text, bigint,
   OUT live boolean, OUT malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -500,7 +555,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_extend_v7(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
+CREATE OR REPLACE FUNCTION syncguard_locks_extend_v8(text, bigint, bigint) RETURNS TABLE (expires_at_ms bigint, present boolean, malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -517,7 +572,7 @@ WHERE l.lock_id = $1 AND NOT (l.fence ~ '^[0-9]{15}$' AND l.fence <> '0000000000
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_renew_v7(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
+CREATE OR REPLACE FUNCTION syncguard_locks_renew_v8(text[], bigint[], bigint) RETURNS TABLE (lock_id text, expires_at_ms bigint, present boolean, live boolean,
 malformed_key text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -547,7 +602,7 @@ LEFT JOIN "syncguard_locks" x ON x.lock_id = w.lock_id;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_locked_v7(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_locked_v8(text, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -557,7 +612,7 @@ WHERE key = $1 AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) *
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v7(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_sweep_v8(text, bigint, bigint) RETURNS TABLE (locked boolean, malformed boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -570,7 +625,7 @@ WHERE l.key = $1 AND l.expires_at_ms > c.now_ms - $2) AS locked,
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_key_v8(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -580,7 +635,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_by_id_v8(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -590,7 +645,7 @@ AND (l.expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigi
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_list_v7(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_list_v8(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -606,7 +661,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_pacquire_v8(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -621,6 +676,9 @@ DECLARE
   admitted boolean;
   line_ticket bigint;
   judged_at bigint;
+  fresh boolean;
+  blocking bigint;
+  expired bigint;
 BEGIN
 INSERT INTO "syncguard_locks_semaphores" AS s (key, fence, user_key) VALUES ($1, 0, $4)
 ON CONFLICT (key) DO NOTHING;
@@ -647,27 +705,37 @@ line_ticket := $11;
 slots := $5 - held;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 mine := NULL;
-IF queued THEN
-DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
-IF $9 = 'wait' THEN
-SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
+fresh := NULL;
+ahead := 0;
+blocking := 0;
+expired := 0;
+IF queued AND $9 <> 'ignore' THEN
+WITH own AS (SELECT q.ticket,
+q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
+FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
+judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
+SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
+INTO mine, fresh, ahead, blocking, expired
+FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'permit';
 END IF;
-END IF;
-admitted := slots > 0;
-IF queued AND $9 <> 'ignore' AND admitted THEN
-judged_at := COALESCE(mine, line_ticket);
-SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id IS DISTINCT FROM $10
-AND (judged_at IS NULL OR q.ticket < judged_at
-OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
-admitted := slots > ahead;
-END IF;
+admitted := slots > blocking;
 IF $9 = 'wait' THEN
 IF admitted THEN
-IF mine IS NOT NULL THEN
-DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10;
+IF mine IS NOT NULL OR expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND (q.place_id = $10 OR q.expires_at_ms <= now_ms - $7);
 END IF;
 ELSE
+IF expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
+END IF;
+IF mine IS NULL OR fresh IS NOT TRUE THEN
 IF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10
@@ -681,12 +749,8 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'permit', $10, line_ticket, now_ms + 5000, $8, false);
 END IF;
-judged_at := COALESCE(mine, line_ticket);
-SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id IS DISTINCT FROM $10
-AND (judged_at IS NULL OR q.ticket < judged_at
-OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
-places_ahead := GREATEST(places_ahead, ahead);
+END IF;
+places_ahead := ahead;
 IF random() < 1.0 / 8 THEN
 DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
 SELECT q.ctid FROM "syncguard_locks_line" q
@@ -695,6 +759,10 @@ ORDER BY q.expires_at_ms LIMIT 64
 FOR UPDATE SKIP LOCKED))
 AND p.expires_at_ms < now_ms - $7 - 60000;
 END IF;
+END IF;
+ELSIF admitted THEN
+IF expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.expires_at_ms <= now_ms - $7;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -709,7 +777,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, lpad(counter::text, 15, '0'), $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v7(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_prelease_v8(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -726,7 +794,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v7(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_prenew_v8(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -753,7 +821,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_permits_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_permits_v8(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -767,7 +835,7 @@ LIMIT 1000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_plist_v7(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_plist_v8(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -782,7 +850,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_sacquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, bigint,
   OUT fence text, OUT expires_at_ms bigint, OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -797,6 +865,9 @@ DECLARE
   admitted boolean;
   line_ticket bigint;
   judged_at bigint;
+  fresh boolean;
+  blocking bigint;
+  expired bigint;
 BEGIN
 PERFORM pg_advisory_xact_lock(hashtext($1));
 now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -825,27 +896,37 @@ line_ticket := $11;
 slots := CASE WHEN held THEN 0 ELSE 1 END;
 IF slots <= 0 AND $9 <> 'wait' THEN RETURN; END IF;
 mine := NULL;
-IF queued THEN
-DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
-IF $9 = 'wait' THEN
-SELECT q.ticket INTO mine FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+fresh := NULL;
+ahead := 0;
+blocking := 0;
+expired := 0;
+IF queued AND $9 <> 'ignore' THEN
+WITH own AS (SELECT q.ticket,
+q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
+FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
+judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
+SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
+count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
+AND (judged.at IS NULL OR q.ticket < judged.at
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C")) AND NOT q.shared),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
+INTO mine, fresh, ahead, blocking, expired
+FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'lock';
 END IF;
-END IF;
-admitted := slots > 0;
-IF queued AND $9 <> 'ignore' AND admitted THEN
-judged_at := COALESCE(mine, line_ticket);
-SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10 AND NOT q.shared
-AND (judged_at IS NULL OR q.ticket < judged_at
-OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
-admitted := slots > ahead;
-END IF;
+admitted := slots > blocking;
 IF $9 = 'wait' THEN
 IF admitted THEN
-IF mine IS NOT NULL THEN
-DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10;
+IF mine IS NOT NULL OR expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND (q.place_id = $10 OR q.expires_at_ms <= now_ms - $7);
 END IF;
 ELSE
+IF expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
+END IF;
+IF mine IS NULL OR fresh IS NOT TRUE THEN
 IF mine IS NOT NULL THEN
 UPDATE "syncguard_locks_line" q SET expires_at_ms = now_ms + 5000, holder = $8
 WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10
@@ -859,12 +940,8 @@ INSERT INTO "syncguard_locks_line" (key, kind, place_id, ticket, expires_at_ms, 
 OVERRIDING SYSTEM VALUE
 VALUES ($1, 'lock', $10, line_ticket, now_ms + 5000, $8, true);
 END IF;
-judged_at := COALESCE(mine, line_ticket);
-SELECT count(*) INTO ahead FROM "syncguard_locks_line" q
-WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id IS DISTINCT FROM $10
-AND (judged_at IS NULL OR q.ticket < judged_at
-OR (q.ticket = judged_at AND q.place_id COLLATE "C" < $10 COLLATE "C"));
-places_ahead := GREATEST(places_ahead, ahead);
+END IF;
+places_ahead := ahead;
 IF random() < 1.0 / 8 THEN
 DELETE FROM "syncguard_locks_line" p WHERE p.ctid = ANY (ARRAY(
 SELECT q.ctid FROM "syncguard_locks_line" q
@@ -873,6 +950,10 @@ ORDER BY q.expires_at_ms LIMIT 64
 FOR UPDATE SKIP LOCKED))
 AND p.expires_at_ms < now_ms - $7 - 60000;
 END IF;
+END IF;
+ELSIF admitted THEN
+IF expired > 0 THEN
+DELETE FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.expires_at_ms <= now_ms - $7;
 END IF;
 END IF;
 IF NOT admitted THEN RETURN; END IF;
@@ -892,7 +973,7 @@ VALUES ($1, $2, now_ms + $3, now_ms, fence, $4, $8);
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v7(text, text, bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_srelease_v8(text, text, bigint,
   OUT live boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -909,7 +990,7 @@ END IF;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v7(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_srenew_v8(text[], text[], bigint[], bigint) RETURNS TABLE (ord bigint, expires_at_ms bigint, present boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -936,7 +1017,7 @@ ORDER BY w.ord;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_readers_v7(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_readers_v8(text, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -950,7 +1031,7 @@ LIMIT 10000;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_slist_v7(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
+CREATE OR REPLACE FUNCTION syncguard_locks_slist_v8(text, bigint, bigint) RETURNS TABLE (key text, lock_id text, expires_at_ms bigint, acquired_at_ms bigint,
 fence text, user_key text, holder text)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
@@ -965,7 +1046,7 @@ LIMIT $3;
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_line_v7(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_line_v8(text, text, bigint) RETURNS TABLE (place_id text, ticket bigint, expires_at_ms bigint, holder text, shared boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN
@@ -976,7 +1057,7 @@ ORDER BY q.ticket, q.place_id COLLATE "C";
 END
 $syncguard$;
 
-CREATE OR REPLACE FUNCTION syncguard_locks_leave_v7(text, text, text) RETURNS TABLE (gone boolean)
+CREATE OR REPLACE FUNCTION syncguard_locks_leave_v8(text, text, text) RETURNS TABLE (gone boolean)
 LANGUAGE plpgsql AS $syncguard$
 #variable_conflict use_column
 BEGIN

@@ -1065,7 +1065,7 @@ fn operations_go_through_the_server_functions() {
     let mut client = shared_postgres().client();
     client
         .batch_execute(&format!(
-            "CREATE OR REPLACE FUNCTION {locks}_by_key_v7(text, bigint) RETURNS TABLE (key text, \
+            "CREATE OR REPLACE FUNCTION {locks}_by_key_v8(text, bigint) RETURNS TABLE (key text, \
              lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
              text, holder text) LANGUAGE sql AS $$ SELECT $1, 'IMPOSTORIMPOSTORIMPOST', \
              4102444800000::bigint, 0::bigint, '000000000000042', 'impostor', 'an impostor' $$"
@@ -1099,7 +1099,7 @@ fn without_the_server_functions_the_statements_go_inline() {
     let count: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_proc WHERE proname LIKE $1",
-            &[&format!("{locks}\\_%\\_v7")],
+            &[&format!("{locks}\\_%\\_v8")],
         )
         .unwrap()
         .get(0);

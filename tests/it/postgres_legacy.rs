@@ -318,12 +318,12 @@ fn setup_puts_back_a_function_replaced_behind_its_back() {
     let (backend, locks) = backend_on_fresh_tables(&shared_postgres().url());
     let key = unique("replaced");
     let held = lease_held_by(&backend, &key, "the real holder");
-    let by_key = format!("{locks}_by_key_v7(text, bigint)");
+    let by_key = format!("{locks}_by_key_v8(text, bigint)");
     let original = source_of(&by_key);
     shared_postgres()
         .client()
         .batch_execute(&format!(
-            "CREATE OR REPLACE FUNCTION {locks}_by_key_v7(text, bigint) RETURNS TABLE (key text, \
+            "CREATE OR REPLACE FUNCTION {locks}_by_key_v8(text, bigint) RETURNS TABLE (key text, \
              lock_id text, expires_at_ms bigint, acquired_at_ms bigint, fence text, user_key \
              text, holder text) LANGUAGE plpgsql AS $$ BEGIN RETURN QUERY SELECT $1, \
              'IMPOSTORIMPOSTORIMPOST'::text, 4102444800000::bigint, 0::bigint, \
@@ -426,14 +426,14 @@ mod binary {
         let tables = TableNames::new(&locks, &locks.replace("t_locks_", "t_fences_")).unwrap();
         let url = url_of(&tables);
         let acquire = format!(
-            "{locks}_acquire_v7(text, text, bigint, text, text, bigint, bigint, text, text, text, \
+            "{locks}_acquire_v8(text, text, bigint, text, text, bigint, bigint, text, text, text, \
              bigint)"
         );
         let original = source_of(&acquire);
         shared_postgres()
             .client()
             .batch_execute(&format!(
-                "CREATE OR REPLACE FUNCTION {locks}_acquire_v7(text, text, bigint, text, text, \
+                "CREATE OR REPLACE FUNCTION {locks}_acquire_v8(text, text, bigint, text, text, \
                  bigint, bigint, text, text, text, bigint, OUT fence text, OUT expires_at_ms bigint, \
                  OUT bad_counter bigint, OUT malformed boolean, OUT places_ahead bigint) \
                  LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$"

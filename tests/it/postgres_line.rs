@@ -5,7 +5,8 @@
 //! line; the lock's line and the semaphore's line of one key are two lines; a place of a key
 //! nobody asks for again is swept by other keys' waiters once long expired. (The line
 //! contracts run in `postgres.rs` and `pgbouncer.rs`; tables without the line in
-//! `postgres_legacy.rs`.)
+//! `postgres_legacy.rs`.) A waiter refused with nothing to write is answered while another
+//! acquisition of its key holds the key's advisory lock.
 
 use crate::support::{self, TTL, lease, shared_postgres, shared_postgres_backend, unique};
 use syncguard::LockBackend;
@@ -22,6 +23,7 @@ support::postgres_both_ways!(
         a_keys_lock_and_semaphore_have_a_line_each,
         a_refused_waiter_is_told_its_position,
         a_refused_set_is_told_its_position,
+        a_refusal_with_nothing_to_write_waits_for_no_other_acquirer,
     ],
     upstream: [a_repeated_waiting_acquisition_is_one_place],
 );
@@ -229,6 +231,61 @@ fn a_refused_set_is_told_its_position(backend: fn() -> PostgresBackend) {
             .unwrap();
     }
     assert!(backend.release(&held.lock_id).unwrap());
+}
+
+/// Issue 43: a waiter whose place stands fresh and whom THE RULE refuses — the key held, or
+/// free with a place ahead of its own — is answered at once, with its position, while another
+/// acquisition of the key holds the key's advisory lock (here a transaction of a plain client
+/// takes it, as the acquisition of the waiter ahead of it does when a release wakes them all):
+/// it writes nothing, so it does not queue for that lock. Without that (the `_v7` functions),
+/// each of these attempts waits for the transaction, which this thread holds open, until the
+/// statement times out.
+fn a_refusal_with_nothing_to_write_waits_for_no_other_acquirer(backend: fn() -> PostgresBackend) {
+    let backend = backend();
+    let name = unique("line-unlocked");
+    let key = Key::new(&name).unwrap();
+    let storage_key = backend.storage_key(&name).unwrap();
+    let held = lease(backend.acquire(&name, TTL));
+    let (first, second) = (LockId::generate(), LockId::generate());
+    assert_eq!(wait(&backend, &name, &first), Acquisition::Locked);
+    assert_eq!(wait(&backend, &name, &second), Acquisition::Locked);
+    let position = |place: &LockId| match backend
+        .try_acquire(&Request::one(&key, ttl()).line(Line::Wait(place)))
+        .unwrap()
+    {
+        Acquisitions::Locked { position, .. } => position,
+        Acquisitions::Acquired(_) => panic!("granted out of turn"),
+    };
+    let mut client = shared_postgres().client();
+    let mut shut_out = |check: &mut dyn FnMut()| {
+        let mut transaction = client.transaction().unwrap();
+        transaction
+            .execute(
+                "SELECT pg_advisory_xact_lock(hashtext($1))",
+                &[&storage_key],
+            )
+            .unwrap();
+        check();
+        transaction.rollback().unwrap();
+    };
+    // The key held: both are refused, each told its place.
+    shut_out(&mut || {
+        assert_eq!(position(&first), Some(0));
+        assert_eq!(position(&second), Some(1));
+    });
+    assert!(backend.release(&held.lock_id).unwrap());
+    // The key free: the second is refused, the first stands ahead of it.
+    shut_out(&mut || assert_eq!(position(&second), Some(1)));
+    let Acquisition::Acquired { lease: granted, .. } = wait(&backend, &name, &first) else {
+        panic!("the first in line is granted once the key is free");
+    };
+    assert_eq!(stored_places(&backend, &name, "lock").len(), 1);
+    assert!(backend.release(&granted.lock_id).unwrap());
+    let Acquisition::Acquired { lease: next, .. } = wait(&backend, &name, &second) else {
+        panic!("the second is granted next");
+    };
+    assert!(backend.release(&next.lock_id).unwrap());
+    assert_eq!(stored_places(&backend, &name, "lock"), []);
 }
 
 /// Issue 40, item 7: a place in the line of a key nobody asks for again (a killed waiter of a

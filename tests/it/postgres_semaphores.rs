@@ -693,11 +693,11 @@ fn semaphore_objects(client: &mut postgres::Client, locks: &str) -> Vec<(String,
         .collect();
     names.extend(
         [
-            "pacquire_v7(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)",
-            "prelease_v7(text, text, bigint)",
-            "prenew_v7(text[], text[], bigint[], bigint)",
-            "permits_v7(text, bigint)",
-            "plist_v7(text, bigint, bigint)",
+            "pacquire_v8(text, text, bigint, text, bigint, bigint, bigint, text, text, text, bigint)",
+            "prelease_v8(text, text, bigint)",
+            "prenew_v8(text[], text[], bigint[], bigint)",
+            "permits_v8(text, bigint)",
+            "plist_v8(text, bigint, bigint)",
         ]
         .iter()
         .map(|function| format!("to_regprocedure('{locks}_{function}')")),
@@ -729,8 +729,8 @@ fn setup_schema_creates_the_semaphore_tables_and_functions() {
     // setup.
     client
         .batch_execute(&format!(
-            "DROP FUNCTION {locks}_pacquire_v7, {locks}_prelease_v7, {locks}_prenew_v7, \
-             {locks}_permits_v7, {locks}_plist_v7"
+            "DROP FUNCTION {locks}_pacquire_v8, {locks}_prelease_v8, {locks}_prenew_v8, \
+             {locks}_permits_v8, {locks}_plist_v8"
         ))
         .unwrap();
     let run_setup = |error: syncguard::LockError| {

@@ -245,7 +245,7 @@ pub fn drop_server_functions(client: &mut postgres::Client, lock_table: &str) {
     let functions: Vec<String> = client
         .query(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE $1",
-            &[&format!("{lock_table}\\_%\\_v7")],
+            &[&format!("{lock_table}\\_%\\_v8")],
         )
         .expect("list the server functions")
         .iter()
