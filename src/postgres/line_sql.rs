@@ -124,7 +124,16 @@ pub(super) struct KeyLine<'a> {
     pub key: &'a str,
 }
 
-impl KeyLine<'_> {
+impl<'a> KeyLine<'a> {
+    /// The line `kind` of the single-key functions' key, `$1`, in the table `line` (quoted).
+    fn of_one_key(line: &'a str, kind: LeaseKind) -> Self {
+        KeyLine {
+            line,
+            kind,
+            key: "$1",
+        }
+    }
+
     fn this_line(&self) -> String {
         format!(
             "q.key = {} AND q.kind = '{}'",
@@ -269,11 +278,13 @@ impl KeyLine<'_> {
         let before = "q.place_id IS DISTINCT FROM $10\n\
              AND (judged.at IS NULL OR q.ticket < judged.at\n\
              OR (q.ticket = judged.at AND q.place_id COLLATE \"C\" < $10 COLLATE \"C\"))";
-        // Readers pass readers: only exclusive places ahead hold a shared request back.
-        let blocking = if self.kind == LeaseKind::Shared {
-            format!("count(*) FILTER (WHERE {live} AND {before} AND NOT q.shared)")
+        // Readers pass readers: only exclusive places ahead hold a shared request back; for
+        // the others, every place ahead does.
+        let (blocking, into_blocking, blocking_otherwise) = if self.kind == LeaseKind::Shared {
+            let count = format!(",\ncount(*) FILTER (WHERE {live} AND {before} AND NOT q.shared)");
+            (count, ", blocking", "")
         } else {
-            format!("count(*) FILTER (WHERE {live} AND {before})")
+            (String::new(), "", "blocking := ahead;\n")
         };
         format!(
             "mine := NULL;\n\
@@ -287,11 +298,11 @@ impl KeyLine<'_> {
              FROM {line} q WHERE {this_line} AND q.place_id = $10 AND {live}),\n\
              judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)\n\
              SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),\n\
-             count(*) FILTER (WHERE {live} AND {before}),\n\
-             {blocking},\n\
-             count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)\n\
-             INTO mine, fresh, ahead, blocking, expired\n\
+             count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7),\n\
+             count(*) FILTER (WHERE {live} AND {before}){blocking}\n\
+             INTO mine, fresh, expired, ahead{into_blocking}\n\
              FROM judged LEFT JOIN {line} q ON {this_line};\n\
+             {blocking_otherwise}\
              END IF;\n"
         )
     }
@@ -341,11 +352,7 @@ impl KeyLine<'_> {
 /// "held") when not. The function's parameters: `$7` tolerance ms, `$8` holder description,
 /// `$9` mode, `$10` place id, `$11` ticket (see [`line_params`]).
 pub(super) fn admit_by_line(line: &str, kind: LeaseKind, free: &str) -> String {
-    let key_line = KeyLine {
-        line,
-        kind,
-        key: "$1",
-    };
+    let key_line = KeyLine::of_one_key(line, kind);
     format!(
         "{look}\
          admitted := slots > blocking;\n\
@@ -397,11 +404,7 @@ fn look_at_line(key_line: &KeyLine<'_>, free: &str) -> String {
 /// snapshot a moment old, and the release it missed is announced to it after its attempt
 /// (`NOTIFY` at the release's commit) or found at its next poll.
 pub(super) fn refuse_unlocked(line: &str, kind: LeaseKind, free: &str) -> String {
-    let key_line = KeyLine {
-        line,
-        kind,
-        key: "$1",
-    };
+    let key_line = KeyLine::of_one_key(line, kind);
     format!(
         "{look}\
          IF slots <= blocking AND ($9 <> 'wait' OR fresh) THEN\n\

@@ -260,15 +260,13 @@ q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
 judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
 SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7),
 count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
 AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
-count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
-AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
-count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
-INTO mine, fresh, ahead, blocking, expired
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C")))
+INTO mine, fresh, expired, ahead
 FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'lock';
+blocking := ahead;
 END IF;
 IF slots <= blocking AND ($9 <> 'wait' OR fresh) THEN
 IF $9 = 'wait' THEN places_ahead := ahead; END IF;
@@ -300,15 +298,13 @@ q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
 judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
 SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7),
 count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
 AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
-count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
-AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
-count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
-INTO mine, fresh, ahead, blocking, expired
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C")))
+INTO mine, fresh, expired, ahead
 FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'lock';
+blocking := ahead;
 END IF;
 admitted := slots > blocking;
 IF $9 = 'wait' THEN
@@ -715,15 +711,13 @@ q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'permit' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
 judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
 SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7),
 count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
 AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
-count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
-AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
-count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
-INTO mine, fresh, ahead, blocking, expired
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C")))
+INTO mine, fresh, expired, ahead
 FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'permit';
+blocking := ahead;
 END IF;
 admitted := slots > blocking;
 IF $9 = 'wait' THEN
@@ -906,14 +900,14 @@ q.expires_at_ms > now_ms + 3334 AND q.holder IS NOT DISTINCT FROM $8 AS fresh
 FROM "syncguard_locks_line" q WHERE q.key = $1 AND q.kind = 'lock' AND q.place_id = $10 AND q.expires_at_ms > now_ms - $7),
 judged AS (SELECT COALESCE((SELECT own.ticket FROM own), line_ticket) AS at)
 SELECT (SELECT own.ticket FROM own), (SELECT own.fresh FROM own),
+count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7),
 count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
 AND (judged.at IS NULL OR q.ticket < judged.at
 OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C"))),
 count(*) FILTER (WHERE q.expires_at_ms > now_ms - $7 AND q.place_id IS DISTINCT FROM $10
 AND (judged.at IS NULL OR q.ticket < judged.at
-OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C")) AND NOT q.shared),
-count(*) FILTER (WHERE q.expires_at_ms <= now_ms - $7)
-INTO mine, fresh, ahead, blocking, expired
+OR (q.ticket = judged.at AND q.place_id COLLATE "C" < $10 COLLATE "C")) AND NOT q.shared)
+INTO mine, fresh, expired, ahead, blocking
 FROM judged LEFT JOIN "syncguard_locks_line" q ON q.key = $1 AND q.kind = 'lock';
 END IF;
 admitted := slots > blocking;
