@@ -2,9 +2,11 @@
 //!
 //! When one permit of a semaphore falls due, the heartbeat renews the semaphore's other
 //! permits with it (one request, one write of a semaphore's record where a store keeps one).
-//! Finding them by scanning the whole queue costs every lease the `Locker` holds, each time a
-//! permit falls due: with many semaphores that is most of the heartbeat's work. This index
-//! finds them at the cost of the semaphore's own permits.
+//! Finding them by scanning the whole queue costs every lease the `Locker` holds (twice: a
+//! renewal and a deadline entry each) whenever a permit falls due; where renewals come back
+//! spread out (a store over the network), that is many times a second, and with thousands of
+//! permits it was most of the scheduler thread's work. This index finds them at the cost of
+//! the semaphore's own permits.
 //!
 //! It is kept in step with the queue: a permit is here, with the generation of its queued
 //! renewal, exactly while that renewal is queued and current. Renewals in flight, and finished

@@ -8,7 +8,9 @@
 //! no lease waits for another lease's renewal beyond [`MAX_WORKERS`] stuck calls; threads stay
 //! at most `1 + MAX_WORKERS` whatever the number of guards. Deadline checks run on the
 //! scheduler thread itself and never wait for a renewal in flight, so a lease whose renewal
-//! hangs is still reported lost at its deadline.
+//! hangs is still reported lost at its deadline. The permits of a semaphore renew together:
+//! the first that falls due brings the others, found through their index by semaphore
+//! ([`DuePermits`]) rather than a walk of the whole queue.
 //!
 //! [`Driver::extend_leases`]: crate::driver::Driver::extend_leases
 
