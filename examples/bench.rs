@@ -45,11 +45,13 @@
 //! (`LockOptions::wait_in_line(false)`) instead of waiting in line; their lines say `"line"`.
 //!
 //! And `hold`: `--guards` guards (default 10 000) held at once through one `Locker` with the
-//! heartbeat on, with TTL `--ttl` (default 30 s) for `--hold` (default: none), reporting the
+//! heartbeat on, with TTL `--ttl` (default 30 s) for `--hold` (default: none): locks of keys of
+//! their own, or with `--semaphores N` permits spread over `N` semaphores. It reports the
 //! heap bytes they cost (counted by this program's global allocator: the guards, the
-//! heartbeat's bookkeeping and, for `memory:`, the backend's own records), how many heartbeat
-//! threads run (Linux only; `null` elsewhere), how many guards were lost while held, and the
-//! renewals the heartbeat made per second.
+//! heartbeat's bookkeeping and, for `memory:`, the backend's own records), the process's RSS
+//! before and after taking them, how long that took, how many heartbeat threads run and the
+//! CPU they used over the hold (Linux only; `null` elsewhere), how many guards were lost while
+//! held, and the renewals and renewal requests the heartbeat made per second.
 //!
 //! Keys are `syncguard-bench:<random run id>:<scenario>:<n>`, so concurrent runs against a
 //! shared server do not collide; everything taken is released before the scenario ends.
@@ -67,6 +69,8 @@
 // example reaches only the public API.
 #[path = "../src/duration.rs"]
 mod duration;
+#[path = "bench_parts/hold.rs"]
+mod hold;
 #[cfg(feature = "metrics")]
 #[path = "bench_parts/recorder.rs"]
 mod recorder;
@@ -80,11 +84,10 @@ use std::sync::{Arc, Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::duration::parse_duration;
+use crate::hold::{HoldPlan, run_hold};
 use serde::Serialize;
 use syncguard::driver::{Driver, Extension, LeaseKind, LeaseRef, Outcome, Ttl};
-use syncguard::{
-    AcquireOutcome, Heartbeat, Lease, LockBackend, LockError, LockOptions, Locker, Lookup,
-};
+use syncguard::{AcquireOutcome, Lease, LockBackend, LockError, LockOptions, Locker, Lookup};
 
 const USAGE: &str = "\
 bench: throughput, latency and memory of syncguard operations
@@ -105,6 +108,8 @@ OPTIONS:
     --keys N            keys the multi scenario holds together, 1 to 64 (default: 2)
     --line on|off       waiters wait in line, or barge (default: on)
     --guards N          guards the hold scenario keeps (default: 10000)
+    --semaphores N      the hold scenario's guards are permits of N semaphores
+                        (default: locks of keys of their own)
     --ttl D             their TTL, e.g. 3s or 3000ms (default: 30s)
     --hold D            how long they are held (default: 0s)
     -h, --help          print this help
@@ -115,19 +120,11 @@ Prints one JSON line per scenario on stdout. Exit status: 0 success, 2 bad usage
 /// Lease length for everything the benchmark takes.
 const TTL: Duration = Duration::from_secs(30);
 
-/// How many guards the `hold` scenario keeps at once, unless `--guards` says.
-const HOLD_GUARDS: usize = 10_000;
-
 /// In the `shared` scenario, one hold in this many is a writer's.
 const SHARED_WRITER_EVERY: usize = 10;
 
 /// The size of the `semaphore` scenario's semaphore, unless `--permits` says.
 const PERMITS: u32 = 4;
-
-/// The heartbeat's threads as `/proc/*/task/*/comm` shows them: the scheduler and its workers
-/// (and, for versions that named it `syncguard-heartbeat`, the first 15 bytes Linux kept).
-#[cfg(target_os = "linux")]
-const HEARTBEAT_COMMS: [&str; 3] = ["syncguard-hb", "syncguard-hb-w", "syncguard-heart"];
 
 // ---------------------------------------------------------------------------------------------
 // Counting allocator
@@ -269,14 +266,6 @@ struct Args {
     keys: usize,
 }
 
-/// What the `hold` scenario does.
-#[derive(Debug, Clone, Copy)]
-struct HoldPlan {
-    guards: usize,
-    ttl: Duration,
-    hold: Duration,
-}
-
 /// What the command line asked for.
 enum Command {
     Run(Args),
@@ -294,11 +283,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
     let mut line = true;
     let mut waiters = 1;
     let mut keys = 2;
-    let mut hold = HoldPlan {
-        guards: HOLD_GUARDS,
-        ttl: TTL,
-        hold: Duration::ZERO,
-    };
+    let mut hold = HoldPlan::default();
     while let Some(arg) = argv.next() {
         if arg == "-h" || arg == "--help" {
             return Ok(Command::Help);
@@ -319,6 +304,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                 | "--seconds"
                 | "--scenario"
                 | "--guards"
+                | "--semaphores"
                 | "--ttl"
                 | "--hold"
                 | "--permits"
@@ -340,6 +326,11 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                     .ok()
                     .filter(|&n: &usize| n >= 1)
                     .ok_or_else(|| format!("--guards wants a whole number >= 1, not {value:?}"))?;
+            }
+            "--semaphores" => {
+                hold.semaphores = Some(value.parse().ok().filter(|&n: &usize| n >= 1).ok_or_else(
+                    || format!("--semaphores wants a whole number >= 1, not {value:?}"),
+                )?);
             }
             "--permits" => {
                 permits = value
@@ -487,22 +478,6 @@ struct TimedReport {
     keys: Option<usize>,
 }
 
-/// The JSON line of the `hold` scenario.
-#[derive(Serialize)]
-struct HoldReport {
-    backend: &'static str,
-    scenario: &'static str,
-    guards: usize,
-    /// Threads that took the guards at once (1: one by one).
-    threads: usize,
-    ttl_ms: u128,
-    hold_ms: u128,
-    bytes_per_guard: i64,
-    heartbeat_threads: Option<usize>,
-    lost: usize,
-    renewals_per_s: f64,
-}
-
 // ---------------------------------------------------------------------------------------------
 // Timed scenarios
 // ---------------------------------------------------------------------------------------------
@@ -515,8 +490,9 @@ struct Ctx {
     locker: BenchLocker,
     /// Another locker on its own connections (the same store for `memory:`), for `handoff`.
     other: BenchLocker,
-    /// Renewals the heartbeat made (counted from telemetry).
+    /// Renewals the heartbeat made, and the batch renewal calls that made them.
     renewals: Arc<AtomicUsize>,
+    renewal_requests: Arc<AtomicUsize>,
     /// Random per run, so that runs against a shared server never share a key.
     run_id: String,
     duration: Duration,
@@ -908,128 +884,15 @@ fn percentile_us(sorted: &[u64], p: f64) -> Option<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The hold scenario
-// ---------------------------------------------------------------------------------------------
-
-/// Takes the planned guards with the heartbeat on (one by one, or in a burst from `threads`
-/// threads at once, each taking its share of the keys), measures what they cost, holds them
-/// for the planned time, counts the ones lost, releases the rest.
-fn run_hold(ctx: &Ctx, plan: HoldPlan, threads: usize) -> Result<HoldReport, BenchError> {
-    let lost = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&lost);
-    let options = LockOptions::default()
-        .ttl(plan.ttl)
-        .heartbeat(Heartbeat::Auto)
-        .on_lock_lost(move |_| {
-            counter.fetch_add(1, Ordering::Relaxed);
-        });
-    // Built before measuring: the caller's key strings are not the guards' cost.
-    let keys: Vec<String> = (0..plan.guards)
-        .map(|n| ctx.key(Scenario::Hold, n))
-        .collect();
-
-    COUNTING.store(true, Ordering::SeqCst);
-    let before = LIVE_BYTES.load(Ordering::SeqCst);
-    // The vector is measured too: holding a guard takes room for the guard itself.
-    let mut guards = Vec::with_capacity(plan.guards);
-    let acquired = if threads <= 1 {
-        keys.iter().try_for_each(|key| {
-            guards.push(ctx.locker.lock_with(key, &options)?);
-            Ok::<_, LockError>(())
-        })
-    } else {
-        let share = keys.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let takers: Vec<_> = keys
-                .chunks(share)
-                .map(|chunk| {
-                    let options = &options;
-                    scope.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|key| ctx.locker.lock_with(key, options))
-                            .collect::<Result<Vec<_>, LockError>>()
-                    })
-                })
-                .collect();
-            let mut first_error = None;
-            for taker in takers {
-                match taker.join() {
-                    Ok(Ok(taken)) => guards.extend(taken),
-                    Ok(Err(error)) => {
-                        first_error.get_or_insert(error);
-                    }
-                    Err(_) => {
-                        first_error.get_or_insert(LockError::internal("a taker thread panicked"));
-                    }
-                }
-            }
-            first_error.map_or(Ok(()), Err)
-        })
-    };
-    let after = LIVE_BYTES.load(Ordering::SeqCst);
-    COUNTING.store(false, Ordering::SeqCst);
-    acquired?;
-
-    let renewed_before = ctx.renewals.load(Ordering::Relaxed);
-    let held_since = Instant::now();
-    std::thread::sleep(plan.hold);
-    let renewals = ctx.renewals.load(Ordering::Relaxed) - renewed_before;
-    let held_for = held_since.elapsed().as_secs_f64();
-    let heartbeat_threads = heartbeat_threads();
-    let per_guard = (after - before) as f64 / plan.guards as f64;
-    let lost_while_held = guards.iter().filter(|guard| guard.is_lost()).count();
-    for guard in guards {
-        // A lost guard's lock may be gone already: that is counted above, not an error here.
-        let _ = guard.release()?;
-    }
-    Ok(HoldReport {
-        backend: ctx.backend().capabilities().backend,
-        scenario: Scenario::Hold.name(),
-        guards: plan.guards,
-        threads: threads.max(1),
-        ttl_ms: plan.ttl.as_millis(),
-        hold_ms: plan.hold.as_millis(),
-        bytes_per_guard: per_guard.round() as i64,
-        heartbeat_threads,
-        lost: lost_while_held.max(lost.load(Ordering::Relaxed)),
-        renewals_per_s: if held_for > 0.0 {
-            (renewals as f64 / held_for).round()
-        } else {
-            0.0
-        },
-    })
-}
-
-/// How many threads of this process are syncguard heartbeat threads.
-#[cfg(target_os = "linux")]
-fn heartbeat_threads() -> Option<usize> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let count = tasks
-        .flatten()
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|comm| HEARTBEAT_COMMS.contains(&comm.trim_end()))
-        })
-        .count();
-    Some(count)
-}
-
-/// Thread names are not portably readable: unknown.
-#[cfg(not(target_os = "linux"))]
-fn heartbeat_threads() -> Option<usize> {
-    None
-}
-
-// ---------------------------------------------------------------------------------------------
 // Counting renewals
 // ---------------------------------------------------------------------------------------------
 
 /// The backend under test, counting the renewals that succeed (cheaper than telemetry, which
-/// hashes every key).
+/// hashes every key) and the batch renewal calls.
 struct CountingRenewals {
     inner: Box<dyn LockBackend>,
     renewals: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
 }
 
 impl CountingRenewals {
@@ -1048,6 +911,7 @@ impl Driver for CountingRenewals {
         leases: &[(LeaseRef<'_>, Ttl)],
     ) -> Vec<syncguard::Result<Outcome<Extension>>> {
         let answers = self.inner.extend_leases(leases);
+        self.requests.fetch_add(1, Ordering::Relaxed);
         self.count(&answers);
         answers
     }
@@ -1062,9 +926,11 @@ impl Driver for CountingRenewals {
 /// Connects and runs the chosen scenarios, printing a line after each.
 fn run(args: &Args) -> Result<(), BenchError> {
     let renewals = Arc::new(AtomicUsize::new(0));
+    let renewal_requests = Arc::new(AtomicUsize::new(0));
     let backend: Box<dyn LockBackend> = Box::new(CountingRenewals {
         inner: syncguard::connect(&args.url)?,
         renewals: Arc::clone(&renewals),
+        requests: Arc::clone(&renewal_requests),
     });
     let memory = backend.capabilities().backend == "memory";
     let locker = Locker::new(backend);
@@ -1078,6 +944,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
         locker,
         other,
         renewals,
+        renewal_requests,
         run_id: syncguard::driver::generate_lock_id(),
         duration: args.duration,
         permits: args.permits,

@@ -8,7 +8,9 @@
 //! no lease waits for another lease's renewal beyond [`MAX_WORKERS`] stuck calls; threads stay
 //! at most `1 + MAX_WORKERS` whatever the number of guards. Deadline checks run on the
 //! scheduler thread itself and never wait for a renewal in flight, so a lease whose renewal
-//! hangs is still reported lost at its deadline.
+//! hangs is still reported lost at its deadline. The permits of a semaphore renew together:
+//! the first that falls due brings the others, found through their index by semaphore
+//! ([`DuePermits`]) rather than a walk of the whole queue.
 //!
 //! [`Driver::extend_leases`]: crate::driver::Driver::extend_leases
 
@@ -20,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::driver::{LeaseKind, LeaseRef, Ttl};
 use crate::error::{LockError, Result};
+use crate::key::Key;
+use crate::locker::due_permits::DuePermits;
 use crate::locker::lease::{Begin, HeldLease, Renewal, Ticket};
 use crate::locker::store::Store;
 
@@ -52,6 +56,8 @@ pub(crate) struct Scheduler {
 #[derive(Default)]
 struct Queue {
     due: BinaryHeap<Reverse<Due>>,
+    /// The permits among `due`'s current renewals, by semaphore.
+    permits: DuePermits,
     next_seq: u64,
     /// Heap size at which finished entries are swept out.
     compact_at: usize,
@@ -168,12 +174,16 @@ impl Scheduler {
     /// scheduler thread must wake to sleep for less.
     fn push(queue: &mut Queue, lease: &Arc<HeldLease>, at: Instant, task: Task) -> bool {
         if queue.due.len() >= queue.compact_at {
-            queue.due.retain(|Reverse(due)| !due.lease.is_finished());
-            queue.compact_at = (queue.due.len() * 2).max(MIN_COMPACT_AT);
+            Self::sweep(queue);
         }
         let seq = queue.next_seq;
         queue.next_seq += 1;
         let earliest = queue.due.peek().is_none_or(|Reverse(first)| at < first.at);
+        if let Task::Renew { generation } = task
+            && lease.kind() == LeaseKind::Permit
+        {
+            queue.permits.queued(lease, generation);
+        }
         queue.due.push(Reverse(Due {
             at,
             seq,
@@ -181,6 +191,13 @@ impl Scheduler {
             task,
         }));
         earliest
+    }
+
+    /// Drops the entries of finished leases.
+    fn sweep(queue: &mut Queue) {
+        queue.due.retain(|Reverse(due)| !due.lease.is_finished());
+        queue.permits.sweep();
+        queue.compact_at = (queue.due.len() * 2).max(MIN_COMPACT_AT);
     }
 
     /// Ends the threads (the locker and all its guards are gone).
@@ -229,28 +246,7 @@ impl Scheduler {
                 }
             }
         }
-        let horizon = Instant::now() + COALESCE;
-        let mut renewals = Vec::new();
-        let mut deadlines = Vec::new();
-        while let Some(Reverse(first)) = queue.due.peek() {
-            let is_renewal = matches!(first.task, Task::Renew { .. });
-            let due = if is_renewal { horizon } else { Instant::now() };
-            if first.at > due {
-                break;
-            }
-            let Some(Reverse(entry)) = queue.due.pop() else {
-                break;
-            };
-            match entry.task {
-                Task::Renew { generation } => {
-                    if entry.lease.generation() == generation && !entry.lease.is_finished() {
-                        renewals.push(entry.lease);
-                    }
-                }
-                Task::Deadline => deadlines.push(entry.lease),
-            }
-        }
-        Self::add_their_semaphores(&queue, &mut renewals);
+        let (renewals, deadlines) = Self::take_due(&mut queue);
         drop(queue);
         let store = if deadlines.is_empty() {
             None
@@ -269,30 +265,49 @@ impl Scheduler {
         Some(renewals)
     }
 
+    /// Takes the due entries out of the queue: the renewals due within [`COALESCE`] (with the
+    /// other permits of their semaphores), and the leases whose deadline checks are due.
+    fn take_due(queue: &mut Queue) -> (Vec<Arc<HeldLease>>, Vec<Arc<HeldLease>>) {
+        let horizon = Instant::now() + COALESCE;
+        let mut renewals = Vec::new();
+        let mut deadlines = Vec::new();
+        while let Some(Reverse(first)) = queue.due.peek() {
+            let is_renewal = matches!(first.task, Task::Renew { .. });
+            let due = if is_renewal { horizon } else { Instant::now() };
+            if first.at > due {
+                break;
+            }
+            let Some(Reverse(entry)) = queue.due.pop() else {
+                break;
+            };
+            match entry.task {
+                Task::Renew { generation } => {
+                    if entry.lease.kind() == LeaseKind::Permit {
+                        queue.permits.dequeued(&entry.lease, generation);
+                    }
+                    if entry.lease.generation() == generation && !entry.lease.is_finished() {
+                        renewals.push(entry.lease);
+                    }
+                }
+                Task::Deadline => deadlines.push(entry.lease),
+            }
+        }
+        Self::add_their_semaphores(queue, &mut renewals);
+        (renewals, deadlines)
+    }
+
     /// Adds to `renewals` the other permits of their semaphores, whatever their due times:
     /// renewed early with the first that falls due, they fall due together from then on. A
     /// store may keep a semaphore's permits in one record (Firestore: one document), where
     /// every renewal sent on its own is a write of that record; renewed together they are one.
-    fn add_their_semaphores(queue: &Queue, renewals: &mut Vec<Arc<HeldLease>>) {
-        let semaphores: HashSet<String> = renewals
+    fn add_their_semaphores(queue: &mut Queue, renewals: &mut Vec<Arc<HeldLease>>) {
+        let semaphores: HashSet<Key> = renewals
             .iter()
             .filter(|lease| lease.kind() == LeaseKind::Permit)
-            .map(|lease| lease.key().as_str().to_owned())
+            .map(|lease| lease.key().clone())
             .collect();
-        if semaphores.is_empty() {
-            return;
-        }
-        for Reverse(due) in queue.due.iter() {
-            if let Task::Renew { generation } = due.task
-                && due.lease.kind() == LeaseKind::Permit
-                && due.lease.generation() == generation
-                && !due.lease.is_finished()
-                && semaphores.contains(due.lease.key().as_str())
-            {
-                // Its queued renewal is stale from now on: this one replaces it.
-                due.lease.next_generation();
-                renewals.push(Arc::clone(&due.lease));
-            }
+        for semaphore in &semaphores {
+            queue.permits.take_semaphore(semaphore, renewals);
         }
     }
 
@@ -416,5 +431,227 @@ impl Scheduler {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Lease;
+    use crate::fence::Fence;
+    use crate::lock_id::LockId;
+    use crate::locker::due_permits::address_of;
+    use crate::locker::lease::{Grant, Terms};
+    use crate::locker::options::Heartbeat;
+    use crate::observe::Observers;
+
+    const TTL_MS: i64 = 30_000;
+
+    /// A lease held on `key` with the heartbeat on, acquired `ago`: with `ago` past its TTL,
+    /// its deadline has passed.
+    fn held(key: &str, kind: LeaseKind, ago: Duration) -> Arc<HeldLease> {
+        let lock_id = LockId::generate();
+        let ttl = Ttl::from_checked_millis(TTL_MS);
+        let sent = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+        let grant = Grant {
+            key: Key::new(key).unwrap(),
+            lock_id: lock_id.clone(),
+            kind,
+            lease: Lease {
+                lock_id: lock_id.as_str().to_owned(),
+                fence: Fence::from_counter(1).unwrap(),
+                expires_at_ms: i64::MAX / 2,
+            },
+            version: None,
+            sent,
+            ttl,
+            length: ttl,
+        };
+        let terms = Terms {
+            heartbeat: Heartbeat::Auto,
+            max_hold: None,
+            min_hold: None,
+            on_lock_lost: None,
+            observers: Observers::new("memory"),
+        };
+        Arc::new(HeldLease::new(grant, terms))
+    }
+
+    fn permit(semaphore: &str) -> Arc<HeldLease> {
+        held(semaphore, LeaseKind::Permit, Duration::ZERO)
+    }
+
+    /// Queues a renewal of `lease` due now, as a retry does.
+    fn due_now(scheduler: &Scheduler, lease: &Arc<HeldLease>) {
+        let generation = lease.next_generation();
+        Scheduler::push(
+            &mut scheduler.queue(),
+            lease,
+            Instant::now(),
+            Task::Renew { generation },
+        );
+    }
+
+    /// The index holds exactly the permits whose queued renewal is current.
+    fn assert_in_step(queue: &Queue) {
+        let mut current: Vec<(usize, u64)> = queue
+            .due
+            .iter()
+            .filter_map(|Reverse(due)| match due.task {
+                Task::Renew { generation }
+                    if due.lease.kind() == LeaseKind::Permit
+                        && due.lease.generation() == generation
+                        && !due.lease.is_finished() =>
+                {
+                    Some((address_of(&due.lease), generation))
+                }
+                _ => None,
+            })
+            .collect();
+        current.sort_unstable();
+        assert_eq!(queue.permits.entries(), current);
+    }
+
+    fn addresses(leases: &[Arc<HeldLease>]) -> Vec<usize> {
+        let mut addresses: Vec<usize> = leases.iter().map(|lease| address_of(lease)).collect();
+        addresses.sort_unstable();
+        addresses
+    }
+
+    #[test]
+    fn scheduled_permits_are_indexed_by_semaphore_and_locks_are_not() {
+        let scheduler = Scheduler::new();
+        let leases = [
+            permit("s1"),
+            permit("s1"),
+            permit("s2"),
+            held("a-lock", LeaseKind::Lock, Duration::ZERO),
+        ];
+        for lease in &leases {
+            scheduler.schedule(lease);
+        }
+        let queue = scheduler.queue();
+        assert_eq!(queue.permits.entries().len(), 3);
+        assert_eq!(queue.permits.semaphores(), 2);
+        assert_in_step(&queue);
+    }
+
+    #[test]
+    fn a_due_permit_brings_the_other_permits_of_its_semaphore_only() {
+        let scheduler = Scheduler::new();
+        let first = permit("s1");
+        let siblings = [permit("s1"), permit("s1")];
+        let other = permit("s2");
+        for lease in siblings.iter().chain([&first, &other]) {
+            scheduler.schedule(lease);
+        }
+        due_now(&scheduler, &first);
+
+        let mut queue = scheduler.queue();
+        let (renewals, deadlines) = Scheduler::take_due(&mut queue);
+        assert!(deadlines.is_empty());
+        let expected = [
+            Arc::clone(&first),
+            Arc::clone(&siblings[0]),
+            Arc::clone(&siblings[1]),
+        ];
+        assert_eq!(addresses(&renewals), addresses(&expected));
+        // The siblings' queued renewals are stale now: only the other semaphore's is left.
+        assert_eq!(
+            queue.permits.entries(),
+            addresses(&[other])
+                .into_iter()
+                .map(|at| (at, 1))
+                .collect::<Vec<_>>()
+        );
+        assert_in_step(&queue);
+    }
+
+    #[test]
+    fn a_renewed_permit_is_indexed_once_at_its_new_renewal() {
+        let scheduler = Scheduler::new();
+        let lease = permit("s1");
+        scheduler.schedule(&lease);
+        // As after a renewal: the next one replaces the one queued.
+        scheduler.schedule(&lease);
+        let queue = scheduler.queue();
+        assert_eq!(
+            queue.permits.entries(),
+            vec![(address_of(&lease), lease.generation())]
+        );
+        assert_in_step(&queue);
+    }
+
+    #[test]
+    fn a_stale_renewal_leaving_the_queue_keeps_the_current_one() {
+        let scheduler = Scheduler::new();
+        let lease = permit("s1");
+        due_now(&scheduler, &lease);
+        // Rescheduled before the one due now was taken: that one is stale.
+        scheduler.schedule(&lease);
+        let mut queue = scheduler.queue();
+        let (renewals, _) = Scheduler::take_due(&mut queue);
+        assert!(renewals.is_empty());
+        assert_eq!(
+            queue.permits.entries(),
+            vec![(address_of(&lease), lease.generation())]
+        );
+        assert_in_step(&queue);
+    }
+
+    #[test]
+    fn a_permit_in_flight_is_not_brought_again() {
+        let scheduler = Scheduler::new();
+        let first = permit("s1");
+        let second = permit("s1");
+        due_now(&scheduler, &first);
+        due_now(&scheduler, &second);
+        let mut queue = scheduler.queue();
+        let (renewals, _) = Scheduler::take_due(&mut queue);
+        assert_eq!(addresses(&renewals), addresses(&[first, second]));
+        assert!(queue.permits.entries().is_empty());
+        assert_eq!(queue.permits.semaphores(), 0);
+        assert_in_step(&queue);
+    }
+
+    #[test]
+    fn finished_permits_are_not_brought_and_leave_with_the_sweep() {
+        let scheduler = Scheduler::new();
+        let overdue = Duration::from_secs(60);
+        let lost_sibling = held("s1", LeaseKind::Permit, overdue);
+        let lost_alone = held("s2", LeaseKind::Permit, overdue);
+        let kept = permit("s1");
+        let first = permit("s1");
+        for lease in [&lost_sibling, &lost_alone, &kept, &first] {
+            scheduler.schedule(lease);
+        }
+        let later = Instant::now() + Duration::from_secs(3600);
+        for lost in [&lost_sibling, &lost_alone] {
+            lost.expire_if_overdue();
+            assert!(lost.is_finished());
+            // A renewal still queued for it, as for a guard released before its turn.
+            let generation = lost.next_generation();
+            Scheduler::push(
+                &mut scheduler.queue(),
+                lost,
+                later,
+                Task::Renew { generation },
+            );
+        }
+        due_now(&scheduler, &first);
+
+        let mut queue = scheduler.queue();
+        assert_in_step(&queue);
+        let (renewals, deadlines) = Scheduler::take_due(&mut queue);
+        assert_eq!(addresses(&renewals), addresses(&[first, kept]));
+        assert_eq!(
+            addresses(&deadlines),
+            addresses(&[lost_sibling, Arc::clone(&lost_alone)])
+        );
+        // The other semaphore was not taken: its finished permit waits for the sweep.
+        assert_eq!(queue.permits.semaphores(), 1);
+        Scheduler::sweep(&mut queue);
+        assert_eq!(queue.permits.semaphores(), 0);
+        assert_in_step(&queue);
     }
 }

@@ -2,6 +2,7 @@
 
 mod acquisition;
 pub(crate) mod breaking;
+mod due_permits;
 mod fences;
 mod guard;
 mod heartbeat;
