@@ -39,10 +39,11 @@ macro_rules! scripts {
 
 scripts! {
     /// A lock's acquisition: a free key is taken in `acquire_free.lua`, before the parts only
-    /// a key in use needs (`record.lua`, `line.lua`, `lock.lua`) are defined.
-    acquire: ["fence.lua", "take.lua", "acquire_free.lua", "record.lua", "line.lua", "lock.lua",
-        "acquire.lua"],
-    acquire_all: ["fence.lua", "take.lua", "record.lua", "line.lua", "lock.lua", "acquire_all.lua"],
+    /// a key in use needs (`typed.lua`, `record.lua`, `line.lua`, `lock.lua`) are defined.
+    acquire: ["fence.lua", "take.lua", "acquire_free.lua", "typed.lua", "record.lua", "line.lua",
+        "lock.lua", "acquire.lua"],
+    acquire_all: ["typed.lua", "fence.lua", "take.lua", "record.lua", "line.lua", "lock.lua",
+        "acquire_all.lua"],
     release: ["record.lua", "owned.lua", "release.lua"],
     extend: ["record.lua", "owned.lua", "extend.lua"],
     release_record: ["record.lua", "owned.lua", "release_record.lua"],
@@ -50,24 +51,25 @@ scripts! {
     is_locked: ["record.lua", "is_locked.lua"],
     lookup_key: ["record.lua", "lookup_key.lua"],
     lookup_id: ["record.lua", "lookup_id.lua"],
-    semaphore_acquire: ["record.lua", "fence.lua", "take.lua", "semaphore.lua", "line.lua",
-        "holder_acquire.lua", "semaphore_acquire.lua"],
-    shared_acquire: ["record.lua", "fence.lua", "take.lua", "semaphore.lua", "line.lua",
-        "holder_acquire.lua", "shared_acquire.lua"],
-    semaphore_release: ["record.lua", "semaphore.lua", "semaphore_release.lua"],
-    semaphore_extend: ["record.lua", "semaphore.lua", "semaphore_extend.lua"],
-    semaphore_holders: ["record.lua", "semaphore.lua", "semaphore_holders.lua"],
-    line_leave: ["line.lua", "line_leave.lua"],
-    line_find: ["line.lua", "line_find.lua"],
-    line_judge: ["take.lua", "record.lua", "line.lua", "lock.lua", "line_judge.lua"],
+    semaphore_acquire: ["typed.lua", "record.lua", "fence.lua", "take.lua", "semaphore.lua",
+        "line.lua", "holder_acquire.lua", "semaphore_acquire.lua"],
+    shared_acquire: ["typed.lua", "record.lua", "fence.lua", "take.lua", "semaphore.lua",
+        "line.lua", "holder_acquire.lua", "shared_acquire.lua"],
+    semaphore_release: ["typed.lua", "record.lua", "semaphore.lua", "semaphore_release.lua"],
+    semaphore_extend: ["typed.lua", "record.lua", "semaphore.lua", "semaphore_extend.lua"],
+    semaphore_holders: ["typed.lua", "record.lua", "semaphore.lua", "semaphore_holders.lua"],
+    line_leave: ["typed.lua", "line.lua", "line_leave.lua"],
+    line_find: ["typed.lua", "line.lua", "line_find.lua"],
+    line_judge: ["typed.lua", "take.lua", "record.lua", "line.lua", "lock.lua", "line_judge.lua"],
     /// A renewal that also replaces the holder text (a leader's proclaim), apart from the
     /// heartbeat's `extend` and `extend_record`.
     proclaim: ["record.lua", "owned.lua", "proclaim.lua"],
     proclaim_record: ["record.lua", "owned.lua", "proclaim_record.lua"],
     /// An operator's break (`breaking.rs`).
-    break_lock: ["record.lua", "fence.lua", "take.lua", "break.lua", "break_lock.lua"],
-    break_holders: ["record.lua", "fence.lua", "take.lua", "semaphore.lua", "break.lua",
-        "break_holders.lua"],
+    break_lock: ["typed.lua", "record.lua", "fence.lua", "take.lua", "break.lua",
+        "break_lock.lua"],
+    break_holders: ["typed.lua", "record.lua", "fence.lua", "take.lua", "semaphore.lua",
+        "break.lua", "break_holders.lua"],
 }
 
 /// A lock's renewal of `lease` for `ttl`, by the script `renew` on `target` (its index key or
@@ -282,7 +284,10 @@ mod tests {
             .iter()
             .flat_map(|(_, text)| text.lines().flat_map(defined))
             .collect();
-        assert!(shared.contains("take_fence") && shared.contains("OK"), "{shared:?}");
+        assert!(
+            shared.contains("take_fence") && shared.contains("OK"),
+            "{shared:?}"
+        );
         for (script, text) in TEXTS {
             let mut known = BTreeSet::new();
             for line in text.lines() {

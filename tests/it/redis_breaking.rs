@@ -519,7 +519,14 @@ fn a_break_sent_again_finds_its_own_markers() {
     held_in(&backend, &key, Mode::Exclusive, "job");
     let marker_id = syncguard::driver::marker_lock_id();
     let lock_key = backend.lock_key(key.as_str()).unwrap();
-    let break_lock = script!("break.lua", "break_lock.lua");
+    let break_lock = script!(
+        "typed.lua",
+        "record.lua",
+        "fence.lua",
+        "take.lua",
+        "break.lua",
+        "break_lock.lua"
+    );
     let mut invocation = break_lock.key(&lock_key);
     invocation
         .key(backend.fence_key(key.as_str()).unwrap())
@@ -543,7 +550,15 @@ fn a_break_sent_again_finds_its_own_markers() {
     let permits = Mode::permits(2).unwrap();
     held_in(&backend, &key, permits, "worker");
     let keys = backend.semaphore_keys(key.as_str()).unwrap();
-    let break_holders = script!("semaphore.lua", "break.lua", "break_holders.lua");
+    let break_holders = script!(
+        "typed.lua",
+        "record.lua",
+        "fence.lua",
+        "take.lua",
+        "semaphore.lua",
+        "break.lua",
+        "break_holders.lua"
+    );
     let mut invocation = break_holders.key(&keys.holders);
     invocation
         .key(&keys.permits)
@@ -654,6 +669,7 @@ fn the_heartbeats_scripts_are_the_ones_they_were() {
             "fence.lua",
             "take.lua",
             "acquire_free.lua",
+            "typed.lua",
             "record.lua",
             "line.lua",
             "lock.lua",
@@ -668,6 +684,7 @@ fn the_heartbeats_scripts_are_the_ones_they_were() {
         script_sha!("record.lua", "owned.lua", "proclaim.lua"),
         script_sha!("record.lua", "owned.lua", "proclaim_record.lua"),
         script_sha!(
+            "typed.lua",
             "record.lua",
             "fence.lua",
             "take.lua",
@@ -750,16 +767,31 @@ fn an_uncontended_acquisition_and_release_run_only_what_they_need() {
         ran
     };
     let expected = |commands: &[(&str, u64)]| -> BTreeMap<String, u64> {
-        commands.iter().map(|(name, calls)| (name.to_string(), *calls)).collect()
+        commands
+            .iter()
+            .map(|(name, calls)| (name.to_string(), *calls))
+            .collect()
     };
     assert_eq!(
         ran(&before, &after_acquire),
-        expected(&[("evalsha", 1), ("time", 1), ("exists", 1), ("incr", 1), ("set", 2)]),
+        expected(&[
+            ("evalsha", 1),
+            ("time", 1),
+            ("exists", 1),
+            ("incr", 1),
+            ("set", 2)
+        ]),
         "the acquisition"
     );
     assert_eq!(
         ran(&after_acquire, &after_release),
-        expected(&[("evalsha", 1), ("get", 2), ("time", 1), ("del", 1), ("publish", 1)]),
+        expected(&[
+            ("evalsha", 1),
+            ("get", 2),
+            ("time", 1),
+            ("del", 1),
+            ("publish", 1)
+        ]),
         "the release"
     );
 }

@@ -1,5 +1,5 @@
--- One key's lock as an acquire script decides and takes it (after the prelude, record.lua,
--- fence.lua, take.lua and line.lua):
+-- One key's lock as an acquire script decides and takes it (after the prelude, typed.lua,
+-- record.lua, take.lua and line.lua):
 -- the acquisition of one key (acquire.lua) and of several at once (acquire_all.lua) are built
 -- from these, so a key of a set is decided and written exactly as a key alone.
 --

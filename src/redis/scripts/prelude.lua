@@ -1,10 +1,11 @@
 -- Shared by every syncguard script (prepended at build time): reply codes, the clock, and
--- reading a key without a WRONGTYPE error. Redis TIME is the only clock; liveness is
+-- reading a string without a WRONGTYPE error. Redis TIME is the only clock; liveness is
 -- expiresAtMs > now - tolerance, as everywhere in SyncGuard.
 --
--- The other shared parts (record.lua, fence.lua, owned.lua, line.lua, lock.lua, semaphore.lua,
--- break.lua) go only into the scripts that call them (src/redis/scripts.rs): every
--- `local function` is a closure made again on each call, so a script carries only its own.
+-- The other shared parts (typed.lua, record.lua, fence.lua, take.lua, owned.lua, line.lua,
+-- lock.lua, semaphore.lua, break.lua) go only into the scripts that call them
+-- (src/redis/scripts.rs): every `local function` is a closure made again on each call, so a
+-- script carries only its own.
 --
 -- A key that holds no SyncGuard record answers {FOREIGN, key, why} from every script, before
 -- anything is written; a fence counter that is not a counter answers {BAD_COUNTER, key, why}.
@@ -23,19 +24,4 @@ local function get_string(key)
     return nil, 'it holds a Redis ' .. redis.call('TYPE', key).ok .. ', not a string'
   end
   return value
-end
-
--- Lua numbers as Redis arguments: whole milliseconds, never in exponent notation.
-local function ms_arg(ms)
-  return string.format('%d', ms)
-end
-
--- {FOREIGN, key, why} when key holds a Redis type other than wanted (an empty key is fine):
--- a WRONGTYPE error would abort the script without naming the key.
-local function check_type(key, wanted)
-  local found = redis.call('TYPE', key).ok
-  if found ~= 'none' and found ~= wanted then
-    return {FOREIGN, key, 'it holds a Redis ' .. found .. ', not a ' .. wanted}
-  end
-  return nil
 end
