@@ -60,6 +60,20 @@ macro_rules! script {
     };
 }
 
+/// An operator's break of a lock, built from its parts as the backend builds it.
+macro_rules! break_lock_script {
+    () => {
+        script!(
+            "typed.lua",
+            "record.lua",
+            "fence.lua",
+            "take.lua",
+            "break.lua",
+            "break_lock.lua"
+        )
+    };
+}
+
 /// The SHA1 of [`script!`]'s script.
 macro_rules! script_sha {
     ($($file:literal),+) => {
@@ -519,14 +533,7 @@ fn a_break_sent_again_finds_its_own_markers() {
     held_in(&backend, &key, Mode::Exclusive, "job");
     let marker_id = syncguard::driver::marker_lock_id();
     let lock_key = backend.lock_key(key.as_str()).unwrap();
-    let break_lock = script!(
-        "typed.lua",
-        "record.lua",
-        "fence.lua",
-        "take.lua",
-        "break.lua",
-        "break_lock.lua"
-    );
+    let break_lock = break_lock_script!();
     let mut invocation = break_lock.key(&lock_key);
     invocation
         .key(backend.fence_key(key.as_str()).unwrap())
@@ -683,14 +690,7 @@ fn the_heartbeats_scripts_are_the_ones_they_were() {
     let apart = [
         script_sha!("record.lua", "owned.lua", "proclaim.lua"),
         script_sha!("record.lua", "owned.lua", "proclaim_record.lua"),
-        script_sha!(
-            "typed.lua",
-            "record.lua",
-            "fence.lua",
-            "take.lua",
-            "break.lua",
-            "break_lock.lua"
-        ),
+        break_lock_script!().get_hash().to_owned(),
     ];
     for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
         let backend = patient_redis(&server.url()).layout(layout).build().unwrap();
