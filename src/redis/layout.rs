@@ -296,7 +296,12 @@ impl Keys {
     /// line's, its shared holders' and its semaphore's, named from one tag where an operation
     /// needs several of them (the tag hashes and normalises the key).
     pub fn tagged(&self, key: &str) -> Result<Tagged> {
-        Ok(Tagged(format!("{}{{{}}}", self.prefix, self.tag(key)?)))
+        let tag = self.tag(key)?;
+        let mut tagged = String::with_capacity(self.prefix.len() + tag.len() + 2);
+        for part in [self.prefix.as_str(), "{", &tag, "}"] {
+            tagged.push_str(part);
+        }
+        Ok(Tagged(tagged))
     }
 
     /// The index entry of `lock_id`.
@@ -327,11 +332,15 @@ impl Keys {
     /// The cluster layout's hash tag of `key` (see the module docs).
     fn tag(&self, key: &str) -> Result<String> {
         let storage_key = self.storage_key(key)?;
-        let prefixed = format!("{}:{key}", self.prefix);
-        if storage_key == prefixed && !key.contains(['{', '}']) {
+        // The storage key is `P:K` itself (compared in place, without building `P:K`).
+        let unhashed = storage_key
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|rest| rest.strip_prefix(':'))
+            == Some(key);
+        if unhashed && !key.contains(['{', '}']) {
             Ok(key.to_owned())
         } else {
-            Ok(truncated_hash(&prefixed))
+            Ok(truncated_hash(&format!("{}:{key}", self.prefix)))
         }
     }
 
