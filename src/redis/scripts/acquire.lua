@@ -13,14 +13,12 @@
 local lock = lock_of(1, 7, ARGV[1], ARGV[4], ARGV[6], KEYS[7])
 local decided, refusal = lock_decide(lock, now, tolerance)
 if not decided then return refusal end
+local fence
 if not lock.again then
   if not lock.decision.granted then
     line_write(lock.line, lock.decision, now)
     return {ABSENT, line_position(lock.line)}
   end
-end
-local fence
-if not lock.again then
   fence, refusal = take_fence(lock.fence_key, ARGV[5])
   if not fence then return refusal end
 end
