@@ -193,8 +193,10 @@ impl RedisBackend {
         let ttl = request.ttl;
         let store = &self.store;
         let keys = store.keys.lock_keys(key.as_str())?;
-        let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
-        let readers = store.keys.shared_keys(key.as_str())?.holders;
+        // The line's and the readers' keys from one hash tag.
+        let tagged = store.keys.tagged(key.as_str())?;
+        let line_keys = tagged.line_keys(LeaseKind::Lock);
+        let readers = tagged.shared_keys().holders;
         let lock_id = store.keys.new_lock_id();
         let index_key = store.keys.index_key(&lock_id);
         // The slots an acquisition writes, which `min_replicas` waits for: the record's (with

@@ -190,6 +190,50 @@ pub struct LineKeys {
     pub places: String,
 }
 
+/// What every key under one user key's hash tag begins with, `P{T}` ([`Keys::tagged`]).
+pub(crate) struct Tagged(String);
+
+impl Tagged {
+    /// `P{T}` followed by `parts`.
+    fn key(&self, parts: &[&str]) -> String {
+        let mut key =
+            String::with_capacity(self.0.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+        key.push_str(&self.0);
+        parts.iter().for_each(|part| key.push_str(part));
+        key
+    }
+
+    /// See [`Keys::semaphore_keys`].
+    pub fn semaphore_keys(&self) -> SemaphoreKeys {
+        SemaphoreKeys {
+            holders: self.key(&[":sem:holders"]),
+            permits: self.key(&[":sem:permits"]),
+            fence: self.key(&[":sem:fence"]),
+        }
+    }
+
+    /// See [`Keys::shared_keys`].
+    pub fn shared_keys(&self) -> SharedKeys {
+        SharedKeys {
+            holders: self.key(&[":shared:holders"]),
+            records: self.key(&[":shared:records"]),
+        }
+    }
+
+    /// See [`Keys::line_keys`].
+    pub fn line_keys(&self, kind: LeaseKind) -> LineKeys {
+        let line = match kind {
+            LeaseKind::Lock | LeaseKind::Shared => ":line",
+            LeaseKind::Permit => ":sem:line",
+        };
+        LineKeys {
+            order: self.key(&[line, ":order"]),
+            expiry: self.key(&[line, ":expiry"]),
+            places: self.key(&[line, ":places"]),
+        }
+    }
+}
+
 impl Keys {
     /// Keys under `prefix` (already validated) in `layout`; `InvalidArgument` for a prefix the
     /// cluster layout cannot use.
@@ -233,38 +277,31 @@ impl Keys {
     /// The keys of the semaphore on the (normalised) user key `key`: the same in both layouts,
     /// so a semaphore outlives a change of layout (see [`SemaphoreKeys`]).
     pub fn semaphore_keys(&self, key: &str) -> Result<SemaphoreKeys> {
-        let base = format!("{}{{{}}}:sem", self.prefix, self.tag(key)?);
-        Ok(SemaphoreKeys {
-            holders: format!("{base}:holders"),
-            permits: format!("{base}:permits"),
-            fence: format!("{base}:fence"),
-        })
+        Ok(self.tagged(key)?.semaphore_keys())
     }
 
     /// The keys of the shared holders of the lock on the (normalised) user key `key` (see
     /// [`SharedKeys`]).
     pub fn shared_keys(&self, key: &str) -> Result<SharedKeys> {
-        let base = format!("{}{{{}}}:shared", self.prefix, self.tag(key)?);
-        Ok(SharedKeys {
-            holders: format!("{base}:holders"),
-            records: format!("{base}:records"),
-        })
+        Ok(self.tagged(key)?.shared_keys())
     }
 
     /// The keys of the line of the lock (`kind` [`LeaseKind::Lock`]) or of the semaphore
     /// ([`LeaseKind::Permit`]) on the (normalised) user key `key` (see [`LineKeys`]).
     pub fn line_keys(&self, key: &str, kind: LeaseKind) -> Result<LineKeys> {
-        let base = match kind {
-            LeaseKind::Lock | LeaseKind::Shared => {
-                format!("{}{{{}}}:line", self.prefix, self.tag(key)?)
-            }
-            LeaseKind::Permit => format!("{}{{{}}}:sem:line", self.prefix, self.tag(key)?),
-        };
-        Ok(LineKeys {
-            order: format!("{base}:order"),
-            expiry: format!("{base}:expiry"),
-            places: format!("{base}:places"),
-        })
+        Ok(self.tagged(key)?.line_keys(kind))
+    }
+
+    /// What the keys under the (normalised) user key `key`'s hash tag begin with, `P{T}`: its
+    /// line's, its shared holders' and its semaphore's, named from one tag where an operation
+    /// needs several of them (the tag hashes and normalises the key).
+    pub fn tagged(&self, key: &str) -> Result<Tagged> {
+        let tag = self.tag(key)?;
+        let mut tagged = String::with_capacity(self.prefix.len() + tag.len() + 2);
+        for part in [self.prefix.as_str(), "{", &tag, "}"] {
+            tagged.push_str(part);
+        }
+        Ok(Tagged(tagged))
     }
 
     /// The index entry of `lock_id`.
@@ -295,11 +332,15 @@ impl Keys {
     /// The cluster layout's hash tag of `key` (see the module docs).
     fn tag(&self, key: &str) -> Result<String> {
         let storage_key = self.storage_key(key)?;
-        let prefixed = format!("{}:{key}", self.prefix);
-        if storage_key == prefixed && !key.contains(['{', '}']) {
+        // The storage key is `P:K` itself (compared in place, without building `P:K`).
+        let unhashed = storage_key
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|rest| rest.strip_prefix(':'))
+            == Some(key);
+        if unhashed && !key.contains(['{', '}']) {
             Ok(key.to_owned())
         } else {
-            Ok(truncated_hash(&prefixed))
+            Ok(truncated_hash(&format!("{}:{key}", self.prefix)))
         }
     }
 

@@ -332,7 +332,7 @@
 //! error's code instead). A pooled connection found dead (a restarted server) is replaced and
 //! the call repeated once, which every script is safe against.
 //!
-//! **What is stored is checked by one rule, in every operation** (the scripts' shared prelude):
+//! **What is stored is checked by one rule, in every operation** (the scripts' `record.lua`):
 //! a lock record is a JSON object with a 22-character base64url `lockId`, whole-millisecond
 //! `expiresAtMs` and `acquiredAtMs` in `0..9e15`, a non-empty `key` and a 15-digit `fence`
 //! other than zero; further fields are kept. Anything else under a lock key (another shape,

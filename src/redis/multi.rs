@@ -61,8 +61,9 @@ impl RedisBackend {
         let mut index_sets: Vec<Cmd> = Vec::new();
         for key in keys {
             let lock_keys = store.keys.lock_keys(key.as_str())?;
-            let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
-            let readers = store.keys.shared_keys(key.as_str())?.holders;
+            let tagged = store.keys.tagged(key.as_str())?;
+            let line_keys = tagged.line_keys(LeaseKind::Lock);
+            let readers = tagged.shared_keys().holders;
             let lock_id = store.keys.new_lock_id();
             let index_key = store.keys.index_key(&lock_id);
             slots.push(key_slot(lock_keys.lock.as_bytes()));

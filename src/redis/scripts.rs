@@ -7,78 +7,70 @@ use redis::{Script, ScriptInvocation, Value};
 use crate::driver::{LeaseRef, TIME_TOLERANCE_MS, Ttl};
 use crate::error::{LockError, Result};
 
-/// A script: the prelude, then the given parts of `scripts/` in order (shared parts first).
-macro_rules! script {
+/// A script's text: the prelude, then the given parts of `scripts/` in order (the shared parts
+/// it calls first). Each script carries only the shared parts it calls: every `local function`
+/// of a script is a closure made again on each call.
+macro_rules! script_text {
     ($($file:literal),+) => {
-        Script::new(concat!(
+        concat!(
             include_str!("scripts/prelude.lua"),
             $(include_str!(concat!("scripts/", $file))),+
-        ))
+        )
     };
 }
 
-/// Every script, hashed once; `Script::invoke` sends EVALSHA and loads the script on NOSCRIPT
-/// (after a server restart, say).
-pub(crate) struct Scripts {
-    pub acquire: Script,
-    pub acquire_all: Script,
-    pub release: Script,
-    pub extend: Script,
-    pub release_record: Script,
-    pub extend_record: Script,
-    pub is_locked: Script,
-    pub lookup_key: Script,
-    pub lookup_id: Script,
-    pub semaphore_acquire: Script,
-    pub shared_acquire: Script,
-    pub semaphore_release: Script,
-    pub semaphore_extend: Script,
-    pub semaphore_holders: Script,
-    pub line_leave: Script,
-    pub line_find: Script,
-    pub line_judge: Script,
-    /// A renewal that also replaces the holder text (a leader's proclaim), apart from the
-    /// heartbeat's `extend` and `extend_record`.
-    pub proclaim: Script,
-    pub proclaim_record: Script,
-    /// An operator's break (`breaking.rs`).
-    pub break_lock: Script,
-    pub break_holders: Script,
+/// [`Scripts`], [`SCRIPTS`] and, for the tests, every script's name and text.
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $name:ident: [$($file:literal),+],)+) => {
+        /// Every script, hashed once; `Script::invoke` sends EVALSHA and loads the script on
+        /// NOSCRIPT (after a server restart, say).
+        pub(crate) struct Scripts {
+            $($(#[$doc])* pub $name: Script,)+
+        }
+
+        pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+            $($name: Script::new(script_text!($($file),+)),)+
+        });
+
+        #[cfg(test)]
+        const TEXTS: &[(&str, &str)] = &[$((stringify!($name), script_text!($($file),+)),)+];
+    };
 }
 
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: script!("line.lua", "lock.lua", "acquire.lua"),
-    acquire_all: script!("line.lua", "lock.lua", "acquire_all.lua"),
-    release: script!("release.lua"),
-    extend: script!("extend.lua"),
-    release_record: script!("release_record.lua"),
-    extend_record: script!("extend_record.lua"),
-    is_locked: script!("is_locked.lua"),
-    lookup_key: script!("lookup_key.lua"),
-    lookup_id: script!("lookup_id.lua"),
-    semaphore_acquire: script!(
-        "semaphore.lua",
-        "line.lua",
-        "holder_acquire.lua",
-        "semaphore_acquire.lua"
-    ),
-    shared_acquire: script!(
-        "semaphore.lua",
-        "line.lua",
-        "holder_acquire.lua",
-        "shared_acquire.lua"
-    ),
-    semaphore_release: script!("semaphore.lua", "semaphore_release.lua"),
-    semaphore_extend: script!("semaphore.lua", "semaphore_extend.lua"),
-    semaphore_holders: script!("semaphore.lua", "semaphore_holders.lua"),
-    line_leave: script!("line.lua", "line_leave.lua"),
-    line_find: script!("line.lua", "line_find.lua"),
-    line_judge: script!("line.lua", "lock.lua", "line_judge.lua"),
-    proclaim: script!("proclaim.lua"),
-    proclaim_record: script!("proclaim_record.lua"),
-    break_lock: script!("break.lua", "break_lock.lua"),
-    break_holders: script!("semaphore.lua", "break.lua", "break_holders.lua"),
-});
+scripts! {
+    /// A lock's acquisition: a free key is taken in `acquire_free.lua`, before the parts only
+    /// a key in use needs (`typed.lua`, `record.lua`, `line.lua`, `lock.lua`) are defined.
+    acquire: ["fence.lua", "take.lua", "acquire_free.lua", "typed.lua", "record.lua", "line.lua",
+        "lock.lua", "acquire.lua"],
+    acquire_all: ["typed.lua", "fence.lua", "take.lua", "record.lua", "line.lua", "lock.lua",
+        "acquire_all.lua"],
+    release: ["record.lua", "owned.lua", "release.lua"],
+    extend: ["record.lua", "owned.lua", "extend.lua"],
+    release_record: ["record.lua", "owned.lua", "release_record.lua"],
+    extend_record: ["record.lua", "owned.lua", "extend_record.lua"],
+    is_locked: ["record.lua", "is_locked.lua"],
+    lookup_key: ["record.lua", "lookup_key.lua"],
+    lookup_id: ["record.lua", "lookup_id.lua"],
+    semaphore_acquire: ["typed.lua", "record.lua", "fence.lua", "take.lua", "semaphore.lua",
+        "line.lua", "holder_acquire.lua", "semaphore_acquire.lua"],
+    shared_acquire: ["typed.lua", "record.lua", "fence.lua", "take.lua", "semaphore.lua",
+        "line.lua", "holder_acquire.lua", "shared_acquire.lua"],
+    semaphore_release: ["typed.lua", "record.lua", "semaphore.lua", "semaphore_release.lua"],
+    semaphore_extend: ["typed.lua", "record.lua", "semaphore.lua", "semaphore_extend.lua"],
+    semaphore_holders: ["typed.lua", "record.lua", "semaphore.lua", "semaphore_holders.lua"],
+    line_leave: ["typed.lua", "line.lua", "line_leave.lua"],
+    line_find: ["typed.lua", "line.lua", "line_find.lua"],
+    line_judge: ["typed.lua", "take.lua", "record.lua", "line.lua", "lock.lua", "line_judge.lua"],
+    /// A renewal that also replaces the holder text (a leader's proclaim), apart from the
+    /// heartbeat's `extend` and `extend_record`.
+    proclaim: ["record.lua", "owned.lua", "proclaim.lua"],
+    proclaim_record: ["record.lua", "owned.lua", "proclaim_record.lua"],
+    /// An operator's break (`breaking.rs`).
+    break_lock: ["typed.lua", "record.lua", "fence.lua", "take.lua", "break.lua",
+        "break_lock.lua"],
+    break_holders: ["typed.lua", "record.lua", "fence.lua", "take.lua", "semaphore.lua",
+        "break.lua", "break_holders.lua"],
+}
 
 /// A lock's renewal of `lease` for `ttl`, by the script `renew` on `target` (its index key or
 /// its record, as the layout's script expects); a lease that carries a holder text (a
@@ -214,4 +206,112 @@ impl Reply {
 
 fn unexpected(what: &str) -> LockError {
     LockError::internal(format!("unexpected reply from Redis: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::TEXTS;
+
+    /// The code of a line of Lua: its string literals blanked and its comment cut off.
+    fn code(line: &str) -> String {
+        let mut code = String::with_capacity(line.len());
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' | '"' => {
+                    code.push(' ');
+                    while let Some(inner) = chars.next() {
+                        if inner == '\\' {
+                            chars.next();
+                        } else if inner == c {
+                            break;
+                        }
+                    }
+                }
+                '-' if chars.peek() == Some(&'-') => break,
+                _ => code.push(c),
+            }
+        }
+        code
+    }
+
+    /// The names a line of code uses, fields and methods (after `.` or `:`) left out.
+    fn used(code: &str) -> Vec<&str> {
+        let mut names = Vec::new();
+        let mut start = None;
+        for (i, c) in code.char_indices().chain([(code.len(), ' ')]) {
+            let part = c.is_ascii_alphanumeric() || c == '_';
+            match (start, part) {
+                (None, true) => start = Some(i),
+                (Some(from), false) => {
+                    let field = code[..from].ends_with(['.', ':']);
+                    let name = &code[from..i];
+                    if !field && !name.starts_with(|c: char| c.is_ascii_digit()) {
+                        names.push(name);
+                    }
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        names
+    }
+
+    /// What a line defines for the whole script (at its first column): `local function NAME`,
+    /// or the upper-case constants of `local A, B = ...`.
+    fn defined(line: &str) -> Vec<&str> {
+        if let Some(function) = line.strip_prefix("local function ") {
+            return function.split('(').next().into_iter().collect();
+        }
+        let Some((names, _)) = line.strip_prefix("local ").and_then(|l| l.split_once('=')) else {
+            return Vec::new();
+        };
+        names
+            .split(',')
+            .map(str::trim)
+            .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            .collect()
+    }
+
+    /// Every script carries each shared function and constant it names, defined before the
+    /// line that names it (a part missing, or out of order, would fail only when Redis reaches
+    /// that line: an undefined global).
+    #[test]
+    fn every_script_defines_what_it_calls_before_it_calls_it() {
+        let shared: BTreeSet<&str> = TEXTS
+            .iter()
+            .flat_map(|(_, text)| text.lines().flat_map(defined))
+            .collect();
+        assert!(
+            shared.contains("take_fence") && shared.contains("OK"),
+            "{shared:?}"
+        );
+        for (script, text) in TEXTS {
+            let mut known = BTreeSet::new();
+            for line in text.lines() {
+                for name in defined(line) {
+                    assert!(known.insert(name), "{script}: {name} is defined twice");
+                }
+                for name in used(&code(line)) {
+                    assert!(
+                        !shared.contains(name) || known.contains(name),
+                        "{script}: `{line}` names {name} before any part defines it"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A free key's acquisition returns before the line's and the lock's parts: none of their
+    /// functions is made on the uncontended path.
+    #[test]
+    fn a_free_keys_acquisition_returns_before_the_lines_functions() {
+        let (_, acquire) = TEXTS.iter().find(|(name, _)| *name == "acquire").unwrap();
+        let fast_path = acquire.find("redis.call('EXISTS'").unwrap();
+        for part in ["local function line_decide", "local function lock_decide"] {
+            assert!(acquire.find(part).unwrap() > fast_path, "{part}");
+        }
+    }
 }

@@ -40,8 +40,9 @@ pub(super) fn acquire(
     permits: Permits,
     request: &Request<'_>,
 ) -> Result<Attempt> {
-    let keys = store.keys.semaphore_keys(key.as_str())?;
-    let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Permit)?;
+    let tagged = store.keys.tagged(key.as_str())?;
+    let keys = tagged.semaphore_keys();
+    let line_keys = tagged.line_keys(LeaseKind::Permit);
     let lock_id = store.keys.new_lock_id();
     let slot = key_slot(keys.holders.as_bytes());
     let mut invocation = SCRIPTS.semaphore_acquire.key(&keys.holders);

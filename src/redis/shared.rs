@@ -24,8 +24,9 @@ pub(super) fn acquire(
     request: &Request<'_>,
 ) -> Result<Attempt> {
     let lock_keys = store.keys.lock_keys(key.as_str())?;
-    let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Shared)?;
-    let shared_keys = store.keys.shared_keys(key.as_str())?;
+    let tagged = store.keys.tagged(key.as_str())?;
+    let line_keys = tagged.line_keys(LeaseKind::Shared);
+    let shared_keys = tagged.shared_keys();
     let lock_id = store.keys.new_lock_id();
     let slot = key_slot(lock_keys.lock.as_bytes());
     let mut invocation = SCRIPTS.shared_acquire.key(&lock_keys.lock);

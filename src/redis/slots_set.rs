@@ -115,8 +115,9 @@ impl RedisBackend {
     fn judge(&self, key: &Key, step: Step, request: &Request<'_>) -> Result<Judged> {
         let store = &self.store;
         let lock_keys = store.keys.lock_keys(key.as_str())?;
-        let line_keys = store.keys.line_keys(key.as_str(), LeaseKind::Lock)?;
-        let readers = store.keys.shared_keys(key.as_str())?.holders;
+        let tagged = store.keys.tagged(key.as_str())?;
+        let line_keys = tagged.line_keys(LeaseKind::Lock);
+        let readers = tagged.shared_keys().holders;
         let step = match step {
             Step::Judge => "judge",
             Step::Stand => "stand",

@@ -5,7 +5,7 @@
 //! a release, a marker outlives a restart of a Redis that keeps an append-only file, and the
 //! heartbeat's scripts are the ones they were. The shared `break_contract!` runs elsewhere.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,20 @@ macro_rules! script {
             include_str!("../../src/redis/scripts/prelude.lua"),
             $(include_str!(concat!("../../src/redis/scripts/", $file))),+
         ))
+    };
+}
+
+/// An operator's break of a lock, built from its parts as the backend builds it.
+macro_rules! break_lock_script {
+    () => {
+        script!(
+            "typed.lua",
+            "record.lua",
+            "fence.lua",
+            "take.lua",
+            "break.lua",
+            "break_lock.lua"
+        )
     };
 }
 
@@ -519,7 +533,7 @@ fn a_break_sent_again_finds_its_own_markers() {
     held_in(&backend, &key, Mode::Exclusive, "job");
     let marker_id = syncguard::driver::marker_lock_id();
     let lock_key = backend.lock_key(key.as_str()).unwrap();
-    let break_lock = script!("break.lua", "break_lock.lua");
+    let break_lock = break_lock_script!();
     let mut invocation = break_lock.key(&lock_key);
     invocation
         .key(backend.fence_key(key.as_str()).unwrap())
@@ -543,7 +557,15 @@ fn a_break_sent_again_finds_its_own_markers() {
     let permits = Mode::permits(2).unwrap();
     held_in(&backend, &key, permits, "worker");
     let keys = backend.semaphore_keys(key.as_str()).unwrap();
-    let break_holders = script!("semaphore.lua", "break.lua", "break_holders.lua");
+    let break_holders = script!(
+        "typed.lua",
+        "record.lua",
+        "fence.lua",
+        "take.lua",
+        "semaphore.lua",
+        "break.lua",
+        "break_holders.lua"
+    );
     let mut invocation = break_holders.key(&keys.holders);
     invocation
         .key(&keys.permits)
@@ -630,7 +652,7 @@ fn a_marker_survives_a_restart_with_an_append_only_file() {
 // ---------------------------------------------------------------------------------------------
 
 /// How many times the server ran each command, from `INFO commandstats`.
-fn command_calls(conn: &mut redis::Connection) -> std::collections::HashMap<String, u64> {
+fn command_calls(conn: &mut redis::Connection) -> HashMap<String, u64> {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
     info.lines()
         .filter_map(|line| line.strip_prefix("cmdstat_"))
@@ -650,16 +672,25 @@ fn the_heartbeats_scripts_are_the_ones_they_were() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let hot = [
-        script_sha!("line.lua", "lock.lua", "acquire.lua"),
-        script_sha!("extend.lua"),
-        script_sha!("release.lua"),
-        script_sha!("extend_record.lua"),
-        script_sha!("release_record.lua"),
+        script_sha!(
+            "fence.lua",
+            "take.lua",
+            "acquire_free.lua",
+            "typed.lua",
+            "record.lua",
+            "line.lua",
+            "lock.lua",
+            "acquire.lua"
+        ),
+        script_sha!("record.lua", "owned.lua", "extend.lua"),
+        script_sha!("record.lua", "owned.lua", "release.lua"),
+        script_sha!("record.lua", "owned.lua", "extend_record.lua"),
+        script_sha!("record.lua", "owned.lua", "release_record.lua"),
     ];
     let apart = [
-        script_sha!("proclaim.lua"),
-        script_sha!("proclaim_record.lua"),
-        script_sha!("break.lua", "break_lock.lua"),
+        script_sha!("record.lua", "owned.lua", "proclaim.lua"),
+        script_sha!("record.lua", "owned.lua", "proclaim_record.lua"),
+        break_lock_script!().get_hash().to_owned(),
     ];
     for layout in [KeyLayout::TypeScript, KeyLayout::Cluster] {
         let backend = patient_redis(&server.url()).layout(layout).build().unwrap();
@@ -700,4 +731,67 @@ fn the_heartbeats_scripts_are_the_ones_they_were() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(exists, [true, true, true, true, true, false, false, false]);
+}
+
+/// What the server runs for one uncontended acquisition and its release, from `INFO
+/// commandstats` (the scripts' own commands counted with their `EVALSHA`): the free key's
+/// acquisition reads neither the line nor the shared holders, nor any key's type, beyond one
+/// `EXISTS`, and takes its fence with one `INCR`; the release is the one it was before the
+/// line.
+#[test]
+fn an_uncontended_acquisition_and_release_run_only_what_they_need() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let backend = patient_redis(&server.url()).build().unwrap();
+    let release = |held: &Lease, key: &Key| {
+        let released = backend.release_lease(LeaseRef::new(&id(held)).with_key(key));
+        assert!(released.unwrap().is_applied());
+    };
+    // The first cycle loads the scripts (NOSCRIPT, then SCRIPT LOAD); the next runs them.
+    let warm = Key::new(&unique("warm")).unwrap();
+    release(&held_in(&backend, &warm, Mode::Exclusive, "h"), &warm);
+    let key = Key::new(&unique("free")).unwrap();
+    let before = command_calls(&mut conn);
+    let held = held_in(&backend, &key, Mode::Exclusive, "h");
+    let after_acquire = command_calls(&mut conn);
+    release(&held, &key);
+    let after_release = command_calls(&mut conn);
+    let ran = |from: &HashMap<String, u64>, to: &HashMap<String, u64>| {
+        let mut ran: BTreeMap<String, u64> = BTreeMap::new();
+        for (name, calls) in to {
+            let calls = calls - from.get(name).unwrap_or(&0);
+            if calls > 0 && name != "info" {
+                ran.insert(name.clone(), calls);
+            }
+        }
+        ran
+    };
+    let expected = |commands: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        commands
+            .iter()
+            .map(|(name, calls)| (name.to_string(), *calls))
+            .collect()
+    };
+    assert_eq!(
+        ran(&before, &after_acquire),
+        expected(&[
+            ("evalsha", 1),
+            ("time", 1),
+            ("exists", 1),
+            ("incr", 1),
+            ("set", 2)
+        ]),
+        "the acquisition"
+    );
+    assert_eq!(
+        ran(&after_acquire, &after_release),
+        expected(&[
+            ("evalsha", 1),
+            ("get", 2),
+            ("time", 1),
+            ("del", 1),
+            ("publish", 1)
+        ]),
+        "the release"
+    );
 }

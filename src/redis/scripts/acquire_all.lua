@@ -80,7 +80,9 @@ for _, lock in ipairs(locks) do
 end
 local reply = {OK}
 for _, lock in ipairs(locks) do
-  local fence, expires_at = lock_grant(lock, now, ttl)
+  local fence, expires_at
+  if not lock.again then fence = issue_fence(lock.fence_key) end
+  fence, expires_at = lock_grant(lock, now, ttl, fence)
   reply[#reply + 1] = fence
   reply[#reply + 1] = expires_at
 end

@@ -26,7 +26,7 @@ local function holder_admit(line, free, now, tolerance, fence_key, largest)
     return nil, {ABSENT, line_position(line)}
   end
   local fence
-  fence, why = next_fence(fence_key, largest)
+  fence, why = take_fence(fence_key, largest)
   if not fence then return nil, why end
   line_write(line, decision, now)
   return fence

@@ -1,10 +1,10 @@
--- The line of waiters (after the prelude), shared by the acquire scripts and the line's own.
--- A line is three keys in the lock's hash slot: the order (a sorted set: place id -> ticket),
--- the expiries (a sorted set: place id -> expiresAtMs of Redis TIME) and the places (a hash:
--- place id -> holder text, '' for none, the field `shared:<place id>` = '1' for a place that
--- waits for a shared hold, and the field `ticket`: the last ticket issued). Every
--- write gives all three a PEXPIRE a little longer than a place lives, so a line nobody renews
--- disappears on its own.
+-- The line of waiters (after the prelude and typed.lua), shared by the acquire scripts and the
+-- line's own. A line is three keys in the lock's hash slot: the order (a sorted set: place id ->
+-- ticket), the expiries (a sorted set: place id -> expiresAtMs of Redis TIME) and the places (a
+-- hash: place id -> holder text, '' for none, the field `shared:<place id>` = '1' for a place that
+-- waits for a shared hold, and the field `ticket`: the last ticket issued). Every write gives all
+-- three a PEXPIRE a little longer than a place lives, so a line nobody renews disappears on its
+-- own.
 --
 -- THE RULE (src/line.rs): with `free` slots free, an acquisition is granted when more slots
 -- are free than live places are ahead of it: none for 'ignore', every live place for 'keep'

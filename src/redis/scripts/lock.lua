@@ -1,4 +1,5 @@
--- One key's lock as an acquire script decides and takes it (after the prelude and line.lua):
+-- One key's lock as an acquire script decides and takes it (after the prelude, typed.lua,
+-- record.lua, take.lua and line.lua):
 -- the acquisition of one key (acquire.lua) and of several at once (acquire_all.lua) are built
 -- from these, so a key of a set is decided and written exactly as a key alone.
 --
@@ -27,35 +28,29 @@ local function lock_decide(lock, now, tolerance)
     return true
   end
   -- Live shared holders keep the lock from a writer as a live record does: counted by their
-  -- expiries alone (read only; an expired one is reclaimed by the next reader's grant).
-  local refusal = check_type(lock.readers, 'zset')
-  if refusal then return nil, refusal end
-  local free = 1
-  if live or redis.call('ZCOUNT', lock.readers, '(' .. ms_arg(now - tolerance), '+inf') > 0 then
-    free = 0
+  -- expiries alone (read only; an expired one is reclaimed by the next reader's grant). The
+  -- count is the type check: only a key of another type fails it, and then says which type.
+  local readers = redis.pcall('ZCOUNT', lock.readers, '(' .. ms_arg(now - tolerance), '+inf')
+  if type(readers) ~= 'number' then
+    return nil, check_type(lock.readers, 'zset') or {FOREIGN, lock.readers, tostring(readers.err)}
   end
-  local decision
-  decision, refusal = line_decide(lock.line, free, now, tolerance)
+  local free = (live or readers > 0) and 0 or 1
+  local decision, refusal = line_decide(lock.line, free, now, tolerance)
   if not decision then return nil, refusal end
   lock.decision = decision
   return true
 end
 
--- Takes the lock decided granted (its fence counter checked by fence_refusal): the next
--- fence, the line written, the record and (TypeScript layout) the index entry, for `ttl` ms.
--- Its fence and expiresAtMs.
-local function lock_grant(lock, now, ttl)
+-- Takes the lock decided granted with `fence` (the new lock's, none for `lock.again`): the
+-- line written, then take_lock's. Its fence and expiresAtMs.
+local function lock_grant(lock, now, ttl, fence)
   if lock.again then
     -- The record is written again, unchanged, so that a WAIT after this reply (min_replicas)
     -- counts replicas that have everything the first attempt wrote.
     redis.call('SET', lock.lock_key, lock.raw, 'KEEPTTL')
     return lock.again.fence, lock.again.expiresAtMs
   end
-  local fence = issue_fence(lock.fence_key)
   line_write(lock.line, lock.decision, now)
-  local expires_at = now + ttl
-  local record = new_record(lock.lock_id, now, expires_at, lock.key, fence, lock.holder)
-  redis.call('SET', lock.lock_key, record, 'PX', ttl)
-  if lock.index_key then redis.call('SET', lock.index_key, lock.lock_key, 'PX', ttl) end
-  return fence, expires_at
+  return take_lock(lock.lock_key, lock.index_key, lock.lock_id, lock.key, lock.holder, fence,
+    now, ttl)
 end

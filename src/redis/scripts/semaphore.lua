@@ -1,9 +1,10 @@
--- Shared by the semaphore scripts and the shared holders' (after the prelude): a set of
--- holders, each a lease of its own. A semaphore is three keys in one hash slot: the holders (a
--- sorted set: lock id -> expiresAtMs), the permits (a hash: lock id -> JSON record, of the
--- lock record's shape) and its own fence counter (never expires, never deleted). The record is
--- the truth about a permit; the sorted set counts and reclaims. The shared holders (readers)
--- of a lock are the same two keys (holders, records) beside the lock, whose counter they use.
+-- Shared by the semaphore scripts and the shared holders' (after the prelude, typed.lua and
+-- record.lua): a set of holders, each a lease of its own. A semaphore is three keys in one hash
+-- slot: the holders (a sorted set: lock id -> expiresAtMs), the permits (a hash: lock id -> JSON
+-- record, of the lock record's shape) and its own fence counter (never expires, never deleted). The
+-- record is the truth about a permit; the sorted set counts and reclaims. The shared holders
+-- (readers) of a lock are the same two keys (holders, records) beside the lock, whose counter they
+-- use.
 
 local function check_semaphore(holders_key, permits_key)
   return check_type(holders_key, 'zset') or check_type(permits_key, 'hash')
