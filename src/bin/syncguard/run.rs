@@ -48,6 +48,8 @@ pub struct RunArgs {
     pub hold: Hold,
     pub ttl: Duration,
     pub wait: Duration,
+    /// Whether it waits in the key's line (not `--no-line`).
+    pub line: bool,
     /// `--grace`, or its default.
     pub grace: Duration,
     /// Who holds the lock (`--holder`, or `HOST:PID PROGRAM`).
@@ -112,6 +114,7 @@ impl RunArgs {
             keys,
             ttl: lock.ttl,
             wait: lock.wait,
+            line: !lock.no_line,
             grace,
             holder,
             quiet: lock.quiet,
@@ -136,7 +139,8 @@ fn run_recording(
     let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
     let mut options = waiting(LockOptions::default())
         .ttl(args.ttl)
-        .heartbeat(Heartbeat::Every(interval));
+        .heartbeat(Heartbeat::Every(interval))
+        .wait_in_line(args.line);
     if let Some(hold) = args.flags.min_hold {
         // The lease lasts until the hold ends from the acquisition on, and the release at the
         // end keeps it so (see LockOptions::min_hold); a command that never started is
