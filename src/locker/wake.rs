@@ -152,11 +152,11 @@ impl Waiting {
         }
     }
 
-    /// Whether releases of the keys in other processes are heard: the driver's watch runs
-    /// (started by [`listen`](Waiting::listen)). Without it only this `Locker`'s own releases
-    /// are.
+    /// Whether releases of the keys in other processes are heard now: the driver's watch runs
+    /// (started by [`listen`](Waiting::listen)) and its channel is up. Otherwise only this
+    /// `Locker`'s own releases are.
     pub(crate) fn announced(&self) -> bool {
-        matches!(self.wakeups.watch.get(), Some(Some(_)))
+        matches!(self.wakeups.watch.get(), Some(Some(watch)) if watch.hearing())
     }
 
     /// Sleeps until `releases` releases (at least one) are heard after `heard`, `delay`

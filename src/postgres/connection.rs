@@ -63,7 +63,16 @@ pub(crate) type OnNotify = Arc<dyn Fn(&str) + Send + Sync>;
 /// A listening connection (once it is known to hear notifications); dropping it closes the
 /// connection.
 pub(crate) struct Listening {
-    _client: Arc<Mutex<Option<tokio_postgres::Client>>>,
+    client: Arc<Mutex<Option<tokio_postgres::Client>>>,
+}
+
+impl Listening {
+    /// Whether notifications reach this connection now: its probe came back, and it is open.
+    pub(crate) fn hearing(&self) -> bool {
+        (self.client.lock().unwrap_or_else(PoisonError::into_inner))
+            .as_ref()
+            .is_some_and(|client| !client.is_closed())
+    }
 }
 
 /// How long a new listener waits for its own probe notification before concluding that
@@ -203,7 +212,7 @@ impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
                 ),
             }
         });
-        Ok(Some(Listening { _client: slot }))
+        Ok(Some(Listening { client: slot }))
     }
 
     fn batch(&self, sql: &str) -> Result<()> {
