@@ -334,13 +334,14 @@ fn run_recording(
     .supervise(&inbox, args.flags.max_runtime);
     figures.ran = started.elapsed();
     figures.lost = lost || guard.is_lost();
+    // The group is gone: release in every case, a lost lease included: a renewal applied
+    // without its answer may have kept it alive in the store. First, as a waiter starts on
+    // it: the watcher has no group left to end, and a signal from here on has nothing to stop.
+    releasing.release(guard, locker, Ending::Ran);
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
     stop_forwarding();
-    // The group is gone: release in every case, a lost lease included: a renewal applied
-    // without its answer may have kept it alive in the store.
-    releasing.release(guard, locker, Ending::Ran);
     Ok(Outcome::Exit(code))
 }
 
