@@ -9,10 +9,10 @@
 //!   expiries only; where they are not, at four times its own attempt's round trip within
 //!   [`UNANNOUNCED_POLL_MIN`]..[`UNANNOUNCED_POLL_MAX`], so that it learns of a release within
 //!   a few tens of ms on a fast store without keeping a slow one busy.
-//! - Each place further back halves that pace, down to [`PLACE_RENEWAL`]: the waiters well back
+//! - Each place further back halves that pace, down to [`SLOWEST_POLL`]: the waiters well back
 //!   only renew their places, and the next in line finds out soon after it becomes first, even
 //!   where nothing is announced. A key's line costs the store about twice its first waiter's
-//!   polls plus one renewal per waiter per `PLACE_RENEWAL`, however many wait.
+//!   polls plus one renewal per waiter per `SLOWEST_POLL`, however many wait.
 //! - A release heard wakes only the waiters it may concern: one that may take the next slot at
 //!   once; one `k` places back after `k` releases (each release lets at most one more place
 //!   through). A shared waiter (a reader) wakes at every release: the readers at the head of
@@ -34,6 +34,12 @@ const UNANNOUNCED_POLL_MIN: Duration = Duration::from_millis(20);
 /// The slowest the first in line polls where releases are not announced, however slow its
 /// attempts: between half this and this.
 const UNANNOUNCED_POLL_MAX: Duration = Duration::from_millis(250);
+
+/// The slowest a waiter polls (between half this and this): half of [`PLACE_RENEWAL`], so that
+/// a waiter well back renews its place several times per place TTL, and a place that is
+/// rewritten only when it nears its end (`PLACE_FRESH_MS`) is renewed in time even when an
+/// attempt or two take a second on a loaded store.
+const SLOWEST_POLL: Duration = Duration::from_millis(PLACE_RENEWAL.as_millis() as u64 / 2);
 
 /// How many attempt round trips the first in line sleeps between its attempts where releases
 /// are not announced: the store spends at most a fifth of its time on that waiter.
@@ -63,7 +69,7 @@ pub(crate) struct Pause {
 
 impl Standing {
     /// Places between this waiter and the next free slot: 0 when a slot freed now may be its.
-    fn to_go(&self) -> u64 {
+    fn places_to_go(&self) -> u64 {
         let slots = match self.mode {
             Mode::Permit(permits) => u64::from(permits.get()),
             Mode::Exclusive | Mode::Shared => 1,
@@ -80,12 +86,12 @@ impl Standing {
                 .saturating_mul(ROUND_TRIPS_PER_POLL)
                 .clamp(UNANNOUNCED_POLL_MIN, UNANNOUNCED_POLL_MAX),
         };
-        let to_go = self.to_go();
+        let to_go = self.places_to_go();
         let poll = u32::try_from(to_go)
             .ok()
             .and_then(|to_go| 2u32.checked_pow(to_go))
             .and_then(|factor| first.checked_mul(factor))
-            .map_or(PLACE_RENEWAL, |poll| poll.min(PLACE_RENEWAL));
+            .map_or(SLOWEST_POLL, |poll| poll.min(SLOWEST_POLL));
         let releases = match self.mode {
             Mode::Shared => 1,
             Mode::Exclusive | Mode::Permit(_) => to_go.max(1),
@@ -141,9 +147,10 @@ mod tests {
             .collect();
         assert_eq!(delays[1], delays[0] * 2);
         assert_eq!(delays[2], delays[0] * 4);
-        assert_eq!(delays[7], PLACE_RENEWAL / 2);
+        assert_eq!(delays[7], SLOWEST_POLL / 2);
         let far = standing(u64::MAX, Mode::Exclusive, false, 1).pause(0.999);
-        assert!(far.delay <= PLACE_RENEWAL);
+        assert!(far.delay <= SLOWEST_POLL);
+        assert!(SLOWEST_POLL < PLACE_RENEWAL);
     }
 
     #[test]
