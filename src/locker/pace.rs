@@ -9,10 +9,10 @@
 //!   expiries only; where they are not, at four times its own attempt's round trip within
 //!   [`UNANNOUNCED_POLL_MIN`]..[`UNANNOUNCED_POLL_MAX`], so that it learns of a release within
 //!   a few tens of ms on a fast store without keeping a slow one busy.
-//! - Each place further back halves that pace, down to [`SLOWEST_POLL`]: the waiters well back
-//!   only renew their places, and the next in line finds out soon after it becomes first, even
-//!   where nothing is announced. A key's line costs the store about twice its first waiter's
-//!   polls plus one renewal per waiter per `SLOWEST_POLL`, however many wait.
+//! - The rest poll slowly, at [`SLOWEST_POLL`], only to renew their places: a key's line costs
+//!   the store one fast poller plus one renewal per waiter per `SLOWEST_POLL`, however many
+//!   wait. Where releases are not announced, the next in line learns that it is first at its
+//!   next renewal, which costs a handoff only when the one before held for less than that.
 //! - A release heard wakes only the waiters it may concern: one that may take the next slot at
 //!   once; one `k` places back after `k` releases (each release lets at most one more place
 //!   through). A shared waiter (a reader) wakes at every release: the readers at the head of
@@ -87,11 +87,10 @@ impl Standing {
                 .clamp(UNANNOUNCED_POLL_MIN, UNANNOUNCED_POLL_MAX),
         };
         let to_go = self.places_to_go();
-        let poll = u32::try_from(to_go)
-            .ok()
-            .and_then(|to_go| 2u32.checked_pow(to_go))
-            .and_then(|factor| first.checked_mul(factor))
-            .map_or(SLOWEST_POLL, |poll| poll.min(SLOWEST_POLL));
+        let poll = match to_go {
+            0 => first,
+            _ => SLOWEST_POLL,
+        };
         let releases = match self.mode {
             Mode::Shared => 1,
             Mode::Exclusive | Mode::Permit(_) => to_go.max(1),
@@ -137,19 +136,14 @@ mod tests {
     }
 
     #[test]
-    fn each_place_back_halves_the_pace_down_to_the_renewal() {
-        let delays: Vec<Duration> = (0..8)
-            .map(|position| {
-                standing(position, Mode::Exclusive, true, 1)
-                    .pause(0.0)
-                    .delay
-            })
-            .collect();
-        assert_eq!(delays[1], delays[0] * 2);
-        assert_eq!(delays[2], delays[0] * 4);
-        assert_eq!(delays[7], SLOWEST_POLL / 2);
-        let far = standing(u64::MAX, Mode::Exclusive, false, 1).pause(0.999);
-        assert!(far.delay <= SLOWEST_POLL);
+    fn the_rest_only_renew_their_places() {
+        for announced in [true, false] {
+            for position in [1, 2, 7, u64::MAX] {
+                let pause = standing(position, Mode::Exclusive, announced, 1);
+                assert_eq!(pause.pause(0.0).delay, SLOWEST_POLL / 2);
+                assert!(pause.pause(0.999).delay <= SLOWEST_POLL);
+            }
+        }
         assert!(SLOWEST_POLL < PLACE_RENEWAL);
     }
 
@@ -169,7 +163,7 @@ mod tests {
             assert_eq!(standing(position, permits, false, 1).pause(0.0), first);
         }
         let fourth = standing(3, permits, false, 1).pause(0.0);
-        assert_eq!(fourth.delay, first.delay * 2);
+        assert_eq!(fourth.delay, SLOWEST_POLL / 2);
         assert_eq!(fourth.releases, 1);
         assert_eq!(standing(5, permits, false, 1).pause(0.0).releases, 3);
     }
