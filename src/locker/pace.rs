@@ -35,11 +35,9 @@ const UNANNOUNCED_POLL_MIN: Duration = Duration::from_millis(20);
 /// attempts: between half this and this.
 const UNANNOUNCED_POLL_MAX: Duration = Duration::from_millis(250);
 
-/// The slowest a waiter polls (between half this and this): half of [`PLACE_RENEWAL`], so that
-/// a waiter well back renews its place several times per place TTL, and a place that is
-/// rewritten only when it nears its end (`PLACE_FRESH_MS`) is renewed in time even when an
-/// attempt or two take a second on a loaded store.
-const SLOWEST_POLL: Duration = Duration::from_millis(PLACE_RENEWAL.as_millis() as u64 / 2);
+/// The slowest a waiter in line polls (between half this and this): [`PLACE_RENEWAL`], each
+/// attempt renewing its place.
+const SLOWEST_POLL: Duration = PLACE_RENEWAL;
 
 /// How many attempt round trips the first in line sleeps between its attempts where releases
 /// are not announced: the store spends at most a fifth of its time on that waiter.
@@ -144,7 +142,7 @@ mod tests {
                 assert!(pause.pause(0.999).delay <= SLOWEST_POLL);
             }
         }
-        assert!(SLOWEST_POLL < PLACE_RENEWAL);
+        assert!(SLOWEST_POLL <= PLACE_RENEWAL);
     }
 
     #[test]
