@@ -331,13 +331,14 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
         match driver::acquire(&self.shared.backend, &self.request) {
             Ok(Acquisitions::Acquired(leases)) => Ok(Some(Granted { leases, sent, seen })),
             Ok(Acquisitions::Locked { ticket, position }) => {
+                let round_trip = sent.elapsed();
                 self.refused(ticket);
                 self.standing = match (self.place, position) {
                     (Some(_), Some(position)) => Some(Standing {
                         position,
                         mode: self.plan.mode,
                         announced: self.waiting.as_ref().is_some_and(Waiting::announced),
-                        round_trip: sent.elapsed(),
+                        round_trip,
                     }),
                     _ => None,
                 };
