@@ -53,6 +53,14 @@
 //! CPU they used over the hold (Linux only; `null` elsewhere), how many guards were lost while
 //! held, and the renewals and renewal requests the heartbeat made per second.
 //!
+//! Two more run only when named:
+//!
+//! - `line-load`: `--waiters` waiters wait `--seconds` for a key held throughout; the line
+//!   gives their acquisition attempts per second (`bench_parts/line_load.rs`).
+//! - `process-handoff`: `--rounds` handoffs of a lock from one `syncguard run` to a waiting
+//!   `syncguard run --wait` (the `--syncguard` binary, default the one beside this program);
+//!   `--line off` passes them `--no-line` (`bench_parts/process_handoff.rs`).
+//!
 //! Keys are `syncguard-bench:<random run id>:<scenario>:<n>`, so concurrent runs against a
 //! shared server do not collide; everything taken is released before the scenario ends.
 //! Backends never delete fence counters, so each run leaves one counter per key it used
@@ -71,6 +79,10 @@
 mod duration;
 #[path = "bench_parts/hold.rs"]
 mod hold;
+#[path = "bench_parts/line_load.rs"]
+mod line_load;
+#[path = "bench_parts/process_handoff.rs"]
+mod process_handoff;
 #[cfg(feature = "metrics")]
 #[path = "bench_parts/recorder.rs"]
 mod recorder;
@@ -102,9 +114,12 @@ OPTIONS:
     --seconds S         length of each timed scenario, in seconds (default: 3)
     --scenario NAMES    comma-separated scenarios to run (default: all), from:
                         cycle, guard, contended, semaphore, shared, extend, lookup,
-                        multi, handoff, hold
+                        multi, handoff, hold; and, only when named, line-load and
+                        process-handoff
     --permits N         permits of the semaphore scenario's semaphore (default: 4)
-    --waiters N         waiters the handoff scenario lines up (default: 1)
+    --waiters N         waiters the handoff and line-load scenarios line up (default: 1)
+    --rounds N          handoffs the process-handoff scenario measures (default: 10)
+    --syncguard PATH    the CLI process-handoff runs (default: syncguard beside bench)
     --keys N            keys the multi scenario holds together, 1 to 64 (default: 2)
     --line on|off       waiters wait in line, or barge (default: on)
     --guards N          guards the hold scenario keeps (default: 10000)
@@ -212,6 +227,8 @@ enum Scenario {
     Handoff,
     Hold,
     Multi,
+    LineLoad,
+    ProcessHandoff,
 }
 
 impl Scenario {
@@ -241,11 +258,15 @@ impl Scenario {
             Scenario::Handoff => "handoff",
             Scenario::Hold => "hold",
             Scenario::Multi => "multi",
+            Scenario::LineLoad => "line-load",
+            Scenario::ProcessHandoff => "process-handoff",
         }
     }
 
     fn from_name(name: &str) -> Option<Scenario> {
-        Scenario::ALL.into_iter().find(|s| s.name() == name)
+        (Scenario::ALL.into_iter())
+            .chain([Scenario::LineLoad, Scenario::ProcessHandoff])
+            .find(|s| s.name() == name)
     }
 }
 
@@ -264,6 +285,10 @@ struct Args {
     waiters: usize,
     /// How many keys the `multi` scenario holds together.
     keys: usize,
+    /// How many handoffs `process-handoff` measures.
+    rounds: usize,
+    /// The CLI `process-handoff` runs.
+    syncguard: Option<std::path::PathBuf>,
 }
 
 /// What the command line asked for.
@@ -284,6 +309,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
     let mut waiters = 1;
     let mut keys = 2;
     let mut hold = HoldPlan::default();
+    let mut rounds = 10;
+    let mut syncguard = None;
     while let Some(arg) = argv.next() {
         if arg == "-h" || arg == "--help" {
             return Ok(Command::Help);
@@ -311,6 +338,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
                 | "--line"
                 | "--waiters"
                 | "--keys"
+                | "--rounds"
+                | "--syncguard"
         ) {
             return Err(format!("unknown option {flag}"));
         }
@@ -320,6 +349,13 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         };
         match flag.as_str() {
             "--url" => url = Some(value),
+            "--syncguard" => syncguard = Some(value.into()),
+            "--rounds" => {
+                rounds =
+                    value.parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                        format!("--rounds wants a whole number >= 1, not {value:?}")
+                    })?;
+            }
             "--guards" => {
                 hold.guards = value
                     .parse()
@@ -413,6 +449,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Command, String>
         line,
         waiters,
         keys,
+        rounds,
+        syncguard,
     }))
 }
 
@@ -731,7 +769,7 @@ fn scenario_thread(
                 },
             )
         }
-        Scenario::Hold | Scenario::Handoff => {
+        Scenario::Hold | Scenario::Handoff | Scenario::LineLoad | Scenario::ProcessHandoff => {
             start.wait();
             Err(unexpected("not a timed scenario"))
         }
@@ -956,6 +994,28 @@ fn run(args: &Args) -> Result<(), BenchError> {
         let line = match scenario {
             Scenario::Hold => serde_json::to_string(&run_hold(&ctx, args.hold, args.threads)?),
             Scenario::Handoff => serde_json::to_string(&run_handoff(&ctx)?),
+            Scenario::LineLoad => serde_json::to_string(&line_load::run(
+                &ctx.locker,
+                syncguard::connect(&args.url)?,
+                &ctx.key(scenario, 0),
+                args.waiters,
+                args.line,
+                args.duration,
+            )?),
+            Scenario::ProcessHandoff => {
+                let syncguard = (args.syncguard.clone())
+                    .or_else(process_handoff::default_syncguard)
+                    .ok_or_else(|| unexpected("where is syncguard? give --syncguard"))?;
+                let plan = process_handoff::Plan {
+                    url: &args.url,
+                    syncguard: &syncguard,
+                    key_prefix: &ctx.key(scenario, 0),
+                    rounds: args.rounds,
+                    line: args.line,
+                };
+                let backend = ctx.backend().capabilities().backend.to_owned();
+                serde_json::to_string(&process_handoff::run(&plan, backend).map_err(unexpected)?)
+            }
             timed => serde_json::to_string(&run_timed(&ctx, timed, args.threads)?),
         }
         .map_err(|e| unexpected(format!("could not encode the report: {e}")))?;
@@ -970,6 +1030,10 @@ fn main() -> ExitCode {
     #[cfg(feature = "metrics")]
     if std::env::var_os("SYNCGUARD_BENCH_RECORDER").is_some_and(|v| v == "1") {
         recorder::install();
+    }
+    // The command `process-handoff`'s `syncguard run`s start: this program again.
+    if std::env::args().nth(1).as_deref() == Some("--stamp") {
+        return process_handoff::stamp(std::env::args().skip(2));
     }
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(Command::Run(args)) => args,

@@ -145,6 +145,13 @@ pub trait ReleaseWatch: Send + Sync {
 
     /// No longer needs releases of `key` reported.
     fn unwatch(&self, key: &Key);
+
+    /// Whether releases are heard now: `false` while the watch's channel is down (lost, being
+    /// reconnected, or found not to carry notifications, as behind a transaction pooler), so
+    /// that the first waiters poll often meanwhile. The default: always.
+    fn hearing(&self) -> bool {
+        true
+    }
 }
 
 /// `Box<dyn LockBackend>` and `Arc<B>` are drivers (and backends): every call goes to what

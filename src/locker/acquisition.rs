@@ -7,13 +7,14 @@
 //! ([`hold`](Locker::hold)).
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::RngExt as _;
 
 use super::guard::{GuardStore, LockGuard};
 use super::lease::{Grant, HeldLease, Terms, covering};
 use super::options::{LockOptions, LostCallback};
+use super::pace::Standing;
 use super::retry;
 use super::store::{Origin, Store, Unheld};
 use super::wake::Waiting;
@@ -26,9 +27,6 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::fence::Fence;
 use crate::key::Key;
 use crate::line::PLACE_RENEWAL;
-
-/// How often the first waiter in a key's line tries at most: between half this and this.
-pub(crate) const FIRST_IN_LINE_POLL: Duration = Duration::from_millis(50);
 use crate::lock_id::LockId;
 use crate::observe::{Acquired, NotAcquired, Observers, Refusal};
 use crate::time::Ttl;
@@ -265,9 +263,10 @@ struct Waiter<'a, B: Driver + 'static> {
     place: Option<&'a LockId>,
     /// An attempt that waits in line was sent: a place may be stored.
     in_line: bool,
-    /// The last refusal said no live place stands ahead of this waiter's: it is next, and
-    /// polls at [`FIRST_IN_LINE_POLL`] for what no store announces (an expiry).
-    first_in_line: bool,
+    /// Where the last refusal said this waiter stands in line (`None` when it took no place,
+    /// or the last attempt failed): the line's pace ([`Standing::pause`]) then decides its
+    /// pauses, not the options' backoff.
+    standing: Option<Standing>,
     /// A transient failure (timeout, unreachable store) does not end the wait: it is tried
     /// again like contention, and reported only if the wait ends with it.
     failure: Option<LockError>,
@@ -301,7 +300,7 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
             heard: 0,
             place,
             in_line: false,
-            first_in_line: false,
+            standing: None,
             failure: None,
             retries: 0,
         }
@@ -332,11 +331,23 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
         match driver::acquire(&self.shared.backend, &self.request) {
             Ok(Acquisitions::Acquired(leases)) => Ok(Some(Granted { leases, sent, seen })),
             Ok(Acquisitions::Locked { ticket, position }) => {
-                self.first_in_line = position == Some(0);
+                let round_trip = sent.elapsed();
                 self.refused(ticket);
+                self.standing = match (self.place, position) {
+                    (Some(_), Some(position)) => Some(Standing {
+                        position,
+                        mode: self.plan.mode,
+                        announced: self.waiting.as_ref().is_some_and(Waiting::announced),
+                        round_trip,
+                    }),
+                    _ => None,
+                };
                 Ok(None)
             }
-            Err(error) => self.failed(error).map(|()| None),
+            Err(error) => {
+                self.standing = None;
+                self.failed(error).map(|()| None)
+            }
         }
     }
 
@@ -375,39 +386,43 @@ impl<'a, B: Driver + 'static> Waiter<'a, B> {
             return false;
         }
         self.retries = self.retries.saturating_add(1);
-        let delay_ms = retry::retry_delay_ms(
-            self.retries,
-            options.retry_delay,
-            options.max_retry_delay,
-            options.backoff,
-            options.jitter,
-            rand::rng().random::<f64>(),
-        );
-        // In line, each attempt renews the waiter's place: it must come before the place
-        // lapses, however long the backoff has grown.
-        let delay_ms = match self.place {
-            Some(_) => delay_ms.min(PLACE_RENEWAL.as_secs_f64() * 1000.0),
-            None => delay_ms,
-        };
-        // The first in line is granted the moment the key is free, which no store announces
-        // when a lease just runs out (its holder died): it looks often, with jitter, so a
-        // crashed holder's successor starts within a poll of the expiry. One such waiter per
-        // key (the rest keep their backoff), so the store's load stays bounded.
-        let delay_ms = match self.first_in_line {
-            true => {
-                let poll_ms = FIRST_IN_LINE_POLL.as_secs_f64() * 1000.0;
-                delay_ms.min(poll_ms * (1.0 + rand::rng().random::<f64>()) / 2.0)
+        let random = rand::rng().random::<f64>();
+        // In line, the line sets the pace (one policy, in `pace`): the store's load stays
+        // bounded however many wait, and only those a release may concern wake at it.
+        let (delay_ms, releases) = match self.standing {
+            Some(standing) => {
+                let pause = standing.pause(random);
+                (pause.delay.as_secs_f64() * 1000.0, pause.releases)
             }
-            false => delay_ms,
+            None => (self.backoff_ms(random), 1),
         };
         let Some(delay) = retry::clamp_to_timeout(delay_ms, self.start.elapsed(), options.timeout)
         else {
             return false;
         };
         if let Some(waiting) = &self.waiting {
-            waiting.sleep(self.heard, delay, options.cancel.as_ref());
+            waiting.sleep(self.heard, releases, delay, options.cancel.as_ref());
         }
         true
+    }
+
+    /// The options' backoff before the next attempt, for a waiter that does not know its place
+    /// (no line, or its last attempt failed). In line, each attempt renews the waiter's place:
+    /// it must come before the place lapses, however long the backoff has grown.
+    fn backoff_ms(&self, random: f64) -> f64 {
+        let options = self.plan.options;
+        let delay_ms = retry::retry_delay_ms(
+            self.retries,
+            options.retry_delay,
+            options.max_retry_delay,
+            options.backoff,
+            options.jitter,
+            random,
+        );
+        match self.place {
+            Some(_) => delay_ms.min(PLACE_RENEWAL.as_secs_f64() * 1000.0),
+            None => delay_ms,
+        }
     }
 
     /// Ends a wait that was not granted: its places leave the lines, and a transient failure

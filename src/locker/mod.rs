@@ -13,6 +13,7 @@ mod lease;
 pub(crate) mod multi_lock;
 mod options;
 mod orphans;
+mod pace;
 mod retry;
 pub(crate) mod rw_lock;
 pub(crate) mod semaphore;

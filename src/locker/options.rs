@@ -149,7 +149,12 @@ impl LockOptions {
         self
     }
 
-    /// The base delay between attempts.
+    /// The base delay between attempts. A waiter in line ([`wait_in_line`](Self::wait_in_line),
+    /// the default) follows it only until the store tells it its place: from then on its place
+    /// sets the pace — the first in line polls every few tens of ms (and wakes at once at a
+    /// release the store announces), the waiters further back more and more rarely, down to
+    /// one attempt per [`PLACE_TTL`](crate::driver::PLACE_TTL) / 3 to keep their places — so
+    /// that a key's line costs the store about one fast poller however many wait.
     #[must_use]
     pub fn retry_delay(mut self, retry_delay: Duration) -> Self {
         self.retry_delay = retry_delay;

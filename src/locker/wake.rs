@@ -152,8 +152,22 @@ impl Waiting {
         }
     }
 
-    /// Sleeps until a release is heard after `heard`, `delay` passes, or `cancel` fires.
-    pub(crate) fn sleep(&self, heard: u64, delay: Duration, cancel: Option<&CancelToken>) {
+    /// Whether releases of the keys in other processes are heard now: the driver's watch runs
+    /// (started by [`listen`](Waiting::listen)) and its channel is up. Otherwise only this
+    /// `Locker`'s own releases are.
+    pub(crate) fn announced(&self) -> bool {
+        matches!(self.wakeups.watch.get(), Some(Some(watch)) if watch.hearing())
+    }
+
+    /// Sleeps until `releases` releases (at least one) are heard after `heard`, `delay`
+    /// passes, or `cancel` fires.
+    pub(crate) fn sleep(
+        &self,
+        heard: u64,
+        releases: u64,
+        delay: Duration,
+        cancel: Option<&CancelToken>,
+    ) {
         if let Some(cancel) = cancel {
             let wakeups: Arc<dyn OnCancel> = self.wakeups.clone();
             cancel.notify(Arc::downgrade(&wakeups));
@@ -162,7 +176,9 @@ impl Waiting {
         let mut state = self.wakeups.state();
         loop {
             let heard_now = Self::heard_in(&state, &self.keys);
-            if heard_now != heard || cancel.is_some_and(CancelToken::is_cancelled) {
+            if heard_now.wrapping_sub(heard) >= releases.max(1)
+                || cancel.is_some_and(CancelToken::is_cancelled)
+            {
                 return;
             }
             let left = match until {

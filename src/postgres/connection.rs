@@ -63,7 +63,16 @@ pub(crate) type OnNotify = Arc<dyn Fn(&str) + Send + Sync>;
 /// A listening connection (once it is known to hear notifications); dropping it closes the
 /// connection.
 pub(crate) struct Listening {
-    _client: Arc<Mutex<Option<tokio_postgres::Client>>>,
+    client: Arc<Mutex<Option<tokio_postgres::Client>>>,
+}
+
+impl Listening {
+    /// Whether notifications reach this connection now: its probe came back, and it is open.
+    pub(crate) fn hearing(&self) -> bool {
+        (self.client.lock().unwrap_or_else(PoisonError::into_inner))
+            .as_ref()
+            .is_some_and(|client| !client.is_closed())
+    }
 }
 
 /// How long a new listener waits for its own probe notification before concluding that
@@ -134,7 +143,7 @@ impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
         let task_slot = Arc::clone(&slot);
         // In the background: the first waiter must not wait for the probe.
         manager.io.spawn_detached(async move {
-            let connected = tokio::time::timeout(handshake, config.connect(tls)).await;
+            let connected = tokio::time::timeout(handshake, config.connect(tls.clone())).await;
             let (client, mut connection) = match connected {
                 Ok(Ok(connected)) => connected,
                 Ok(Err(error)) => {
@@ -177,16 +186,23 @@ impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
                 }
             });
             // Behind a transaction pooler the LISTEN ran on some server connection that other
-            // clients now use: see whether a notification comes back here at all.
+            // clients now use: see whether another client's notification comes back here at
+            // all. Sent from a connection of its own: the listener's own NOTIFY would come back
+            // to it whenever the pooler gave it the server connection of its LISTEN again,
+            // though no other client's ever would.
             let probed = async {
                 client.batch_execute(&listen).await?;
+                let (notifier, notifier_connection) = config.connect(tls).await?;
+                let driven = tokio::spawn(notifier_connection);
                 // Unnamed, as every statement here: behind a pooler a named one is unsafe.
-                client
+                notifier
                     .query_typed(
                         "SELECT pg_notify($1, $2)",
                         &[(&channel, Type::TEXT), (&probe, Type::TEXT)],
                     )
                     .await?;
+                drop(notifier);
+                let _ = driven.await;
                 Ok::<_, tokio_postgres::Error>(())
             };
             let answered = tokio::time::timeout(handshake, probed).await;
@@ -203,7 +219,7 @@ impl<T: Tls> Connections for OwnPool<OwnManager<T>> {
                 ),
             }
         });
-        Ok(Some(Listening { _client: slot }))
+        Ok(Some(Listening { client: slot }))
     }
 
     fn batch(&self, sql: &str) -> Result<()> {

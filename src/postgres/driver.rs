@@ -220,12 +220,16 @@ pub(super) fn function_is_missing(op: &Op, error: &LockError) -> bool {
 /// user key as payload, so there is nothing to subscribe per key.
 struct PgWatch {
     /// Held for its connection, which listens until dropped.
-    _listening: Listening,
+    listening: Listening,
 }
 
 impl ReleaseWatch for PgWatch {
     fn watch(&self, _: &Key) {}
     fn unwatch(&self, _: &Key) {}
+
+    fn hearing(&self) -> bool {
+        self.listening.hearing()
+    }
 }
 
 /// What a listing answers.
@@ -356,9 +360,7 @@ impl Driver for PostgresBackend {
             .connections
             .listen(&channel, on_notify)?
             .map(|listening| {
-                Box::new(PgWatch {
-                    _listening: listening,
-                }) as Box<dyn ReleaseWatch>
+                Box::new(PgWatch { listening }) as Box<dyn ReleaseWatch> as Box<dyn ReleaseWatch>
             }))
     }
 }

@@ -46,6 +46,8 @@ fn pattern_of(prefix: &str) -> String {
 /// A running watch: the thread reading the subscription stops when this is dropped.
 pub(crate) struct RedisWatch {
     stop: Arc<AtomicBool>,
+    /// Subscribed now (set by the watch thread).
+    subscribed: Arc<AtomicBool>,
 }
 
 impl RedisWatch {
@@ -57,11 +59,20 @@ impl RedisWatch {
     ) -> std::io::Result<RedisWatch> {
         let stop = Arc::new(AtomicBool::new(false));
         let pattern = pattern_of(prefix);
-        let thread_stop = Arc::clone(&stop);
+        let subscribed = Arc::new(AtomicBool::new(false));
+        let (thread_stop, thread_subscribed) = (Arc::clone(&stop), Arc::clone(&subscribed));
         std::thread::Builder::new()
             .name("syncguard-rwatch".to_owned())
-            .spawn(move || listen(&mut open, &pattern, &thread_stop, &on_release))?;
-        Ok(RedisWatch { stop })
+            .spawn(move || {
+                listen(
+                    &mut open,
+                    &pattern,
+                    &thread_stop,
+                    &thread_subscribed,
+                    &on_release,
+                )
+            })?;
+        Ok(RedisWatch { stop, subscribed })
     }
 }
 
@@ -69,6 +80,10 @@ impl RedisWatch {
 impl ReleaseWatch for RedisWatch {
     fn watch(&self, _: &Key) {}
     fn unwatch(&self, _: &Key) {}
+
+    fn hearing(&self) -> bool {
+        self.subscribed.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for RedisWatch {
@@ -79,9 +94,17 @@ impl Drop for RedisWatch {
 }
 
 /// The watch thread: subscribe, read, report; reconnect after failures until stopped.
-fn listen(open: &mut Opener, pattern: &str, stop: &AtomicBool, on_release: &OnRelease) {
+fn listen(
+    open: &mut Opener,
+    pattern: &str,
+    stop: &AtomicBool,
+    hearing: &AtomicBool,
+    on_release: &OnRelease,
+) {
     while !stop.load(Ordering::Acquire) {
-        if let Err(error) = subscribed(open, pattern, stop, on_release) {
+        let read = subscribed(open, pattern, stop, hearing, on_release);
+        hearing.store(false, Ordering::Release);
+        if let Err(error) = read {
             log::debug!("syncguard: Redis release watch reconnects: {error}");
             std::thread::sleep(RECONNECT_GAP);
         }
@@ -93,12 +116,14 @@ fn subscribed(
     open: &mut Opener,
     pattern: &str,
     stop: &AtomicBool,
+    hearing: &AtomicBool,
     on_release: &OnRelease,
 ) -> redis::RedisResult<()> {
     let mut connection = open()?;
     let mut pubsub = connection.as_pubsub();
     pubsub.psubscribe(pattern)?;
     pubsub.set_read_timeout(Some(IDLE_READ))?;
+    hearing.store(true, Ordering::Release);
     while !stop.load(Ordering::Acquire) {
         match pubsub.get_message() {
             Ok(message) => {

@@ -9,14 +9,16 @@
 //! to be still live check that it still is *after* looking, through the store's own clock
 //! ([`LockBackend::waiters`] answers live places only), so a slow machine cannot fail them.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use crate::driver::{
-    Acquisition, DriverExt as _, Key, LeaseKind, Line, LockId, Mode, Permits, Request,
-    TIME_TOLERANCE_MS, Ttl,
+    Acquisition, Acquisitions, Driver, DriverExt as _, Key, LeaseKind, Line, LockId, Mode,
+    OnRelease, Permits, ReleaseWatch, Request, TIME_TOLERANCE_MS, Ttl,
 };
-use crate::{CancelToken, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker};
+use crate::{Backoff, CancelToken, ErrorCode, Fence, Lease, LockBackend, LockOptions, Locker};
 
 use super::recorder::{Call, recorded_locker};
 use super::support::{
@@ -248,6 +250,97 @@ pub fn a_repeated_place_is_one_place<B: LockBackend + 'static>(backend: B) {
         .leave_line(&checked, LeaseKind::Lock, &place)
         .unwrap();
     assert!(backend.waiters(&key, LeaseKind::Lock).unwrap().is_empty());
+}
+
+/// Where releases are not announced (behind PgBouncer, on Firestore, while a store's release
+/// channel is down), the first in line polls often and the waiters well back only renew their
+/// places, even when their options ask for quick retries: a key's line costs the store about
+/// one fast poller, however many wait. Eight waiters, each on a `Locker` of its own (as
+/// processes are) that hears no releases, counted per waiter: while the first makes 40
+/// attempts, the last makes fewer than two thirds as many (about a tenth on a quick store).
+pub fn only_the_first_in_line_polls_often<B: LockBackend + 'static>(backend: B) {
+    const WAITERS: usize = 8;
+    let backend = Arc::new(backend);
+    let key = unique_key("line-pace");
+    let holder = Locker::new(Arc::clone(&backend));
+    let held = holder.lock(&key).unwrap();
+    let cancel = CancelToken::new();
+    let options = LockOptions::default()
+        .retry_delay(Duration::from_millis(10))
+        .backoff(Backoff::Fixed)
+        .timeout(CONTENTION_DEADLINE)
+        .cancel(cancel.clone());
+    let mut waiters = Vec::new();
+    for n in 0..WAITERS {
+        let counted = Arc::new(Counted {
+            inner: Arc::clone(&backend),
+            attempts: AtomicUsize::new(0),
+        });
+        let locker = Locker::new(Arc::clone(&counted));
+        let (waited, options) = (key.clone(), options.clone());
+        let thread = thread::spawn(move || locker.lock_with(&waited, &options).map(drop));
+        wait_until(&format!("waiter {n} to take its place"), PATIENCE, || {
+            places(&*backend, &key, LeaseKind::Lock).len() > n
+        });
+        waiters.push((counted, thread));
+    }
+    let (first, last) = (&waiters[0].0, &waiters[WAITERS - 1].0);
+    let (first_from, last_from) = (first.attempts(), last.attempts());
+    wait_until(
+        "the first in line to make 40 attempts",
+        CONTENTION_DEADLINE,
+        || first.attempts() >= first_from + 40,
+    );
+    let last_made = last.attempts() - last_from;
+    let first_made = first.attempts() - first_from;
+    assert!(
+        last_made * 3 < first_made * 2,
+        "the last of {WAITERS} waiters made {last_made} attempts while the first made {first_made}"
+    );
+    cancel.cancel();
+    for (_, thread) in waiters {
+        let error = thread.join().unwrap().unwrap_err();
+        assert_eq!(error.code(), ErrorCode::Aborted);
+    }
+    drop(held);
+}
+
+/// A holder that dies (its lease neither renewed nor released, which no store announces) is
+/// followed by the first in line once its lease runs out.
+pub fn the_first_in_line_notices_an_expiry<B: LockBackend + 'static>(backend: B) {
+    let key = unique_key("line-expiry");
+    let locker = Locker::new(Arc::new(backend));
+    let dead = acquired(locker.backend(), &key, Duration::from_millis(1_500));
+    let options = LockOptions::default().timeout(CONTENTION_DEADLINE);
+    let guard = locker.lock_with(&key, &options).unwrap();
+    assert!(guard.fence() > &dead.fence, "granted after the dead holder");
+}
+
+/// A driver that counts the acquisition attempts sent through it and hears no releases: a
+/// waiter's `Locker` behind a store that announces none.
+struct Counted<B> {
+    inner: Arc<B>,
+    attempts: AtomicUsize,
+}
+
+impl<B> Counted<B> {
+    fn attempts(&self) -> usize {
+        self.attempts.load(Ordering::SeqCst)
+    }
+}
+
+impl<B: LockBackend> Driver for Counted<B> {
+    fn try_acquire(&self, request: &Request<'_>) -> crate::Result<Acquisitions> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(request)
+    }
+
+    fn watch_releases(&self, _: OnRelease) -> crate::Result<Option<Box<dyn ReleaseWatch>>> {
+        Ok(None)
+    }
+
+    crate::delegate_driver!(self, &*self.inner; describe, release_lease, extend_leases,
+        key_is_locked, find, list_records, find_line, leave_line, break_leases);
 }
 
 /// Waiters started in turn on `key` (a lock, or a semaphore of `permits`): each thread's

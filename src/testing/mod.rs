@@ -359,6 +359,8 @@ macro_rules! __contract_tests {
             a_single_attempt_does_not_pass_a_live_line,
             without_the_line_an_acquisition_barges,
             a_repeated_place_is_one_place,
+            only_the_first_in_line_polls_often,
+            the_first_in_line_notices_an_expiry,
         );
     };
     (multi: $factory:expr) => {
@@ -423,6 +425,8 @@ macro_rules! __contract_tests {
             a_single_attempt_does_not_pass_a_live_line,
             without_the_line_an_acquisition_barges,
             a_repeated_place_is_one_place,
+            only_the_first_in_line_polls_often,
+            the_first_in_line_notices_an_expiry,
         );
     };
     (watch: $factory:expr) => {

@@ -43,7 +43,8 @@ pub fn acquire(
 fn acquire_options(lock: &LockArgs, holder: Option<Holder>) -> LockOptions {
     let options = waiting(LockOptions::default())
         .ttl(lock.ttl)
-        .heartbeat(Heartbeat::Off);
+        .heartbeat(Heartbeat::Off)
+        .wait_in_line(!lock.no_line);
     match holder {
         Some(holder) => options.holder(holder.into_string()),
         None => options,

@@ -258,6 +258,11 @@ pub struct LockArgs {
     /// How long to wait while someone else holds it.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub wait: Duration,
+    /// While waiting (--wait), take no place in the key's line: take the lock whenever it is
+    /// free, ahead of the waiters in line (as TypeScript SyncGuard clients do). Without it,
+    /// waiters are served in the order they came.
+    #[arg(long)]
+    pub no_line: bool,
     /// Who holds the lock, as `status` shows it (at most 256 bytes, no control or format
     /// characters). [default: run: HOST:PID PROGRAM (run's own pid, the file name of the
     /// command, never its arguments); acquire: HOST:PPID (the process that ran acquire)]

@@ -48,6 +48,8 @@ pub struct RunArgs {
     pub hold: Hold,
     pub ttl: Duration,
     pub wait: Duration,
+    /// Whether it waits in the key's line (not `--no-line`).
+    pub line: bool,
     /// `--grace`, or its default.
     pub grace: Duration,
     /// Who holds the lock (`--holder`, or `HOST:PID PROGRAM`).
@@ -112,6 +114,7 @@ impl RunArgs {
             keys,
             ttl: lock.ttl,
             wait: lock.wait,
+            line: !lock.no_line,
             grace,
             holder,
             quiet: lock.quiet,
@@ -136,7 +139,8 @@ fn run_recording(
     let interval = renewal_interval(args.ttl, args.grace, args.flags.on_lost);
     let mut options = waiting(LockOptions::default())
         .ttl(args.ttl)
-        .heartbeat(Heartbeat::Every(interval));
+        .heartbeat(Heartbeat::Every(interval))
+        .wait_in_line(args.line);
     if let Some(hold) = args.flags.min_hold {
         // The lease lasts until the hold ends from the acquisition on, and the release at the
         // end keeps it so (see LockOptions::min_hold); a command that never started is
@@ -330,13 +334,14 @@ fn run_recording(
     .supervise(&inbox, args.flags.max_runtime);
     figures.ran = started.elapsed();
     figures.lost = lost || guard.is_lost();
+    // The group is gone: release in every case, a lost lease included: a renewal applied
+    // without its answer may have kept it alive in the store. First, as a waiter starts on
+    // it: the watcher has no group left to end, and a signal from here on has nothing to stop.
+    releasing.release(guard, locker, Ending::Ran);
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
     stop_forwarding();
-    // The group is gone: release in every case, a lost lease included: a renewal applied
-    // without its answer may have kept it alive in the store.
-    releasing.release(guard, locker, Ending::Ran);
     Ok(Outcome::Exit(code))
 }
 

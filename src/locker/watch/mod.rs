@@ -221,7 +221,7 @@ impl Watch {
                         return None;
                     }
                     self.waiting
-                        .sleep(self.heard_at_read, until - now, self.cancel.as_ref());
+                        .sleep(self.heard_at_read, 1, until - now, self.cancel.as_ref());
                     if self.waiting.heard() != self.heard_at_read {
                         self.next_read = None;
                     }
