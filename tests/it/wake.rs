@@ -113,7 +113,8 @@ fn postgres_release_wakes_a_waiter_in_another_locker() {
     use crate::support::{shared_postgres, shared_postgres_backend};
     use syncguard::postgres::PostgresBackend;
     let holder = Locker::new(shared_postgres_backend());
-    // Named, so that its listening connection can be told from other tests'.
+    // Named, so that its listening connection can be told from other tests'. Its last
+    // statement is its LISTEN (the probe notification comes from a connection of its own).
     let name = format!("waiter-{}", syncguard::driver::generate_lock_id());
     let url = format!("{}?application_name={name}", shared_postgres().url());
     let waiter = Locker::new(PostgresBackend::connect(&url).unwrap());
@@ -122,7 +123,7 @@ fn postgres_release_wakes_a_waiter_in_another_locker() {
         let listening: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE application_name = $1 AND query = 'SELECT pg_notify($1, $2)'",
+                 WHERE application_name = $1 AND query LIKE 'LISTEN %'",
                 &[&name],
             )
             .unwrap()
